@@ -1,0 +1,66 @@
+// Fixed-size buffer pools, one per NUMA node and stage: allocated once (numa_alloc_onnode when
+// the machine has NUMA support), pre-faulted, then reused. acquire() blocks while all buffers are
+// out, which is how a slow downstream stage slows the stages that feed it. release() is
+// thread-safe and noexcept: ZeroMQ's I/O threads call it when a zero-copy message is sent.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace numastream {
+
+class BufferPool;
+
+struct Buffer {
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+  std::size_t size = 0;  // bytes in use, set by whoever fills it
+  BufferPool* pool = nullptr;
+};
+
+class BufferPool {
+ public:
+  // `numa_node` < 0 allocates without a node binding.
+  BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes, int numa_node);
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  // Blocks until a buffer is free. nullptr once the pool is closed (shutdown).
+  Buffer* acquire();
+  void release(Buffer* b) noexcept;
+  // Wakes every waiter; acquire() returns nullptr from now on.
+  void close() noexcept;
+
+  const std::string& name() const noexcept { return name_; }
+  int numa_node() const noexcept { return numa_node_; }
+  bool on_requested_node() const noexcept { return bound_; }
+  std::size_t count() const noexcept { return buffers_.size(); }
+  std::size_t buffer_bytes() const noexcept { return buffer_bytes_; }
+  std::size_t in_use() const;
+  std::uint64_t wait_ns() const;  // total time acquire() blocked
+
+ private:
+  std::string name_;
+  std::size_t buffer_bytes_;
+  int numa_node_;
+  bool bound_ = false;
+  std::byte* region_ = nullptr;
+  std::size_t region_bytes_ = 0;
+  bool numa_allocated_ = false;
+  std::vector<Buffer> buffers_;
+  mutable std::mutex mu_;
+  std::condition_variable available_;
+  std::vector<Buffer*> free_;
+  bool closed_ = false;
+  std::uint64_t wait_ns_ = 0;
+};
+
+// libnuma availability, asked once (numa_available() before any other libnuma call).
+bool numa_supported() noexcept;
+
+}  // namespace numastream

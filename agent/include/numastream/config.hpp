@@ -1,0 +1,87 @@
+// The agent's configuration: a JSON file (rendered by the operator; schema in
+// docs/agent-config.md) with command-line overrides. Every problem is a ConfigError naming the
+// field; unknown fields are errors too, so a typo never silently falls back to a default.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "numastream/codec.hpp"
+#include "numastream/placement.hpp"
+
+namespace numastream {
+
+enum class Role { send, receive };
+
+struct StageConfig {
+  int threads = 0;  // 0: choose a default from the CPUs available
+  NumaTarget target;
+};
+
+struct SourceConfig {
+  enum class Kind { synthetic, file } kind = Kind::synthetic;
+  std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
+  std::uint64_t seed = 1;
+  int frames = 4;            // synthetic: distinct projections, cycled
+  std::string path;          // file: a file or a directory of files (sorted by name)
+  double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
+};
+
+struct SinkConfig {
+  enum class Kind { null, file, zmq } kind = Kind::null;
+  std::string path;      // file: output path; "{stream}" is replaced by the stream id
+  std::string endpoint;  // zmq: downstream consumer endpoint to connect to
+};
+
+struct Config {
+  Role role = Role::send;
+  std::string endpoint;          // tcp://host:port; connection i uses port + i
+  int connections = 1;
+  std::uint32_t stream_id = 0;   // send: this stream's id
+  int streams = 1;               // receive: streams to expect before finishing; 0 = until stopped
+  std::size_t chunk_bytes = 2560 * 2160 * 2;  // send: chunk size; receive: largest accepted
+  Codec codec = Codec::lz4;
+  int acceleration = 1;
+  SourceConfig source;
+  SinkConfig sink;
+  bool pin = true;               // placement.mode: numa-aware (true) or os (false)
+  std::string nic;               // data NIC name (for `nic` targets and the NIC-local report)
+  std::optional<int> nic_numa_node;  // overrides sysfs (virtual interfaces in pods)
+  std::map<std::string, StageConfig> stages;
+  int queue_depth = 4;
+  int hwm = 2;                   // ZeroMQ high-water mark per connection, in messages
+  int reorder_window = 16;       // file sink: chunks held to restore order
+  std::string metrics_listen;    // host:port; empty = no metrics server
+  std::string sysfs_root = "/sys";
+  double connect_timeout_s = 30;
+  double idle_timeout_s = 60;    // receive: fail a started stream silent this long; 0 = never
+
+  // Stage names for the role, in pipeline order.
+  std::vector<std::string> stage_names() const;
+};
+
+// Builds a Config from a JSON document. Throws ConfigError.
+Config parse_config(const nlohmann::json& doc, Role role);
+
+// Applies "a.b.c=value" to a JSON document (value parsed as JSON when it is valid JSON, else
+// taken as a string). Throws ConfigError for a malformed assignment.
+void apply_override(nlohmann::json& doc, const std::string& assignment);
+
+// Reads and parses a JSON file. Throws ConfigError (field "<file>").
+nlohmann::json load_config_file(const std::string& path);
+
+// Endpoint helpers: "tcp://host:port".
+struct Endpoint {
+  std::string host;
+  int port = 0;
+  std::string for_connection(int i) const;  // tcp://host:(port+i)
+};
+Endpoint parse_endpoint(const std::string& text, const std::string& field);
+
+}  // namespace numastream

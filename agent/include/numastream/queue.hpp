@@ -1,0 +1,106 @@
+// A bounded multi-producer / multi-consumer queue between two pipeline stages.
+//
+// Contract:
+//  - capacity is fixed at construction (>= 1); nothing is ever allocated after that;
+//  - push() blocks while the queue is full, pop() blocks while it is empty; neither spins;
+//  - close() is called once the producers are done (or on shutdown): push() then returns false
+//    and hands the item back untouched, pop() drains what is left and then returns nullopt;
+//  - the time callers spent blocked is accumulated (nanoseconds) so a stage's wait on a full
+//    output or an empty input is visible in the metrics: the blocking statistics that show where
+//    the bottleneck is.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "numastream/error.hpp"
+
+namespace numastream {
+
+template <typename T>
+class BoundedQueue {
+ public:
+  explicit BoundedQueue(std::size_t capacity) : slots_(capacity) { NS_ASSERT(capacity >= 1); }
+  BoundedQueue(const BoundedQueue&) = delete;
+  BoundedQueue& operator=(const BoundedQueue&) = delete;
+
+  // Blocks while full. Returns false (and leaves `item` with the caller) once closed.
+  bool push(T& item) {
+    std::unique_lock lock(mu_);
+    if (count_ == slots_.size() && !closed_) {
+      auto start = std::chrono::steady_clock::now();
+      not_full_.wait(lock, [&] { return count_ < slots_.size() || closed_; });
+      push_wait_ns_ += elapsed_ns(start);
+    }
+    if (closed_) return false;
+    slots_[(head_ + count_) % slots_.size()] = std::move(item);
+    ++count_;
+    lock.unlock();
+    not_empty_.notify_one();
+    return true;
+  }
+
+  // Blocks while empty and open. nullopt once closed and drained.
+  std::optional<T> pop() {
+    std::unique_lock lock(mu_);
+    if (count_ == 0 && !closed_) {
+      auto start = std::chrono::steady_clock::now();
+      not_empty_.wait(lock, [&] { return count_ > 0 || closed_; });
+      pop_wait_ns_ += elapsed_ns(start);
+    }
+    if (count_ == 0) return std::nullopt;
+    std::optional<T> out(std::move(slots_[head_]));
+    head_ = (head_ + 1) % slots_.size();
+    --count_;
+    lock.unlock();
+    not_full_.notify_one();
+    return out;
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+    }
+    not_full_.notify_all();
+    not_empty_.notify_all();
+  }
+
+  std::size_t capacity() const noexcept { return slots_.size(); }
+  std::size_t depth() const {
+    std::lock_guard lock(mu_);
+    return count_;
+  }
+  bool closed() const {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+  std::uint64_t push_wait_ns() const noexcept { return push_wait_ns_.load(); }
+  std::uint64_t pop_wait_ns() const noexcept { return pop_wait_ns_.load(); }
+
+ private:
+  static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                             start)
+            .count());
+  }
+
+  mutable std::mutex mu_;
+  std::condition_variable not_full_;
+  std::condition_variable not_empty_;
+  std::vector<std::optional<T>> slots_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+  bool closed_ = false;
+  std::atomic<std::uint64_t> push_wait_ns_{0};
+  std::atomic<std::uint64_t> pop_wait_ns_{0};
+};
+
+}  // namespace numastream

@@ -1,0 +1,87 @@
+// RAII over libzmq: one context per process, sockets, and a connection monitor that tells a
+// sender when its receiver goes away.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace numastream::zmq {
+
+class Context {
+ public:
+  // io_threads: ZeroMQ I/O threads (they do the socket work); io_cpus: CPUs they may run on
+  // (ZMQ_THREAD_AFFINITY_CPU_ADD, applied before any socket exists); empty = unpinned.
+  Context(int io_threads, const std::vector<int>& io_cpus);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  void* get() const noexcept { return ctx_; }
+
+ private:
+  void* ctx_ = nullptr;
+};
+
+class Socket {
+ public:
+  Socket(Context& ctx, int type);
+  ~Socket();
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  Socket(Socket&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  void* get() const noexcept { return s_; }
+
+  void set_int(int option, int value);
+  void set_int64(int option, std::int64_t value);
+  void bind(const std::string& endpoint);
+  void connect(const std::string& endpoint);
+
+ private:
+  void* s_ = nullptr;
+};
+
+// Watches one socket's connection events through an inproc PAIR socket.
+class Monitor {
+ public:
+  Monitor(Context& ctx, Socket& watched, const std::string& name);
+  void* get() const noexcept { return pair_.get(); }
+  // Reads every pending event; updates connected() / disconnects().
+  void drain() noexcept;
+  bool connected() const noexcept { return connected_; }
+  bool ever_connected() const noexcept { return ever_connected_; }
+  int disconnects() const noexcept { return disconnects_; }
+
+ private:
+  Socket pair_;
+  bool connected_ = false;
+  bool ever_connected_ = false;
+  int disconnects_ = 0;
+};
+
+std::string last_error();
+
+// Dead-peer detection for data connections: TCP keepalive (idle 5 s, then 5 probes 1 s apart).
+// Not ZMTP heartbeats: ZeroMQ stops reading a connection whose pipe is full, so under
+// back-pressure a heartbeat goes unanswered and a healthy, merely slow, peer is dropped together
+// with the data it had in flight.
+void enable_keepalive(Socket& sock);
+
+enum class SendOutcome { sent, aborted, peer_lost, failed };
+
+// Sends `msg` (which the call consumes in every outcome: sent, or closed so that a zero-copy
+// buffer goes back to its pool) without blocking forever: it waits for the socket to accept the
+// message in short polls, and gives up when `aborted()` turns true or the monitored peer
+// disconnects.
+template <typename AbortFn>
+SendOutcome send_watched(Socket& sock, Monitor& mon, void* msg, AbortFn aborted);
+SendOutcome send_watched_impl(Socket& sock, Monitor& mon, void* msg, bool (*aborted)(void*),
+                              void* ctx);
+
+template <typename AbortFn>
+SendOutcome send_watched(Socket& sock, Monitor& mon, void* msg, AbortFn aborted) {
+  return send_watched_impl(sock, mon, msg,
+                           [](void* c) { return (*static_cast<AbortFn*>(c))(); }, &aborted);
+}
+
+}  // namespace numastream::zmq

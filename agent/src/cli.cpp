@@ -1,0 +1,100 @@
+#include "numastream/cli.hpp"
+
+#include <map>
+
+#include "numastream/error.hpp"
+
+namespace numastream {
+namespace {
+
+// Shortcut flags and the config field each one sets.
+const std::map<std::string, std::string>& shortcuts() {
+  static const std::map<std::string, std::string> m = {
+      {"--endpoint", "endpoint"},
+      {"--connections", "connections"},
+      {"--chunk-bytes", "chunk_bytes"},
+      {"--codec", "codec"},
+      {"--stream-id", "stream_id"},
+      {"--streams", "streams"},
+      {"--chunks", "source.chunks"},
+      {"--seed", "source.seed"},
+      {"--rate-gbps", "source.rate_gbps"},
+      {"--source", "source.kind"},
+      {"--source-path", "source.path"},
+      {"--sink", "sink.kind"},
+      {"--sink-path", "sink.path"},
+      {"--sink-endpoint", "sink.endpoint"},
+      {"--placement", "placement.mode"},
+      {"--nic", "placement.nic"},
+      {"--nic-numa-node", "placement.nic_numa_node"},
+      {"--metrics-listen", "metrics.listen"},
+      {"--queue-depth", "queue_depth"},
+      {"--hwm", "hwm"},
+      {"--sysfs-root", "sysfs_root"},
+      {"--connect-timeout", "timeouts.connect_s"},
+      {"--idle-timeout", "timeouts.idle_s"},
+  };
+  return m;
+}
+
+}  // namespace
+
+std::string run_usage() {
+  std::string s =
+      "flags (each sets a config field; --set FIELD=VALUE sets any field):\n"
+      "  --config FILE          JSON config (docs/agent-config.md); flags override it\n"
+      "  --threads STAGE=N      threads of a stage (placement.stages.STAGE.threads)\n"
+      "  --numa STAGE=TARGET    NUMA target of a stage: node id, nic, spread or any\n";
+  for (const auto& [flag, field] : shortcuts()) {
+    s += "  " + flag + std::string(flag.size() < 23 ? 23 - flag.size() : 1, ' ') + field + "\n";
+  }
+  return s;
+}
+
+nlohmann::json config_from_args(const std::vector<std::string>& args) {
+  nlohmann::json doc = nlohmann::json::object();
+  std::vector<std::string> overrides;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (flag.rfind("--", 0) != 0) throw ConfigError(flag, "unexpected argument");
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw ConfigError(flag, "needs a value");
+      value = args[++i];
+    }
+    if (flag == "--config") {
+      doc = load_config_file(value);
+    } else if (flag == "--set") {
+      overrides.push_back(value);
+    } else if (flag == "--threads" || flag == "--numa") {
+      auto eq = value.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        throw ConfigError(flag, "must look like STAGE=VALUE (got \"" + value + "\")");
+      }
+      std::string field = flag == "--threads" ? "threads" : "numa";
+      std::string v = value.substr(eq + 1);
+      if (field == "numa") v = nlohmann::json(v).dump();  // always a string
+      overrides.push_back("placement.stages." + value.substr(0, eq) + "." + field + "=" + v);
+    } else if (auto it = shortcuts().find(flag); it != shortcuts().end()) {
+      // String-valued fields stay strings even when they look like numbers.
+      static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "sink.kind",
+                                       "sink.path", "sink.endpoint", "placement.mode",
+                                       "placement.nic", "metrics.listen", "sysfs_root"};
+      bool is_string = false;
+      for (const char* s : kStrings) is_string = is_string || it->second == s;
+      overrides.push_back(it->second + "=" + (is_string ? nlohmann::json(value).dump() : value));
+    } else {
+      throw ConfigError(flag, "unknown flag (see --help)");
+    }
+  }
+  for (const auto& o : overrides) apply_override(doc, o);
+  return doc;
+}
+
+}  // namespace numastream

@@ -1,0 +1,131 @@
+// numastream-agent: the data plane. This file only parses the command line.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "numastream/bench.hpp"
+#include "numastream/cli.hpp"
+#include "numastream/cpuset.hpp"
+#include "numastream/error.hpp"
+#include "numastream/pipeline.hpp"
+#include "numastream/topology.hpp"
+
+namespace {
+
+using namespace numastream;
+
+constexpr const char* kUsage =
+    "usage: numastream-agent COMMAND [flags]\n"
+    "commands:\n"
+    "  send       source -> compress -> send over N TCP connections\n"
+    "  receive    receive -> decompress -> verify -> sink\n"
+    "  topology   print NUMA nodes, allowed CPUs and NICs as JSON [--sysfs-root DIR]\n"
+    "  bench      codec speeds and loopback runs [codec|loopback|all] [--json]\n"
+    "  version    print the agent and wire-format versions\n";
+
+// SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
+class SignalDrain {
+ public:
+  SignalDrain() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::jthread([this](std::stop_token st) {
+      timespec tick{0, 200'000'000};
+      while (!st.stop_requested()) {
+        int sig = sigtimedwait(&set_, nullptr, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+          std::fprintf(stderr, "numastream-agent: signal %d: draining\n", sig);
+          source_.request_stop();
+        }
+      }
+    });
+  }
+  std::stop_token token() const { return source_.get_token(); }
+
+ private:
+  sigset_t set_{};
+  std::stop_source source_;
+  std::jthread thread_;
+};
+
+int run_pipeline(Role role, const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: numastream-agent " << (role == Role::send ? "send" : "receive")
+                << " [flags]\n"
+                << run_usage();
+      return kExitOk;
+    }
+  }
+  Config cfg;
+  try {
+    cfg = parse_config(config_from_args(args), role);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    return kExitUsage;
+  }
+  SignalDrain signals;
+  RunResult r = role == Role::send ? run_sender(cfg, signals.token())
+                                   : run_receiver(cfg, signals.token());
+  std::cout << r.summary.dump() << std::endl;
+  return r.exit_code;
+}
+
+int run_topology(const std::vector<std::string>& args) {
+  std::string root = "/sys";
+  bool pretty = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--sysfs-root" && i + 1 < args.size()) {
+      root = args[++i];
+    } else if (args[i].rfind("--sysfs-root=", 0) == 0) {
+      root = args[i].substr(13);
+    } else if (args[i] == "--pretty") {
+      pretty = true;
+    } else {
+      std::fprintf(stderr, "numastream-agent topology: unknown flag '%s'\n", args[i].c_str());
+      return kExitUsage;
+    }
+  }
+  auto json = topology_to_json(read_topology(root), allowed_cpus());
+  std::cout << json.dump(pretty ? 2 : -1) << std::endl;
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "send") return run_pipeline(Role::send, args);
+    if (cmd == "receive") return run_pipeline(Role::receive, args);
+    if (cmd == "topology") return run_topology(args);
+    if (cmd == "bench") return run_bench(args);
+    if (cmd == "version") {
+      std::cout << "numastream-agent 0.1.0 (wire format 1)\n";
+      return kExitOk;
+    }
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    return kExitFailure;
+  }
+  std::fprintf(stderr, "numastream-agent: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return kExitUsage;
+}

@@ -1,0 +1,506 @@
+// The send pipeline: source -> compress xC -> send xS.
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fcntl.h>
+#include <memory>
+#include <thread>
+#include <unistd.h>
+
+#include "numastream/buffer_pool.hpp"
+#include "numastream/codec.hpp"
+#include "numastream/http.hpp"
+#include "numastream/pipeline.hpp"
+#include "numastream/queue.hpp"
+#include "numastream/synth.hpp"
+#include "numastream/transport.hpp"
+#include "numastream/wire.hpp"
+#include "runtime.hpp"
+
+namespace numastream {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct RawChunk {
+  std::uint64_t seq = 0;
+  int frame = 0;              // synthetic: which projection
+  Buffer* buffer = nullptr;   // file: the bytes read
+};
+
+// The file source: one file or a directory of regular files (sorted by name), cut into chunks.
+class FileReader {
+ public:
+  explicit FileReader(const std::string& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      for (const auto& e : fs::directory_iterator(path, ec)) {
+        if (e.is_regular_file()) files_.push_back(e.path().string());
+      }
+      std::sort(files_.begin(), files_.end());
+      if (files_.empty()) throw ConfigError("source.path", "directory " + path + " holds no files");
+    } else if (fs::is_regular_file(path, ec)) {
+      files_.push_back(path);
+    } else {
+      throw ConfigError("source.path", path + " is not a readable file or directory");
+    }
+    open_next();
+  }
+  ~FileReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  // Fills up to `cap` bytes. 0 at the end of the last file. Throws on I/O errors.
+  std::size_t read(std::byte* out, std::size_t cap) {
+    while (fd_ >= 0) {
+      std::size_t got = 0;
+      while (got < cap) {
+        ssize_t n = ::read(fd_, out + got, cap - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("read " + files_[index_]);
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      if (got > 0) return got;
+      open_next();
+    }
+    return 0;
+  }
+
+ private:
+  void open_next() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      ++index_;
+    }
+    if (index_ >= files_.size()) return;
+    fd_ = ::open(files_[index_].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw_errno("open " + files_[index_]);
+  }
+  std::vector<std::string> files_;
+  std::size_t index_ = 0;
+  int fd_ = -1;
+};
+
+void free_to_pool(void* /*data*/, void* hint) noexcept {
+  auto* b = static_cast<Buffer*>(hint);
+  b->pool->release(b);
+}
+
+class Sender {
+ public:
+  Sender(const Config& cfg, std::stop_token stop) : cfg_(cfg), rt_(cfg, stop),
+        endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+
+  RunResult run(const RunHooks& hooks);
+
+ private:
+  void prepare_source();
+  void source_thread();
+  void compress_thread(int index);
+  void send_thread(int index);
+  bool send_frame(zmq::Socket& sock, zmq::Monitor& mon, zmq_msg_t& msg, int index, StageStats& st);
+  std::string metrics_text();
+
+  const Config& cfg_;
+  Runtime rt_;
+  Endpoint endpoint_;
+  std::size_t wire_capacity_ = 0;
+
+  // Declaration order is destruction order in reverse: the ZeroMQ context (which may still hold
+  // zero-copy messages) goes before the pools their buffers return to.
+  std::vector<std::unique_ptr<BufferPool>> frames_pools_;  // synthetic frames, per compress node
+  std::vector<std::pair<int, std::vector<Buffer*>>> frames_;  // node -> frames
+  std::unique_ptr<BufferPool> raw_pool_;     // file source reads
+  std::unique_ptr<FileReader> reader_;
+  std::unique_ptr<NodePools> wire_pools_;
+  std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
+  std::unique_ptr<BoundedQueue<Buffer*>> wire_q_;
+  std::unique_ptr<zmq::Context> ctx_;
+
+  std::atomic<int> compressors_left_{0};
+  std::atomic<std::uint64_t> produced_chunks_{0};
+  std::atomic<std::uint64_t> produced_bytes_{0};
+  std::atomic<std::uint64_t> wire_bytes_{0};
+  std::atomic<std::uint64_t> sent_chunks_{0};
+  std::atomic<bool> source_done_{false};
+  std::atomic<std::int64_t> first_chunk_ns_{-1};
+  std::atomic<std::int64_t> last_send_ns_{0};
+};
+
+void Sender::prepare_source() {
+  if (cfg_.source.kind == SourceConfig::Kind::synthetic) {
+    SynthParams params;
+    params.seed = cfg_.source.seed;
+    params.chunk_bytes = cfg_.chunk_bytes;
+    params.frames = cfg_.source.frames;
+    // One copy of the frames on each NUMA node that compresses, so compression reads local
+    // memory; generated once, then copied.
+    const std::vector<Buffer*>* first = nullptr;
+    for (int node : rt_.stage_nodes("compress")) {
+      frames_pools_.push_back(std::make_unique<BufferPool>(
+          "frames-node" + std::to_string(node), static_cast<std::size_t>(cfg_.source.frames),
+          cfg_.chunk_bytes, node));
+      std::vector<Buffer*> set;
+      for (int f = 0; f < cfg_.source.frames; ++f) {
+        Buffer* b = frames_pools_.back()->acquire();
+        b->size = cfg_.chunk_bytes;
+        if (!first) {
+          generate_projection(params, f, {b->data, b->size});
+        } else {
+          std::memcpy(b->data, (*first)[static_cast<std::size_t>(f)]->data, b->size);
+        }
+        set.push_back(b);
+      }
+      frames_.emplace_back(node, std::move(set));
+      first = &frames_.front().second;
+    }
+  } else {
+    reader_ = std::make_unique<FileReader>(cfg_.source.path);
+    int node = rt_.placement.stage("source").front().numa_node;
+    raw_pool_ = std::make_unique<BufferPool>(
+        "raw", static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1),
+        cfg_.chunk_bytes, node);
+  }
+}
+
+void Sender::source_thread() {
+  const std::size_t slot = rt_.slot("source", 0);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("source");
+  const auto start = Clock::now();
+  const double interval_s =
+      cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
+  std::uint64_t seq = 0;
+  try {
+    while (!rt_.aborted() && !rt_.drain_requested()) {
+      if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0 &&
+          seq >= cfg_.source.chunks) {
+        break;
+      }
+      if (interval_s > 0) {
+        ScopedTimer wait(st.blocked_input_ns);
+        std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(seq * interval_s)));
+      }
+      RawChunk c;
+      c.seq = seq;
+      std::size_t size = cfg_.chunk_bytes;
+      if (reader_) {
+        {
+          ScopedTimer wait(st.blocked_output_ns);
+          c.buffer = raw_pool_->acquire();
+        }
+        if (!c.buffer) break;
+        {
+          ScopedTimer busy(st.busy_ns);
+          size = reader_->read(c.buffer->data, c.buffer->capacity);
+        }
+        if (size == 0) {
+          raw_pool_->release(c.buffer);
+          break;
+        }
+        c.buffer->size = size;
+      } else {
+        c.frame = static_cast<int>(seq % static_cast<std::uint64_t>(cfg_.source.frames));
+      }
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        if (!raw_q_->push(c)) {
+          if (c.buffer) raw_pool_->release(c.buffer);
+          break;
+        }
+      }
+      ++seq;
+      st.chunks++;
+      st.bytes_out += size;
+      produced_bytes_ += size;
+      produced_chunks_ = seq;
+      if (!cfg_.pin) rt_.observe_cpu(slot);
+    }
+  } catch (const std::exception& e) {
+    rt_.fail(std::string("source: ") + e.what());
+  }
+  source_done_ = true;
+  raw_q_->close();
+}
+
+void Sender::compress_thread(int index) {
+  const std::size_t slot = rt_.slot("compress", index);
+  rt_.pin_current(slot);
+  const int node = rt_.placement.threads[slot].numa_node;
+  StageStats& st = rt_.stats("compress");
+  Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes);
+  BufferPool& pool = wire_pools_->for_node(node);
+  const std::vector<Buffer*>* frames = nullptr;
+  for (auto& [n, set] : frames_) {
+    if (n == node || !frames) frames = &set;
+  }
+  while (true) {
+    std::optional<RawChunk> c;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      c = raw_q_->pop();
+    }
+    if (!c) break;
+    Buffer* out;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      out = pool.acquire();
+    }
+    if (!out) {
+      if (c->buffer) raw_pool_->release(c->buffer);
+      break;
+    }
+    std::span<const std::byte> raw =
+        c->buffer ? std::span<const std::byte>(c->buffer->data, c->buffer->size)
+                  : std::span<const std::byte>((*frames)[static_cast<std::size_t>(c->frame)]->data,
+                                               cfg_.chunk_bytes);
+    {
+      ScopedTimer busy(st.busy_ns);
+      wire::Header h;
+      h.type = wire::FrameType::data;
+      h.stream_id = cfg_.stream_id;
+      h.sequence = c->seq;
+      h.raw_size = static_cast<std::uint32_t>(raw.size());
+      h.checksum = wire::checksum(raw);
+      auto res = comp.compress(raw, {out->data + wire::kHeaderSize, out->capacity - wire::kHeaderSize});
+      h.codec = res.codec;
+      h.payload_size = static_cast<std::uint32_t>(res.size);
+      // connection / connections are stamped by the sending thread.
+      h.connections = static_cast<std::uint16_t>(cfg_.connections);
+      wire::encode_header(h, out->data);
+      out->size = wire::kHeaderSize + res.size;
+    }
+    st.chunks++;
+    st.bytes_in += raw.size();
+    st.bytes_out += out->size;
+    if (c->buffer) raw_pool_->release(c->buffer);
+    if (!cfg_.pin) rt_.observe_cpu(slot);
+    bool pushed;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      pushed = wire_q_->push(out);
+    }
+    if (!pushed) {
+      out->pool->release(out);
+      break;
+    }
+  }
+  if (--compressors_left_ == 0) wire_q_->close();
+}
+
+// Sends one message, watching the connection. False (message released) on abort or peer loss.
+bool Sender::send_frame(zmq::Socket& sock, zmq::Monitor& mon, zmq_msg_t& msg, int index,
+                        StageStats& st) {
+  ScopedTimer wait(st.blocked_output_ns);
+  auto outcome = zmq::send_watched(sock, mon, &msg, [this] { return rt_.aborted(); });
+  switch (outcome) {
+    case zmq::SendOutcome::sent: return true;
+    case zmq::SendOutcome::aborted: return false;
+    case zmq::SendOutcome::peer_lost:
+      rt_.fail("connection " + std::to_string(index) + ": the receiver at " +
+               endpoint_.for_connection(index) + " went away mid-stream after " +
+               std::to_string(sent_chunks_.load()) +
+               " chunks were sent; chunks in flight are lost (see the receiver's summary)");
+      return false;
+    case zmq::SendOutcome::failed:
+      rt_.fail("connection " + std::to_string(index) + ": send failed: " + zmq::last_error());
+      return false;
+  }
+  return false;
+}
+
+void Sender::send_thread(int index) {
+  const std::size_t slot = rt_.slot("send", index);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("send");
+  const std::string ep = endpoint_.for_connection(index);
+  std::optional<zmq::Socket> socket;
+  try {
+    socket.emplace(*ctx_, ZMQ_PUSH);
+    zmq::Socket& sock = *socket;
+    [&] {  // returns early on failure; the socket outlives it
+    sock.set_int(ZMQ_SNDHWM, cfg_.hwm);
+    sock.set_int(ZMQ_IMMEDIATE, 1);  // queue only on live connections
+    sock.set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
+    sock.set_int(ZMQ_RECONNECT_IVL, 100);
+    zmq::enable_keepalive(sock);
+    zmq::Monitor mon(*ctx_, sock, "send-" + std::to_string(index));
+    sock.connect(ep);
+    const auto deadline =
+        Clock::now() + std::chrono::milliseconds(static_cast<long>(cfg_.connect_timeout_s * 1000));
+    while (!mon.connected()) {
+      if (rt_.aborted()) return;
+      if (Clock::now() > deadline) {
+        rt_.fail("connection " + std::to_string(index) + ": no receiver accepted a connection at " +
+                 ep + " within " + std::to_string(cfg_.connect_timeout_s) + " s");
+        return;
+      }
+      zmq_pollitem_t item{mon.get(), 0, ZMQ_POLLIN, 0};
+      zmq_poll(&item, 1, 100);
+      mon.drain();
+    }
+    std::uint64_t on_connection = 0;
+    while (true) {
+      std::optional<Buffer*> b;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        b = wire_q_->pop();
+      }
+      if (!b) break;
+      Buffer* buf = *b;
+      // Stamp which connection carries the frame (re-encodes the header check).
+      wire::Header h;
+      wire::decode({buf->data, buf->size}, cfg_.chunk_bytes, h);
+      h.connection = static_cast<std::uint16_t>(index);
+      wire::encode_header(h, buf->data);
+      std::size_t size = buf->size;
+      zmq_msg_t msg;
+      zmq_msg_init_data(&msg, buf->data, size, free_to_pool, buf);
+      if (!send_frame(sock, mon, msg, index, st)) return;
+      ++on_connection;
+      st.chunks++;
+      st.bytes_out += size;
+      wire_bytes_ += size;
+      auto now_ns = (Clock::now() - rt_.started).count();
+      std::int64_t expected = -1;
+      first_chunk_ns_.compare_exchange_strong(expected, now_ns);
+      last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
+      ++sent_chunks_;
+      if (!cfg_.pin) rt_.observe_cpu(slot);
+    }
+    if (rt_.aborted()) return;
+    // End of stream on this connection: the stream's totals and this connection's count.
+    NS_ASSERT(source_done_.load());
+    std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
+    wire::Header h;
+    h.type = wire::FrameType::end_of_stream;
+    h.stream_id = cfg_.stream_id;
+    h.connection = static_cast<std::uint16_t>(index);
+    h.connections = static_cast<std::uint16_t>(cfg_.connections);
+    h.sequence = produced_chunks_.load();
+    h.payload_size = wire::kEndOfStreamPayload;
+    wire::encode_header(h, frame);
+    wire::encode_end_of_stream({produced_chunks_.load(), produced_bytes_.load(), on_connection},
+                               frame + wire::kHeaderSize);
+    zmq_msg_t msg;
+    zmq_msg_init_size(&msg, sizeof(frame));
+    std::memcpy(zmq_msg_data(&msg), frame, sizeof(frame));
+    send_frame(sock, mon, msg, index, st);
+    }();
+  } catch (const std::exception& e) {
+    rt_.fail("connection " + std::to_string(index) + ": " + e.what());
+  }
+  // After a failure nothing queued is worth waiting for.
+  if (socket && rt_.aborted()) socket->set_int(ZMQ_LINGER, 0);
+}
+
+std::string Sender::metrics_text() {
+  std::string out;
+  rt_.write_common_metrics(out, "send");
+  const std::string r = "role=\"send\"";
+  out += "# TYPE numastream_raw_bytes_total counter\n";
+  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(rt_.stats("compress").bytes_in.load()));
+  out += "# TYPE numastream_wire_bytes_total counter\n";
+  metric(out, "numastream_wire_bytes_total", r, static_cast<double>(wire_bytes_.load()));
+  out += "# TYPE numastream_chunks_sent_total counter\n";
+  metric(out, "numastream_chunks_sent_total", r, static_cast<double>(sent_chunks_.load()));
+  out += "# TYPE numastream_queue_depth gauge\n";
+  metric(out, "numastream_queue_depth", r + ",queue=\"raw\"", static_cast<double>(raw_q_->depth()));
+  metric(out, "numastream_queue_depth", r + ",queue=\"wire\"", static_cast<double>(wire_q_->depth()));
+  out += "# TYPE numastream_pool_buffers_in_use gauge\n";
+  for (const auto& p : wire_pools_->all()) {
+    metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
+           static_cast<double>(p->in_use()));
+  }
+  double raw = static_cast<double>(rt_.stats("compress").bytes_in.load());
+  double wire = static_cast<double>(rt_.stats("compress").bytes_out.load());
+  out += "# TYPE numastream_compression_ratio gauge\n";
+  metric(out, "numastream_compression_ratio", r, wire > 0 ? raw / wire : 0);
+  out += "# TYPE numastream_up gauge\n";
+  metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
+  return out;
+}
+
+RunResult Sender::run(const RunHooks& hooks) {
+  prepare_source();
+  const int compressors = rt_.threads("compress");
+  const int senders = rt_.threads("send");
+  wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
+  const std::size_t wire_total = static_cast<std::size_t>(
+      compressors + cfg_.queue_depth + senders * (cfg_.hwm + 1));
+  wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", wire_total, wire_capacity_);
+  raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+  wire_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
+  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  rt_.on_abort([this] {
+    raw_q_->close();
+    wire_q_->close();
+    wire_pools_->close_all();
+    if (raw_pool_) raw_pool_->close();
+  });
+  std::unique_ptr<MetricsServer> server;
+  if (!cfg_.metrics_listen.empty()) {
+    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return metrics_text(); },
+                                             [this] { return !rt_.aborted(); });
+    log_line("metrics on port " + std::to_string(server->port()));
+    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
+  }
+  rt_.started = Clock::now();
+  compressors_left_ = compressors;
+  {
+    std::vector<std::jthread> threads;
+    for (int i = 0; i < senders; ++i) threads.emplace_back([this, i] { send_thread(i); });
+    for (int i = 0; i < compressors; ++i) threads.emplace_back([this, i] { compress_thread(i); });
+    threads.emplace_back([this] { source_thread(); });
+  }
+  // Drop queued zero-copy messages quickly once something failed; otherwise flush them.
+  ctx_.reset();
+
+  const double secs = std::max(1e-9, static_cast<double>(last_send_ns_.load() -
+                                                         std::max<std::int64_t>(0, first_chunk_ns_.load())) / 1e9);
+  const double raw = static_cast<double>(rt_.stats("compress").bytes_in.load());
+  const double wire = static_cast<double>(wire_bytes_.load());
+  RunResult result;
+  result.summary = {
+      {"role", "send"},
+      {"stream_id", cfg_.stream_id},
+      {"endpoint", cfg_.endpoint},
+      {"connections", cfg_.connections},
+      {"codec", codec_name(cfg_.codec)},
+      {"chunks", sent_chunks_.load()},
+      {"raw_bytes", rt_.stats("compress").bytes_in.load()},
+      {"wire_bytes", wire_bytes_.load()},
+      {"ratio", wire > 0 ? raw / wire : 0},
+      {"lost", nullptr},
+      {"corrupt", nullptr},
+      {"duplicates", nullptr},
+      {"seconds", secs},
+      {"raw_gbps", raw * 8 / secs / 1e9},
+      {"wire_gbps", wire * 8 / secs / 1e9},
+      {"max_rss_kb", max_rss_kb()},
+      {"placement", rt_.placement_json()},
+      {"stages", rt_.stages_json()},
+      {"drained", rt_.drain_requested()},
+      {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  result.exit_code = rt_.aborted() ? kExitFailure : kExitOk;
+  return result;
+}
+
+}  // namespace
+
+RunResult run_sender(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
+  Sender s(cfg, stop);
+  return s.run(hooks);
+}
+
+}  // namespace numastream

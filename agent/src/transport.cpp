@@ -1,0 +1,149 @@
+#include "numastream/transport.hpp"
+
+#include <zmq.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+namespace numastream::zmq {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  int err = zmq_errno();
+  throw std::system_error(err, std::generic_category(), what + ": " + zmq_strerror(err));
+}
+
+}  // namespace
+
+std::string last_error() { return zmq_strerror(zmq_errno()); }
+
+Context::Context(int io_threads, const std::vector<int>& io_cpus) {
+  ctx_ = zmq_ctx_new();
+  if (!ctx_) fail("zmq_ctx_new");
+  if (zmq_ctx_set(ctx_, ZMQ_IO_THREADS, io_threads < 1 ? 1 : io_threads) != 0) {
+    fail("zmq_ctx_set(ZMQ_IO_THREADS)");
+  }
+  // Must precede the first socket: the I/O threads start with it.
+  for (int cpu : io_cpus) {
+    if (zmq_ctx_set(ctx_, ZMQ_THREAD_AFFINITY_CPU_ADD, cpu) != 0) {
+      fail("zmq_ctx_set(ZMQ_THREAD_AFFINITY_CPU_ADD, " + std::to_string(cpu) + ")");
+    }
+  }
+}
+
+Context::~Context() {
+  if (ctx_) {
+    while (zmq_ctx_term(ctx_) != 0 && zmq_errno() == EINTR) {
+    }
+  }
+}
+
+Socket::Socket(Context& ctx, int type) {
+  s_ = zmq_socket(ctx.get(), type);
+  if (!s_) fail("zmq_socket");
+}
+
+Socket::~Socket() {
+  if (s_) zmq_close(s_);
+}
+
+void Socket::set_int(int option, int value) {
+  if (zmq_setsockopt(s_, option, &value, sizeof(value)) != 0) {
+    fail("zmq_setsockopt(" + std::to_string(option) + ")");
+  }
+}
+
+void Socket::set_int64(int option, std::int64_t value) {
+  if (zmq_setsockopt(s_, option, &value, sizeof(value)) != 0) {
+    fail("zmq_setsockopt(" + std::to_string(option) + ")");
+  }
+}
+
+void Socket::bind(const std::string& endpoint) {
+  if (zmq_bind(s_, endpoint.c_str()) != 0) fail("cannot listen on " + endpoint);
+}
+
+void Socket::connect(const std::string& endpoint) {
+  if (zmq_connect(s_, endpoint.c_str()) != 0) fail("cannot connect to " + endpoint);
+}
+
+Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name)
+    : pair_(ctx, ZMQ_PAIR) {
+  std::string addr = "inproc://monitor-" + name;
+  if (zmq_socket_monitor(watched.get(), addr.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED) != 0) {
+    fail("zmq_socket_monitor");
+  }
+  pair_.set_int(ZMQ_LINGER, 0);
+  pair_.connect(addr);
+}
+
+void Monitor::drain() noexcept {
+  while (true) {
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, pair_.get(), ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&frame);
+      return;
+    }
+    std::uint16_t event = 0;
+    if (zmq_msg_size(&frame) >= 6) std::memcpy(&event, zmq_msg_data(&frame), sizeof(event));
+    bool more = zmq_msg_more(&frame);
+    zmq_msg_close(&frame);
+    // The second frame carries the endpoint address; it is not needed.
+    while (more) {
+      zmq_msg_t rest;
+      zmq_msg_init(&rest);
+      if (zmq_msg_recv(&rest, pair_.get(), 0) < 0) {
+        zmq_msg_close(&rest);
+        break;
+      }
+      more = zmq_msg_more(&rest);
+      zmq_msg_close(&rest);
+    }
+    if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
+      connected_ = true;
+      ever_connected_ = true;
+    } else if (event == ZMQ_EVENT_DISCONNECTED) {
+      connected_ = false;
+      ++disconnects_;
+    }
+  }
+}
+
+void enable_keepalive(Socket& sock) {
+  sock.set_int(ZMQ_TCP_KEEPALIVE, 1);
+  sock.set_int(ZMQ_TCP_KEEPALIVE_IDLE, 5);
+  sock.set_int(ZMQ_TCP_KEEPALIVE_INTVL, 1);
+  sock.set_int(ZMQ_TCP_KEEPALIVE_CNT, 5);
+}
+
+SendOutcome send_watched_impl(Socket& sock, Monitor& mon, void* m, bool (*aborted)(void*),
+                              void* ctx) {
+  auto* msg = static_cast<zmq_msg_t*>(m);
+  while (true) {
+    mon.drain();
+    if (mon.disconnects() > 0) {
+      zmq_msg_close(msg);
+      return SendOutcome::peer_lost;
+    }
+    if (aborted(ctx)) {
+      zmq_msg_close(msg);
+      return SendOutcome::aborted;
+    }
+    zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLOUT, 0}, {mon.get(), 0, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, 200) < 0 && zmq_errno() != EINTR) {
+      zmq_msg_close(msg);
+      return SendOutcome::failed;
+    }
+    if (!(items[0].revents & ZMQ_POLLOUT)) continue;
+    if (zmq_msg_send(msg, sock.get(), ZMQ_DONTWAIT) >= 0) return SendOutcome::sent;
+    if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
+      zmq_msg_close(msg);
+      return SendOutcome::failed;
+    }
+  }
+}
+
+}  // namespace numastream::zmq

@@ -1,0 +1,118 @@
+#include "numastream/codec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "numastream/synth.hpp"
+
+namespace numastream {
+namespace {
+
+std::vector<std::byte> projection(std::size_t bytes) {
+  SynthParams p;
+  p.chunk_bytes = bytes;
+  p.width = 512;
+  std::vector<std::byte> v(bytes);
+  generate_projection(p, 0, v);
+  return v;
+}
+
+std::vector<std::byte> roundtrip(Codec codec, const std::vector<std::byte>& raw, Codec* used = nullptr,
+                                 std::size_t* encoded = nullptr) {
+  Compressor c(codec, 1, raw.size());
+  std::vector<std::byte> enc(max_encoded_size(raw.size()));
+  auto r = c.compress(raw, enc);
+  if (used) *used = r.codec;
+  if (encoded) *encoded = r.size;
+  Decompressor d(raw.size());
+  std::vector<std::byte> out(raw.size());
+  EXPECT_TRUE(d.decompress(r.codec, {enc.data(), r.size}, out));
+  return out;
+}
+
+TEST(Codec, NamesRoundTrip) {
+  for (Codec c : {Codec::none, Codec::lz4, Codec::shuffle_lz4}) {
+    EXPECT_EQ(parse_codec(codec_name(c)), c);
+  }
+  EXPECT_FALSE(parse_codec("zstd"));
+  EXPECT_FALSE(codec_known(3));
+}
+
+TEST(Codec, EveryCodecRoundTripsAProjection) {
+  auto raw = projection(512 * 100 * 2);
+  for (Codec c : {Codec::none, Codec::lz4, Codec::shuffle_lz4}) {
+    Codec used;
+    std::size_t size;
+    EXPECT_EQ(roundtrip(c, raw, &used, &size), raw) << codec_name(c);
+    if (c != Codec::none) {
+      EXPECT_EQ(used, c);
+      EXPECT_LT(size, raw.size() * 3 / 4) << codec_name(c) << " should compress detector data";
+    }
+  }
+}
+
+TEST(Codec, EmptyChunk) {
+  std::vector<std::byte> empty;
+  Codec used;
+  EXPECT_EQ(roundtrip(Codec::lz4, empty, &used), empty);
+  EXPECT_EQ(used, Codec::none);
+}
+
+TEST(Codec, IncompressibleChunkIsShippedRaw) {
+  std::vector<std::byte> raw(100000);
+  std::mt19937_64 rng(7);
+  for (auto& b : raw) b = static_cast<std::byte>(rng());
+  Codec used;
+  std::size_t size;
+  EXPECT_EQ(roundtrip(Codec::lz4, raw, &used, &size), raw);
+  EXPECT_EQ(used, Codec::none);
+  EXPECT_EQ(size, raw.size());
+}
+
+TEST(Codec, ShuffleHandlesOddLengths) {
+  std::vector<std::byte> raw(1001);
+  for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<std::byte>(i % 7);
+  std::vector<std::byte> shuffled(raw.size()), back(raw.size());
+  shuffle16(raw.data(), shuffled.data(), raw.size());
+  EXPECT_EQ(shuffled[0], raw[0]);
+  EXPECT_EQ(shuffled[500], raw[1]) << "high bytes follow the 500 low bytes";
+  EXPECT_EQ(shuffled[1000], raw[1000]);
+  unshuffle16(shuffled.data(), back.data(), raw.size());
+  EXPECT_EQ(back, raw);
+  EXPECT_EQ(roundtrip(Codec::shuffle_lz4, raw), raw);
+}
+
+TEST(Codec, DecompressorRejectsDamagedAndMisSizedInput) {
+  auto raw = projection(512 * 40 * 2);
+  Compressor c(Codec::lz4, 1, raw.size());
+  std::vector<std::byte> enc(max_encoded_size(raw.size()));
+  auto r = c.compress(raw, enc);
+  Decompressor d(raw.size());
+  std::vector<std::byte> out(raw.size());
+  // Truncated input.
+  EXPECT_FALSE(d.decompress(Codec::lz4, {enc.data(), r.size / 2}, out));
+  // Claims a raw size smaller than the data decodes to.
+  std::vector<std::byte> small(raw.size() - 10);
+  EXPECT_FALSE(d.decompress(Codec::lz4, {enc.data(), r.size}, small));
+  // Garbage.
+  std::vector<std::byte> junk(r.size, std::byte{0xff});
+  EXPECT_FALSE(d.decompress(Codec::lz4, junk, out));
+  // `none` with a size that lies.
+  EXPECT_FALSE(d.decompress(Codec::none, {raw.data(), raw.size() - 1}, out));
+  // Larger than the decompressor was built for.
+  std::vector<std::byte> huge(raw.size() + 1);
+  EXPECT_FALSE(d.decompress(Codec::none, huge, huge));
+}
+
+TEST(Codec, AccelerationTradesRatioForSpeed) {
+  auto raw = projection(512 * 200 * 2);
+  std::vector<std::byte> enc(max_encoded_size(raw.size()));
+  Compressor fast(Codec::lz4, 64, raw.size());
+  Compressor normal(Codec::lz4, 1, raw.size());
+  EXPECT_GE(fast.compress(raw, enc).size, normal.compress(raw, enc).size);
+}
+
+}  // namespace
+}  // namespace numastream

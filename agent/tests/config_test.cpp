@@ -1,0 +1,155 @@
+#include "numastream/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include "numastream/cli.hpp"
+#include "numastream/error.hpp"
+
+namespace numastream {
+namespace {
+
+using json = nlohmann::json;
+
+json minimal() { return {{"endpoint", "tcp://10.0.0.5:5555"}}; }
+
+// Expects parse_config to refuse `doc` naming `field`.
+void expect_refused(const json& doc, Role role, const std::string& field) {
+  try {
+    parse_config(doc, role);
+    ADD_FAILURE() << "accepted " << doc.dump();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos);
+  }
+}
+
+TEST(Config, MinimalSenderGetsDefaults) {
+  Config c = parse_config(minimal(), Role::send);
+  EXPECT_EQ(c.connections, 1);
+  EXPECT_EQ(c.chunk_bytes, 11059200u);
+  EXPECT_EQ(c.codec, Codec::lz4);
+  EXPECT_EQ(c.source.kind, SourceConfig::Kind::synthetic);
+  EXPECT_TRUE(c.pin);
+}
+
+TEST(Config, FullReceiverDocument) {
+  json doc = {{"version", 1},
+              {"endpoint", "tcp://0.0.0.0:6000"},
+              {"connections", 4},
+              {"streams", 4},
+              {"chunk_bytes", 11059200},
+              {"codec", {{"name", "shuffle-lz4"}, {"acceleration", 2}}},
+              {"sink", {{"kind", "file"}, {"path", "/data/stream-{stream}.raw"}}},
+              {"placement",
+               {{"mode", "numa-aware"},
+                {"nic", "ens1f0"},
+                {"nic_numa_node", 1},
+                {"stages",
+                 {{"receive", {{"threads", 4}, {"numa", "nic"}}},
+                  {"decompress", {{"threads", 8}, {"numa", "spread"}}}}}}},
+              {"metrics", {{"listen", "0.0.0.0:9100"}}},
+              {"timeouts", {{"connect_s", 5}, {"idle_s", 0}}}};
+  Config c = parse_config(doc, Role::receive);
+  EXPECT_EQ(c.connections, 4);
+  EXPECT_EQ(c.streams, 4);
+  EXPECT_EQ(c.codec, Codec::shuffle_lz4);
+  EXPECT_EQ(c.acceleration, 2);
+  EXPECT_EQ(c.sink.kind, SinkConfig::Kind::file);
+  EXPECT_EQ(c.nic_numa_node, 1);
+  EXPECT_EQ(c.stages.at("decompress").threads, 8);
+  EXPECT_EQ(c.stages.at("receive").target.kind, NumaTarget::Kind::nic);
+  EXPECT_EQ(c.idle_timeout_s, 0);
+}
+
+TEST(Config, EveryProblemNamesItsField) {
+  auto with = [](const std::string& path, json value) {
+    json d = minimal();
+    apply_override(d, path + "=" + value.dump());
+    return d;
+  };
+  expect_refused(json::object(), Role::send, "endpoint");
+  expect_refused(with("endpoint", "udp://x:1"), Role::send, "endpoint");
+  expect_refused(with("endpoint", "tcp://host:70000"), Role::send, "endpoint");
+  expect_refused(with("connections", 0), Role::send, "connections");
+  expect_refused(with("connections", "4"), Role::send, "connections");
+  expect_refused(with("chunk_bytes", 0), Role::send, "chunk_bytes");
+  expect_refused(with("chunk_bytes", 1LL << 40), Role::send, "chunk_bytes");
+  expect_refused(with("codec", "zstd"), Role::send, "codec");
+  expect_refused(with("codec", json{{"name", "lz4"}, {"level", 3}}), Role::send, "codec.level");
+  expect_refused(with("placement.stages.compress.threads", 0), Role::send,
+                 "placement.stages.compress.threads");
+  expect_refused(with("placement.stages.compress.threads", 5000), Role::send,
+                 "placement.stages.compress.threads");
+  expect_refused(with("placement.stages.compress.numa", "socket1"), Role::send,
+                 "placement.stages.compress.numa");
+  expect_refused(with("placement.stages.decompress.threads", 2), Role::send,
+                 "placement.stages.decompress");
+  expect_refused(with("placement.stages.send.threads", 3), Role::send,
+                 "placement.stages.send.threads");
+  expect_refused(with("placement.mode", "pinned"), Role::send, "placement.mode");
+  expect_refused(with("source.kind", "hdf5"), Role::send, "source.kind");
+  expect_refused(with("source.kind", "file"), Role::send, "source.path");
+  expect_refused(with("sink.kind", "null"), Role::send, "sink");
+  expect_refused(with("sink.kind", "zmq"), Role::receive, "sink.endpoint");
+  expect_refused(with("source.chunks", 5), Role::receive, "source");
+  expect_refused(with("conections", 2), Role::send, "conections");
+  expect_refused(with("version", 2), Role::send, "version");
+  expect_refused(with("timeouts.connect_s", 0), Role::send, "timeouts.connect_s");
+}
+
+TEST(Config, PortRangeMustFitTheConnections) {
+  json d = {{"endpoint", "tcp://h:65534"}, {"connections", 3}};
+  expect_refused(d, Role::send, "connections");
+}
+
+TEST(Config, ShuffleNeedsEvenChunks) {
+  json d = minimal();
+  d["codec"] = "shuffle-lz4";
+  d["chunk_bytes"] = 1001;
+  expect_refused(d, Role::send, "chunk_bytes");
+}
+
+TEST(Config, OverridesCreatePathsAndParseValues) {
+  json d = minimal();
+  apply_override(d, "placement.stages.compress.threads=4");
+  apply_override(d, "placement.nic=ens1f0");
+  apply_override(d, "source.rate_gbps=2.5");
+  EXPECT_EQ(d["placement"]["stages"]["compress"]["threads"], 4);
+  EXPECT_EQ(d["placement"]["nic"], "ens1f0");
+  EXPECT_EQ(d["source"]["rate_gbps"], 2.5);
+  EXPECT_THROW(apply_override(d, "novalue"), ConfigError);
+  EXPECT_THROW(apply_override(d, "a..b=1"), ConfigError);
+  EXPECT_THROW(apply_override(d, "endpoint.host=x"), ConfigError) << "endpoint is a string";
+}
+
+TEST(Cli, FlagsOverrideTheFileAndKeepStringsStrings) {
+  json d = config_from_args({"--endpoint", "tcp://127.0.0.1:5000", "--connections=2", "--threads",
+                             "compress=3", "--numa", "receive=1", "--nic", "1234", "--set",
+                             "hwm=5"});
+  EXPECT_EQ(d["connections"], 2);
+  EXPECT_EQ(d["placement"]["stages"]["compress"]["threads"], 3);
+  EXPECT_EQ(d["placement"]["stages"]["receive"]["numa"], "1") << "a NUMA target is a string";
+  EXPECT_EQ(d["placement"]["nic"], "1234");
+  EXPECT_EQ(d["hwm"], 5);
+}
+
+TEST(Cli, BadFlagsAreNamed) {
+  try {
+    config_from_args({"--frobnicate", "1"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "--frobnicate");
+  }
+  EXPECT_THROW(config_from_args({"--connections"}), ConfigError);
+  EXPECT_THROW(config_from_args({"--threads", "compress"}), ConfigError);
+  EXPECT_THROW(config_from_args({"stray"}), ConfigError);
+  try {
+    config_from_args({"--config", "/nonexistent.json"});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "/nonexistent.json");
+  }
+}
+
+}  // namespace
+}  // namespace numastream

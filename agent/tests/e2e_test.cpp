@@ -1,0 +1,353 @@
+// End-to-end: the real agent binary as separate send and receive processes on 127.0.0.1.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <zmq.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "numastream/wire.hpp"
+#include "process.hpp"
+
+namespace numastream::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::string kAgent = NUMASTREAM_AGENT;
+constexpr int kMiB = 1 << 20;
+
+json summary(const Process& p) {
+  std::string out = p.out();
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return json();
+  auto start = out.rfind('\n', end);
+  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
+}
+
+std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
+
+std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {kAgent, "receive", "--endpoint", ep(port), "--connections",
+                                std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
+                                "--idle-timeout", "20"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {kAgent, "send", "--endpoint", ep(port), "--connections",
+                                std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
+                                "--connect-timeout", "10"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+int metrics_port(const Process& p) {
+  std::smatch m;
+  for (int i = 0; i < 100; ++i) {
+    std::string err = p.err();
+    if (std::regex_search(err, m, std::regex("metrics on port ([0-9]+)"))) return std::stoi(m[1]);
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+TEST(EndToEnd, TwoHundredChunksOverTwoConnectionsArriveVerified) {
+  int port = free_ports(2);
+  Process rx(receiver(port, 2, {"--threads", "decompress=2"}));
+  Process tx(sender(port, 2, {"--chunks", "200"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  json r = summary(rx), s = summary(tx);
+  EXPECT_EQ(s["chunks"], 200);
+  EXPECT_EQ(r["chunks"], 200);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["corrupt"], 0);
+  EXPECT_EQ(r["duplicates"], 0);
+  EXPECT_EQ(r["malformed"], 0);
+  EXPECT_EQ(r["complete"], true);
+  EXPECT_EQ(r["raw_bytes"], 200LL * kMiB);
+  EXPECT_EQ(r["wire_bytes"], s["wire_bytes"]);
+  EXPECT_GT(r["ratio"].get<double>(), 1.6) << "synthetic projections compress near 2:1";
+  EXPECT_GT(r["raw_gbps"].get<double>(), 0);
+  // Both connections carried data.
+  EXPECT_EQ(r["streams"][0]["connections"], 2);
+  // Every thread reports where it ran.
+  int receivers = 0;
+  for (const auto& t : r["placement"]["threads"]) {
+    EXPECT_GE(t["cpu"].get<int>(), 0);
+    receivers += t["stage"] == "receive";
+  }
+  EXPECT_EQ(receivers, 2);
+  for (const char* key : {"raw_bytes", "wire_bytes", "chunks", "lost", "corrupt", "duplicates",
+                          "seconds", "raw_gbps", "wire_gbps", "placement"}) {
+    EXPECT_TRUE(r.contains(key)) << key;
+    EXPECT_TRUE(s.contains(key)) << key;
+  }
+}
+
+TEST(EndToEnd, FileSourceToFileSinkIsByteIdentical) {
+  std::string dir = temp_dir();
+  fs::create_directories(dir + "/in");
+  std::string expected;
+  std::mt19937_64 rng(3);
+  // Two files whose sizes are not multiples of the chunk size; half structured, half random.
+  for (auto [name, size] : {std::pair{"a.raw", 3 * kMiB + 12345}, std::pair{"b.raw", kMiB / 3}}) {
+    std::string data(static_cast<std::size_t>(size), '\0');
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      data[i] = i % 2 ? static_cast<char>((i / 1024) % 7) : static_cast<char>(rng());
+    }
+    std::ofstream(dir + "/in/" + name, std::ios::binary) << data;
+    expected += data;
+  }
+  int port = free_ports(3);
+  Process rx(receiver(port, 3, {"--sink", "file", "--sink-path", dir + "/out.raw"}));
+  Process tx(sender(port, 3, {"--source", "file", "--source-path", dir + "/in"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_EQ(summary(rx)["chunks"], 5) << "4 chunks of a.raw and 1 of b.raw";
+  EXPECT_EQ(read_file(dir + "/out.raw"), expected);
+  EXPECT_FALSE(fs::exists(dir + "/out.raw.part"));
+}
+
+TEST(EndToEnd, SenderFailsWithinSecondsWhenTheReceiverIsKilled) {
+  int port = free_ports(2);
+  Process rx(receiver(port, 2));
+  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4"}));
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(tx.running()) << tx.err();
+  rx.signal(SIGKILL);
+  auto start = std::chrono::steady_clock::now();
+  int code = tx.wait(15s);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(code, 1) << tx.err();
+  EXPECT_LT(took, 10s);
+  EXPECT_NE(tx.err().find("went away mid-stream"), std::string::npos) << tx.err();
+  EXPECT_FALSE(summary(tx)["error"].is_null());
+}
+
+TEST(EndToEnd, SenderWithoutAReceiverSaysSoAndExits) {
+  int port = free_ports(1);
+  Process tx(sender(port, 1, {"--connect-timeout", "1", "--chunks", "5"}));
+  EXPECT_EQ(tx.wait(15s), 1);
+  EXPECT_NE(tx.err().find("no receiver accepted a connection at " + ep(port)), std::string::npos)
+      << tx.err();
+}
+
+TEST(EndToEnd, ReceiverFailsWhenAnOpenStreamGoesSilent) {
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--idle-timeout", "1"}));
+  Process tx(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.2"}));
+  std::this_thread::sleep_for(1500ms);
+  tx.signal(SIGKILL);
+  EXPECT_EQ(rx.wait(15s), 1) << rx.err();
+  json r = summary(rx);
+  EXPECT_NE(r["error"].get<std::string>().find("no data for 1 s"), std::string::npos);
+  EXPECT_EQ(r["complete"], false);
+  EXPECT_GT(r["chunks"].get<int>(), 0);
+}
+
+// Frames that lie are dropped and counted; the real stream on the same port still completes.
+TEST(EndToEnd, MalformedFramesAreCountedAndServingContinues) {
+  int port = free_ports(1);
+  Process rx(receiver(port, 1));
+  void* ctx = zmq_ctx_new();
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  int zero = 0;
+  zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
+  zmq_connect(push, ep(port).c_str());
+  std::vector<std::string> bad = {"garbage", std::string(47, 'x')};
+  std::string header(wire::kHeaderSize + 10, '\0');
+  wire::Header h;
+  h.codec = Codec::none;
+  h.connections = 1;
+  h.raw_size = 10;
+  h.payload_size = 10;
+  wire::encode_header(h, reinterpret_cast<std::byte*>(header.data()));
+  std::string bad_magic = header;
+  bad_magic[0] = 'X';
+  std::string lying_size = header + "extra";  // payload longer than payload_size
+  std::string oversized = header;
+  h.raw_size = 2 * kMiB;  // above the receiver's chunk limit
+  h.payload_size = 10;
+  wire::encode_header(h, reinterpret_cast<std::byte*>(oversized.data()));
+  for (const auto& m : {bad[0], bad[1], bad_magic, lying_size, oversized}) {
+    zmq_send(push, m.data(), m.size(), 0);
+  }
+  // The last bad frame reached the receiver (it logs it) before the real stream starts.
+  for (int i = 0; i < 200 && rx.err().find("oversized") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  Process tx(sender(port, 1, {"--chunks", "20"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(60s), 0) << rx.err();
+  zmq_close(push);
+  zmq_ctx_term(ctx);
+  json r = summary(rx);
+  EXPECT_EQ(r["chunks"], 20) << r.dump();
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["malformed"], 5) << rx.err() << r.dump();
+  EXPECT_EQ(r["malformed_by_reason"]["truncated"], 2);
+  EXPECT_EQ(r["malformed_by_reason"]["bad_magic"], 1);
+  EXPECT_EQ(r["malformed_by_reason"]["size_mismatch"], 1);
+  EXPECT_EQ(r["malformed_by_reason"]["oversized"], 1);
+}
+
+TEST(EndToEnd, MemoryDoesNotGrowWithStreamLength) {
+  auto run = [](int chunks) {
+    int port = free_ports(2);
+    Process rx(receiver(port, 2));
+    Process tx(sender(port, 2, {"--chunks", std::to_string(chunks)}));
+    EXPECT_EQ(tx.wait(120s), 0) << tx.err();
+    EXPECT_EQ(rx.wait(120s), 0) << rx.err();
+    return std::pair{summary(tx)["max_rss_kb"].get<long>(), summary(rx)["max_rss_kb"].get<long>()};
+  };
+  auto [tx_short, rx_short] = run(40);
+  auto [tx_long, rx_long] = run(400);
+  // Ten times the data, the same pools: allow 16 MiB of noise, no growth per chunk.
+  EXPECT_LT(tx_long, tx_short + 16 * 1024) << tx_short << " -> " << tx_long;
+  EXPECT_LT(rx_long, rx_short + 16 * 1024) << rx_short << " -> " << rx_long;
+}
+
+// A downstream consumer that takes one chunk per 20 ms throttles the whole pipeline back to the
+// sender, and every chunk reaches it verified.
+TEST(EndToEnd, SlowSinkSlowsTheSender) {
+  constexpr int kChunks = 150;
+  const int chunk = 256 * 1024;
+  int port = free_ports(2);
+  int sink_port = port + 1;
+  void* ctx = zmq_ctx_new();
+  void* pull = zmq_socket(ctx, ZMQ_PULL);
+  int one = 1, zero = 0;
+  zmq_setsockopt(pull, ZMQ_RCVHWM, &one, sizeof(one));
+  zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof(zero));
+  int timeout_ms = 20000;
+  zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  ASSERT_EQ(zmq_bind(pull, ep(sink_port).c_str()), 0);
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(chunk),
+              "--sink", "zmq", "--sink-endpoint", ep(sink_port)});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(chunk),
+              "--chunks", std::to_string(kChunks)});
+  std::vector<char> buf(chunk + wire::kHeaderSize + 64);
+  int data = 0, verified = 0;
+  bool ended = false;
+  while (!ended) {
+    int n = zmq_recv(pull, buf.data(), buf.size(), 0);
+    ASSERT_GT(n, 0) << "rx: " << rx.err() << rx.out() << "\ntx: " << tx.wait(1s) << " " << tx.err();
+    wire::Header h;
+    std::span<const std::byte> msg(reinterpret_cast<std::byte*>(buf.data()), static_cast<std::size_t>(n));
+    ASSERT_EQ(wire::decode(msg, static_cast<std::size_t>(chunk), h), wire::DecodeError::ok);
+    if (h.type == wire::FrameType::end_of_stream) {
+      EXPECT_EQ(wire::decode_end_of_stream(msg).total_chunks, static_cast<std::uint64_t>(kChunks));
+      ended = true;
+      continue;
+    }
+    ++data;
+    EXPECT_EQ(h.codec, Codec::none);
+    verified += wire::checksum(msg.subspan(wire::kHeaderSize)) == h.checksum;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(tx.wait(30s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(30s), 0) << rx.err();
+  zmq_close(pull);
+  zmq_ctx_term(ctx);
+  EXPECT_EQ(data, kChunks);
+  EXPECT_EQ(verified, kChunks);
+  json s = summary(tx), r = summary(rx);
+  // Unthrottled this takes well under a second; throttled, at least the chunks that cannot be
+  // buffered anywhere wait 20 ms each.
+  EXPECT_GT(s["seconds"].get<double>(), 1.0) << s.dump();
+  EXPECT_GT(r["stages"]["sink"]["blocked_output_s"].get<double>(), 0.5);
+}
+
+TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
+  int port = free_ports(2);
+  Process rx(receiver(port, 2, {"--metrics-listen", "127.0.0.1:0"}));
+  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--metrics-listen", "127.0.0.1:0"}));
+  int rport = metrics_port(rx);
+  int tport = metrics_port(tx);
+  ASSERT_GT(rport, 0) << rx.err();
+  ASSERT_GT(tport, 0) << tx.err();
+  std::this_thread::sleep_for(1s);
+  std::string m = http_get(rport, "/metrics");
+  ASSERT_EQ(m.substr(0, 3), "200");
+  for (const char* want : {"numastream_thread_info{role=\"receive\",stage=\"receive\"",
+                           "numastream_chunks_delivered_total{role=\"receive\"}",
+                           "numastream_stage_blocked_seconds_total{role=\"receive\",stage=\"decompress\",cause=\"input\"}",
+                           "numastream_frames_malformed_total{role=\"receive\",reason=\"bad_magic\"} 0",
+                           "numastream_nic_local{role=\"receive\",stage=\"receive\"}",
+                           "numastream_compression_ratio{role=\"receive\"}"}) {
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
+  }
+  std::string tm = http_get(tport, "/metrics");
+  EXPECT_NE(tm.find("numastream_chunks_sent_total{role=\"send\"}"), std::string::npos) << tm;
+  EXPECT_EQ(http_get(rport, "/healthz").substr(0, 3), "200");
+  EXPECT_EQ(http_get(rport, "/nope").substr(0, 3), "404");
+  tx.signal(SIGTERM);
+  EXPECT_EQ(tx.wait(30s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(30s), 0) << rx.err();
+  json s = summary(tx), r = summary(rx);
+  EXPECT_EQ(s["drained"], true);
+  EXPECT_GT(s["chunks"].get<int>(), 0);
+  EXPECT_EQ(r["chunks"], s["chunks"]) << "every chunk the drained sender sent arrived";
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["complete"], true);
+}
+
+TEST(EndToEnd, OsPlacementPinsNothing) {
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--placement", "os"}));
+  Process tx(sender(port, 1, {"--placement", "os", "--chunks", "10"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  json r = summary(rx);
+  EXPECT_EQ(r["placement"]["mode"], "os");
+  for (const auto& t : r["placement"]["threads"]) EXPECT_EQ(t["pinned"], false);
+  EXPECT_EQ(r["chunks"], 10);
+}
+
+TEST(EndToEnd, BadConfigurationExitsTwoNamingTheField) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string names;
+  };
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/typo.json") << R"({"endpoint": "tcp://127.0.0.1:5000", "conections": 2})";
+  std::ofstream(dir + "/broken.json") << "{ not json";
+  std::vector<Case> cases = {
+      {{kAgent, "send"}, "endpoint"},
+      {{kAgent, "send", "--endpoint", "tcp://127.0.0.1:5000", "--threads", "compress=0"},
+       "placement.stages.compress.threads"},
+      {{kAgent, "receive", "--endpoint", "tcp://127.0.0.1:5000", "--numa", "receive=socket1"},
+       "placement.stages.receive.numa"},
+      {{kAgent, "receive", "--config", dir + "/typo.json"}, "conections"},
+      {{kAgent, "receive", "--config", dir + "/broken.json"}, "not valid JSON"},
+      {{kAgent, "send", "--endpoint", "tcp://127.0.0.1:5000", "--codec", "zstd"}, "codec"},
+      {{kAgent, "send", "--bogus", "1"}, "--bogus"},
+      {{kAgent, "frobnicate"}, "unknown command"},
+  };
+  for (const auto& c : cases) {
+    Process p(c.args);
+    EXPECT_EQ(p.wait(10s), 2) << c.names;
+    EXPECT_NE(p.err().find(c.names), std::string::npos) << p.err();
+  }
+}
+
+TEST(EndToEnd, TopologyCommandPrintsThisMachineAndFixtures) {
+  Process p({kAgent, "topology"});
+  ASSERT_EQ(p.wait(10s), 0);
+  json t = json::parse(p.out());
+  EXPECT_FALSE(t["numa_nodes"].empty());
+  EXPECT_FALSE(t["allowed_cpus"].get<std::string>().empty());
+}
+
+}  // namespace
+}  // namespace numastream::testing

@@ -1,0 +1,172 @@
+#include "numastream/placement.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "numastream/cpuset.hpp"
+
+namespace numastream {
+namespace {
+
+Topology fixture(const std::string& name) {
+  return read_topology(std::string(NUMASTREAM_FIXTURES) + "/" + name);
+}
+
+StageRequest stage(const std::string& name, int threads, const std::string& target) {
+  return {name, threads, NumaTarget::parse(target)};
+}
+
+std::set<int> nodes_of(const Placement& p, const std::string& stage_name) {
+  std::set<int> out;
+  for (const auto& t : p.stage(stage_name)) out.insert(t.numa_node);
+  return out;
+}
+
+bool all_distinct_cpus(const Placement& p) {
+  std::set<int> seen;
+  for (const auto& t : p.threads) {
+    if (!seen.insert(t.cpu).second) return false;
+  }
+  return true;
+}
+
+TEST(NumaTarget, ParsesEveryForm) {
+  EXPECT_EQ(NumaTarget::parse("any").kind, NumaTarget::Kind::any);
+  EXPECT_EQ(NumaTarget::parse("spread").kind, NumaTarget::Kind::spread);
+  EXPECT_EQ(NumaTarget::parse("nic").kind, NumaTarget::Kind::nic);
+  EXPECT_EQ(NumaTarget::parse("3").node, 3);
+  EXPECT_THROW(NumaTarget::parse("-1"), std::invalid_argument);
+  EXPECT_THROW(NumaTarget::parse("socket1"), std::invalid_argument);
+  EXPECT_EQ(NumaTarget::parse("2").to_string(), "2");
+}
+
+// The paper's receiving configuration on the gateway: 4 receivers on the NIC's node, decompression
+// on the other node, every thread on its own core.
+TEST(Placement, PaperGatewayReceiversNicLocalDecompressionElsewhere) {
+  Topology t = fixture("paper-gateway");
+  auto allowed = parse_cpulist("0-31");
+  Placement p = place(t, allowed, 1,
+                      {stage("receive", 4, "nic"), stage("decompress", 4, "0"), stage("io", 4, "nic")});
+  EXPECT_EQ(nodes_of(p, "receive"), std::set<int>{1});
+  EXPECT_EQ(nodes_of(p, "io"), std::set<int>{1});
+  EXPECT_EQ(nodes_of(p, "decompress"), std::set<int>{0});
+  EXPECT_TRUE(all_distinct_cpus(p));
+  EXPECT_EQ(p.nic_local("receive"), true);
+  EXPECT_EQ(p.nic_local("decompress"), false);
+  EXPECT_TRUE(p.warnings.empty());
+  for (const auto& th : p.threads) EXPECT_EQ(th.numa_node, t.node_of_cpu(th.cpu));
+}
+
+TEST(Placement, SpreadDealsDecompressorsOverNodes) {
+  Topology t = fixture("paper-gateway");
+  Placement p = place(t, parse_cpulist("0-31"), 1, {stage("decompress", 8, "spread")});
+  std::map<int, int> per_node;
+  for (const auto& th : p.stage("decompress")) ++per_node[th.numa_node];
+  EXPECT_EQ(per_node[0], 4);
+  EXPECT_EQ(per_node[1], 4);
+  EXPECT_TRUE(all_distinct_cpus(p));
+}
+
+TEST(Placement, FixedTargetsGoFirstSoSpreadDoesNotTakeNicCores) {
+  Topology t = fixture("paper-gateway");
+  // Only 4 allowed CPUs on the NIC node: spread (listed first) must leave them to the receivers.
+  Placement p = place(t, parse_cpulist("0-15,16-19"), 1,
+                      {stage("decompress", 6, "spread"), stage("receive", 4, "nic")});
+  EXPECT_EQ(p.stage_cpus("receive"), parse_cpulist("16-19"));
+  EXPECT_EQ(nodes_of(p, "decompress"), std::set<int>{0});
+  EXPECT_TRUE(all_distinct_cpus(p));
+}
+
+TEST(Placement, SpreadCoversFourNodesWithNicOnTheLast) {
+  Topology t = fixture("epyc-4node");
+  Placement p = place(t, parse_cpulist("0-63"), 3,
+                      {stage("receive", 2, "nic"), stage("decompress", 8, "spread")});
+  EXPECT_EQ(nodes_of(p, "receive"), std::set<int>{3});
+  EXPECT_EQ(nodes_of(p, "decompress"), (std::set<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(all_distinct_cpus(p));
+}
+
+TEST(Placement, FewerCpusThanThreadsSharesRoundRobinAndWarns) {
+  Topology t = fixture("paper-gateway");
+  Placement p = place(t, parse_cpulist("16-17"), 1, {stage("receive", 5, "nic")});
+  ASSERT_EQ(p.threads.size(), 5u);
+  std::map<int, int> uses;
+  for (const auto& th : p.threads) {
+    ++uses[th.cpu];
+    EXPECT_TRUE(th.shared_cpu);
+  }
+  EXPECT_EQ(uses[16], 3);
+  EXPECT_EQ(uses[17], 2);
+  ASSERT_EQ(p.warnings.size(), 1u);
+  EXPECT_NE(p.warnings[0].find("share"), std::string::npos);
+}
+
+TEST(Placement, NodeWithoutAllowedCpusFallsBackAndSaysSo) {
+  Topology t = fixture("paper-gateway");
+  // The container's cpuset holds only node-0 CPUs, but the NIC is on node 1.
+  Placement p = place(t, parse_cpulist("2-5"), 1, {stage("receive", 2, "nic")});
+  EXPECT_EQ(nodes_of(p, "receive"), std::set<int>{0});
+  EXPECT_EQ(p.nic_local("receive"), false);
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings[0].find("NUMA node 1 has none of the allowed CPUs (2-5)"), std::string::npos)
+      << p.warnings[0];
+  EXPECT_EQ(p.stage("receive")[0].requested_node, 1);
+}
+
+TEST(Placement, UnknownNicNodeFallsBackToAny) {
+  Topology t = fixture("nic-unknown");
+  Placement p = place(t, parse_cpulist("0-15"), std::nullopt, {stage("receive", 2, "nic")});
+  EXPECT_EQ(p.threads.size(), 2u);
+  EXPECT_EQ(p.nic_local("receive"), std::nullopt);
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings[0].find("NIC's NUMA node is unknown"), std::string::npos);
+}
+
+TEST(Placement, NodeThatDoesNotExistFallsBack) {
+  Topology t = fixture("vm-1node");
+  Placement p = place(t, parse_cpulist("0-3"), std::nullopt, {stage("compress", 2, "1")});
+  EXPECT_EQ(nodes_of(p, "compress"), std::set<int>{0});
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings[0].find("does not exist"), std::string::npos);
+}
+
+TEST(Placement, SingleNodeVmPlacesEverythingOnNodeZero) {
+  Topology t = fixture("vm-1node");
+  Placement p = place(t, parse_cpulist("0-3"), std::nullopt,
+                      {stage("compress", 2, "any"), stage("send", 2, "spread")});
+  EXPECT_EQ(nodes_of(p, "compress"), std::set<int>{0});
+  EXPECT_EQ(nodes_of(p, "send"), std::set<int>{0});
+  EXPECT_TRUE(all_distinct_cpus(p));
+}
+
+TEST(Placement, ThreadsKeepRequestOrderInTheResult) {
+  Topology t = fixture("paper-gateway");
+  Placement p = place(t, parse_cpulist("0-31"), 1,
+                      {stage("source", 1, "any"), stage("compress", 2, "spread"), stage("send", 2, "nic")});
+  ASSERT_EQ(p.threads.size(), 5u);
+  EXPECT_EQ(p.threads[0].stage, "source");
+  EXPECT_EQ(p.threads[1].stage, "compress");
+  EXPECT_EQ(p.threads[3].stage, "send");
+  EXPECT_EQ(p.threads[4].index, 1);
+}
+
+TEST(Placement, AllowedCpusOutsideTheTopologyAreAnError) {
+  Topology t = fixture("vm-1node");
+  EXPECT_THROW(place(t, parse_cpulist("40-41"), std::nullopt, {stage("send", 1, "any")}),
+               std::invalid_argument);
+}
+
+TEST(Placement, OsModePinsNothing) {
+  Placement p = place_os({stage("receive", 2, "nic"), stage("decompress", 3, "spread")}, 1);
+  ASSERT_EQ(p.threads.size(), 5u);
+  for (const auto& th : p.threads) {
+    EXPECT_EQ(th.cpu, -1);
+    EXPECT_EQ(th.numa_node, -1);
+  }
+  EXPECT_EQ(p.nic_local("receive"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace numastream

@@ -1,0 +1,41 @@
+// Test helpers: run the real agent binary as a child process, find free ports, fetch a URL.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace numastream::testing {
+
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& argv);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Exit code; 128 + signal number when killed by a signal; -1 when `timeout` passed first (the
+  // process is then killed).
+  int wait(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  bool running();
+  std::string out() const;  // everything written to stdout so far
+  std::string err() const;
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string out_path_;
+  std::string err_path_;
+};
+
+// A base port with `count` consecutive free TCP ports on 127.0.0.1.
+int free_ports(int count);
+// GET http://127.0.0.1:port/path; returns "<status code>\n<body>" or "" when unreachable.
+std::string http_get(int port, const std::string& path);
+std::string temp_dir();
+std::string read_file(const std::string& path);
+
+}  // namespace numastream::testing

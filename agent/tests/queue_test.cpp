@@ -1,0 +1,103 @@
+#include "numastream/queue.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace numastream {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(BoundedQueue, FifoWithinCapacity) {
+  BoundedQueue<int> q(3);
+  for (int i : {1, 2, 3}) ASSERT_TRUE(q.push(i));
+  EXPECT_EQ(q.depth(), 3u);
+  EXPECT_EQ(*q.pop(), 1);
+  EXPECT_EQ(*q.pop(), 2);
+  EXPECT_EQ(*q.pop(), 3);
+}
+
+TEST(BoundedQueue, PushBlocksWhileFullUntilAPop) {
+  BoundedQueue<int> q(1);
+  int a = 1, b = 2;
+  ASSERT_TRUE(q.push(a));
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] {
+    q.push(b);
+    pushed = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(pushed.load()) << "push must wait for room";
+  EXPECT_EQ(*q.pop(), 1);
+  producer.join();
+  EXPECT_TRUE(pushed.load());
+  EXPECT_EQ(*q.pop(), 2);
+  EXPECT_GT(q.push_wait_ns(), 0u) << "the wait is accounted";
+}
+
+TEST(BoundedQueue, CloseDrainsThenEnds) {
+  BoundedQueue<int> q(4);
+  int v = 5;
+  q.push(v);
+  q.close();
+  int w = 6;
+  EXPECT_FALSE(q.push(w)) << "closed queue refuses new items";
+  EXPECT_EQ(w, 6) << "and leaves the item with the caller";
+  EXPECT_EQ(*q.pop(), 5);
+  EXPECT_FALSE(q.pop().has_value());
+}
+
+TEST(BoundedQueue, CloseWakesBlockedConsumersAndProducers) {
+  BoundedQueue<int> empty(1);
+  std::thread consumer([&] { EXPECT_FALSE(empty.pop().has_value()); });
+  BoundedQueue<int> full(1);
+  int x = 1;
+  full.push(x);
+  std::thread producer([&] {
+    int y = 2;
+    EXPECT_FALSE(full.push(y));
+  });
+  std::this_thread::sleep_for(20ms);
+  empty.close();
+  full.close();
+  consumer.join();
+  producer.join();
+  EXPECT_GT(empty.pop_wait_ns(), 0u);
+}
+
+TEST(BoundedQueue, ManyProducersManyConsumersLoseNothing) {
+  BoundedQueue<int> q(4);
+  constexpr int kPerProducer = 5000;
+  std::atomic<long> sum{0};
+  std::atomic<int> count{0};
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < 3; ++c) {
+    consumers.emplace_back([&] {
+      while (auto v = q.pop()) {
+        sum += *v;
+        ++count;
+      }
+    });
+  }
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 3; ++p) {
+    producers.emplace_back([&] {
+      for (int i = 1; i <= kPerProducer; ++i) {
+        int v = i;
+        ASSERT_TRUE(q.push(v));
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  q.close();
+  for (auto& t : consumers) t.join();
+  EXPECT_EQ(count.load(), 3 * kPerProducer);
+  EXPECT_EQ(sum.load(), 3L * kPerProducer * (kPerProducer + 1) / 2);
+}
+
+}  // namespace
+}  // namespace numastream

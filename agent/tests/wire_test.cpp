@@ -1,0 +1,172 @@
+#include "numastream/wire.hpp"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <vector>
+
+namespace numastream::wire {
+namespace {
+
+constexpr std::size_t kMaxRaw = 1 << 20;
+
+std::vector<std::byte> frame(const Header& h, std::size_t payload) {
+  std::vector<std::byte> m(kHeaderSize + payload, std::byte{0x5a});
+  encode_header(h, m.data());
+  return m;
+}
+
+Header data_header(std::uint32_t raw, std::uint32_t payload, Codec codec = Codec::lz4) {
+  Header h;
+  h.type = FrameType::data;
+  h.codec = codec;
+  h.stream_id = 7;
+  h.connection = 1;
+  h.connections = 4;
+  h.sequence = 123456789012ull;
+  h.raw_size = raw;
+  h.payload_size = payload;
+  h.checksum = 0x0123456789abcdefull;
+  return h;
+}
+
+// Rewrites one header byte and fixes the header check, to reach the checks behind it.
+void poke(std::vector<std::byte>& m, std::size_t offset, std::uint8_t value) {
+  m[offset] = static_cast<std::byte>(value);
+  std::uint32_t check = XXH32(m.data(), 40, 0x4e53u);
+  for (int i = 0; i < 4; ++i) m[40 + i] = static_cast<std::byte>((check >> (8 * i)) & 0xff);
+}
+
+DecodeError decode_of(const std::vector<std::byte>& m) {
+  Header out;
+  return decode(m, kMaxRaw, out);
+}
+
+TEST(Wire, DataHeaderRoundTrips) {
+  Header h = data_header(1000, 600);
+  auto m = frame(h, 600);
+  Header out;
+  ASSERT_EQ(decode(m, kMaxRaw, out), DecodeError::ok);
+  EXPECT_EQ(out.type, FrameType::data);
+  EXPECT_EQ(out.codec, Codec::lz4);
+  EXPECT_EQ(out.stream_id, 7u);
+  EXPECT_EQ(out.connection, 1);
+  EXPECT_EQ(out.connections, 4);
+  EXPECT_EQ(out.sequence, 123456789012ull);
+  EXPECT_EQ(out.raw_size, 1000u);
+  EXPECT_EQ(out.payload_size, 600u);
+  EXPECT_EQ(out.checksum, 0x0123456789abcdefull);
+}
+
+TEST(Wire, LayoutIsLittleEndianWithMagicFirst) {
+  auto m = frame(data_header(1000, 600), 600);
+  EXPECT_EQ(std::memcmp(m.data(), "NSTR", 4), 0);
+  EXPECT_EQ(std::to_integer<int>(m[4]), kVersion);
+  EXPECT_EQ(std::to_integer<int>(m[16]), 0x14) << "sequence, least significant byte first";
+}
+
+TEST(Wire, EndOfStreamRoundTrips) {
+  Header h;
+  h.type = FrameType::end_of_stream;
+  h.connections = 2;
+  h.payload_size = kEndOfStreamPayload;
+  auto m = frame(h, kEndOfStreamPayload);
+  encode_end_of_stream({200, 2211840000ull, 101}, m.data() + kHeaderSize);
+  Header out;
+  ASSERT_EQ(decode(m, kMaxRaw, out), DecodeError::ok);
+  EXPECT_EQ(out.type, FrameType::end_of_stream);
+  auto eos = decode_end_of_stream(m);
+  EXPECT_EQ(eos.total_chunks, 200u);
+  EXPECT_EQ(eos.total_raw_bytes, 2211840000ull);
+  EXPECT_EQ(eos.connection_chunks, 101u);
+}
+
+TEST(Wire, RejectsTruncated) {
+  auto m = frame(data_header(10, 10, Codec::none), 10);
+  m.resize(kHeaderSize - 1);
+  EXPECT_EQ(decode_of(m), DecodeError::truncated);
+  EXPECT_EQ(decode_of({}), DecodeError::truncated);
+}
+
+TEST(Wire, RejectsBadMagic) {
+  auto m = frame(data_header(10, 10, Codec::none), 10);
+  m[0] = std::byte{'X'};
+  EXPECT_EQ(decode_of(m), DecodeError::bad_magic);
+}
+
+TEST(Wire, RejectsOtherVersions) {
+  auto m = frame(data_header(10, 10, Codec::none), 10);
+  m[4] = std::byte{2};
+  EXPECT_EQ(decode_of(m), DecodeError::bad_version);
+  auto flags = frame(data_header(10, 10, Codec::none), 10);
+  poke(flags, 7, 1);
+  EXPECT_EQ(decode_of(flags), DecodeError::bad_version) << "unknown flags";
+}
+
+TEST(Wire, RejectsDamagedHeader) {
+  auto m = frame(data_header(10, 10, Codec::none), 10);
+  m[20] ^= std::byte{0x01};  // a bit flip in the sequence number
+  EXPECT_EQ(decode_of(m), DecodeError::bad_header_check);
+}
+
+TEST(Wire, RejectsUnknownTypeAndCodec) {
+  auto t = frame(data_header(10, 10, Codec::none), 10);
+  poke(t, 5, 9);
+  EXPECT_EQ(decode_of(t), DecodeError::bad_type);
+  auto c = frame(data_header(10, 10, Codec::none), 10);
+  poke(c, 6, 77);
+  EXPECT_EQ(decode_of(c), DecodeError::bad_codec);
+}
+
+TEST(Wire, RejectsSizesThatLie) {
+  // payload_size disagrees with the message length
+  EXPECT_EQ(decode_of(frame(data_header(100, 60), 59)), DecodeError::size_mismatch);
+  EXPECT_EQ(decode_of(frame(data_header(100, 60), 61)), DecodeError::size_mismatch);
+  // codec none must carry exactly raw_size bytes
+  EXPECT_EQ(decode_of(frame(data_header(100, 60, Codec::none), 60)), DecodeError::size_mismatch);
+  // compressed payload larger than LZ4 could ever produce for that raw size
+  EXPECT_EQ(decode_of(frame(data_header(10, 100), 100)), DecodeError::size_mismatch);
+  // compressed payload of zero bytes for a non-empty chunk
+  EXPECT_EQ(decode_of(frame(data_header(10, 0), 0)), DecodeError::size_mismatch);
+  // end of stream with the wrong payload size
+  Header e;
+  e.type = FrameType::end_of_stream;
+  e.connections = 1;
+  e.payload_size = 8;
+  EXPECT_EQ(decode_of(frame(e, 8)), DecodeError::size_mismatch);
+}
+
+TEST(Wire, RejectsOversizedClaims) {
+  EXPECT_EQ(decode_of(frame(data_header(kMaxRaw + 1, 100), 100)), DecodeError::oversized);
+  EXPECT_EQ(decode_of(frame(data_header(0xFFFFFFFFu, 100), 100)), DecodeError::oversized);
+}
+
+TEST(Wire, RejectsConnectionOutsideItsCount) {
+  Header h = data_header(10, 10, Codec::none);
+  h.connection = 4;
+  EXPECT_EQ(decode_of(frame(h, 10)), DecodeError::bad_connection);
+  h.connection = 0;
+  h.connections = 0;
+  EXPECT_EQ(decode_of(frame(h, 10)), DecodeError::bad_connection);
+}
+
+TEST(Wire, ChecksumSeesEveryByte) {
+  std::vector<std::byte> a(4096, std::byte{1});
+  auto before = checksum(a);
+  a[4000] = std::byte{2};
+  EXPECT_NE(checksum(a), before);
+  EXPECT_EQ(checksum(a), checksum(a));
+}
+
+TEST(Wire, ErrorNamesAreDistinct) {
+  for (int i = 0; i < kDecodeErrorCount; ++i) {
+    for (int j = i + 1; j < kDecodeErrorCount; ++j) {
+      EXPECT_NE(decode_error_name(static_cast<DecodeError>(i)),
+                decode_error_name(static_cast<DecodeError>(j)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace numastream::wire
