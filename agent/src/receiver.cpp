@@ -165,9 +165,8 @@ class Receiver {
   StreamTracker tracker_;
   std::array<std::atomic<std::uint64_t>, wire::kDecodeErrorCount> malformed_{};
 
-  std::unique_ptr<NodePools> wire_pools_;
   std::unique_ptr<NodePools> raw_pools_;
-  std::unique_ptr<BoundedQueue<Buffer*>> wire_q_;
+  std::unique_ptr<BoundedQueue<zmq::Message>> wire_q_;
   std::unique_ptr<BoundedQueue<Buffer*>> sink_q_;
   std::unique_ptr<FileSink> file_sink_;
   std::unique_ptr<zmq::Context> ctx_;
@@ -183,25 +182,18 @@ class Receiver {
 void Receiver::receive_thread(int index) {
   const std::size_t slot = rt_.slot("receive", index);
   rt_.pin_current(slot);
-  const int node = rt_.placement.threads[slot].numa_node;
   StageStats& st = rt_.stats("receive");
-  BufferPool& pool = wire_pools_->for_node(node);
   const std::string ep = endpoint_.for_connection(index);
-  Buffer* b = nullptr;
   try {
     zmq::Socket sock(*ctx_, ZMQ_PULL);
     sock.set_int(ZMQ_RCVHWM, cfg_.hwm);
     sock.set_int(ZMQ_LINGER, 0);
     zmq::enable_keepalive(sock);
     // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
-    sock.set_int64(ZMQ_MAXMSGSIZE, static_cast<std::int64_t>(pool.buffer_bytes()));
+    sock.set_int64(ZMQ_MAXMSGSIZE,
+                   static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
     sock.bind(ep);
     while (!stop_receiving_ && !rt_.aborted()) {
-      if (!b) {
-        ScopedTimer wait(st.blocked_output_ns);
-        b = pool.acquire();
-        if (!b) break;
-      }
       zmq_pollitem_t item{sock.get(), 0, ZMQ_POLLIN, 0};
       int ready;
       {
@@ -209,49 +201,41 @@ void Receiver::receive_thread(int index) {
         ready = zmq_poll(&item, 1, 100);
       }
       if (ready <= 0) continue;
-      int n = zmq_recv(sock.get(), b->data, b->capacity, ZMQ_DONTWAIT);
-      if (n < 0) {
-        if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
-        throw std::runtime_error("receive on " + ep + ": " + zmq::last_error());
-      }
+      zmq::Message msg;
+      if (!msg.receive(sock)) continue;
       ScopedTimer busy(st.busy_ns);
-      auto size = static_cast<std::size_t>(n);
+      auto bytes = msg.bytes();
       wire::Header h;
-      wire::DecodeError err = size > b->capacity
-                                  ? wire::DecodeError::oversized
-                                  : wire::decode({b->data, size}, cfg_.chunk_bytes, h);
+      wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
       if (err != wire::DecodeError::ok) {
         if (malformed_[static_cast<std::size_t>(err)]++ < 3) {
           log_line("connection " + std::to_string(index) + ": dropped a malformed frame (" +
-                   std::string(wire::decode_error_name(err)) + ", " + std::to_string(size) +
+                   std::string(wire::decode_error_name(err)) + ", " + std::to_string(bytes.size()) +
                    " bytes)");
         }
         continue;
       }
       if (h.type == wire::FrameType::end_of_stream) {
-        tracker_.on_end_of_stream(h, wire::decode_end_of_stream({b->data, size}));
+        tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
         continue;
       }
-      tracker_.on_frame(h.stream_id, size);
+      tracker_.on_frame(h.stream_id, bytes.size());
       auto now_ns = (Clock::now() - rt_.started).count();
       std::int64_t unset = -1;
       first_ns_.compare_exchange_strong(unset, now_ns);
-      b->size = size;
       st.chunks++;
-      st.bytes_in += size;
+      st.bytes_in += bytes.size();
       if (!cfg_.pin) rt_.observe_cpu(slot);
       bool pushed;
       {
         ScopedTimer wait(st.blocked_output_ns);
-        pushed = wire_q_->push(b);
+        pushed = wire_q_->push(msg);
       }
       if (!pushed) break;
-      b = nullptr;
     }
   } catch (const std::exception& e) {
     rt_.fail("connection " + std::to_string(index) + ": " + e.what());
   }
-  if (b) pool.release(b);
   if (--receivers_left_ == 0) wire_q_->close();
 }
 
@@ -264,7 +248,7 @@ void Receiver::decompress_thread(int index) {
   Decompressor dec(cfg_.chunk_bytes);
   const bool forward = cfg_.sink.kind != SinkConfig::Kind::null;
   while (true) {
-    std::optional<Buffer*> in;
+    std::optional<zmq::Message> in;
     {
       ScopedTimer wait(st.blocked_input_ns);
       in = wire_q_->pop();
@@ -275,21 +259,19 @@ void Receiver::decompress_thread(int index) {
       ScopedTimer wait(st.blocked_output_ns);
       out = pool.acquire();
     }
-    if (!out) {
-      (*in)->pool->release(*in);
-      break;
-    }
+    if (!out) break;
     wire::Header h;
     StreamTracker::Verdict verdict;
     {
       ScopedTimer busy(st.busy_ns);
       // The receiving thread validated the header; decode again to read it.
-      wire::decode({(*in)->data, (*in)->size}, cfg_.chunk_bytes, h);
+      auto frame = in->bytes();
+      wire::decode(frame, cfg_.chunk_bytes, h);
       std::span<std::byte> raw(out->data + wire::kHeaderSize, h.raw_size);
-      bool ok = dec.decompress(h.codec, {(*in)->data + wire::kHeaderSize, h.payload_size}, raw) &&
+      bool ok = dec.decompress(h.codec, frame.subspan(wire::kHeaderSize), raw) &&
                 wire::checksum(raw) == h.checksum;
-      st.bytes_in += (*in)->size;
-      (*in)->pool->release(*in);
+      st.bytes_in += frame.size();
+      in.reset();  // frees ZeroMQ's message
       verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
       if (verdict == StreamTracker::Verdict::corrupt) {
         log_line("stream " + std::to_string(h.stream_id) + ": chunk " + std::to_string(h.sequence) +
@@ -455,11 +437,9 @@ std::string Receiver::metrics_text() {
     metric(out, "numastream_queue_depth", r + ",queue=\"sink\"", static_cast<double>(sink_q_->depth()));
   }
   out += "# TYPE numastream_pool_buffers_in_use gauge\n";
-  for (const auto* pools : {wire_pools_.get(), raw_pools_.get()}) {
-    for (const auto& p : pools->all()) {
-      metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
-             static_cast<double>(p->in_use()));
-    }
+  for (const auto& p : raw_pools_->all()) {
+    metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
+           static_cast<double>(p->in_use()));
   }
   out += "# TYPE numastream_up gauge\n";
   metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
@@ -470,16 +450,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
   const int receivers = rt_.threads("receive");
   const int decompressors = rt_.threads("decompress");
   const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
-  const std::size_t wire_bytes = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
-  wire_pools_ = std::make_unique<NodePools>(
-      rt_, "receive", "wire", static_cast<std::size_t>(receivers + cfg_.queue_depth + decompressors),
-      wire_bytes);
   const std::size_t raw_total =
       static_cast<std::size_t>(decompressors) +
       (has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.reorder_window + 2 + cfg_.hwm) : 0);
   raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_total,
                                            wire::kHeaderSize + cfg_.chunk_bytes);
-  wire_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
+  // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
+  // a pool buffer); the queue bounds how many are held.
+  wire_q_ = std::make_unique<BoundedQueue<zmq::Message>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (cfg_.sink.kind == SinkConfig::Kind::file) file_sink_ = std::make_unique<FileSink>(cfg_, tracker_);
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
@@ -487,7 +465,6 @@ RunResult Receiver::run(const RunHooks& hooks) {
     stop_receiving_ = true;
     wire_q_->close();
     if (sink_q_) sink_q_->close();
-    wire_pools_->close_all();
     raw_pools_->close_all();
   });
   std::unique_ptr<MetricsServer> server;

@@ -68,6 +68,32 @@ void Socket::connect(const std::string& endpoint) {
   if (zmq_connect(s_, endpoint.c_str()) != 0) fail("cannot connect to " + endpoint);
 }
 
+static_assert(sizeof(zmq_msg_t) <= 64, "Message storage too small for zmq_msg_t");
+
+Message::Message() { zmq_msg_init(reinterpret_cast<zmq_msg_t*>(storage_)); }
+Message::~Message() { zmq_msg_close(reinterpret_cast<zmq_msg_t*>(storage_)); }
+Message::Message(Message&& o) noexcept {
+  zmq_msg_init(reinterpret_cast<zmq_msg_t*>(storage_));
+  zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_), reinterpret_cast<zmq_msg_t*>(o.storage_));
+}
+Message& Message::operator=(Message&& o) noexcept {
+  if (this != &o) {
+    zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_), reinterpret_cast<zmq_msg_t*>(o.storage_));
+  }
+  return *this;
+}
+
+bool Message::receive(Socket& sock) {
+  if (zmq_msg_recv(reinterpret_cast<zmq_msg_t*>(storage_), sock.get(), ZMQ_DONTWAIT) >= 0) return true;
+  if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) return false;
+  fail("receive");
+}
+
+std::span<const std::byte> Message::bytes() const noexcept {
+  auto* m = const_cast<zmq_msg_t*>(reinterpret_cast<const zmq_msg_t*>(storage_));
+  return {static_cast<const std::byte*>(zmq_msg_data(m)), zmq_msg_size(m)};
+}
+
 Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name)
     : pair_(ctx, ZMQ_PAIR) {
   std::string addr = "inproc://monitor-" + name;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,26 @@ class Socket {
 
  private:
   void* s_ = nullptr;
+};
+
+// A received message, owned: ZeroMQ allocated it (on the NUMA node of the I/O thread that read it
+// from the socket); it is freed when this goes away. Move-only.
+class Message {
+ public:
+  Message();
+  ~Message();
+  Message(Message&& o) noexcept;
+  Message& operator=(Message&& o) noexcept;
+  Message(const Message&) = delete;
+  Message& operator=(const Message&) = delete;
+
+  // Receives without blocking: true when a message was read; false on EAGAIN / EINTR. Throws on
+  // other errors.
+  bool receive(Socket& sock);
+  std::span<const std::byte> bytes() const noexcept;
+
+ private:
+  alignas(8) unsigned char storage_[64];  // a zmq_msg_t
 };
 
 // Watches one socket's connection events through an inproc PAIR socket.
