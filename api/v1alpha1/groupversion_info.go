@@ -1,0 +1,21 @@
+// Package v1alpha1 holds the numastream.io/v1alpha1 API: the StreamPipeline kind.
+// It depends only on the standard library and Kubernetes API packages.
+// +kubebuilder:object:generate=true
+// +groupName=numastream.io
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the API group and version of StreamPipeline.
+	GroupVersion = schema.GroupVersion{Group: "numastream.io", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types of this package.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,333 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PlacementMode says whether the operator and the agents place stages by NUMA node.
+// +kubebuilder:validation:Enum=numa-aware;os
+type PlacementMode string
+
+const (
+	// PlacementNUMAAware pins receivers next to the NIC, spreads decompression, sizes stages.
+	PlacementNUMAAware PlacementMode = "numa-aware"
+	// PlacementOS pins nothing: the paper's operating-system baseline, kept for comparison.
+	PlacementOS PlacementMode = "os"
+)
+
+// Codec compresses chunks on the senders.
+// +kubebuilder:validation:Enum=lz4;shuffle-lz4;none
+type Codec string
+
+// StreamPipelineSpec is what a user means: which nodes stream to which gateway over which
+// network, and where the data goes. How threads are pinned is the operator's job.
+// +kubebuilder:validation:XValidation:rule="!has(self.connections) || self.port + self.connections <= 65536",message="port + connections must not run past 65535"
+type StreamPipelineSpec struct {
+	// Senders are the source nodes; each one is one stream (the paper's detectors).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=node
+	Senders []Sender `json:"senders"`
+
+	// Gateway is the node that receives every stream, and its data network.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gateway is immutable: create a new StreamPipeline to stream to another gateway"
+	Gateway Gateway `json:"gateway"`
+
+	// Sink is where verified chunks go on the gateway. Unset: verify and count (null sink).
+	// +optional
+	Sink *Sink `json:"sink,omitempty"`
+
+	// Codec for the chunks on the wire.
+	// +kubebuilder:default=lz4
+	// +optional
+	Codec Codec `json:"codec,omitempty"`
+
+	// ExpectedRatio is the compression ratio the planner assumes (raw / compressed), e.g. "2.0".
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:default="2.0"
+	// +optional
+	ExpectedRatio string `json:"expectedRatio,omitempty"`
+
+	// Connections is the number of TCP connections per stream. Unset: the planner chooses.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Connections *int32 `json:"connections,omitempty"`
+
+	// Port is the first data port on the gateway; stream i, connection j uses a port derived
+	// from it (see docs/planner.md).
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=5555
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// ChunkBytes is the size of one chunk (one projection: 11059200 bytes).
+	// +kubebuilder:validation:Minimum=4096
+	// +kubebuilder:validation:Maximum=268435456
+	// +kubebuilder:default=11059200
+	// +optional
+	ChunkBytes int64 `json:"chunkBytes,omitempty"`
+
+	// Threads overrides the planner's thread counts.
+	// +optional
+	Threads *StageThreads `json:"threads,omitempty"`
+
+	// Placement: numa-aware (default) or os (the baseline).
+	// +kubebuilder:default=numa-aware
+	// +optional
+	Placement PlacementMode `json:"placement,omitempty"`
+
+	// TargetGbps is the raw rate per stream to plan for; unset: as fast as the hardware allows.
+	// The planner then uses only the cores that rate needs.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	TargetGbps *int32 `json:"targetGbps,omitempty"`
+
+	// Suspend scales the pipeline to zero without deleting it.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Sender is one source node.
+type Sender struct {
+	// Node is the name of the Kubernetes node.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+
+	// Source is where this stream's data comes from: exactly one kind.
+	Source Source `json:"source"`
+}
+
+// Source is a union: exactly one member is set.
+// +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) == 1",message="exactly one of synthetic, file or zmq must be set"
+type Source struct {
+	// Synthetic tomography projections, deterministic from a seed.
+	// +optional
+	Synthetic *SyntheticSource `json:"synthetic,omitempty"`
+	// File or directory on the sender node.
+	// +optional
+	File *FileSource `json:"file,omitempty"`
+	// ZMQ: chunks pulled from a ZeroMQ endpoint (a detector's acquisition software).
+	// +optional
+	ZMQ *ZMQEndpoint `json:"zmq,omitempty"`
+}
+
+// SyntheticSource generates 16-bit projections with photon-counting noise.
+type SyntheticSource struct {
+	// Chunks to send; 0 streams until the pipeline is deleted or suspended.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Chunks int64 `json:"chunks,omitempty"`
+	// Seed makes the data reproducible.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Seed int64 `json:"seed,omitempty"`
+	// RateGbps paces the source like a detector; unset: as fast as possible.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	RateGbps *int32 `json:"rateGbps,omitempty"`
+}
+
+// FileSource reads a file, or every file of a directory in name order, on the sender node.
+type FileSource struct {
+	// Path on the node (mounted read-only into the sender pod).
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=4096
+	Path string `json:"path"`
+}
+
+// ZMQEndpoint is a ZeroMQ TCP endpoint.
+type ZMQEndpoint struct {
+	// Endpoint like tcp://host:port.
+	// +kubebuilder:validation:Pattern=`^tcp://[^:]+:[0-9]{1,5}$`
+	Endpoint string `json:"endpoint"`
+}
+
+// Gateway is the receiving node and its data network.
+type Gateway struct {
+	// Node is the name of the gateway's Kubernetes node.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+
+	// Network is the data network the streams arrive on.
+	Network DataNetwork `json:"network"`
+}
+
+// DataNetwork names the Multus attachment and the host NIC behind it.
+type DataNetwork struct {
+	// NIC is the host interface the data arrives on (e.g. ens1f0); its NUMA node decides where
+	// the receivers run.
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]{1,15}$`
+	NIC string `json:"nic"`
+
+	// Attachment is the Multus NetworkAttachmentDefinition ("name" or "namespace/name").
+	// Unset: the pods use the cluster network.
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Attachment string `json:"attachment,omitempty"`
+
+	// ResourceName is the device resource that carries the NIC's NUMA node to Topology Manager
+	// (an SR-IOV VF pool, taken from the attachment's k8s.v1.cni.cncf.io/resourceName
+	// annotation). Unset: numastream's NIC-locality token numastream.io/nic-<nic>.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ResourceName string `json:"resourceName,omitempty"`
+}
+
+// Sink is a union: at most one member is set; none is the null sink.
+// +kubebuilder:validation:XValidation:rule="!(has(self.file) && has(self.zmq))",message="at most one of file or zmq may be set"
+type Sink struct {
+	// File writes each stream, in order, on the gateway ("{stream}" in the path is the stream id).
+	// +optional
+	File *FileSource `json:"file,omitempty"`
+	// ZMQ forwards every verified chunk to a downstream consumer.
+	// +optional
+	ZMQ *ZMQEndpoint `json:"zmq,omitempty"`
+}
+
+// StageThreads overrides the planner per stage.
+type StageThreads struct {
+	// Compress threads per sender.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +optional
+	Compress *int32 `json:"compress,omitempty"`
+	// Decompress threads per stream on the gateway.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +optional
+	Decompress *int32 `json:"decompress,omitempty"`
+}
+
+// Condition types.
+const (
+	ConditionPlanned  = "Planned"
+	ConditionReady    = "Ready"
+	ConditionNICLocal = "NICLocal"
+	ConditionDegraded = "Degraded"
+)
+
+// StagePlan is one stage group on one node.
+type StagePlan struct {
+	// Stage: source, compress, send, receive, decompress, sink.
+	Stage string `json:"stage"`
+	// Threads of the stage.
+	Threads int32 `json:"threads"`
+	// NUMA is the stage's NUMA target: a node id, "nic", "spread" or "any".
+	NUMA string `json:"numa"`
+	// RateMbps is the raw rate the stage can sustain, in megabits per second.
+	// +optional
+	RateMbps int64 `json:"rateMbps,omitempty"`
+}
+
+// NodePlan is what runs on one node.
+type NodePlan struct {
+	// Node name.
+	Node string `json:"node"`
+	// Role: sender or gateway.
+	Role string `json:"role"`
+	// StreamID of a sender.
+	// +optional
+	StreamID *int32 `json:"streamID,omitempty"`
+	// CPUs the node's pod requests (integer cores, Guaranteed QoS).
+	CPUs int32 `json:"cpus"`
+	// Stages on this node.
+	Stages []StagePlan `json:"stages"`
+}
+
+// Plan is the planner's decision for the whole pipeline.
+type Plan struct {
+	// Connections per stream.
+	Connections int32 `json:"connections"`
+	// Nodes in the plan: the senders, then the gateway.
+	Nodes []NodePlan `json:"nodes"`
+	// PredictedMbps is the predicted raw rate of the slowest stream, megabits per second.
+	PredictedMbps int64 `json:"predictedMbps"`
+	// PredictedTotalMbps is the predicted raw rate of all streams together.
+	PredictedTotalMbps int64 `json:"predictedTotalMbps"`
+	// Bottleneck names the stage that limits the rate.
+	Bottleneck string `json:"bottleneck"`
+}
+
+// Observed are the figures the agents report.
+type Observed struct {
+	// RawGbps is the decompressed rate at the gateway.
+	RawGbps string `json:"rawGbps,omitempty"`
+	// WireGbps is the compressed rate on the network.
+	WireGbps string `json:"wireGbps,omitempty"`
+	// ChunksDelivered verified at the gateway.
+	ChunksDelivered int64 `json:"chunksDelivered"`
+	// ChunksLost announced by the senders and never delivered.
+	ChunksLost int64 `json:"chunksLost"`
+	// ChunksCorrupt failed verification.
+	ChunksCorrupt int64 `json:"chunksCorrupt"`
+	// NICLocal reports whether the receiving threads really run on the NIC's NUMA node.
+	// +optional
+	NICLocal *bool `json:"nicLocal,omitempty"`
+	// UpdatedAt is when the agents were last read.
+	// +optional
+	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+}
+
+// StreamPipelineStatus is what the operator observed and decided.
+type StreamPipelineStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Planned, Ready, NICLocal, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Streams is the number of streams (senders).
+	// +optional
+	Streams int32 `json:"streams,omitempty"`
+	// PredictedGbps is the predicted raw rate of all streams, for display.
+	// +optional
+	PredictedGbps string `json:"predictedGbps,omitempty"`
+	// Bottleneck is the stage that limits the predicted rate.
+	// +optional
+	Bottleneck string `json:"bottleneck,omitempty"`
+	// Plan is the chosen placement and thread counts.
+	// +optional
+	Plan *Plan `json:"plan,omitempty"`
+	// Observed figures from the agents.
+	// +optional
+	Observed *Observed `json:"observed,omitempty"`
+}
+
+// StreamPipeline streams data from sender nodes through a gateway with NUMA-aware placement.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sp;sps,categories=numastream
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway.node`
+// +kubebuilder:printcolumn:name="Streams",type=integer,JSONPath=`.status.streams`
+// +kubebuilder:printcolumn:name="Predicted-Gbps",type=string,JSONPath=`.status.predictedGbps`
+// +kubebuilder:printcolumn:name="Bottleneck",type=string,JSONPath=`.status.bottleneck`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type StreamPipeline struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   StreamPipelineSpec   `json:"spec,omitempty"`
+	Status StreamPipelineStatus `json:"status,omitempty"`
+}
+
+// StreamPipelineList is a list of StreamPipelines.
+// +kubebuilder:object:root=true
+type StreamPipelineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StreamPipeline `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&StreamPipeline{}, &StreamPipelineList{})
+}

@@ -1,0 +1,378 @@
+// Package planner is the paper's "runtime configuration generator" made quantitative: from the
+// topology of the senders and the gateway, the measured per-core codec speeds, the expected
+// compression ratio and the link speeds, it chooses per stream how many compress, connection
+// (send/receive) and decompress threads to run and on which NUMA node, predicts each stage's rate,
+// and names the slowest stage. Pure: no API server, no clock. The model is in docs/planner.md.
+package planner
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// Model constants (docs/planner.md).
+const (
+	// ReceiveMbitPerThread is the wire rate one receiving connection sustains next to the NIC.
+	ReceiveMbitPerThread = 12500.0
+	// RemoteReceiveFactor is the receive rate of a thread off the NIC's NUMA node relative to a
+	// NIC-local one (the paper measured up to 15% less).
+	RemoteReceiveFactor = 0.87
+	// SenderOverheadCPUs is the core a sender keeps for its source, send and I/O threads.
+	SenderOverheadCPUs = 1
+	// MaxConnections caps the connections the planner picks on its own.
+	MaxConnections = 16
+)
+
+// Mode is numa-aware or os.
+type Mode string
+
+const (
+	NUMAAware Mode = "numa-aware"
+	OS        Mode = "os"
+)
+
+// Stage names.
+const (
+	StageSource     = "source"
+	StageCompress   = "compress"
+	StageSend       = "send"
+	StageNetwork    = "network"
+	StageReceive    = "receive"
+	StageDecompress = "decompress"
+	StageSink       = "sink"
+	StageTarget     = "target"
+)
+
+// Request is one pipeline to plan.
+type Request struct {
+	Senders    []topology.Node
+	Gateway    topology.Node
+	GatewayNIC string
+	Ratio      float64
+	Mode       Mode
+	// Overrides; 0 = the planner chooses.
+	Connections       int
+	CompressThreads   int
+	DecompressThreads int
+	// TargetMbit is the raw rate per stream to plan for; 0 = as fast as possible.
+	TargetMbit float64
+	HasSink    bool
+	// Held is what other pipelines already hold on the gateway: cores per NUMA node, and the
+	// number of their streams that share the NIC.
+	Held        map[int]int
+	HeldStreams int
+	// Port is the first data port; Ports checks that every stream's range fits.
+	Port int
+}
+
+// Stage is one stage group on one node.
+type Stage struct {
+	Name     string
+	Threads  int
+	NUMA     string // node id, "nic", "spread" or "any"
+	RateMbit float64
+}
+
+// NodePlan is one pod's worth of work.
+type NodePlan struct {
+	Node   string
+	Role   string // "sender" or "gateway"
+	Stream int
+	CPUs   int
+	Port   int // gateway: first data port of this stream
+	Stages []Stage
+}
+
+// StreamPrediction is one stream's predicted rate per stage.
+type StreamPrediction struct {
+	Stream     int
+	RateMbit   float64
+	Bottleneck string
+	Stages     map[string]float64 // stage -> raw Mbit/s it can sustain
+}
+
+// Plan is the decision for the whole pipeline.
+type Plan struct {
+	Connections int
+	Nodes       []NodePlan // every sender (in order), then one gateway entry per stream
+	Streams     []StreamPrediction
+	// RateMbit is the slowest stream's predicted raw rate; TotalMbit the sum over streams.
+	RateMbit   float64
+	TotalMbit  float64
+	Bottleneck string
+	// Holds is what this plan takes on the gateway: cores per NUMA node.
+	Holds   map[int]int
+	NICNode int
+}
+
+// RefusedError is a pipeline that does not fit; Reason says what a person can change.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return e.Reason }
+
+func refuse(format string, args ...any) error {
+	return &RefusedError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Make plans the request.
+func Make(r Request) (Plan, error) {
+	if len(r.Senders) == 0 {
+		return Plan{}, refuse("the pipeline has no senders")
+	}
+	if r.Ratio <= 0 || math.IsNaN(r.Ratio) {
+		return Plan{}, refuse("expected compression ratio must be positive, got %v", r.Ratio)
+	}
+	gw := r.Gateway
+	nic, err := gw.NIC(r.GatewayNIC)
+	if err != nil {
+		return Plan{}, err
+	}
+	if nic.SpeedMbit <= 0 {
+		return Plan{}, &topology.MissingLabelError{Node: gw.Name, Label: topology.NICSpeedLabel(nic.Name), Why: "the gateway NIC's speed bounds every stream"}
+	}
+	streams := len(r.Senders)
+	free := map[int]int{}
+	for _, nn := range gw.NUMANodes {
+		free[nn.ID] = nn.CPUs - r.Held[nn.ID]
+	}
+	shareMbit := float64(nic.SpeedMbit) / float64(streams+r.HeldStreams)
+	rcvMbit := ReceiveMbitPerThread * r.Ratio // raw-equivalent per receiving thread
+	decompressMbit := gw.DecompressMBps * 8
+
+	// Per sender: compression up to the cores available and no further.
+	type senderSide struct {
+		compress int
+		rate     float64
+		link     float64
+	}
+	sides := make([]senderSide, streams)
+	wantConnections := 1
+	for i, s := range r.Senders {
+		avail := s.TotalCPUs() - SenderOverheadCPUs
+		if avail < 1 {
+			return Plan{}, refuse("sender %s has %d CPUs: at least %d are needed (compression plus one for source and sending)", s.Name, s.TotalCPUs(), SenderOverheadCPUs+1)
+		}
+		perCore := s.CompressMBps * 8
+		n := avail
+		if r.CompressThreads > 0 {
+			n = r.CompressThreads
+		} else if r.TargetMbit > 0 {
+			n = min(avail, int(math.Ceil(r.TargetMbit/perCore)))
+		}
+		link := shareMbit
+		if fastest := fastestNIC(s); fastest > 0 {
+			link = math.Min(link, float64(fastest))
+		}
+		sides[i] = senderSide{compress: n, rate: float64(n) * perCore, link: link}
+		want := math.Min(sides[i].rate, link*r.Ratio)
+		if r.TargetMbit > 0 {
+			want = math.Min(want, r.TargetMbit)
+		}
+		wantConnections = max(wantConnections, int(math.Ceil(want/rcvMbit)))
+	}
+
+	// Connections: enough receiving threads for the slower of compression and the link, all on
+	// the NIC's NUMA node, shared fairly with the pipelines already there.
+	conns := min(wantConnections, MaxConnections)
+	if r.Connections > 0 {
+		conns = r.Connections
+	}
+	nicFree := free[nic.NUMANode]
+	if r.Mode == NUMAAware && conns*streams > nicFree {
+		if r.Connections > 0 || nicFree < streams {
+			return Plan{}, refuse("gateway %s: NUMA node %d (NIC %s) has %d free cores, %d streams x %d connections need %d receiving cores; other pipelines hold %d there",
+				gw.Name, nic.NUMANode, nic.Name, max(nicFree, 0), streams, conns, conns*streams, r.Held[nic.NUMANode])
+		}
+		conns = nicFree / streams
+	}
+	if r.Port > 0 && r.Port+streams*conns > 65536 {
+		return Plan{}, refuse("ports %d..%d run past 65535: lower spec.port", r.Port, r.Port+streams*conns-1)
+	}
+	receiveRate := float64(conns) * rcvMbit
+	receiveNUMA := "nic"
+	if r.Mode == OS {
+		receiveNUMA = "any"
+		frac := float64(nodeCPUs(gw, nic.NUMANode)) / float64(gw.TotalCPUs())
+		receiveRate *= frac + (1-frac)*RemoteReceiveFactor
+	}
+
+	// Decompression: enough threads to keep up with what arrives, from the cores left.
+	sinkCores := 0
+	if r.HasSink {
+		sinkCores = 1
+	}
+	totalFree := 0
+	for _, f := range free {
+		totalFree += max(f, 0)
+	}
+	left := totalFree - conns*streams - sinkCores*streams
+	decompress := 0
+	if r.DecompressThreads > 0 {
+		decompress = r.DecompressThreads
+		if decompress*streams > left {
+			return Plan{}, refuse("gateway %s: %d streams x %d decompress threads need %d cores, %d are free after the receivers", gw.Name, streams, decompress, decompress*streams, max(left, 0))
+		}
+	} else {
+		for i := range sides {
+			want := math.Min(math.Min(sides[i].rate, sides[i].link*r.Ratio), receiveRate)
+			if r.TargetMbit > 0 {
+				want = math.Min(want, r.TargetMbit)
+			}
+			decompress = max(decompress, int(math.Ceil(want/decompressMbit)))
+		}
+		if decompress*streams > left {
+			decompress = left / streams
+		}
+		if decompress < 1 {
+			return Plan{}, refuse("gateway %s: no core is left for decompression after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams, describeHeld(r.Held))
+		}
+	}
+	decompressNUMA := decompressTarget(gw, nic.NUMANode, free, decompress*streams)
+	if r.Mode == OS {
+		decompressNUMA = "any"
+	}
+
+	plan := Plan{Connections: conns, NICNode: nic.NUMANode, Holds: map[int]int{}}
+	plan.RateMbit = math.Inf(1)
+	for i, s := range r.Senders {
+		st := map[string]float64{
+			StageCompress:   sides[i].rate,
+			StageNetwork:    sides[i].link * r.Ratio,
+			StageReceive:    receiveRate,
+			StageDecompress: float64(decompress) * decompressMbit,
+		}
+		if r.TargetMbit > 0 {
+			st[StageTarget] = r.TargetMbit
+		}
+		rate, neck := slowest(st)
+		plan.Streams = append(plan.Streams, StreamPrediction{Stream: i, RateMbit: rate, Bottleneck: neck, Stages: st})
+		plan.TotalMbit += rate
+		if rate < plan.RateMbit {
+			plan.RateMbit, plan.Bottleneck = rate, neck
+		}
+		plan.Nodes = append(plan.Nodes, NodePlan{
+			Node: s.Name, Role: "sender", Stream: i, CPUs: sides[i].compress + SenderOverheadCPUs,
+			Stages: []Stage{
+				{Name: StageSource, Threads: 1, NUMA: "any"},
+				{Name: StageCompress, Threads: sides[i].compress, NUMA: "any", RateMbit: sides[i].rate},
+				{Name: StageSend, Threads: conns, NUMA: "any", RateMbit: sides[i].link * r.Ratio},
+			},
+		})
+	}
+	for i := range r.Senders {
+		stages := []Stage{
+			{Name: StageReceive, Threads: conns, NUMA: receiveNUMA, RateMbit: receiveRate},
+			{Name: StageDecompress, Threads: decompress, NUMA: decompressNUMA, RateMbit: float64(decompress) * decompressMbit},
+		}
+		if r.HasSink {
+			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: "any"})
+		}
+		plan.Nodes = append(plan.Nodes, NodePlan{
+			Node: gw.Name, Role: "gateway", Stream: i, CPUs: conns + decompress + sinkCores,
+			Port: r.Port + i*conns, Stages: stages,
+		})
+	}
+	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)
+	return plan, nil
+}
+
+// decompressTarget: off the NIC's node when the cores there suffice (one node: its id; several:
+// spread over them), else spread over every node (the paper: decompression gains from it).
+func decompressTarget(gw topology.Node, nicNode int, free map[int]int, need int) string {
+	var others []int
+	otherFree := 0
+	for _, nn := range gw.NUMANodes {
+		if nn.ID != nicNode && free[nn.ID] > 0 {
+			others = append(others, nn.ID)
+			otherFree += free[nn.ID]
+		}
+	}
+	switch {
+	case len(gw.NUMANodes) == 1:
+		return "any"
+	case len(others) == 1 && need <= otherFree:
+		return strconv.Itoa(others[0])
+	default:
+		return "spread"
+	}
+}
+
+// holds books receivers on the NIC node and the rest on the other nodes first.
+func holds(gw topology.Node, nicNode int, free map[int]int, receivers, rest int) map[int]int {
+	h := map[int]int{nicNode: receivers}
+	left := map[int]int{}
+	for k, v := range free {
+		left[k] = v
+	}
+	left[nicNode] -= receivers
+	ids := make([]int, 0, len(gw.NUMANodes))
+	for _, nn := range gw.NUMANodes {
+		if nn.ID != nicNode {
+			ids = append(ids, nn.ID)
+		}
+	}
+	ids = append(ids, nicNode)
+	for _, id := range ids {
+		take := min(rest, max(left[id], 0))
+		if take > 0 {
+			h[id] += take
+			rest -= take
+		}
+	}
+	return h
+}
+
+func slowest(stages map[string]float64) (float64, string) {
+	names := make([]string, 0, len(stages))
+	for k := range stages {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	best, neck := math.Inf(1), ""
+	for _, k := range names {
+		if stages[k] < best {
+			best, neck = stages[k], k
+		}
+	}
+	return best, neck
+}
+
+func fastestNIC(n topology.Node) int64 {
+	var best int64
+	for _, nic := range n.NICs {
+		best = max(best, nic.SpeedMbit)
+	}
+	return best
+}
+
+func nodeCPUs(n topology.Node, id int) int {
+	for _, nn := range n.NUMANodes {
+		if nn.ID == id {
+			return nn.CPUs
+		}
+	}
+	return 0
+}
+
+func describeHeld(h map[int]int) string {
+	if len(h) == 0 {
+		return "nothing"
+	}
+	ids := make([]int, 0, len(h))
+	for k := range h {
+		ids = append(ids, k)
+	}
+	sort.Ints(ids)
+	s := ""
+	for _, k := range ids {
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%d cores on node %d", h[k], k)
+	}
+	return s
+}

@@ -1,0 +1,288 @@
+package planner
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// node builds a topology: numaCPUs per NUMA node, NICs as name -> {numa, speed}.
+func node(name string, numaCPUs []int, nics map[string][2]int64, c, d float64) topology.Node {
+	n := topology.Node{Name: name, NICs: map[string]topology.NIC{}, CompressMBps: c, DecompressMBps: d}
+	for i, cpus := range numaCPUs {
+		n.NUMANodes = append(n.NUMANodes, topology.NUMANode{ID: i, CPUs: cpus})
+	}
+	for nic, v := range nics {
+		n.NICs[nic] = topology.NIC{Name: nic, NUMANode: int(v[0]), SpeedMbit: v[1]}
+	}
+	return n
+}
+
+// The paper's machines: lynxdtn (2 x 16 cores, 200G NIC on node 1) and updraft (same shape,
+// 100G); polaris (1 socket, 32 cores, 100G). Per-core LZ4 speeds as measured on this kind of data.
+var (
+	lynx     = node("lynxdtn", []int{16, 16}, map[string][2]int64{"ens1f0": {1, 200000}, "eno1": {0, 1000}}, 440, 1600)
+	updraft1 = node("updraft1", []int{16, 16}, map[string][2]int64{"ens1f0": {1, 100000}}, 440, 1600)
+	updraft2 = node("updraft2", []int{16, 16}, map[string][2]int64{"ens1f0": {1, 100000}}, 440, 1600)
+	polaris1 = node("polaris1", []int{32}, map[string][2]int64{"hsn0": {0, 100000}}, 440, 1600)
+	polaris2 = node("polaris2", []int{32}, map[string][2]int64{"hsn0": {0, 100000}}, 440, 1600)
+)
+
+func request(senders ...topology.Node) Request {
+	return Request{Senders: senders, Gateway: lynx, GatewayNIC: "ens1f0", Ratio: 2, Mode: NUMAAware, Port: 5555}
+}
+
+func stage(t *testing.T, p Plan, role string, stream int, name string) Stage {
+	t.Helper()
+	for _, n := range p.Nodes {
+		if n.Role != role || n.Stream != stream {
+			continue
+		}
+		for _, s := range n.Stages {
+			if s.Name == name {
+				return s
+			}
+		}
+	}
+	t.Fatalf("no %s stage %s for stream %d", role, name, stream)
+	return Stage{}
+}
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+// Paper, single stream (updraft1 -> lynxdtn over 100G): compression bound at the sender's cores;
+// the paper measured 97 Gbps end to end with 32 compress threads and receivers NIC-local.
+func TestPaperSingleStream(t *testing.T) {
+	p, err := Make(request(updraft1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stage(t, p, "sender", 0, StageCompress).Threads; got != 31 {
+		t.Errorf("compress threads = %d, want 31 (32 cores minus one for source and send)", got)
+	}
+	recv := stage(t, p, "gateway", 0, StageReceive)
+	if recv.NUMA != "nic" || recv.Threads != 5 {
+		t.Errorf("receive = %+v, want 5 threads NIC-local", recv)
+	}
+	if dec := stage(t, p, "gateway", 0, StageDecompress); dec.Threads != 9 || dec.NUMA != "0" {
+		t.Errorf("decompress = %+v, want 9 threads on node 0", dec)
+	}
+	if p.Bottleneck != StageCompress || !near(p.RateMbit, 31*440*8, 1) {
+		t.Errorf("predicted %.0f Mbit/s limited by %s", p.RateMbit, p.Bottleneck)
+	}
+	if p.Holds[1] != 5 || p.Holds[0] != 9 {
+		t.Errorf("holds %v", p.Holds)
+	}
+}
+
+// Paper, 4 streams into one 200G gateway: 4 receive threads per stream on the NIC's node (16),
+// 4 decompress threads per stream on the other node (16); decompression limits; the paper
+// measured 213 Gbps end to end (105 Gbps on the network).
+func TestPaperFourStreams(t *testing.T) {
+	p, err := Make(request(updraft1, updraft2, polaris1, polaris2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Connections != 4 {
+		t.Fatalf("connections = %d, want 4", p.Connections)
+	}
+	for i := 0; i < 4; i++ {
+		if r := stage(t, p, "gateway", i, StageReceive); r.Threads != 4 || r.NUMA != "nic" {
+			t.Errorf("stream %d receive %+v", i, r)
+		}
+		if d := stage(t, p, "gateway", i, StageDecompress); d.Threads != 4 || d.NUMA != "0" {
+			t.Errorf("stream %d decompress %+v", i, d)
+		}
+	}
+	if p.Bottleneck != StageDecompress {
+		t.Errorf("bottleneck %s", p.Bottleneck)
+	}
+	if !near(p.TotalMbit, 4*4*1600*8, 1) {
+		t.Errorf("total %.0f Mbit/s", p.TotalMbit)
+	}
+	if p.Holds[1] != 16 || p.Holds[0] != 16 {
+		t.Errorf("holds %v", p.Holds)
+	}
+	// Ports: each stream its own range.
+	if p.Nodes[4].Port != 5555 || p.Nodes[5].Port != 5559 {
+		t.Errorf("ports %d %d", p.Nodes[4].Port, p.Nodes[5].Port)
+	}
+}
+
+// Four single-stream pipelines share the gateway's NIC-local cores; a fifth does not fit.
+func TestPipelinesShareTheGatewayAndTheFifthIsRefused(t *testing.T) {
+	held := map[int]int{}
+	streams := 0
+	for i := 0; i < 4; i++ {
+		r := request(updraft1)
+		r.Connections = 4
+		r.DecompressThreads = 4
+		r.Held, r.HeldStreams = held, streams
+		p, err := Make(r)
+		if err != nil {
+			t.Fatalf("pipeline %d: %v", i, err)
+		}
+		for k, v := range p.Holds {
+			held[k] += v
+		}
+		streams++
+	}
+	if held[1] != 16 {
+		t.Fatalf("NIC node held %d", held[1])
+	}
+	r := request(updraft1)
+	r.Connections = 4
+	r.Held, r.HeldStreams = held, streams
+	_, err := Make(r)
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		t.Fatalf("fifth pipeline: %v", err)
+	}
+	for _, want := range []string{"lynxdtn", "NUMA node 1", "ens1f0", "0 free cores", "hold 16"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("reason %q lacks %q", err, want)
+		}
+	}
+}
+
+// Without explicit connections the planner shrinks them to fit what is left, never oversubscribes.
+func TestConnectionsShrinkToTheFreeNICCores(t *testing.T) {
+	r := request(updraft1)
+	r.Held = map[int]int{1: 13}
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Connections != 3 {
+		t.Fatalf("connections %d, want the 3 free NIC-local cores", p.Connections)
+	}
+}
+
+func TestNUMALayouts(t *testing.T) {
+	cases := []struct {
+		name       string
+		gw         topology.Node
+		nic        string
+		decompress string
+	}{
+		{"1 node", node("vm", []int{32}, map[string][2]int64{"eth0": {0, 100000}}, 440, 1600), "eth0", "any"},
+		{"2 nodes, NIC on node 0", node("g", []int{16, 16}, map[string][2]int64{"ens": {0, 100000}}, 440, 1600), "ens", "1"},
+		{"4 nodes, NIC on the last", node("epyc", []int{8, 8, 8, 8}, map[string][2]int64{"ens": {3, 100000}}, 440, 1600), "ens", "spread"},
+		{"8 nodes, NIC on node 0", node("big", []int{4, 4, 4, 4, 4, 4, 4, 4}, map[string][2]int64{"ens": {0, 100000}}, 440, 1600), "ens", "spread"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := request(updraft1)
+			r.Gateway, r.GatewayNIC = tc.gw, tc.nic
+			p, err := Make(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recv := stage(t, p, "gateway", 0, StageReceive)
+			if recv.NUMA != "nic" {
+				t.Errorf("receive %+v", recv)
+			}
+			nicNode := tc.gw.NICs[tc.nic].NUMANode
+			if recv.Threads > tc.gw.NUMANodes[nicNode].CPUs {
+				t.Errorf("%d receivers on a %d-core node", recv.Threads, tc.gw.NUMANodes[nicNode].CPUs)
+			}
+			if d := stage(t, p, "gateway", 0, StageDecompress); d.NUMA != tc.decompress {
+				t.Errorf("decompress %+v, want %s", d, tc.decompress)
+			}
+			total := 0
+			for _, v := range p.Holds {
+				total += v
+			}
+			if total > tc.gw.TotalCPUs() {
+				t.Errorf("holds %v exceed %d cores", p.Holds, tc.gw.TotalCPUs())
+			}
+		})
+	}
+}
+
+func TestMissingSpeedsAreNamed(t *testing.T) {
+	gw := node("lynx", []int{16, 16}, map[string][2]int64{"ens1f0": {1, -1}}, 440, 1600)
+	r := request(updraft1)
+	r.Gateway = gw
+	_, err := Make(r)
+	var missing *topology.MissingLabelError
+	if !errors.As(err, &missing) || missing.Label != topology.NICSpeedLabel("ens1f0") {
+		t.Fatalf("got %v", err)
+	}
+	r.GatewayNIC = "ens9"
+	_, err = Make(r)
+	if !errors.As(err, &missing) || missing.Label != topology.NICNUMALabel("ens9") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestTargetRateUsesOnlyTheCoresItNeeds(t *testing.T) {
+	r := request(updraft1)
+	r.TargetMbit = 20000
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := stage(t, p, "sender", 0, StageCompress).Threads; c != 6 {
+		t.Errorf("compress threads %d, want ceil(20000/3520)=6", c)
+	}
+	if p.Connections != 1 {
+		t.Errorf("connections %d", p.Connections)
+	}
+	if d := stage(t, p, "gateway", 0, StageDecompress).Threads; d != 2 {
+		t.Errorf("decompress %d, want 2", d)
+	}
+	if p.Bottleneck != StageTarget || p.RateMbit != 20000 {
+		t.Errorf("rate %.0f by %s", p.RateMbit, p.Bottleneck)
+	}
+}
+
+func TestOSModePinsNothingAndPaysTheRemotePenalty(t *testing.T) {
+	r := request(updraft1)
+	r.Connections = 2
+	r.CompressThreads = 31
+	numa, _ := Make(r)
+	r.Mode = OS
+	os, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := stage(t, os, "gateway", 0, StageReceive); s.NUMA != "any" {
+		t.Errorf("receive %+v", s)
+	}
+	nr := stage(t, numa, "gateway", 0, StageReceive).RateMbit
+	or := stage(t, os, "gateway", 0, StageReceive).RateMbit
+	if !(or < nr) {
+		t.Errorf("os receive %.0f should be below numa-aware %.0f", or, nr)
+	}
+}
+
+func TestBadRequestsAreRefused(t *testing.T) {
+	r := request()
+	if _, err := Make(r); err == nil {
+		t.Error("no senders accepted")
+	}
+	r = request(updraft1)
+	r.Ratio = 0
+	if _, err := Make(r); err == nil {
+		t.Error("ratio 0 accepted")
+	}
+	r = request(node("tiny", []int{1}, nil, 440, 1600))
+	if _, err := Make(r); err == nil || !strings.Contains(err.Error(), "tiny") {
+		t.Errorf("1-core sender: %v", err)
+	}
+	r = request(updraft1)
+	r.Port = 65530
+	r.Connections = 8
+	if _, err := Make(r); err == nil || !strings.Contains(err.Error(), "65535") {
+		t.Errorf("port overflow: %v", err)
+	}
+	r = request(updraft1)
+	r.DecompressThreads = 40
+	if _, err := Make(r); err == nil || !strings.Contains(err.Error(), "decompress") {
+		t.Errorf("too many decompress threads: %v", err)
+	}
+}

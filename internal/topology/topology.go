@@ -1,0 +1,147 @@
+// Package topology turns a node's labels into the facts the planner needs: NUMA nodes and their
+// CPUs, each NIC's NUMA node and speed, and the measured per-core codec speeds. The labels are
+// published through node-feature-discovery by numastream's node daemon (docs/node-labels.md).
+// A node that lacks a label the planner needs is an error naming that label; nothing is guessed.
+package topology
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Label keys (docs/node-labels.md).
+const (
+	Prefix = "numastream.io/"
+	// LabelNUMANodes is the number of NUMA nodes with CPUs.
+	LabelNUMANodes = Prefix + "numa-nodes"
+	// LabelCompressMBps is the measured single-core LZ4 compression speed, MB/s.
+	LabelCompressMBps = Prefix + "lz4-compress-mb-per-s"
+	// LabelDecompressMBps is the measured single-core LZ4 decompression speed, MB/s.
+	LabelDecompressMBps = Prefix + "lz4-decompress-mb-per-s"
+	// NICResourcePrefix names the device-plugin resource that carries a NIC's NUMA node.
+	NICResourcePrefix = Prefix + "nic-"
+)
+
+// NUMACPUsLabel is the label holding the CPU count of NUMA node id.
+func NUMACPUsLabel(id int) string { return fmt.Sprintf("%snuma%d-cpus", Prefix, id) }
+
+// NICNUMALabel is the label holding the NUMA node of NIC name.
+func NICNUMALabel(nic string) string { return Prefix + "nic." + nic + ".numa-node" }
+
+// NICSpeedLabel is the label holding the link speed of NIC name, in Mbit/s.
+func NICSpeedLabel(nic string) string { return Prefix + "nic." + nic + ".speed-mbit" }
+
+// NICResource is the NIC-locality resource numastream's device plugin advertises for nic.
+func NICResource(nic string) string { return NICResourcePrefix + nic }
+
+// NUMANode is one NUMA node with CPUs.
+type NUMANode struct {
+	ID   int
+	CPUs int
+}
+
+// NIC is a network interface with its NUMA node and link speed.
+type NIC struct {
+	Name      string
+	NUMANode  int
+	SpeedMbit int64
+}
+
+// Node is what the planner knows about one Kubernetes node.
+type Node struct {
+	Name      string
+	NUMANodes []NUMANode // sorted by ID
+	NICs      map[string]NIC
+	// Per-core LZ4 speeds measured by the node daemon, MB/s.
+	CompressMBps   float64
+	DecompressMBps float64
+}
+
+// MissingLabelError says which label a node lacks and why it matters.
+type MissingLabelError struct {
+	Node  string
+	Label string
+	Why   string
+}
+
+func (e *MissingLabelError) Error() string {
+	return fmt.Sprintf("node %s has no usable label %s (%s); is numastream's node daemon running there?", e.Node, e.Label, e.Why)
+}
+
+// TotalCPUs is the sum of CPUs over NUMA nodes.
+func (n Node) TotalCPUs() int {
+	total := 0
+	for _, nn := range n.NUMANodes {
+		total += nn.CPUs
+	}
+	return total
+}
+
+// NIC returns the named NIC, or an error naming the label that would describe it.
+func (n Node) NIC(name string) (NIC, error) {
+	nic, ok := n.NICs[name]
+	if !ok {
+		return NIC{}, &MissingLabelError{Node: n.Name, Label: NICNUMALabel(name), Why: "the data NIC's NUMA node decides where receivers run"}
+	}
+	return nic, nil
+}
+
+func positiveInt(labels map[string]string, node, key, why string) (int64, error) {
+	v, ok := labels[key]
+	if !ok {
+		return 0, &MissingLabelError{Node: node, Label: key, Why: why}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, &MissingLabelError{Node: node, Label: key, Why: fmt.Sprintf("value %q is not a positive integer; %s", v, why)}
+	}
+	return n, nil
+}
+
+// FromLabels builds a Node from its labels. Every NIC that has a NUMA-node label is read; its
+// speed label is optional (-1 when missing: the planner then needs the other end's speed).
+func FromLabels(name string, labels map[string]string) (Node, error) {
+	n := Node{Name: name, NICs: map[string]NIC{}}
+	count, err := positiveInt(labels, name, LabelNUMANodes, "the planner places stages per NUMA node")
+	if err != nil {
+		return n, err
+	}
+	for id := 0; id < int(count); id++ {
+		cpus, err := positiveInt(labels, name, NUMACPUsLabel(id), "the planner counts cores per NUMA node")
+		if err != nil {
+			return n, err
+		}
+		n.NUMANodes = append(n.NUMANodes, NUMANode{ID: id, CPUs: int(cpus)})
+	}
+	c, err := positiveInt(labels, name, LabelCompressMBps, "compression threads are sized by measured speed")
+	if err != nil {
+		return n, err
+	}
+	d, err := positiveInt(labels, name, LabelDecompressMBps, "decompression threads are sized by measured speed")
+	if err != nil {
+		return n, err
+	}
+	n.CompressMBps, n.DecompressMBps = float64(c), float64(d)
+
+	for key, value := range labels {
+		if !strings.HasPrefix(key, Prefix+"nic.") || !strings.HasSuffix(key, ".numa-node") {
+			continue
+		}
+		nicName := strings.TrimSuffix(strings.TrimPrefix(key, Prefix+"nic."), ".numa-node")
+		numa, err := strconv.Atoi(value)
+		if err != nil || numa < 0 || numa >= int(count) {
+			return n, &MissingLabelError{Node: name, Label: key, Why: fmt.Sprintf("value %q is not a NUMA node of this node (0..%d)", value, count-1)}
+		}
+		nic := NIC{Name: nicName, NUMANode: numa, SpeedMbit: -1}
+		if s, ok := labels[NICSpeedLabel(nicName)]; ok {
+			if speed, err := strconv.ParseInt(s, 10, 64); err == nil && speed > 0 {
+				nic.SpeedMbit = speed
+			}
+		}
+		n.NICs[nicName] = nic
+	}
+	sort.Slice(n.NUMANodes, func(i, j int) bool { return n.NUMANodes[i].ID < n.NUMANodes[j].ID })
+	return n, nil
+}
