@@ -241,8 +241,24 @@ type NodePlan struct {
 	Stages []StagePlan `json:"stages"`
 }
 
+// NUMACores is a number of cores on one NUMA node.
+type NUMACores struct {
+	// NUMANode id.
+	NUMANode int32 `json:"numaNode"`
+	// Cores on it.
+	Cores int32 `json:"cores"`
+}
+
 // Plan is the planner's decision for the whole pipeline.
 type Plan struct {
+	// NICNUMANode is the NUMA node of the gateway's data NIC.
+	NICNUMANode int32 `json:"nicNUMANode"`
+	// GatewayCores is what this pipeline holds on the gateway, per NUMA node; pipelines that share
+	// a gateway split its cores by these figures.
+	// +listType=map
+	// +listMapKey=numaNode
+	// +optional
+	GatewayCores []NUMACores `json:"gatewayCores,omitempty"`
 	// Connections per stream.
 	Connections int32 `json:"connections"`
 	// Nodes in the plan: the senders, then the gateway.

@@ -1,0 +1,322 @@
+// Package render turns a StreamPipeline and its plan into Kubernetes objects: the agents'
+// configuration (a ConfigMap), one Job per sender and one per gateway stream, and a Service per
+// gateway stream. Pure: same input, same objects. Each builder below changes one concern.
+//
+// Why Jobs: the agent's exit code means something. 0 is a stream that completed verified (do
+// not restart it); anything else is a failure (restart it). A Deployment would restart a finished
+// stream forever; a bare Pod would never come back after a failure or a Topology Manager
+// rejection. A Job with restartPolicy OnFailure does exactly what the data needs, and its
+// controller replaces pods that are lost with their node.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/planner"
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// Labels and annotations the operator sets.
+const (
+	LabelPipeline      = "numastream.io/pipeline"
+	LabelRole          = "numastream.io/role"
+	LabelStream        = "numastream.io/stream"
+	AnnotationPlanHash = "numastream.io/plan-hash"
+	MultusAnnotation   = "k8s.v1.cni.cncf.io/networks"
+	ConfigMountPath    = "/etc/numastream"
+	MetricsPort        = 9100
+	DataPathMount      = "/data"
+	RoleSender         = "sender"
+	RoleGateway        = "gateway"
+	agentContainer     = "agent"
+	managedBy          = "numastream-operator"
+)
+
+// Options are the operator-wide settings.
+type Options struct {
+	AgentImage string
+	// Tolerations added to every agent pod (e.g. for dedicated detector nodes).
+	Tolerations []corev1.Toleration
+}
+
+// Inputs are what render needs besides the plan.
+type Inputs struct {
+	Pipeline *v1alpha1.StreamPipeline
+	Plan     planner.Plan
+	Gateway  topology.Node
+}
+
+// Objects is everything one pipeline owns.
+type Objects struct {
+	ConfigMap *corev1.ConfigMap
+	Services  []*corev1.Service
+	Jobs      []*batchv1.Job
+}
+
+// Render builds the objects for a plan.
+func Render(in Inputs, opts Options) (Objects, error) {
+	sp := in.Pipeline
+	var out Objects
+	configs := map[string]string{}
+	for _, n := range in.Plan.Nodes {
+		cfg, key := agentConfig(in, n), configKey(n)
+		b, err := json.MarshalIndent(cfg, "", "  ")
+		if err != nil {
+			return out, err
+		}
+		configs[key] = string(b)
+	}
+	out.ConfigMap = &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: meta(sp, sp.Name+"-agent", "", -1),
+		Data:       configs,
+	}
+	for _, n := range in.Plan.Nodes {
+		if n.Role == RoleGateway {
+			out.Services = append(out.Services, service(sp, n, in.Plan.Connections))
+		}
+		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)], opts))
+	}
+	return out, nil
+}
+
+// Name of the Job / Service for a plan entry.
+func Name(sp *v1alpha1.StreamPipeline, n planner.NodePlan) string {
+	return fmt.Sprintf("%s-%s-%d", sp.Name, n.Role, n.Stream)
+}
+
+func configKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d.json", n.Role, n.Stream) }
+
+func meta(sp *v1alpha1.StreamPipeline, name, role string, stream int) metav1.ObjectMeta {
+	labels := map[string]string{
+		"app.kubernetes.io/name":       "numastream",
+		"app.kubernetes.io/instance":   sp.Name,
+		"app.kubernetes.io/managed-by": managedBy,
+		LabelPipeline:                  sp.Name,
+	}
+	if role != "" {
+		labels[LabelRole] = role
+		labels[LabelStream] = fmt.Sprint(stream)
+	}
+	return metav1.ObjectMeta{
+		Name:      name,
+		Namespace: sp.Namespace,
+		Labels:    labels,
+		// Garbage collection: deleting the pipeline deletes everything it owns.
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion:         v1alpha1.GroupVersion.String(),
+			Kind:               "StreamPipeline",
+			Name:               sp.Name,
+			UID:                sp.UID,
+			Controller:         ptr.To(true),
+			BlockOwnerDeletion: ptr.To(true),
+		}},
+	}
+}
+
+// service exposes one gateway stream's data ports and metrics.
+func service(sp *v1alpha1.StreamPipeline, n planner.NodePlan, conns int) *corev1.Service {
+	name := Name(sp, n)
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: meta(sp, name, n.Role, n.Stream),
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{LabelPipeline: sp.Name, LabelRole: n.Role, LabelStream: fmt.Sprint(n.Stream)},
+		},
+	}
+	for c := 0; c < conns; c++ {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name: fmt.Sprintf("data-%d", c), Protocol: corev1.ProtocolTCP,
+			Port: int32(n.Port + c), TargetPort: intstr.FromInt32(int32(n.Port + c)),
+		})
+	}
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromInt32(MetricsPort)})
+	return svc
+}
+
+func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Job {
+	sp := in.Pipeline
+	name := Name(sp, n)
+	pod := corev1.PodTemplateSpec{ObjectMeta: meta(sp, "", n.Role, n.Stream)}
+	pod.ObjectMeta.OwnerReferences = nil
+	pod.Spec = corev1.PodSpec{
+		RestartPolicy:                 corev1.RestartPolicyOnFailure,
+		TerminationGracePeriodSeconds: ptr.To[int64](30), // SIGTERM drains the stream
+		// Node selection: the plan names the node.
+		NodeSelector:       map[string]string{corev1.LabelHostname: n.Node},
+		Tolerations:        opts.Tolerations,
+		SecurityContext:    podSecurity(),
+		Containers:         []corev1.Container{agent(in, n, opts)},
+		Volumes:            volumes(sp, n),
+		EnableServiceLinks: ptr.To(false),
+	}
+	// The plan hash changes whenever the rendered agent config does; a Job's pod template is
+	// immutable, so a changed hash means: replace the Job.
+	sum := sha256.Sum256([]byte(config))
+	hash := hex.EncodeToString(sum[:8])
+	pod.Annotations = map[string]string{AnnotationPlanHash: hash}
+	withNetworkAttachment(&pod, sp, n)
+	j := &batchv1.Job{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: meta(sp, name, n.Role, n.Stream),
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](10),
+			Template:     pod,
+		},
+	}
+	j.Annotations = map[string]string{AnnotationPlanHash: hash}
+	if sp.Spec.Suspend {
+		j.Spec.Suspend = ptr.To(true)
+	}
+	return j
+}
+
+// withNetworkAttachment: the gateway's receiving pod joins the data network (Multus).
+func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1alpha1.StreamPipeline, n planner.NodePlan) {
+	if n.Role == RoleGateway && sp.Spec.Gateway.Network.Attachment != "" {
+		pod.Annotations[MultusAnnotation] = sp.Spec.Gateway.Network.Attachment
+	}
+}
+
+// agent is the one container of an agent pod: Guaranteed QoS with integer CPUs (requests ==
+// limits) so the kubelet's static CPU manager gives it exclusive cores, and on the gateway the
+// NIC's device resource so Topology Manager puts those cores on the NIC's NUMA node.
+func agent(in Inputs, n planner.NodePlan, opts Options) corev1.Container {
+	sp := in.Pipeline
+	cmd := "send"
+	if n.Role == RoleGateway {
+		cmd = "receive"
+	}
+	cpu := resource.MustParse(fmt.Sprint(n.CPUs))
+	mem := memoryFor(sp.Spec.ChunkBytes, n)
+	res := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
+	if n.Role == RoleGateway && sp.Spec.Placement != v1alpha1.PlacementOS {
+		res[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
+	}
+	c := corev1.Container{
+		Name:            agentContainer,
+		Image:           opts.AgentImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:            []string{cmd, "--config", ConfigMountPath + "/" + configKey(n)},
+		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+		Ports:           []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort}},
+		SecurityContext: containerSecurity(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(MetricsPort)}},
+			PeriodSeconds: 10, FailureThreshold: 3,
+		},
+	}
+	if hasDataVolume(sp, n) {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount, ReadOnly: n.Role == RoleSender})
+	}
+	if n.Role == RoleGateway {
+		for p := 0; p < in.Plan.Connections; p++ {
+			c.Ports = append(c.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(n.Port + p)})
+		}
+	}
+	return c
+}
+
+// nicResource is the device resource aligned with the data NIC: the SR-IOV pool the attachment
+// names, else numastream's NIC-locality token.
+func nicResource(sp *v1alpha1.StreamPipeline) string {
+	if r := sp.Spec.Gateway.Network.ResourceName; r != "" {
+		return r
+	}
+	return topology.NICResource(sp.Spec.Gateway.Network.NIC)
+}
+
+// memoryFor sizes the pod's memory limit from the buffers the agent allocates (docs/planner.md).
+func memoryFor(chunk int64, n planner.NodePlan) resource.Quantity {
+	threads := 0
+	for _, s := range n.Stages {
+		threads += s.Threads
+	}
+	// Per thread ~3 chunks in flight (input, output, zero-copy on the wire) plus queues, frames
+	// and the reorder window, plus 256 MiB for code and ZeroMQ.
+	bytes := int64(threads*3+28)*chunk + 256<<20
+	mib := (bytes + (1<<20 - 1)) >> 20
+	return resource.MustParse(fmt.Sprintf("%dMi", mib))
+}
+
+// podSecurity / containerSecurity: the restricted Pod Security profile.
+func podSecurity() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](65532),
+		RunAsGroup:     ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func containerSecurity() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+func hasDataVolume(sp *v1alpha1.StreamPipeline, n planner.NodePlan) bool {
+	if n.Role == RoleSender {
+		return senderSource(sp, n.Stream).File != nil
+	}
+	return sp.Spec.Sink != nil && sp.Spec.Sink.File != nil
+}
+
+func volumes(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.Volume {
+	vols := []corev1.Volume{{
+		Name: "config",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: sp.Name + "-agent"},
+		}},
+	}}
+	if !hasDataVolume(sp, n) {
+		return vols
+	}
+	var hostPath string
+	t := corev1.HostPathDirectoryOrCreate
+	if n.Role == RoleSender {
+		hostPath = senderSource(sp, n.Stream).File.Path
+		t = corev1.HostPathUnset
+	} else {
+		hostPath = dirOf(sp.Spec.Sink.File.Path)
+	}
+	return append(vols, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: hostPath, Type: &t},
+	}})
+}
+
+func senderSource(sp *v1alpha1.StreamPipeline, stream int) v1alpha1.Source {
+	return sp.Spec.Senders[stream].Source
+}
+
+func dirOf(path string) string {
+	for i := len(path) - 1; i > 0; i-- {
+		if path[i] == '/' {
+			return path[:i]
+		}
+	}
+	return "/"
+}
+
+func baseOf(path string) string {
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			return path[i+1:]
+		}
+	}
+	return path
+}

@@ -1,0 +1,258 @@
+package render
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/planner"
+	"github.com/numastream/numastream/internal/topology"
+)
+
+type option func(*v1alpha1.StreamPipeline)
+
+func withStreams(n int) option {
+	return func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Senders = nil
+		for i := 0; i < n; i++ {
+			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{
+				Node:   "det-" + string(rune('a'+i)),
+				Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 100, Seed: int64(i)}},
+			})
+		}
+	}
+}
+func withAttachment(a string) option {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.Attachment = a }
+}
+func withResourceName(r string) option {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.ResourceName = r }
+}
+func withPlacement(m v1alpha1.PlacementMode) option {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = m }
+}
+func withFileSink(p string) option {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: p}} }
+}
+func withFileSource(p string) option {
+	return func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: p}}
+	}
+}
+
+func pipeline(name string, opts ...option) *v1alpha1.StreamPipeline {
+	sp := &v1alpha1.StreamPipeline{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "beamline", UID: "uid-1"},
+		Spec: v1alpha1.StreamPipelineSpec{
+			Gateway:    v1alpha1.Gateway{Node: "lynx-1", Network: v1alpha1.DataNetwork{NIC: "ens1f0"}},
+			Codec:      "lz4",
+			Port:       5555,
+			ChunkBytes: 11059200,
+			Placement:  v1alpha1.PlacementNUMAAware,
+		},
+	}
+	withStreams(1)(sp)
+	for _, o := range opts {
+		o(sp)
+	}
+	return sp
+}
+
+func gateway() topology.Node {
+	return topology.Node{
+		Name:         "lynx-1",
+		NUMANodes:    []topology.NUMANode{{ID: 0, CPUs: 16}, {ID: 1, CPUs: 16}},
+		NICs:         map[string]topology.NIC{"ens1f0": {Name: "ens1f0", NUMANode: 1, SpeedMbit: 200000}},
+		CompressMBps: 440, DecompressMBps: 1600,
+	}
+}
+
+func sender(name string) topology.Node {
+	n := gateway()
+	n.Name = name
+	return n
+}
+
+func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan) {
+	t.Helper()
+	var senders []topology.Node
+	for _, s := range sp.Spec.Senders {
+		senders = append(senders, sender(s.Node))
+	}
+	plan, err := planner.Make(planner.Request{
+		Senders: senders, Gateway: gateway(), GatewayNIC: "ens1f0", Ratio: 2, Port: 5555,
+		Mode: planner.Mode(sp.Spec.Placement), HasSink: sp.Spec.Sink != nil,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}, Options{AgentImage: "numastream/agent:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs, plan
+}
+
+func TestRenderedPodsAreGuaranteedAndPinnedToTheirNode(t *testing.T) {
+	objs, plan := renderFor(t, pipeline("tomo", withStreams(2)))
+	if len(objs.Jobs) != 4 || len(objs.Services) != 2 {
+		t.Fatalf("%d jobs, %d services", len(objs.Jobs), len(objs.Services))
+	}
+	for i, j := range objs.Jobs {
+		n := plan.Nodes[i]
+		pod := j.Spec.Template.Spec
+		if pod.NodeSelector[corev1.LabelHostname] != n.Node {
+			t.Errorf("%s: node selector %v", j.Name, pod.NodeSelector)
+		}
+		if pod.RestartPolicy != corev1.RestartPolicyOnFailure {
+			t.Errorf("%s: restart policy %s", j.Name, pod.RestartPolicy)
+		}
+		c := pod.Containers[0]
+		cpu := c.Resources.Requests[corev1.ResourceCPU]
+		if cpu.Value() != int64(n.CPUs) || cpu.MilliValue()%1000 != 0 {
+			t.Errorf("%s: cpu request %s, want %d whole cores", j.Name, cpu.String(), n.CPUs)
+		}
+		for name, q := range c.Resources.Requests {
+			if l := c.Resources.Limits[name]; l.Cmp(q) != 0 {
+				t.Errorf("%s: %s request %s != limit %s (not Guaranteed)", j.Name, name, q.String(), l.String())
+			}
+		}
+		if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok {
+			t.Errorf("%s: no memory request", j.Name)
+		}
+		if len(j.OwnerReferences) != 1 || j.OwnerReferences[0].Kind != "StreamPipeline" || !*j.OwnerReferences[0].Controller {
+			t.Errorf("%s: owner refs %+v", j.Name, j.OwnerReferences)
+		}
+	}
+}
+
+func TestGatewayRequestsTheNICResourceAndJoinsTheDataNetwork(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo", withAttachment("data/hsn-200g")))
+	gw := objs.Jobs[1]
+	if gw.Labels[LabelRole] != RoleGateway {
+		t.Fatalf("second job is %s", gw.Name)
+	}
+	res := gw.Spec.Template.Spec.Containers[0].Resources
+	if q := res.Limits["numastream.io/nic-ens1f0"]; q.Cmp(resource.MustParse("1")) != 0 {
+		t.Errorf("NIC token limit %v", res.Limits)
+	}
+	if got := gw.Spec.Template.Annotations[MultusAnnotation]; got != "data/hsn-200g" {
+		t.Errorf("multus annotation %q", got)
+	}
+	if _, ok := objs.Jobs[0].Spec.Template.Annotations[MultusAnnotation]; ok {
+		t.Error("sender must not join the gateway's attachment")
+	}
+	if _, ok := objs.Jobs[0].Spec.Template.Spec.Containers[0].Resources.Limits["numastream.io/nic-ens1f0"]; ok {
+		t.Error("sender must not request the gateway's NIC token")
+	}
+	objs, _ = renderFor(t, pipeline("tomo", withResourceName("intel.com/sriov_200g")))
+	if _, ok := objs.Jobs[1].Spec.Template.Spec.Containers[0].Resources.Limits["intel.com/sriov_200g"]; !ok {
+		t.Error("an SR-IOV resource name replaces the NIC token")
+	}
+	objs, _ = renderFor(t, pipeline("tomo", withPlacement(v1alpha1.PlacementOS)))
+	if len(objs.Jobs[1].Spec.Template.Spec.Containers[0].Resources.Limits) != 2 {
+		t.Error("os placement requests no NIC alignment")
+	}
+}
+
+func TestRestrictedSecurityContext(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo"))
+	for _, j := range objs.Jobs {
+		ps := j.Spec.Template.Spec.SecurityContext
+		c := j.Spec.Template.Spec.Containers[0].SecurityContext
+		if !*ps.RunAsNonRoot || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s pod security %+v", j.Name, ps)
+		}
+		if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || c.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("%s container security %+v", j.Name, c)
+		}
+	}
+}
+
+// The rendered agent configs follow docs/agent-config.md: the fields the agent parses, with the
+// plan's thread counts and NUMA targets.
+func TestAgentConfigsFollowThePlan(t *testing.T) {
+	objs, plan := renderFor(t, pipeline("tomo", withStreams(2)))
+	var tx, rx map[string]any
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["sender-1.json"]), &tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-1.json"]), &rx); err != nil {
+		t.Fatal(err)
+	}
+	wantPort := plan.Nodes[3].Port
+	if tx["endpoint"] != "tcp://tomo-gateway-1.beamline.svc:"+itoa(wantPort) {
+		t.Errorf("sender endpoint %v", tx["endpoint"])
+	}
+	if rx["endpoint"] != "tcp://0.0.0.0:"+itoa(wantPort) || rx["streams"] != 1.0 {
+		t.Errorf("gateway endpoint %v streams %v", rx["endpoint"], rx["streams"])
+	}
+	if tx["stream_id"] != 1.0 || tx["connections"] != float64(plan.Connections) {
+		t.Errorf("sender %v", tx)
+	}
+	rstages := rx["placement"].(map[string]any)["stages"].(map[string]any)
+	if r := rstages["receive"].(map[string]any); r["numa"] != "nic" || r["threads"] != float64(plan.Connections) {
+		t.Errorf("receive stage %v", r)
+	}
+	if rx["placement"].(map[string]any)["nic_numa_node"] != 1.0 {
+		t.Errorf("nic numa node %v", rx["placement"])
+	}
+	src := tx["source"].(map[string]any)
+	if src["kind"] != "synthetic" || src["chunks"] != 100.0 || src["seed"] != 1.0 {
+		t.Errorf("source %v", src)
+	}
+	for _, key := range []string{"version", "endpoint", "connections", "chunk_bytes", "codec", "metrics", "placement"} {
+		if _, ok := tx[key]; !ok {
+			t.Errorf("sender config lacks %s", key)
+		}
+	}
+}
+
+func TestFileSourceAndSinkMountHostPaths(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo", withFileSource("/scratch/scan-42"), withFileSink("/archive/scan-{stream}.raw")))
+	tx := objs.Jobs[0].Spec.Template.Spec
+	rx := objs.Jobs[1].Spec.Template.Spec
+	if tx.Volumes[1].HostPath.Path != "/scratch/scan-42" || !tx.Containers[0].VolumeMounts[1].ReadOnly {
+		t.Errorf("sender data volume %+v %+v", tx.Volumes, tx.Containers[0].VolumeMounts)
+	}
+	if rx.Volumes[1].HostPath.Path != "/archive" || rx.Containers[0].VolumeMounts[1].ReadOnly {
+		t.Errorf("gateway data volume %+v", rx.Volumes)
+	}
+	if !strings.Contains(objs.ConfigMap.Data["gateway-0.json"], `"path": "/data/scan-{stream}.raw"`) {
+		t.Errorf("sink config %s", objs.ConfigMap.Data["gateway-0.json"])
+	}
+}
+
+func TestPlanHashChangesWithTheConfig(t *testing.T) {
+	a, _ := renderFor(t, pipeline("tomo"))
+	sp := pipeline("tomo")
+	sp.Spec.Codec = "shuffle-lz4"
+	b, _ := renderFor(t, sp)
+	if a.Jobs[0].Annotations[AnnotationPlanHash] == b.Jobs[0].Annotations[AnnotationPlanHash] {
+		t.Error("changing the codec must change the plan hash")
+	}
+	c, _ := renderFor(t, pipeline("tomo"))
+	if a.Jobs[0].Annotations[AnnotationPlanHash] != c.Jobs[0].Annotations[AnnotationPlanHash] {
+		t.Error("rendering is deterministic")
+	}
+}
+
+func TestSuspendSuspendsTheJobs(t *testing.T) {
+	sp := pipeline("tomo")
+	sp.Spec.Suspend = true
+	objs, _ := renderFor(t, sp)
+	for _, j := range objs.Jobs {
+		if !ptr.Deref(j.Spec.Suspend, false) {
+			t.Errorf("%s not suspended", j.Name)
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
