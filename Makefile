@@ -8,6 +8,10 @@ BIN ?= bin
 JOBS ?= $(shell nproc)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 
+K8S_VERSION := 1.36.4
+K8S_BIN ?= $(HOME)/.cache/numastream/k8s-$(K8S_VERSION)
+CONTROLLER_GEN := $(K8S_BIN)/controller-gen
+
 AGENT_BUILD := $(BUILD)/agent
 AGENT_ASAN_BUILD := $(BUILD)/agent-asan
 AGENT := $(BIN)/numastream-agent
@@ -46,10 +50,41 @@ test-agent-asan: agent-asan ## Agent unit tests under AddressSanitizer + UBSan
 bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit
 	@$(AGENT) bench all
 
+##@ Operator (Go)
+
+.PHONY: k8s-bins
+k8s-bins: ## Build kube-apiserver, etcd and controller-gen from the Go module proxy (cached)
+	@command -v go >/dev/null || { echo "Go 1.26 is needed (https://go.dev/dl)"; exit 1; }
+	@BIN_DIR=$(K8S_BIN) COMPONENTS="envtest controller-gen" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
+		bash hack/build-k8s-bins.sh | grep -v '^-\|^total\|^d' || true
+	@test -x $(K8S_BIN)/kube-apiserver && test -x $(K8S_BIN)/etcd && test -x $(CONTROLLER_GEN)
+
+.PHONY: generate
+generate: k8s-bins ## Generate deepcopy code for the API types
+	@$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+
+.PHONY: manifests
+manifests: k8s-bins ## Generate the CRD and RBAC into config/
+	@$(CONTROLLER_GEN) crd rbac:roleName=numastream-operator paths=./api/... paths=./controllers/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: verify-generated
+verify-generated: generate manifests ## Fail when generated files are not committed
+	@git diff --exit-code -- api config || { echo "generated files are stale: run make generate manifests and commit"; exit 1; }
+
+.PHONY: operator
+operator: ## Build the operator into bin/operator
+	@go build -o $(BIN)/operator ./cmd/operator
+
+.PHONY: test-operator
+test-operator: k8s-bins verify-generated ## Operator unit tests and the envtest suite (real kube-apiserver + etcd)
+	@go vet ./...
+	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 go test -count=1 ./...
+
 ##@ Whole project
 
 .PHONY: test
-test: test-agent test-agent-asan ## The whole suite
+test: test-agent test-agent-asan test-operator ## The whole suite
 	@echo "make test: all suites passed"
 
 .PHONY: demo

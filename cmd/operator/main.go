@@ -1,0 +1,78 @@
+// Command operator runs the StreamPipeline controller.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/controllers"
+	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/status"
+)
+
+func main() {
+	var (
+		metricsAddr  = flag.String("metrics-bind-address", ":8080", "address of the operator's own metrics endpoint")
+		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
+		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
+		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
+		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status")
+	)
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress: *probeAddr,
+		LeaderElection:         *leaderElect,
+		LeaderElectionID:       "numastream-operator.numastream.io",
+	})
+	if err != nil {
+		log.Error(err, "Cannot create the manager")
+		os.Exit(1)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	r := &controllers.StreamPipelineReconciler{
+		Client:       mgr.GetClient(),
+		Scheme:       mgr.GetScheme(),
+		Recorder:     mgr.GetEventRecorder("numastream-operator"),
+		Render:       render.Options{AgentImage: *agentImage},
+		Observe:      status.NewObserver(5 * time.Second).Observe,
+		ObserveEvery: *observeEvery,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		log.Error(err, "Cannot set up the StreamPipeline controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "Cannot add the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "Cannot add the ready check")
+		os.Exit(1)
+	}
+	log.Info("Starting the manager")
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "Manager stopped")
+		os.Exit(1)
+	}
+}

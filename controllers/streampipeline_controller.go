@@ -1,0 +1,527 @@
+// Package controllers holds the StreamPipeline reconciler: fetch, gather node facts, plan (pure),
+// render (pure), apply, status. Decisions live in internal/planner and internal/render.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/planner"
+	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// FieldOwner is the server-side apply field manager of everything the operator writes.
+const FieldOwner = "numastream-operator"
+
+// Condition reasons.
+const (
+	ReasonPlanned           = "Planned"
+	ReasonNodeNotFound      = "NodeNotFound"
+	ReasonMissingNodeLabels = "MissingNodeLabels"
+	ReasonNoCapacity        = "NoCapacity"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonSuspended         = "Suspended"
+	ReasonRunning           = "Running"
+	ReasonCompleted         = "Completed"
+	ReasonPending           = "Pending"
+	ReasonNotPlanned        = "NotPlanned"
+	ReasonTopologyAffinity  = "TopologyAffinityError"
+	ReasonHealthy           = "Healthy"
+	ReasonAwaitingAgents    = "AwaitingAgentReport"
+	ReasonReceiversNICLocal = "ReceiversNICLocal"
+	ReasonReceiversRemote   = "ReceiversNotNICLocal"
+	indexNodeNames          = "spec.nodeNames"
+	indexGateway            = "spec.gateway.node"
+)
+
+// StreamPipelineReconciler reconciles StreamPipelines.
+type StreamPipelineReconciler struct {
+	client.Client
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	Render   render.Options
+	// Observe reads the agents' metrics of a running pipeline (nil: not observed).
+	Observe func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
+	// ObserveEvery is how often a running pipeline's agents are read.
+	ObserveEvery time.Duration
+}
+
+// +kubebuilder:rbac:groups=numastream.io,resources=streampipelines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=numastream.io,resources=streampipelines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile drives one StreamPipeline towards its plan.
+func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
+	log := ctrl.LoggerFrom(ctx)
+	sp := &v1alpha1.StreamPipeline{}
+	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := sp.DeepCopy()
+	defer func() {
+		if !equality.Semantic.DeepEqual(before.Status, sp.Status) {
+			if perr := r.Status().Patch(ctx, sp, client.MergeFrom(before)); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
+	}()
+	sp.Status.Streams = int32(len(sp.Spec.Senders))
+
+	facts, err := r.gather(ctx, sp)
+	if err != nil {
+		return ctrl.Result{}, r.notPlanned(sp, err)
+	}
+	plan, err := planner.Make(request(sp, facts))
+	if err != nil {
+		return ctrl.Result{}, r.notPlanned(sp, err)
+	}
+	r.planned(sp, plan)
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway}, r.Render)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	replaced, err := r.apply(ctx, sp, objs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pods, err := r.pods(ctx, sp)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.handleTopologyRejections(ctx, sp, pods); err != nil {
+		return ctrl.Result{}, err
+	}
+	ready := r.readiness(ctx, sp, objs)
+	if ready && r.Observe != nil {
+		if obs, oerr := r.Observe(ctx, sp, pods); oerr != nil {
+			log.V(1).Info("Cannot read agent metrics", "pipeline", klog.KObj(sp), "error", oerr)
+		} else if obs != nil {
+			sp.Status.Observed = obs
+			setNICLocal(sp, obs.NICLocal)
+		}
+	}
+	sp.Status.ObservedGeneration = sp.Generation
+	if replaced || !ready {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	if r.Observe != nil && r.ObserveEvery > 0 {
+		return ctrl.Result{RequeueAfter: r.ObserveEvery}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// facts are the only reads the planner depends on.
+type facts struct {
+	senders     []topology.Node
+	gateway     topology.Node
+	held        map[int]int
+	heldStreams int
+}
+
+type notPlannedError struct {
+	reason string
+	err    error
+}
+
+func (e *notPlannedError) Error() string { return e.err.Error() }
+
+func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.StreamPipeline) (facts, error) {
+	var f facts
+	read := func(name string) (topology.Node, error) {
+		node := &corev1.Node{}
+		if err := r.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				return topology.Node{}, &notPlannedError{ReasonNodeNotFound, fmt.Errorf("node %s does not exist", name)}
+			}
+			return topology.Node{}, err
+		}
+		t, err := topology.FromLabels(name, node.Labels)
+		if err != nil {
+			return t, &notPlannedError{ReasonMissingNodeLabels, err}
+		}
+		return t, nil
+	}
+	for _, s := range sp.Spec.Senders {
+		t, err := read(s.Node)
+		if err != nil {
+			return f, err
+		}
+		f.senders = append(f.senders, t)
+	}
+	gw, err := read(sp.Spec.Gateway.Node)
+	if err != nil {
+		return f, err
+	}
+	f.gateway = gw
+	f.held, f.heldStreams, err = r.heldOnGateway(ctx, sp)
+	return f, err
+}
+
+// heldOnGateway sums the gateway cores that older pipelines hold. Age decides who keeps cores
+// when they run out, so a plan never flips back and forth between two pipelines.
+func (r *StreamPipelineReconciler) heldOnGateway(ctx context.Context, sp *v1alpha1.StreamPipeline) (map[int]int, int, error) {
+	var list v1alpha1.StreamPipelineList
+	if err := r.List(ctx, &list, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node}); err != nil {
+		return nil, 0, err
+	}
+	held, streams := map[int]int{}, 0
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == sp.UID || o.Spec.Suspend || o.Status.Plan == nil || !older(o, sp) ||
+			!meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionPlanned) {
+			continue
+		}
+		for _, c := range o.Status.Plan.GatewayCores {
+			held[int(c.NUMANode)] += int(c.Cores)
+		}
+		streams += len(o.Spec.Senders)
+	}
+	return held, streams, nil
+}
+
+func older(a, b *v1alpha1.StreamPipeline) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
+	ratio, _ := strconv.ParseFloat(sp.Spec.ExpectedRatio, 64)
+	if ratio <= 0 {
+		ratio = 2
+	}
+	req := planner.Request{
+		Senders: f.senders, Gateway: f.gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
+		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
+		HasSink: sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil),
+		Port:    int(sp.Spec.Port),
+	}
+	if sp.Spec.Placement == v1alpha1.PlacementOS {
+		req.Mode = planner.OS
+	}
+	if sp.Spec.Connections != nil {
+		req.Connections = int(*sp.Spec.Connections)
+	}
+	if t := sp.Spec.Threads; t != nil {
+		if t.Compress != nil {
+			req.CompressThreads = int(*t.Compress)
+		}
+		if t.Decompress != nil {
+			req.DecompressThreads = int(*t.Decompress)
+		}
+	}
+	if sp.Spec.TargetGbps != nil {
+		req.TargetMbit = float64(*sp.Spec.TargetGbps) * 1000
+	}
+	return req
+}
+
+// notPlanned records why there is no plan. A missing node or label and a pipeline that does
+// not fit are facts to report, not errors to retry blindly: the watches bring the change.
+func (r *StreamPipelineReconciler) notPlanned(sp *v1alpha1.StreamPipeline, err error) error {
+	reason := ReasonNoCapacity
+	var np *notPlannedError
+	var refused *planner.RefusedError
+	var missing *topology.MissingLabelError
+	switch {
+	case errors.As(err, &np):
+		reason = np.reason
+	case errors.As(err, &missing):
+		reason = ReasonMissingNodeLabels
+	case errors.As(err, &refused):
+		reason = ReasonNoCapacity
+	default:
+		return err // an API error: retry with backoff
+	}
+	msg := err.Error()
+	if setCondition(sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, reason, msg) {
+		r.Recorder.Eventf(sp, nil, corev1.EventTypeWarning, reason, "Plan", msg)
+	}
+	setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNotPlanned, "no plan: "+msg)
+	sp.Status.ObservedGeneration = sp.Generation
+	return nil
+}
+
+func (r *StreamPipelineReconciler) planned(sp *v1alpha1.StreamPipeline, p planner.Plan) {
+	sp.Status.Plan = toAPIPlan(p)
+	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", p.TotalMbit/1000)
+	sp.Status.Bottleneck = p.Bottleneck
+	msg := fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
+		len(sp.Spec.Senders), p.Connections, p.TotalMbit/1000, p.RateMbit/1000, p.Bottleneck)
+	if setCondition(sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned, msg) {
+		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, ReasonPlanned, "Plan", msg)
+	}
+}
+
+func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
+	out := &v1alpha1.Plan{
+		Connections: int32(p.Connections), NICNUMANode: int32(p.NICNode),
+		PredictedMbps: int64(p.RateMbit), PredictedTotalMbps: int64(p.TotalMbit), Bottleneck: p.Bottleneck,
+	}
+	ids := make([]int, 0, len(p.Holds))
+	for id := range p.Holds {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		if p.Holds[id] > 0 {
+			out.GatewayCores = append(out.GatewayCores, v1alpha1.NUMACores{NUMANode: int32(id), Cores: int32(p.Holds[id])})
+		}
+	}
+	for _, n := range p.Nodes {
+		np := v1alpha1.NodePlan{Node: n.Node, Role: n.Role, CPUs: int32(n.CPUs)}
+		np.StreamID = new(int32)
+		*np.StreamID = int32(n.Stream)
+		for _, s := range n.Stages {
+			np.Stages = append(np.Stages, v1alpha1.StagePlan{Stage: s.Name, Threads: int32(s.Threads), NUMA: s.NUMA, RateMbps: int64(s.RateMbit)})
+		}
+		out.Nodes = append(out.Nodes, np)
+	}
+	return out
+}
+
+// apply writes the desired objects with server-side apply. A Job whose rendered config changed
+// is deleted (its pod template is immutable) and created again on the next pass. Jobs of
+// streams that no longer exist are deleted.
+func (r *StreamPipelineReconciler) apply(ctx context.Context, sp *v1alpha1.StreamPipeline, objs render.Objects) (bool, error) {
+	if err := r.ssa(ctx, objs.ConfigMap); err != nil {
+		return false, err
+	}
+	for _, s := range objs.Services {
+		if err := r.ssa(ctx, s); err != nil {
+			return false, err
+		}
+	}
+	replaced := false
+	want := map[string]bool{}
+	for _, j := range objs.Jobs {
+		want[j.Name] = true
+		existing := &batchv1.Job{}
+		err := r.Get(ctx, client.ObjectKeyFromObject(j), existing)
+		if err == nil && existing.Annotations[render.AnnotationPlanHash] != j.Annotations[render.AnnotationPlanHash] {
+			ctrl.LoggerFrom(ctx).Info("Replacing job with a new plan", "job", klog.KObj(existing))
+			if err := r.Delete(ctx, existing, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return false, err
+			}
+			replaced = true
+			continue
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		if existing.DeletionTimestamp != nil {
+			replaced = true
+			continue
+		}
+		if err := r.ssa(ctx, j); err != nil {
+			return false, err
+		}
+	}
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+		return false, err
+	}
+	for i := range jobs.Items {
+		if !want[jobs.Items[i].Name] && metav1.IsControlledBy(&jobs.Items[i], sp) {
+			if err := r.Delete(ctx, &jobs.Items[i], client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return false, err
+			}
+		}
+	}
+	return replaced, nil
+}
+
+func (r *StreamPipelineReconciler) ssa(ctx context.Context, obj client.Object) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	un := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(un.Object, "status")
+	return r.Apply(ctx, client.ApplyConfigurationFromUnstructured(un), client.FieldOwner(FieldOwner), client.ForceOwnership)
+}
+
+func (r *StreamPipelineReconciler) pods(ctx context.Context, sp *v1alpha1.StreamPipeline) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	err := r.List(ctx, &pods, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name})
+	return pods.Items, err
+}
+
+// handleTopologyRejections: a pod that Topology Manager refused is left Failed and never
+// rescheduled by Kubernetes. Say so in status and delete it, so that the Job makes a new one
+// (after the next plan, which sees the gateway as it is now).
+func (r *StreamPipelineReconciler) handleTopologyRejections(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) error {
+	var rejected []string
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonTopologyAffinity {
+			continue
+		}
+		rejected = append(rejected, fmt.Sprintf("%s on %s", p.Name, p.Spec.NodeName))
+		if err := r.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	if len(rejected) > 0 {
+		msg := "Topology Manager rejected " + strings.Join(rejected, ", ") +
+			": no NUMA node could hold the pod's CPUs together with the NIC; deleted so the Job retries after re-planning"
+		if setCondition(sp, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity, msg) {
+			r.Recorder.Eventf(sp, nil, corev1.EventTypeWarning, ReasonTopologyAffinity, "Replan", msg)
+		}
+		return nil
+	}
+	if c := meta.FindStatusCondition(sp.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Reason != ReasonTopologyAffinity || readyCount(sp) {
+		setCondition(sp, v1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonHealthy, "no stage is failing")
+	}
+	return nil
+}
+
+func readyCount(sp *v1alpha1.StreamPipeline) bool {
+	return meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionReady)
+}
+
+// readiness: Ready when every Job has a ready pod or has completed.
+func (r *StreamPipelineReconciler) readiness(ctx context.Context, sp *v1alpha1.StreamPipeline, objs render.Objects) bool {
+	if sp.Spec.Suspend {
+		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: the agents are stopped")
+		return false
+	}
+	var waiting []string
+	completed := 0
+	for _, j := range objs.Jobs {
+		cur := &batchv1.Job{}
+		if err := r.Get(ctx, client.ObjectKeyFromObject(j), cur); err != nil {
+			waiting = append(waiting, j.Name)
+			continue
+		}
+		switch {
+		case cur.Status.Succeeded > 0:
+			completed++
+		case cur.Status.Ready != nil && *cur.Status.Ready > 0:
+		default:
+			waiting = append(waiting, j.Name)
+		}
+	}
+	switch {
+	case len(waiting) > 0:
+		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPending, "waiting for "+strings.Join(waiting, ", "))
+		return false
+	case completed == len(objs.Jobs):
+		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonCompleted, "every stream completed")
+	default:
+		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("%d agents running", len(objs.Jobs)-completed))
+	}
+	if meta.FindStatusCondition(sp.Status.Conditions, v1alpha1.ConditionNICLocal) == nil {
+		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the receiving agents have not reported their placement yet")
+	}
+	return true
+}
+
+func setNICLocal(sp *v1alpha1.StreamPipeline, local *bool) {
+	switch {
+	case local == nil:
+		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the agents do not know the NIC's NUMA node")
+	case *local:
+		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal, "every receiving thread runs on the NIC's NUMA node")
+	default:
+		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote,
+			"a receiving thread runs off the NIC's NUMA node: the pod's cpuset has no CPU there (check the kubelet's Topology Manager policy and the NIC resource)")
+	}
+}
+
+// setCondition sets a condition; true when it changed (status or reason), for events.
+func setCondition(sp *v1alpha1.StreamPipeline, t string, s metav1.ConditionStatus, reason, msg string) bool {
+	old := meta.FindStatusCondition(sp.Status.Conditions, t)
+	changed := old == nil || old.Status != s || old.Reason != reason || old.Message != msg
+	meta.SetStatusCondition(&sp.Status.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: sp.Generation,
+	})
+	return changed
+}
+
+// SetupWithManager wires the watches: owned objects, the nodes a pipeline uses (a label change
+// re-plans), the agent pods, and the other pipelines on the same gateway.
+func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &v1alpha1.StreamPipeline{}, indexNodeNames, func(o client.Object) []string {
+		sp := o.(*v1alpha1.StreamPipeline)
+		names := []string{sp.Spec.Gateway.Node}
+		for _, s := range sp.Spec.Senders {
+			names = append(names, s.Node)
+		}
+		return names
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.StreamPipeline{}, indexGateway, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.StreamPipeline).Spec.Gateway.Node}
+	}); err != nil {
+		return err
+	}
+	byNode := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		return r.pipelinesMatching(ctx, client.MatchingFields{indexNodeNames: o.GetName()})
+	})
+	byPodLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[render.LabelPipeline]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	})
+	sameGateway := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		sp := o.(*v1alpha1.StreamPipeline)
+		return r.pipelinesMatching(ctx, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node})
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.StreamPipeline{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&batchv1.Job{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Watches(&corev1.Node{}, byNode, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&corev1.Pod{}, byPodLabel).
+		Watches(&v1alpha1.StreamPipeline{}, sameGateway).
+		Complete(r)
+}
+
+func (r *StreamPipelineReconciler) pipelinesMatching(ctx context.Context, sel client.MatchingFields) []reconcile.Request {
+	var list v1alpha1.StreamPipelineList
+	if err := r.List(ctx, &list, sel); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, sp := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sp)})
+	}
+	return out
+}

@@ -1,0 +1,501 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// The suite runs against a real kube-apiserver and etcd (envtest), built from the Go module
+// proxy by hack/build-k8s-bins.sh; `make test-operator` sets KUBEBUILDER_ASSETS.
+var (
+	k8s    client.Client
+	ctx    context.Context
+	cancel context.CancelFunc
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if os.Getenv("NUMASTREAM_REQUIRE_ENVTEST") != "" {
+			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test-operator`")
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "skipping the envtest suite: KUBEBUILDER_ASSETS is not set (run `make test-operator`)")
+		os.Exit(0)
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.ErrorLevel)))
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		os.Exit(1)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		panic(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	r := &StreamPipelineReconciler{
+		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
+		Render: render.Options{AgentImage: "numastream/agent:test"},
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		panic(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			panic(err)
+		}
+	}()
+	code := m.Run()
+	cancel()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// ---- fixtures ----
+
+type nodeOption func(*corev1.Node)
+
+func facilityNode(name string, numaCPUs []int, nic string, nicNUMA int, speedMbit int, opts ...nodeOption) *corev1.Node {
+	labels := map[string]string{
+		corev1.LabelHostname:         name,
+		topology.LabelNUMANodes:      fmt.Sprint(len(numaCPUs)),
+		topology.LabelCompressMBps:   "440",
+		topology.LabelDecompressMBps: "1600",
+		topology.NICNUMALabel(nic):   fmt.Sprint(nicNUMA),
+		topology.NICSpeedLabel(nic):  fmt.Sprint(speedMbit),
+	}
+	total := 0
+	for i, c := range numaCPUs {
+		labels[topology.NUMACPUsLabel(i)] = fmt.Sprint(c)
+		total += c
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
+}
+
+func withoutLabel(key string) nodeOption { return func(n *corev1.Node) { delete(n.Labels, key) } }
+
+type spOption func(*v1alpha1.StreamPipeline)
+
+func withSenders(nodes ...string) spOption {
+	return func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Senders = nil
+		for _, n := range nodes {
+			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: n, Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 1000}}})
+		}
+	}
+}
+func withGateway(node string) spOption {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Node = node }
+}
+func withConnections(n int32) spOption {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = &n }
+}
+func withDecompress(n int32) spOption {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Threads = &v1alpha1.StageThreads{Decompress: &n} }
+}
+
+func pipeline(ns, name string, opts ...spOption) *v1alpha1.StreamPipeline {
+	sp := &v1alpha1.StreamPipeline{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.StreamPipelineSpec{
+			Gateway: v1alpha1.Gateway{Node: "lynx-1", Network: v1alpha1.DataNetwork{NIC: "ens1f0", Attachment: "hsn-200g"}},
+		},
+	}
+	withSenders("updraft-1")(sp)
+	for _, o := range opts {
+		o(sp)
+	}
+	return sp
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sp-"}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func ensureNode(t *testing.T, n *corev1.Node) {
+	t.Helper()
+	cur := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(n), cur); err == nil {
+		cur.Labels = n.Labels
+		if err := k8s.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := k8s.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond for up to 20 s.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: never happened; last: %s", what, last)
+}
+
+func condition(t *testing.T, sp *v1alpha1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1alpha1.StreamPipeline {
+	t.Helper()
+	cur := &v1alpha1.StreamPipeline{}
+	eventually(t, fmt.Sprintf("%s %s=%s (%s)", sp.Name, ctype, status, reason), func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(cur.Status.Conditions, ctype)
+		if c == nil {
+			return false, "no condition"
+		}
+		return c.Status == status && (reason == "" || c.Reason == reason), c.Reason + ": " + c.Message
+	})
+	return cur
+}
+
+// ---- tests ----
+
+// gatewayAndSenders labels the four senders and a gateway of the test's own, so that tests do
+// not share gateway cores.
+func gatewayAndSenders(t *testing.T, gateway string) {
+	ensureNode(t, facilityNode(gateway, []int{16, 16}, "ens1f0", 1, 200000))
+	for _, n := range []string{"updraft-1", "updraft-2", "polaris-1", "polaris-2"} {
+		ensureNode(t, facilityNode(n, []int{16, 16}, "ens1f0", 1, 100000))
+	}
+}
+
+func TestPlansRendersAndReportsAPipeline(t *testing.T) {
+	gatewayAndSenders(t, "lynx-9")
+	ns := namespace(t)
+	sp := pipeline(ns, "tomo", withGateway("lynx-9"), withSenders("updraft-1", "updraft-2", "polaris-1", "polaris-2"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	if cur.Status.Plan == nil || cur.Status.Plan.Connections != 4 || cur.Status.Bottleneck != "decompress" {
+		t.Fatalf("plan %+v bottleneck %s", cur.Status.Plan, cur.Status.Bottleneck)
+	}
+	if cur.Status.PredictedGbps != "204.8" || cur.Status.Streams != 4 {
+		t.Errorf("predicted %s streams %d", cur.Status.PredictedGbps, cur.Status.Streams)
+	}
+	if cur.Status.ObservedGeneration != cur.Generation {
+		t.Errorf("observedGeneration %d != %d", cur.Status.ObservedGeneration, cur.Generation)
+	}
+	// Defaults from the schema.
+	if cur.Spec.Codec != "lz4" || cur.Spec.ChunkBytes != 11059200 || cur.Spec.Port != 5555 || cur.Spec.Placement != v1alpha1.PlacementNUMAAware {
+		t.Errorf("defaults %+v", cur.Spec)
+	}
+	var jobs batchv1.JobList
+	eventually(t, "8 jobs", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		return len(jobs.Items) == 8, fmt.Sprint(len(jobs.Items))
+	})
+	for _, j := range jobs.Items {
+		c := j.Spec.Template.Spec.Containers[0]
+		if !metav1.IsControlledBy(&j, cur) {
+			t.Errorf("%s not owned by the pipeline", j.Name)
+		}
+		if j.Labels[render.LabelRole] == render.RoleGateway {
+			if q := c.Resources.Limits["numastream.io/nic-ens1f0"]; q.Cmp(resource.MustParse("1")) != 0 {
+				t.Errorf("%s lacks the NIC token", j.Name)
+			}
+			if j.Spec.Template.Annotations[render.MultusAnnotation] != "hsn-200g" {
+				t.Errorf("%s lacks the Multus annotation", j.Name)
+			}
+			if cpu := c.Resources.Limits[corev1.ResourceCPU]; cpu.Value() != 8 {
+				t.Errorf("%s cpus %s, want 4 receive + 4 decompress", j.Name, cpu.String())
+			}
+		}
+	}
+	var cm corev1.ConfigMap
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tomo-agent"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cm.Data["gateway-2.json"], `"endpoint": "tcp://0.0.0.0:5563"`) {
+		t.Errorf("gateway-2 config %s", cm.Data["gateway-2.json"])
+	}
+	var svcs corev1.ServiceList
+	_ = k8s.List(ctx, &svcs, client.InNamespace(ns))
+	if len(svcs.Items) != 4 {
+		t.Errorf("%d services", len(svcs.Items))
+	}
+	// No pods run in envtest: Ready stays False with the Jobs named.
+	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPending)
+}
+
+func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
+	ns := namespace(t)
+	cases := map[string]struct {
+		mutate func(*v1alpha1.StreamPipeline)
+		want   string
+	}{
+		"two sources": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source.File = &v1alpha1.FileSource{Path: "/data"}
+		}, "exactly one of synthetic, file or zmq"},
+		"no source":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file or zmq"},
+		"no senders":       {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = nil }, "spec.senders"},
+		"zero connections": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = ptr.To[int32](0) }, "spec.connections"},
+		"too many threads": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](5000)}
+		}, "spec.threads.compress"},
+		"port out of range": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Port = 70000 }, "spec.port"},
+		"ports run past 65535": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Port = 65530
+			sp.Spec.Connections = ptr.To[int32](10)
+		}, "port + connections must not run past 65535"},
+		"chunk too small": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ChunkBytes = 100 }, "spec.chunkBytes"},
+		"unknown codec":   {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Codec = "zstd" }, "spec.codec"},
+		"relative file path": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: "data"}}
+		}, "spec.senders[0].source.file.path"},
+		"bad endpoint": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "udp://x"}}
+		}, "spec.senders[0].source.zmq.endpoint"},
+		"bad NIC name": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.NIC = "ens1f0; rm" }, "spec.gateway.network.nic"},
+		"two sinks": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/a"}, ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://h:1"}}
+		}, "at most one of file or zmq"},
+		"duplicate sender": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = append(sp.Spec.Senders, sp.Spec.Senders[0]) }, "spec.senders[1]"},
+		"bad ratio":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ExpectedRatio = "two" }, "spec.expectedRatio"},
+		"bad placement":    {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = "pinned" }, "spec.placement"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sp := pipeline(ns, "bad-"+strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), "+", ""))
+			tc.mutate(sp)
+			err := k8s.Create(ctx, sp)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error does not name %q: %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func TestGatewayIsImmutable(t *testing.T) {
+	gatewayAndSenders(t, "lynx-1")
+	ns := namespace(t)
+	sp := pipeline(ns, "moving")
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Spec.Gateway.Node = "lynx-2"
+	err := k8s.Update(ctx, sp)
+	if err == nil || !strings.Contains(err.Error(), "gateway is immutable") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestMissingLabelThenLabelledNodeReplans(t *testing.T) {
+	gatewayAndSenders(t, "lynx-2")
+	ensureNode(t, facilityNode("bare-gw", []int{8, 8}, "ens2", 0, 100000, withoutLabel(topology.LabelDecompressMBps)))
+	ns := namespace(t)
+	sp := pipeline(ns, "waiting", withGateway("bare-gw"))
+	sp.Spec.Gateway.Network.NIC = "ens2"
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonMissingNodeLabels)
+	c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned)
+	if !strings.Contains(c.Message, topology.LabelDecompressMBps) || !strings.Contains(c.Message, "bare-gw") {
+		t.Errorf("message does not name the label: %s", c.Message)
+	}
+	// The node daemon publishes the label: the operator re-plans by itself.
+	ensureNode(t, facilityNode("bare-gw", []int{8, 8}, "ens2", 0, 100000))
+	cur = condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	if cur.Status.Plan.NICNUMANode != 0 {
+		t.Errorf("NIC node %d", cur.Status.Plan.NICNUMANode)
+	}
+	// The NIC moves to node 1 (a label change): a new plan, and the gateway Job is replaced.
+	var before batchv1.Job
+	eventually(t, "gateway job", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "waiting-gateway-0"}, &before)
+		return err == nil, fmt.Sprint(err)
+	})
+	ensureNode(t, facilityNode("bare-gw", []int{8, 8}, "ens2", 1, 100000))
+	eventually(t, "re-plan onto NUMA node 1", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return cur.Status.Plan != nil && cur.Status.Plan.NICNUMANode == 1, fmt.Sprint(cur.Status.Plan)
+	})
+	eventually(t, "gateway job replaced", func() (bool, string) {
+		var after batchv1.Job
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "waiting-gateway-0"}, &after); err != nil {
+			return false, err.Error()
+		}
+		return after.UID != before.UID && after.Annotations[render.AnnotationPlanHash] != before.Annotations[render.AnnotationPlanHash], "same job"
+	})
+}
+
+func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
+	gatewayAndSenders(t, "shared-gw")
+	ns := namespace(t)
+	for i := 0; i < 4; i++ {
+		sp := pipeline(ns, fmt.Sprintf("beam-%d", i), withGateway("shared-gw"), withConnections(4), withDecompress(4))
+		if err := k8s.Create(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+		condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+		time.Sleep(1100 * time.Millisecond) // distinct creation timestamps: age decides
+	}
+	fifth := pipeline(ns, "beam-4", withGateway("shared-gw"), withConnections(4))
+	if err := k8s.Create(ctx, fifth); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, fifth, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonNoCapacity)
+	msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned).Message
+	for _, want := range []string{"shared-gw", "NUMA node 1", "ens1f0", "0 free cores", "hold 16"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("reason %q lacks %q", msg, want)
+		}
+	}
+	// The older four keep their plans.
+	for i := 0; i < 4; i++ {
+		condition(t, pipeline(ns, fmt.Sprintf("beam-%d", i)), v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	}
+	// Deleting one frees its cores: the fifth fits.
+	if err := k8s.Delete(ctx, pipeline(ns, "beam-0")); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, fifth, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+}
+
+func TestTopologyAffinityErrorDegradesAndRetries(t *testing.T) {
+	gatewayAndSenders(t, "lynx-3")
+	ns := namespace(t)
+	sp := pipeline(ns, "rejected", withGateway("lynx-3"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	// What the kubelet leaves behind when Topology Manager refuses a pod.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rejected-gateway-0-abcde", Namespace: ns,
+			Labels: map[string]string{render.LabelPipeline: "rejected", render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
+		Spec: corev1.PodSpec{NodeName: "lynx-3", Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "TopologyAffinityError",
+		Message: "Pod was rejected: Resources cannot be allocated with Topology locality"}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, sp, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity)
+	msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded).Message
+	if !strings.Contains(msg, pod.Name) || !strings.Contains(msg, "lynx-3") {
+		t.Errorf("message %q", msg)
+	}
+	eventually(t, "rejected pod deleted", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return err != nil, "still there"
+	})
+}
+
+func TestSuspendStopsTheAgents(t *testing.T) {
+	gatewayAndSenders(t, "lynx-4")
+	ns := namespace(t)
+	sp := pipeline(ns, "paused", withGateway("lynx-4"))
+	sp.Spec.Suspend = true
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
+	var jobs batchv1.JobList
+	eventually(t, "suspended jobs", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		if len(jobs.Items) != 2 {
+			return false, fmt.Sprint(len(jobs.Items))
+		}
+		for _, j := range jobs.Items {
+			if !ptr.Deref(j.Spec.Suspend, false) {
+				return false, j.Name + " not suspended"
+			}
+		}
+		return true, ""
+	})
+}
+
+func TestRemovedSenderRemovesItsJob(t *testing.T) {
+	gatewayAndSenders(t, "lynx-5")
+	ns := namespace(t)
+	sp := pipeline(ns, "shrink", withGateway("lynx-5"), withSenders("updraft-1", "updraft-2"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "4 jobs", func() (bool, string) {
+		var jobs batchv1.JobList
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		return len(jobs.Items) == 4, fmt.Sprint(len(jobs.Items))
+	})
+	cur := &v1alpha1.StreamPipeline{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+	withSenders("updraft-1")(cur)
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "stream 1's jobs gone", func() (bool, string) {
+		var jobs batchv1.JobList
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		names := []string{}
+		for _, j := range jobs.Items {
+			if j.DeletionTimestamp == nil {
+				names = append(names, j.Name)
+			}
+		}
+		return len(names) == 2, strings.Join(names, ",")
+	})
+}

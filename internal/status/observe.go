@@ -1,0 +1,240 @@
+// Package status reads what the agents report (their Prometheus metrics) and turns it into the
+// StreamPipeline's observed figures: rates, integrity counts, and whether the receiving threads
+// really run on the NIC's NUMA node.
+package status
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/render"
+)
+
+// Sample is one Prometheus sample.
+type Sample struct {
+	Name   string
+	Labels map[string]string
+	Value  float64
+}
+
+// Parse reads the Prometheus text format (the subset the agent writes: no timestamps,
+// no exemplars). Malformed lines are errors naming the line.
+func Parse(r io.Reader) ([]Sample, error) {
+	var out []Sample
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		s, err := parseLine(text)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %d: %w", line, err)
+		}
+		out = append(out, s)
+	}
+	return out, sc.Err()
+}
+
+func parseLine(text string) (Sample, error) {
+	s := Sample{Labels: map[string]string{}}
+	rest := text
+	if i := strings.IndexAny(rest, "{ "); i < 0 {
+		return s, fmt.Errorf("no value in %q", text)
+	} else {
+		s.Name, rest = rest[:i], rest[i:]
+	}
+	if strings.HasPrefix(rest, "{") {
+		end := strings.LastIndex(rest, "}")
+		if end < 0 {
+			return s, fmt.Errorf("unclosed labels in %q", text)
+		}
+		for _, kv := range splitLabels(rest[1:end]) {
+			eq := strings.Index(kv, "=")
+			if eq <= 0 {
+				return s, fmt.Errorf("bad label %q", kv)
+			}
+			v, err := strconv.Unquote(kv[eq+1:])
+			if err != nil {
+				return s, fmt.Errorf("bad label value %q", kv)
+			}
+			s.Labels[kv[:eq]] = v
+		}
+		rest = rest[end+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 1 {
+		return s, fmt.Errorf("no value in %q", text)
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return s, fmt.Errorf("bad value in %q", text)
+	}
+	s.Value = v
+	return s, nil
+}
+
+// splitLabels splits a="x",b="y" on commas outside quotes.
+func splitLabels(s string) []string {
+	var out []string
+	inQuote, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			inQuote = !inQuote
+		case ',':
+			if !inQuote {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if strings.TrimSpace(s[start:]) != "" {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// Receiver is what one receiving agent reports.
+type Receiver struct {
+	RawBytes, WireBytes      float64
+	Delivered, Lost, Corrupt float64
+	NICLocal                 *bool
+}
+
+// FromSamples extracts a receiver's figures.
+func FromSamples(samples []Sample) Receiver {
+	var r Receiver
+	for _, s := range samples {
+		if s.Labels["role"] != "receive" {
+			continue
+		}
+		switch s.Name {
+		case "numastream_raw_bytes_total":
+			r.RawBytes = s.Value
+		case "numastream_wire_bytes_total":
+			r.WireBytes = s.Value
+		case "numastream_chunks_delivered_total":
+			r.Delivered = s.Value
+		case "numastream_chunks_lost":
+			r.Lost = s.Value
+		case "numastream_chunks_corrupt_total":
+			r.Corrupt = s.Value
+		case "numastream_nic_local":
+			if s.Value >= 0 {
+				v := s.Value == 1
+				r.NICLocal = &v
+			}
+		}
+	}
+	return r
+}
+
+// Observer reads the gateway agents of a pipeline and keeps the previous reading per pod to turn
+// byte counters into rates.
+type Observer struct {
+	mu     sync.Mutex
+	client *http.Client
+	prev   map[string]reading
+	// URL builds the metrics URL of a pod (tests point it at a local server).
+	URL func(pod *corev1.Pod) string
+	now func() time.Time
+}
+
+type reading struct {
+	at        time.Time
+	raw, wire float64
+}
+
+// NewObserver reads agents with the given timeout per request.
+func NewObserver(timeout time.Duration) *Observer {
+	return &Observer{
+		client: &http.Client{Timeout: timeout},
+		prev:   map[string]reading{},
+		URL: func(p *corev1.Pod) string {
+			return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(render.MetricsPort)) + "/metrics"
+		},
+		now: time.Now,
+	}
+}
+
+// Observe reads every running gateway pod of the pipeline and sums their figures. Nil when
+// no gateway pod is running yet.
+func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var total Receiver
+	var rawRate, wireRate float64
+	seen := 0
+	allLocal, anyKnown := true, false
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[render.LabelRole] != render.RoleGateway || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL(p), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := o.client.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", p.Name, err)
+		}
+		samples, err := Parse(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", p.Name, err)
+		}
+		r := FromSamples(samples)
+		seen++
+		total.RawBytes += r.RawBytes
+		total.WireBytes += r.WireBytes
+		total.Delivered += r.Delivered
+		total.Lost += r.Lost
+		total.Corrupt += r.Corrupt
+		if r.NICLocal != nil {
+			anyKnown = true
+			allLocal = allLocal && *r.NICLocal
+		}
+		now := o.now()
+		if prev, ok := o.prev[string(p.UID)]; ok && now.After(prev.at) {
+			dt := now.Sub(prev.at).Seconds()
+			rawRate += (r.RawBytes - prev.raw) * 8 / dt / 1e9
+			wireRate += (r.WireBytes - prev.wire) * 8 / dt / 1e9
+		}
+		o.prev[string(p.UID)] = reading{at: now, raw: r.RawBytes, wire: r.WireBytes}
+	}
+	if seen == 0 {
+		return nil, nil
+	}
+	t := metav1.NewTime(o.now())
+	obs := &v1alpha1.Observed{
+		RawGbps:         fmt.Sprintf("%.2f", rawRate),
+		WireGbps:        fmt.Sprintf("%.2f", wireRate),
+		ChunksDelivered: int64(total.Delivered),
+		ChunksLost:      int64(total.Lost),
+		ChunksCorrupt:   int64(total.Corrupt),
+		UpdatedAt:       &t,
+	}
+	if anyKnown {
+		obs.NICLocal = &allLocal
+	}
+	return obs, nil
+}

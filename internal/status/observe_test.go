@@ -1,0 +1,145 @@
+package status
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/render"
+)
+
+// testdata/receiver-metrics.txt is what a real receiving agent served on /metrics.
+func TestParseRealAgentMetrics(t *testing.T) {
+	f, err := os.Open("testdata/receiver-metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	samples, err := Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := FromSamples(samples)
+	if r.Delivered != 172 || r.RawBytes != 180355072 || r.Lost != 0 || r.Corrupt != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if r.NICLocal == nil || !*r.NICLocal {
+		t.Fatalf("nic local %v", r.NICLocal)
+	}
+	found := false
+	for _, s := range samples {
+		if s.Name == "numastream_thread_info" && s.Labels["stage"] == "receive" {
+			found = s.Labels["cpu"] == "0" && s.Labels["numa_node"] == "0"
+		}
+	}
+	if !found {
+		t.Error("thread_info labels not parsed")
+	}
+}
+
+func TestParseRejectsMalformedLines(t *testing.T) {
+	for _, bad := range []string{"novalue", `m{a="x" 1`, `m{a=x} 1`, "m{} abc"} {
+		if _, err := Parse(strings.NewReader(bad + "\n")); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	s, err := Parse(strings.NewReader(`m{a="x,y",b="q\"z"} 2.5` + "\n"))
+	if err != nil || s[0].Labels["a"] != "x,y" || s[0].Labels["b"] != `q"z` || s[0].Value != 2.5 {
+		t.Errorf("%+v %v", s, err)
+	}
+}
+
+func agentMetrics(raw, wire, delivered, lost float64, nicLocal int) string {
+	return strings.Join([]string{
+		`# TYPE numastream_raw_bytes_total counter`,
+		`numastream_raw_bytes_total{role="receive"} ` + ftoa(raw),
+		`numastream_wire_bytes_total{role="receive"} ` + ftoa(wire),
+		`numastream_chunks_delivered_total{role="receive"} ` + ftoa(delivered),
+		`numastream_chunks_lost{role="receive"} ` + ftoa(lost),
+		`numastream_chunks_corrupt_total{role="receive"} 0`,
+		`numastream_nic_local{role="receive",stage="receive"} ` + ftoa(float64(nicLocal)),
+		`numastream_raw_bytes_total{role="send"} 999`,
+	}, "\n") + "\n"
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// The observer reads every running gateway pod, sums the integrity counts, turns byte counters
+// into rates between two readings, and reports NIC locality.
+func TestObserverAgainstAgentShapedServers(t *testing.T) {
+	var phase atomic.Int32
+	srvA := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if phase.Load() == 0 {
+			w.Write([]byte(agentMetrics(0, 0, 0, 0, 1)))
+		} else {
+			w.Write([]byte(agentMetrics(10e9, 5e9, 900, 2, 1)))
+		}
+	}))
+	defer srvA.Close()
+	srvB := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(agentMetrics(0, 0, 100, 0, 0)))
+	}))
+	defer srvB.Close()
+	urls := map[string]string{"a": srvA.URL, "b": srvB.URL}
+	clock := time.Unix(1000, 0)
+	o := NewObserver(time.Second)
+	o.URL = func(p *corev1.Pod) string { return urls[p.Name] + "/metrics" }
+	o.now = func() time.Time { return clock }
+	pod := func(name, role string, phase corev1.PodPhase) corev1.Pod {
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{render.LabelRole: role}},
+			Status:     corev1.PodStatus{Phase: phase, PodIP: "10.0.0.1"},
+		}
+	}
+	pods := []corev1.Pod{pod("a", render.RoleGateway, corev1.PodRunning), pod("b", render.RoleGateway, corev1.PodRunning),
+		pod("c", render.RoleSender, corev1.PodRunning), pod("d", render.RoleGateway, corev1.PodPending)}
+	sp := &v1alpha1.StreamPipeline{}
+	if _, err := o.Observe(context.Background(), sp, pods); err != nil {
+		t.Fatal(err)
+	}
+	phase.Store(1)
+	clock = clock.Add(10 * time.Second)
+	obs, err := o.Observe(context.Background(), sp, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.RawGbps != "8.00" || obs.WireGbps != "4.00" {
+		t.Errorf("rates %s / %s, want 8.00 / 4.00", obs.RawGbps, obs.WireGbps)
+	}
+	if obs.ChunksDelivered != 1000 || obs.ChunksLost != 2 {
+		t.Errorf("counts %+v", obs)
+	}
+	if obs.NICLocal == nil || *obs.NICLocal {
+		t.Errorf("one receiver is remote: nicLocal must be false, got %v", obs.NICLocal)
+	}
+}
+
+func TestObserverWithoutRunningGatewaysReportsNothing(t *testing.T) {
+	o := NewObserver(time.Second)
+	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, nil)
+	if obs != nil || err != nil {
+		t.Fatalf("%v %v", obs, err)
+	}
+}
+
+func TestObserverNamesTheUnreachableAgent(t *testing.T) {
+	o := NewObserver(200 * time.Millisecond)
+	o.URL = func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" }
+	pods := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "gw-0", Labels: map[string]string{render.LabelRole: render.RoleGateway}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}}}
+	_, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, pods)
+	if err == nil || !strings.Contains(err.Error(), "gw-0") {
+		t.Fatalf("got %v", err)
+	}
+}
