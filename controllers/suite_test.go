@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
@@ -498,4 +499,35 @@ func TestRemovedSenderRemovesItsJob(t *testing.T) {
 		}
 		return len(names) == 2, strings.Join(names, ",")
 	})
+}
+
+// The samples in config/samples are valid StreamPipelines (the API server's own validation).
+func TestSamplesAreAccepted(t *testing.T) {
+	ns := namespace(t)
+	files, err := filepath.Glob(filepath.Join("..", "config", "samples", "*.yaml"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("samples: %v %v", files, err)
+	}
+	accepted := 0
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := &v1alpha1.StreamPipeline{}
+		if err := yaml.UnmarshalStrict(data, sp); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		sp.Namespace = ns
+		if err := k8s.Create(ctx, sp, client.DryRunAll); err != nil {
+			t.Errorf("%s refused: %v", f, err)
+		}
+		accepted++
+	}
+	if accepted < 2 {
+		t.Errorf("only %d samples", accepted)
+	}
 }
