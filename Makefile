@@ -77,9 +77,10 @@ operator: ## Build the operator into bin/operator
 	@go build -o $(BIN)/operator ./cmd/operator
 
 .PHONY: test-operator
-test-operator: k8s-bins verify-generated ## Operator unit tests and the envtest suite (real kube-apiserver + etcd)
+test-operator: k8s-bins verify-generated agent ## Operator unit tests and the envtest suite (real kube-apiserver + etcd)
 	@go vet ./...
-	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 go test -count=1 ./...
+	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 \
+		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_REQUIRE_AGENT=1 go test -count=1 ./...
 
 ##@ Whole project
 

@@ -129,7 +129,7 @@ void parse_source(Fields& f, Config& c) {
   const json* v = f.raw("source");
   if (!v) return;
   Fields sf(*v, f.path("source"));
-  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file"});
+  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq"});
   c.source.rate_gbps = sf.number("rate_gbps", 0, 0, 1e6);
   if (kind == "synthetic") {
     c.source.kind = SourceConfig::Kind::synthetic;
@@ -137,10 +137,18 @@ void parse_source(Fields& f, Config& c) {
     c.source.seed = static_cast<std::uint64_t>(sf.integer("seed", 1, 0, 1LL << 62));
     c.source.frames = static_cast<int>(sf.integer("frames", 4, 1, 64));
     sf.forbid("path", "only used by the file source");
-  } else {
+    sf.forbid("endpoint", "only used by the zmq source");
+  } else if (kind == "file") {
     c.source.kind = SourceConfig::Kind::file;
     c.source.path = sf.required_string("path");
     for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    sf.forbid("endpoint", "only used by the zmq source");
+  } else {
+    c.source.kind = SourceConfig::Kind::zmq;
+    c.source.endpoint = sf.required_string("endpoint");
+    parse_endpoint(c.source.endpoint, sf.path("endpoint"));
+    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    sf.forbid("path", "only used by the file source");
   }
   sf.finish();
 }

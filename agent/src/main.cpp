@@ -28,6 +28,7 @@ constexpr const char* kUsage =
     "  receive    receive -> decompress -> verify -> sink\n"
     "  topology   print NUMA nodes, allowed CPUs and NICs as JSON [--sysfs-root DIR]\n"
     "  bench      codec speeds and loopback runs [codec|loopback|all] [--json]\n"
+    "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
     "  version    print the agent and wire-format versions\n";
 
 // SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
@@ -114,6 +115,17 @@ int main(int argc, char** argv) {
     if (cmd == "send") return run_pipeline(Role::send, args);
     if (cmd == "receive") return run_pipeline(Role::receive, args);
     if (cmd == "topology") return run_topology(args);
+    if (cmd == "check-config") {
+      if (args.empty() || (args[0] != "send" && args[0] != "receive")) {
+        std::fprintf(stderr, "usage: numastream-agent check-config send|receive [flags]\n");
+        return kExitUsage;
+      }
+      Role role = args[0] == "send" ? Role::send : Role::receive;
+      args.erase(args.begin());
+      parse_config(config_from_args(args), role);
+      std::cout << "valid " << (role == Role::send ? "send" : "receive") << " configuration\n";
+      return kExitOk;
+    }
     if (cmd == "bench") return run_bench(args);
     if (cmd == "version") {
       std::cout << "numastream-agent 0.1.0 (wire format 1)\n";

@@ -105,6 +105,7 @@ class Sender {
  private:
   void prepare_source();
   void source_thread();
+  bool receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st);
   void compress_thread(int index);
   void send_thread(int index);
   bool send_frame(zmq::Socket& sock, zmq::Monitor& mon, zmq_msg_t& msg, int index, StageStats& st);
@@ -164,7 +165,9 @@ void Sender::prepare_source() {
       first = &frames_.front().second;
     }
   } else {
-    reader_ = std::make_unique<FileReader>(cfg_.source.path);
+    if (cfg_.source.kind == SourceConfig::Kind::file) {
+      reader_ = std::make_unique<FileReader>(cfg_.source.path);
+    }
     int node = rt_.placement.stage("source").front().numa_node;
     raw_pool_ = std::make_unique<BufferPool>(
         "raw", static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1),
@@ -181,6 +184,13 @@ void Sender::source_thread() {
       cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
   std::uint64_t seq = 0;
   try {
+    std::optional<zmq::Socket> upstream;
+    if (cfg_.source.kind == SourceConfig::Kind::zmq) {
+      upstream.emplace(*ctx_, ZMQ_PULL);
+      upstream->set_int(ZMQ_RCVHWM, cfg_.hwm);
+      upstream->set_int(ZMQ_LINGER, 0);
+      upstream->connect(cfg_.source.endpoint);
+    }
     while (!rt_.aborted() && !rt_.drain_requested()) {
       if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0 &&
           seq >= cfg_.source.chunks) {
@@ -194,15 +204,17 @@ void Sender::source_thread() {
       RawChunk c;
       c.seq = seq;
       std::size_t size = cfg_.chunk_bytes;
-      if (reader_) {
+      if (raw_pool_) {
         {
           ScopedTimer wait(st.blocked_output_ns);
           c.buffer = raw_pool_->acquire();
         }
         if (!c.buffer) break;
-        {
+        if (reader_) {
           ScopedTimer busy(st.busy_ns);
           size = reader_->read(c.buffer->data, c.buffer->capacity);
+        } else if (!receive_chunk(*upstream, *c.buffer, size, st)) {
+          size = 0;
         }
         if (size == 0) {
           raw_pool_->release(c.buffer);
@@ -231,6 +243,33 @@ void Sender::source_thread() {
   }
   source_done_ = true;
   raw_q_->close();
+}
+
+// One chunk from the upstream PULL socket into `b`. False at the end of the stream (an empty
+// message), on a drain request or on abort. Throws when a message exceeds chunk_bytes.
+bool Sender::receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st) {
+  while (!rt_.aborted() && !rt_.drain_requested()) {
+    zmq_pollitem_t item{sock.get(), 0, ZMQ_POLLIN, 0};
+    int ready;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      ready = zmq_poll(&item, 1, 100);
+    }
+    if (ready <= 0) continue;
+    int n = zmq_recv(sock.get(), b.data, b.capacity, ZMQ_DONTWAIT);
+    if (n < 0) {
+      if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
+      throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+    }
+    if (static_cast<std::size_t>(n) > b.capacity) {
+      throw std::runtime_error("a chunk of " + std::to_string(n) + " bytes from " +
+                               cfg_.source.endpoint + " is larger than chunk_bytes (" +
+                               std::to_string(b.capacity) + ")");
+    }
+    size = static_cast<std::size_t>(n);
+    return size > 0;
+  }
+  return false;
 }
 
 void Sender::compress_thread(int index) {

@@ -351,3 +351,50 @@ TEST(EndToEnd, TopologyCommandPrintsThisMachineAndFixtures) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// A detector's acquisition software pushes raw frames; the sender pulls them (an empty message
+// ends the stream) and the gateway writes them back byte for byte.
+TEST(EndToEnd, ZmqSourceFromADetectorEndpoint) {
+  int port = free_ports(3);
+  int detector = port + 2;
+  void* ctx = zmq_ctx_new();
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  int zero = 0;
+  zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_EQ(zmq_bind(push, ep(detector).c_str()), 0);
+  std::string dir = temp_dir();
+  Process rx(receiver(port, 2, {"--sink", "file", "--sink-path", dir + "/frames.raw"}));
+  Process tx(sender(port, 2, {"--source", "zmq", "--set", "source.endpoint=\"" + ep(detector) + "\""}));
+  std::string expected;
+  std::mt19937 rng(9);
+  for (int i = 0; i < 12; ++i) {
+    std::string frame(static_cast<std::size_t>(kMiB - 1000 * i), '\0');
+    for (std::size_t k = 0; k < frame.size(); k += 2) frame[k] = static_cast<char>(rng() % 4);
+    ASSERT_EQ(zmq_send(push, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+    expected += frame;
+  }
+  zmq_send(push, "", 0, 0);  // end of acquisition
+  EXPECT_EQ(tx.wait(60s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(60s), 0) << rx.err();
+  zmq_close(push);
+  zmq_ctx_term(ctx);
+  EXPECT_EQ(summary(rx)["chunks"], 12);
+  EXPECT_EQ(read_file(dir + "/frames.raw"), expected);
+}
+
+TEST(EndToEnd, CheckConfigValidatesWithoutRunning) {
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/rx.json") << R"({"endpoint": "tcp://0.0.0.0:5555", "connections": 2,
+    "placement": {"nic_numa_node": 1, "stages": {"receive": {"threads": 2, "numa": "nic"}}}})";
+  Process ok({kAgent, "check-config", "receive", "--config", dir + "/rx.json"});
+  EXPECT_EQ(ok.wait(10s), 0) << ok.err();
+  Process bad({kAgent, "check-config", "send", "--config", dir + "/rx.json"});
+  EXPECT_EQ(bad.wait(10s), 2);
+  EXPECT_NE(bad.err().find("placement.stages.receive"), std::string::npos) << bad.err();
+}
+
+}  // namespace
+}  // namespace numastream::testing

@@ -25,11 +25,13 @@ struct StageConfig {
 };
 
 struct SourceConfig {
-  enum class Kind { synthetic, file } kind = Kind::synthetic;
+  enum class Kind { synthetic, file, zmq } kind = Kind::synthetic;
   std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
   std::uint64_t seed = 1;
   int frames = 4;            // synthetic: distinct projections, cycled
   std::string path;          // file: a file or a directory of files (sorted by name)
+  std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
+                             // empty message ends the stream
   double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
 };
 

@@ -1,0 +1,58 @@
+package render
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+)
+
+// Every agent configuration the operator renders is accepted by the real agent binary
+// (`numastream-agent check-config`), so the schema in docs/agent-config.md has one source of
+// truth: the agent's parser. `make test-operator` builds the agent and sets NUMASTREAM_AGENT.
+func TestRenderedConfigsPassTheAgentsValidation(t *testing.T) {
+	agent := os.Getenv("NUMASTREAM_AGENT")
+	if agent == "" {
+		if os.Getenv("NUMASTREAM_REQUIRE_AGENT") != "" {
+			t.Fatal("NUMASTREAM_AGENT is not set: run `make test-operator`")
+		}
+		t.Skip("NUMASTREAM_AGENT is not set: run `make test-operator` to check rendered configs against the agent")
+	}
+	zmqSource := func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Senders[1].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
+	}
+	zmqSink := func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
+	}
+	rate := func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Senders[0].Source.Synthetic.RateGbps = new(int32)
+		*sp.Spec.Senders[0].Source.Synthetic.RateGbps = 25
+	}
+	cases := map[string]*v1alpha1.StreamPipeline{
+		"synthetic, null sink":   pipeline("a", withStreams(2), rate),
+		"file source, file sink": pipeline("b", withFileSource("/scratch/scan"), withFileSink("/archive/s-{stream}.raw")),
+		"zmq source, zmq sink":   pipeline("c", withStreams(2), zmqSource, zmqSink),
+		"os placement":           pipeline("d", withPlacement(v1alpha1.PlacementOS)),
+	}
+	dir := t.TempDir()
+	for name, sp := range cases {
+		objs, _ := renderFor(t, sp)
+		for key, cfg := range objs.ConfigMap.Data {
+			path := filepath.Join(dir, sp.Name+"-"+key)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			role := "send"
+			if strings.HasPrefix(key, RoleGateway) {
+				role = "receive"
+			}
+			out, err := exec.Command(agent, "check-config", role, "--config", path).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s: %s refused by the agent: %v\n%s\n%s", name, key, err, out, cfg)
+			}
+		}
+	}
+}
