@@ -3,9 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +31,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/status"
 	"github.com/numastream/numastream/internal/topology"
 )
 
@@ -37,6 +41,8 @@ var (
 	k8s    client.Client
 	ctx    context.Context
 	cancel context.CancelFunc
+	// agentURL maps a gateway pod to the metrics URL the observer reads (a local server in tests).
+	agentURL atomic.Value // func(*corev1.Pod) string
 )
 
 func TestMain(m *testing.M) {
@@ -70,9 +76,13 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
+	observer := status.NewObserver(2 * time.Second)
+	agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	observer.URL = func(p *corev1.Pod) string { return agentURL.Load().(func(*corev1.Pod) string)(p) }
 	r := &StreamPipelineReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
-		Render: render.Options{AgentImage: "numastream/agent:test"},
+		Render:  render.Options{AgentImage: "numastream/agent:test"},
+		Observe: observer.Observe, ObserveEvery: 500 * time.Millisecond,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
@@ -529,5 +539,73 @@ func TestSamplesAreAccepted(t *testing.T) {
 	}
 	if accepted < 2 {
 		t.Errorf("only %d samples", accepted)
+	}
+}
+
+// Once the agents run, the operator reads the receiving agent's metrics and writes the observed
+// rate, the integrity counts and the agent's own NIC-locality report into status. envtest runs
+// no kubelet, so the test plays it: Job status ready, a Running gateway pod, and an HTTP server
+// serving agent-shaped metrics.
+func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
+	gatewayAndSenders(t, "lynx-6")
+	ns := namespace(t)
+	sp := pipeline(ns, "observed", withGateway("lynx-6"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var delivered atomic.Int64
+	nicLocal := atomic.Int32{}
+	nicLocal.Store(1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		d := delivered.Add(100)
+		fmt.Fprintf(w, "numastream_raw_bytes_total{role=\"receive\"} %d\n", d*11059200)
+		fmt.Fprintf(w, "numastream_wire_bytes_total{role=\"receive\"} %d\n", d*5529600)
+		fmt.Fprintf(w, "numastream_chunks_delivered_total{role=\"receive\"} %d\n", d)
+		fmt.Fprintf(w, "numastream_chunks_lost{role=\"receive\"} 0\nnumastream_chunks_corrupt_total{role=\"receive\"} 0\n")
+		fmt.Fprintf(w, "numastream_nic_local{role=\"receive\",stage=\"receive\"} %d\n", nicLocal.Load())
+	}))
+	defer srv.Close()
+	agentURL.Store(func(*corev1.Pod) string { return srv.URL + "/metrics" })
+	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+
+	var jobs batchv1.JobList
+	eventually(t, "2 jobs", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		return len(jobs.Items) == 2, fmt.Sprint(len(jobs.Items))
+	})
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		j.Status.Ready = ptr.To[int32](1)
+		j.Status.Active = 1
+		j.Status.StartTime = &metav1.Time{Time: time.Now()}
+		if err := k8s.Status().Update(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "observed-gateway-0-xyz", Namespace: ns,
+			Labels: map[string]string{render.LabelPipeline: "observed", render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
+		Spec: corev1.PodSpec{NodeName: "lynx-6", Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
+	cur := condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
+	eventually(t, "observed rate", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		o := cur.Status.Observed
+		return o != nil && o.ChunksDelivered >= 200 && o.RawGbps != "0.00" && o.ChunksLost == 0, fmt.Sprintf("%+v", o)
+	})
+	// The agent reports a receiving thread off the NIC's node: NICLocal turns False, saying why.
+	nicLocal.Store(0)
+	cur = condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote)
+	if !strings.Contains(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionNICLocal).Message, "Topology Manager") {
+		t.Error("the message should point at the Topology Manager policy")
 	}
 }
