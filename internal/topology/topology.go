@@ -109,11 +109,17 @@ func FromLabels(name string, labels map[string]string) (Node, error) {
 		return n, err
 	}
 	for id := 0; id < int(count); id++ {
-		cpus, err := positiveInt(labels, name, NUMACPUsLabel(id), "the planner counts cores per NUMA node")
-		if err != nil {
-			return n, err
+		key := NUMACPUsLabel(id)
+		v, ok := labels[key]
+		cpus, err := strconv.Atoi(v)
+		if !ok || err != nil || cpus < 0 {
+			return n, &MissingLabelError{Node: name, Label: key, Why: fmt.Sprintf("value %q is not a CPU count; the planner counts cores per NUMA node", v)}
 		}
-		n.NUMANodes = append(n.NUMANodes, NUMANode{ID: id, CPUs: int(cpus)})
+		// A memory-only node (0 CPUs) keeps its id so NIC node ids keep their meaning.
+		n.NUMANodes = append(n.NUMANodes, NUMANode{ID: id, CPUs: cpus})
+	}
+	if n.TotalCPUs() == 0 {
+		return n, &MissingLabelError{Node: name, Label: NUMACPUsLabel(0), Why: "no NUMA node has CPUs"}
 	}
 	c, err := positiveInt(labels, name, LabelCompressMBps, "compression threads are sized by measured speed")
 	if err != nil {

@@ -46,11 +46,15 @@ func TestMissingOrBadLabelsAreNamed(t *testing.T) {
 		mutate func(map[string]string)
 		label  string
 	}{
-		"no NUMA count":                     {func(l map[string]string) { delete(l, LabelNUMANodes) }, LabelNUMANodes},
-		"NUMA count not a number":           {func(l map[string]string) { l[LabelNUMANodes] = "two" }, LabelNUMANodes},
-		"missing CPUs of node 1":            {func(l map[string]string) { delete(l, NUMACPUsLabel(1)) }, NUMACPUsLabel(1)},
-		"zero CPUs":                         {func(l map[string]string) { l[NUMACPUsLabel(0)] = "0" }, NUMACPUsLabel(0)},
-		"no compress speed":                 {func(l map[string]string) { delete(l, LabelCompressMBps) }, LabelCompressMBps},
+		"no NUMA count":           {func(l map[string]string) { delete(l, LabelNUMANodes) }, LabelNUMANodes},
+		"NUMA count not a number": {func(l map[string]string) { l[LabelNUMANodes] = "two" }, LabelNUMANodes},
+		"missing CPUs of node 1":  {func(l map[string]string) { delete(l, NUMACPUsLabel(1)) }, NUMACPUsLabel(1)},
+		"no compress speed":       {func(l map[string]string) { delete(l, LabelCompressMBps) }, LabelCompressMBps},
+		"negative CPUs":           {func(l map[string]string) { l[NUMACPUsLabel(0)] = "-1" }, NUMACPUsLabel(0)},
+		"no CPUs at all": {func(l map[string]string) {
+			l[NUMACPUsLabel(0)] = "0"
+			l[NUMACPUsLabel(1)] = "0"
+		}, NUMACPUsLabel(0)},
 		"no decompress speed":               {func(l map[string]string) { delete(l, LabelDecompressMBps) }, LabelDecompressMBps},
 		"NIC on a node that does not exist": {func(l map[string]string) { l[NICNUMALabel("ens1f0")] = "3" }, NICNUMALabel("ens1f0")},
 	}

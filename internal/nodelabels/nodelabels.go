@@ -1,0 +1,140 @@
+// Package nodelabels turns what the agent reports about a node (`numastream-agent topology` and
+// `numastream-agent bench codec --json`) into the labels of docs/node-labels.md. The agent is the
+// project's only sysfs parser; this package only translates its JSON.
+package nodelabels
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// AgentTopology is the JSON of `numastream-agent topology`.
+type AgentTopology struct {
+	NUMANodes []struct {
+		ID       int `json:"id"`
+		CPUCount int `json:"cpu_count"`
+	} `json:"numa_nodes"`
+	NICs []struct {
+		Name      string `json:"name"`
+		NUMANode  int    `json:"numa_node"`
+		PCI       string `json:"pci_address"`
+		SpeedMbps int64  `json:"speed_mbps"`
+		Virtual   bool   `json:"virtual"`
+	} `json:"nics"`
+}
+
+// AgentBench is the JSON of `numastream-agent bench codec --json`.
+type AgentBench struct {
+	Codec struct {
+		CompressMBps   float64 `json:"compress_mbps"`
+		DecompressMBps float64 `json:"decompress_mbps"`
+	} `json:"codec"`
+}
+
+// ParseTopology decodes the agent's topology JSON.
+func ParseTopology(data []byte) (AgentTopology, error) {
+	var t AgentTopology
+	if err := json.Unmarshal(data, &t); err != nil {
+		return t, fmt.Errorf("agent topology JSON: %w", err)
+	}
+	if len(t.NUMANodes) == 0 {
+		return t, fmt.Errorf("agent topology JSON lists no NUMA node")
+	}
+	return t, nil
+}
+
+// ParseBench decodes the agent's bench JSON.
+func ParseBench(data []byte) (AgentBench, error) {
+	var b AgentBench
+	if err := json.Unmarshal(data, &b); err != nil {
+		return b, fmt.Errorf("agent bench JSON: %w", err)
+	}
+	if b.Codec.CompressMBps <= 0 || b.Codec.DecompressMBps <= 0 {
+		return b, fmt.Errorf("agent bench JSON has no positive codec speeds")
+	}
+	return b, nil
+}
+
+// validLabelValue: Kubernetes label values are at most 63 characters of [A-Za-z0-9_.-].
+func validName(s string) bool {
+	if s == "" || len(s) > 40 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Labels builds the label set. NUMA node ids run 0..max; a node without CPUs (memory only) is
+// published with 0 CPUs so NIC node ids keep their meaning. Virtual interfaces and NICs whose
+// NUMA node the kernel does not know get no label: the operator must not guess.
+func Labels(t AgentTopology, b *AgentBench) map[string]string {
+	out := map[string]string{}
+	maxID := -1
+	for _, n := range t.NUMANodes {
+		maxID = max(maxID, n.ID)
+	}
+	cpus := make([]int, maxID+1)
+	for _, n := range t.NUMANodes {
+		cpus[n.ID] = n.CPUCount
+	}
+	out[topology.LabelNUMANodes] = strconv.Itoa(maxID + 1)
+	for id, c := range cpus {
+		out[topology.NUMACPUsLabel(id)] = strconv.Itoa(c)
+	}
+	for _, nic := range t.NICs {
+		if nic.Virtual || nic.NUMANode < 0 || nic.NUMANode > maxID || !validName(nic.Name) {
+			continue
+		}
+		out[topology.NICNUMALabel(nic.Name)] = strconv.Itoa(nic.NUMANode)
+		if nic.SpeedMbps > 0 {
+			out[topology.NICSpeedLabel(nic.Name)] = strconv.FormatInt(nic.SpeedMbps, 10)
+		}
+	}
+	if b != nil {
+		out[topology.LabelCompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.CompressMBps)), 10)
+		out[topology.LabelDecompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.DecompressMBps)), 10)
+	}
+	return out
+}
+
+// LocalNICs lists the NICs that get a locality device resource: physical, NUMA node known.
+type LocalNIC struct {
+	Name     string
+	NUMANode int
+}
+
+// NICs returns the NICs with a known NUMA node, sorted by name.
+func NICs(t AgentTopology) []LocalNIC {
+	var out []LocalNIC
+	for _, nic := range t.NICs {
+		if !nic.Virtual && nic.NUMANode >= 0 && validName(nic.Name) {
+			out = append(out, LocalNIC{Name: nic.Name, NUMANode: nic.NUMANode})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// FeaturesFile renders NFD's local-source feature file: one `name=value` per line, sorted.
+func FeaturesFile(labels map[string]string) []byte {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b []byte
+	b = append(b, "# Written by numastream's node daemon (docs/node-labels.md). Do not edit.\n"...)
+	for _, k := range keys {
+		b = append(b, k+"="+labels[k]+"\n"...)
+	}
+	return b
+}

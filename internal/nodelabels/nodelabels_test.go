@@ -1,0 +1,133 @@
+package nodelabels
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/numastream/numastream/internal/topology"
+)
+
+// agentTopology runs the real agent against one of its sysfs fixtures, so this package is tested
+// against the agent's actual output.
+func agentTopology(t *testing.T, fixture string) AgentTopology {
+	t.Helper()
+	agent := os.Getenv("NUMASTREAM_AGENT")
+	if agent == "" {
+		if os.Getenv("NUMASTREAM_REQUIRE_AGENT") != "" {
+			t.Fatal("NUMASTREAM_AGENT is not set")
+		}
+		t.Skip("NUMASTREAM_AGENT is not set: run `make test-operator`")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "agent", "tests", "fixtures", fixture)
+	out, err := exec.Command(agent, "topology", "--sysfs-root", root).Output()
+	if err != nil {
+		t.Fatalf("agent topology: %v", err)
+	}
+	topo, err := ParseTopology(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+func bench() *AgentBench {
+	b := &AgentBench{}
+	b.Codec.CompressMBps = 612.4
+	b.Codec.DecompressMBps = 2589.6
+	return b
+}
+
+// The labels the daemon publishes are exactly what the operator's topology parser needs.
+func TestPaperGatewayLabelsRoundTripThroughTheOperatorsParser(t *testing.T) {
+	labels := Labels(agentTopology(t, "paper-gateway"), bench())
+	want := map[string]string{
+		"numastream.io/numa-nodes":              "2",
+		"numastream.io/numa0-cpus":              "16",
+		"numastream.io/numa1-cpus":              "16",
+		"numastream.io/nic.ens1f0.numa-node":    "1",
+		"numastream.io/nic.ens1f0.speed-mbit":   "200000",
+		"numastream.io/nic.eno1.numa-node":      "0",
+		"numastream.io/nic.eno1.speed-mbit":     "1000",
+		"numastream.io/lz4-compress-mb-per-s":   "612",
+		"numastream.io/lz4-decompress-mb-per-s": "2590",
+	}
+	for k, v := range want {
+		if labels[k] != v {
+			t.Errorf("%s = %q, want %q", k, labels[k], v)
+		}
+	}
+	for k := range labels {
+		if strings.Contains(k, "veth") {
+			t.Errorf("virtual interface published: %s", k)
+		}
+	}
+	node, err := topology.FromLabels("lynx", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nic, _ := node.NIC("ens1f0"); nic.NUMANode != 1 || nic.SpeedMbit != 200000 {
+		t.Errorf("round trip: %+v", nic)
+	}
+	if got := NICs(agentTopology(t, "paper-gateway")); len(got) != 2 || got[1].Name != "ens1f0" || got[1].NUMANode != 1 {
+		t.Errorf("locality NICs %+v", got)
+	}
+}
+
+func TestUnknownNICNodesAndVMsGetNoNICLabel(t *testing.T) {
+	for _, fixture := range []string{"nic-unknown", "vm-1node"} {
+		labels := Labels(agentTopology(t, fixture), bench())
+		for k := range labels {
+			if strings.HasPrefix(k, "numastream.io/nic.") {
+				t.Errorf("%s: NIC with unknown NUMA node published: %s", fixture, k)
+			}
+		}
+		if _, err := topology.FromLabels("n", labels); err != nil {
+			t.Errorf("%s: %v", fixture, err)
+		}
+	}
+	if labels := Labels(agentTopology(t, "epyc-4node"), nil); labels["numastream.io/nic.enp193s0f0.numa-node"] != "3" {
+		t.Errorf("epyc: %v", labels)
+	}
+}
+
+func TestMemoryOnlyNodesKeepNICNodeIDs(t *testing.T) {
+	topo, err := ParseTopology([]byte(`{"numa_nodes":[{"id":0,"cpu_count":8},{"id":2,"cpu_count":8}],
+	  "nics":[{"name":"ens5","numa_node":2,"speed_mbps":100000,"virtual":false}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Labels(topo, bench())
+	if l["numastream.io/numa-nodes"] != "3" || l["numastream.io/numa1-cpus"] != "0" || l["numastream.io/nic.ens5.numa-node"] != "2" {
+		t.Errorf("%v", l)
+	}
+	node, err := topology.FromLabels("n", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.TotalCPUs() != 16 {
+		t.Errorf("cpus %d", node.TotalCPUs())
+	}
+}
+
+func TestBadAgentOutputIsAnError(t *testing.T) {
+	for _, bad := range []string{"", "{", `{"numa_nodes": []}`} {
+		if _, err := ParseTopology([]byte(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	if _, err := ParseBench([]byte(`{"codec":{"compress_mbps":0}}`)); err == nil {
+		t.Error("zero speeds accepted")
+	}
+}
+
+func TestFeaturesFileIsSortedKeyValueLines(t *testing.T) {
+	got := string(FeaturesFile(map[string]string{"numastream.io/b": "2", "numastream.io/a": "1"}))
+	if !strings.HasSuffix(got, "numastream.io/a=1\nnumastream.io/b=2\n") || !strings.HasPrefix(got, "#") {
+		t.Errorf("%q", got)
+	}
+}
