@@ -73,11 +73,12 @@ verify-generated: generate manifests ## Fail when generated files are not commit
 	@git diff --exit-code -- api config || { echo "generated files are stale: run make generate manifests and commit"; exit 1; }
 
 .PHONY: operator
-operator: ## Build the operator into bin/operator
+operator: ## Build the operator and the node daemon into bin/
 	@go build -o $(BIN)/operator ./cmd/operator
+	@go build -o $(BIN)/node-daemon ./cmd/node-daemon
 
 .PHONY: test-operator
-test-operator: k8s-bins verify-generated agent ## Operator unit tests and the envtest suite (real kube-apiserver + etcd)
+test-operator: k8s-bins verify-generated agent operator ## Operator + node daemon tests, envtest suites (real kube-apiserver + etcd)
 	@go vet ./...
 	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_REQUIRE_AGENT=1 go test -count=1 ./...

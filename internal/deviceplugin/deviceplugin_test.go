@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,31 +11,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/numastream/numastream/internal/deviceplugin/fakekubelet"
 )
 
-// fakeKubelet is the kubelet's registration service on a real unix socket.
-type fakeKubelet struct {
-	pluginapi.UnimplementedRegistrationServer
-	got    chan *pluginapi.RegisterRequest
-	server *grpc.Server
-}
-
-func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	k.got <- r
-	return &pluginapi.Empty{}, nil
-}
-
-func startKubelet(t *testing.T, dir string, got chan *pluginapi.RegisterRequest) *fakeKubelet {
+func startKubelet(t *testing.T, dir string, got chan *pluginapi.RegisterRequest) *fakekubelet.Kubelet {
 	t.Helper()
-	path := filepath.Join(dir, "kubelet.sock")
-	_ = os.Remove(path)
-	lis, err := net.Listen("unix", path)
+	k, err := fakekubelet.Start(dir, got)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &fakeKubelet{got: got, server: grpc.NewServer()}
-	pluginapi.RegisterRegistrationServer(k.server, k)
-	go func() { _ = k.server.Serve(lis) }()
 	return k
 }
 
@@ -104,7 +88,7 @@ func TestRegistersAdvertisesNUMALocalTokensAndAllocates(t *testing.T) {
 	}
 
 	// The kubelet restarts: a new registration socket. The plugin registers again.
-	kubelet.server.Stop()
+	kubelet.Stop()
 	startKubelet(t, dir, got)
 	reg = waitRegistration(t, got)
 	if reg.ResourceName != "numastream.io/nic-ens1f0" {

@@ -1,0 +1,127 @@
+// Command node-daemon runs on every streaming-capable node (a DaemonSet): it publishes the node's
+// NUMA and NIC facts and measured codec speeds as NFD labels, and serves the NIC-locality device
+// plugin. See docs/node-labels.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/numastream/numastream/internal/nodedaemon"
+)
+
+func main() {
+	var (
+		node        = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (downward API)")
+		namespace   = flag.String("namespace", os.Getenv("POD_NAMESPACE"), "namespace for the NodeFeature object")
+		podName     = flag.String("pod-name", os.Getenv("POD_NAME"), "this pod's name, to find the owning DaemonSet")
+		agent       = flag.String("agent", "/usr/local/bin/numastream-agent", "the agent binary")
+		sysfs       = flag.String("sysfs-root", "/sys", "sysfs as mounted in the pod (read-only)")
+		publish     = flag.String("publish", "nodefeature", "nodefeature (NFD NodeFeature API), features-d (NFD local source file) or both")
+		featuresDir = flag.String("features-dir", "/etc/kubernetes/node-feature-discovery/features.d", "NFD's features.d directory")
+		pluginDir   = flag.String("device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
+		tokens      = flag.Int("tokens-per-nic", 16, "NIC-locality tokens per NIC (0 disables the device plugin)")
+		interval    = flag.Duration("interval", time.Minute, "how often the topology is re-read")
+		benchRounds = flag.Int("bench-rounds", 3, "rounds of the start-up codec calibration")
+	)
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("node-daemon")
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds); err != nil {
+		log.Error(err, "Node daemon failed")
+		os.Exit(1)
+	}
+}
+
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int) error {
+	if node == "" {
+		return fmt.Errorf("--node-name (or NODE_NAME) is required")
+	}
+	ctx := ctrl.SetupSignalHandler()
+	d := &nodedaemon.Daemon{
+		Agent:     nodedaemon.Agent{Path: agent, SysfsRoot: sysfs, BenchRounds: benchRounds},
+		Interval:  interval,
+		Tokens:    tokens,
+		PluginDir: pluginDir,
+		Log:       log,
+	}
+	var c client.Client
+	var owner *metav1.OwnerReference
+	switch publish {
+	case "nodefeature", "both":
+		scheme := runtime.NewScheme()
+		_ = clientgoscheme.AddToScheme(scheme)
+		var err error
+		if c, err = client.New(ctrl.GetConfigOrDie(), client.Options{Scheme: scheme}); err != nil {
+			return err
+		}
+		if namespace == "" {
+			return fmt.Errorf("--namespace (or POD_NAMESPACE) is required to publish a NodeFeature")
+		}
+		owner = daemonSetOf(ctx, c, namespace, podName)
+		d.Publishers = append(d.Publishers, nodedaemon.NodeFeatureAPI{Client: c, Namespace: namespace, Node: node, Owner: owner})
+		if publish == "nodefeature" {
+			break
+		}
+		fallthrough
+	case "features-d":
+		d.Publishers = append(d.Publishers, nodedaemon.FeaturesDir{Dir: featuresDir})
+	default:
+		return fmt.Errorf("--publish must be nodefeature, features-d or both (got %q)", publish)
+	}
+	if err := d.Run(ctx); err != nil {
+		return err
+	}
+	// Stopping because the chart is being uninstalled: take the labels back. A plain restart
+	// (rolling update, node drain) keeps them, so pipelines are not re-planned for nothing.
+	if owner != nil && uninstalling(c, namespace, owner.Name) {
+		log.Info("DaemonSet is going away: removing the published node facts")
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return d.Unpublish(rctx)
+	}
+	return nil
+}
+
+// daemonSetOf finds the DaemonSet that owns this pod (nil outside a DaemonSet).
+func daemonSetOf(ctx context.Context, c client.Client, namespace, pod string) *metav1.OwnerReference {
+	if pod == "" {
+		return nil
+	}
+	p := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pod}, p); err != nil {
+		return nil
+	}
+	for _, ref := range p.OwnerReferences {
+		if ref.Kind == "DaemonSet" && ref.Controller != nil && *ref.Controller {
+			r := ref
+			r.BlockOwnerDeletion = nil
+			return &r
+		}
+	}
+	return nil
+}
+
+func uninstalling(c client.Client, namespace, name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ds := &appsv1.DaemonSet{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, ds)
+	return apierrors.IsNotFound(err) || (err == nil && ds.DeletionTimestamp != nil)
+}
