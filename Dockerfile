@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# One Dockerfile, one target per image:
+#   docker build --target agent    -t numastream/agent .     (agent + node daemon)
+#   docker build --target operator -t numastream/operator .
+# The builder stages run the same scripts and make targets as CI (hack/install-deps.sh,
+# make agent, make operator), so what CI tests is what the images carry.
+
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY hack/install-deps.sh hack/install-deps.sh
+RUN bash hack/install-deps.sh
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN make agent && CGO_ENABLED=0 make operator
+
+# The data plane: the C++ agent and the node daemon, on Debian's runtime libraries.
+FROM debian:bookworm-slim AS agent
+RUN apt-get update -qq \
+ && apt-get install -y -qq --no-install-recommends liblz4-1 libnuma1 libzmq5 libxxhash0 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/bin/numastream-agent /usr/local/bin/numastream-agent
+COPY --from=build /src/bin/node-daemon /usr/local/bin/node-daemon
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/numastream-agent"]
+
+# The operator: a static Go binary on a distroless, non-root base.
+FROM gcr.io/distroless/static-debian12:nonroot AS operator
+COPY --from=build /src/bin/operator /operator
+USER 65532:65532
+ENTRYPOINT ["/operator"]

@@ -1,0 +1,265 @@
+// Package chart tests the Helm chart and the kustomize tree: lint, rendering with several value
+// sets, and a server-side dry run of everything they produce against a real kube-apiserver.
+package chart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+const chartDir = "../../charts/numastream"
+
+func helm(t *testing.T) string {
+	t.Helper()
+	h := os.Getenv("NUMASTREAM_HELM")
+	if h == "" {
+		if os.Getenv("NUMASTREAM_REQUIRE_ENVTEST") != "" {
+			t.Fatal("NUMASTREAM_HELM is not set")
+		}
+		t.Skip("NUMASTREAM_HELM is not set: run `make test-operator`")
+	}
+	return h
+}
+
+func render(t *testing.T, args ...string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	cmd := exec.Command(helm(t), append([]string{"template", "numastream", chartDir, "--namespace", "numastream-system"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, errors.New(stderr.String())
+	}
+	return decode(t, out), nil
+}
+
+func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err == io.EOF {
+				return objs
+			}
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func find(objs []*unstructured.Unstructured, kind, nameSuffix string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && strings.HasSuffix(o.GetName(), nameSuffix) {
+			return o
+		}
+	}
+	return nil
+}
+
+func podSpec(t *testing.T, o *unstructured.Unstructured) corev1.PodSpec {
+	t.Helper()
+	m, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+	var spec corev1.PodSpec
+	if err := runtimeConvert(m, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func TestDefaultRender(t *testing.T) {
+	objs, err := render(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := find(objs, "CustomResourceDefinition", "streampipelines.numastream.io")
+	if crd == nil || crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Fatalf("CRD missing or not kept: %v", crd)
+	}
+	ds := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
+	var hostPaths []string
+	for _, v := range ds.Volumes {
+		hostPaths = append(hostPaths, v.HostPath.Path)
+	}
+	if strings.Join(hostPaths, ",") != "/sys,/var/lib/kubelet/device-plugins" {
+		t.Errorf("the node daemon mounts %v; only /sys and the device-plugin directory are allowed", hostPaths)
+	}
+	for _, m := range ds.Containers[0].VolumeMounts {
+		if m.Name == "sys" && !m.ReadOnly {
+			t.Error("/sys is mounted writable")
+		}
+	}
+	c := ds.Containers[0].SecurityContext
+	if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("node daemon security context %+v", c)
+	}
+	op := podSpec(t, find(objs, "Deployment", "operator"))
+	if !*op.SecurityContext.RunAsNonRoot || !*op.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("operator is not restricted")
+	}
+	if !strings.Contains(strings.Join(op.Containers[0].Args, " "), "--agent-image=ghcr.io/numastream/agent:0.1.0") {
+		t.Errorf("operator args %v", op.Containers[0].Args)
+	}
+	role := find(objs, "ClusterRole", "operator")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if len(rules) < 5 {
+		t.Errorf("operator rules %v", rules)
+	}
+	if find(objs, "ValidatingAdmissionPolicy", "own-node") == nil {
+		t.Error("no policy restricting the daemon to its own node's NodeFeature")
+	}
+	if find(objs, "ServiceMonitor", "") != nil {
+		t.Error("ServiceMonitor rendered by default")
+	}
+	nodeRole := find(objs, "Role", "node-daemon")
+	if nodeRole.GetNamespace() != "numastream-system" {
+		t.Error("node daemon permissions are not namespaced")
+	}
+}
+
+func TestValueSets(t *testing.T) {
+	objs, err := render(t, "--set", "nodeDaemon.publish=features-d", "--set", "nodeDaemon.tokensPerNic=0",
+		"--set", "crds.enabled=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "operator.replicas=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if find(objs, "CustomResourceDefinition", "") != nil {
+		t.Error("crds.enabled=false still renders the CRD")
+	}
+	if find(objs, "ServiceMonitor", "operator") == nil {
+		t.Error("no ServiceMonitor")
+	}
+	ds := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
+	var hostPaths []string
+	for _, v := range ds.Volumes {
+		hostPaths = append(hostPaths, v.HostPath.Path)
+	}
+	if strings.Join(hostPaths, ",") != "/sys,/etc/kubernetes/node-feature-discovery/features.d" {
+		t.Errorf("features-d mode mounts %v", hostPaths)
+	}
+	if *ds.AutomountServiceAccountToken {
+		t.Error("features-d mode needs no API access")
+	}
+	if find(objs, "Role", "node-daemon") != nil {
+		t.Error("features-d mode grants API permissions")
+	}
+	objs, err = render(t, "--set", "crds.keep=false", "--set", "nodeDaemon.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := find(objs, "CustomResourceDefinition", "").GetAnnotations()["helm.sh/resource-policy"]; ok {
+		t.Error("crds.keep=false still keeps the CRD")
+	}
+	if find(objs, "DaemonSet", "") != nil {
+		t.Error("nodeDaemon.enabled=false renders the DaemonSet")
+	}
+}
+
+func TestSchemaRefusesBadValues(t *testing.T) {
+	for _, bad := range [][]string{
+		{"--set", "nodeDaemon.publish=labels"},
+		{"--set", "nodeDaemon.tokensPerNic=-1"},
+		{"--set", "operator.imagee.tag=x"},
+		{"--set", "agentImage.pullPolicy=Sometimes"},
+	} {
+		if _, err := render(t, bad...); err == nil || !strings.Contains(err.Error(), "values don't meet the specifications of the schema") {
+			t.Errorf("%v accepted (%v)", bad, err)
+		}
+	}
+}
+
+func TestLintStrict(t *testing.T) {
+	out, err := exec.Command(helm(t), "lint", "--strict", chartDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// helm template and kustomize config/default produce manifests a real API server accepts.
+func TestServerSideDryRun(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if os.Getenv("NUMASTREAM_REQUIRE_ENVTEST") != "" {
+			t.Fatal("KUBEBUILDER_ASSETS is not set")
+		}
+		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-operator`")
+	}
+	helmObjs, err := render(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resmap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join("..", "..", "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kyaml, err := resmap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomizeObjs := decode(t, kyaml)
+
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "numastream-system"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for name, objs := range map[string][]*unstructured.Unstructured{"helm template": helmObjs, "kustomize config/default": kustomizeObjs} {
+		accepted := 0
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" {
+				continue
+			}
+			if err := c.Create(ctx, o.DeepCopy(), client.DryRunAll); err != nil {
+				t.Errorf("%s: %s %s refused: %v", name, o.GetKind(), o.GetName(), err)
+				continue
+			}
+			accepted++
+		}
+		if accepted < 12 {
+			t.Errorf("%s: only %d objects", name, accepted)
+		}
+	}
+	// The two install paths install the same objects.
+	key := func(o *unstructured.Unstructured) string { return o.GetKind() + "/" + o.GetName() }
+	seen := map[string]bool{}
+	for _, o := range helmObjs {
+		seen[key(o)] = true
+	}
+	for _, o := range kustomizeObjs {
+		if o.GetKind() != "Namespace" && !seen[key(o)] {
+			t.Errorf("kustomize installs %s that the chart does not", key(o))
+		}
+		delete(seen, key(o))
+	}
+	for k := range seen {
+		t.Errorf("the chart installs %s that kustomize does not", k)
+	}
+}
