@@ -92,15 +92,40 @@ test-operator: k8s-bins verify-generated agent operator ## Operator + node daemo
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_REQUIRE_AGENT=1 \
 		NUMASTREAM_HELM=$(HELM) $(HELM_ENV) go test -count=1 ./...
 
+##@ Simulated facility cluster
+
+K8S_SIM_BIN ?= $(HOME)/.cache/numastream/k8s-$(K8S_VERSION)-sim
+SIM_DIR ?= /tmp/numastream-sim
+SIM := BIN_DIR=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) bash hack/sim-cluster.sh
+
+.PHONY: k8s-bins-sim
+k8s-bins-sim: ## Build etcd, apiserver, scheduler, controller-manager, kubectl and kwok (cached; ~7 min cold)
+	@BIN_DIR=$(K8S_SIM_BIN) COMPONENTS="control-plane kwok" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
+		bash hack/build-k8s-bins.sh | grep -v '^-\|^total\|^d' || true
+	@test -x $(K8S_SIM_BIN)/kube-scheduler && test -x $(K8S_SIM_BIN)/kwok && test -x $(K8S_SIM_BIN)/kubectl
+
+.PHONY: sim-up sim-down
+sim-up: k8s-bins-sim ## Start the simulated facility cluster (KUBECONFIG=$(SIM_DIR)/admin.kubeconfig)
+	@$(SIM) up
+sim-down: ## Stop it
+	@$(SIM) down
+
+.PHONY: test-e2e
+test-e2e: k8s-bins-sim operator ## End-to-end tests: the operator on the simulated facility cluster
+	@trap '$(SIM) down >/dev/null' EXIT; $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
+		$(K8S_SIM_BIN)/kubectl --kubeconfig $(SIM_DIR)/admin.kubeconfig apply --server-side -f config/crd/bases >/dev/null && \
+		NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_OPERATOR=$(CURDIR)/$(BIN)/operator \
+		NUMASTREAM_REQUIRE_E2E=1 go test -count=1 -v ./test/e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+e2e_test)' ; exit $${PIPESTATUS[0]}
+
 ##@ Whole project
 
 .PHONY: test
-test: test-agent test-agent-asan test-operator ## The whole suite
+test: test-agent test-agent-asan test-operator test-e2e ## The whole suite
 	@echo "make test: all suites passed"
 
 .PHONY: demo
-demo: agent ## The main job (today: a verified loopback stream between two agents)
-	@bash hack/demo.sh
+demo: agent operator k8s-bins k8s-bins-sim ## The main job: operator + simulated facility + real agents streaming verified data
+	@K8S_SIM_BIN=$(K8S_SIM_BIN) bash hack/demo.sh
 
 .PHONY: clean
 clean: ## Remove build output

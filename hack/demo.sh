@@ -1,69 +1,109 @@
 #!/usr/bin/env bash
-# `make demo`, today: two real agents on 127.0.0.1 stream synthetic tomography projections
-# (16-bit, 2560x2160, 11,059,200 bytes each) through LZ4 and two TCP connections; the receiver
-# decompresses and verifies every chunk. Prints placement, throughput, ratio and integrity.
-# The simulated facility cluster (operator + StreamPipeline) joins this demo as it lands.
+# `make demo`: the whole mission on one machine.
+#  1. a simulated facility cluster (real etcd, kube-apiserver, scheduler, controller-manager; kwok
+#     nodes shaped like detectors and 2-socket gateways, labelled as numastream's node daemon does);
+#  2. the operator, applying the single-stream sample: it plans every stage, and the scheduler
+#     places the pods;
+#  3. the real C++ agents, run here on 127.0.0.1 with the exact configuration the operator rendered
+#     into the ConfigMap (only the endpoint host and the metrics port are changed to run locally),
+#     streaming a few GB of synthetic tomography projections, every chunk verified;
+#  4. everything torn down.
+# Set DEMO_CHUNKS to stream more or less (default 300 projections, ~3.3 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-AGENT=bin/numastream-agent
+K8S_SIM_BIN=${K8S_SIM_BIN:-$HOME/.cache/numastream/k8s-1.36.4-sim}
+SIM_DIR=${SIM_DIR:-/tmp/numastream-demo-sim}
 CHUNKS=${DEMO_CHUNKS:-300}
-CONNECTIONS=${DEMO_CONNECTIONS:-2}
+AGENT=bin/numastream-agent
+export KUBECONFIG=$SIM_DIR/admin.kubeconfig
+KUBECTL="$K8S_SIM_BIN/kubectl"
 work=$(mktemp -d /tmp/numastream-demo.XXXXXX)
-rx_pid=
+op_pid= rx_pid=
+
+say() { printf '\n== %s\n' "$*"; }
 cleanup() {
   [ -n "$rx_pid" ] && kill "$rx_pid" 2>/dev/null || true
+  [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null || true
+  BIN_DIR=$K8S_SIM_BIN SIM_DIR=$SIM_DIR bash hack/sim-cluster.sh down >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-port=$(( port > 60000 ? port - 1000 : port ))
-endpoint="tcp://127.0.0.1:${port}"
+say "1/4 simulated facility cluster"
+BIN_DIR=$K8S_SIM_BIN SIM_DIR=$SIM_DIR bash hack/sim-cluster.sh up | grep -E 'control plane up|cluster up' || {
+  echo "the simulated cluster did not start; logs in $SIM_DIR/logs" >&2; exit 1; }
+"$KUBECTL" get nodes -L numastream.io/numa-nodes -L numastream.io/nic.ens1f0.numa-node -L numastream.io/nic.ens1f0.speed-mbit \
+  | sed -n '1p;/detector-1 \|gateway-1 /p'
 
-echo "== numastream demo: verified loopback stream between two agents"
-echo "   $CHUNKS synthetic projections (~$(( CHUNKS * 11 / 1000 )) GB raw), LZ4, $CONNECTIONS TCP connections, $endpoint"
+say "2/4 operator + StreamPipeline (config/samples/single-stream.yaml, ${CHUNKS} chunks)"
+"$KUBECTL" apply --server-side -f config/crd/bases >/dev/null
+bin/operator --kubeconfig "$KUBECONFIG" --metrics-bind-address=0 --health-probe-bind-address=0 \
+  --agent-image=numastream/agent:demo --observe-every=0s >"$work/operator.log" 2>&1 &
+op_pid=$!
+sed "s/chunks: 1000/chunks: $CHUNKS/" config/samples/single-stream.yaml | "$KUBECTL" apply -f - >/dev/null
+for _ in $(seq 120); do
+  ready=$("$KUBECTL" get streampipeline single-stream -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+  [ "$ready" = True ] && break
+  sleep 0.5
+done
+"$KUBECTL" get streampipelines
 echo
-"$AGENT" receive --endpoint "$endpoint" --connections "$CONNECTIONS" --streams 1 \
-  --metrics-listen 127.0.0.1:0 >"$work/rx.json" 2>"$work/rx.err" &
+"$KUBECTL" get streampipeline single-stream -o json | python3 -c '
+import json, sys
+sp = json.load(sys.stdin)
+p = sp["status"]["plan"]
+print(f"plan: {p[\"connections\"]} connections, predicted {sp[\"status\"][\"predictedGbps\"]} Gbit/s raw, bottleneck {p[\"bottleneck\"]}; gateway NIC on NUMA node {p[\"nicNUMANode\"]}")
+for n in p["nodes"]:
+    stages = ", ".join(f"{s[\"stage\"]} x{s[\"threads\"]} @{s[\"numa\"]}" for s in n["stages"])
+    print(f"  {n[\"role\"]:8} {n[\"node\"]:11} {n[\"cpus\"]:3} CPUs  {stages}")
+for c in sp["status"]["conditions"]:
+    print(f"  {c[\"type\"]:9} {c[\"status\"]:7} {c[\"reason\"]}: {c[\"message\"]}")
+'
+echo
+"$KUBECTL" get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,QOS:.status.qosClass,PHASE:.status.phase,CPU:.spec.containers[0].resources.limits.cpu,NIC-TOKEN:.spec.containers[0].resources.limits.numastream\.io/nic-ens1f0'
+
+say "3/4 the real agents, with the configuration the operator rendered"
+"$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.sender-0\.json}' >"$work/sender.json"
+"$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.gateway-0\.json}' >"$work/gateway.json"
+port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"].rsplit(":",1)[1])' "$work/gateway.json")
+echo "sender config (from ConfigMap single-stream-agent):"; sed 's/^/    /' "$work/sender.json" | head -30
+# Local substitutions only: the endpoint host (no cluster DNS here), the metrics port (both agents
+# share this host) and the file sink's directory (the pod mounts the gateway's directory at /data).
+"$AGENT" receive --config "$work/gateway.json" --endpoint "tcp://127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+  --sink-path "$work/single-stream-{stream}.raw" >"$work/rx.json" 2>"$work/rx.err" &
 rx_pid=$!
 sleep 0.3
 set +e
-"$AGENT" send --endpoint "$endpoint" --connections "$CONNECTIONS" --chunks "$CHUNKS" \
+"$AGENT" send --config "$work/sender.json" --endpoint "tcp://127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
   >"$work/tx.json" 2>"$work/tx.err"
 tx_rc=$?
-wait "$rx_pid"
-rx_rc=$?
-rx_pid=
+wait "$rx_pid"; rx_rc=$?; rx_pid=
 set -e
-
-python3 - "$work/tx.json" "$work/rx.json" <<'PY'
-import json, sys
-tx = json.load(open(sys.argv[1]))
-rx = json.load(open(sys.argv[2]))
+python3 - "$work/tx.json" "$work/rx.json" "$work/single-stream-0.raw" <<'PY'
+import json, os, sys
+tx = json.load(open(sys.argv[1])); rx = json.load(open(sys.argv[2]))
 def placement(s):
     by = {}
     for t in s["placement"]["threads"]:
-        by.setdefault(t["stage"], []).append(f'cpu{t["cpu"]}/node{t["numa_node"]}')
-    return "  ".join(f'{k}: {", ".join(v)}' for k, v in by.items())
-print("sender   placement ", placement(tx))
-print("receiver placement ", placement(rx))
-for w in tx["placement"]["warnings"] + rx["placement"]["warnings"]:
-    print("         note      ", w)
-print()
+        by.setdefault(t["stage"], set()).add(t["cpu"])
+    return "  ".join(f'{k} x{sum(1 for t in s["placement"]["threads"] if t["stage"] == k)} on cpu {",".join(map(str, sorted(v)))}' for k, v in by.items())
+print("sender   ", placement(tx))
+print("receiver ", placement(rx))
 print(f'sent      {tx["chunks"]} chunks, {tx["raw_bytes"]/1e9:.2f} GB raw, {tx["wire_bytes"]/1e9:.2f} GB on the wire')
-print(f'received  {rx["chunks"]} chunks verified (XXH3 per chunk), ratio {rx["ratio"]:.2f}:1')
-print(f'rate      {rx["raw_gbps"]:.2f} Gbit/s raw, {rx["wire_gbps"]:.2f} Gbit/s on the wire ({rx["seconds"]:.2f} s)')
-print(f'integrity lost {rx["lost"]}, corrupt {rx["corrupt"]}, duplicates {rx["duplicates"]}, malformed {rx["malformed"]}, complete {rx["complete"]}')
-st = rx["stages"]
-print("receiver stages (thread-seconds busy / waiting for input / waiting for output):")
-for name, s in st.items():
-    print(f'          {name:<10} {s["busy_s"]:6.2f} / {s["blocked_input_s"]:6.2f} / {s["blocked_output_s"]:6.2f}')
+print(f'received  {rx["chunks"]} chunks verified, ratio {rx["ratio"]:.2f}:1, {rx["raw_gbps"]:.2f} Gbit/s raw ({rx["seconds"]:.2f} s on this 2-core machine)')
+print(f'integrity lost {rx["lost"]}, corrupt {rx["corrupt"]}, duplicates {rx["duplicates"]}, complete {rx["complete"]}')
+if os.path.exists(sys.argv[3]):
+    print(f'file sink {os.path.getsize(sys.argv[3])/1e9:.2f} GB written in sequence order ({os.path.getsize(sys.argv[3])} bytes = {rx["raw_bytes"]} verified)')
+if rx.get("error"): print("receiver error:", rx["error"])
+if tx.get("error"): print("sender error:", tx["error"])
 PY
+
+say "4/4 teardown"
+"$KUBECTL" delete streampipeline single-stream --wait=false >/dev/null
 if [ "$tx_rc" -ne 0 ] || [ "$rx_rc" -ne 0 ]; then
   echo "demo FAILED: sender exit $tx_rc, receiver exit $rx_rc" >&2
-  cat "$work/tx.err" "$work/rx.err" >&2
+  tail -5 "$work/tx.err" "$work/rx.err" >&2
   exit 1
 fi
-echo
 echo "demo OK"

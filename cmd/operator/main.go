@@ -26,7 +26,7 @@ func main() {
 		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
 		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
-		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status")
+		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -55,8 +55,10 @@ func main() {
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("numastream-operator"),
 		Render:       render.Options{AgentImage: *agentImage},
-		Observe:      status.NewObserver(5 * time.Second).Observe,
 		ObserveEvery: *observeEvery,
+	}
+	if *observeEvery > 0 {
+		r.Observe = status.NewObserver(5 * time.Second).Observe
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Cannot set up the StreamPipeline controller")
