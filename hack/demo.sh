@@ -49,17 +49,20 @@ for _ in $(seq 120); do
 done
 "$KUBECTL" get streampipelines
 echo
-"$KUBECTL" get streampipeline single-stream -o json | python3 -c '
+"$KUBECTL" get streampipeline single-stream -o json >"$work/sp.json"
+python3 - "$work/sp.json" <<'PY'
 import json, sys
-sp = json.load(sys.stdin)
-p = sp["status"]["plan"]
-print(f"plan: {p[\"connections\"]} connections, predicted {sp[\"status\"][\"predictedGbps\"]} Gbit/s raw, bottleneck {p[\"bottleneck\"]}; gateway NIC on NUMA node {p[\"nicNUMANode\"]}")
+sp = json.load(open(sys.argv[1]))
+st = sp["status"]
+p = st["plan"]
+print(f'plan: {p["connections"]} connections, predicted {st["predictedGbps"]} Gbit/s raw, '
+      f'bottleneck {p["bottleneck"]}; gateway NIC on NUMA node {p["nicNUMANode"]}')
 for n in p["nodes"]:
-    stages = ", ".join(f"{s[\"stage\"]} x{s[\"threads\"]} @{s[\"numa\"]}" for s in n["stages"])
-    print(f"  {n[\"role\"]:8} {n[\"node\"]:11} {n[\"cpus\"]:3} CPUs  {stages}")
-for c in sp["status"]["conditions"]:
-    print(f"  {c[\"type\"]:9} {c[\"status\"]:7} {c[\"reason\"]}: {c[\"message\"]}")
-'
+    stages = ", ".join(f'{s["stage"]} x{s["threads"]} @{s["numa"]}' for s in n["stages"])
+    print(f'  {n["role"]:8} {n["node"]:11} {n["cpus"]:3} CPUs  {stages}')
+for c in st["conditions"]:
+    print(f'  {c["type"]:9} {c["status"]:7} {c["reason"]}: {c["message"]}')
+PY
 echo
 "$KUBECTL" get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,QOS:.status.qosClass,PHASE:.status.phase,CPU:.spec.containers[0].resources.limits.cpu,NIC-TOKEN:.spec.containers[0].resources.limits.numastream\.io/nic-ens1f0'
 
@@ -67,7 +70,7 @@ say "3/4 the real agents, with the configuration the operator rendered"
 "$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.sender-0\.json}' >"$work/sender.json"
 "$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.gateway-0\.json}' >"$work/gateway.json"
 port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"].rsplit(":",1)[1])' "$work/gateway.json")
-echo "sender config (from ConfigMap single-stream-agent):"; sed 's/^/    /' "$work/sender.json" | head -30
+echo "sender config (from ConfigMap single-stream-agent):"; sed "s/^/    /" "$work/sender.json" | head -30; echo
 # Local substitutions only: the endpoint host (no cluster DNS here), the metrics port (both agents
 # share this host) and the file sink's directory (the pod mounts the gateway's directory at /data).
 "$AGENT" receive --config "$work/gateway.json" --endpoint "tcp://127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \

@@ -46,7 +46,8 @@ std::string stream_path(const std::string& pattern, std::uint32_t stream) {
 // stream ended complete and verified.
 class FileSink {
  public:
-  FileSink(const Config& cfg, StreamTracker& tracker) : cfg_(cfg), tracker_(tracker) {}
+  FileSink(const Config& cfg, StreamTracker& tracker, std::size_t window)
+      : cfg_(cfg), tracker_(tracker), window_(window) {}
   ~FileSink() {
     for (auto& [id, o] : outs_) {
       for (auto& [seq, b] : o.pending) b->pool->release(b);
@@ -63,7 +64,7 @@ class FileSink {
     }
     o.pending.emplace(h.sequence, b);
     flush(h.stream_id, o);
-    while (o.pending.size() > static_cast<std::size_t>(cfg_.reorder_window)) {
+    while (o.pending.size() > window_) {
       log_line("file sink: stream " + std::to_string(h.stream_id) + ": chunk " +
                std::to_string(o.next) + " still missing with " + std::to_string(o.pending.size()) +
                " later chunks waiting; writing on without it");
@@ -143,6 +144,7 @@ class FileSink {
 
   const Config& cfg_;
   StreamTracker& tracker_;
+  std::size_t window_;
   std::map<std::uint32_t, Out> outs_;
 };
 
@@ -171,6 +173,7 @@ class Receiver {
   std::unique_ptr<FileSink> file_sink_;
   std::unique_ptr<zmq::Context> ctx_;
 
+  std::size_t reorder_window_ = 16;
   std::atomic<bool> stop_receiving_{false};
   std::atomic<int> receivers_left_{0};
   std::atomic<int> decompressors_left_{0};
@@ -449,17 +452,27 @@ std::string Receiver::metrics_text() {
 RunResult Receiver::run(const RunHooks& hooks) {
   const int receivers = rt_.threads("receive");
   const int decompressors = rt_.threads("decompress");
+  // Senders put chunks on the wire in order; what arrives out of order is what several
+  // connections had in flight at once (ZeroMQ queues on both ends, socket buffers of ~8 MiB, a
+  // frame being decoded) plus the decompressors finishing out of order. Hold at least that much.
+  const std::size_t wire_estimate = std::max<std::size_t>(1, cfg_.chunk_bytes / 2);
+  const std::size_t per_connection =
+      static_cast<std::size_t>(2 * cfg_.hwm + 4) + (8u << 20) / wire_estimate;
+  reorder_window_ = std::max<std::size_t>(
+      static_cast<std::size_t>(cfg_.reorder_window),
+      static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + cfg_.queue_depth));
   const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
-  const std::size_t raw_total =
-      static_cast<std::size_t>(decompressors) +
-      (has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.reorder_window + 2 + cfg_.hwm) : 0);
-  raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_total,
+  const std::size_t raw_shared =
+      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + reorder_window_ + 2 + cfg_.hwm) : 0;
+  raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_shared, 1,
                                            wire::kHeaderSize + cfg_.chunk_bytes);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<zmq::Message>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
-  if (cfg_.sink.kind == SinkConfig::Kind::file) file_sink_ = std::make_unique<FileSink>(cfg_, tracker_);
+  if (cfg_.sink.kind == SinkConfig::Kind::file) {
+    file_sink_ = std::make_unique<FileSink>(cfg_, tracker_, reorder_window_);
+  }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   rt_.on_abort([this] {
     stop_receiving_ = true;

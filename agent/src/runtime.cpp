@@ -79,17 +79,15 @@ std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_
 }
 
 NodePools::NodePools(Runtime& rt, const std::string& stage, const std::string& what,
-                     std::size_t total, std::size_t bytes) {
-    int threads = rt.threads(stage);
-    for (int node : rt.stage_nodes(stage)) {
-      int on_node = 0;
-      for (const auto& t : rt.placement.threads) on_node += t.stage == stage && t.numa_node == node;
-      std::size_t count = std::max<std::size_t>(
-          1, (total * static_cast<std::size_t>(on_node) + threads - 1) / static_cast<std::size_t>(threads));
-      pools_.push_back(std::make_unique<BufferPool>(what + "-node" + std::to_string(node), count,
-                                                    bytes, node));
-      nodes_.push_back(node);
-    }
+                     std::size_t shared, std::size_t per_thread, std::size_t bytes) {
+  for (int node : rt.stage_nodes(stage)) {
+    std::size_t on_node = 0;
+    for (const auto& t : rt.placement.threads) on_node += t.stage == stage && t.numa_node == node;
+    std::size_t count = std::max<std::size_t>(1, shared + per_thread * on_node);
+    pools_.push_back(std::make_unique<BufferPool>(what + "-node" + std::to_string(node), count,
+                                                  bytes, node));
+    nodes_.push_back(node);
+  }
 }
 
 BufferPool& NodePools::for_node(int node) {

@@ -75,8 +75,12 @@ class Runtime {
 // Per-node pools: one per NUMA node a stage's threads use, sized in proportion to its threads.
 class NodePools {
  public:
-  NodePools(Runtime& rt, const std::string& stage, const std::string& what, std::size_t total,
-            std::size_t bytes);
+  // One pool per NUMA node the stage's threads use, each with `shared` buffers plus
+  // `per_thread` for every thread of the stage on that node. `shared` is per node on purpose:
+  // a buffer that may be held anywhere downstream must never leave another node's thread without
+  // one (that could deadlock an ordered stage).
+  NodePools(Runtime& rt, const std::string& stage, const std::string& what, std::size_t shared,
+            std::size_t per_thread, std::size_t bytes);
   // The pool on `node` (the first pool when no pool is on it).
   BufferPool& for_node(int node);
   void close_all();

@@ -124,7 +124,7 @@ class Sender {
   std::unique_ptr<FileReader> reader_;
   std::unique_ptr<NodePools> wire_pools_;
   std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
-  std::unique_ptr<BoundedQueue<Buffer*>> wire_q_;
+  std::unique_ptr<OrderedQueue<Buffer*>> wire_q_;
   std::unique_ptr<zmq::Context> ctx_;
 
   std::atomic<int> compressors_left_{0};
@@ -327,7 +327,7 @@ void Sender::compress_thread(int index) {
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      pushed = wire_q_->push(out);
+      pushed = wire_q_->push(c->seq, out);
     }
     if (!pushed) {
       out->pool->release(out);
@@ -475,11 +475,14 @@ RunResult Sender::run(const RunHooks& hooks) {
   const int compressors = rt_.threads("compress");
   const int senders = rt_.threads("send");
   wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
-  const std::size_t wire_total = static_cast<std::size_t>(
-      compressors + cfg_.queue_depth + senders * (cfg_.hwm + 1));
-  wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", wire_total, wire_capacity_);
+  // Buffers held downstream of the compressors: the ordered queue, the sending threads and
+  // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
+  const std::size_t downstream = static_cast<std::size_t>(
+      cfg_.queue_depth + senders * (cfg_.hwm + 2) + 1);
+  wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-  wire_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
+  // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
+  wire_q_ = std::make_unique<OrderedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   rt_.on_abort([this] {
     raw_q_->close();

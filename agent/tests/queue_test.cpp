@@ -101,3 +101,67 @@ TEST(BoundedQueue, ManyProducersManyConsumersLoseNothing) {
 
 }  // namespace
 }  // namespace numastream
+
+namespace numastream {
+namespace {
+
+TEST(OrderedQueue, HandsOutInSequenceOrder) {
+  OrderedQueue<int> q(8);
+  for (std::uint64_t s : {2, 0, 3, 1}) {
+    int v = static_cast<int>(s) * 10;
+    ASSERT_TRUE(q.push(s, v));
+  }
+  for (int want : {0, 10, 20, 30}) EXPECT_EQ(*q.pop(), want);
+}
+
+TEST(OrderedQueue, PopWaitsForTheNextSequence) {
+  OrderedQueue<int> q(8);
+  int one = 1;
+  q.push(1, one);
+  std::atomic<bool> got{false};
+  std::thread consumer([&] {
+    EXPECT_EQ(*q.pop(), 0);
+    got = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(got.load()) << "sequence 0 has not arrived";
+  int zero = 0;
+  q.push(0, zero);
+  consumer.join();
+  EXPECT_EQ(*q.pop(), 1);
+}
+
+// Full of later items, the queue still takes the one pop() waits for: no deadlock.
+TEST(OrderedQueue, TheNextItemIsTakenEvenWhenFull) {
+  OrderedQueue<int> q(2);
+  int a = 1, b = 2, c = 3;
+  q.push(1, a);
+  q.push(2, b);
+  std::atomic<bool> third_pushed{false};
+  std::thread blocked([&] {
+    q.push(3, c);
+    third_pushed = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(third_pushed.load()) << "a later item waits while the queue is full";
+  int zero = 0;
+  ASSERT_TRUE(q.push(0, zero));
+  for (int want : {0, 1, 2, 3}) EXPECT_EQ(*q.pop(), want);
+  blocked.join();
+}
+
+TEST(OrderedQueue, CloseDrainsInOrderSkippingGaps) {
+  OrderedQueue<int> q(8);
+  int x = 5, y = 7;
+  q.push(5, x);
+  q.push(7, y);
+  q.close();
+  EXPECT_EQ(*q.pop(), 5);
+  EXPECT_EQ(*q.pop(), 7);
+  EXPECT_FALSE(q.pop().has_value());
+  int z = 9;
+  EXPECT_FALSE(q.push(9, z));
+}
+
+}  // namespace
+}  // namespace numastream

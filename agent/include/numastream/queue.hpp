@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -98,6 +99,88 @@ class BoundedQueue {
   std::vector<std::optional<T>> slots_;
   std::size_t head_ = 0;
   std::size_t count_ = 0;
+  bool closed_ = false;
+  std::atomic<std::uint64_t> push_wait_ns_{0};
+  std::atomic<std::uint64_t> pop_wait_ns_{0};
+};
+
+// A bounded queue that hands items out in sequence order (0, 1, 2, ...), whatever order they
+// arrive in: parallel compressors finish out of order, and the sending threads should still put
+// chunks on the wire in order so that the receiver's reordering stays small.
+//
+// Contract:
+//  - push(seq, item) blocks while `capacity` items wait, except for the item pop() is waiting
+//    for (seq == next), which is always taken: the thread holding it is never the one that
+//    blocks, so the queue cannot deadlock (it holds at most capacity + 1 items);
+//  - pop() blocks until the next item in order is there; after close() it drains what is left
+//    in order (skipping sequence numbers that never came), then returns nullopt.
+template <typename T>
+class OrderedQueue {
+ public:
+  explicit OrderedQueue(std::size_t capacity) : capacity_(capacity) { NS_ASSERT(capacity >= 1); }
+  OrderedQueue(const OrderedQueue&) = delete;
+  OrderedQueue& operator=(const OrderedQueue&) = delete;
+
+  bool push(std::uint64_t seq, T& item) {
+    std::unique_lock lock(mu_);
+    if (seq != next_ && items_.size() >= capacity_ && !closed_) {
+      auto start = std::chrono::steady_clock::now();
+      cv_.wait(lock, [&] { return seq == next_ || items_.size() < capacity_ || closed_; });
+      push_wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                      std::chrono::steady_clock::now() - start)
+                                                      .count());
+    }
+    if (closed_) return false;
+    items_.emplace(seq, std::move(item));
+    lock.unlock();
+    cv_.notify_all();
+    return true;
+  }
+
+  std::optional<T> pop() {
+    std::unique_lock lock(mu_);
+    auto ready = [&] {
+      return (!items_.empty() && items_.begin()->first == next_) || (closed_ && !items_.empty()) ||
+             (closed_ && items_.empty());
+    };
+    if (!ready()) {
+      auto start = std::chrono::steady_clock::now();
+      cv_.wait(lock, ready);
+      pop_wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                     std::chrono::steady_clock::now() - start)
+                                                     .count());
+    }
+    if (items_.empty()) return std::nullopt;
+    auto it = items_.begin();
+    std::optional<T> out(std::move(it->second));
+    next_ = it->first + 1;
+    items_.erase(it);
+    lock.unlock();
+    cv_.notify_all();
+    return out;
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  std::size_t depth() const {
+    std::lock_guard lock(mu_);
+    return items_.size();
+  }
+  std::uint64_t push_wait_ns() const noexcept { return push_wait_ns_.load(); }
+  std::uint64_t pop_wait_ns() const noexcept { return pop_wait_ns_.load(); }
+
+ private:
+  const std::size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, T> items_;  // node-based, but bounded by capacity + 1: no growth
+  std::uint64_t next_ = 0;
   bool closed_ = false;
   std::atomic<std::uint64_t> push_wait_ns_{0};
   std::atomic<std::uint64_t> pop_wait_ns_{0};
