@@ -110,6 +110,10 @@ sim-up: k8s-bins-sim ## Start the simulated facility cluster (KUBECONFIG=$(SIM_D
 sim-down: ## Stop it
 	@$(SIM) down
 
+.PHONY: bench-operator
+bench-operator: k8s-bins-sim operator ## 200 simulated nodes, 100 pipelines at once: time to plan, reconciles/s, peak memory
+	@K8S_SIM_BIN=$(K8S_SIM_BIN) bash hack/bench-operator.sh
+
 .PHONY: test-e2e
 test-e2e: k8s-bins-sim operator ## End-to-end tests: the operator on the simulated facility cluster
 	@trap '$(SIM) down >/dev/null' EXIT; $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
