@@ -32,6 +32,7 @@ import (
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/status"
+	"github.com/numastream/numastream/internal/testenv"
 	"github.com/numastream/numastream/internal/topology"
 )
 
@@ -186,17 +187,7 @@ func ensureNode(t *testing.T, n *corev1.Node) {
 // eventually polls cond for up to 20 s.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: never happened; last: %s", what, last)
+	testenv.Eventually(t, what, 20*time.Second, 100*time.Millisecond, cond)
 }
 
 func condition(t *testing.T, sp *v1alpha1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1alpha1.StreamPipeline {

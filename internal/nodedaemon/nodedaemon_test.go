@@ -23,19 +23,10 @@ import (
 
 	"github.com/numastream/numastream/internal/deviceplugin/fakekubelet"
 	"github.com/numastream/numastream/internal/nodelabels"
+	"github.com/numastream/numastream/internal/testenv"
 )
 
-func agentPath(t *testing.T) string {
-	t.Helper()
-	agent := os.Getenv("NUMASTREAM_AGENT")
-	if agent == "" {
-		if os.Getenv("NUMASTREAM_REQUIRE_AGENT") != "" {
-			t.Fatal("NUMASTREAM_AGENT is not set")
-		}
-		t.Skip("NUMASTREAM_AGENT is not set: run `make test-operator`")
-	}
-	return agent
-}
+func agentPath(t *testing.T) string { return testenv.Agent(t) }
 
 // sysfsCopy copies an agent fixture tree so a test can change it.
 func sysfsCopy(t *testing.T, fixture string) string {
@@ -115,12 +106,7 @@ func TestAgentFailureIsReported(t *testing.T) {
 // The NodeFeature object, against a real kube-apiserver: created with the labels, updated when
 // they change, owned by the DaemonSet, deleted on uninstall.
 func TestNodeFeatureObject(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("NUMASTREAM_REQUIRE_ENVTEST") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-operator`")
-	}
+	testenv.Envtest(t)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{"testdata"}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {

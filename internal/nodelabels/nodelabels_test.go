@@ -1,13 +1,13 @@
 package nodelabels
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/numastream/numastream/internal/testenv"
 	"github.com/numastream/numastream/internal/topology"
 )
 
@@ -15,13 +15,7 @@ import (
 // against the agent's actual output.
 func agentTopology(t *testing.T, fixture string) AgentTopology {
 	t.Helper()
-	agent := os.Getenv("NUMASTREAM_AGENT")
-	if agent == "" {
-		if os.Getenv("NUMASTREAM_REQUIRE_AGENT") != "" {
-			t.Fatal("NUMASTREAM_AGENT is not set")
-		}
-		t.Skip("NUMASTREAM_AGENT is not set: run `make test-operator`")
-	}
+	agent := testenv.Agent(t)
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "agent", "tests", "fixtures", fixture)
 	out, err := exec.Command(agent, "topology", "--sysfs-root", root).Output()

@@ -8,19 +8,14 @@ import (
 	"testing"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/testenv"
 )
 
 // Every agent configuration the operator renders is accepted by the real agent binary
 // (`numastream-agent check-config`), so the schema in docs/agent-config.md has one source of
 // truth: the agent's parser. `make test-operator` builds the agent and sets NUMASTREAM_AGENT.
 func TestRenderedConfigsPassTheAgentsValidation(t *testing.T) {
-	agent := os.Getenv("NUMASTREAM_AGENT")
-	if agent == "" {
-		if os.Getenv("NUMASTREAM_REQUIRE_AGENT") != "" {
-			t.Fatal("NUMASTREAM_AGENT is not set: run `make test-operator`")
-		}
-		t.Skip("NUMASTREAM_AGENT is not set: run `make test-operator` to check rendered configs against the agent")
-	}
+	agent := testenv.Agent(t)
 	zmqSource := func(sp *v1alpha1.StreamPipeline) {
 		sp.Spec.Senders[1].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
 	}

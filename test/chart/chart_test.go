@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,21 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/numastream/numastream/internal/testenv"
 )
 
 const chartDir = "../../charts/numastream"
 
-func helm(t *testing.T) string {
-	t.Helper()
-	h := os.Getenv("NUMASTREAM_HELM")
-	if h == "" {
-		if os.Getenv("NUMASTREAM_REQUIRE_ENVTEST") != "" {
-			t.Fatal("NUMASTREAM_HELM is not set")
-		}
-		t.Skip("NUMASTREAM_HELM is not set: run `make test-operator`")
-	}
-	return h
-}
+func helm(t *testing.T) string { return testenv.Helm(t) }
 
 func render(t *testing.T, args ...string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
@@ -195,12 +186,7 @@ func TestLintStrict(t *testing.T) {
 
 // helm template and kustomize config/default produce manifests a real API server accepts.
 func TestServerSideDryRun(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("NUMASTREAM_REQUIRE_ENVTEST") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-operator`")
-	}
+	testenv.Envtest(t)
 	helmObjs, err := render(t)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/testenv"
 )
 
 var (
@@ -69,17 +70,7 @@ func TestMain(m *testing.M) {
 
 func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
+	testenv.Eventually(t, what, timeout, 250*time.Millisecond, cond)
 }
 
 func namespace(t *testing.T) string {
