@@ -222,13 +222,22 @@ std::vector<std::string> Config::stage_names() const {
 }
 
 std::string Endpoint::for_connection(int i) const {
+  if (!ipc_path.empty()) return "ipc://" + ipc_path + (i == 0 ? "" : "." + std::to_string(i));
   return "tcp://" + host + ":" + std::to_string(port + i);
 }
 
 Endpoint parse_endpoint(const std::string& text, const std::string& field) {
+  if (text.rfind("ipc://", 0) == 0) {
+    Endpoint e;
+    e.ipc_path = text.substr(6);
+    if (e.ipc_path.empty() || e.ipc_path[0] != '/' || e.ipc_path.size() > 100) {
+      throw ConfigError(field, "ipc endpoints need an absolute path of at most 100 characters (got \"" + text + "\")");
+    }
+    return e;
+  }
   const std::string prefix = "tcp://";
   if (text.rfind(prefix, 0) != 0) {
-    throw ConfigError(field, "must be tcp://host:port (got \"" + text + "\")");
+    throw ConfigError(field, "must be tcp://host:port or ipc:///path (got \"" + text + "\")");
   }
   std::string rest = text.substr(prefix.size());
   auto colon = rest.rfind(':');
@@ -254,7 +263,7 @@ Config parse_config(const json& doc, Role role) {
   c.endpoint = f.required_string("endpoint");
   Endpoint ep = parse_endpoint(c.endpoint, "endpoint");
   c.connections = static_cast<int>(f.integer("connections", 1, 1, 64));
-  if (ep.port + c.connections - 1 > 65535) {
+  if (ep.ipc_path.empty() && ep.port + c.connections - 1 > 65535) {
     throw ConfigError("connections", "endpoint port " + std::to_string(ep.port) + " + " +
                                          std::to_string(c.connections) +
                                          " connections runs past port 65535");
@@ -278,12 +287,19 @@ Config parse_config(const json& doc, Role role) {
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);
-    for (const char* k : {"sink", "streams", "reorder_window"}) f.forbid(k, "only used by receive");
+    for (const char* k : {"sink", "streams", "reorder_window", "relay"}) f.forbid(k, "only used by receive");
   } else {
     c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
+    if (const json* r = f.raw("relay")) {
+      if (!r->is_boolean()) throw ConfigError("relay", "must be true or false");
+      c.relay = r->get<bool>();
+    }
     c.reorder_window = static_cast<int>(f.integer("reorder_window", c.reorder_window, 1, 4096));
     parse_sink(f, c);
     for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
+    if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
+      throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
+    }
   }
   parse_placement(f, c);
   f.finish();

@@ -159,6 +159,11 @@ class Receiver {
   void decompress_thread(int index);
   void sink_thread();
   void zmq_sink_loop(StageStats& st);
+  void relay_thread();
+  bool send_end_of_streams(zmq::Socket& sock, zmq::Monitor& mon,
+                           const std::map<std::uint32_t, std::uint64_t>& forwarded);
+  bool check_sink(zmq::SendOutcome o);
+  std::unique_ptr<zmq::Socket> connect_sink(std::unique_ptr<zmq::Monitor>& mon, const char* name);
   std::string metrics_text();
 
   const Config& cfg_;
@@ -311,46 +316,30 @@ void Receiver::decompress_thread(int index) {
   if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
 }
 
-void Receiver::zmq_sink_loop(StageStats& st) {
-  zmq::Socket sock(*ctx_, ZMQ_PUSH);
-  sock.set_int(ZMQ_SNDHWM, cfg_.hwm);
-  sock.set_int(ZMQ_IMMEDIATE, 1);
-  sock.set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
-  zmq::Monitor mon(*ctx_, sock, "sink");
-  sock.connect(cfg_.sink.endpoint);
+bool Receiver::check_sink(zmq::SendOutcome o) {
+  if (o == zmq::SendOutcome::peer_lost) {
+    rt_.fail("sink: the downstream consumer at " + cfg_.sink.endpoint + " went away");
+  } else if (o == zmq::SendOutcome::failed) {
+    rt_.fail("sink: send to " + cfg_.sink.endpoint + " failed: " + zmq::last_error());
+  }
+  return o == zmq::SendOutcome::sent;
+}
+
+std::unique_ptr<zmq::Socket> Receiver::connect_sink(std::unique_ptr<zmq::Monitor>& mon,
+                                                    const char* name) {
+  auto sock = std::make_unique<zmq::Socket>(*ctx_, ZMQ_PUSH);
+  sock->set_int(ZMQ_SNDHWM, cfg_.hwm);
+  sock->set_int(ZMQ_IMMEDIATE, 1);
+  sock->set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
+  mon = std::make_unique<zmq::Monitor>(*ctx_, *sock, name);
+  sock->connect(cfg_.sink.endpoint);
+  return sock;
+}
+
+// End each forwarded stream downstream, once, with the totals its sender announced.
+bool Receiver::send_end_of_streams(zmq::Socket& sock, zmq::Monitor& mon,
+                                   const std::map<std::uint32_t, std::uint64_t>& forwarded) {
   auto aborted = [this] { return rt_.aborted(); };
-  auto check = [&](zmq::SendOutcome o) {
-    if (o == zmq::SendOutcome::peer_lost) {
-      rt_.fail("sink: the downstream consumer at " + cfg_.sink.endpoint + " went away");
-    } else if (o == zmq::SendOutcome::failed) {
-      rt_.fail("sink: send to " + cfg_.sink.endpoint + " failed: " + zmq::last_error());
-    }
-    return o == zmq::SendOutcome::sent;
-  };
-  std::map<std::uint32_t, std::uint64_t> forwarded;
-  while (true) {
-    std::optional<Buffer*> b;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      b = sink_q_->pop();
-    }
-    if (!b) break;
-    wire::Header h;
-    wire::decode({(*b)->data, (*b)->size}, cfg_.chunk_bytes, h);
-    std::size_t size = (*b)->size;
-    zmq_msg_t msg;
-    zmq_msg_init_data(&msg, (*b)->data, size, free_to_pool, *b);
-    ScopedTimer wait(st.blocked_output_ns);
-    if (!check(zmq::send_watched(sock, mon, &msg, aborted))) break;
-    ++forwarded[h.stream_id];
-    st.chunks++;
-    st.bytes_out += size;
-  }
-  if (rt_.aborted()) {
-    sock.set_int(ZMQ_LINGER, 0);
-    return;
-  }
-  // End each forwarded stream downstream with the totals its sender announced.
   for (const auto& [stream, count] : forwarded) {
     auto eos = tracker_.end_of_stream(stream);
     if (!eos) continue;
@@ -367,7 +356,91 @@ void Receiver::zmq_sink_loop(StageStats& st) {
     zmq_msg_t msg;
     zmq_msg_init_size(&msg, sizeof(frame));
     std::memcpy(zmq_msg_data(&msg), frame, sizeof(frame));
-    if (!check(zmq::send_watched(sock, mon, &msg, aborted))) return;
+    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) return false;
+  }
+  return true;
+}
+
+void Receiver::zmq_sink_loop(StageStats& st) {
+  std::unique_ptr<zmq::Monitor> mon;
+  auto sock = connect_sink(mon, "sink");
+  auto aborted = [this] { return rt_.aborted(); };
+  std::map<std::uint32_t, std::uint64_t> forwarded;
+  while (true) {
+    std::optional<Buffer*> b;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      b = sink_q_->pop();
+    }
+    if (!b) break;
+    wire::Header h;
+    wire::decode({(*b)->data, (*b)->size}, cfg_.chunk_bytes, h);
+    std::size_t size = (*b)->size;
+    zmq_msg_t msg;
+    zmq_msg_init_data(&msg, (*b)->data, size, free_to_pool, *b);
+    ScopedTimer wait(st.blocked_output_ns);
+    if (!check_sink(zmq::send_watched(*sock, *mon, &msg, aborted))) break;
+    ++forwarded[h.stream_id];
+    st.chunks++;
+    st.bytes_out += size;
+  }
+  if (rt_.aborted()) {
+    sock->set_int(ZMQ_LINGER, 0);
+    return;
+  }
+  send_end_of_streams(*sock, *mon, forwarded);
+}
+
+// Relay: the gateway's NIC-local container receives and checks frames, and forwards them
+// undecoded, zero-copy, as one connection to the decompressing container of the same pod (over
+// IPC). Each chunk's sequence number is recorded, so the relay too reports what never arrived;
+// the decompressing side verifies the data.
+void Receiver::relay_thread() {
+  const std::size_t slot = rt_.slot("sink", 0);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("sink");
+  auto aborted = [this] { return rt_.aborted(); };
+  try {
+    std::unique_ptr<zmq::Monitor> mon;
+    auto sock = connect_sink(mon, "relay");
+    std::map<std::uint32_t, std::uint64_t> forwarded;
+    while (true) {
+      std::optional<zmq::Message> msg;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        msg = wire_q_->pop();
+      }
+      if (!msg) break;
+      wire::Header h;
+      std::size_t size;
+      {
+        ScopedTimer busy(st.busy_ns);
+        size = msg->bytes().size();
+        wire::decode(msg->bytes(), cfg_.chunk_bytes, h);
+        if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) !=
+            StreamTracker::Verdict::delivered) {
+          continue;  // a duplicate: counted, not forwarded
+        }
+        h.connection = 0;
+        h.connections = 1;
+        wire::encode_header(h, msg->mutable_data());
+      }
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        if (!check_sink(zmq::send_watched(*sock, *mon, msg->raw(), aborted))) break;
+      }
+      ++forwarded[h.stream_id];
+      st.chunks++;
+      st.bytes_out += size;
+      last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
+    }
+    if (rt_.aborted()) {
+      sock->set_int(ZMQ_LINGER, 0);
+      return;
+    }
+    send_end_of_streams(*sock, *mon, forwarded);
+  } catch (const std::exception& e) {
+    rt_.fail(std::string("relay: ") + e.what());
   }
 }
 
@@ -405,8 +478,10 @@ void Receiver::sink_thread() {
 
 std::string Receiver::metrics_text() {
   std::string out;
-  rt_.write_common_metrics(out, "receive");
-  const std::string r = "role=\"receive\"";
+  // A relay reports under its own role, so its counts are not mistaken for verified deliveries.
+  const char* role = cfg_.relay ? "relay" : "receive";
+  rt_.write_common_metrics(out, role);
+  const std::string r = std::string("role=\"") + role + "\"";
   auto t = tracker_.totals();
   out += "# TYPE numastream_raw_bytes_total counter\n";
   metric(out, "numastream_raw_bytes_total", r, static_cast<double>(t.raw_bytes));
@@ -492,11 +567,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
   decompressors_left_ = decompressors;
   {
     std::vector<std::jthread> threads;
-    if (has_sink) threads.emplace_back([this] { sink_thread(); });
-    for (int i = 0; i < decompressors; ++i) threads.emplace_back([this, i] { decompress_thread(i); });
+    if (cfg_.relay) {
+      threads.emplace_back([this] { relay_thread(); });
+    } else {
+      if (has_sink) threads.emplace_back([this] { sink_thread(); });
+      for (int i = 0; i < decompressors; ++i) threads.emplace_back([this, i] { decompress_thread(i); });
+    }
     for (int i = 0; i < receivers; ++i) threads.emplace_back([this, i] { receive_thread(i); });
-    log_line("receiving on " + endpoint_.for_connection(0) +
-             (receivers > 1 ? " .. port " + std::to_string(endpoint_.port + receivers - 1) : ""));
+    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
+             (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
     // Supervise: end when every expected stream has ended, on a drain request, or on failure.
     while (!rt_.aborted() && !rt_.drain_requested()) {
       if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
@@ -538,7 +617,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
     if (n) malformed_by[std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))] = n;
   }
   RunResult result;
-  result.summary = {{"role", "receive"},
+  result.summary = {{"role", cfg_.relay ? "relay" : "receive"},
+                    {"verified", !cfg_.relay},
                     {"endpoint", cfg_.endpoint},
                     {"connections", cfg_.connections},
                     {"chunks", t.delivered},

@@ -71,7 +71,7 @@ std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_
     NumaTarget near_nic = cfg.nic.empty() && !cfg.nic_numa_node ? NumaTarget{}
                                                                 : NumaTarget{NumaTarget::Kind::nic, -1};
     out.push_back(pick("receive", cfg.connections, near_nic));
-    out.push_back(pick("decompress", std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
+    if (!cfg.relay) out.push_back(pick("decompress", std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
     if (cfg.sink.kind != SinkConfig::Kind::null) out.push_back(pick("sink", 1, {}));
     out.push_back(pick("io", cfg.connections, out.front().target));
   }

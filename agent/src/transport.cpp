@@ -94,6 +94,10 @@ std::span<const std::byte> Message::bytes() const noexcept {
   return {static_cast<const std::byte*>(zmq_msg_data(m)), zmq_msg_size(m)};
 }
 
+std::byte* Message::mutable_data() noexcept {
+  return static_cast<std::byte*>(zmq_msg_data(reinterpret_cast<zmq_msg_t*>(storage_)));
+}
+
 Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name)
     : pair_(ctx, ZMQ_PAIR) {
   std::string addr = "inproc://monitor-" + name;

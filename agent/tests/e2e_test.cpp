@@ -398,3 +398,46 @@ TEST(EndToEnd, CheckConfigValidatesWithoutRunning) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// A gateway pod's two containers: the NIC-local relay receives over TCP and forwards frames over
+// IPC (a shared emptyDir) to the decompressing container, which verifies and writes them.
+TEST(EndToEnd, RelayOverIpcIntoTheDecompressingContainer) {
+  int port = free_ports(2);
+  std::string dir = temp_dir();
+  std::string ipc = "ipc://" + dir + "/stream.sock";
+  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB),
+                      "--sink", "file", "--sink-path", dir + "/out.raw", "--idle-timeout", "20"});
+  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--connections", "2",
+                 "--chunk-bytes", std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ipc});
+  std::string src = dir + "/in.raw";
+  {
+    std::string data(static_cast<std::size_t>(5 * kMiB + 777), '\0');
+    std::mt19937 rng(5);
+    for (std::size_t i = 0; i < data.size(); i += 3) data[i] = static_cast<char>(rng() % 8);
+    std::ofstream(src, std::ios::binary) << data;
+  }
+  Process tx(sender(port, 2, {"--source", "file", "--source-path", src}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(relay.wait(60s), 0) << relay.err();
+  ASSERT_EQ(decompress.wait(60s), 0) << decompress.err();
+  json r = summary(relay), d = summary(decompress);
+  EXPECT_EQ(r["role"], "relay");
+  EXPECT_EQ(r["verified"], false);
+  EXPECT_EQ(r["chunks"], 6);
+  EXPECT_EQ(d["chunks"], 6);
+  EXPECT_EQ(d["lost"], 0);
+  EXPECT_EQ(d["corrupt"], 0);
+  EXPECT_EQ(read_file(dir + "/out.raw"), read_file(src));
+}
+
+TEST(EndToEnd, RelayNeedsAZmqSink) {
+  Process p({kAgent, "check-config", "receive", "--endpoint", "tcp://0.0.0.0:5000", "--set", "relay=true"});
+  EXPECT_EQ(p.wait(10s), 2);
+  EXPECT_NE(p.err().find("sink.kind"), std::string::npos) << p.err();
+}
+
+}  // namespace
+}  // namespace numastream::testing

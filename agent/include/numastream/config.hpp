@@ -61,6 +61,8 @@ struct Config {
   int reorder_window = 16;       // file sink: chunks held to restore order
   std::string metrics_listen;    // host:port; empty = no metrics server
   std::string sysfs_root = "/sys";
+  bool relay = false;            // receive: forward frames undecoded to sink.endpoint (the
+                                 // NIC-local receiving container of a gateway pod)
   double connect_timeout_s = 30;
   double idle_timeout_s = 60;    // receive: fail a started stream silent this long; 0 = never
 
@@ -79,10 +81,13 @@ void apply_override(nlohmann::json& doc, const std::string& assignment);
 nlohmann::json load_config_file(const std::string& path);
 
 // Endpoint helpers: "tcp://host:port".
+// "tcp://host:port" (connection i uses port + i) or "ipc:///absolute/path" (connection i > 0
+// uses path.i): IPC joins the containers of one pod through a shared emptyDir.
 struct Endpoint {
   std::string host;
   int port = 0;
-  std::string for_connection(int i) const;  // tcp://host:(port+i)
+  std::string ipc_path;  // set for ipc:// endpoints
+  std::string for_connection(int i) const;
 };
 Endpoint parse_endpoint(const std::string& text, const std::string& field);
 

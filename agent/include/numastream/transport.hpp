@@ -57,6 +57,9 @@ class Message {
   // other errors.
   bool receive(Socket& sock);
   std::span<const std::byte> bytes() const noexcept;
+  std::byte* mutable_data() noexcept;
+  // The zmq_msg_t, for send_watched (which consumes it: the message is empty afterwards).
+  void* raw() noexcept { return storage_; }
 
  private:
   alignas(8) unsigned char storage_[64];  // a zmq_msg_t
