@@ -393,18 +393,48 @@ void Receiver::zmq_sink_loop(StageStats& st) {
 
 // Relay: the gateway's NIC-local container receives and checks frames, and forwards them
 // undecoded, zero-copy, as one connection to the decompressing container of the same pod (over
-// IPC). Each chunk's sequence number is recorded, so the relay too reports what never arrived;
-// the decompressing side verifies the data.
+// IPC). It puts each stream back in sequence order first (it knows how many connections feed it;
+// the decompressing side sees only one), holding at most the reorder window. Each chunk's
+// sequence number is recorded, so the relay too reports what never arrived; the decompressing
+// side verifies the data.
 void Receiver::relay_thread() {
   const std::size_t slot = rt_.slot("sink", 0);
   rt_.pin_current(slot);
   StageStats& st = rt_.stats("sink");
   auto aborted = [this] { return rt_.aborted(); };
+  struct Order {
+    std::uint64_t next = 0;
+    std::map<std::uint64_t, zmq::Message> pending;
+  };
+  std::map<std::uint32_t, Order> order;
+  std::map<std::uint32_t, std::uint64_t> forwarded;
   try {
     std::unique_ptr<zmq::Monitor> mon;
     auto sock = connect_sink(mon, "relay");
-    std::map<std::uint32_t, std::uint64_t> forwarded;
-    while (true) {
+    auto forward = [&](std::uint32_t stream, zmq::Message& msg) {
+      std::size_t size = msg.bytes().size();
+      ScopedTimer wait(st.blocked_output_ns);
+      if (!check_sink(zmq::send_watched(*sock, *mon, msg.raw(), aborted))) return false;
+      ++forwarded[stream];
+      st.chunks++;
+      st.bytes_out += size;
+      last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
+      return true;
+    };
+    // Forwards what is next in order; with `all`, everything held (gaps skipped).
+    auto flush = [&](std::uint32_t stream, Order& o, bool all) {
+      while (!o.pending.empty() &&
+             (all || o.pending.begin()->first == o.next || o.pending.size() > reorder_window_)) {
+        auto it = o.pending.begin();
+        o.next = it->first + 1;
+        zmq::Message m = std::move(it->second);
+        o.pending.erase(it);
+        if (!forward(stream, m)) return false;
+      }
+      return true;
+    };
+    bool ok = true;
+    while (ok) {
       std::optional<zmq::Message> msg;
       {
         ScopedTimer wait(st.blocked_input_ns);
@@ -412,10 +442,8 @@ void Receiver::relay_thread() {
       }
       if (!msg) break;
       wire::Header h;
-      std::size_t size;
       {
         ScopedTimer busy(st.busy_ns);
-        size = msg->bytes().size();
         wire::decode(msg->bytes(), cfg_.chunk_bytes, h);
         if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) !=
             StreamTracker::Verdict::delivered) {
@@ -425,16 +453,18 @@ void Receiver::relay_thread() {
         h.connections = 1;
         wire::encode_header(h, msg->mutable_data());
       }
-      {
-        ScopedTimer wait(st.blocked_output_ns);
-        if (!check_sink(zmq::send_watched(*sock, *mon, msg->raw(), aborted))) break;
+      Order& o = order[h.stream_id];
+      if (h.sequence < o.next) {
+        ok = forward(h.stream_id, *msg);  // later than the window allowed: pass it on at once
+        continue;
       }
-      ++forwarded[h.stream_id];
-      st.chunks++;
-      st.bytes_out += size;
-      last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
+      o.pending.emplace(h.sequence, std::move(*msg));
+      ok = flush(h.stream_id, o, false);
     }
-    if (rt_.aborted()) {
+    for (auto& [stream, o] : order) {
+      if (ok && !rt_.aborted()) ok = flush(stream, o, true);
+    }
+    if (rt_.aborted() || !ok) {
       sock->set_int(ZMQ_LINGER, 0);
       return;
     }
