@@ -42,11 +42,18 @@ bin/operator --kubeconfig "$KUBECONFIG" --metrics-bind-address=0 --health-probe-
   --agent-image=numastream/agent:demo --observe-every=0s >"$work/operator.log" 2>&1 &
 op_pid=$!
 sed "s/chunks: 1000/chunks: $CHUNKS/" config/samples/single-stream.yaml | "$KUBECTL" apply -f - >/dev/null
+ready=
 for _ in $(seq 120); do
   ready=$("$KUBECTL" get streampipeline single-stream -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
   [ "$ready" = True ] && break
   sleep 0.5
 done
+if [ "$ready" != True ]; then
+  echo "the pipeline did not become Ready within 60 s; operator log:" >&2
+  tail -n 20 "$work/operator.log" >&2
+  "$KUBECTL" get streampipeline single-stream -o yaml >&2 || true
+  exit 1
+fi
 "$KUBECTL" get streampipelines
 echo
 "$KUBECTL" get streampipeline single-stream -o json >"$work/sp.json"
