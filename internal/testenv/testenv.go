@@ -7,9 +7,17 @@
 package testenv
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 )
 
 func need(t testing.TB, env, require, what string) string {
@@ -54,4 +62,23 @@ func Eventually(t testing.TB, what string, timeout, poll time.Duration, cond fun
 		time.Sleep(poll)
 	}
 	t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
+}
+
+// Condition waits until the StreamPipeline has condition ctype with status (and reason, unless
+// empty) and returns the pipeline as last read.
+func Condition(ctx context.Context, t testing.TB, c client.Client, sp *v1alpha1.StreamPipeline, ctype string,
+	status metav1.ConditionStatus, reason string, timeout, poll time.Duration) *v1alpha1.StreamPipeline {
+	t.Helper()
+	cur := &v1alpha1.StreamPipeline{}
+	Eventually(t, fmt.Sprintf("%s %s=%s (%s)", sp.Name, ctype, status, reason), timeout, poll, func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+			return false, err.Error()
+		}
+		cond := meta.FindStatusCondition(cur.Status.Conditions, ctype)
+		if cond == nil {
+			return false, "no condition"
+		}
+		return cond.Status == status && (reason == "" || cond.Reason == reason), cond.Reason + ": " + cond.Message
+	})
+	return cur
 }

@@ -76,6 +76,16 @@ func podSpec(t *testing.T, o *unstructured.Unstructured) corev1.PodSpec {
 	return spec
 }
 
+func hostPathsOf(spec corev1.PodSpec) []string {
+	var out []string
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			out = append(out, v.HostPath.Path)
+		}
+	}
+	return out
+}
+
 func TestDefaultRender(t *testing.T) {
 	objs, err := render(t)
 	if err != nil {
@@ -86,11 +96,7 @@ func TestDefaultRender(t *testing.T) {
 		t.Fatalf("CRD missing or not kept: %v", crd)
 	}
 	ds := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
-	var hostPaths []string
-	for _, v := range ds.Volumes {
-		hostPaths = append(hostPaths, v.HostPath.Path)
-	}
-	if strings.Join(hostPaths, ",") != "/sys,/var/lib/kubelet/device-plugins" {
+	if hostPaths := hostPathsOf(ds); strings.Join(hostPaths, ",") != "/sys,/var/lib/kubelet/device-plugins" {
 		t.Errorf("the node daemon mounts %v; only /sys and the device-plugin directory are allowed", hostPaths)
 	}
 	for _, m := range ds.Containers[0].VolumeMounts {
@@ -139,11 +145,7 @@ func TestValueSets(t *testing.T) {
 		t.Error("no ServiceMonitor")
 	}
 	ds := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
-	var hostPaths []string
-	for _, v := range ds.Volumes {
-		hostPaths = append(hostPaths, v.HostPath.Path)
-	}
-	if strings.Join(hostPaths, ",") != "/sys,/etc/kubernetes/node-feature-discovery/features.d" {
+	if hostPaths := hostPathsOf(ds); strings.Join(hostPaths, ",") != "/sys,/etc/kubernetes/node-feature-discovery/features.d" {
 		t.Errorf("features-d mode mounts %v", hostPaths)
 	}
 	if *ds.AutomountServiceAccountToken {

@@ -102,18 +102,7 @@ func sample(t *testing.T, file, ns string) *v1alpha1.StreamPipeline {
 
 func waitCondition(t *testing.T, sp *v1alpha1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1alpha1.StreamPipeline {
 	t.Helper()
-	cur := &v1alpha1.StreamPipeline{}
-	eventually(t, fmt.Sprintf("%s %s=%s %s", sp.Name, ctype, status, reason), 60*time.Second, func() (bool, string) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
-			return false, err.Error()
-		}
-		c := meta.FindStatusCondition(cur.Status.Conditions, ctype)
-		if c == nil {
-			return false, "no condition"
-		}
-		return c.Status == status && (reason == "" || c.Reason == reason), c.Reason + ": " + c.Message
-	})
-	return cur
+	return testenv.Condition(ctx, t, k8s, sp, ctype, status, reason, 60*time.Second, 250*time.Millisecond)
 }
 
 func pods(t *testing.T, ns, pipeline string) []corev1.Pod {
