@@ -10,6 +10,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "numastream/buffer_pool.hpp"
@@ -44,10 +46,37 @@ std::string stream_path(const std::string& pattern, std::uint32_t stream) {
 // missing when the window is full, the sink moves on without it (that chunk is then lost to the
 // file and reported). The file is written as <path>.part and renamed to <path> only when the
 // stream ended complete and verified.
+//
+// A chunk the receiver has taken off the network but not yet handed to the sink is "in flight"
+// (queued for, or inside, a decompressor). The sink never gives up on an in-flight chunk while it
+// can still hold more (`slack` beyond the window): that chunk is certain to come, however the
+// decompressing threads are scheduled. It gives up only on chunks that have not arrived at all.
+class InFlight {
+ public:
+  void add(std::uint32_t stream, std::uint64_t seq) {
+    std::lock_guard lock(mu_);
+    set_.insert({stream, seq});
+  }
+  void remove(std::uint32_t stream, std::uint64_t seq) {
+    std::lock_guard lock(mu_);
+    auto it = set_.find({stream, seq});
+    if (it != set_.end()) set_.erase(it);
+  }
+  bool contains(std::uint32_t stream, std::uint64_t seq) const {
+    std::lock_guard lock(mu_);
+    return set_.count({stream, seq}) > 0;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::multiset<std::pair<std::uint32_t, std::uint64_t>> set_;
+};
+
 class FileSink {
  public:
-  FileSink(const Config& cfg, StreamTracker& tracker, std::size_t window)
-      : cfg_(cfg), tracker_(tracker), window_(window) {}
+  FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
+           std::size_t slack)
+      : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack) {}
   ~FileSink() {
     for (auto& [id, o] : outs_) {
       for (auto& [seq, b] : o.pending) b->pool->release(b);
@@ -63,8 +92,10 @@ class FileSink {
       return;
     }
     o.pending.emplace(h.sequence, b);
+    in_flight_.remove(h.stream_id, h.sequence);
     flush(h.stream_id, o);
-    while (o.pending.size() > window_) {
+    while (o.pending.size() > window_ &&
+           (!in_flight_.contains(h.stream_id, o.next) || o.pending.size() > window_ + slack_)) {
       log_line("file sink: stream " + std::to_string(h.stream_id) + ": chunk " +
                std::to_string(o.next) + " still missing with " + std::to_string(o.pending.size()) +
                " later chunks waiting; writing on without it");
@@ -144,7 +175,9 @@ class FileSink {
 
   const Config& cfg_;
   StreamTracker& tracker_;
+  InFlight& in_flight_;
   std::size_t window_;
+  std::size_t slack_;
   std::map<std::uint32_t, Out> outs_;
 };
 
@@ -179,6 +212,7 @@ class Receiver {
   std::unique_ptr<zmq::Context> ctx_;
 
   std::size_t reorder_window_ = 16;
+  InFlight in_flight_;  // file sink only
   std::atomic<bool> stop_receiving_{false};
   std::atomic<int> receivers_left_{0};
   std::atomic<int> decompressors_left_{0};
@@ -228,6 +262,7 @@ void Receiver::receive_thread(int index) {
         continue;
       }
       tracker_.on_frame(h.stream_id, bytes.size());
+      if (file_sink_) in_flight_.add(h.stream_id, h.sequence);
       auto now_ns = (Clock::now() - rt_.started).count();
       std::int64_t unset = -1;
       first_ns_.compare_exchange_strong(unset, now_ns);
@@ -293,6 +328,7 @@ void Receiver::decompress_thread(int index) {
     }
     if (!cfg_.pin) rt_.observe_cpu(slot);
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
+      if (file_sink_) in_flight_.remove(h.stream_id, h.sequence);
       pool.release(out);
       continue;
     }
@@ -567,8 +603,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
       static_cast<std::size_t>(cfg_.reorder_window),
       static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + cfg_.queue_depth));
   const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
+  // The file sink holds up to window + slack chunks (slack: what the decompressors and the sink
+  // queue can have when it waits for an in-flight chunk), plus the queues around it.
+  const std::size_t slack = static_cast<std::size_t>(decompressors + cfg_.queue_depth);
   const std::size_t raw_shared =
-      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + reorder_window_ + 2 + cfg_.hwm) : 0;
+      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + reorder_window_ + slack : 0;
   raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_shared, 1,
                                            wire::kHeaderSize + cfg_.chunk_bytes);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
@@ -576,7 +615,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   wire_q_ = std::make_unique<BoundedQueue<zmq::Message>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (cfg_.sink.kind == SinkConfig::Kind::file) {
-    file_sink_ = std::make_unique<FileSink>(cfg_, tracker_, reorder_window_);
+    file_sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack);
   }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   rt_.on_abort([this] {
