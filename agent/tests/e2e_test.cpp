@@ -441,3 +441,28 @@ TEST(EndToEnd, RelayNeedsAZmqSink) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// Many more decompressing threads than cores finish far out of order; the file sink must wait
+// for every chunk it has received rather than give up on it.
+TEST(EndToEnd, FileSinkKeepsEveryChunkWithOversubscribedDecompressors) {
+  // One connection and full-size projections keep the reorder window small (as behind a relay).
+  int port = free_ports(1);
+  std::string dir = temp_dir();
+  const std::string chunk = "11059200";
+  Process rx(receiver(port, 1, {"--chunk-bytes", chunk, "--threads", "decompress=24", "--sink", "file",
+                                "--sink-path", dir + "/out.raw"}));
+  Process tx(sender(port, 1, {"--chunk-bytes", chunk, "--chunks", "200", "--threads", "compress=12"}));
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(120s), 0) << rx.err();
+  json r = summary(rx);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["streams"][0]["unwritten"], 0);
+  EXPECT_EQ(std::filesystem::file_size(dir + "/out.raw"), 200u * 11059200u);
+  std::filesystem::remove(dir + "/out.raw");
+}
+
+}  // namespace
+}  // namespace numastream::testing
