@@ -349,11 +349,6 @@ TEST(EndToEnd, TopologyCommandPrintsThisMachineAndFixtures) {
   EXPECT_FALSE(t["allowed_cpus"].get<std::string>().empty());
 }
 
-}  // namespace
-}  // namespace numastream::testing
-
-namespace numastream::testing {
-namespace {
 
 // A detector's acquisition software pushes raw frames; the sender pulls them (an empty message
 // ends the stream) and the gateway writes them back byte for byte.
@@ -396,11 +391,6 @@ TEST(EndToEnd, CheckConfigValidatesWithoutRunning) {
   EXPECT_NE(bad.err().find("placement.stages.receive"), std::string::npos) << bad.err();
 }
 
-}  // namespace
-}  // namespace numastream::testing
-
-namespace numastream::testing {
-namespace {
 
 // A gateway pod's two containers: the NIC-local relay receives over TCP and forwards frames over
 // IPC (a shared emptyDir) to the decompressing container, which verifies and writes them.
@@ -439,11 +429,6 @@ TEST(EndToEnd, RelayNeedsAZmqSink) {
   EXPECT_NE(p.err().find("sink.kind"), std::string::npos) << p.err();
 }
 
-}  // namespace
-}  // namespace numastream::testing
-
-namespace numastream::testing {
-namespace {
 
 // Many more decompressing threads than cores finish far out of order; the file sink must wait
 // for every chunk it has received rather than give up on it.
