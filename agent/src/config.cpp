@@ -272,6 +272,7 @@ Config parse_config(const json& doc, Role role) {
   parse_codec_field(f, c);
   c.queue_depth = static_cast<int>(f.integer("queue_depth", c.queue_depth, 1, 1024));
   c.hwm = static_cast<int>(f.integer("hwm", c.hwm, 1, 1000));
+  c.window = static_cast<int>(f.integer("window", c.window, 1, 4096));
   c.sysfs_root = f.string("sysfs_root", c.sysfs_root);
   if (const json* m = f.raw("metrics")) {
     Fields mf(*m, "metrics");
@@ -282,6 +283,8 @@ Config parse_config(const json& doc, Role role) {
     Fields tf(*t, "timeouts");
     c.connect_timeout_s = tf.number("connect_s", c.connect_timeout_s, 0.1, 86400);
     c.idle_timeout_s = tf.number("idle_s", c.idle_timeout_s, 0, 86400);
+    c.reconnect_timeout_s = tf.number("reconnect_s", c.reconnect_timeout_s, 0.1, 86400);
+    c.ack_timeout_s = tf.number("ack_s", c.ack_timeout_s, 0.1, 86400);
     tf.finish();
   }
   if (send) {

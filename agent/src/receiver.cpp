@@ -1,5 +1,6 @@
 // The receive pipeline: receive xR -> decompress xD -> sink.
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,9 +21,11 @@
 #include "numastream/http.hpp"
 #include "numastream/pipeline.hpp"
 #include "numastream/queue.hpp"
+#include "numastream/seqset.hpp"
 #include "numastream/tracker.hpp"
 #include "numastream/transport.hpp"
 #include "numastream/wire.hpp"
+#include "link.hpp"
 #include "runtime.hpp"
 
 namespace numastream {
@@ -72,26 +76,44 @@ class InFlight {
   std::multiset<std::pair<std::uint32_t, std::uint64_t>> set_;
 };
 
+// Where a chunk is acknowledged: (connection the chunk arrived on, stream, sequence).
+using AckFn = std::function<void(int, std::uint32_t, std::uint64_t)>;
+
+// A chunk on its way to the sink, with the connection it arrived on (its acknowledgement goes
+// back there).
+struct Taken {
+  Buffer* buffer = nullptr;
+  int via = 0;
+};
+
 class FileSink {
  public:
   FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
-           std::size_t slack)
-      : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack) {}
+           std::size_t slack, AckFn ack)
+      : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack),
+        ack_(std::move(ack)) {}
   ~FileSink() {
     for (auto& [id, o] : outs_) {
-      for (auto& [seq, b] : o.pending) b->pool->release(b);
+      for (auto& [seq, t] : o.pending) t.buffer->pool->release(t.buffer);
       if (o.fd >= 0) ::close(o.fd);
+      if (o.index_fd >= 0) ::close(o.index_fd);
     }
   }
 
-  void put(Buffer* b, const wire::Header& h) {
+  void put(Taken t, const wire::Header& h) {
     Out& o = open(h.stream_id);
-    if (h.sequence < o.next || o.pending.count(h.sequence)) {
-      tracker_.on_unwritten(h.stream_id, h.sequence);
-      b->pool->release(b);
+    if (o.written.contains(h.sequence)) {  // a retransmission of a chunk already in the file
+      t.buffer->pool->release(t.buffer);
+      ack_(t.via, h.stream_id, h.sequence);
       return;
     }
-    o.pending.emplace(h.sequence, b);
+    if (h.sequence < o.next || o.pending.count(h.sequence)) {
+      tracker_.on_unwritten(h.stream_id, h.sequence);
+      t.buffer->pool->release(t.buffer);
+      ack_(t.via, h.stream_id, h.sequence);  // reported lost to the file; the sender may move on
+      return;
+    }
+    o.pending.emplace(h.sequence, t);
     in_flight_.remove(h.stream_id, h.sequence);
     flush(h.stream_id, o);
     while (o.pending.size() > window_ &&
@@ -104,18 +126,29 @@ class FileSink {
     }
   }
 
-  // Writes what is left and publishes complete files. Returns the files left incomplete.
-  std::vector<std::string> finish() {
-    std::vector<std::string> incomplete;
-    auto totals = tracker_.streams_json();
+  // Writes (and acknowledges) everything still held, gaps skipped. Called when no more chunks
+  // come, while acknowledgements can still reach the senders.
+  void drain() {
     for (auto& [id, o] : outs_) {
       while (!o.pending.empty()) {
         o.next = o.pending.begin()->first;
         flush(id, o);
       }
+    }
+  }
+
+  // Publishes complete files. Returns the files left incomplete (with their index, so that a
+  // restarted receiver resumes them).
+  std::vector<std::string> finish() {
+    drain();
+    std::vector<std::string> incomplete;
+    auto totals = tracker_.streams_json();
+    for (auto& [id, o] : outs_) {
       ::fsync(o.fd);
       ::close(o.fd);
       o.fd = -1;
+      ::close(o.index_fd);
+      o.index_fd = -1;
       bool good = false;
       for (const auto& s : totals) {
         if (s["stream_id"] == id) {
@@ -124,7 +157,10 @@ class FileSink {
         }
       }
       std::string final_path = stream_path(cfg_.sink.path, id);
-      if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) continue;
+      if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) {
+        ::unlink((final_path + ".part.idx").c_str());
+        continue;
+      }
       incomplete.push_back(final_path + ".part");
     }
     return incomplete;
@@ -133,8 +169,11 @@ class FileSink {
  private:
   struct Out {
     int fd = -1;
+    int index_fd = -1;    // <path>.part.idx: (sequence, file length after it) per chunk written
+    std::uint64_t length = 0;
     std::uint64_t next = 0;
-    std::map<std::uint64_t, Buffer*> pending;
+    SeqSet written;
+    std::map<std::uint64_t, Taken> pending;
   };
 
   Out& open(std::uint32_t stream) {
@@ -144,31 +183,74 @@ class FileSink {
       throw std::runtime_error("file sink: a second stream (id " + std::to_string(stream) +
                                ") arrived but sink.path has no {stream} placeholder");
     }
-    std::string path = stream_path(cfg_.sink.path, stream) + ".part";
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw_errno("file sink: open " + path);
-    Out& o = outs_[stream];
-    o.fd = fd;
-    return o;
+    const std::string path = stream_path(cfg_.sink.path, stream) + ".part";
+    const std::string index = path + ".idx";
+    Out o;
+    // A resumed stream (its sender reports chunks acknowledged by an earlier receiver) continues
+    // the earlier file: the index says which chunks it holds and how long it validly is.
+    bool resume = tracker_.resumed(stream) && ::access(path.c_str(), F_OK) == 0 &&
+                  ::access(index.c_str(), F_OK) == 0;
+    std::uint64_t records = 0;
+    if (resume) {
+      int ifd = ::open(index.c_str(), O_RDONLY | O_CLOEXEC);
+      if (ifd < 0) throw_errno("file sink: open " + index);
+      std::array<std::byte, 16> rec;
+      while (::read(ifd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size())) {
+        std::uint64_t seq, end;
+        std::memcpy(&seq, rec.data(), 8);
+        std::memcpy(&end, rec.data() + 8, 8);
+        o.written.insert(seq);
+        o.next = seq + 1;
+        o.length = end;
+        ++records;
+      }
+      ::close(ifd);
+    }
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC);
+    o.fd = ::open(path.c_str(), flags, 0644);
+    if (o.fd < 0) throw_errno("file sink: open " + path);
+    o.index_fd = ::open(index.c_str(), flags, 0644);
+    if (o.index_fd < 0) throw_errno("file sink: open " + index);
+    // Anything past the last indexed chunk was written but never recorded: cut it off.
+    if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 ||
+        ::ftruncate(o.index_fd, static_cast<off_t>(records * 16)) != 0 ||
+        ::lseek(o.fd, 0, SEEK_END) < 0 || ::lseek(o.index_fd, 0, SEEK_END) < 0) {
+      throw_errno("file sink: resume " + path);
+    }
+    if (resume) {
+      log_line("file sink: resuming " + path + ": " + std::to_string(records) + " chunks (" +
+               std::to_string(o.length) + " bytes) already written");
+    }
+    return outs_.emplace(stream, std::move(o)).first->second;
+  }
+
+  void write_all(int fd, const std::byte* p, std::size_t left, const std::string& what) {
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw_errno("file sink: write " + what);
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
   }
 
   void flush(std::uint32_t stream, Out& o) {
     while (!o.pending.empty() && o.pending.begin()->first == o.next) {
-      Buffer* b = o.pending.begin()->second;
+      Taken t = o.pending.begin()->second;
       o.pending.erase(o.pending.begin());
-      const std::byte* p = b->data + wire::kHeaderSize;
-      std::size_t left = b->size - wire::kHeaderSize;
-      while (left > 0) {
-        ssize_t n = ::write(o.fd, p, left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          b->pool->release(b);
-          throw_errno("file sink: write " + stream_path(cfg_.sink.path, stream) + ".part");
-        }
-        p += n;
-        left -= static_cast<std::size_t>(n);
+      const std::string part = stream_path(cfg_.sink.path, stream) + ".part";
+      try {
+        write_all(o.fd, t.buffer->data + wire::kHeaderSize, t.buffer->size - wire::kHeaderSize, part);
+        o.length += t.buffer->size - wire::kHeaderSize;
+        std::array<std::uint64_t, 2> rec = {o.next, o.length};
+        write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx");
+      } catch (...) {
+        t.buffer->pool->release(t.buffer);
+        throw;
       }
-      b->pool->release(b);
+      t.buffer->pool->release(t.buffer);
+      o.written.insert(o.next);
+      ack_(t.via, stream, o.next);
       ++o.next;
     }
   }
@@ -178,7 +260,60 @@ class FileSink {
   InFlight& in_flight_;
   std::size_t window_;
   std::size_t slack_;
+  AckFn ack_;
   std::map<std::uint32_t, Out> outs_;
+};
+
+// Acknowledgements on their way to the receiving thread that owns the connection's socket
+// (ZeroMQ sockets belong to one thread). Posting wakes that thread through an eventfd it polls.
+class AckBox {
+ public:
+  struct Pending {
+    std::uint64_t floor = 0;
+    std::vector<std::uint64_t> seqs;
+    std::uint32_t flags = 0;
+  };
+  AckBox() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (fd_ < 0) throw_errno("eventfd");
+  }
+  ~AckBox() { ::close(fd_); }
+  AckBox(const AckBox&) = delete;
+  AckBox& operator=(const AckBox&) = delete;
+
+  void post(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs,
+            std::uint32_t flags) {
+    {
+      std::lock_guard lock(mu_);
+      Pending& p = pending_[stream];
+      p.floor = std::max(p.floor, floor);
+      p.seqs.insert(p.seqs.end(), seqs.begin(), seqs.end());
+      p.flags |= flags;
+    }
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(fd_, &one, sizeof(one));
+  }
+  std::map<std::uint32_t, Pending> take() {
+    std::uint64_t count;
+    [[maybe_unused]] auto n = ::read(fd_, &count, sizeof(count));
+    std::lock_guard lock(mu_);
+    return std::exchange(pending_, {});
+  }
+  bool empty() const {
+    std::lock_guard lock(mu_);
+    return pending_.empty();
+  }
+  int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+  mutable std::mutex mu_;
+  std::map<std::uint32_t, Pending> pending_;
+};
+
+// A frame off the network and the connection it came on.
+struct Inbound {
+  zmq::Message msg;
+  int via = 0;
 };
 
 class Receiver {
@@ -189,14 +324,16 @@ class Receiver {
 
  private:
   void receive_thread(int index);
+  void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
+  void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
   void decompress_thread(int index);
   void sink_thread();
   void zmq_sink_loop(StageStats& st);
   void relay_thread();
-  bool send_end_of_streams(zmq::Socket& sock, zmq::Monitor& mon,
-                           const std::map<std::uint32_t, std::uint64_t>& forwarded);
+  void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
+  std::vector<std::byte> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                 std::uint32_t flags);
   bool check_sink(zmq::SendOutcome o);
-  std::unique_ptr<zmq::Socket> connect_sink(std::unique_ptr<zmq::Monitor>& mon, const char* name);
   std::string metrics_text();
 
   const Config& cfg_;
@@ -206,49 +343,138 @@ class Receiver {
   std::array<std::atomic<std::uint64_t>, wire::kDecodeErrorCount> malformed_{};
 
   std::unique_ptr<NodePools> raw_pools_;
-  std::unique_ptr<BoundedQueue<zmq::Message>> wire_q_;
-  std::unique_ptr<BoundedQueue<Buffer*>> sink_q_;
+  std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
+  std::unique_ptr<BoundedQueue<Taken>> sink_q_;
   std::unique_ptr<FileSink> file_sink_;
   std::unique_ptr<zmq::Context> ctx_;
 
+  // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
+  // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
+  // decompressing side acknowledged to it (relay_ledger_).
+  std::mutex ledger_mu_;
+  std::map<std::uint32_t, SeqSet> ledger_;
+  std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
+  std::vector<std::unique_ptr<AckBox>> boxes_;
+  std::atomic<std::uint64_t> acks_sent_{0};
+  std::atomic<std::uint64_t> resumes_{0};
+  std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
+  std::atomic<bool> processing_done_{false};   // sink side finished: last acknowledgements out
+  std::atomic<bool> stop_taking_{false};       // the run is ending: new data is not taken
+
   std::size_t reorder_window_ = 16;
   InFlight in_flight_;  // file sink only
-  std::atomic<bool> stop_receiving_{false};
-  std::atomic<int> receivers_left_{0};
   std::atomic<int> decompressors_left_{0};
   std::atomic<std::int64_t> first_ns_{-1};
   std::atomic<std::int64_t> last_ns_{0};
   std::vector<std::string> incomplete_files_;
 };
 
+void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
+  std::uint64_t floor;
+  {
+    std::lock_guard lock(ledger_mu_);
+    SeqSet& s = ledger_[stream];
+    s.insert(seq);
+    floor = s.floor();
+  }
+  boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
+}
+
+// The answer to a resume frame: everything the sink has taken of the stream.
+std::vector<std::byte> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
+                                         std::uint16_t connections, std::uint32_t flags) {
+  std::uint64_t floor;
+  std::vector<std::uint64_t> above;
+  if (cfg_.relay) {
+    std::tie(floor, above) = relay_ledger_->snapshot(stream);
+  } else {
+    std::lock_guard lock(ledger_mu_);
+    SeqSet& s = ledger_[stream];
+    floor = s.floor();
+    above = s.above(wire::kMaxAckEntries);
+  }
+  return wire::encode_ack(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
+}
+
+void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame) {
+  zmq::Message id = const_cast<zmq::Message&>(peer).share();
+  zmq::Message body = zmq::Message::of(frame);
+  // ROUTER_MANDATORY: a peer that has gone fails with EHOSTUNREACH; it resumes when it returns.
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return;
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(body.raw()), sock.get(), ZMQ_DONTWAIT) >= 0) ++acks_sent_;
+}
+
+void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers) {
+  auto pending = boxes_[static_cast<std::size_t>(index)]->take();
+  for (auto& [stream, p] : pending) {
+    auto it = peers.find(stream);
+    if (it == peers.end()) continue;  // no sender of that stream on this connection
+    std::sort(p.seqs.begin(), p.seqs.end());
+    p.seqs.erase(std::remove_if(p.seqs.begin(), p.seqs.end(), [&](auto s) { return s < p.floor; }),
+                 p.seqs.end());
+    p.seqs.erase(std::unique(p.seqs.begin(), p.seqs.end()), p.seqs.end());
+    answer(sock, it->second,
+           wire::encode_ack(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
+                            static_cast<std::uint16_t>(boxes_.size()), p.floor, p.flags, p.seqs));
+  }
+}
+
 void Receiver::receive_thread(int index) {
   const std::size_t slot = rt_.slot("receive", index);
   rt_.pin_current(slot);
   StageStats& st = rt_.stats("receive");
   const std::string ep = endpoint_.for_connection(index);
+  AckBox& box = *boxes_[static_cast<std::size_t>(index)];
+  const auto connections = static_cast<std::uint16_t>(boxes_.size());
   try {
-    zmq::Socket sock(*ctx_, ZMQ_PULL);
+    zmq::Socket sock(*ctx_, ZMQ_ROUTER);
     sock.set_int(ZMQ_RCVHWM, cfg_.hwm);
-    sock.set_int(ZMQ_LINGER, 0);
-    zmq::enable_keepalive(sock);
+    sock.set_int(ZMQ_SNDHWM, 100000);  // acknowledgements: small, never dropped for want of room
+    sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
+    sock.set_int(ZMQ_LINGER, 2000);
+    if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
     // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
     sock.set_int64(ZMQ_MAXMSGSIZE,
                    static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
+    zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
     sock.bind(ep);
-    while (!stop_receiving_ && !rt_.aborted()) {
-      zmq_pollitem_t item{sock.get(), 0, ZMQ_POLLIN, 0};
-      int ready;
+    std::map<std::uint32_t, zmq::Message> peers;  // stream -> the connection carrying it here
+    std::set<std::string> announced;              // peers that opened with a resume frame
+    std::optional<Clock::time_point> closing;
+    while (!rt_.aborted()) {
+      if (processing_done_) {
+        // Everything taken was acknowledged; stay until the senders have read it and left.
+        if (!closing) closing = Clock::now();
+        mon.drain();
+        if (box.empty() && (mon.peers() == 0 || Clock::now() - *closing > std::chrono::seconds(5))) break;
+      }
+      zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, box.fd(), ZMQ_POLLIN, 0},
+                                {mon.get(), 0, ZMQ_POLLIN, 0}};
       {
         ScopedTimer wait(st.blocked_input_ns);
-        ready = zmq_poll(&item, 1, 100);
+        if (zmq_poll(items, 3, 100) < 0 && zmq_errno() != EINTR) {
+          throw std::runtime_error("poll: " + zmq::last_error());
+        }
       }
-      if (ready <= 0) continue;
+      if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, peers);
+      if (items[2].revents & ZMQ_POLLIN) mon.drain();
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      zmq::Message peer;
+      if (!peer.receive(sock)) continue;
+      if (!peer.more()) continue;
       zmq::Message msg;
       if (!msg.receive(sock)) continue;
+      while (msg.more()) {  // a frame is one part; anything more from this peer is not ours
+        zmq::Message extra;
+        if (!extra.receive(sock)) break;
+        msg = std::move(extra);
+      }
       ScopedTimer busy(st.busy_ns);
       auto bytes = msg.bytes();
       wire::Header h;
       wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
+      if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
       if (err != wire::DecodeError::ok) {
         if (malformed_[static_cast<std::size_t>(err)]++ < 3) {
           log_line("connection " + std::to_string(index) + ": dropped a malformed frame (" +
@@ -257,10 +483,43 @@ void Receiver::receive_thread(int index) {
         }
         continue;
       }
-      if (h.type == wire::FrameType::end_of_stream) {
-        tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+      const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
+      if (h.type == wire::FrameType::resume) {
+        ++resumes_;
+        announced.insert(peer_id);
+        peers[h.stream_id] = peer.share();
+        auto seqs = wire::decode_ack_list(bytes);
+        tracker_.on_resume(h.stream_id, h.sequence, seqs);
+        if (cfg_.relay) {
+          relay_ledger_->merge(h.stream_id, h.sequence, seqs);
+          Inbound in{std::move(msg), index};  // the relay announces it downstream; the answer
+          if (!wire_q_->push(in)) break;      // comes back from there
+        } else {
+          {
+            std::lock_guard lock(ledger_mu_);
+            ledger_[h.stream_id].merge(h.sequence, seqs);
+          }
+          answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections, 0));
+        }
         continue;
       }
+      if (!announced.count(peer_id)) {
+        // Sent before this connection's resume frame (a race at reconnection): the sender
+        // retransmits it after the resume, so it is neither taken nor acknowledged now.
+        ++unannounced_;
+        continue;
+      }
+      peers[h.stream_id] = peer.share();
+      if (h.type == wire::FrameType::end_of_stream) {
+        tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+        // A relay acknowledges the end once the decompressing side acknowledged its own.
+        if (!cfg_.relay) {
+          answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections,
+                                     wire::kAckEndOfStream));
+        }
+        continue;
+      }
+      if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
       tracker_.on_frame(h.stream_id, bytes.size());
       if (file_sink_) in_flight_.add(h.stream_id, h.sequence);
       auto now_ns = (Clock::now() - rt_.started).count();
@@ -269,17 +528,17 @@ void Receiver::receive_thread(int index) {
       st.chunks++;
       st.bytes_in += bytes.size();
       if (!cfg_.pin) rt_.observe_cpu(slot);
+      Inbound in{std::move(msg), index};
       bool pushed;
       {
         ScopedTimer wait(st.blocked_output_ns);
-        pushed = wire_q_->push(msg);
+        pushed = wire_q_->push(in);
       }
-      if (!pushed) break;
+      if (!pushed && file_sink_) in_flight_.remove(h.stream_id, h.sequence);
     }
   } catch (const std::exception& e) {
     rt_.fail("connection " + std::to_string(index) + ": " + e.what());
   }
-  if (--receivers_left_ == 0) wire_q_->close();
 }
 
 void Receiver::decompress_thread(int index) {
@@ -291,7 +550,7 @@ void Receiver::decompress_thread(int index) {
   Decompressor dec(cfg_.chunk_bytes);
   const bool forward = cfg_.sink.kind != SinkConfig::Kind::null;
   while (true) {
-    std::optional<zmq::Message> in;
+    std::optional<Inbound> in;
     {
       ScopedTimer wait(st.blocked_input_ns);
       in = wire_q_->pop();
@@ -303,12 +562,13 @@ void Receiver::decompress_thread(int index) {
       out = pool.acquire();
     }
     if (!out) break;
+    const int via = in->via;
     wire::Header h;
     StreamTracker::Verdict verdict;
     {
       ScopedTimer busy(st.busy_ns);
       // The receiving thread validated the header; decode again to read it.
-      auto frame = in->bytes();
+      auto frame = in->msg.bytes();
       wire::decode(frame, cfg_.chunk_bytes, h);
       std::span<std::byte> raw(out->data + wire::kHeaderSize, h.raw_size);
       bool ok = dec.decompress(h.codec, frame.subspan(wire::kHeaderSize), raw) &&
@@ -330,6 +590,15 @@ void Receiver::decompress_thread(int index) {
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
       if (file_sink_) in_flight_.remove(h.stream_id, h.sequence);
       pool.release(out);
+      // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
+      // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
+      // when the sink takes the original.
+      bool taken = true;
+      if (verdict == StreamTracker::Verdict::duplicate && forward) {
+        std::lock_guard lock(ledger_mu_);
+        taken = ledger_[h.stream_id].contains(h.sequence);
+      }
+      if (taken) acknowledge(via, h.stream_id, h.sequence);
       continue;
     }
     // Re-frame as a raw chunk for the sink (the zmq sink forwards it as is).
@@ -339,10 +608,11 @@ void Receiver::decompress_thread(int index) {
     h.connections = 1;
     wire::encode_header(h, out->data);
     out->size = wire::kHeaderSize + h.raw_size;
+    Taken t{out, via};
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      pushed = sink_q_->push(out);
+      pushed = sink_q_->push(t);
     }
     if (!pushed) {
       pool.release(out);
@@ -361,83 +631,71 @@ bool Receiver::check_sink(zmq::SendOutcome o) {
   return o == zmq::SendOutcome::sent;
 }
 
-std::unique_ptr<zmq::Socket> Receiver::connect_sink(std::unique_ptr<zmq::Monitor>& mon,
-                                                    const char* name) {
-  auto sock = std::make_unique<zmq::Socket>(*ctx_, ZMQ_PUSH);
-  sock->set_int(ZMQ_SNDHWM, cfg_.hwm);
-  sock->set_int(ZMQ_IMMEDIATE, 1);
-  sock->set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
-  mon = std::make_unique<zmq::Monitor>(*ctx_, *sock, name);
-  sock->connect(cfg_.sink.endpoint);
-  return sock;
-}
-
-// End each forwarded stream downstream, once, with the totals its sender announced.
-bool Receiver::send_end_of_streams(zmq::Socket& sock, zmq::Monitor& mon,
-                                   const std::map<std::uint32_t, std::uint64_t>& forwarded) {
+// The zmq sink hands raw chunks to an external consumer (an analysis application's PULL socket).
+// ZeroMQ does not confirm that the consumer read them: a chunk counts as taken (and is
+// acknowledged to the sender) once the sink socket accepted it.
+void Receiver::zmq_sink_loop(StageStats& st) {
+  zmq::Socket sock(*ctx_, ZMQ_PUSH);
+  sock.set_int(ZMQ_SNDHWM, cfg_.hwm);
+  sock.set_int(ZMQ_IMMEDIATE, 1);
+  sock.set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
+  zmq::Monitor mon(*ctx_, sock, "sink");
+  sock.connect(cfg_.sink.endpoint);
   auto aborted = [this] { return rt_.aborted(); };
+  std::map<std::uint32_t, std::uint64_t> forwarded;
+  while (true) {
+    std::optional<Taken> t;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      t = sink_q_->pop();
+    }
+    if (!t) break;
+    wire::Header h;
+    wire::decode({t->buffer->data, t->buffer->size}, cfg_.chunk_bytes, h);
+    std::size_t size = t->buffer->size;
+    zmq_msg_t msg;
+    zmq_msg_init_data(&msg, t->buffer->data, size, free_to_pool, t->buffer);
+    ScopedTimer wait(st.blocked_output_ns);
+    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) break;
+    acknowledge(t->via, h.stream_id, h.sequence);
+    ++forwarded[h.stream_id];
+    st.chunks++;
+    st.bytes_out += size;
+  }
+  if (rt_.aborted()) {
+    sock.set_int(ZMQ_LINGER, 0);
+    return;
+  }
+  // End each forwarded stream downstream, once, with the totals its sender announced.
   for (const auto& [stream, count] : forwarded) {
     auto eos = tracker_.end_of_stream(stream);
     if (!eos) continue;
+    std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
     wire::Header h;
     h.type = wire::FrameType::end_of_stream;
     h.stream_id = stream;
     h.connections = 1;
     h.sequence = eos->total_chunks;
     h.payload_size = wire::kEndOfStreamPayload;
-    std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
     wire::encode_header(h, frame);
-    wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count},
-                               frame + wire::kHeaderSize);
+    wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
     zmq_msg_t msg;
     zmq_msg_init_size(&msg, sizeof(frame));
     std::memcpy(zmq_msg_data(&msg), frame, sizeof(frame));
-    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) return false;
+    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) return;
   }
-  return true;
-}
-
-void Receiver::zmq_sink_loop(StageStats& st) {
-  std::unique_ptr<zmq::Monitor> mon;
-  auto sock = connect_sink(mon, "sink");
-  auto aborted = [this] { return rt_.aborted(); };
-  std::map<std::uint32_t, std::uint64_t> forwarded;
-  while (true) {
-    std::optional<Buffer*> b;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      b = sink_q_->pop();
-    }
-    if (!b) break;
-    wire::Header h;
-    wire::decode({(*b)->data, (*b)->size}, cfg_.chunk_bytes, h);
-    std::size_t size = (*b)->size;
-    zmq_msg_t msg;
-    zmq_msg_init_data(&msg, (*b)->data, size, free_to_pool, *b);
-    ScopedTimer wait(st.blocked_output_ns);
-    if (!check_sink(zmq::send_watched(*sock, *mon, &msg, aborted))) break;
-    ++forwarded[h.stream_id];
-    st.chunks++;
-    st.bytes_out += size;
-  }
-  if (rt_.aborted()) {
-    sock->set_int(ZMQ_LINGER, 0);
-    return;
-  }
-  send_end_of_streams(*sock, *mon, forwarded);
 }
 
 // Relay: the gateway's NIC-local container receives and checks frames, and forwards them
-// undecoded, zero-copy, as one connection to the decompressing container of the same pod (over
-// IPC). It puts each stream back in sequence order first (it knows how many connections feed it;
-// the decompressing side sees only one), holding at most the reorder window. Each chunk's
-// sequence number is recorded, so the relay too reports what never arrived; the decompressing
-// side verifies the data.
+// undecoded, zero-copy, as one acknowledged connection to the decompressing container of the same
+// pod (over IPC). It puts each stream back in sequence order first (it knows how many connections
+// feed it; the decompressing side sees only one), holding at most the reorder window. It
+// acknowledges upstream what the decompressing side acknowledged to it, so a chunk leaves the
+// sender's window only once it is in the sink; a restarted relay loses nothing.
 void Receiver::relay_thread() {
   const std::size_t slot = rt_.slot("sink", 0);
   rt_.pin_current(slot);
   StageStats& st = rt_.stats("sink");
-  auto aborted = [this] { return rt_.aborted(); };
   struct Order {
     std::uint64_t next = 0;
     std::map<std::uint64_t, zmq::Message> pending;
@@ -445,66 +703,99 @@ void Receiver::relay_thread() {
   std::map<std::uint32_t, Order> order;
   std::map<std::uint32_t, std::uint64_t> forwarded;
   try {
-    std::unique_ptr<zmq::Monitor> mon;
-    auto sock = connect_sink(mon, "relay");
-    auto forward = [&](std::uint32_t stream, zmq::Message& msg) {
+    LinkOptions opts;
+    opts.endpoint = cfg_.sink.endpoint;
+    opts.name = "relay";
+    opts.hwm = cfg_.hwm;
+    // Whatever the upstream connections have unacknowledged may be here at once.
+    opts.window = rt_.threads("receive") * cfg_.window + static_cast<int>(reorder_window_);
+    opts.connect_timeout_s = cfg_.connect_timeout_s;
+    opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
+    opts.ack_timeout_s = cfg_.ack_timeout_s;
+    // Downstream acknowledgements go to every upstream connection of the stream.
+    AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
+                   [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
+                     for (auto& box : boxes_) box->post(h.stream_id, h.sequence, seqs, h.raw_size);
+                   });
+    link.connect();
+    auto forward = [&](std::uint32_t stream, std::uint64_t seq, zmq::Message& msg) {
       std::size_t size = msg.bytes().size();
       ScopedTimer wait(st.blocked_output_ns);
-      if (!check_sink(zmq::send_watched(*sock, *mon, msg.raw(), aborted))) return false;
+      link.wait_for_credit();
+      link.send(stream, seq, std::move(msg));
       ++forwarded[stream];
       st.chunks++;
       st.bytes_out += size;
       last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
-      return true;
     };
     // Forwards what is next in order; with `all`, everything held (gaps skipped).
     auto flush = [&](std::uint32_t stream, Order& o, bool all) {
       while (!o.pending.empty() &&
-             (all || o.pending.begin()->first == o.next || o.pending.size() > reorder_window_)) {
+             (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
         auto it = o.pending.begin();
-        o.next = it->first + 1;
+        o.next = std::max(o.next, it->first + 1);
         zmq::Message m = std::move(it->second);
+        std::uint64_t seq = it->first;
         o.pending.erase(it);
-        if (!forward(stream, m)) return false;
+        forward(stream, seq, m);
       }
-      return true;
     };
-    bool ok = true;
-    while (ok) {
-      std::optional<zmq::Message> msg;
+    while (true) {
+      link.serve(0);
+      std::optional<Inbound> in;
+      bool done = false;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        msg = wire_q_->pop();
+        in = wire_q_->pop_for(std::chrono::milliseconds(20), done);
       }
-      if (!msg) break;
-      wire::Header h;
-      {
-        ScopedTimer busy(st.busy_ns);
-        wire::decode(msg->bytes(), cfg_.chunk_bytes, h);
-        if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) !=
-            StreamTracker::Verdict::delivered) {
-          continue;  // a duplicate: counted, not forwarded
-        }
-        h.connection = 0;
-        h.connections = 1;
-        wire::encode_header(h, msg->mutable_data());
-      }
-      Order& o = order[h.stream_id];
-      if (h.sequence < o.next) {
-        ok = forward(h.stream_id, *msg);  // later than the window allowed: pass it on at once
+      if (!in) {
+        if (done) break;
         continue;
       }
-      o.pending.emplace(h.sequence, std::move(*msg));
-      ok = flush(h.stream_id, o, false);
+      wire::Header h;
+      ScopedTimer busy(st.busy_ns);
+      wire::decode(in->msg.bytes(), cfg_.chunk_bytes, h);
+      if (h.type == wire::FrameType::resume) {
+        link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
+        continue;
+      }
+      if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) != StreamTracker::Verdict::delivered) {
+        // A duplicate: not forwarded; acknowledged at once if downstream has it already.
+        if (relay_ledger_->contains(h.stream_id, h.sequence)) {
+          auto [floor, above] = relay_ledger_->snapshot(h.stream_id);
+          std::uint64_t seq = h.sequence;
+          boxes_[static_cast<std::size_t>(in->via)]->post(h.stream_id, floor, {&seq, 1}, 0);
+        }
+        continue;
+      }
+      h.connection = 0;
+      h.connections = 1;
+      wire::encode_header(h, in->msg.mutable_data());
+      Order& o = order[h.stream_id];
+      if (o.pending.empty() && o.next == 0) o.next = relay_ledger_->snapshot(h.stream_id).first;
+      o.pending.emplace(h.sequence, std::move(in->msg));
+      flush(h.stream_id, o, false);
     }
-    for (auto& [stream, o] : order) {
-      if (ok && !rt_.aborted()) ok = flush(stream, o, true);
+    if (rt_.aborted()) return;
+    for (auto& [stream, o] : order) flush(stream, o, true);
+    // End each stream downstream with the totals its sender announced; the decompressing side
+    // acknowledges it, and that acknowledgement ends the upstream connections.
+    for (const auto& [stream, count] : forwarded) {
+      auto eos = tracker_.end_of_stream(stream);
+      if (!eos) continue;
+      std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
+      wire::Header h;
+      h.type = wire::FrameType::end_of_stream;
+      h.stream_id = stream;
+      h.connections = 1;
+      h.sequence = eos->total_chunks;
+      h.payload_size = wire::kEndOfStreamPayload;
+      wire::encode_header(h, frame);
+      wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
+      link.send_end(stream, zmq::Message::of({frame, sizeof(frame)}));
     }
-    if (rt_.aborted() || !ok) {
-      sock->set_int(ZMQ_LINGER, 0);
-      return;
-    }
-    send_end_of_streams(*sock, *mon, forwarded);
+    ScopedTimer wait(st.blocked_output_ns);
+    link.finish();
   } catch (const std::exception& e) {
     rt_.fail(std::string("relay: ") + e.what());
   }
@@ -519,26 +810,27 @@ void Receiver::sink_thread() {
       return;
     }
     while (true) {
-      std::optional<Buffer*> b;
+      std::optional<Taken> t;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        b = sink_q_->pop();
+        t = sink_q_->pop();
       }
-      if (!b) break;
+      if (!t) break;
       wire::Header h;
-      wire::decode({(*b)->data, (*b)->size}, cfg_.chunk_bytes, h);
-      std::size_t raw = (*b)->size - wire::kHeaderSize;
+      wire::decode({t->buffer->data, t->buffer->size}, cfg_.chunk_bytes, h);
+      std::size_t raw = t->buffer->size - wire::kHeaderSize;
       {
         ScopedTimer busy(st.busy_ns);
-        file_sink_->put(*b, h);
+        file_sink_->put(*t, h);
       }
       st.chunks++;
       st.bytes_out += raw;
     }
+    if (!rt_.aborted()) file_sink_->drain();
   } catch (const std::exception& e) {
     rt_.fail(e.what());
     // Drain so that decompressors blocked on the sink queue can finish.
-    while (auto b = sink_q_->pop()) (*b)->pool->release(*b);
+    while (auto t = sink_q_->pop()) t->buffer->pool->release(t->buffer);
   }
 }
 
@@ -570,6 +862,13 @@ std::string Receiver::metrics_text() {
            r + ",reason=\"" + std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))) + "\"",
            static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
   }
+  out += "# HELP numastream_chunks_delivered_before Chunks an earlier instance of this receiver "
+         "acknowledged (reported by resuming senders).\n# TYPE numastream_chunks_delivered_before gauge\n";
+  metric(out, "numastream_chunks_delivered_before", r, static_cast<double>(t.delivered_before));
+  out += "# TYPE numastream_acks_sent_total counter\n";
+  metric(out, "numastream_acks_sent_total", r, static_cast<double>(acks_sent_.load()));
+  out += "# TYPE numastream_resumes_total counter\n";
+  metric(out, "numastream_resumes_total", r, static_cast<double>(resumes_.load()));
   out += "# TYPE numastream_streams_complete gauge\n";
   metric(out, "numastream_streams_complete", r, tracker_.complete_streams());
   out += "# TYPE numastream_compression_ratio gauge\n";
@@ -612,14 +911,17 @@ RunResult Receiver::run(const RunHooks& hooks) {
                                            wire::kHeaderSize + cfg_.chunk_bytes);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
-  wire_q_ = std::make_unique<BoundedQueue<zmq::Message>>(static_cast<std::size_t>(cfg_.queue_depth));
-  if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
+  wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
+  if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Taken>>(static_cast<std::size_t>(cfg_.queue_depth));
+  for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
   if (cfg_.sink.kind == SinkConfig::Kind::file) {
-    file_sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack);
+    file_sink_ = std::make_unique<FileSink>(
+        cfg_, tracker_, in_flight_, reorder_window_, slack,
+        [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); });
   }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   rt_.on_abort([this] {
-    stop_receiving_ = true;
+    stop_taking_ = true;
     wire_q_->close();
     if (sink_q_) sink_q_->close();
     raw_pools_->close_all();
@@ -632,34 +934,40 @@ RunResult Receiver::run(const RunHooks& hooks) {
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
   rt_.started = Clock::now();
-  receivers_left_ = receivers;
   decompressors_left_ = decompressors;
   {
-    std::vector<std::jthread> threads;
-    if (cfg_.relay) {
-      threads.emplace_back([this] { relay_thread(); });
-    } else {
-      if (has_sink) threads.emplace_back([this] { sink_thread(); });
-      for (int i = 0; i < decompressors; ++i) threads.emplace_back([this, i] { decompress_thread(i); });
-    }
-    for (int i = 0; i < receivers; ++i) threads.emplace_back([this, i] { receive_thread(i); });
-    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
-             (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
-    // Supervise: end when every expected stream has ended, on a drain request, or on failure.
-    while (!rt_.aborted() && !rt_.drain_requested()) {
-      if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
-      if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
-          Clock::now() - tracker_.last_activity() >
-              std::chrono::duration<double>(cfg_.idle_timeout_s)) {
-        auto t = tracker_.totals();
-        rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
-                 " s while a stream was open (" + std::to_string(t.delivered) +
-                 " chunks delivered); the sender stopped or the network failed");
-        break;
+    std::vector<std::jthread> receiving;
+    {
+      std::vector<std::jthread> processing;
+      if (cfg_.relay) {
+        processing.emplace_back([this] { relay_thread(); });
+      } else {
+        if (has_sink) processing.emplace_back([this] { sink_thread(); });
+        for (int i = 0; i < decompressors; ++i) processing.emplace_back([this, i] { decompress_thread(i); });
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (int i = 0; i < receivers; ++i) receiving.emplace_back([this, i] { receive_thread(i); });
+      log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
+               (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
+      // Supervise: end when every expected stream has ended, on a drain request, or on failure.
+      while (!rt_.aborted() && !rt_.drain_requested()) {
+        if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
+        if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
+            Clock::now() - tracker_.last_activity() >
+                std::chrono::duration<double>(cfg_.idle_timeout_s)) {
+          auto t = tracker_.totals();
+          rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
+                   " s while a stream was open (" + std::to_string(t.delivered) +
+                   " chunks delivered); the sender stopped or the network failed");
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      // No more input: what was taken goes through to the sink (and is acknowledged) first.
+      stop_taking_ = true;
+      wire_q_->close();
     }
-    stop_receiving_ = true;
+    // The receiving threads send the last acknowledgements, then end.
+    processing_done_ = true;
   }
   if (file_sink_) {
     try {
@@ -691,6 +999,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"endpoint", cfg_.endpoint},
                     {"connections", cfg_.connections},
                     {"chunks", t.delivered},
+                    {"delivered_before", t.delivered_before},
+                    {"acks_sent", acks_sent_.load()},
+                    {"resumes", resumes_.load()},
+                    {"dropped_before_resume", unannounced_.load()},
                     {"raw_bytes", t.raw_bytes},
                     {"wire_bytes", t.wire_bytes},
                     {"ratio", wire > 0 ? raw / wire : 0},

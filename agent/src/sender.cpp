@@ -7,7 +7,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "numastream/synth.hpp"
 #include "numastream/transport.hpp"
 #include "numastream/wire.hpp"
+#include "link.hpp"
 #include "runtime.hpp"
 
 namespace numastream {
@@ -108,7 +111,13 @@ class Sender {
   bool receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st);
   void compress_thread(int index);
   void send_thread(int index);
-  bool send_frame(zmq::Socket& sock, zmq::Monitor& mon, zmq_msg_t& msg, int index, StageStats& st);
+  bool wait_welcome();
+  // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
+  // ending it short.
+  bool source_has_end() const {
+    return cfg_.source.kind == SourceConfig::Kind::file ||
+           (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0);
+  }
   std::string metrics_text();
 
   const Config& cfg_;
@@ -135,7 +144,24 @@ class Sender {
   std::atomic<bool> source_done_{false};
   std::atomic<std::int64_t> first_chunk_ns_{-1};
   std::atomic<std::int64_t> last_send_ns_{0};
+
+  // Acknowledged delivery: what the receiver has taken, shared by the connections. The source
+  // starts once a connection has the receiver's answer to its resume frame (a restarted sender
+  // learns there what to skip).
+  std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
+  std::mutex welcome_mu_;
+  std::condition_variable welcome_cv_;
+  bool welcomed_ = false;
+  std::uint64_t skipped_chunks_ = 0;
+  std::atomic<std::uint64_t> retransmitted_{0};
+  std::atomic<int> reconnects_{0};
 };
+
+bool Sender::wait_welcome() {
+  std::unique_lock lock(welcome_mu_);
+  while (!welcomed_ && !rt_.aborted()) welcome_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  return welcomed_ && !rt_.aborted();
+}
 
 void Sender::prepare_source() {
   if (cfg_.source.kind == SourceConfig::Kind::synthetic) {
@@ -183,6 +209,16 @@ void Sender::source_thread() {
   const double interval_s =
       cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
   std::uint64_t seq = 0;
+  if (!wait_welcome()) {
+    source_done_ = true;
+    raw_q_->close();
+    return;
+  }
+  const std::uint32_t stream = cfg_.stream_id;
+  if (ledger_->acknowledged(stream) > 0) {
+    log_line("resuming stream " + std::to_string(stream) + ": the receiver already has " +
+             std::to_string(ledger_->acknowledged(stream)) + " chunks");
+  }
   try {
     std::optional<zmq::Socket> upstream;
     if (cfg_.source.kind == SourceConfig::Kind::zmq) {
@@ -204,6 +240,32 @@ void Sender::source_thread() {
       RawChunk c;
       c.seq = seq;
       std::size_t size = cfg_.chunk_bytes;
+      // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
+      // stream's totals. A file is read past it; synthetic data needs nothing.
+      if (cfg_.source.kind != SourceConfig::Kind::zmq && ledger_->contains(stream, seq)) {
+        if (reader_) {
+          Buffer* scratch = raw_pool_->acquire();
+          if (!scratch) break;
+          size = reader_->read(scratch->data, scratch->capacity);
+          raw_pool_->release(scratch);
+          if (size == 0) break;
+        }
+        wire_q_->skip(seq);
+        ++seq;
+        ++skipped_chunks_;
+        produced_bytes_ += size;
+        produced_chunks_ = seq;
+        continue;
+      }
+      if (cfg_.source.kind == SourceConfig::Kind::zmq && seq == 0 && ledger_->end(stream) > 0) {
+        // A live source cannot replay: number on after what the receiver has; what the previous
+        // sender had in flight is reported missing by the receiver.
+        for (std::uint64_t s = 0; s < ledger_->end(stream); ++s) wire_q_->skip(s);
+        seq = ledger_->end(stream);
+        c.seq = seq;
+        log_line("resuming a zmq source at chunk " + std::to_string(seq) +
+                 "; unacknowledged chunks of the previous sender are lost");
+      }
       if (raw_pool_) {
         {
           ScopedTimer wait(st.blocked_output_ns);
@@ -337,59 +399,44 @@ void Sender::compress_thread(int index) {
   if (--compressors_left_ == 0) wire_q_->close();
 }
 
-// Sends one message, watching the connection. False (message released) on abort or peer loss.
-bool Sender::send_frame(zmq::Socket& sock, zmq::Monitor& mon, zmq_msg_t& msg, int index,
-                        StageStats& st) {
-  ScopedTimer wait(st.blocked_output_ns);
-  auto outcome = zmq::send_watched(sock, mon, &msg, [this] { return rt_.aborted(); });
-  switch (outcome) {
-    case zmq::SendOutcome::sent: return true;
-    case zmq::SendOutcome::aborted: return false;
-    case zmq::SendOutcome::peer_lost:
-      rt_.fail("connection " + std::to_string(index) + ": the receiver at " +
-               endpoint_.for_connection(index) + " went away mid-stream after " +
-               std::to_string(sent_chunks_.load()) +
-               " chunks were sent; chunks in flight are lost (see the receiver's summary)");
-      return false;
-    case zmq::SendOutcome::failed:
-      rt_.fail("connection " + std::to_string(index) + ": send failed: " + zmq::last_error());
-      return false;
-  }
-  return false;
-}
-
 void Sender::send_thread(int index) {
   const std::size_t slot = rt_.slot("send", index);
   rt_.pin_current(slot);
   StageStats& st = rt_.stats("send");
-  const std::string ep = endpoint_.for_connection(index);
-  std::optional<zmq::Socket> socket;
+  LinkOptions opts;
+  opts.endpoint = endpoint_.for_connection(index);
+  opts.name = "connection " + std::to_string(index);
+  opts.connection = static_cast<std::uint16_t>(index);
+  opts.connections = static_cast<std::uint16_t>(cfg_.connections);
+  opts.hwm = cfg_.hwm;
+  opts.window = cfg_.window;
+  opts.connect_timeout_s = cfg_.connect_timeout_s;
+  opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
+  opts.ack_timeout_s = cfg_.ack_timeout_s;
   try {
-    socket.emplace(*ctx_, ZMQ_PUSH);
-    zmq::Socket& sock = *socket;
-    [&] {  // returns early on failure; the socket outlives it
-    sock.set_int(ZMQ_SNDHWM, cfg_.hwm);
-    sock.set_int(ZMQ_IMMEDIATE, 1);  // queue only on live connections
-    sock.set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
-    sock.set_int(ZMQ_RECONNECT_IVL, 100);
-    zmq::enable_keepalive(sock);
-    zmq::Monitor mon(*ctx_, sock, "send-" + std::to_string(index));
-    sock.connect(ep);
-    const auto deadline =
-        Clock::now() + std::chrono::milliseconds(static_cast<long>(cfg_.connect_timeout_s * 1000));
-    while (!mon.connected()) {
-      if (rt_.aborted()) return;
-      if (Clock::now() > deadline) {
-        rt_.fail("connection " + std::to_string(index) + ": no receiver accepted a connection at " +
-                 ep + " within " + std::to_string(cfg_.connect_timeout_s) + " s");
-        return;
+    AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
+    struct Count {  // the link's counters into the sender's, however the thread ends
+      AckedLink& l;
+      Sender& s;
+      ~Count() {
+        s.retransmitted_ += l.retransmitted();
+        s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
       }
-      zmq_pollitem_t item{mon.get(), 0, ZMQ_POLLIN, 0};
-      zmq_poll(&item, 1, 100);
-      mon.drain();
+    } count{link, *this};
+    link.connect();
+    link.announce(cfg_.stream_id);
+    link.wait_welcome(cfg_.connect_timeout_s);
+    {
+      std::lock_guard lock(welcome_mu_);
+      welcomed_ = true;
     }
+    welcome_cv_.notify_all();
     std::uint64_t on_connection = 0;
     while (true) {
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        link.wait_for_credit();
+      }
       std::optional<Buffer*> b;
       {
         ScopedTimer wait(st.blocked_input_ns);
@@ -403,9 +450,10 @@ void Sender::send_thread(int index) {
       h.connection = static_cast<std::uint16_t>(index);
       wire::encode_header(h, buf->data);
       std::size_t size = buf->size;
-      zmq_msg_t msg;
-      zmq_msg_init_data(&msg, buf->data, size, free_to_pool, buf);
-      if (!send_frame(sock, mon, msg, index, st)) return;
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        link.send(h.stream_id, h.sequence, zmq::Message::adopt(buf->data, size, free_to_pool, buf));
+      }
       ++on_connection;
       st.chunks++;
       st.bytes_out += size;
@@ -418,6 +466,13 @@ void Sender::send_thread(int index) {
       if (!cfg_.pin) rt_.observe_cpu(slot);
     }
     if (rt_.aborted()) return;
+    if (rt_.drain_requested() && source_has_end()) {
+      // Paused, not ended: everything sent is acknowledged, the stream stays open, and a
+      // restarted sender resumes it after what the receiver has.
+      ScopedTimer wait(st.blocked_output_ns);
+      link.finish();
+      return;
+    }
     // End of stream on this connection: the stream's totals and this connection's count.
     NS_ASSERT(source_done_.load());
     std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
@@ -431,16 +486,12 @@ void Sender::send_thread(int index) {
     wire::encode_header(h, frame);
     wire::encode_end_of_stream({produced_chunks_.load(), produced_bytes_.load(), on_connection},
                                frame + wire::kHeaderSize);
-    zmq_msg_t msg;
-    zmq_msg_init_size(&msg, sizeof(frame));
-    std::memcpy(zmq_msg_data(&msg), frame, sizeof(frame));
-    send_frame(sock, mon, msg, index, st);
-    }();
+    link.send_end(cfg_.stream_id, zmq::Message::of({frame, sizeof(frame)}));
+    ScopedTimer wait(st.blocked_output_ns);
+    link.finish();
   } catch (const std::exception& e) {
     rt_.fail("connection " + std::to_string(index) + ": " + e.what());
   }
-  // After a failure nothing queued is worth waiting for.
-  if (socket && rt_.aborted()) socket->set_int(ZMQ_LINGER, 0);
 }
 
 std::string Sender::metrics_text() {
@@ -453,6 +504,9 @@ std::string Sender::metrics_text() {
   metric(out, "numastream_wire_bytes_total", r, static_cast<double>(wire_bytes_.load()));
   out += "# TYPE numastream_chunks_sent_total counter\n";
   metric(out, "numastream_chunks_sent_total", r, static_cast<double>(sent_chunks_.load()));
+  out += "# HELP numastream_chunks_acknowledged Chunks of the stream the receiver has taken.\n"
+         "# TYPE numastream_chunks_acknowledged gauge\n";
+  metric(out, "numastream_chunks_acknowledged", r, static_cast<double>(ledger_->acknowledged(cfg_.stream_id)));
   out += "# TYPE numastream_queue_depth gauge\n";
   metric(out, "numastream_queue_depth", r + ",queue=\"raw\"", static_cast<double>(raw_q_->depth()));
   metric(out, "numastream_queue_depth", r + ",queue=\"wire\"", static_cast<double>(wire_q_->depth()));
@@ -477,8 +531,9 @@ RunResult Sender::run(const RunHooks& hooks) {
   wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
   // Buffers held downstream of the compressors: the ordered queue, the sending threads and
   // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
+  // Each connection holds up to `window` frames until they are acknowledged.
   const std::size_t downstream = static_cast<std::size_t>(
-      cfg_.queue_depth + senders * (cfg_.hwm + 2) + 1);
+      cfg_.queue_depth + senders * (cfg_.window + 1) + 1);
   wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
@@ -505,7 +560,7 @@ RunResult Sender::run(const RunHooks& hooks) {
     for (int i = 0; i < compressors; ++i) threads.emplace_back([this, i] { compress_thread(i); });
     threads.emplace_back([this] { source_thread(); });
   }
-  // Drop queued zero-copy messages quickly once something failed; otherwise flush them.
+  // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
 
   const double secs = std::max(1e-9, static_cast<double>(last_send_ns_.load() -
@@ -520,6 +575,10 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"connections", cfg_.connections},
       {"codec", codec_name(cfg_.codec)},
       {"chunks", sent_chunks_.load()},
+      {"acknowledged", ledger_->acknowledged(cfg_.stream_id)},
+      {"skipped_acknowledged", skipped_chunks_},
+      {"retransmitted", retransmitted_.load()},
+      {"reconnects", reconnects_.load()},
       {"raw_bytes", rt_.stats("compress").bytes_in.load()},
       {"wire_bytes", wire_bytes_.load()},
       {"ratio", wire > 0 ? raw / wire : 0},
@@ -533,6 +592,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"placement", rt_.placement_json()},
       {"stages", rt_.stages_json()},
       {"drained", rt_.drain_requested()},
+      {"paused", rt_.drain_requested() && source_has_end() && !rt_.aborted()},
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   result.exit_code = rt_.aborted() ? kExitFailure : kExitOk;
   return result;

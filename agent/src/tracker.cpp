@@ -5,7 +5,7 @@
 namespace numastream {
 
 std::uint64_t StreamTracker::Stream::lost() const {
-  std::uint64_t accounted = delivered + corrupt;
+  std::uint64_t accounted = delivered + before + corrupt;
   std::uint64_t missing = expected() > accounted ? expected() - accounted : 0;
   return missing + unwritten;
 }
@@ -48,6 +48,29 @@ void StreamTracker::on_end_of_stream(const wire::Header& h, const wire::EndOfStr
   s.eos = eos;
 }
 
+void StreamTracker::on_resume(std::uint32_t stream, std::uint64_t floor,
+                              std::span<const std::uint64_t> seqs) {
+  std::lock_guard lock(mu_);
+  Stream& s = streams_[stream];
+  auto mark = [&](std::uint64_t seq) {
+    std::size_t w = seq / 64;
+    if (w >= s.seen.size()) s.seen.resize(std::max(w + 1, s.seen.size() * 2), 0);
+    std::uint64_t bit = std::uint64_t{1} << (seq % 64);
+    if (s.seen[w] & bit) return;
+    s.seen[w] |= bit;
+    ++s.before;
+    s.highest = std::max(s.highest, seq + 1);
+  };
+  for (std::uint64_t seq = 0; seq < floor; ++seq) mark(seq);
+  for (auto seq : seqs) mark(seq);
+}
+
+bool StreamTracker::resumed(std::uint32_t stream) const {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(stream);
+  return it != streams_.end() && it->second.before > 0;
+}
+
 void StreamTracker::on_unwritten(std::uint32_t stream, std::uint64_t /*seq*/) {
   std::lock_guard lock(mu_);
   ++streams_[stream].unwritten;
@@ -74,6 +97,7 @@ StreamTracker::Totals StreamTracker::totals() const {
   Totals t;
   for (const auto& [id, s] : streams_) {
     t.delivered += s.delivered;
+    t.delivered_before += s.before;
     t.duplicates += s.duplicates;
     t.corrupt += s.corrupt;
     t.unwritten += s.unwritten;
@@ -113,6 +137,7 @@ nlohmann::json StreamTracker::streams_json(std::size_t max_ranges) const {
                    {"complete", s.complete()},
                    {"expected_chunks", s.eos ? nlohmann::json(s.eos->total_chunks) : nlohmann::json(nullptr)},
                    {"delivered", s.delivered},
+                   {"delivered_before", s.before},
                    {"lost", s.lost()},
                    {"corrupt", s.corrupt},
                    {"duplicates", s.duplicates},

@@ -83,6 +83,33 @@ Message& Message::operator=(Message&& o) noexcept {
   return *this;
 }
 
+Message Message::adopt(void* data, std::size_t size, void (*free_fn)(void*, void*), void* hint) {
+  Message m;
+  auto* raw = reinterpret_cast<zmq_msg_t*>(m.storage_);
+  zmq_msg_close(raw);
+  if (zmq_msg_init_data(raw, data, size, free_fn, hint) != 0) fail("zmq_msg_init_data");
+  return m;
+}
+
+Message Message::of(std::span<const std::byte> bytes) {
+  Message m;
+  auto* raw = reinterpret_cast<zmq_msg_t*>(m.storage_);
+  zmq_msg_close(raw);
+  if (zmq_msg_init_size(raw, bytes.size()) != 0) fail("zmq_msg_init_size");
+  if (!bytes.empty()) std::memcpy(zmq_msg_data(raw), bytes.data(), bytes.size());
+  return m;
+}
+
+Message Message::share() {
+  Message m;
+  if (zmq_msg_copy(reinterpret_cast<zmq_msg_t*>(m.storage_), reinterpret_cast<zmq_msg_t*>(storage_)) != 0) {
+    fail("zmq_msg_copy");
+  }
+  return m;
+}
+
+bool Message::more() noexcept { return zmq_msg_more(reinterpret_cast<zmq_msg_t*>(storage_)) != 0; }
+
 bool Message::receive(Socket& sock) {
   if (zmq_msg_recv(reinterpret_cast<zmq_msg_t*>(storage_), sock.get(), ZMQ_DONTWAIT) >= 0) return true;
   if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) return false;
@@ -135,9 +162,11 @@ void Monitor::drain() noexcept {
     if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
       connected_ = true;
       ever_connected_ = true;
+      ++peers_;
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
       connected_ = false;
       ++disconnects_;
+      if (peers_ > 0) --peers_;
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace numastream::wire {
@@ -85,8 +86,8 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     return DecodeError::bad_version;
   }
   std::uint8_t type = get<std::uint8_t>(p + 5);
-  if (type != static_cast<std::uint8_t>(FrameType::data) &&
-      type != static_cast<std::uint8_t>(FrameType::end_of_stream)) {
+  if (type < static_cast<std::uint8_t>(FrameType::data) ||
+      type > static_cast<std::uint8_t>(FrameType::resume)) {
     return DecodeError::bad_type;
   }
   std::uint8_t codec = get<std::uint8_t>(p + 6);
@@ -110,6 +111,16 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     out = h;
     return DecodeError::ok;
   }
+  if (h.type == FrameType::ack || h.type == FrameType::resume) {
+    if (h.payload_size % 8 != 0 || h.payload_size / 8 > kMaxAckEntries) {
+      return DecodeError::size_mismatch;
+    }
+    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > kAckEndOfStream) {
+      return DecodeError::bad_type;
+    }
+    out = h;
+    return DecodeError::ok;
+  }
   if (h.raw_size > max_raw) return DecodeError::oversized;
   if (h.codec == Codec::none) {
     if (h.payload_size != h.raw_size) return DecodeError::size_mismatch;
@@ -118,6 +129,31 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   }
   out = h;
   return DecodeError::ok;
+}
+
+std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
+                                  std::uint16_t connections, std::uint64_t floor,
+                                  std::uint32_t flags, std::span<const std::uint64_t> seqs) {
+  const std::size_t n = std::min(seqs.size(), kMaxAckEntries);
+  std::vector<std::byte> out(kHeaderSize + 8 * n);
+  Header h;
+  h.type = type;
+  h.codec = Codec::none;
+  h.stream_id = stream;
+  h.connection = connection;
+  h.connections = connections;
+  h.sequence = floor;
+  h.raw_size = flags;
+  h.payload_size = static_cast<std::uint32_t>(8 * n);
+  encode_header(h, out.data());
+  for (std::size_t i = 0; i < n; ++i) put<std::uint64_t>(out.data() + kHeaderSize + 8 * i, seqs[i]);
+  return out;
+}
+
+std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> m) {
+  std::vector<std::uint64_t> out((m.size() - kHeaderSize) / 8);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = get<std::uint64_t>(m.data() + kHeaderSize + 8 * i);
+  return out;
 }
 
 EndOfStream decode_end_of_stream(std::span<const std::byte> m) noexcept {

@@ -97,7 +97,7 @@ TEST(Wire, RejectsBadMagic) {
 
 TEST(Wire, RejectsOtherVersions) {
   auto m = frame(data_header(10, 10, Codec::none), 10);
-  m[4] = std::byte{2};
+  m[4] = std::byte{1};  // version 1 had no acknowledgements: refused, not misread
   EXPECT_EQ(decode_of(m), DecodeError::bad_version);
   auto flags = frame(data_header(10, 10, Codec::none), 10);
   poke(flags, 7, 1);
@@ -135,6 +135,39 @@ TEST(Wire, RejectsSizesThatLie) {
   e.connections = 1;
   e.payload_size = 8;
   EXPECT_EQ(decode_of(frame(e, 8)), DecodeError::size_mismatch);
+}
+
+TEST(Wire, AckAndResumeFramesRoundTrip) {
+  std::vector<std::uint64_t> seqs = {7, 9, 1000000000000ull};
+  auto m = encode_ack(FrameType::ack, 3, 1, 4, 5, kAckEndOfStream, seqs);
+  Header h;
+  ASSERT_EQ(decode(m, 16, h), DecodeError::ok);
+  EXPECT_EQ(h.type, FrameType::ack);
+  EXPECT_EQ(h.stream_id, 3u);
+  EXPECT_EQ(h.connection, 1);
+  EXPECT_EQ(h.sequence, 5u) << "the floor";
+  EXPECT_EQ(h.raw_size, kAckEndOfStream);
+  EXPECT_EQ(decode_ack_list(m), seqs);
+  auto r = encode_ack(FrameType::resume, 3, 0, 1, 0, 0, {});
+  ASSERT_EQ(decode(r, 16, h), DecodeError::ok);
+  EXPECT_EQ(h.type, FrameType::resume);
+  EXPECT_TRUE(decode_ack_list(r).empty());
+}
+
+TEST(Wire, RejectsAckFramesThatLie) {
+  std::vector<std::uint64_t> seqs = {1, 2};
+  auto odd = encode_ack(FrameType::ack, 0, 0, 1, 0, 0, seqs);
+  odd.pop_back();  // the payload no longer matches payload_size
+  EXPECT_EQ(decode_of(odd), DecodeError::size_mismatch);
+  Header h;
+  h.type = FrameType::ack;
+  h.codec = Codec::none;
+  h.connections = 1;
+  h.payload_size = 12;  // not a whole number of sequences
+  EXPECT_EQ(decode_of(frame(h, 12)), DecodeError::size_mismatch);
+  h.payload_size = 8;
+  h.raw_size = 2;  // an unknown ack flag
+  EXPECT_EQ(decode_of(frame(h, 8)), DecodeError::bad_type);
 }
 
 TEST(Wire, RejectsOversizedClaims) {

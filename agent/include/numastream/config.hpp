@@ -58,6 +58,7 @@ struct Config {
   std::map<std::string, StageConfig> stages;
   int queue_depth = 4;
   int hwm = 2;                   // ZeroMQ high-water mark per connection, in messages
+  int window = 8;                // send: unacknowledged chunks per connection at most (credit)
   int reorder_window = 16;       // file sink: chunks held to restore order
   std::string metrics_listen;    // host:port; empty = no metrics server
   std::string sysfs_root = "/sys";
@@ -65,6 +66,8 @@ struct Config {
                                  // NIC-local receiving container of a gateway pod)
   double connect_timeout_s = 30;
   double idle_timeout_s = 60;    // receive: fail a started stream silent this long; 0 = never
+  double reconnect_timeout_s = 60;  // send: how long a lost receiver may take to come back
+  double ack_timeout_s = 60;     // send: a connected receiver acknowledging nothing this long fails
 
   // Stage names for the role, in pipeline order.
   std::vector<std::string> stage_names() const;

@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "numastream/error.hpp"
@@ -56,6 +57,26 @@ class BoundedQueue {
       pop_wait_ns_ += elapsed_ns(start);
     }
     if (count_ == 0) return std::nullopt;
+    std::optional<T> out(std::move(slots_[head_]));
+    head_ = (head_ + 1) % slots_.size();
+    --count_;
+    lock.unlock();
+    not_full_.notify_one();
+    return out;
+  }
+
+  // Like pop(), but waits at most `timeout`; `done` turns true once closed and drained.
+  std::optional<T> pop_for(std::chrono::milliseconds timeout, bool& done) {
+    std::unique_lock lock(mu_);
+    if (count_ == 0 && !closed_) {
+      auto start = std::chrono::steady_clock::now();
+      not_empty_.wait_for(lock, timeout, [&] { return count_ > 0 || closed_; });
+      pop_wait_ns_ += elapsed_ns(start);
+    }
+    if (count_ == 0) {
+      done = closed_;
+      return std::nullopt;
+    }
     std::optional<T> out(std::move(slots_[head_]));
     head_ = (head_ + 1) % slots_.size();
     --count_;
@@ -155,6 +176,7 @@ class OrderedQueue {
     std::optional<T> out(std::move(it->second));
     next_ = it->first + 1;
     items_.erase(it);
+    advance();
     lock.unlock();
     cv_.notify_all();
     return out;
@@ -164,6 +186,17 @@ class OrderedQueue {
     {
       std::lock_guard lock(mu_);
       closed_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  // `seq` will never be pushed (a resumed sender skips what the receiver already has): pop()
+  // does not wait for it.
+  void skip(std::uint64_t seq) {
+    {
+      std::lock_guard lock(mu_);
+      if (seq >= next_) skipped_.insert(seq);
+      advance();
     }
     cv_.notify_all();
   }
@@ -179,7 +212,15 @@ class OrderedQueue {
   const std::size_t capacity_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  void advance() {
+    while (!skipped_.empty() && *skipped_.begin() <= next_) {
+      if (*skipped_.begin() == next_) ++next_;
+      skipped_.erase(skipped_.begin());
+    }
+  }
+
   std::map<std::uint64_t, T> items_;  // node-based, but bounded by capacity + 1: no growth
+  std::set<std::uint64_t> skipped_;   // only while resuming
   std::uint64_t next_ = 0;
   bool closed_ = false;
   std::atomic<std::uint64_t> push_wait_ns_{0};

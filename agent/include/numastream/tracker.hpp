@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,11 @@ class StreamTracker {
   // A chunk was decompressed; `ok` means its checksum matched.
   Verdict on_chunk(std::uint32_t stream, std::uint64_t seq, bool ok, std::size_t raw_bytes);
   void on_end_of_stream(const wire::Header& h, const wire::EndOfStream& eos);
+  // A resume frame: the sender says these chunks were acknowledged before (by an earlier
+  // instance of this receiver); they count as delivered earlier, not as missing.
+  void on_resume(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs);
+  // Whether a resume frame reported chunks acknowledged earlier for `stream`.
+  bool resumed(std::uint32_t stream) const;
   // A delivered chunk that the sink could not keep (e.g. it arrived after the file sink gave up
   // waiting for it); it then counts as lost.
   void on_unwritten(std::uint32_t stream, std::uint64_t seq);
@@ -37,6 +43,7 @@ class StreamTracker {
 
   struct Totals {
     std::uint64_t delivered = 0, duplicates = 0, corrupt = 0, lost = 0, unwritten = 0;
+    std::uint64_t delivered_before = 0;  // acknowledged by an earlier instance
     std::uint64_t raw_bytes = 0, wire_bytes = 0;
     bool complete = true;  // every stream seen has ended
   };
@@ -50,6 +57,7 @@ class StreamTracker {
   struct Stream {
     std::vector<std::uint64_t> seen;  // bitmap of delivered sequence numbers
     std::uint64_t delivered = 0, duplicates = 0, corrupt = 0, unwritten = 0;
+    std::uint64_t before = 0;  // acknowledged by an earlier instance (resume)
     std::uint64_t raw_bytes = 0, wire_bytes = 0;
     std::uint64_t highest = 0;  // 1 + highest sequence seen
     std::set<std::uint16_t> ended;

@@ -53,9 +53,20 @@ class Message {
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
 
+  // A message over caller-owned bytes (zero-copy): `free_fn(data, hint)` runs once ZeroMQ and
+  // every copy are done with them.
+  static Message adopt(void* data, std::size_t size, void (*free_fn)(void*, void*), void* hint);
+  // A message holding a copy of `bytes`.
+  static Message of(std::span<const std::byte> bytes);
+  // Another reference to the same bytes (ZeroMQ counts references; nothing is copied for
+  // messages above a few dozen bytes). The content must not change afterwards.
+  Message share();
+
   // Receives without blocking: true when a message was read; false on EAGAIN / EINTR. Throws on
   // other errors.
   bool receive(Socket& sock);
+  // True when more parts of the same multi-part message follow this one.
+  bool more() noexcept;
   std::span<const std::byte> bytes() const noexcept;
   std::byte* mutable_data() noexcept;
   // The zmq_msg_t, for send_watched (which consumes it: the message is empty afterwards).
@@ -75,12 +86,15 @@ class Monitor {
   bool connected() const noexcept { return connected_; }
   bool ever_connected() const noexcept { return ever_connected_; }
   int disconnects() const noexcept { return disconnects_; }
+  // Peers currently attached (a listening socket counts each accepted connection).
+  int peers() const noexcept { return peers_; }
 
  private:
   Socket pair_;
   bool connected_ = false;
   bool ever_connected_ = false;
   int disconnects_ = 0;
+  int peers_ = 0;
 };
 
 std::string last_error();

@@ -1,4 +1,4 @@
-// The numastream wire format, version 1 (docs/wire-format.md). One ZeroMQ message per frame:
+// The numastream wire format, version 2 (docs/wire-format.md). One ZeroMQ message per frame:
 // a 48-byte little-endian header followed by the payload. Decoding never trusts a field: every
 // size is checked against the message and the receiver's limits before any byte is read.
 #pragma once
@@ -7,17 +7,27 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "numastream/codec.hpp"
 
 namespace numastream::wire {
 
 inline constexpr std::uint32_t kMagic = 0x5254534E;  // "NSTR" in little-endian byte order
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 48;
 inline constexpr std::size_t kEndOfStreamPayload = 24;
 
-enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2 };
+// data and end_of_stream flow from sender to receiver; resume opens every connection (sender to
+// receiver: what the stream already had acknowledged); ack flows back (receiver to sender: what
+// the sink has taken).
+enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4 };
+
+// Ack and resume frames: header.sequence is a floor (every sequence below it is acknowledged)
+// and the payload lists acknowledged sequences at or above the floor, u64 each, at most this many.
+inline constexpr std::size_t kMaxAckEntries = 65536;
+// Ack flag, carried in header.raw_size: the end-of-stream frame of this connection was recorded.
+inline constexpr std::uint32_t kAckEndOfStream = 1;
 
 struct Header {
   FrameType type = FrameType::data;
@@ -58,6 +68,12 @@ void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept;
 
 // Validates and decodes one whole message. `max_raw` is the largest chunk this receiver accepts.
 DecodeError decode(std::span<const std::byte> message, std::size_t max_raw, Header& out) noexcept;
+// Builds an ack or resume frame (`type` is one of the two).
+std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
+                                  std::uint16_t connections, std::uint64_t floor,
+                                  std::uint32_t flags, std::span<const std::uint64_t> seqs);
+// The sequences listed by an ack or resume frame that decode() accepted.
+std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> message);
 // Reads the end-of-stream payload of a message that decode() accepted as end_of_stream.
 EndOfStream decode_end_of_stream(std::span<const std::byte> message) noexcept;
 
