@@ -41,8 +41,12 @@ agent-asan: deps ## Build the agent and its unit tests with AddressSanitizer + U
 	@cmake --build $(AGENT_ASAN_BUILD) -j $(JOBS)
 
 .PHONY: test-agent
-test-agent: agent ## Agent unit and end-to-end tests (real processes on 127.0.0.1)
+test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (network namespaces, root)
 	@cd $(AGENT_BUILD) && ctest --output-on-failure -j $(JOBS)
+
+.PHONY: test-faults
+test-faults: agent ## Fault scenarios in network namespaces (root), with their figures
+	@$(AGENT_BUILD)/agent_fault_tests
 
 .PHONY: test-agent-asan
 test-agent-asan: agent-asan ## Agent unit tests under AddressSanitizer + UBSan
