@@ -79,7 +79,7 @@ func TestMain(m *testing.M) {
 	ctx, cancel = context.WithCancel(context.Background())
 	observer := status.NewObserver(2 * time.Second)
 	agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
-	observer.URL = func(p *corev1.Pod) string { return agentURL.Load().(func(*corev1.Pod) string)(p) }
+	observer.URL = func(p *corev1.Pod, _ int32) string { return agentURL.Load().(func(*corev1.Pod) string)(p) }
 	r := &StreamPipelineReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
 		Render:  render.Options{AgentImage: "numastream/agent:test"},
@@ -238,14 +238,24 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 			t.Errorf("%s not owned by the pipeline", j.Name)
 		}
 		if j.Labels[render.LabelRole] == render.RoleGateway {
+			// One container per stage group: receiving (NIC token, 4 receive cores) and
+			// decompressing (4 cores, no NIC token).
+			cs := j.Spec.Template.Spec.Containers
+			if len(cs) != 2 || cs[0].Name != render.ReceiveContainer || cs[1].Name != render.DecompressContainer {
+				t.Fatalf("%s containers %v", j.Name, cs)
+			}
 			if q := c.Resources.Limits["numastream.io/nic-ens1f0"]; q.Cmp(resource.MustParse("1")) != 0 {
 				t.Errorf("%s lacks the NIC token", j.Name)
+			}
+			if _, ok := cs[1].Resources.Limits["numastream.io/nic-ens1f0"]; ok {
+				t.Errorf("%s: the decompressing container holds the NIC token", j.Name)
 			}
 			if j.Spec.Template.Annotations[render.MultusAnnotation] != "hsn-200g" {
 				t.Errorf("%s lacks the Multus annotation", j.Name)
 			}
-			if cpu := c.Resources.Limits[corev1.ResourceCPU]; cpu.Value() != 8 {
-				t.Errorf("%s cpus %s, want 4 receive + 4 decompress", j.Name, cpu.String())
+			rx, dx := cs[0].Resources.Limits[corev1.ResourceCPU], cs[1].Resources.Limits[corev1.ResourceCPU]
+			if rx.Value() != 4 || dx.Value() != 4 {
+				t.Errorf("%s cpus %s + %s, want 4 receive + 4 decompress", j.Name, rx.String(), dx.String())
 			}
 		}
 	}
@@ -253,7 +263,12 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tomo-agent"}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(cm.Data["gateway-2.json"], `"endpoint": "tcp://0.0.0.0:5563"`) {
+	// Stream 2's receiving container listens on its own ports; its decompressing container reads
+	// the pod's IPC socket.
+	if !strings.Contains(cm.Data["gateway-2-relay.json"], `"endpoint": "tcp://0.0.0.0:5563"`) {
+		t.Errorf("gateway-2 relay config %s", cm.Data["gateway-2-relay.json"])
+	}
+	if !strings.Contains(cm.Data["gateway-2.json"], `"endpoint": "`+render.RelaySocket+`"`) {
 		t.Errorf("gateway-2 config %s", cm.Data["gateway-2.json"])
 	}
 	var svcs corev1.ServiceList

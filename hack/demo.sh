@@ -19,11 +19,12 @@ AGENT=bin/numastream-agent
 export KUBECONFIG=$SIM_DIR/admin.kubeconfig
 KUBECTL="$K8S_SIM_BIN/kubectl"
 work=$(mktemp -d /tmp/numastream-demo.XXXXXX)
-op_pid= rx_pid=
+op_pid= rx_pid= relay_pid=
 
 say() { printf '\n== %s\n' "$*"; }
 cleanup() {
   [ -n "$rx_pid" ] && kill "$rx_pid" 2>/dev/null || true
+  [ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null || true
   [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null || true
   BIN_DIR=$K8S_SIM_BIN SIM_DIR=$SIM_DIR bash hack/sim-cluster.sh down >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -38,6 +39,7 @@ BIN_DIR=$K8S_SIM_BIN SIM_DIR=$SIM_DIR bash hack/sim-cluster.sh up | grep -E 'con
 
 say "2/4 operator + StreamPipeline (config/samples/single-stream.yaml, ${CHUNKS} chunks)"
 "$KUBECTL" apply --server-side -f config/crd/bases >/dev/null
+"$KUBECTL" wait --for condition=established --timeout=60s crd/streampipelines.numastream.io >/dev/null
 bin/operator --kubeconfig "$KUBECONFIG" --metrics-bind-address=0 --health-probe-bind-address=0 \
   --agent-image=numastream/agent:demo --observe-every=0s >"$work/operator.log" 2>&1 &
 op_pid=$!
@@ -71,35 +73,43 @@ for c in st["conditions"]:
     print(f'  {c["type"]:9} {c["status"]:7} {c["reason"]}: {c["message"]}')
 PY
 echo
-"$KUBECTL" get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,QOS:.status.qosClass,PHASE:.status.phase,CPU:.spec.containers[0].resources.limits.cpu,NIC-TOKEN:.spec.containers[0].resources.limits.numastream\.io/nic-ens1f0'
+"$KUBECTL" get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,QOS:.status.qosClass,PHASE:.status.phase,CONTAINERS:.spec.containers[*].name,CPUS:.spec.containers[*].resources.limits.cpu,NIC-TOKEN:.spec.containers[0].resources.limits.numastream\.io/nic-ens1f0'
 
 say "3/4 the real agents, with the configuration the operator rendered"
 "$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.sender-0\.json}' >"$work/sender.json"
+"$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.gateway-0-relay\.json}' >"$work/relay.json"
 "$KUBECTL" get configmap single-stream-agent -o jsonpath='{.data.gateway-0\.json}' >"$work/gateway.json"
-port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"].rsplit(":",1)[1])' "$work/gateway.json")
+port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"].rsplit(":",1)[1])' "$work/relay.json")
 echo "sender config (from ConfigMap single-stream-agent):"; sed "s/^/    /" "$work/sender.json" | head -30; echo
-# Local substitutions only: the endpoint host (no cluster DNS here), the metrics port (both agents
-# share this host) and the file sink's directory (the pod mounts the gateway's directory at /data).
-"$AGENT" receive --config "$work/gateway.json" --endpoint "tcp://127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+# The gateway pod's two containers as two processes: the receiving container relays over IPC to
+# the decompressing container. Local substitutions only: the endpoint host (no cluster DNS here),
+# the IPC socket's directory (the pod's emptyDir), the metrics ports (all agents share this host)
+# and the file sink's directory (the pod mounts the gateway's directory at /data).
+"$AGENT" receive --config "$work/gateway.json" --endpoint "ipc://$work/stream.sock" --metrics-listen 127.0.0.1:0 \
   --sink-path "$work/single-stream-{stream}.raw" >"$work/rx.json" 2>"$work/rx.err" &
 rx_pid=$!
+"$AGENT" receive --config "$work/relay.json" --endpoint "tcp://127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+  --sink-endpoint "ipc://$work/stream.sock" >"$work/relay-out.json" 2>"$work/relay.err" &
+relay_pid=$!
 sleep 0.3
 set +e
 "$AGENT" send --config "$work/sender.json" --endpoint "tcp://127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
   >"$work/tx.json" 2>"$work/tx.err"
 tx_rc=$?
+wait "$relay_pid"; relay_rc=$?; relay_pid=
 wait "$rx_pid"; rx_rc=$?; rx_pid=
 set -e
-python3 - "$work/tx.json" "$work/rx.json" "$work/single-stream-0.raw" <<'PY'
+python3 - "$work/tx.json" "$work/rx.json" "$work/single-stream-0.raw" "$work/relay-out.json" <<'PY'
 import json, os, sys
-tx = json.load(open(sys.argv[1])); rx = json.load(open(sys.argv[2]))
+tx = json.load(open(sys.argv[1])); rx = json.load(open(sys.argv[2])); relay = json.load(open(sys.argv[4]))
 def placement(s):
     by = {}
     for t in s["placement"]["threads"]:
         by.setdefault(t["stage"], set()).add(t["cpu"])
     return "  ".join(f'{k} x{sum(1 for t in s["placement"]["threads"] if t["stage"] == k)} on cpu {",".join(map(str, sorted(v)))}' for k, v in by.items())
 print("sender   ", placement(tx))
-print("receiver ", placement(rx))
+print("gateway   receive container  ", placement(relay))
+print("gateway   decompress container", placement(rx))
 print(f'sent      {tx["chunks"]} chunks, {tx["raw_bytes"]/1e9:.2f} GB raw, {tx["wire_bytes"]/1e9:.2f} GB on the wire')
 print(f'received  {rx["chunks"]} chunks verified, ratio {rx["ratio"]:.2f}:1, {rx["raw_gbps"]:.2f} Gbit/s raw ({rx["seconds"]:.2f} s on this 2-core machine)')
 print(f'integrity lost {rx["lost"]}, corrupt {rx["corrupt"]}, duplicates {rx["duplicates"]}, complete {rx["complete"]}')
@@ -111,9 +121,9 @@ PY
 
 say "4/4 teardown"
 "$KUBECTL" delete streampipeline single-stream --wait=false >/dev/null
-if [ "$tx_rc" -ne 0 ] || [ "$rx_rc" -ne 0 ]; then
-  echo "demo FAILED: sender exit $tx_rc, receiver exit $rx_rc" >&2
-  tail -5 "$work/tx.err" "$work/rx.err" >&2
+if [ "$tx_rc" -ne 0 ] || [ "$relay_rc" -ne 0 ] || [ "$rx_rc" -ne 0 ]; then
+  echo "demo FAILED: sender exit $tx_rc, receiving container exit $relay_rc, decompressing container exit $rx_rc" >&2
+  tail -5 "$work/tx.err" "$work/relay.err" "$work/rx.err" >&2
   exit 1
 fi
 echo "demo OK"

@@ -218,6 +218,7 @@ void check_stage_threads(const Config& c, const std::string& stage, int must_be,
 
 std::vector<std::string> Config::stage_names() const {
   if (role == Role::send) return {"source", "compress", "send", "io"};
+  if (relay) return {"receive", "sink", "io"};  // a relay forwards frames undecoded
   return {"receive", "decompress", "sink", "io"};
 }
 

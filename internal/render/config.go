@@ -8,7 +8,45 @@ import (
 	"github.com/numastream/numastream/internal/planner"
 )
 
-// agentConfig is the agent's JSON configuration for one plan entry (schema: docs/agent-config.md).
+// agentConfigs are the agents' JSON configurations for one plan entry (schema:
+// docs/agent-config.md), by ConfigMap key: a sender's, or a gateway's two (the receiving
+// container relays to the decompressing one).
+func agentConfigs(in Inputs, n planner.NodePlan) map[string]map[string]any {
+	if n.Role != RoleGateway {
+		return map[string]map[string]any{configKey(n): agentConfig(in, n)}
+	}
+	relay := agentConfig(in, n)
+	relay["relay"] = true
+	relay["sink"] = map[string]any{"kind": "zmq", "endpoint": RelaySocket}
+	relay["placement"] = map[string]any{
+		"mode":          relay["placement"].(map[string]any)["mode"],
+		"stages":        pick(relay["placement"].(map[string]any)["stages"].(map[string]any), planner.StageReceive),
+		"nic_numa_node": in.Plan.NICNode,
+	}
+	decompress := agentConfig(in, n)
+	decompress["endpoint"] = RelaySocket
+	decompress["connections"] = 1
+	decompress["metrics"] = map[string]any{"listen": fmt.Sprintf("0.0.0.0:%d", DecompressMetricsPort)}
+	stages := pick(decompress["placement"].(map[string]any)["stages"].(map[string]any), planner.StageDecompress)
+	if d, ok := stages[planner.StageDecompress].(map[string]any); ok {
+		// Its one receiving thread (reading the IPC socket) runs next to the decompressors.
+		stages[planner.StageReceive] = map[string]any{"threads": 1, "numa": d["numa"]}
+	}
+	decompress["placement"] = map[string]any{"mode": decompress["placement"].(map[string]any)["mode"], "stages": stages}
+	return map[string]map[string]any{relayKey(n): relay, configKey(n): decompress}
+}
+
+func pick(stages map[string]any, names ...string) map[string]any {
+	out := map[string]any{}
+	for _, n := range names {
+		if v, ok := stages[n]; ok {
+			out[n] = v
+		}
+	}
+	return out
+}
+
+// agentConfig is one agent's configuration before the gateway split.
 func agentConfig(in Inputs, n planner.NodePlan) map[string]any {
 	sp := in.Pipeline
 	codec := string(sp.Spec.Codec)

@@ -2,6 +2,13 @@
 // configuration (a ConfigMap), one Job per sender and one per gateway stream, and a Service per
 // gateway stream. Pure: same input, same objects. Each builder below changes one concern.
 //
+// A gateway pod has one container per stage group, so that the kubelet's Topology Manager (with
+// container scope) can put each group's exclusive CPUs on a different NUMA node, as the paper
+// does: the receiving container (the receive threads, on the NIC's node, holding the NIC's
+// device resource) relays frames over IPC on a shared emptyDir to the decompressing container
+// (decompression and the sink, where the planner put them). The relay hop is acknowledged
+// (docs/wire-format.md), so either container may restart without losing data.
+//
 // Why Jobs: the agent's exit code means something. 0 is a stream that completed verified (do
 // not restart it); anything else is a failure (restart it). A Deployment would restart a finished
 // stream forever; a bare Pod would never come back after a failure or a Topology Manager
@@ -36,11 +43,20 @@ const (
 	MultusAnnotation   = "k8s.v1.cni.cncf.io/networks"
 	ConfigMountPath    = "/etc/numastream"
 	MetricsPort        = 9100
-	DataPathMount      = "/data"
-	RoleSender         = "sender"
-	RoleGateway        = "gateway"
-	agentContainer     = "agent"
-	managedBy          = "numastream-operator"
+	// DecompressMetricsPort is the decompressing container's metrics port in a gateway pod.
+	DecompressMetricsPort = 9101
+	// RelaySocket is where a gateway pod's receiving container hands frames to its decompressing
+	// container (an emptyDir both mount at RelayDir).
+	RelayDir       = "/run/numastream"
+	RelaySocket    = "ipc://" + RelayDir + "/stream.sock"
+	DataPathMount  = "/data"
+	RoleSender     = "sender"
+	RoleGateway    = "gateway"
+	agentContainer = "agent"
+	// The two containers of a gateway pod.
+	ReceiveContainer    = "receive"
+	DecompressContainer = "decompress"
+	managedBy           = "numastream-operator"
 )
 
 // Options are the operator-wide settings.
@@ -70,12 +86,13 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	var out Objects
 	configs := map[string]string{}
 	for _, n := range in.Plan.Nodes {
-		cfg, key := agentConfig(in, n), configKey(n)
-		b, err := json.MarshalIndent(cfg, "", "  ")
-		if err != nil {
-			return out, err
+		for key, cfg := range agentConfigs(in, n) {
+			b, err := json.MarshalIndent(cfg, "", "  ")
+			if err != nil {
+				return out, err
+			}
+			configs[key] = string(b)
 		}
-		configs[key] = string(b)
 	}
 	out.ConfigMap = &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -86,7 +103,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		if n.Role == RoleGateway {
 			out.Services = append(out.Services, service(sp, n, in.Plan.Connections))
 		}
-		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)], opts))
+		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
 	}
 	return out, nil
 }
@@ -97,6 +114,9 @@ func Name(sp *v1alpha1.StreamPipeline, n planner.NodePlan) string {
 }
 
 func configKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d.json", n.Role, n.Stream) }
+
+// relayKey is the configuration of a gateway pod's receiving (relaying) container.
+func relayKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d-relay.json", n.Role, n.Stream) }
 
 func meta(sp *v1alpha1.StreamPipeline, name, role string, stream int) metav1.ObjectMeta {
 	labels := map[string]string{
@@ -141,7 +161,9 @@ func service(sp *v1alpha1.StreamPipeline, n planner.NodePlan, conns int) *corev1
 			Port: int32(n.Port + c), TargetPort: intstr.FromInt32(int32(n.Port + c)),
 		})
 	}
-	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromInt32(MetricsPort)})
+	svc.Spec.Ports = append(svc.Spec.Ports,
+		corev1.ServicePort{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromInt32(MetricsPort)},
+		corev1.ServicePort{Name: "metrics-dx", Port: DecompressMetricsPort, TargetPort: intstr.FromInt32(DecompressMetricsPort)})
 	return svc
 }
 
@@ -157,7 +179,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		NodeSelector:       map[string]string{corev1.LabelHostname: n.Node},
 		Tolerations:        opts.Tolerations,
 		SecurityContext:    podSecurity(),
-		Containers:         []corev1.Container{agent(in, n, opts)},
+		Containers:         containers(in, n, opts),
 		Volumes:            volumes(sp, n),
 		EnableServiceLinks: ptr.To(false),
 	}
@@ -189,42 +211,67 @@ func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1alpha1.StreamPipel
 	}
 }
 
-// agent is the one container of an agent pod: Guaranteed QoS with integer CPUs (requests ==
-// limits) so the kubelet's static CPU manager gives it exclusive cores, and on the gateway the
-// NIC's device resource so Topology Manager puts those cores on the NIC's NUMA node.
-func agent(in Inputs, n planner.NodePlan, opts Options) corev1.Container {
-	sp := in.Pipeline
-	cmd := "send"
-	if n.Role == RoleGateway {
-		cmd = "receive"
+// containers: a sender pod has one; a gateway pod has the receiving container (the NIC's device
+// resource, the data ports) and the decompressing container.
+func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container {
+	if n.Role != RoleGateway {
+		return []corev1.Container{agent(in, n, opts, agentContainer, "send", configKey(n), n.CPUs, MetricsPort)}
 	}
-	cpu := resource.MustParse(fmt.Sprint(n.CPUs))
-	mem := memoryFor(sp.Spec.ChunkBytes, n)
+	receive, decompress := gatewaySplit(in, n)
+	rx := agent(in, n, opts, ReceiveContainer, "receive", relayKey(n), receive, MetricsPort)
+	sp := in.Pipeline
+	if sp.Spec.Placement != v1alpha1.PlacementOS {
+		rx.Resources.Requests[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
+		rx.Resources.Limits[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
+	}
+	for p := 0; p < in.Plan.Connections; p++ {
+		rx.Ports = append(rx.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(n.Port + p)})
+	}
+	dx := agent(in, n, opts, DecompressContainer, "receive", configKey(n), decompress, DecompressMetricsPort)
+	if hasDataVolume(sp, n) {
+		dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount})
+	}
+	for _, c := range []*corev1.Container{&rx, &dx} {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "relay", MountPath: RelayDir})
+	}
+	return []corev1.Container{rx, dx}
+}
+
+// gatewaySplit: the CPUs of the receiving container (one per connection: the receive threads;
+// the relay and I/O threads share them) and of the decompressing container (decompression plus
+// the sink's core).
+func gatewaySplit(in Inputs, n planner.NodePlan) (receive, decompress int) {
+	receive = in.Plan.Connections
+	return receive, max(1, n.CPUs-receive)
+}
+
+// agent is one agent container: Guaranteed QoS with integer CPUs (requests == limits) so the
+// kubelet's static CPU manager gives it exclusive cores.
+func agent(in Inputs, n planner.NodePlan, opts Options, name, cmd, config string, cpus, metrics int) corev1.Container {
+	sp := in.Pipeline
+	cpu := resource.MustParse(fmt.Sprint(cpus))
+	mem := memoryFor(sp.Spec.ChunkBytes, cpus, in.Plan.Connections)
 	res := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
-	if n.Role == RoleGateway && sp.Spec.Placement != v1alpha1.PlacementOS {
-		res[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
+	portName := "metrics"
+	if metrics != MetricsPort {
+		portName = "metrics-dx" // port names: at most 15 characters
 	}
 	c := corev1.Container{
-		Name:            agentContainer,
+		Name:            name,
 		Image:           opts.AgentImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Args:            []string{cmd, "--config", ConfigMountPath + "/" + configKey(n)},
+		Args:            []string{cmd, "--config", ConfigMountPath + "/" + config},
 		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
-		Ports:           []corev1.ContainerPort{{Name: "metrics", ContainerPort: MetricsPort}},
+		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: int32(metrics)}},
 		SecurityContext: containerSecurity(),
 		VolumeMounts:    []corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}},
 		LivenessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(MetricsPort)}},
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(metrics))}},
 			PeriodSeconds: 10, FailureThreshold: 3,
 		},
 	}
-	if hasDataVolume(sp, n) {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount, ReadOnly: n.Role == RoleSender})
-	}
-	if n.Role == RoleGateway {
-		for p := 0; p < in.Plan.Connections; p++ {
-			c.Ports = append(c.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(n.Port + p)})
-		}
+	if n.Role == RoleSender && hasDataVolume(sp, n) {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount, ReadOnly: true})
 	}
 	return c
 }
@@ -238,15 +285,12 @@ func nicResource(sp *v1alpha1.StreamPipeline) string {
 	return topology.NICResource(sp.Spec.Gateway.Network.NIC)
 }
 
-// memoryFor sizes the pod's memory limit from the buffers the agent allocates (docs/planner.md).
-func memoryFor(chunk int64, n planner.NodePlan) resource.Quantity {
-	threads := 0
-	for _, s := range n.Stages {
-		threads += s.Threads
-	}
-	// Per thread ~3 chunks in flight (input, output, zero-copy on the wire) plus queues, frames
-	// and the reorder window, plus 256 MiB for code and ZeroMQ.
-	bytes := int64(threads*3+28)*chunk + 256<<20
+// memoryFor sizes a container's memory limit from the buffers the agent allocates
+// (docs/planner.md): per CPU ~3 chunks in flight (input, output, zero-copy on the wire), the
+// credit window of every connection (8 chunks each), queues, frames and the reorder window, plus
+// 256 MiB for code and ZeroMQ.
+func memoryFor(chunk int64, cpus, connections int) resource.Quantity {
+	bytes := int64(cpus*3+connections*8+28)*chunk + 256<<20
 	mib := (bytes + (1<<20 - 1)) >> 20
 	return resource.MustParse(fmt.Sprintf("%dMi", mib))
 }
@@ -283,6 +327,9 @@ func volumes(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: sp.Name + "-agent"},
 		}},
 	}}
+	if n.Role == RoleGateway {
+		vols = append(vols, corev1.Volume{Name: "relay", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
 	if !hasDataVolume(sp, n) {
 		return vols
 	}

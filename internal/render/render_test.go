@@ -2,6 +2,7 @@ package render
 
 import (
 	"encoding/json"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,18 +115,24 @@ func TestRenderedPodsAreGuaranteedAndPinnedToTheirNode(t *testing.T) {
 		if pod.RestartPolicy != corev1.RestartPolicyOnFailure {
 			t.Errorf("%s: restart policy %s", j.Name, pod.RestartPolicy)
 		}
-		c := pod.Containers[0]
-		cpu := c.Resources.Requests[corev1.ResourceCPU]
-		if cpu.Value() != int64(n.CPUs) || cpu.MilliValue()%1000 != 0 {
-			t.Errorf("%s: cpu request %s, want %d whole cores", j.Name, cpu.String(), n.CPUs)
-		}
-		for name, q := range c.Resources.Requests {
-			if l := c.Resources.Limits[name]; l.Cmp(q) != 0 {
-				t.Errorf("%s: %s request %s != limit %s (not Guaranteed)", j.Name, name, q.String(), l.String())
+		total := int64(0)
+		for _, c := range pod.Containers {
+			cpu := c.Resources.Requests[corev1.ResourceCPU]
+			if cpu.MilliValue()%1000 != 0 || cpu.Value() < 1 {
+				t.Errorf("%s/%s: cpu request %s, want whole cores", j.Name, c.Name, cpu.String())
+			}
+			total += cpu.Value()
+			for name, q := range c.Resources.Requests {
+				if l := c.Resources.Limits[name]; l.Cmp(q) != 0 {
+					t.Errorf("%s/%s: %s request %s != limit %s (not Guaranteed)", j.Name, c.Name, name, q.String(), l.String())
+				}
+			}
+			if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok {
+				t.Errorf("%s/%s: no memory request", j.Name, c.Name)
 			}
 		}
-		if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok {
-			t.Errorf("%s: no memory request", j.Name)
+		if total != int64(n.CPUs) {
+			t.Errorf("%s: %d cores over its containers, the plan says %d", j.Name, total, n.CPUs)
 		}
 		if len(j.OwnerReferences) != 1 || j.OwnerReferences[0].Kind != "StreamPipeline" || !*j.OwnerReferences[0].Controller {
 			t.Errorf("%s: owner refs %+v", j.Name, j.OwnerReferences)
@@ -133,15 +140,53 @@ func TestRenderedPodsAreGuaranteedAndPinnedToTheirNode(t *testing.T) {
 	}
 }
 
-func TestGatewayRequestsTheNICResourceAndJoinsTheDataNetwork(t *testing.T) {
-	objs, _ := renderFor(t, pipeline("tomo", withAttachment("data/hsn-200g")))
+// A gateway pod has one container per stage group: the receiving container holds the NIC's
+// device resource (so Topology Manager aligns its cores with the NIC) and the receive threads'
+// cores; the decompressing container holds decompression and the sink, and no NIC resource.
+// They share an emptyDir for the IPC socket between them.
+func TestGatewayPodHasOneContainerPerStageGroup(t *testing.T) {
+	objs, plan := renderFor(t, pipeline("tomo", withAttachment("data/hsn-200g")))
 	gw := objs.Jobs[1]
 	if gw.Labels[LabelRole] != RoleGateway {
 		t.Fatalf("second job is %s", gw.Name)
 	}
-	res := gw.Spec.Template.Spec.Containers[0].Resources
-	if q := res.Limits["numastream.io/nic-ens1f0"]; q.Cmp(resource.MustParse("1")) != 0 {
-		t.Errorf("NIC token limit %v", res.Limits)
+	cs := gw.Spec.Template.Spec.Containers
+	if len(cs) != 2 || cs[0].Name != ReceiveContainer || cs[1].Name != DecompressContainer {
+		t.Fatalf("gateway containers %v", cs)
+	}
+	rx, dx := cs[0], cs[1]
+	if q := rx.Resources.Limits["numastream.io/nic-ens1f0"]; q.Cmp(resource.MustParse("1")) != 0 {
+		t.Errorf("NIC token limit %v", rx.Resources.Limits)
+	}
+	if _, ok := dx.Resources.Limits["numastream.io/nic-ens1f0"]; ok {
+		t.Error("the decompressing container must not take the NIC token")
+	}
+	if cpu := rx.Resources.Requests[corev1.ResourceCPU]; cpu.Value() != int64(plan.Connections) {
+		t.Errorf("receiving container has %s CPUs, want one per connection (%d)", cpu.String(), plan.Connections)
+	}
+	if len(rx.Ports) != 1+plan.Connections || len(dx.Ports) != 1 || dx.Ports[0].ContainerPort != DecompressMetricsPort {
+		t.Errorf("ports: receive %v, decompress %v", rx.Ports, dx.Ports)
+	}
+	for _, c := range cs {
+		for _, port := range c.Ports {
+			if errs := validation.IsValidPortName(port.Name); len(errs) > 0 {
+				t.Errorf("%s port %q: %v", c.Name, port.Name, errs)
+			}
+		}
+	}
+	if rx.Args[2] != ConfigMountPath+"/gateway-0-relay.json" || dx.Args[2] != ConfigMountPath+"/gateway-0.json" {
+		t.Errorf("args: %v / %v", rx.Args, dx.Args)
+	}
+	shared := func(c corev1.Container) bool {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "relay" && m.MountPath == RelayDir {
+				return true
+			}
+		}
+		return false
+	}
+	if !shared(rx) || !shared(dx) {
+		t.Error("both containers mount the relay emptyDir")
 	}
 	if got := gw.Spec.Template.Annotations[MultusAnnotation]; got != "data/hsn-200g" {
 		t.Errorf("multus annotation %q", got)
@@ -166,12 +211,14 @@ func TestRestrictedSecurityContext(t *testing.T) {
 	objs, _ := renderFor(t, pipeline("tomo"))
 	for _, j := range objs.Jobs {
 		ps := j.Spec.Template.Spec.SecurityContext
-		c := j.Spec.Template.Spec.Containers[0].SecurityContext
 		if !*ps.RunAsNonRoot || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 			t.Errorf("%s pod security %+v", j.Name, ps)
 		}
-		if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || c.Capabilities.Drop[0] != "ALL" {
-			t.Errorf("%s container security %+v", j.Name, c)
+		for _, ct := range j.Spec.Template.Spec.Containers {
+			c := ct.SecurityContext
+			if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || c.Capabilities.Drop[0] != "ALL" {
+				t.Errorf("%s/%s container security %+v", j.Name, ct.Name, c)
+			}
 		}
 	}
 }
@@ -180,29 +227,49 @@ func TestRestrictedSecurityContext(t *testing.T) {
 // plan's thread counts and NUMA targets.
 func TestAgentConfigsFollowThePlan(t *testing.T) {
 	objs, plan := renderFor(t, pipeline("tomo", withStreams(2)))
-	var tx, rx map[string]any
-	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["sender-1.json"]), &tx); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-1.json"]), &rx); err != nil {
-		t.Fatal(err)
+	var tx, relay, rx map[string]any
+	for key, out := range map[string]*map[string]any{"sender-1.json": &tx, "gateway-1-relay.json": &relay, "gateway-1.json": &rx} {
+		if err := json.Unmarshal([]byte(objs.ConfigMap.Data[key]), out); err != nil {
+			t.Fatal(key, err)
+		}
 	}
 	wantPort := plan.Nodes[3].Port
 	if tx["endpoint"] != "tcp://tomo-gateway-1.beamline.svc:"+itoa(wantPort) {
 		t.Errorf("sender endpoint %v", tx["endpoint"])
 	}
-	if rx["endpoint"] != "tcp://0.0.0.0:"+itoa(wantPort) || rx["streams"] != 1.0 {
-		t.Errorf("gateway endpoint %v streams %v", rx["endpoint"], rx["streams"])
-	}
 	if tx["stream_id"] != 1.0 || tx["connections"] != float64(plan.Connections) {
 		t.Errorf("sender %v", tx)
 	}
-	rstages := rx["placement"].(map[string]any)["stages"].(map[string]any)
-	if r := rstages["receive"].(map[string]any); r["numa"] != "nic" || r["threads"] != float64(plan.Connections) {
-		t.Errorf("receive stage %v", r)
+	// The receiving container: the data ports, the receive threads on the NIC's node, relaying
+	// to the decompressing container.
+	if relay["endpoint"] != "tcp://0.0.0.0:"+itoa(wantPort) || relay["relay"] != true ||
+		relay["sink"].(map[string]any)["endpoint"] != RelaySocket {
+		t.Errorf("relay %v", relay)
 	}
-	if rx["placement"].(map[string]any)["nic_numa_node"] != 1.0 {
-		t.Errorf("nic numa node %v", rx["placement"])
+	pl := relay["placement"].(map[string]any)
+	stages := pl["stages"].(map[string]any)
+	if r := stages["receive"].(map[string]any); r["numa"] != "nic" || r["threads"] != float64(plan.Connections) || len(stages) != 1 {
+		t.Errorf("relay stages %v", stages)
+	}
+	if pl["nic_numa_node"] != 1.0 {
+		t.Errorf("nic numa node %v", pl)
+	}
+	// The decompressing container: reads the IPC socket, decompresses where the plan says.
+	if rx["endpoint"] != RelaySocket || rx["connections"] != 1.0 || rx["streams"] != 1.0 {
+		t.Errorf("decompressing endpoint %v connections %v streams %v", rx["endpoint"], rx["connections"], rx["streams"])
+	}
+	dstages := rx["placement"].(map[string]any)["stages"].(map[string]any)
+	var planned float64
+	for _, st := range plan.Nodes[3].Stages {
+		if st.Name == "decompress" {
+			planned = float64(st.Threads)
+		}
+	}
+	if d := dstages["decompress"].(map[string]any); d["threads"] != planned {
+		t.Errorf("decompress stage %v, plan %v", d, planned)
+	}
+	if _, ok := rx["placement"].(map[string]any)["nic_numa_node"]; ok {
+		t.Error("the decompressing container does not touch the NIC")
 	}
 	src := tx["source"].(map[string]any)
 	if src["kind"] != "synthetic" || src["chunks"] != 100.0 || src["seed"] != 1.0 {
@@ -222,8 +289,15 @@ func TestFileSourceAndSinkMountHostPaths(t *testing.T) {
 	if tx.Volumes[1].HostPath.Path != "/scratch/scan-42" || !tx.Containers[0].VolumeMounts[1].ReadOnly {
 		t.Errorf("sender data volume %+v %+v", tx.Volumes, tx.Containers[0].VolumeMounts)
 	}
-	if rx.Volumes[1].HostPath.Path != "/archive" || rx.Containers[0].VolumeMounts[1].ReadOnly {
-		t.Errorf("gateway data volume %+v", rx.Volumes)
+	var hostPath string
+	for _, v := range rx.Volumes {
+		if v.Name == "data" {
+			hostPath = v.HostPath.Path
+		}
+	}
+	dx := rx.Containers[1]
+	if hostPath != "/archive" || dx.VolumeMounts[len(dx.VolumeMounts)-2].Name != "data" || dx.VolumeMounts[len(dx.VolumeMounts)-2].ReadOnly {
+		t.Errorf("gateway data volume %+v mounts %+v", rx.Volumes, dx.VolumeMounts)
 	}
 	if !strings.Contains(objs.ConfigMap.Data["gateway-0.json"], `"path": "/data/scan-{stream}.raw"`) {
 		t.Errorf("sink config %s", objs.ConfigMap.Data["gateway-0.json"])

@@ -119,10 +119,19 @@ type Receiver struct {
 	NICLocal                 *bool
 }
 
-// FromSamples extracts a receiver's figures.
+// FromSamples extracts a receiver's figures: counts from the verifying receiver (role
+// "receive"); NIC locality from whichever agent holds the NIC (in a gateway pod, the relaying
+// receiving container, role "relay").
 func FromSamples(samples []Sample) Receiver {
 	var r Receiver
 	for _, s := range samples {
+		if s.Name == "numastream_nic_local" && (s.Labels["role"] == "receive" || s.Labels["role"] == "relay") {
+			if s.Value >= 0 {
+				v := s.Value == 1 && (r.NICLocal == nil || *r.NICLocal)
+				r.NICLocal = &v
+			}
+			continue
+		}
 		if s.Labels["role"] != "receive" {
 			continue
 		}
@@ -137,11 +146,6 @@ func FromSamples(samples []Sample) Receiver {
 			r.Lost = s.Value
 		case "numastream_chunks_corrupt_total":
 			r.Corrupt = s.Value
-		case "numastream_nic_local":
-			if s.Value >= 0 {
-				v := s.Value == 1
-				r.NICLocal = &v
-			}
 		}
 	}
 	return r
@@ -153,8 +157,8 @@ type Observer struct {
 	mu     sync.Mutex
 	client *http.Client
 	prev   map[string]reading
-	// URL builds the metrics URL of a pod (tests point it at a local server).
-	URL func(pod *corev1.Pod) string
+	// URL builds the metrics URL of one port of a pod (tests point it at a local server).
+	URL func(pod *corev1.Pod, port int32) string
 	now func() time.Time
 }
 
@@ -168,11 +172,41 @@ func NewObserver(timeout time.Duration) *Observer {
 	return &Observer{
 		client: &http.Client{Timeout: timeout},
 		prev:   map[string]reading{},
-		URL: func(p *corev1.Pod) string {
-			return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(render.MetricsPort)) + "/metrics"
+		URL: func(p *corev1.Pod, port int32) string {
+			return "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + "/metrics"
 		},
 		now: time.Now,
 	}
+}
+
+func (o *Observer) fetch(ctx context.Context, url string) ([]Sample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := o.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return Parse(resp.Body)
+}
+
+// metricsPorts are the pod's container ports named "metrics" or "metrics-*"; the default
+// metrics port when none is declared.
+func metricsPorts(p *corev1.Pod) []int32 {
+	var out []int32
+	for _, c := range p.Spec.Containers {
+		for _, port := range c.Ports {
+			if port.Name == "metrics" || strings.HasPrefix(port.Name, "metrics-") {
+				out = append(out, port.ContainerPort)
+			}
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, render.MetricsPort)
+	}
+	return out
 }
 
 // Observe reads every running gateway pod of the pipeline and sums their figures. Nil when
@@ -189,18 +223,14 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		if p.Labels[render.LabelRole] != render.RoleGateway || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL(p), nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := o.client.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("agent %s: %w", p.Name, err)
-		}
-		samples, err := Parse(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("agent %s: %w", p.Name, err)
+		// Every agent of the pod: a gateway pod's receiving and decompressing containers.
+		var samples []Sample
+		for _, port := range metricsPorts(p) {
+			got, err := o.fetch(ctx, o.URL(p, port))
+			if err != nil {
+				return nil, fmt.Errorf("agent %s:%d: %w", p.Name, port, err)
+			}
+			samples = append(samples, got...)
 		}
 		r := FromSamples(samples)
 		seen++

@@ -75,26 +75,41 @@ func agentMetrics(raw, wire, delivered, lost float64, nicLocal int) string {
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// The observer reads every running gateway pod, sums the integrity counts, turns byte counters
-// into rates between two readings, and reports NIC locality.
+// relayMetrics is what a gateway pod's receiving (relaying) container reports: its own counts,
+// under role "relay" (never summed as deliveries), and the NIC locality.
+func relayMetrics(nicLocal int) string {
+	return strings.Join([]string{
+		`numastream_raw_bytes_total{role="relay"} 5e12`,
+		`numastream_chunks_delivered_total{role="relay"} 77777`,
+		`numastream_nic_local{role="relay",stage="receive"} ` + ftoa(float64(nicLocal)),
+	}, "\n") + "\n"
+}
+
+// The observer reads every running gateway pod (both containers of a two-container gateway
+// pod), sums the integrity counts, turns byte counters into rates between two readings, and
+// reports NIC locality.
 func TestObserverAgainstAgentShapedServers(t *testing.T) {
 	var phase atomic.Int32
 	srvA := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if phase.Load() == 0 {
-			w.Write([]byte(agentMetrics(0, 0, 0, 0, 1)))
+			w.Write([]byte(agentMetrics(0, 0, 0, 0, -1)))
 		} else {
-			w.Write([]byte(agentMetrics(10e9, 5e9, 900, 2, 1)))
+			w.Write([]byte(agentMetrics(10e9, 5e9, 900, 2, -1)))
 		}
 	}))
 	defer srvA.Close()
+	srvRelay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(relayMetrics(1)))
+	}))
+	defer srvRelay.Close()
 	srvB := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(agentMetrics(0, 0, 100, 0, 0)))
 	}))
 	defer srvB.Close()
-	urls := map[string]string{"a": srvA.URL, "b": srvB.URL}
+	urls := map[string]string{"a/9100": srvRelay.URL, "a/9101": srvA.URL, "b/9100": srvB.URL}
 	clock := time.Unix(1000, 0)
 	o := NewObserver(time.Second)
-	o.URL = func(p *corev1.Pod) string { return urls[p.Name] + "/metrics" }
+	o.URL = func(p *corev1.Pod, port int32) string { return urls[p.Name+"/"+strconv.Itoa(int(port))] + "/metrics" }
 	o.now = func() time.Time { return clock }
 	pod := func(name, role string, phase corev1.PodPhase) corev1.Pod {
 		return corev1.Pod{
@@ -102,7 +117,12 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 			Status:     corev1.PodStatus{Phase: phase, PodIP: "10.0.0.1"},
 		}
 	}
-	pods := []corev1.Pod{pod("a", render.RoleGateway, corev1.PodRunning), pod("b", render.RoleGateway, corev1.PodRunning),
+	twoContainers := pod("a", render.RoleGateway, corev1.PodRunning)
+	twoContainers.Spec.Containers = []corev1.Container{
+		{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}, {Name: "data-0", ContainerPort: 5000}}},
+		{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
+	}
+	pods := []corev1.Pod{twoContainers, pod("b", render.RoleGateway, corev1.PodRunning),
 		pod("c", render.RoleSender, corev1.PodRunning), pod("d", render.RoleGateway, corev1.PodPending)}
 	sp := &v1alpha1.StreamPipeline{}
 	if _, err := o.Observe(context.Background(), sp, pods); err != nil {
@@ -135,7 +155,7 @@ func TestObserverWithoutRunningGatewaysReportsNothing(t *testing.T) {
 
 func TestObserverNamesTheUnreachableAgent(t *testing.T) {
 	o := NewObserver(200 * time.Millisecond)
-	o.URL = func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" }
+	o.URL = func(*corev1.Pod, int32) string { return "http://127.0.0.1:1/metrics" }
 	pods := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "gw-0", Labels: map[string]string{render.LabelRole: render.RoleGateway}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}}}
 	_, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, pods)

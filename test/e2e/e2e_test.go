@@ -142,8 +142,11 @@ func TestPaperSampleRunsOnTheFacility(t *testing.T) {
 			if p.Spec.NodeName != "lynxdtn" {
 				t.Errorf("gateway pod %s on %s", p.Name, p.Spec.NodeName)
 			}
-			if _, ok := p.Spec.Containers[0].Resources.Limits["numastream.io/nic-ens1f0"]; !ok {
-				t.Errorf("%s does not request the NIC resource", p.Name)
+			if _, ok := p.Spec.Containers[0].Resources.Limits["numastream.io/nic-ens1f0"]; !ok || p.Spec.Containers[0].Name != render.ReceiveContainer {
+				t.Errorf("%s: its receiving container does not request the NIC resource", p.Name)
+			}
+			if len(p.Spec.Containers) != 2 || p.Spec.Containers[1].Name != render.DecompressContainer {
+				t.Errorf("%s: want a receiving and a decompressing container, got %d", p.Name, len(p.Spec.Containers))
 			}
 			if p.Annotations[render.MultusAnnotation] != "hsn-200g" {
 				t.Errorf("%s lacks the Multus annotation", p.Name)
