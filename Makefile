@@ -48,6 +48,14 @@ test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (ne
 test-faults: agent ## Fault scenarios in network namespaces (root), with their figures
 	@$(AGENT_BUILD)/agent_fault_tests
 
+.PHONY: fuzz
+fuzz: deps ## libFuzzer on the frame decoder and the config parser (FUZZ_SECONDS each, default 60)
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-60} bash hack/fuzz.sh
+
+.PHONY: test-fuzz
+test-fuzz: deps ## A short fuzzing pass (10 s per target), part of make test
+	@FUZZ_SECONDS=10 bash hack/fuzz.sh
+
 .PHONY: test-agent-asan
 test-agent-asan: agent-asan ## Agent unit tests under AddressSanitizer + UBSan
 	@cd $(AGENT_ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -128,7 +136,7 @@ test-e2e: k8s-bins-sim operator ## End-to-end tests: the operator on the simulat
 ##@ Whole project
 
 .PHONY: test
-test: test-agent test-agent-asan test-operator test-e2e ## The whole suite
+test: test-agent test-agent-asan test-fuzz test-operator test-e2e ## The whole suite
 	@echo "make test: all suites passed"
 
 .PHONY: demo

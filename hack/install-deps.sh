@@ -8,6 +8,7 @@ packages=(
   liblz4-dev libnuma-dev libzmq3-dev libxxhash-dev nlohmann-json3-dev
   googletest libgtest-dev
   curl
+  clang iproute2 nftables
 )
 
 missing=()
