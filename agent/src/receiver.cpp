@@ -358,6 +358,10 @@ class Receiver {
   std::atomic<std::uint64_t> acks_sent_{0};
   std::atomic<std::uint64_t> resumes_{0};
   std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
+  std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
+  std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication
+  std::atomic<std::uint64_t> accepted_{0};            // connections accepted on the data ports
+  std::atomic<std::uint64_t> opened_{0};              // of them, those that opened a stream
   std::atomic<bool> processing_done_{false};   // sink side finished: last acknowledgements out
   std::atomic<bool> stop_taking_{false};       // the run is ending: new data is not taken
 
@@ -458,7 +462,22 @@ void Receiver::receive_thread(int index) {
         }
       }
       if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, peers);
-      if (items[2].revents & ZMQ_POLLIN) mon.drain();
+      if (items[2].revents & ZMQ_POLLIN) {
+        const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
+        const int before_accepted = mon.accepted();
+        mon.drain();
+        accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
+        if (mon.handshake_failures() > before_handshake) {
+          if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
+            log_line("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
+          }
+        }
+        if (mon.auth_failures() > before_auth) {
+          if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
+            log_line("connection " + std::to_string(index) + ": refused a peer whose key is not allowed");
+          }
+        }
+      }
       if (!(items[0].revents & ZMQ_POLLIN)) continue;
       zmq::Message peer;
       if (!peer.receive(sock)) continue;
@@ -486,7 +505,7 @@ void Receiver::receive_thread(int index) {
       const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
       if (h.type == wire::FrameType::resume) {
         ++resumes_;
-        announced.insert(peer_id);
+        if (announced.insert(peer_id).second) ++opened_;
         peers[h.stream_id] = peer.share();
         auto seqs = wire::decode_ack_list(bytes);
         tracker_.on_resume(h.stream_id, h.sequence, seqs);
@@ -867,6 +886,18 @@ std::string Receiver::metrics_text() {
   metric(out, "numastream_chunks_delivered_before", r, static_cast<double>(t.delivered_before));
   out += "# TYPE numastream_acks_sent_total counter\n";
   metric(out, "numastream_acks_sent_total", r, static_cast<double>(acks_sent_.load()));
+  out += "# HELP numastream_connections_rejected_total Connections dropped before any frame: not a "
+         "ZeroMQ peer (handshake) or a key that is not allowed (auth).\n"
+         "# TYPE numastream_connections_rejected_total counter\n";
+  metric(out, "numastream_connections_rejected_total", r + ",reason=\"handshake\"",
+         static_cast<double>(rejected_handshake_.load()));
+  metric(out, "numastream_connections_rejected_total", r + ",reason=\"auth\"", static_cast<double>(rejected_auth_.load()));
+  out += "# HELP numastream_connections_accepted_total Connections accepted on the data ports.\n"
+         "# TYPE numastream_connections_accepted_total counter\n";
+  metric(out, "numastream_connections_accepted_total", r, static_cast<double>(accepted_.load()));
+  out += "# HELP numastream_connections_opened_total Connections that opened a stream (sent a resume frame).\n"
+         "# TYPE numastream_connections_opened_total counter\n";
+  metric(out, "numastream_connections_opened_total", r, static_cast<double>(opened_.load()));
   out += "# TYPE numastream_resumes_total counter\n";
   metric(out, "numastream_resumes_total", r, static_cast<double>(resumes_.load()));
   out += "# TYPE numastream_streams_complete gauge\n";
@@ -1003,6 +1034,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"acks_sent", acks_sent_.load()},
                     {"resumes", resumes_.load()},
                     {"dropped_before_resume", unannounced_.load()},
+                    {"rejected_connections", {{"handshake", rejected_handshake_.load()}, {"auth", rejected_auth_.load()}}},
+                    // Connections that never opened a stream (no resume frame): noise, scanners,
+                    // other protocols, refused keys.
+                    {"connections_accepted", accepted_.load()},
+                    {"connections_without_stream", accepted_.load() - std::min(accepted_.load(), opened_.load())},
                     {"raw_bytes", t.raw_bytes},
                     {"wire_bytes", t.wire_bytes},
                     {"ratio", wire > 0 ? raw / wire : 0},

@@ -129,7 +129,9 @@ Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name)
     : pair_(ctx, ZMQ_PAIR) {
   std::string addr = "inproc://monitor-" + name;
   if (zmq_socket_monitor(watched.get(), addr.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED) != 0) {
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED |
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
     fail("zmq_socket_monitor");
   }
   pair_.set_int(ZMQ_LINGER, 0);
@@ -145,7 +147,11 @@ void Monitor::drain() noexcept {
       return;
     }
     std::uint16_t event = 0;
-    if (zmq_msg_size(&frame) >= 6) std::memcpy(&event, zmq_msg_data(&frame), sizeof(event));
+    std::uint32_t value = 0;  // the connection's file descriptor for the events used here
+    if (zmq_msg_size(&frame) >= 6) {
+      std::memcpy(&event, zmq_msg_data(&frame), sizeof(event));
+      std::memcpy(&value, static_cast<char*>(zmq_msg_data(&frame)) + 2, sizeof(value));
+    }
     bool more = zmq_msg_more(&frame);
     zmq_msg_close(&frame);
     // The second frame carries the endpoint address; it is not needed.
@@ -159,14 +165,28 @@ void Monitor::drain() noexcept {
       more = zmq_msg_more(&rest);
       zmq_msg_close(&rest);
     }
+    // A connection counts as a handshake failure when libzmq says so, or when it closes before
+    // its handshake completed (a peer that wrote noise and hung up).
     if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
       connected_ = true;
       ever_connected_ = true;
       ++peers_;
+      if (event == ZMQ_EVENT_ACCEPTED) {
+        handshaking_.insert(value);
+        ++accepted_;
+      }
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      handshaking_.erase(value);
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
       connected_ = false;
       ++disconnects_;
       if (peers_ > 0) --peers_;
+      if (handshaking_.erase(value) > 0) ++handshake_failures_;
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      handshaking_.erase(value);
+      ++auth_failures_;
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      if (handshaking_.erase(value) > 0) ++handshake_failures_;
     }
   }
 }

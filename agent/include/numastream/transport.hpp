@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,11 @@ class Monitor {
   int disconnects() const noexcept { return disconnects_; }
   // Peers currently attached (a listening socket counts each accepted connection).
   int peers() const noexcept { return peers_; }
+  // Connections dropped during the ZMTP handshake: not a ZeroMQ peer (random bytes, a port
+  // scanner) or a broken one; and peers refused by authentication (CURVE, wrong or unknown key).
+  int handshake_failures() const noexcept { return handshake_failures_; }
+  int auth_failures() const noexcept { return auth_failures_; }
+  int accepted() const noexcept { return accepted_; }  // connections a listening socket accepted
 
  private:
   Socket pair_;
@@ -95,6 +101,10 @@ class Monitor {
   bool ever_connected_ = false;
   int disconnects_ = 0;
   int peers_ = 0;
+  int handshake_failures_ = 0;
+  int auth_failures_ = 0;
+  int accepted_ = 0;
+  std::set<std::uint32_t> handshaking_;  // accepted connections whose handshake is not done
 };
 
 std::string last_error();
