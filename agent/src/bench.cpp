@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -19,6 +21,7 @@
 #include "numastream/cpuset.hpp"
 #include "numastream/pipeline.hpp"
 #include "numastream/synth.hpp"
+#include "numastream/transport.hpp"
 
 namespace numastream {
 namespace {
@@ -136,7 +139,20 @@ int free_port_pair() {
 struct LoopbackSetting {
   std::string placement;
   int compress, connections, decompress;
+  std::string curve_dir;  // non-empty: CURVE on the data connections, keys in this directory
 };
+
+// A gateway key pair and a sender key pair, as files, for a CURVE loopback run.
+std::string write_bench_keys() {
+  char tmpl[] = "/tmp/numastream-bench-keys-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  auto gw = zmq::curve_keypair(), tx = zmq::curve_keypair();
+  std::ofstream(dir + "/gateway.secret") << gw.secret_key;
+  std::ofstream(dir + "/gateway.public") << gw.public_key;
+  std::ofstream(dir + "/sender.secret") << tx.secret_key;
+  std::ofstream(dir + "/allowed") << tx.public_key;
+  return dir;
+}
 
 nlohmann::json bench_loopback(const LoopbackSetting& s, std::size_t chunk, std::uint64_t chunks) {
   int port = free_port_pair();
@@ -150,6 +166,12 @@ nlohmann::json bench_loopback(const LoopbackSetting& s, std::size_t chunk, std::
   nlohmann::json tx = base;
   tx["source"] = {{"kind", "synthetic"}, {"chunks", chunks}};
   tx["placement"]["stages"] = {{"compress", {{"threads", s.compress}}}};
+  if (!s.curve_dir.empty()) {
+    rx["security"] = {{"curve", {{"secret_key_file", s.curve_dir + "/gateway.secret"},
+                                 {"allowed_keys_file", s.curve_dir + "/allowed"}}}};
+    tx["security"] = {{"curve", {{"secret_key_file", s.curve_dir + "/sender.secret"},
+                                 {"server_key_file", s.curve_dir + "/gateway.public"}}}};
+  }
   Config rcfg = parse_config(rx, Role::receive);
   Config scfg = parse_config(tx, Role::send);
   std::stop_source never;
@@ -180,7 +202,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::size_t chunk = 2560 * 2160 * 2;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "codec" || a == "loopback" || a == "all") {
+    if (a == "codec" || a == "loopback" || a == "curve" || a == "all") {
       what = a;
     } else if (a == "--json") {
       json = true;
@@ -190,7 +212,7 @@ int run_bench(const std::vector<std::string>& args) {
       rounds = std::max(1, std::stoi(args[++i]));
     } else {
       std::fprintf(stderr, "numastream-agent bench: unknown argument '%s'\n"
-                           "usage: numastream-agent bench [codec|loopback|all] [--json] "
+                           "usage: numastream-agent bench [codec|loopback|curve|all] [--json] "
                            "[--rounds N] [--chunks N]\n", a.c_str());
       return 2;
     }
@@ -228,10 +250,10 @@ int run_bench(const std::vector<std::string>& args) {
                   "cores/(1/c+1/d) = %.0f MB/s)\n", static_cast<unsigned long long>(chunks), limit);
     }
     const int n = static_cast<int>(cores);
-    std::vector<LoopbackSetting> settings = {{"os", n, 2, std::max(1, n / 2)},
-                                             {"os", n, 2, n},
-                                             {"numa-aware", n, 2, n},
-                                             {"numa-aware", n, 4, n}};
+    std::vector<LoopbackSetting> settings = {{"os", n, 2, std::max(1, n / 2), ""},
+                                             {"os", n, 2, n, ""},
+                                             {"numa-aware", n, 2, n, ""},
+                                             {"numa-aware", n, 4, n, ""}};
     for (const auto& s : settings) {
       auto run = bench_loopback(s, chunk, chunks);
       run["fraction_of_limit"] = run["raw_mbps"].get<double>() / limit;
@@ -243,6 +265,29 @@ int run_bench(const std::vector<std::string>& args) {
         std::fflush(stdout);
       }
       report["loopback"]["runs"].push_back(run);
+    }
+  }
+  if (what == "curve" || what == "all") {
+    // What CURVE (every frame encrypted and authenticated) costs end to end: the same loopback
+    // run with and without it, alternating, medians of `rounds`.
+    const int n = static_cast<int>(allowed_cpus().size());
+    std::string dir = write_bench_keys();
+    std::vector<double> plain, curve;
+    for (int r = 0; r < rounds; ++r) {
+      plain.push_back(bench_loopback({"numa-aware", n, 2, n, ""}, chunk, chunks)["raw_mbps"].get<double>());
+      curve.push_back(bench_loopback({"numa-aware", n, 2, n, dir}, chunk, chunks)["raw_mbps"].get<double>());
+    }
+    std::filesystem::remove_all(dir);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double p = median(plain), c = median(curve);
+    report["curve"] = {{"plain_raw_mbps", p}, {"curve_raw_mbps", c}, {"ratio", c / p}, {"rounds", rounds}};
+    if (!json) {
+      std::printf("curve (loopback numa-aware C=%d S=R=2 D=%d, %d rounds, medians)\n"
+                  "  plain %7.0f MB/s raw  curve %7.0f MB/s raw  curve/plain %.2f\n",
+                  n, n, rounds, p, c, c / p);
     }
   }
   if (json) std::cout << report.dump() << std::endl;

@@ -288,6 +288,22 @@ Config parse_config(const json& doc, Role role) {
     c.ack_timeout_s = tf.number("ack_s", c.ack_timeout_s, 0.1, 86400);
     tf.finish();
   }
+  if (const json* sec = f.raw("security")) {
+    Fields secf(*sec, "security");
+    if (const json* cv = secf.raw("curve")) {
+      Fields cf(*cv, "security.curve");
+      c.security.secret_key_file = cf.required_string("secret_key_file");
+      if (send) {
+        c.security.server_key_file = cf.required_string("server_key_file");
+        cf.forbid("allowed_keys_file", "only used by receive (the senders it accepts)");
+      } else {
+        c.security.allowed_keys_file = cf.required_string("allowed_keys_file");
+        cf.forbid("server_key_file", "only used by send (the receiver's public key)");
+      }
+      cf.finish();
+    }
+    secf.finish();
+  }
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);

@@ -61,6 +61,9 @@ AckedLink::AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLed
   sock_.set_int(ZMQ_RECONNECT_IVL, 100);
   sock_.set_int(ZMQ_RECONNECT_IVL_MAX, 1000);
   if (opts_.endpoint.rfind("tcp://", 0) == 0) zmq::enable_keepalive(sock_);
+  if (!opts_.curve_secret.empty()) {
+    zmq::curve_client(sock_, {opts_.curve_public, opts_.curve_secret}, opts_.curve_server);
+  }
   mon_ = std::make_unique<zmq::Monitor>(ctx, sock_, opts_.name);
   sock_.connect(opts_.endpoint);
   last_progress_ = Clock::now();
@@ -76,6 +79,20 @@ void AckedLink::check_aborted() const {
   if (aborted_()) throw std::runtime_error("stopped");
 }
 
+// A receiver that refuses this sender will refuse it again: fail at once, saying why.
+void AckedLink::check_handshake() const {
+  if (mon_->auth_failures() > 0) {
+    throw std::runtime_error(describe() + ": the receiver refused this sender's CURVE key; add its public key " +
+                             opts_.curve_public + " to the receiver's allowed keys");
+  }
+  if (mon_->handshake_failures() > 0) {
+    throw std::runtime_error(describe() + ": the handshake with the receiver failed: " +
+                             (opts_.curve_secret.empty()
+                                  ? "it requires authenticated streams (security.curve)"
+                                  : "it does not speak CURVE, or its public key is not the one configured"));
+  }
+}
+
 void AckedLink::connect() {
   const auto start = Clock::now();
   while (!mon_->connected()) {
@@ -87,6 +104,7 @@ void AckedLink::connect() {
     zmq_pollitem_t item{mon_->get(), 0, ZMQ_POLLIN, 0};
     zmq_poll(&item, 1, 100);
     mon_->drain();
+    check_handshake();
   }
   seen_disconnects_ = mon_->disconnects();
 }
@@ -143,6 +161,7 @@ bool AckedLink::write(zmq::Message& m) {
   while (true) {
     check_aborted();
     mon_->drain();
+    check_handshake();
     if (mon_->disconnects() != seen_disconnects_) return false;
     zmq_pollitem_t items[] = {{sock_.get(), 0, ZMQ_POLLOUT | ZMQ_POLLIN, 0},
                               {mon_->get(), 0, ZMQ_POLLIN, 0}};
@@ -203,6 +222,7 @@ void AckedLink::pump(int timeout_ms) {
   }
   if (items[0].revents & ZMQ_POLLIN) read_acks();
   mon_->drain();
+  check_handshake();
   if (mon_->disconnects() != seen_disconnects_) {
     if (!need_resend_) down_since_ = Clock::now();
     seen_disconnects_ = mon_->disconnects();

@@ -51,6 +51,8 @@ struct LinkOptions {
   double connect_timeout_s = 30;  // first connection
   double reconnect_timeout_s = 60;
   double ack_timeout_s = 60;      // connected, frames outstanding, no acknowledgement
+  // CURVE: this agent's keys and the receiver's public key; empty = plain connection.
+  std::string curve_public, curve_secret, curve_server;
 };
 
 class AckedLink {
@@ -92,6 +94,7 @@ class AckedLink {
   void read_acks();
   void check_aborted() const;
   void check_progress() const;
+  void check_handshake() const;
   // Writes one message (a shared reference); false when the connection dropped meanwhile.
   bool write(zmq::Message& m);
   void resend_all();

@@ -1,9 +1,14 @@
 // numastream-agent: the data plane. This file only parses the command line.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <stop_token>
 #include <string>
@@ -16,6 +21,8 @@
 #include "numastream/error.hpp"
 #include "numastream/pipeline.hpp"
 #include "numastream/topology.hpp"
+#include "numastream/transport.hpp"
+#include "numastream/wire.hpp"
 
 namespace {
 
@@ -29,6 +36,7 @@ constexpr const char* kUsage =
     "  topology   print NUMA nodes, allowed CPUs and NICs as JSON [--sysfs-root DIR]\n"
     "  bench      codec speeds and loopback runs [codec|loopback|all] [--json]\n"
     "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
+    "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
     "  version    print the agent and wire-format versions\n";
 
 // SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
@@ -101,6 +109,25 @@ int run_topology(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+// Writes a new CURVE key pair. The secret key goes only to a file readable by its owner.
+int run_keygen(const std::vector<std::string>& args) {
+  if (args.size() != 2 || args[0] != "--out") {
+    std::fprintf(stderr, "usage: numastream-agent keygen --out PREFIX\n");
+    return kExitUsage;
+  }
+  auto keys = zmq::curve_keypair();
+  const std::string secret = args[1] + ".secret", pub = args[1] + ".public";
+  int fd = ::open(secret.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("cannot write " + secret + ": " + std::strerror(errno));
+  std::string line = keys.secret_key + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!ok) throw std::runtime_error("cannot write " + secret);
+  std::ofstream(pub) << keys.public_key << "\n";
+  std::cout << keys.public_key << "\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,8 +154,9 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (cmd == "bench") return run_bench(args);
+    if (cmd == "keygen") return run_keygen(args);
     if (cmd == "version") {
-      std::cout << "numastream-agent 0.1.0 (wire format 1)\n";
+      std::cout << "numastream-agent 0.1.0 (wire format " << static_cast<int>(wire::kVersion) << ")\n";
       return kExitOk;
     }
   } catch (const ConfigError& e) {

@@ -347,6 +347,8 @@ class Receiver {
   std::unique_ptr<BoundedQueue<Taken>> sink_q_;
   std::unique_ptr<FileSink> file_sink_;
   std::unique_ptr<zmq::Context> ctx_;
+  std::optional<CurveSetup> curve_;
+  std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
 
   // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
   // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
@@ -437,6 +439,7 @@ void Receiver::receive_thread(int index) {
     sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
     sock.set_int(ZMQ_LINGER, 2000);
     if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
+    if (curve_) zmq::curve_server(sock, curve_->secret_key);
     // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
     sock.set_int64(ZMQ_MAXMSGSIZE,
                    static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
@@ -921,6 +924,7 @@ std::string Receiver::metrics_text() {
 }
 
 RunResult Receiver::run(const RunHooks& hooks) {
+  curve_ = load_curve(cfg_.security);
   const int receivers = rt_.threads("receive");
   const int decompressors = rt_.threads("decompress");
   // Senders put chunks on the wire in order; what arrives out of order is what several
@@ -951,6 +955,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
         [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); });
   }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  if (curve_) {
+    zap_ = std::make_unique<zmq::ZapAuthenticator>(*ctx_, curve_->allowed);
+    log_line("CURVE: accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
+  }
   rt_.on_abort([this] {
     stop_taking_ = true;
     wire_q_->close();
@@ -1010,6 +1018,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
       log_line("file sink: " + f + " is incomplete: it misses chunks or the stream did not end");
     }
   }
+  zap_.reset();
   ctx_.reset();
 
   auto t = tracker_.totals();
@@ -1029,6 +1038,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"verified", !cfg_.relay},
                     {"endpoint", cfg_.endpoint},
                     {"connections", cfg_.connections},
+                    {"curve", curve_.has_value()},
                     {"chunks", t.delivered},
                     {"delivered_before", t.delivered_before},
                     {"acks_sent", acks_sent_.load()},

@@ -7,13 +7,73 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <set>
 
 #include "numastream/buffer_pool.hpp"
 #include "numastream/cpuset.hpp"
 #include "numastream/error.hpp"
+#include "numastream/transport.hpp"
 
 namespace numastream {
+
+namespace {
+
+std::string read_key_text(const std::string& path, const std::string& field) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(field, "cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Surrounding whitespace removed; a line that starts with '#' is a comment ('#' is also a Z85
+// character, so only a leading one counts).
+std::string trimmed(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(0, s.find_first_not_of(ws));
+  auto end = s.find_last_not_of(ws);
+  s.erase(end == std::string::npos ? 0 : end + 1);
+  return s;
+}
+
+}  // namespace
+
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
+  if (!sec.curve()) return std::nullopt;
+  CurveSetup out;
+  const std::string secret_field = "security.curve.secret_key_file";
+  out.secret_key = trimmed(read_key_text(sec.secret_key_file, secret_field));
+  try {
+    out.public_key = zmq::curve_public_of(out.secret_key);
+  } catch (const std::invalid_argument&) {
+    throw ConfigError(secret_field, sec.secret_key_file + " does not hold a CURVE secret key (40 Z85 characters)");
+  }
+  if (!sec.server_key_file.empty()) {
+    const std::string field = "security.curve.server_key_file";
+    out.server_key = trimmed(read_key_text(sec.server_key_file, field));
+    if (!zmq::curve_key_valid(out.server_key)) {
+      throw ConfigError(field, sec.server_key_file + " does not hold a CURVE public key (40 Z85 characters)");
+    }
+  }
+  if (!sec.allowed_keys_file.empty()) {
+    const std::string field = "security.curve.allowed_keys_file";
+    std::istringstream lines(read_key_text(sec.allowed_keys_file, field));
+    std::string line;
+    for (int n = 1; std::getline(lines, line); ++n) {
+      line = trimmed(line);
+      if (line.empty() || (line[0] == '#' && line.size() != 40)) continue;
+      if (!zmq::curve_key_valid(line)) {
+        throw ConfigError(field, sec.allowed_keys_file + " line " + std::to_string(n) +
+                                     " is not a CURVE public key (40 Z85 characters)");
+      }
+      out.allowed.insert(line);
+    }
+    if (out.allowed.empty()) throw ConfigError(field, sec.allowed_keys_file + " lists no keys: no sender could connect");
+  }
+  return out;
+}
 
 void log_line(const std::string& msg) {
   std::fprintf(stderr, "numastream-agent: %s\n", msg.c_str());

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -71,6 +72,16 @@ class Runtime {
   std::string error_;
   std::vector<std::function<void()>> closers_;
 };
+
+// The CURVE keys an agent uses, read from the files its configuration names (security.curve).
+// Throws ConfigError naming the field when a file is unreadable or holds no valid key; the
+// messages never contain key material.
+struct CurveSetup {
+  std::string public_key, secret_key;  // this agent's
+  std::string server_key;              // send: the receiver's public key
+  std::set<std::string> allowed;       // receive: the senders it accepts
+};
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec);
 
 // Per-node pools: one per NUMA node a stage's threads use, sized in proportion to its threads.
 class NodePools {

@@ -149,6 +149,7 @@ class Sender {
   // starts once a connection has the receiver's answer to its resume frame (a restarted sender
   // learns there what to skip).
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
+  std::optional<CurveSetup> curve_;
   std::mutex welcome_mu_;
   std::condition_variable welcome_cv_;
   bool welcomed_ = false;
@@ -413,6 +414,11 @@ void Sender::send_thread(int index) {
   opts.connect_timeout_s = cfg_.connect_timeout_s;
   opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
   opts.ack_timeout_s = cfg_.ack_timeout_s;
+  if (curve_) {
+    opts.curve_public = curve_->public_key;
+    opts.curve_secret = curve_->secret_key;
+    opts.curve_server = curve_->server_key;
+  }
   try {
     AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
     struct Count {  // the link's counters into the sender's, however the thread ends
@@ -525,6 +531,8 @@ std::string Sender::metrics_text() {
 }
 
 RunResult Sender::run(const RunHooks& hooks) {
+  curve_ = load_curve(cfg_.security);
+  if (curve_) log_line("CURVE: authenticating as " + curve_->public_key + " (public key)");
   prepare_source();
   const int compressors = rt_.threads("compress");
   const int senders = rt_.threads("send");
@@ -574,6 +582,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"endpoint", cfg_.endpoint},
       {"connections", cfg_.connections},
       {"codec", codec_name(cfg_.codec)},
+      {"curve", curve_.has_value()},
       {"chunks", sent_chunks_.load()},
       {"acknowledged", ledger_->acknowledged(cfg_.stream_id)},
       {"skipped_acknowledged", skipped_chunks_},

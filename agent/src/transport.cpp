@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <cstring>
+#include <vector>
 #include <stdexcept>
 #include <system_error>
 
@@ -130,7 +131,7 @@ Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name)
   std::string addr = "inproc://monitor-" + name;
   if (zmq_socket_monitor(watched.get(), addr.c_str(),
                          ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED |
-                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
     fail("zmq_socket_monitor");
   }
@@ -147,11 +148,7 @@ void Monitor::drain() noexcept {
       return;
     }
     std::uint16_t event = 0;
-    std::uint32_t value = 0;  // the connection's file descriptor for the events used here
-    if (zmq_msg_size(&frame) >= 6) {
-      std::memcpy(&event, zmq_msg_data(&frame), sizeof(event));
-      std::memcpy(&value, static_cast<char*>(zmq_msg_data(&frame)) + 2, sizeof(value));
-    }
+    if (zmq_msg_size(&frame) >= 6) std::memcpy(&event, zmq_msg_data(&frame), sizeof(event));
     bool more = zmq_msg_more(&frame);
     zmq_msg_close(&frame);
     // The second frame carries the endpoint address; it is not needed.
@@ -165,28 +162,21 @@ void Monitor::drain() noexcept {
       more = zmq_msg_more(&rest);
       zmq_msg_close(&rest);
     }
-    // A connection counts as a handshake failure when libzmq says so, or when it closes before
-    // its handshake completed (a peer that wrote noise and hung up).
+    // (libzmq reports the file descriptor with ACCEPTED / CONNECTED / DISCONNECTED, an error
+    // code with the handshake events: connections cannot be matched across them.)
     if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
       connected_ = true;
       ever_connected_ = true;
       ++peers_;
-      if (event == ZMQ_EVENT_ACCEPTED) {
-        handshaking_.insert(value);
-        ++accepted_;
-      }
-    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-      handshaking_.erase(value);
+      if (event == ZMQ_EVENT_ACCEPTED) ++accepted_;
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
       connected_ = false;
       ++disconnects_;
       if (peers_ > 0) --peers_;
-      if (handshaking_.erase(value) > 0) ++handshake_failures_;
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-      handshaking_.erase(value);
       ++auth_failures_;
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-      if (handshaking_.erase(value) > 0) ++handshake_failures_;
+      ++handshake_failures_;
     }
   }
 }
@@ -221,6 +211,91 @@ SendOutcome send_watched_impl(Socket& sock, Monitor& mon, void* m, bool (*aborte
     if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
       zmq_msg_close(msg);
       return SendOutcome::failed;
+    }
+  }
+}
+
+}  // namespace numastream::zmq
+
+namespace numastream::zmq {
+
+CurveKeys curve_keypair() {
+  char pub[41], sec[41];
+  if (zmq_curve_keypair(pub, sec) != 0) fail("zmq_curve_keypair (is libzmq built with CURVE?)");
+  return {pub, sec};
+}
+
+bool curve_key_valid(const std::string& z85) {
+  std::uint8_t raw[32];
+  return z85.size() == 40 && zmq_z85_decode(raw, z85.c_str()) != nullptr;
+}
+
+std::string curve_public_of(const std::string& secret) {
+  if (!curve_key_valid(secret)) throw std::invalid_argument("not a 40-character Z85 CURVE key");
+  char pub[41];
+  if (zmq_curve_public(pub, secret.c_str()) != 0) throw std::invalid_argument("not a CURVE secret key");
+  return pub;
+}
+
+void curve_client(Socket& sock, const CurveKeys& mine, const std::string& server_public) {
+  if (zmq_setsockopt(sock.get(), ZMQ_CURVE_SERVERKEY, server_public.c_str(), 40) != 0 ||
+      zmq_setsockopt(sock.get(), ZMQ_CURVE_PUBLICKEY, mine.public_key.c_str(), 40) != 0 ||
+      zmq_setsockopt(sock.get(), ZMQ_CURVE_SECRETKEY, mine.secret_key.c_str(), 40) != 0) {
+    fail("CURVE client keys");
+  }
+}
+
+void curve_server(Socket& sock, const std::string& secret) {
+  int one = 1;
+  if (zmq_setsockopt(sock.get(), ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+      zmq_setsockopt(sock.get(), ZMQ_CURVE_SECRETKEY, secret.c_str(), 40) != 0 ||
+      zmq_setsockopt(sock.get(), ZMQ_ZAP_DOMAIN, "numastream", 10) != 0) {
+    fail("CURVE server key");
+  }
+}
+
+ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed)
+    : rep_(ctx, ZMQ_REP), allowed_(std::move(allowed)) {
+  rep_.set_int(ZMQ_LINGER, 0);
+  rep_.bind("inproc://zeromq.zap.01");
+  thread_ = std::thread([this] { serve(); });
+}
+
+ZapAuthenticator::~ZapAuthenticator() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void ZapAuthenticator::serve() {
+  while (!stop_) {
+    zmq_pollitem_t item{rep_.get(), 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, 100) <= 0) continue;
+    // Request: version, request id, domain, address, routing id, mechanism, credentials...
+    std::vector<std::string> parts;
+    while (true) {
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, rep_.get(), 0) < 0) {
+        zmq_msg_close(&m);
+        return;
+      }
+      parts.emplace_back(static_cast<char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+      bool more = zmq_msg_more(&m);
+      zmq_msg_close(&m);
+      if (!more) break;
+    }
+    bool ok = false;
+    if (parts.size() >= 7 && parts[0] == "1.0" && parts[5] == "CURVE" && parts[6].size() == 32) {
+      char z85[41];
+      if (zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(parts[6].data()), 32)) {
+        ok = allowed_.count(z85) > 0;
+      }
+    }
+    (ok ? accepted_ : refused_)++;
+    const std::string id = parts.size() > 1 ? parts[1] : "";
+    const std::string reply[] = {"1.0", id, ok ? "200" : "400", ok ? "OK" : "key not allowed", "", ""};
+    for (std::size_t i = 0; i < 6; ++i) {
+      zmq_send(rep_.get(), reply[i].data(), reply[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
     }
   }
 }

@@ -257,6 +257,63 @@ TEST(EndToEnd, GarbageOnTheDataPortsIsDroppedAndCounted) {
   EXPECT_GE(r["malformed_by_reason"]["truncated"].get<int>(), 3) << r.dump();
 }
 
+// CURVE: the receiver accepts only the sender keys it lists. A sender with another key and a
+// sender without CURVE are refused, counted, and told why; an allowed sender streams verified.
+// No secret key appears in any output.
+TEST(EndToEnd, CurveAcceptsOnlyTheConfiguredSenderKeys) {
+  std::string dir = temp_dir();
+  for (const char* name : {"gateway", "sender", "stranger"}) {
+    Process k({kAgent, "keygen", "--out", dir + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir + "/allowed") << "# the detector's sender\n" << read_file(dir + "/sender.public");
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--streams", "1", "--set", "security.curve.secret_key_file=" + dir + "/gateway.secret",
+                                "--set", "security.curve.allowed_keys_file=" + dir + "/allowed"}));
+  auto curve_sender = [&](const std::string& key, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret",
+                                  "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return sender(port, 1, a);
+  };
+  Process stranger(curve_sender("stranger", {"--chunks", "5", "--set", "stream_id=7"}));
+  EXPECT_EQ(stranger.wait(20s), 1) << stranger.err();
+  EXPECT_NE(stranger.err().find("refused this sender's CURVE key"), std::string::npos) << stranger.err();
+  Process plain(sender(port, 1, {"--chunks", "5", "--set", "stream_id=8"}));
+  EXPECT_EQ(plain.wait(20s), 1) << plain.err();
+  EXPECT_NE(plain.err().find("requires authenticated streams"), std::string::npos) << plain.err();
+  Process good(curve_sender("sender", {"--chunks", "40"}));
+  ASSERT_EQ(good.wait(60s), 0) << good.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  json r = summary(rx);
+  EXPECT_EQ(r["curve"], true);
+  EXPECT_EQ(r["chunks"], 40);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_GE(r["rejected_connections"]["auth"].get<int>(), 1) << r.dump();
+  EXPECT_GE(r["rejected_connections"]["handshake"].get<int>(), 1) << r.dump();
+  for (const char* name : {"gateway", "sender", "stranger"}) {
+    std::string secret = read_file(dir + "/" + name + ".secret").substr(0, 40);
+    for (const Process* p : {&rx, &stranger, &plain, &good}) {
+      EXPECT_EQ(p->err().find(secret), std::string::npos) << name << "'s secret key was logged";
+      EXPECT_EQ(p->out().find(secret), std::string::npos) << name << "'s secret key was printed";
+    }
+  }
+  EXPECT_EQ(fs::status(dir + "/sender.secret").permissions() & fs::perms::group_read, fs::perms::none);
+}
+
+TEST(EndToEnd, CurveKeyFilesAreCheckedAtStart) {
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/garbage") << "not a key\n";
+  Process p(sender(free_ports(1), 1, {"--set", "security.curve.secret_key_file=" + dir + "/garbage", "--set",
+                                      "security.curve.server_key_file=" + dir + "/garbage"}));
+  EXPECT_EQ(p.wait(10s), 2);
+  EXPECT_NE(p.err().find("security.curve.secret_key_file"), std::string::npos) << p.err();
+  Process q(receiver(free_ports(1), 1, {"--set", "security.curve.secret_key_file=" + dir + "/missing", "--set",
+                                        "security.curve.allowed_keys_file=" + dir + "/garbage"}));
+  EXPECT_EQ(q.wait(10s), 2);
+  EXPECT_NE(q.err().find("cannot read"), std::string::npos) << q.err();
+}
+
 TEST(EndToEnd, MemoryDoesNotGrowWithStreamLength) {
   auto run = [](int chunks) {
     int port = free_ports(2);

@@ -41,6 +41,15 @@ struct SinkConfig {
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to
 };
 
+// Authenticated, encrypted data connections (CURVE). Key files hold one 40-character Z85 key;
+// they are read when the agent starts, never logged.
+struct SecurityConfig {
+  std::string secret_key_file;    // this agent's secret key
+  std::string server_key_file;    // send: the receiver's public key
+  std::string allowed_keys_file;  // receive: the senders' public keys, one per line (lines starting with # are comments)
+  bool curve() const { return !secret_key_file.empty(); }
+};
+
 struct Config {
   Role role = Role::send;
   std::string endpoint;          // tcp://host:port; connection i uses port + i
@@ -62,6 +71,7 @@ struct Config {
   int reorder_window = 16;       // file sink: chunks held to restore order
   std::string metrics_listen;    // host:port; empty = no metrics server
   std::string sysfs_root = "/sys";
+  SecurityConfig security;
   bool relay = false;            // receive: forward frames undecoded to sink.endpoint (the
                                  // NIC-local receiving container of a gateway pod)
   double connect_timeout_s = 30;

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <atomic>
 #include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -89,8 +91,8 @@ class Monitor {
   int disconnects() const noexcept { return disconnects_; }
   // Peers currently attached (a listening socket counts each accepted connection).
   int peers() const noexcept { return peers_; }
-  // Connections dropped during the ZMTP handshake: not a ZeroMQ peer (random bytes, a port
-  // scanner) or a broken one; and peers refused by authentication (CURVE, wrong or unknown key).
+  // Handshakes libzmq reported failed: a peer that is not ZeroMQ or wants another security
+  // mechanism; and peers refused by authentication (CURVE, a key that is not allowed).
   int handshake_failures() const noexcept { return handshake_failures_; }
   int auth_failures() const noexcept { return auth_failures_; }
   int accepted() const noexcept { return accepted_; }  // connections a listening socket accepted
@@ -104,10 +106,44 @@ class Monitor {
   int handshake_failures_ = 0;
   int auth_failures_ = 0;
   int accepted_ = 0;
-  std::set<std::uint32_t> handshaking_;  // accepted connections whose handshake is not done
 };
 
 std::string last_error();
+
+// CURVE (ZeroMQ's CurveZMQ: Curve25519 key exchange, then every frame encrypted and
+// authenticated). Keys are 40-character Z85 strings; secret keys never appear in logs.
+struct CurveKeys {
+  std::string public_key;
+  std::string secret_key;
+};
+CurveKeys curve_keypair();
+// The public key of a secret key; throws std::invalid_argument for a malformed key.
+std::string curve_public_of(const std::string& secret_z85);
+bool curve_key_valid(const std::string& z85);
+// A connecting socket that authenticates as `mine` to a server whose public key is `server`.
+void curve_client(Socket& sock, const CurveKeys& mine, const std::string& server_public);
+// A listening socket that requires CURVE, with the given secret key.
+void curve_server(Socket& sock, const std::string& secret);
+
+// Decides which CURVE clients a context's listening sockets accept (the ZAP protocol, RFC 27):
+// only the listed public keys. Runs a thread until destroyed; destroy it before the context.
+class ZapAuthenticator {
+ public:
+  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys);
+  ~ZapAuthenticator();
+  ZapAuthenticator(const ZapAuthenticator&) = delete;
+  ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
+  std::uint64_t accepted() const noexcept { return accepted_.load(); }
+  std::uint64_t refused() const noexcept { return refused_.load(); }
+
+ private:
+  void serve();
+  Socket rep_;
+  std::set<std::string> allowed_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> accepted_{0}, refused_{0};
+  std::thread thread_;
+};
 
 // Dead-peer detection for data connections: TCP keepalive (idle 5 s, then 5 probes 1 s apart).
 // Not ZMTP heartbeats: ZeroMQ stops reading a connection whose pipe is full, so under
