@@ -85,7 +85,7 @@ void AckedLink::check_handshake() const {
     throw std::runtime_error(describe() + ": the receiver refused this sender's CURVE key; add its public key " +
                              opts_.curve_public + " to the receiver's allowed keys");
   }
-  if (mon_->handshake_failures() > 0) {
+  if (mon_->protocol_failures() > 0) {
     throw std::runtime_error(describe() + ": the handshake with the receiver failed: " +
                              (opts_.curve_secret.empty()
                                   ? "it requires authenticated streams (security.curve)"

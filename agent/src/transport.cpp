@@ -177,6 +177,7 @@ void Monitor::drain() noexcept {
       ++auth_failures_;
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       ++handshake_failures_;
+      if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) ++protocol_failures_;
     }
   }
 }

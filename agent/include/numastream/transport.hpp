@@ -94,6 +94,9 @@ class Monitor {
   // Handshakes libzmq reported failed: a peer that is not ZeroMQ or wants another security
   // mechanism; and peers refused by authentication (CURVE, a key that is not allowed).
   int handshake_failures() const noexcept { return handshake_failures_; }
+  // Of them, protocol errors (such as a security mechanism mismatch), which a retry does not
+  // cure; a connection closed mid-handshake is not one.
+  int protocol_failures() const noexcept { return protocol_failures_; }
   int auth_failures() const noexcept { return auth_failures_; }
   int accepted() const noexcept { return accepted_; }  // connections a listening socket accepted
 
@@ -106,6 +109,7 @@ class Monitor {
   int handshake_failures_ = 0;
   int auth_failures_ = 0;
   int accepted_ = 0;
+  int protocol_failures_ = 0;
 };
 
 std::string last_error();
