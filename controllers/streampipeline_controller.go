@@ -13,6 +13,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -69,6 +70,8 @@ type StreamPipelineReconciler struct {
 	Observe func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
 	// ObserveEvery is how often a running pipeline's agents are read.
 	ObserveEvery time.Duration
+	// SecretReader reads Secrets without a cache (the manager's API reader); nil: the client.
+	SecretReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=numastream.io,resources=streampipelines,verbs=get;list;watch
@@ -76,6 +79,8 @@ type StreamPipelineReconciler struct {
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -105,7 +110,11 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, r.notPlanned(sp, err)
 	}
 	r.planned(sp, plan)
-	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway}, r.Render)
+	keys, err := r.curveKeys(ctx, sp)
+	if err != nil {
+		return ctrl.Result{}, r.notPlanned(sp, err)
+	}
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway, KeysSecret: keys}, r.Render)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -322,6 +331,11 @@ func (r *StreamPipelineReconciler) apply(ctx context.Context, sp *v1alpha1.Strea
 			return false, err
 		}
 	}
+	if objs.NetworkPolicy != nil {
+		if err := r.ssa(ctx, objs.NetworkPolicy); err != nil {
+			return false, err
+		}
+	}
 	replaced := false
 	want := map[string]bool{}
 	for _, j := range objs.Jobs {
@@ -508,6 +522,7 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Owns(&batchv1.Job{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Node{}, byNode, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&corev1.Pod{}, byPodLabel).
 		Watches(&v1alpha1.StreamPipeline{}, sameGateway).

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/status"
 	"github.com/numastream/numastream/internal/testenv"
@@ -82,7 +84,7 @@ func TestMain(m *testing.M) {
 	observer.URL = func(p *corev1.Pod, _ int32) string { return agentURL.Load().(func(*corev1.Pod) string)(p) }
 	r := &StreamPipelineReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
-		Render:  render.Options{AgentImage: "numastream/agent:test"},
+		Render:  render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true},
 		Observe: observer.Observe, ObserveEvery: 500 * time.Millisecond,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
@@ -602,5 +604,75 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 	cur = condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote)
 	if !strings.Contains(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionNICLocal).Message, "Topology Manager") {
 		t.Error("the message should point at the Topology Manager policy")
+	}
+}
+
+// With security mode curve the operator creates the pipeline's key Secret (owned by it, a key
+// pair per sender and for the gateway, keys consistent), mounts it, and every pipeline gets a
+// NetworkPolicy for its gateway's data ports. A keysSecret that does not exist is reported.
+func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
+	gatewayAndSenders(t, "lynx-12")
+	ns := namespace(t)
+	sp := pipeline(ns, "secure", withGateway("lynx-12"), withSenders("updraft-1", "updraft-2"))
+	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityCurve}
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var sec corev1.Secret
+	eventually(t, "the keys Secret", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-curve-keys"}, &sec)
+		return err == nil, fmt.Sprint(err)
+	})
+	if len(sec.Data) != 6 || !metav1.IsControlledBy(&sec, sp) {
+		t.Fatalf("secret keys %d, owners %v", len(sec.Data), sec.OwnerReferences)
+	}
+	for _, who := range []string{"gateway", "sender-0", "sender-1"} {
+		pub, err := curvekeys.PublicOf(strings.TrimSpace(string(sec.Data[who+".secret"])))
+		if err != nil || pub != strings.TrimSpace(string(sec.Data[who+".public"])) {
+			t.Errorf("%s key pair inconsistent: %v", who, err)
+		}
+	}
+	first := string(sec.Data["gateway.secret"])
+	var job batchv1.Job
+	eventually(t, "the gateway job", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-gateway-1"}, &job)
+		return err == nil, fmt.Sprint(err)
+	})
+	found := false
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		found = found || (v.Secret != nil && v.Secret.SecretName == "secure-curve-keys")
+	}
+	if !found {
+		t.Error("the gateway job does not mount the keys")
+	}
+	var np networkingv1.NetworkPolicy
+	eventually(t, "the NetworkPolicy", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-gateway"}, &np)
+		return err == nil, fmt.Sprint(err)
+	})
+	// Reconciling again keeps the keys.
+	cur := &v1alpha1.StreamPipeline{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+	cur.Spec.Suspend = true
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, cur, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(&sec), &sec)
+	if string(sec.Data["gateway.secret"]) != first {
+		t.Error("the gateway key changed on a reconcile")
+	}
+
+	named := pipeline(ns, "named", withGateway("lynx-12"), withSenders("polaris-1"))
+	named.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityCurve, KeysSecret: "beamline-keys"}
+	if err := k8s.Create(ctx, named); err != nil {
+		t.Fatal(err)
+	}
+	got := condition(t, named, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonKeys)
+	for _, c := range got.Status.Conditions {
+		if c.Type == v1alpha1.ConditionPlanned && !strings.Contains(c.Message, "beamline-keys") {
+			t.Errorf("message %q does not name the Secret", c.Message)
+		}
 	}
 }

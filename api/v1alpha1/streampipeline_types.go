@@ -74,6 +74,10 @@ type StreamPipelineSpec struct {
 	// +optional
 	Threads *StageThreads `json:"threads,omitempty"`
 
+	// Security of the data connections. Unset: plain TCP.
+	// +optional
+	Security *Security `json:"security,omitempty"`
+
 	// Placement: numa-aware (default) or os (the baseline).
 	// +kubebuilder:default=numa-aware
 	// +optional
@@ -157,6 +161,32 @@ type Gateway struct {
 
 	// Network is the data network the streams arrive on.
 	Network DataNetwork `json:"network"`
+}
+
+// SecurityMode of the data connections.
+// +kubebuilder:validation:Enum=none;curve
+type SecurityMode string
+
+const (
+	SecurityNone  SecurityMode = "none"
+	SecurityCurve SecurityMode = "curve"
+)
+
+// Security: with mode curve every data connection is authenticated and encrypted (ZeroMQ
+// CURVE), and each gateway stream accepts only its own sender's key.
+type Security struct {
+	// Mode: none or curve.
+	// +kubebuilder:default=none
+	// +optional
+	Mode SecurityMode `json:"mode,omitempty"`
+
+	// KeysSecret names a Secret in the pipeline's namespace with the keys: gateway.secret,
+	// gateway.public, and sender-<i>.secret / sender-<i>.public per stream (Z85, as
+	// `numastream-agent keygen` writes them). Unset: the operator creates <name>-curve-keys,
+	// owned by the pipeline, and fills in missing keys.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	KeysSecret string `json:"keysSecret,omitempty"`
 }
 
 // DataNetwork names the Multus attachment and the host NIC behind it.

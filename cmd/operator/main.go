@@ -27,6 +27,7 @@ func main() {
 		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
+		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -54,8 +55,9 @@ func main() {
 		Client:       mgr.GetClient(),
 		Scheme:       mgr.GetScheme(),
 		Recorder:     mgr.GetEventRecorder("numastream-operator"),
-		Render:       render.Options{AgentImage: *agentImage},
+		Render:       render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy},
 		ObserveEvery: *observeEvery,
+		SecretReader: mgr.GetAPIReader(),
 	}
 	if *observeEvery > 0 {
 		r.Observe = status.NewObserver(5 * time.Second).Observe

@@ -31,6 +31,7 @@ func TestRenderedConfigsPassTheAgentsValidation(t *testing.T) {
 		"file source, file sink": pipeline("b", withFileSource("/scratch/scan"), withFileSink("/archive/s-{stream}.raw")),
 		"zmq source, zmq sink":   pipeline("c", withStreams(2), zmqSource, zmqSink),
 		"os placement":           pipeline("d", withPlacement(v1alpha1.PlacementOS)),
+		"curve":                  pipeline("e", withStreams(2), withCurve),
 	}
 	dir := t.TempDir()
 	for name, sp := range cases {

@@ -13,10 +13,19 @@ import (
 // container relays to the decompressing one).
 func agentConfigs(in Inputs, n planner.NodePlan) map[string]map[string]any {
 	if n.Role != RoleGateway {
-		return map[string]map[string]any{configKey(n): agentConfig(in, n)}
+		tx := agentConfig(in, n)
+		if in.KeysSecret != "" {
+			tx["security"] = map[string]any{"curve": map[string]any{
+				"secret_key_file": KeysMountPath + "/secret", "server_key_file": KeysMountPath + "/server.public"}}
+		}
+		return map[string]map[string]any{configKey(n): tx}
 	}
 	relay := agentConfig(in, n)
 	relay["relay"] = true
+	if in.KeysSecret != "" {
+		relay["security"] = map[string]any{"curve": map[string]any{
+			"secret_key_file": KeysMountPath + "/secret", "allowed_keys_file": KeysMountPath + "/allowed"}}
+	}
 	relay["sink"] = map[string]any{"kind": "zmq", "endpoint": RelaySocket}
 	relay["placement"] = map[string]any{
 		"mode":          relay["placement"].(map[string]any)["mode"],

@@ -24,6 +24,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -42,6 +43,7 @@ const (
 	AnnotationPlanHash = "numastream.io/plan-hash"
 	MultusAnnotation   = "k8s.v1.cni.cncf.io/networks"
 	ConfigMountPath    = "/etc/numastream"
+	KeysMountPath      = "/etc/numastream/keys"
 	MetricsPort        = 9100
 	// DecompressMetricsPort is the decompressing container's metrics port in a gateway pod.
 	DecompressMetricsPort = 9101
@@ -62,6 +64,9 @@ const (
 // Options are the operator-wide settings.
 type Options struct {
 	AgentImage string
+	// NetworkPolicy: render one per pipeline so that only its sender pods reach its gateway's
+	// data ports.
+	NetworkPolicy bool
 	// Tolerations added to every agent pod (e.g. for dedicated detector nodes).
 	Tolerations []corev1.Toleration
 }
@@ -71,13 +76,16 @@ type Inputs struct {
 	Pipeline *v1alpha1.StreamPipeline
 	Plan     planner.Plan
 	Gateway  topology.Node
+	// KeysSecret holds the pipeline's CURVE keys (security mode curve); empty: plain TCP.
+	KeysSecret string
 }
 
 // Objects is everything one pipeline owns.
 type Objects struct {
-	ConfigMap *corev1.ConfigMap
-	Services  []*corev1.Service
-	Jobs      []*batchv1.Job
+	ConfigMap     *corev1.ConfigMap
+	Services      []*corev1.Service
+	Jobs          []*batchv1.Job
+	NetworkPolicy *networkingv1.NetworkPolicy // nil unless Options.NetworkPolicy
 }
 
 // Render builds the objects for a plan.
@@ -104,6 +112,9 @@ func Render(in Inputs, opts Options) (Objects, error) {
 			out.Services = append(out.Services, service(sp, n, in.Plan.Connections))
 		}
 		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
+	}
+	if opts.NetworkPolicy {
+		out.NetworkPolicy = networkPolicy(in)
 	}
 	return out, nil
 }
@@ -180,7 +191,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		Tolerations:        opts.Tolerations,
 		SecurityContext:    podSecurity(),
 		Containers:         containers(in, n, opts),
-		Volumes:            volumes(sp, n),
+		Volumes:            volumes(in, n),
 		EnableServiceLinks: ptr.To(false),
 	}
 	// The plan hash changes whenever the rendered agent config does; a Job's pod template is
@@ -214,8 +225,13 @@ func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1alpha1.StreamPipel
 // containers: a sender pod has one; a gateway pod has the receiving container (the NIC's device
 // resource, the data ports) and the decompressing container.
 func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container {
+	keys := corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
 	if n.Role != RoleGateway {
-		return []corev1.Container{agent(in, n, opts, agentContainer, "send", configKey(n), n.CPUs, MetricsPort)}
+		tx := agent(in, n, opts, agentContainer, "send", configKey(n), n.CPUs, MetricsPort)
+		if in.KeysSecret != "" {
+			tx.VolumeMounts = append(tx.VolumeMounts, keys)
+		}
+		return []corev1.Container{tx}
 	}
 	receive, decompress := gatewaySplit(in, n)
 	rx := agent(in, n, opts, ReceiveContainer, "receive", relayKey(n), receive, MetricsPort)
@@ -233,6 +249,9 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	}
 	for _, c := range []*corev1.Container{&rx, &dx} {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "relay", MountPath: RelayDir})
+	}
+	if in.KeysSecret != "" {
+		rx.VolumeMounts = append(rx.VolumeMounts, keys) // only the container on the network holds keys
 	}
 	return []corev1.Container{rx, dx}
 }
@@ -301,6 +320,7 @@ func podSecurity() *corev1.PodSecurityContext {
 		RunAsNonRoot:   ptr.To(true),
 		RunAsUser:      ptr.To[int64](65532),
 		RunAsGroup:     ptr.To[int64](65532),
+		FSGroup:        ptr.To[int64](65532), // the key files (mode 0440) are the agent's to read
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
@@ -320,7 +340,74 @@ func hasDataVolume(sp *v1alpha1.StreamPipeline, n planner.NodePlan) bool {
 	return sp.Spec.Sink != nil && sp.Spec.Sink.File != nil
 }
 
-func volumes(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.Volume {
+// Key names in a pipeline's CURVE Secret.
+const (
+	GatewaySecretKey = "gateway.secret"
+	GatewayPublicKey = "gateway.public"
+)
+
+// SenderSecretKey / SenderPublicKey: the key names of stream i's sender in the Secret.
+func SenderSecretKey(stream int) string { return fmt.Sprintf("sender-%d.secret", stream) }
+func SenderPublicKey(stream int) string { return fmt.Sprintf("sender-%d.public", stream) }
+
+// keysVolume projects, from the pipeline's Secret, only what one pod needs: a sender its own
+// secret key and the gateway's public key; a gateway stream the gateway's secret key and the
+// public key of the one sender it accepts. Readable by the agent's group only.
+func keysVolume(secret string, n planner.NodePlan) corev1.Volume {
+	items := []corev1.KeyToPath{
+		{Key: SenderSecretKey(n.Stream), Path: "secret"},
+		{Key: GatewayPublicKey, Path: "server.public"},
+	}
+	if n.Role == RoleGateway {
+		items = []corev1.KeyToPath{
+			{Key: GatewaySecretKey, Path: "secret"},
+			{Key: SenderPublicKey(n.Stream), Path: "allowed"},
+		}
+	}
+	return corev1.Volume{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: secret, Items: items, DefaultMode: ptr.To[int32](0o440),
+	}}}
+}
+
+// networkPolicy: a gateway's data ports accept only this pipeline's sender pods; its metrics
+// ports accept any pod (the operator's observer, Prometheus).
+func networkPolicy(in Inputs) *networkingv1.NetworkPolicy {
+	sp := in.Pipeline
+	tcp := corev1.ProtocolTCP
+	var data []networkingv1.NetworkPolicyPort
+	for _, n := range in.Plan.Nodes {
+		if n.Role != RoleGateway {
+			continue
+		}
+		for c := 0; c < in.Plan.Connections; c++ {
+			port := intstr.FromInt32(int32(n.Port + c))
+			data = append(data, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port})
+		}
+	}
+	metrics, dxMetrics := intstr.FromInt32(MetricsPort), intstr.FromInt32(DecompressMetricsPort)
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: meta(sp, sp.Name+"-gateway", "", -1),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelPipeline: sp.Name, LabelRole: RoleGateway}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{
+					From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+						MatchLabels: map[string]string{LabelPipeline: sp.Name, LabelRole: RoleSender}}}},
+					Ports: data,
+				},
+				{
+					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &metrics}, {Protocol: &tcp, Port: &dxMetrics}},
+				},
+			},
+		},
+	}
+}
+
+func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
+	sp := in.Pipeline
 	vols := []corev1.Volume{{
 		Name: "config",
 		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -329,6 +416,9 @@ func volumes(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.Volume {
 	}}
 	if n.Role == RoleGateway {
 		vols = append(vols, corev1.Volume{Name: "relay", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	if in.KeysSecret != "" {
+		vols = append(vols, keysVolume(in.KeysSecret, n))
 	}
 	if !hasDataVolume(sp, n) {
 		return vols

@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,7 +95,11 @@ func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}, Options{AgentImage: "numastream/agent:test"})
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}
+	if sp.Spec.Security != nil && sp.Spec.Security.Mode == v1alpha1.SecurityCurve {
+		in.KeysSecret = sp.Name + "-curve-keys"
+	}
+	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,3 +335,94 @@ func TestSuspendSuspendsTheJobs(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func withCurve(sp *v1alpha1.StreamPipeline) {
+	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityCurve}
+}
+
+// With CURVE, each pod gets only its own keys from the pipeline's Secret: a sender its secret
+// key and the gateway's public key; a gateway stream's receiving container the gateway's secret
+// key and its one sender's public key. The decompressing container holds no key.
+func TestCurveKeysAreMountedPerPod(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo", withStreams(2), withCurve))
+	for _, j := range objs.Jobs {
+		pod := j.Spec.Template.Spec
+		var keys *corev1.SecretVolumeSource
+		for _, v := range pod.Volumes {
+			if v.Name == "keys" {
+				keys = v.Secret
+			}
+		}
+		if keys == nil || keys.SecretName != "tomo-curve-keys" || *keys.DefaultMode != 0o440 {
+			t.Fatalf("%s keys volume %+v", j.Name, keys)
+		}
+		stream := j.Labels[LabelStream]
+		want := map[string]string{"sender-" + stream + ".secret": "secret", GatewayPublicKey: "server.public"}
+		if j.Labels[LabelRole] == RoleGateway {
+			want = map[string]string{GatewaySecretKey: "secret", "sender-" + stream + ".public": "allowed"}
+		}
+		got := map[string]string{}
+		for _, it := range keys.Items {
+			got[it.Key] = it.Path
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s projects %v, want %v", j.Name, got, want)
+		}
+		for _, c := range pod.Containers {
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				mounted = mounted || m.Name == "keys"
+			}
+			if mounted != (c.Name != DecompressContainer) {
+				t.Errorf("%s/%s keys mounted: %v", j.Name, c.Name, mounted)
+			}
+		}
+		if *pod.SecurityContext.FSGroup != 65532 {
+			t.Errorf("%s: fsGroup %v: the agent could not read its keys", j.Name, pod.SecurityContext.FSGroup)
+		}
+	}
+	if !strings.Contains(objs.ConfigMap.Data["sender-1.json"], `"server_key_file": "/etc/numastream/keys/server.public"`) ||
+		!strings.Contains(objs.ConfigMap.Data["gateway-1-relay.json"], `"allowed_keys_file": "/etc/numastream/keys/allowed"`) ||
+		strings.Contains(objs.ConfigMap.Data["gateway-1.json"], "security") {
+		t.Errorf("configs %v", objs.ConfigMap.Data)
+	}
+	plain, _ := renderFor(t, pipeline("tomo"))
+	if strings.Contains(plain.ConfigMap.Data["sender-0.json"], "security") {
+		t.Error("no security configured, none rendered")
+	}
+}
+
+// The NetworkPolicy lets only the pipeline's sender pods reach its gateway's data ports, and
+// anyone its metrics ports.
+func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
+	objs, plan := renderFor(t, pipeline("tomo", withStreams(2)))
+	np := objs.NetworkPolicy
+	if np == nil {
+		t.Fatal("no NetworkPolicy")
+	}
+	if np.Spec.PodSelector.MatchLabels[LabelPipeline] != "tomo" || np.Spec.PodSelector.MatchLabels[LabelRole] != RoleGateway {
+		t.Errorf("selects %v", np.Spec.PodSelector)
+	}
+	data := np.Spec.Ingress[0]
+	if len(data.From) != 1 || data.From[0].PodSelector.MatchLabels[LabelRole] != RoleSender ||
+		data.From[0].PodSelector.MatchLabels[LabelPipeline] != "tomo" || data.From[0].NamespaceSelector != nil {
+		t.Errorf("data ports admit %+v", data.From)
+	}
+	ports := map[int32]bool{}
+	for _, p := range data.Ports {
+		ports[p.Port.IntVal] = true
+	}
+	for _, n := range plan.Nodes {
+		for c := 0; n.Role == RoleGateway && c < plan.Connections; c++ {
+			if !ports[int32(n.Port+c)] {
+				t.Errorf("data port %d of stream %d not in the policy", n.Port+c, n.Stream)
+			}
+		}
+	}
+	if len(ports) != 2*plan.Connections {
+		t.Errorf("%d data ports, want %d", len(ports), 2*plan.Connections)
+	}
+	if m := np.Spec.Ingress[1]; len(m.Ports) != 2 || m.Ports[0].Port.IntVal != MetricsPort || m.Ports[1].Port.IntVal != DecompressMetricsPort {
+		t.Errorf("metrics rule %+v", m)
+	}
+}

@@ -9,7 +9,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -81,4 +83,15 @@ func Condition(ctx context.Context, t testing.TB, c client.Client, sp *v1alpha1.
 		return cond.Status == status && (reason == "" || cond.Reason == reason), cond.Reason + ": " + cond.Message
 	})
 	return cur
+}
+
+// FreePort is a TCP port on 127.0.0.1 that nothing listens on right now.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
