@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  liblz4-dev libnuma-dev libzmq3-dev libxxhash-dev nlohmann-json3-dev
+  liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev nlohmann-json3-dev
   googletest libgtest-dev
   curl
   clang iproute2 nftables

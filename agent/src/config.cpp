@@ -293,6 +293,9 @@ Config parse_config(const json& doc, Role role) {
     if (const json* cv = secf.raw("curve")) {
       Fields cf(*cv, "security.curve");
       c.security.secret_key_file = cf.required_string("secret_key_file");
+      c.security.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
+                            ? SecurityConfig::Mode::encrypt
+                            : SecurityConfig::Mode::authenticate;
       if (send) {
         c.security.server_key_file = cf.required_string("server_key_file");
         cf.forbid("allowed_keys_file", "only used by receive (the senders it accepts)");

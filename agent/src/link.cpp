@@ -61,7 +61,9 @@ AckedLink::AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLed
   sock_.set_int(ZMQ_RECONNECT_IVL, 100);
   sock_.set_int(ZMQ_RECONNECT_IVL_MAX, 1000);
   if (opts_.endpoint.rfind("tcp://", 0) == 0) zmq::enable_keepalive(sock_);
-  if (!opts_.curve_secret.empty()) {
+  if (!opts_.curve_secret.empty() && opts_.authenticate_only) {
+    zmq::plain_client(sock_, opts_.curve_public, zmq::pair_token(opts_.curve_secret, opts_.curve_server));
+  } else if (!opts_.curve_secret.empty()) {
     zmq::curve_client(sock_, {opts_.curve_public, opts_.curve_secret}, opts_.curve_server);
   }
   mon_ = std::make_unique<zmq::Monitor>(ctx, sock_, opts_.name);
@@ -82,14 +84,15 @@ void AckedLink::check_aborted() const {
 // A receiver that refuses this sender will refuse it again: fail at once, saying why.
 void AckedLink::check_handshake() const {
   if (mon_->auth_failures() > 0) {
-    throw std::runtime_error(describe() + ": the receiver refused this sender's CURVE key; add its public key " +
+    throw std::runtime_error(describe() + ": the receiver refused this sender's key; add its public key " +
                              opts_.curve_public + " to the receiver's allowed keys");
   }
   if (mon_->protocol_failures() > 0) {
     throw std::runtime_error(describe() + ": the handshake with the receiver failed: " +
                              (opts_.curve_secret.empty()
                                   ? "it requires authenticated streams (security.curve)"
-                                  : "it does not speak CURVE, or its public key is not the one configured"));
+                                  : "it uses another security mode (encrypt / authenticate / none), or its public "
+                                    "key is not the one configured"));
   }
 }
 

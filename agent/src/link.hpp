@@ -53,6 +53,7 @@ struct LinkOptions {
   double ack_timeout_s = 60;      // connected, frames outstanding, no acknowledgement
   // CURVE: this agent's keys and the receiver's public key; empty = plain connection.
   std::string curve_public, curve_secret, curve_server;
+  bool authenticate_only = false;  // prove the key (PLAIN + pair token), do not encrypt
 };
 
 class AckedLink {

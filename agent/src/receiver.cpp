@@ -439,7 +439,11 @@ void Receiver::receive_thread(int index) {
     sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
     sock.set_int(ZMQ_LINGER, 2000);
     if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
-    if (curve_) zmq::curve_server(sock, curve_->secret_key);
+    if (curve_ && curve_->authenticate_only) {
+      zmq::plain_server(sock);
+    } else if (curve_) {
+      zmq::curve_server(sock, curve_->secret_key);
+    }
     // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
     sock.set_int64(ZMQ_MAXMSGSIZE,
                    static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
@@ -956,8 +960,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
   }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   if (curve_) {
-    zap_ = std::make_unique<zmq::ZapAuthenticator>(*ctx_, curve_->allowed);
-    log_line("CURVE: accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
+    zap_ = std::make_unique<zmq::ZapAuthenticator>(*ctx_, curve_->allowed,
+                                                   curve_->authenticate_only ? curve_->secret_key : "");
+    log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)" : "CURVE") +
+             ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
   }
   rt_.on_abort([this] {
     stop_taking_ = true;
@@ -1039,6 +1045,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"endpoint", cfg_.endpoint},
                     {"connections", cfg_.connections},
                     {"curve", curve_.has_value()},
+                    {"security", !curve_ ? "none" : curve_->authenticate_only ? "authenticate" : "encrypt"},
                     {"chunks", t.delivered},
                     {"delivered_before", t.delivered_before},
                     {"acks_sent", acks_sent_.load()},

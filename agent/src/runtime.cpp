@@ -43,6 +43,7 @@ std::string trimmed(std::string s) {
 std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
   if (!sec.curve()) return std::nullopt;
   CurveSetup out;
+  out.authenticate_only = sec.mode == SecurityConfig::Mode::authenticate;
   const std::string secret_field = "security.curve.secret_key_file";
   out.secret_key = trimmed(read_key_text(sec.secret_key_file, secret_field));
   try {

@@ -80,6 +80,7 @@ struct CurveSetup {
   std::string public_key, secret_key;  // this agent's
   std::string server_key;              // send: the receiver's public key
   std::set<std::string> allowed;       // receive: the senders it accepts
+  bool authenticate_only = false;      // PLAIN with pair tokens instead of CURVE encryption
 };
 std::optional<CurveSetup> load_curve(const SecurityConfig& sec);
 

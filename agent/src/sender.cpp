@@ -418,6 +418,7 @@ void Sender::send_thread(int index) {
     opts.curve_public = curve_->public_key;
     opts.curve_secret = curve_->secret_key;
     opts.curve_server = curve_->server_key;
+    opts.authenticate_only = curve_->authenticate_only;
   }
   try {
     AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
@@ -532,7 +533,10 @@ std::string Sender::metrics_text() {
 
 RunResult Sender::run(const RunHooks& hooks) {
   curve_ = load_curve(cfg_.security);
-  if (curve_) log_line("CURVE: authenticating as " + curve_->public_key + " (public key)");
+  if (curve_) {
+    log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") +
+             " as " + curve_->public_key + " (public key)");
+  }
   prepare_source();
   const int compressors = rt_.threads("compress");
   const int senders = rt_.threads("send");

@@ -1,5 +1,6 @@
 #include "numastream/transport.hpp"
 
+#include <sodium.h>
 #include <zmq.h>
 
 #include <cstring>
@@ -255,8 +256,43 @@ void curve_server(Socket& sock, const std::string& secret) {
   }
 }
 
-ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed)
-    : rep_(ctx, ZMQ_REP), allowed_(std::move(allowed)) {
+std::string pair_token(const std::string& my_secret, const std::string& their_public) {
+  if (sodium_init() < 0) throw std::runtime_error("libsodium cannot start");
+  std::uint8_t sk[32], pk[32], shared[32], digest[32];
+  if (!zmq_z85_decode(sk, my_secret.c_str()) || !zmq_z85_decode(pk, their_public.c_str()) ||
+      crypto_scalarmult(shared, sk, pk) != 0) {
+    throw std::invalid_argument("not a CURVE key pair");
+  }
+  static const char kContext[] = "numastream authenticate v1";
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, nullptr, 0, sizeof(digest));
+  crypto_generichash_update(&st, shared, sizeof(shared));
+  crypto_generichash_update(&st, reinterpret_cast<const std::uint8_t*>(kContext), sizeof(kContext) - 1);
+  crypto_generichash_final(&st, digest, sizeof(digest));
+  sodium_memzero(shared, sizeof(shared));
+  sodium_memzero(sk, sizeof(sk));
+  char hex[65];
+  sodium_bin2hex(hex, sizeof(hex), digest, sizeof(digest));
+  return hex;
+}
+
+void plain_client(Socket& sock, const std::string& my_public, const std::string& token) {
+  if (zmq_setsockopt(sock.get(), ZMQ_PLAIN_USERNAME, my_public.data(), my_public.size()) != 0 ||
+      zmq_setsockopt(sock.get(), ZMQ_PLAIN_PASSWORD, token.data(), token.size()) != 0) {
+    fail("PLAIN credentials");
+  }
+}
+
+void plain_server(Socket& sock) {
+  int one = 1;
+  if (zmq_setsockopt(sock.get(), ZMQ_PLAIN_SERVER, &one, sizeof(one)) != 0 ||
+      zmq_setsockopt(sock.get(), ZMQ_ZAP_DOMAIN, "numastream", 10) != 0) {
+    fail("PLAIN server");
+  }
+}
+
+ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed, std::string server_secret)
+    : rep_(ctx, ZMQ_REP), allowed_(std::move(allowed)), server_secret_(std::move(server_secret)) {
   rep_.set_int(ZMQ_LINGER, 0);
   rep_.bind("inproc://zeromq.zap.01");
   thread_ = std::thread([this] { serve(); });
@@ -290,6 +326,15 @@ void ZapAuthenticator::serve() {
       char z85[41];
       if (zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(parts[6].data()), 32)) {
         ok = allowed_.count(z85) > 0;
+      }
+    } else if (parts.size() >= 8 && parts[0] == "1.0" && parts[5] == "PLAIN" && !server_secret_.empty() &&
+               allowed_.count(parts[6]) > 0) {
+      // Username: the sender's public key; password: the token only its key pair can derive.
+      try {
+        const std::string want = pair_token(server_secret_, parts[6]);
+        ok = parts[7].size() == want.size() && sodium_memcmp(parts[7].data(), want.data(), want.size()) == 0;
+      } catch (const std::invalid_argument&) {
+        ok = false;
       }
     }
     (ok ? accepted_ : refused_)++;

@@ -278,7 +278,7 @@ TEST(EndToEnd, CurveAcceptsOnlyTheConfiguredSenderKeys) {
   };
   Process stranger(curve_sender("stranger", {"--chunks", "5", "--set", "stream_id=7"}));
   EXPECT_EQ(stranger.wait(20s), 1) << stranger.err();
-  EXPECT_NE(stranger.err().find("refused this sender's CURVE key"), std::string::npos) << stranger.err();
+  EXPECT_NE(stranger.err().find("refused this sender's key"), std::string::npos) << stranger.err();
   Process plain(sender(port, 1, {"--chunks", "5", "--set", "stream_id=8"}));
   EXPECT_EQ(plain.wait(20s), 1) << plain.err();
   EXPECT_NE(plain.err().find("requires authenticated streams"), std::string::npos) << plain.err();
@@ -299,6 +299,47 @@ TEST(EndToEnd, CurveAcceptsOnlyTheConfiguredSenderKeys) {
     }
   }
   EXPECT_EQ(fs::status(dir + "/sender.secret").permissions() & fs::perms::group_read, fs::perms::none);
+}
+
+// Authenticate mode: the same keys prove who connects (no encryption): an allowed sender
+// streams, another key and an encrypting sender are refused.
+TEST(EndToEnd, AuthenticateModeAcceptsOnlyTheConfiguredSenderKeys) {
+  std::string dir = temp_dir();
+  for (const char* name : {"gateway", "sender", "stranger"}) {
+    Process k({kAgent, "keygen", "--out", dir + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir + "/allowed") << read_file(dir + "/sender.public");
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--streams", "1", "--set", "security.curve.mode=authenticate", "--set",
+                                "security.curve.secret_key_file=" + dir + "/gateway.secret", "--set",
+                                "security.curve.allowed_keys_file=" + dir + "/allowed"}));
+  auto keyed = [&](const std::string& key, const std::string& mode, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--set", "security.curve.mode=" + mode,
+                                  "--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret",
+                                  "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return sender(port, 1, a);
+  };
+  Process stranger(keyed("stranger", "authenticate", {"--chunks", "5", "--set", "stream_id=7"}));
+  EXPECT_EQ(stranger.wait(20s), 1) << stranger.err();
+  EXPECT_NE(stranger.err().find("refused this sender's key"), std::string::npos) << stranger.err();
+  Process encrypting(keyed("sender", "encrypt", {"--chunks", "5", "--set", "stream_id=8"}));
+  EXPECT_EQ(encrypting.wait(20s), 1) << encrypting.err();
+  EXPECT_NE(encrypting.err().find("another security mode"), std::string::npos) << encrypting.err();
+  Process good(keyed("sender", "authenticate", {"--chunks", "40"}));
+  ASSERT_EQ(good.wait(60s), 0) << good.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  json r = summary(rx);
+  EXPECT_EQ(r["security"], "authenticate");
+  EXPECT_EQ(r["chunks"], 40);
+  EXPECT_GE(r["rejected_connections"]["auth"].get<int>(), 1) << r.dump();
+  for (const char* name : {"gateway", "sender", "stranger"}) {
+    std::string secret = read_file(dir + "/" + name + ".secret").substr(0, 40);
+    for (const Process* p : {&rx, &stranger, &encrypting, &good}) {
+      EXPECT_EQ(p->err().find(secret), std::string::npos) << name << "'s secret key was logged";
+    }
+  }
 }
 
 TEST(EndToEnd, CurveKeyFilesAreCheckedAtStart) {

@@ -47,6 +47,9 @@ struct SecurityConfig {
   std::string secret_key_file;    // this agent's secret key
   std::string server_key_file;    // send: the receiver's public key
   std::string allowed_keys_file;  // receive: the senders' public keys, one per line (lines starting with # are comments)
+  // encrypt: CURVE on every frame. authenticate: the same keys only prove who connects (ZeroMQ
+  // PLAIN with a token both ends derive from them); frames travel unencrypted, at no cost per byte.
+  enum class Mode { encrypt, authenticate } mode = Mode::encrypt;
   bool curve() const { return !secret_key_file.empty(); }
 };
 

@@ -129,11 +129,21 @@ void curve_client(Socket& sock, const CurveKeys& mine, const std::string& server
 // A listening socket that requires CURVE, with the given secret key.
 void curve_server(Socket& sock, const std::string& secret);
 
-// Decides which CURVE clients a context's listening sockets accept (the ZAP protocol, RFC 27):
-// only the listed public keys. Runs a thread until destroyed; destroy it before the context.
+// Authenticate-only mode: the token a key pair's owner and its peer both derive from their
+// CURVE keys (X25519 of one's secret and the other's public key, hashed): 64 hex characters.
+std::string pair_token(const std::string& my_secret, const std::string& their_public);
+// A connecting socket that proves its key with ZeroMQ PLAIN (username: its public key,
+// password: the pair token); frames are not encrypted.
+void plain_client(Socket& sock, const std::string& my_public, const std::string& token);
+// A listening socket that requires PLAIN credentials (checked by the ZapAuthenticator).
+void plain_server(Socket& sock);
+
+// Decides which clients a context's listening sockets accept (the ZAP protocol, RFC 27): only
+// the listed public keys, proven by CURVE or, in authenticate mode, by a PLAIN pair token
+// checked against `server_secret`. Runs a thread until destroyed; destroy it before the context.
 class ZapAuthenticator {
  public:
-  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys);
+  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys, std::string server_secret = "");
   ~ZapAuthenticator();
   ZapAuthenticator(const ZapAuthenticator&) = delete;
   ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
@@ -144,6 +154,7 @@ class ZapAuthenticator {
   void serve();
   Socket rep_;
   std::set<std::string> allowed_;
+  std::string server_secret_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> accepted_{0}, refused_{0};
   std::thread thread_;
