@@ -24,7 +24,8 @@ const ReasonKeys = "KeysInvalid"
 // the user names is only checked; the operator's own (<name>-curve-keys, owned by the pipeline)
 // gets the pairs it lacks. Secrets are read uncached: the operator never lists or watches them.
 func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.StreamPipeline) (string, error) {
-	if sp.Spec.Security == nil || sp.Spec.Security.Mode != v1alpha1.SecurityCurve {
+	if sp.Spec.Security == nil || (sp.Spec.Security.Mode != v1alpha1.SecurityCurve &&
+		sp.Spec.Security.Mode != v1alpha1.SecurityAuthenticate) {
 		return "", nil
 	}
 	name, managed := sp.Spec.Security.KeysSecret, false

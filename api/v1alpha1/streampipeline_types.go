@@ -164,18 +164,21 @@ type Gateway struct {
 }
 
 // SecurityMode of the data connections.
-// +kubebuilder:validation:Enum=none;curve
+// +kubebuilder:validation:Enum=none;curve;authenticate
 type SecurityMode string
 
 const (
-	SecurityNone  SecurityMode = "none"
-	SecurityCurve SecurityMode = "curve"
+	SecurityNone         SecurityMode = "none"
+	SecurityCurve        SecurityMode = "curve"
+	SecurityAuthenticate SecurityMode = "authenticate"
 )
 
 // Security: with mode curve every data connection is authenticated and encrypted (ZeroMQ
-// CURVE), and each gateway stream accepts only its own sender's key.
+// CURVE); with mode authenticate the same keys only prove who connects and frames travel
+// unencrypted (no cost per byte; see docs/security.md). Either way each gateway stream accepts
+// only its own sender's key.
 type Security struct {
-	// Mode: none or curve.
+	// Mode: none, curve or authenticate.
 	// +kubebuilder:default=none
 	// +optional
 	Mode SecurityMode `json:"mode,omitempty"`

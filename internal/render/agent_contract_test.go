@@ -32,6 +32,9 @@ func TestRenderedConfigsPassTheAgentsValidation(t *testing.T) {
 		"zmq source, zmq sink":   pipeline("c", withStreams(2), zmqSource, zmqSink),
 		"os placement":           pipeline("d", withPlacement(v1alpha1.PlacementOS)),
 		"curve":                  pipeline("e", withStreams(2), withCurve),
+		"authenticate": pipeline("f", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
+		}),
 	}
 	dir := t.TempDir()
 	for name, sp := range cases {

@@ -15,7 +15,7 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]map[string]any {
 	if n.Role != RoleGateway {
 		tx := agentConfig(in, n)
 		if in.KeysSecret != "" {
-			tx["security"] = map[string]any{"curve": map[string]any{
+			tx["security"] = map[string]any{"curve": map[string]any{"mode": securityMode(in),
 				"secret_key_file": KeysMountPath + "/secret", "server_key_file": KeysMountPath + "/server.public"}}
 		}
 		return map[string]map[string]any{configKey(n): tx}
@@ -23,7 +23,7 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]map[string]any {
 	relay := agentConfig(in, n)
 	relay["relay"] = true
 	if in.KeysSecret != "" {
-		relay["security"] = map[string]any{"curve": map[string]any{
+		relay["security"] = map[string]any{"curve": map[string]any{"mode": securityMode(in),
 			"secret_key_file": KeysMountPath + "/secret", "allowed_keys_file": KeysMountPath + "/allowed"}}
 	}
 	relay["sink"] = map[string]any{"kind": "zmq", "endpoint": RelaySocket}
@@ -43,6 +43,14 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]map[string]any {
 	}
 	decompress["placement"] = map[string]any{"mode": decompress["placement"].(map[string]any)["mode"], "stages": stages}
 	return map[string]map[string]any{relayKey(n): relay, configKey(n): decompress}
+}
+
+// securityMode is the agent's security.curve.mode for the pipeline's security mode.
+func securityMode(in Inputs) string {
+	if s := in.Pipeline.Spec.Security; s != nil && s.Mode == v1alpha1.SecurityAuthenticate {
+		return "authenticate"
+	}
+	return "encrypt"
 }
 
 func pick(stages map[string]any, names ...string) map[string]any {

@@ -96,7 +96,7 @@ func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan
 		t.Fatal(err)
 	}
 	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}
-	if sp.Spec.Security != nil && sp.Spec.Security.Mode == v1alpha1.SecurityCurve {
+	if sp.Spec.Security != nil && sp.Spec.Security.Mode != v1alpha1.SecurityNone {
 		in.KeysSecret = sp.Name + "-curve-keys"
 	}
 	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true})
@@ -385,6 +385,16 @@ func TestCurveKeysAreMountedPerPod(t *testing.T) {
 		!strings.Contains(objs.ConfigMap.Data["gateway-1-relay.json"], `"allowed_keys_file": "/etc/numastream/keys/allowed"`) ||
 		strings.Contains(objs.ConfigMap.Data["gateway-1.json"], "security") {
 		t.Errorf("configs %v", objs.ConfigMap.Data)
+	}
+	if !strings.Contains(objs.ConfigMap.Data["sender-1.json"], `"mode": "encrypt"`) {
+		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-1.json"])
+	}
+	auth, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
+	}))
+	if !strings.Contains(auth.ConfigMap.Data["sender-0.json"], `"mode": "authenticate"`) ||
+		!strings.Contains(auth.ConfigMap.Data["gateway-0-relay.json"], `"mode": "authenticate"`) {
+		t.Errorf("authenticate configs %v", auth.ConfigMap.Data)
 	}
 	plain, _ := renderFor(t, pipeline("tomo"))
 	if strings.Contains(plain.ConfigMap.Data["sender-0.json"], "security") {
