@@ -929,6 +929,15 @@ std::string Receiver::metrics_text() {
 
 RunResult Receiver::run(const RunHooks& hooks) {
   curve_ = load_curve(cfg_.security);
+  if (cfg_.sink.kind == SinkConfig::Kind::file) {
+    // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
+    // its senders until their reconnect timeout.
+    std::string dir = cfg_.sink.path.substr(0, cfg_.sink.path.find_last_of('/') + 1);
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      throw ConfigError("sink.path", "cannot write in " + dir + ": " + std::strerror(errno));
+    }
+  }
   const int receivers = rt_.threads("receive");
   const int decompressors = rt_.threads("decompress");
   // Senders put chunks on the wire in order; what arrives out of order is what several

@@ -342,6 +342,15 @@ TEST(EndToEnd, AuthenticateModeAcceptsOnlyTheConfiguredSenderKeys) {
   }
 }
 
+// A file sink whose directory does not exist is refused at start (exit 2, naming the field),
+// before any sender is accepted.
+TEST(EndToEnd, UnwritableSinkIsRefusedAtStart) {
+  Process p(receiver(free_ports(1), 1, {"--sink", "file", "--sink-path", "/nonexistent-dir/out.raw"}));
+  EXPECT_EQ(p.wait(10s), 2);
+  EXPECT_NE(p.err().find("sink.path"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("/nonexistent-dir/"), std::string::npos) << p.err();
+}
+
 TEST(EndToEnd, CurveKeyFilesAreCheckedAtStart) {
   std::string dir = temp_dir();
   std::ofstream(dir + "/garbage") << "not a key\n";
