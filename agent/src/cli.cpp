@@ -82,7 +82,7 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
       }
       std::string field = flag == "--threads" ? "threads" : "numa";
       std::string v = value.substr(eq + 1);
-      if (field == "numa") v = nlohmann::json(v).dump();  // always a string
+      if (field == "numa") v = nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // always a string
       overrides.push_back("placement.stages." + value.substr(0, eq) + "." + field + "=" + v);
     } else if (auto it = shortcuts().find(flag); it != shortcuts().end()) {
       // String-valued fields stay strings even when they look like numbers.
@@ -91,7 +91,7 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
                                        "placement.nic", "metrics.listen", "sysfs_root"};
       bool is_string = false;
       for (const char* s : kStrings) is_string = is_string || it->second == s;
-      overrides.push_back(it->second + "=" + (is_string ? nlohmann::json(value).dump() : value));
+      overrides.push_back(it->second + "=" + (is_string ? nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : value));
     } else {
       throw ConfigError(flag, "unknown flag (see --help)");
     }

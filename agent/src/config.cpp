@@ -17,7 +17,8 @@ std::string join(const std::string& path, const std::string& key) {
 }
 
 std::string show(const json& v) {
-  std::string s = v.dump();
+  // Replace invalid UTF-8 (a config or --set value may hold any bytes) instead of throwing.
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 

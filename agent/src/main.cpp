@@ -85,7 +85,7 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
   SignalDrain signals;
   RunResult r = role == Role::send ? run_sender(cfg, signals.token())
                                    : run_receiver(cfg, signals.token());
-  std::cout << r.summary.dump() << std::endl;
+  std::cout << r.summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return r.exit_code;
 }
 
