@@ -110,6 +110,14 @@ K8S_SIM_BIN ?= $(HOME)/.cache/numastream/k8s-$(K8S_VERSION)-sim
 SIM_DIR ?= /tmp/numastream-sim
 SIM := BIN_DIR=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) bash hack/sim-cluster.sh
 
+K8S_NODE_BIN ?= $(HOME)/.cache/numastream/k8s-$(K8S_VERSION)-node
+
+.PHONY: k8s-bins-node
+k8s-bins-node: ## Build a real kubelet (cached; for the real node)
+	@BIN_DIR=$(K8S_NODE_BIN) COMPONENTS="kubelet" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
+		bash hack/build-k8s-bins.sh | grep -v '^-\|^total\|^d' || true
+	@test -x $(K8S_NODE_BIN)/kubelet
+
 .PHONY: k8s-bins-sim
 k8s-bins-sim: ## Build etcd, apiserver, scheduler, controller-manager, kubectl and kwok (cached; ~7 min cold)
 	@BIN_DIR=$(K8S_SIM_BIN) COMPONENTS="control-plane kwok" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
@@ -133,10 +141,24 @@ test-e2e: k8s-bins-sim operator ## End-to-end tests: the operator on the simulat
 		NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_OPERATOR=$(CURDIR)/$(BIN)/operator \
 		NUMASTREAM_REQUIRE_E2E=1 go test -count=1 -v ./test/e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+e2e_test)' ; exit $${PIPESTATUS[0]}
 
+REAL_NODE := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) REAL_NODE_DIR=/tmp/numastream-real-node bash hack/real-node.sh
+
+.PHONY: test-e2e-real
+test-e2e-real: ## A real kubelet node (root): device plugin, exclusive CPUs, a verified stream into a real pod
+	@if ! why=$$($(REAL_NODE) check); then echo "test-e2e-real: skipped: $$why"; exit 0; fi; \
+	$(MAKE) --no-print-directory k8s-bins-sim k8s-bins-node agent operator && \
+	trap '$(REAL_NODE) down >/dev/null 2>&1; $(SIM) down >/dev/null' EXIT; \
+	$(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
+	$(REAL_NODE) up >/tmp/numastream-real-node.log 2>&1 || { tail -30 /tmp/numastream-real-node.log; exit 1; }; \
+	grep -E '^\[' /tmp/numastream-real-node.log; \
+	NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_REAL_NODE=real-node \
+	NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) \
+		go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)' ; exit $${PIPESTATUS[0]}
+
 ##@ Whole project
 
 .PHONY: test
-test: test-agent test-agent-asan test-fuzz test-operator test-e2e ## The whole suite
+test: test-agent test-agent-asan test-fuzz test-operator test-e2e test-e2e-real ## The whole suite
 	@echo "make test: all suites passed"
 
 .PHONY: demo

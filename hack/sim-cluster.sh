@@ -124,7 +124,8 @@ up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
-    --authorization-mode Node,RBAC --allow-privileged=true
+    --authorization-mode Node,RBAC --allow-privileged=true \
+    --kubelet-preferred-address-types InternalIP,Hostname
   wait_for 60 kube-apiserver k get --raw /readyz
 
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \

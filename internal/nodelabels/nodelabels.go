@@ -91,10 +91,11 @@ func Labels(t AgentTopology, b *AgentBench) map[string]string {
 		out[topology.NUMACPUsLabel(id)] = strconv.Itoa(c)
 	}
 	for _, nic := range t.NICs {
-		if nic.Virtual || nic.NUMANode < 0 || nic.NUMANode > maxID || !validName(nic.Name) {
+		node := nicNode(t, nic.NUMANode)
+		if nic.Virtual || node < 0 || node > maxID || !validName(nic.Name) {
 			continue
 		}
-		out[topology.NICNUMALabel(nic.Name)] = strconv.Itoa(nic.NUMANode)
+		out[topology.NICNUMALabel(nic.Name)] = strconv.Itoa(node)
 		if nic.SpeedMbps > 0 {
 			out[topology.NICSpeedLabel(nic.Name)] = strconv.FormatInt(nic.SpeedMbps, 10)
 		}
@@ -113,11 +114,21 @@ type LocalNIC struct {
 }
 
 // NICs returns the NICs with a known NUMA node, sorted by name.
+// nicNode is a NIC's NUMA node. The kernel reports -1 when it does not know; on a machine with
+// one NUMA node (most VMs) every device is on that node, so -1 means it. With several nodes an
+// unknown node stays unknown (-1): guessing would put receivers on the wrong socket.
+func nicNode(t AgentTopology, reported int) int {
+	if reported < 0 && len(t.NUMANodes) == 1 {
+		return t.NUMANodes[0].ID
+	}
+	return reported
+}
+
 func NICs(t AgentTopology) []LocalNIC {
 	var out []LocalNIC
 	for _, nic := range t.NICs {
-		if !nic.Virtual && nic.NUMANode >= 0 && validName(nic.Name) {
-			out = append(out, LocalNIC{Name: nic.Name, NUMANode: nic.NUMANode})
+		if node := nicNode(t, nic.NUMANode); !nic.Virtual && node >= 0 && validName(nic.Name) {
+			out = append(out, LocalNIC{Name: nic.Name, NUMANode: node})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,8 +73,19 @@ func TestPaperGatewayLabelsRoundTripThroughTheOperatorsParser(t *testing.T) {
 	}
 }
 
-func TestUnknownNICNodesAndVMsGetNoNICLabel(t *testing.T) {
-	for _, fixture := range []string{"nic-unknown", "vm-1node"} {
+// A NIC whose NUMA node the kernel does not know gets no label on a multi-node machine; on a
+// one-node machine (a VM) it is on that node, so it is labelled and gets locality tokens.
+func TestUnknownNICNodesGetNoNICLabelUnlessThereIsOneNode(t *testing.T) {
+	vm := agentTopology(t, "vm-1node")
+	vmLabels := Labels(vm, bench())
+	nics := NICs(vm)
+	if len(nics) == 0 || nics[0].NUMANode != vm.NUMANodes[0].ID {
+		t.Errorf("vm-1node locality NICs %+v", nics)
+	}
+	if vmLabels[topology.NICNUMALabel(nics[0].Name)] != strconv.Itoa(vm.NUMANodes[0].ID) {
+		t.Errorf("vm-1node labels %v", vmLabels)
+	}
+	for _, fixture := range []string{"nic-unknown"} {
 		labels := Labels(agentTopology(t, fixture), bench())
 		for k := range labels {
 			if strings.HasPrefix(k, "numastream.io/nic.") {
