@@ -114,9 +114,10 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, r.notPlanned(sp, err)
 	}
-	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway, KeysSecret: keys}, r.Render)
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway, KeysSecret: keys,
+		GatewayAddress: facts.gatewayIP}, r.Render)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, r.notPlanned(sp, &notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}
 	replaced, err := r.apply(ctx, sp, objs)
 	if err != nil {
@@ -152,6 +153,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 type facts struct {
 	senders     []topology.Node
 	gateway     topology.Node
+	gatewayIP   string
 	held        map[int]int
 	heldStreams int
 }
@@ -176,6 +178,13 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 		t, err := topology.FromLabels(name, node.Labels)
 		if err != nil {
 			return t, &notPlannedError{ReasonMissingNodeLabels, err}
+		}
+		if name == sp.Spec.Gateway.Node {
+			for _, a := range node.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP && f.gatewayIP == "" {
+					f.gatewayIP = a.Address
+				}
+			}
 		}
 		return t, nil
 	}

@@ -294,6 +294,10 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"no source":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file or zmq"},
 		"no senders":       {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = nil }, "spec.senders"},
 		"zero connections": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = ptr.To[int32](0) }, "spec.connections"},
+		"hostNetwork with an attachment": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.HostNetwork = true
+			sp.Spec.Gateway.Network.Attachment = "hsn-200g"
+		}, "leave gateway.network.attachment unset"},
 		"too many threads": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](5000)}
 		}, "spec.threads.compress"},

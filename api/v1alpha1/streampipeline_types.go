@@ -22,6 +22,7 @@ type Codec string
 // StreamPipelineSpec is what a user means: which nodes stream to which gateway over which
 // network, and where the data goes. How threads are pinned is the operator's job.
 // +kubebuilder:validation:XValidation:rule="!has(self.connections) || self.port + self.connections <= 65536",message="port + connections must not run past 65535"
+// +kubebuilder:validation:XValidation:rule="!(has(self.hostNetwork) && self.hostNetwork && has(self.gateway.network.attachment))",message="hostNetwork pods use the host's NICs: leave gateway.network.attachment unset"
 type StreamPipelineSpec struct {
 	// Senders are the source nodes; each one is one stream (the paper's detectors).
 	// +kubebuilder:validation:MinItems=1
@@ -93,6 +94,12 @@ type StreamPipelineSpec struct {
 	// Suspend scales the pipeline to zero without deleting it.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// HostNetwork runs the agent pods in their nodes' network namespaces, as data transfer nodes
+	// usually do: the gateway receives on the host's NIC directly and senders connect to the
+	// gateway node's InternalIP (no Service, no Multus attachment; NetworkPolicy does not apply).
+	// +optional
+	HostNetwork bool `json:"hostNetwork,omitempty"`
 }
 
 // Sender is one source node.

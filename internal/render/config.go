@@ -92,6 +92,9 @@ func agentConfig(in Inputs, n planner.NodePlan) map[string]any {
 	if n.Role == RoleSender {
 		gw := gatewayFor(in.Plan, n.Stream)
 		cfg["endpoint"] = fmt.Sprintf("tcp://%s.%s.svc:%d", Name(sp, gw), sp.Namespace, gw.Port)
+		if sp.Spec.HostNetwork {
+			cfg["endpoint"] = fmt.Sprintf("tcp://%s:%d", in.GatewayAddress, gw.Port)
+		}
 		cfg["stream_id"] = n.Stream
 		cfg["source"] = sourceConfig(sp.Spec.Senders[n.Stream].Source)
 	} else {

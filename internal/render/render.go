@@ -78,6 +78,8 @@ type Inputs struct {
 	Gateway  topology.Node
 	// KeysSecret holds the pipeline's CURVE keys (security mode curve); empty: plain TCP.
 	KeysSecret string
+	// GatewayAddress is the gateway node's InternalIP (senders connect to it with hostNetwork).
+	GatewayAddress string
 }
 
 // Objects is everything one pipeline owns.
@@ -91,6 +93,9 @@ type Objects struct {
 // Render builds the objects for a plan.
 func Render(in Inputs, opts Options) (Objects, error) {
 	sp := in.Pipeline
+	if sp.Spec.HostNetwork && in.GatewayAddress == "" {
+		return Objects{}, fmt.Errorf("hostNetwork: gateway node %s has no InternalIP address for the senders", sp.Spec.Gateway.Node)
+	}
 	var out Objects
 	configs := map[string]string{}
 	for _, n := range in.Plan.Nodes {
@@ -113,7 +118,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		}
 		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
 	}
-	if opts.NetworkPolicy {
+	if opts.NetworkPolicy && !sp.Spec.HostNetwork { // NetworkPolicy does not govern host networking
 		out.NetworkPolicy = networkPolicy(in)
 	}
 	return out, nil
@@ -200,6 +205,10 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 	hash := hex.EncodeToString(sum[:8])
 	pod.Annotations = map[string]string{AnnotationPlanHash: hash}
 	withNetworkAttachment(&pod, sp, n)
+	if sp.Spec.HostNetwork {
+		pod.Spec.HostNetwork = true
+		pod.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	}
 	j := &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: meta(sp, name, n.Role, n.Stream),

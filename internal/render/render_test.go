@@ -436,3 +436,31 @@ func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 		t.Errorf("metrics rule %+v", m)
 	}
 }
+
+// With hostNetwork the pods use their nodes' network namespaces and the senders connect to the
+// gateway node's address; without an address the pipeline cannot be rendered.
+func TestHostNetworkPodsConnectToTheGatewayNodeAddress(t *testing.T) {
+	sp := pipeline("dtn", withStreams(2))
+	sp.Spec.HostNetwork = true
+	_, plan := renderFor(t, pipeline("dtn", withStreams(2)))
+	objs, err := Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), GatewayAddress: "10.40.0.7"},
+		Options{AgentImage: "x", NetworkPolicy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range objs.Jobs {
+		if !j.Spec.Template.Spec.HostNetwork || j.Spec.Template.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+			t.Errorf("%s: hostNetwork %v dns %s", j.Name, j.Spec.Template.Spec.HostNetwork, j.Spec.Template.Spec.DNSPolicy)
+		}
+	}
+	if !strings.Contains(objs.ConfigMap.Data["sender-1.json"], `"endpoint": "tcp://10.40.0.7:`+itoa(plan.Nodes[3].Port)+`"`) {
+		t.Errorf("sender endpoint: %s", objs.ConfigMap.Data["sender-1.json"])
+	}
+	if objs.NetworkPolicy != nil {
+		t.Error("a NetworkPolicy cannot govern host-network pods; none is rendered")
+	}
+	if _, err := Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}, Options{}); err == nil ||
+		!strings.Contains(err.Error(), "InternalIP") {
+		t.Errorf("no gateway address: %v", err)
+	}
+}
