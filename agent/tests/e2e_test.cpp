@@ -223,7 +223,17 @@ TEST(EndToEnd, GarbageOnTheDataPortsIsDroppedAndCounted) {
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<std::uint16_t>(port + round % 2));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    // The receiving threads bind their ports as they start: retry a refused connection briefly.
+    int rc = -1;
+    for (int attempt = 0; attempt < 100 && rc != 0; ++attempt) {
+      rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+      if (rc != 0) {
+        ::close(fd);
+        fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+    ASSERT_EQ(rc, 0) << "the receiver never listened on port " << port + round % 2;
     {
       std::string noise(1 + rng() % 4096, '\0');
       for (auto& c : noise) c = static_cast<char>(rng());
