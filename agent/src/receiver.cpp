@@ -63,6 +63,9 @@ class Receiver {
   std::vector<std::byte> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                  std::uint32_t flags);
   bool check_sink(zmq::SendOutcome o);
+  // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
+  // with the totals its sender announced; none before the sender ended the stream.
+  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count);
   std::string metrics_text();
 
   const Config& cfg_;
@@ -386,6 +389,21 @@ bool Receiver::check_sink(zmq::SendOutcome o) {
   return o == zmq::SendOutcome::sent;
 }
 
+std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count) {
+  auto eos = tracker_.end_of_stream(stream);
+  if (!eos) return std::nullopt;
+  std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
+  wire::Header h;
+  h.type = wire::FrameType::end_of_stream;
+  h.stream_id = stream;
+  h.connections = 1;
+  h.sequence = eos->total_chunks;
+  h.payload_size = wire::kEndOfStreamPayload;
+  wire::encode_header(h, frame);
+  wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
+  return zmq::Message::of({frame, sizeof(frame)});
+}
+
 // The zmq sink hands raw chunks to an external consumer (an analysis application's PULL socket).
 // ZeroMQ does not confirm that the consumer read them: a chunk counts as taken (and is
 // acknowledged to the sender) once the sink socket accepted it.
@@ -423,21 +441,8 @@ void Receiver::zmq_sink_loop(StageStats& st) {
   }
   // End each forwarded stream downstream, once, with the totals its sender announced.
   for (const auto& [stream, count] : forwarded) {
-    auto eos = tracker_.end_of_stream(stream);
-    if (!eos) continue;
-    std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
-    wire::Header h;
-    h.type = wire::FrameType::end_of_stream;
-    h.stream_id = stream;
-    h.connections = 1;
-    h.sequence = eos->total_chunks;
-    h.payload_size = wire::kEndOfStreamPayload;
-    wire::encode_header(h, frame);
-    wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
-    zmq_msg_t msg;
-    zmq_msg_init_size(&msg, sizeof(frame));
-    std::memcpy(zmq_msg_data(&msg), frame, sizeof(frame));
-    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) return;
+    auto end = downstream_end(stream, count);
+    if (end && !check_sink(zmq::send_watched(sock, mon, end->raw(), aborted))) return;
   }
 }
 
@@ -536,18 +541,7 @@ void Receiver::relay_thread() {
     // End each stream downstream with the totals its sender announced; the decompressing side
     // acknowledges it, and that acknowledgement ends the upstream connections.
     for (const auto& [stream, count] : forwarded) {
-      auto eos = tracker_.end_of_stream(stream);
-      if (!eos) continue;
-      std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
-      wire::Header h;
-      h.type = wire::FrameType::end_of_stream;
-      h.stream_id = stream;
-      h.connections = 1;
-      h.sequence = eos->total_chunks;
-      h.payload_size = wire::kEndOfStreamPayload;
-      wire::encode_header(h, frame);
-      wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
-      link.send_end(stream, zmq::Message::of({frame, sizeof(frame)}));
+      if (auto end = downstream_end(stream, count)) link.send_end(stream, std::move(*end));
     }
     ScopedTimer wait(st.blocked_output_ns);
     link.finish();

@@ -57,12 +57,7 @@ class BoundedQueue {
       pop_wait_ns_ += elapsed_ns(start);
     }
     if (count_ == 0) return std::nullopt;
-    std::optional<T> out(std::move(slots_[head_]));
-    head_ = (head_ + 1) % slots_.size();
-    --count_;
-    lock.unlock();
-    not_full_.notify_one();
-    return out;
+    return take(lock);
   }
 
   // Like pop(), but waits at most `timeout`; `done` turns true once closed and drained.
@@ -77,12 +72,7 @@ class BoundedQueue {
       done = closed_;
       return std::nullopt;
     }
-    std::optional<T> out(std::move(slots_[head_]));
-    head_ = (head_ + 1) % slots_.size();
-    --count_;
-    lock.unlock();
-    not_full_.notify_one();
-    return out;
+    return take(lock);
   }
 
   void close() {
@@ -107,6 +97,16 @@ class BoundedQueue {
   std::uint64_t pop_wait_ns() const noexcept { return pop_wait_ns_.load(); }
 
  private:
+  // Removes the oldest item (the queue is not empty), then wakes a producer.
+  std::optional<T> take(std::unique_lock<std::mutex>& lock) {
+    std::optional<T> out(std::move(slots_[head_]));
+    head_ = (head_ + 1) % slots_.size();
+    --count_;
+    lock.unlock();
+    not_full_.notify_one();
+    return out;
+  }
+
   static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
     return static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
