@@ -7,8 +7,8 @@
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
-COPY hack/install-deps.sh hack/install-deps.sh
-RUN bash hack/install-deps.sh
+COPY hack/install-deps.sh hack/quiet.sh hack/
+RUN bash hack/install-deps.sh build
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .

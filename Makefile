@@ -31,13 +31,13 @@ deps: ## Install the Debian packages the build needs (idempotent)
 
 .PHONY: agent
 agent: deps ## Build the C++ agent into bin/numastream-agent
-	@cmake -S agent -B $(AGENT_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@hack/quiet.sh "agent: cmake configure" -- cmake -S agent -B $(AGENT_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	@cmake --build $(AGENT_BUILD) -j $(JOBS)
 	@mkdir -p $(BIN) && cp $(AGENT_BUILD)/numastream-agent $(AGENT)
 
 .PHONY: agent-asan
 agent-asan: deps ## Build the agent and all its tests with AddressSanitizer + UBSan
-	@cmake -S agent -B $(AGENT_ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNUMASTREAM_SANITIZE=ON -DNUMASTREAM_E2E=ON >/dev/null
+	@hack/quiet.sh "agent-asan: cmake configure" -- cmake -S agent -B $(AGENT_ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNUMASTREAM_SANITIZE=ON -DNUMASTREAM_E2E=ON
 	@cmake --build $(AGENT_ASAN_BUILD) -j $(JOBS)
 
 .PHONY: test-agent
@@ -72,7 +72,7 @@ bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit
 k8s-bins: ## Build kube-apiserver, etcd, controller-gen and helm from the Go module proxy (cached)
 	@command -v go >/dev/null || { echo "Go 1.26 is needed (https://go.dev/dl)"; exit 1; }
 	@BIN_DIR=$(K8S_BIN) COMPONENTS="envtest controller-gen helm" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
-		bash hack/build-k8s-bins.sh | grep -v '^-\|^total\|^d' || true
+		bash hack/build-k8s-bins.sh
 	@test -x $(K8S_BIN)/kube-apiserver && test -x $(K8S_BIN)/etcd && test -x $(CONTROLLER_GEN) && test -x $(K8S_BIN)/helm
 
 .PHONY: generate
@@ -116,13 +116,13 @@ K8S_NODE_BIN ?= $(HOME)/.cache/numastream/k8s-$(K8S_VERSION)-node
 .PHONY: k8s-bins-node
 k8s-bins-node: ## Build a real kubelet (cached; for the real node)
 	@BIN_DIR=$(K8S_NODE_BIN) COMPONENTS="kubelet" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
-		bash hack/build-k8s-bins.sh | grep -v '^-\|^total\|^d' || true
+		bash hack/build-k8s-bins.sh
 	@test -x $(K8S_NODE_BIN)/kubelet
 
 .PHONY: k8s-bins-sim
 k8s-bins-sim: ## Build etcd, apiserver, scheduler, controller-manager, kubectl and kwok (cached; ~7 min cold)
 	@BIN_DIR=$(K8S_SIM_BIN) COMPONENTS="control-plane kwok" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \
-		bash hack/build-k8s-bins.sh | grep -v '^-\|^total\|^d' || true
+		bash hack/build-k8s-bins.sh
 	@test -x $(K8S_SIM_BIN)/kube-scheduler && test -x $(K8S_SIM_BIN)/kwok && test -x $(K8S_SIM_BIN)/kubectl
 
 .PHONY: sim-up sim-down
@@ -158,8 +158,12 @@ test-e2e-real: ## A real kubelet node (root): device plugin, exclusive CPUs, a v
 
 ##@ Whole project
 
+.PHONY: check-deps
+check-deps: deps ## Prove each toolchain the suite uses links and runs a program (names the package when not)
+	@bash hack/check-deps.sh
+
 .PHONY: test
-test: test-agent test-agent-asan test-fuzz test-operator test-e2e test-e2e-real ## The whole suite
+test: check-deps test-agent test-agent-asan test-fuzz test-operator test-e2e test-e2e-real ## The whole suite
 	@echo "make test: all suites passed"
 
 .PHONY: demo

@@ -11,9 +11,9 @@ if ! command -v clang++ >/dev/null 2>&1; then
   echo "fuzz: clang++ is missing (hack/install-deps.sh installs it)" >&2
   exit 1
 fi
-CC=clang CXX=clang++ cmake -S agent -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DNUMASTREAM_FUZZ=ON -DNUMASTREAM_TESTS=OFF >/dev/null
-cmake --build "$build" --target frame_fuzzer config_fuzzer >/dev/null
+CC=clang CXX=clang++ hack/quiet.sh "fuzz: cmake configure" -- cmake -S agent -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_FUZZ=ON -DNUMASTREAM_TESTS=OFF
+hack/quiet.sh "fuzz: build" -- cmake --build "$build" --target frame_fuzzer config_fuzzer
 mkdir -p "$build/artifacts"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

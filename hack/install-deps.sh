@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the project builds against. Idempotent: when everything is
-# present it only checks (well under a second) and installs nothing.
+# Installs the Debian packages the project builds and tests against, each named explicitly
+# (installed with --no-install-recommends, so nothing arrives through Recommends). Idempotent:
+# when everything is present it only checks (well under a second) and installs nothing.
+#
+#   install-deps.sh [build|test|all]     (default all)
+#     build  what `make agent` and `make operator` need (the Dockerfile's builder uses this)
+#     test   + what `make test` and `make demo` need on top: clang's libFuzzer/ASan runtime,
+#            network namespaces and shaping, the real nodes' container runtime and CNI plugins
+#
+# hack/check-deps.sh then proves that each toolchain links and runs a program.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+group=${1:-all}
 
-packages=(
+build=(
   build-essential cmake ninja-build pkg-config
   liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev nlohmann-json3-dev
-  googletest libgtest-dev
-  curl
-  clang iproute2 nftables
+  ca-certificates git
 )
+test=(
+  googletest libgtest-dev
+  # libFuzzer + ASan/UBSan with clang: the runtimes are in libclang-rt-14-dev, which clang only
+  # Recommends.
+  clang libclang-rt-14-dev
+  # fault tests and the facility in a box: namespaces, veth, tc, nftables drop rules
+  iproute2 nftables procps util-linux
+  # real kubelet nodes: container runtime, CNI plugins, a static busybox for the sandbox image
+  containerd runc containernetworking-plugins busybox-static
+  python3 curl tar
+)
+case "$group" in
+  build) packages=("${build[@]}") ;;
+  test | all) packages=("${build[@]}" "${test[@]}") ;;
+  *) echo "install-deps: unknown group '$group' (build, test or all)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -31,6 +55,7 @@ else
   SUDO=
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+export QUIET_LOG_DIR=${QUIET_LOG_DIR:-/tmp/numastream-install-deps}
+hack/quiet.sh "apt-get update" -- $SUDO apt-get update -qq
+hack/quiet.sh "apt-get install" -- $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "install-deps: done"

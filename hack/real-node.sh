@@ -41,16 +41,7 @@ why_not() {
     { echo "needs Debian's containerd and runc (apt-get is missing)"; return; }
 }
 
-packages() {
-  local need=()
-  for p in containerd runc containernetworking-plugins busybox-static; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-  done
-  if ((${#need[@]})); then
-    log "installing ${need[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
-}
+packages() { bash hack/install-deps.sh test; }
 
 # A docker-archive image from a root filesystem directory: tar the layer, describe it, import it.
 import_image() { # rootfs-dir config-json tag...
