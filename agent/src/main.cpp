@@ -53,6 +53,7 @@ class SignalDrain {
         int sig = sigtimedwait(&set_, nullptr, &tick);
         if (sig == SIGINT || sig == SIGTERM) {
           std::fprintf(stderr, "numastream-agent: signal %d: draining\n", sig);
+          set_drain_signal(sig);
           source_.request_stop();
         }
       }

@@ -809,11 +809,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
   // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
+  // A drained receiver whose stream did not complete exits "interrupted": resume me.
   const bool drained = rt_.drain_requested();
   if (rt_.aborted()) {
     result.exit_code = kExitFailure;
   } else if (t.corrupt > 0 || (!drained && (t.lost > 0 || !incomplete_files_.empty()))) {
     result.exit_code = kExitIntegrity;
+  } else if (drained && !result.summary["complete"].get<bool>()) {
+    result.exit_code = kExitInterruptedBase + drain_signal();
   }
   return result;
 }

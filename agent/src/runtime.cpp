@@ -14,9 +14,17 @@
 #include "numastream/buffer_pool.hpp"
 #include "numastream/cpuset.hpp"
 #include "numastream/error.hpp"
+#include "numastream/pipeline.hpp"
 #include "numastream/transport.hpp"
 
 namespace numastream {
+
+namespace {
+std::atomic<int> g_drain_signal{0};
+}  // namespace
+
+int drain_signal() noexcept { return g_drain_signal.load(); }
+void set_drain_signal(int sig) noexcept { g_drain_signal.store(sig); }
 
 namespace {
 

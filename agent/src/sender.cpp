@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
@@ -117,6 +118,11 @@ class Sender {
   bool source_has_end() const {
     return cfg_.source.kind == SourceConfig::Kind::file ||
            (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0);
+  }
+  // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
+  // unless a person ended an endless stream with SIGINT.
+  bool drain_pauses() const {
+    return rt_.drain_requested() && (source_has_end() || drain_signal() != SIGINT);
   }
   std::string metrics_text();
 
@@ -473,7 +479,7 @@ void Sender::send_thread(int index) {
       if (!cfg_.pin) rt_.observe_cpu(slot);
     }
     if (rt_.aborted()) return;
-    if (rt_.drain_requested() && source_has_end()) {
+    if (drain_pauses()) {
       // Paused, not ended: everything sent is acknowledged, the stream stays open, and a
       // restarted sender resumes it after what the receiver has.
       ScopedTimer wait(st.blocked_output_ns);
@@ -605,9 +611,13 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"placement", rt_.placement_json()},
       {"stages", rt_.stages_json()},
       {"drained", rt_.drain_requested()},
-      {"paused", rt_.drain_requested() && source_has_end() && !rt_.aborted()},
+      {"paused", drain_pauses() && !rt_.aborted()},
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
-  result.exit_code = rt_.aborted() ? kExitFailure : kExitOk;
+  if (rt_.aborted()) {
+    result.exit_code = kExitFailure;
+  } else if (drain_pauses()) {
+    result.exit_code = kExitInterruptedBase + drain_signal();
+  }
   return result;
 }
 

@@ -464,7 +464,8 @@ TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   EXPECT_NE(tm.find("numastream_chunks_sent_total{role=\"send\"}"), std::string::npos) << tm;
   EXPECT_EQ(http_get(rport, "/healthz").substr(0, 3), "200");
   EXPECT_EQ(http_get(rport, "/nope").substr(0, 3), "404");
-  tx.signal(SIGTERM);
+  // SIGINT: a person ends an endless stream (SIGTERM would pause it, see DrainedEndlessSenderPauses).
+  tx.signal(SIGINT);
   EXPECT_EQ(tx.wait(30s), 0) << tx.err();
   EXPECT_EQ(rx.wait(30s), 0) << rx.err();
   json s = summary(tx), r = summary(rx);
@@ -472,6 +473,35 @@ TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   EXPECT_GT(s["chunks"].get<int>(), 0);
   EXPECT_EQ(r["chunks"], s["chunks"]) << "every chunk the drained sender sent arrived";
   EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["complete"], true);
+}
+
+// A node drain or an eviction sends SIGTERM: an endless stream is paused, not ended. The sender
+// exits 143 (interrupted: resume me), the receiver keeps the stream open, and the next sender
+// continues it after what was acknowledged: nothing lost, nothing twice.
+TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
+  int port = free_ports(2);
+  Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
+  std::vector<std::string> endless = {"--chunks", "0", "--rate-gbps", "0.4"};
+  Process tx1(sender(port, 2, endless));
+  std::this_thread::sleep_for(1500ms);
+  tx1.signal(SIGTERM);
+  EXPECT_EQ(tx1.wait(30s), 143) << tx1.err();
+  json s1 = summary(tx1);
+  EXPECT_EQ(s1["paused"], true);
+  EXPECT_GT(s1["acknowledged"].get<int>(), 0);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(rx.running()) << "the receiver ended a paused stream: " << rx.err();
+  Process tx2(sender(port, 2, endless));
+  std::this_thread::sleep_for(1500ms);
+  tx2.signal(SIGINT);  // a person ends the endless stream
+  EXPECT_EQ(tx2.wait(30s), 0) << tx2.err();
+  EXPECT_EQ(rx.wait(30s), 0) << rx.err();
+  json s2 = summary(tx2), r = summary(rx);
+  EXPECT_GT(s2["skipped_acknowledged"].get<int>(), 0) << "the second sender resumed after the first";
+  EXPECT_EQ(r["chunks"].get<int>(), s1["acknowledged"].get<int>() + s2["chunks"].get<int>());
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["duplicates"], 0);
   EXPECT_EQ(r["complete"], true);
 }
 

@@ -16,6 +16,16 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;    // runtime failure (peer gone, I/O error)
 inline constexpr int kExitUsage = 2;      // bad configuration or flags
 inline constexpr int kExitIntegrity = 3;  // stream ended with lost or corrupt chunks
+// Stopped by a signal before the stream completed: 128 + the signal (143 for SIGTERM, 130 for
+// SIGINT), as a shell reports it. Nothing is lost: the stream is paused and resumes when the
+// agent runs again. Kubernetes Jobs retry these without counting a failure (podFailurePolicy).
+inline constexpr int kExitInterruptedBase = 128;
+
+// The signal that asked this process to drain (0: none). SIGTERM (an orchestrator: node drain,
+// eviction, deletion) pauses every stream; SIGINT (a person at a terminal) ends an endless
+// stream and pauses one with an end.
+int drain_signal() noexcept;
+void set_drain_signal(int sig) noexcept;
 
 struct RunResult {
   nlohmann::json summary;
