@@ -4,6 +4,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -38,6 +39,9 @@ import (
 
 // FieldOwner is the server-side apply field manager of everything the operator writes.
 const FieldOwner = "numastream-operator"
+
+// NetworkStatusAnnotation is where Multus reports a pod's networks and addresses.
+const NetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status"
 
 // Condition reasons.
 const (
@@ -115,7 +119,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, r.notPlanned(sp, err)
 	}
 	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway, KeysSecret: keys,
-		GatewayAddress: facts.gatewayIP}, r.Render)
+		GatewayAddress: facts.gatewayIP, DataAddresses: facts.dataAddresses}, r.Render)
 	if err != nil {
 		return ctrl.Result{}, r.notPlanned(sp, &notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}
@@ -151,11 +155,13 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 // facts are the only reads the planner depends on.
 type facts struct {
-	senders     []topology.Node
-	gateway     topology.Node
-	gatewayIP   string
-	held        map[int]int
-	heldStreams int
+	senders   []topology.Node
+	gateway   topology.Node
+	gatewayIP string
+	// dataAddresses: each running gateway pod's address on the data network, by stream.
+	dataAddresses map[int]string
+	held          map[int]int
+	heldStreams   int
 }
 
 type notPlannedError struct {
@@ -179,6 +185,9 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 		if err != nil {
 			return t, &notPlannedError{ReasonMissingNodeLabels, err}
 		}
+		if cpu, ok := node.Status.Allocatable[corev1.ResourceCPU]; ok {
+			t.AllocatableCPUs = int(cpu.MilliValue() / 1000)
+		}
 		if name == sp.Spec.Gateway.Node {
 			for _, a := range node.Status.Addresses {
 				if a.Type == corev1.NodeInternalIP && f.gatewayIP == "" {
@@ -200,8 +209,59 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 		return f, err
 	}
 	f.gateway = gw
+	if f.dataAddresses, err = r.gatewayDataAddresses(ctx, sp); err != nil {
+		return f, err
+	}
 	f.held, f.heldStreams, err = r.heldOnGateway(ctx, sp)
 	return f, err
+}
+
+// gatewayDataAddresses reads, from each running gateway pod, the address Multus gave it on the
+// data network (k8s.v1.cni.cncf.io/network-status).
+func (r *StreamPipelineReconciler) gatewayDataAddresses(ctx context.Context, sp *v1alpha1.StreamPipeline) (map[int]string, error) {
+	attachment := sp.Spec.Gateway.Network.Attachment
+	if attachment == "" || sp.Spec.Gateway.Network.Address != "" {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(sp.Namespace),
+		client.MatchingLabels{render.LabelPipeline: sp.Name, render.LabelRole: render.RoleGateway}); err != nil {
+		return nil, err
+	}
+	out := map[int]string{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		stream, err := strconv.Atoi(p.Labels[render.LabelStream])
+		running := p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded
+		if err != nil || p.DeletionTimestamp != nil || !running {
+			continue
+		}
+		if addr := networkStatusAddress(p, sp.Namespace, attachment); addr != "" {
+			out[stream] = addr
+		}
+	}
+	return out, nil
+}
+
+// networkStatusAddress is the pod's first address on the attachment ("name" or "namespace/name")
+// in its Multus network-status annotation; "" when not there.
+func networkStatusAddress(p *corev1.Pod, namespace, attachment string) string {
+	var status []struct {
+		Name string   `json:"name"`
+		IPs  []string `json:"ips"`
+	}
+	if err := json.Unmarshal([]byte(p.Annotations[NetworkStatusAnnotation]), &status); err != nil {
+		return ""
+	}
+	if !strings.Contains(attachment, "/") {
+		attachment = namespace + "/" + attachment
+	}
+	for _, s := range status {
+		if s.Name == attachment && len(s.IPs) > 0 {
+			return s.IPs[0]
+		}
+	}
+	return ""
 }
 
 // heldOnGateway sums the gateway cores that older pipelines hold. Age decides who keeps cores
@@ -347,13 +407,18 @@ func (r *StreamPipelineReconciler) apply(ctx context.Context, sp *v1alpha1.Strea
 	}
 	replaced := false
 	want := map[string]bool{}
+	for _, name := range objs.Waiting { // held back, not removed: they run until replaced
+		want[name] = true
+	}
 	for _, j := range objs.Jobs {
 		want[j.Name] = true
 		existing := &batchv1.Job{}
 		err := r.Get(ctx, client.ObjectKeyFromObject(j), existing)
 		if err == nil && existing.Annotations[render.AnnotationPlanHash] != j.Annotations[render.AnnotationPlanHash] {
 			ctrl.LoggerFrom(ctx).Info("Replacing job with a new plan", "job", klog.KObj(existing))
-			if err := r.Delete(ctx, existing, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			// Foreground: the Job goes only after its pod has stopped, so the old agent has
+			// paused its stream before the new one resumes it.
+			if err := r.Delete(ctx, existing, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 				return false, err
 			}
 			replaced = true
@@ -442,10 +507,20 @@ func (r *StreamPipelineReconciler) readiness(ctx context.Context, sp *v1alpha1.S
 	}
 	var waiting []string
 	completed := 0
+	names := make([]string, 0, len(objs.Jobs)+len(objs.Waiting))
 	for _, j := range objs.Jobs {
+		names = append(names, j.Name)
+	}
+	// A sender held back for its gateway's data address may exist from before (and may have
+	// finished): it counts like the others.
+	names = append(names, objs.Waiting...)
+	for i, name := range names {
 		cur := &batchv1.Job{}
-		if err := r.Get(ctx, client.ObjectKeyFromObject(j), cur); err != nil {
-			waiting = append(waiting, j.Name)
+		if err := r.Get(ctx, types.NamespacedName{Namespace: sp.Namespace, Name: name}, cur); err != nil {
+			if i >= len(objs.Jobs) {
+				name += " (the gateway's data-network address)"
+			}
+			waiting = append(waiting, name)
 			continue
 		}
 		switch {
@@ -453,17 +528,17 @@ func (r *StreamPipelineReconciler) readiness(ctx context.Context, sp *v1alpha1.S
 			completed++
 		case cur.Status.Ready != nil && *cur.Status.Ready > 0:
 		default:
-			waiting = append(waiting, j.Name)
+			waiting = append(waiting, name)
 		}
 	}
 	switch {
 	case len(waiting) > 0:
 		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPending, "waiting for "+strings.Join(waiting, ", "))
 		return false
-	case completed == len(objs.Jobs):
+	case completed == len(names) && len(names) > 0:
 		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonCompleted, "every stream completed")
 	default:
-		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("%d agents running", len(objs.Jobs)-completed))
+		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("%d agents running", len(names)-completed))
 	}
 	if meta.FindStatusCondition(sp.Status.Conditions, v1alpha1.ConditionNICLocal) == nil {
 		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the receiving agents have not reported their placement yet")

@@ -152,7 +152,9 @@ func pipeline(ns, name string, opts ...spOption) *v1alpha1.StreamPipeline {
 	sp := &v1alpha1.StreamPipeline{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.StreamPipelineSpec{
-			Gateway: v1alpha1.Gateway{Node: "lynx-1", Network: v1alpha1.DataNetwork{NIC: "ens1f0", Attachment: "hsn-200g"}},
+			Gateway: v1alpha1.Gateway{Node: "lynx-1", Network: v1alpha1.DataNetwork{NIC: "ens1f0", Attachment: "hsn-200g",
+				// envtest runs no pods, so no network-status: the gateway's data address is given.
+				Address: "10.215.0.100"}},
 		},
 	}
 	withSenders("updraft-1")(sp)

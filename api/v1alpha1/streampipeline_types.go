@@ -100,6 +100,14 @@ type StreamPipelineSpec struct {
 	// gateway node's InternalIP (no Service, no Multus attachment; NetworkPolicy does not apply).
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"`
+
+	// IdleTimeoutSeconds fails a started stream that stays silent this long (its sender gone
+	// and not coming back). Unset: off for endless sources (a beamline pauses between scans),
+	// 600 s for sources with an end.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty"`
 }
 
 // Sender is one source node.
@@ -218,6 +226,21 @@ type DataNetwork struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	ResourceName string `json:"resourceName,omitempty"`
+
+	// SenderAttachment is the attachment the sender pods join to reach the gateway on the data
+	// network (when the detector side has its own, e.g. another address range or VLAN). Unset:
+	// the senders join Attachment.
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	SenderAttachment string `json:"senderAttachment,omitempty"`
+
+	// Address is the gateway's address on the data network, when it is fixed (static IPAM, a
+	// host NIC's address). Unset: with an attachment, the address Multus reports for the
+	// gateway pod (k8s.v1.cni.cncf.io/network-status); with hostNetwork, the named NIC's
+	// address as the node daemon publishes it.
+	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F:.]{2,45}$`
+	// +optional
+	Address string `json:"address,omitempty"`
 }
 
 // Sink is a union: at most one member is set; none is the null sink.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/numastream/numastream/internal/nodedaemon"
+	"github.com/numastream/numastream/internal/nodelabels"
 )
 
 func main() {
@@ -37,19 +38,25 @@ func main() {
 		tokens      = flag.Int("tokens-per-nic", 16, "NIC-locality tokens per NIC (0 disables the device plugin)")
 		interval    = flag.Duration("interval", time.Minute, "how often the topology is re-read")
 		benchRounds = flag.Int("bench-rounds", 3, "rounds of the start-up codec calibration")
+		nicRates    = flag.String("nic-rate", "", "declared data NICs and the rate of the path behind each, NIC=MBIT[,...]: published as the NIC's speed, virtual interfaces included")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("node-daemon")
-	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds); err != nil {
+	rates, err := nodelabels.ParseRates(*nicRates)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-daemon:", err)
+		os.Exit(2)
+	}
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates); err != nil {
 		log.Error(err, "Node daemon failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int) error {
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64) error {
 	if node == "" {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	}
@@ -59,6 +66,7 @@ func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featu
 		Interval:  interval,
 		Tokens:    tokens,
 		PluginDir: pluginDir,
+		NICRates:  rates,
 		Log:       log,
 	}
 	var c client.Client

@@ -176,7 +176,10 @@ type Daemon struct {
 	// Device plugins: tokens per NIC (0 disables them) and the kubelet's plugin directory.
 	Tokens    int
 	PluginDir string
-	Log       logr.Logger
+	// NICRates are declared data NICs and the rate of the path behind each, Mbit/s
+	// (nodelabels.Declare).
+	NICRates map[string]int64
+	Log      logr.Logger
 
 	published map[string]string
 	plugins   map[string]context.CancelFunc
@@ -215,6 +218,7 @@ func (d *Daemon) Once(ctx context.Context, bench *nodelabels.AgentBench) error {
 	if err != nil {
 		return err
 	}
+	topo = nodelabels.Declare(topo, d.NICRates)
 	labels := nodelabels.Labels(topo, bench)
 	if !maps.Equal(labels, d.published) {
 		for _, p := range d.Publishers {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/numastream/numastream/internal/topology"
 )
@@ -19,13 +20,16 @@ type AgentTopology struct {
 		ID       int `json:"id"`
 		CPUCount int `json:"cpu_count"`
 	} `json:"numa_nodes"`
-	NICs []struct {
-		Name      string `json:"name"`
-		NUMANode  int    `json:"numa_node"`
-		PCI       string `json:"pci_address"`
-		SpeedMbps int64  `json:"speed_mbps"`
-		Virtual   bool   `json:"virtual"`
-	} `json:"nics"`
+	NICs []AgentNIC `json:"nics"`
+}
+
+// AgentNIC is one network interface as the agent reports it.
+type AgentNIC struct {
+	Name      string `json:"name"`
+	NUMANode  int    `json:"numa_node"`
+	PCI       string `json:"pci_address"`
+	SpeedMbps int64  `json:"speed_mbps"`
+	Virtual   bool   `json:"virtual"`
 }
 
 // AgentBench is the JSON of `numastream-agent bench codec --json`.
@@ -105,6 +109,44 @@ func Labels(t AgentTopology, b *AgentBench) map[string]string {
 		out[topology.LabelDecompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.DecompressMBps)), 10)
 	}
 	return out
+}
+
+// Declare applies what an administrator declared about data NICs (node daemon --nic-rate): a
+// declared interface is a data NIC even when the kernel calls it virtual (a veth or macvlan
+// master, a bond), and its speed is the declared rate of the path behind it in Mbit/s — a
+// shaped or WAN-limited path carries less than the NIC's sysfs speed, and the planner must
+// predict with what the path carries. Declared names that are not present change nothing.
+func Declare(t AgentTopology, rates map[string]int64) AgentTopology {
+	if len(rates) == 0 {
+		return t
+	}
+	nics := make([]AgentNIC, len(t.NICs))
+	copy(nics, t.NICs)
+	for i := range nics {
+		if rate, ok := rates[nics[i].Name]; ok {
+			nics[i].Virtual = false
+			nics[i].SpeedMbps = rate
+		}
+	}
+	t.NICs = nics
+	return t
+}
+
+// ParseRates parses "name=mbit[,name=mbit...]" (node daemon --nic-rate).
+func ParseRates(s string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, item := range strings.Split(s, ",") {
+		name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		rate, err := strconv.ParseInt(v, 10, 64)
+		if !ok || !validName(name) || err != nil || rate <= 0 {
+			return nil, fmt.Errorf("--nic-rate: %q is not NIC=MBIT (a NIC name and a positive rate in Mbit/s)", item)
+		}
+		out[name] = rate
+	}
+	return out, nil
 }
 
 // LocalNICs lists the NICs that get a locality device resource: physical, NUMA node known.

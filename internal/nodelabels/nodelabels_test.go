@@ -137,3 +137,34 @@ func TestFeaturesFileIsSortedKeyValueLines(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+func TestDeclaredNICIsADataNICAtTheDeclaredRate(t *testing.T) {
+	topo, err := ParseTopology([]byte(`{"numa_nodes":[{"id":0,"cpu_count":2}],
+		"nics":[{"name":"fab0","numa_node":-1,"speed_mbps":10000,"virtual":true},
+		        {"name":"eth0","numa_node":0,"speed_mbps":25000,"virtual":false}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Labels(topo, nil)["numastream.io/nic.fab0.numa-node"]; ok {
+		t.Fatal("an undeclared veth must not be labelled a data NIC")
+	}
+	rates, err := ParseRates("fab0=1000, absent0=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Labels(Declare(topo, rates), nil)
+	if l["numastream.io/nic.fab0.numa-node"] != "0" || l["numastream.io/nic.fab0.speed-mbit"] != "1000" {
+		t.Fatalf("declared fab0: got %v", l)
+	}
+	if l["numastream.io/nic.eth0.speed-mbit"] != "25000" {
+		t.Fatalf("an undeclared NIC keeps its sysfs speed: %v", l)
+	}
+	if len(NICs(Declare(topo, rates))) != 2 {
+		t.Fatal("a declared NIC gets a locality token")
+	}
+	for _, bad := range []string{"fab0", "fab0=0", "fab0=x", "bad name=10"} {
+		if _, err := ParseRates(bad); err == nil {
+			t.Errorf("ParseRates(%q) accepted", bad)
+		}
+	}
+}

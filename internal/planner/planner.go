@@ -139,6 +139,7 @@ func Make(r Request) (Plan, error) {
 	for _, nn := range gw.NUMANodes {
 		free[nn.ID] = nn.CPUs - r.Held[nn.ID]
 	}
+	capToAllocatable(gw, nic.NUMANode, free, r.Held)
 	shareMbit := float64(nic.SpeedMbit) / float64(streams+r.HeldStreams)
 	rcvMbit := ReceiveMbitPerThread * r.Ratio // raw-equivalent per receiving thread
 	decompressMbit := gw.DecompressMBps * 8
@@ -152,9 +153,10 @@ func Make(r Request) (Plan, error) {
 	sides := make([]senderSide, streams)
 	wantConnections := 1
 	for i, s := range r.Senders {
-		avail := s.TotalCPUs() - SenderOverheadCPUs
+		avail := s.UsableCPUs() - SenderOverheadCPUs
 		if avail < 1 {
-			return Plan{}, refuse("sender %s has %d CPUs: at least %d are needed (compression plus one for source and sending)", s.Name, s.TotalCPUs(), SenderOverheadCPUs+1)
+			return Plan{}, refuse("sender %s can give pods %d CPUs (%d allocatable of %d): at least %d are needed (compression plus one for source and sending)",
+				s.Name, s.UsableCPUs(), s.AllocatableCPUs, s.TotalCPUs(), SenderOverheadCPUs+1)
 		}
 		perCore := s.CompressMBps * 8
 		n := avail
@@ -210,6 +212,12 @@ func Make(r Request) (Plan, error) {
 		totalFree += max(f, 0)
 	}
 	left := totalFree - conns*streams - sinkCores*streams
+	if sinkCores > 0 && left < streams && r.DecompressThreads == 0 {
+		// Short of cores: the sink's thread shares the decompressing core rather than the
+		// pipeline being refused.
+		sinkCores = 0
+		left += streams
+	}
 	decompress := 0
 	if r.DecompressThreads > 0 {
 		decompress = r.DecompressThreads
@@ -278,6 +286,41 @@ func Make(r Request) (Plan, error) {
 	}
 	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)
 	return plan, nil
+}
+
+// capToAllocatable lowers the free cores per NUMA node so that their sum is what the kubelet
+// can still give pods on the gateway (allocatable minus what other pipelines hold there): the
+// reserved CPUs come off the nodes without the NIC first, so receivers keep their cores.
+func capToAllocatable(gw topology.Node, nicNode int, free, held map[int]int) {
+	if gw.AllocatableCPUs <= 0 {
+		return
+	}
+	heldTotal := 0
+	for _, h := range held {
+		heldTotal += h
+	}
+	excess := -(gw.AllocatableCPUs - heldTotal)
+	for _, f := range free {
+		excess += max(f, 0)
+	}
+	ids := make([]int, 0, len(free))
+	for id := range free {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { // the NIC's node last, then from the highest id
+		if (ids[i] == nicNode) != (ids[j] == nicNode) {
+			return ids[j] == nicNode
+		}
+		return ids[i] > ids[j]
+	})
+	for _, id := range ids {
+		if excess <= 0 {
+			return
+		}
+		take := min(excess, max(free[id], 0))
+		free[id] -= take
+		excess -= take
+	}
 }
 
 // decompressTarget: off the NIC's node when the cores there suffice (one node: its id; several:

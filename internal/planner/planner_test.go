@@ -286,3 +286,57 @@ func TestBadRequestsAreRefused(t *testing.T) {
 		t.Errorf("too many decompress threads: %v", err)
 	}
 }
+
+// Sizing from what the kubelet can allocate: with CPUs reserved for the system (the static CPU
+// manager requires a reservation), a 32-CPU node offers 30, and a plan that asked for 32 would
+// leave its pods Pending forever.
+func TestPlansFitAllocatableCPUs(t *testing.T) {
+	sender, gw := updraft1, lynx
+	sender.AllocatableCPUs, gw.AllocatableCPUs = 30, 30
+	r := request(sender)
+	r.Gateway = gw
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := map[string]int{}
+	for _, n := range p.Nodes {
+		total[n.Node] += n.CPUs
+	}
+	if total["updraft1"] > 30 || total["lynxdtn"] > 30 {
+		t.Fatalf("plan asks more than allocatable: %v", total)
+	}
+	if got := stage(t, p, "sender", 0, StageCompress).Threads; got != 29 {
+		t.Errorf("compress threads = %d, want 29 (30 allocatable minus the sending core)", got)
+	}
+	if p.Holds[1] < stage(t, p, "gateway", 0, StageReceive).Threads {
+		t.Errorf("the receivers lost their NIC-local cores to the reservation: holds %v", p.Holds)
+	}
+}
+
+// The facility in a box: 2-CPU nodes, a 1 Gbit/s link. The sink shares the decompressing core
+// instead of the pipeline being refused, and the link is the bottleneck.
+func TestTwoCPUNodesFitWithTheSinkSharingACore(t *testing.T) {
+	det := node("detector-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)
+	gw := node("gateway-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)
+	det.AllocatableCPUs, gw.AllocatableCPUs = 2, 2
+	p, err := Make(Request{Senders: []topology.Node{det}, Gateway: gw, GatewayNIC: "fab0", Ratio: 2,
+		Mode: NUMAAware, HasSink: true, Port: 5555})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range p.Nodes {
+		if n.CPUs > 2 {
+			t.Errorf("%s %s asks %d CPUs of 2", n.Role, n.Node, n.CPUs)
+		}
+	}
+	if p.Bottleneck != StageNetwork || !near(p.RateMbit, 2000, 1) {
+		t.Errorf("want the 1 Gbit/s link x ratio 2 = 2000 Mbit/s raw as the bottleneck, got %.0f %s", p.RateMbit, p.Bottleneck)
+	}
+	det.AllocatableCPUs = 1
+	_, err = Make(Request{Senders: []topology.Node{det}, Gateway: gw, GatewayNIC: "fab0", Ratio: 2, Mode: NUMAAware, Port: 5555})
+	var refused *RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), "1 allocatable of 2") {
+		t.Errorf("a sender with 1 allocatable CPU: want a refusal naming it, got %v", err)
+	}
+}

@@ -90,17 +90,14 @@ func agentConfig(in Inputs, n planner.NodePlan) map[string]any {
 	}
 	placement := map[string]any{"mode": mode, "stages": stages}
 	if n.Role == RoleSender {
-		gw := gatewayFor(in.Plan, n.Stream)
-		cfg["endpoint"] = fmt.Sprintf("tcp://%s.%s.svc:%d", Name(sp, gw), sp.Namespace, gw.Port)
-		if sp.Spec.HostNetwork {
-			cfg["endpoint"] = fmt.Sprintf("tcp://%s:%d", in.GatewayAddress, gw.Port)
-		}
+		cfg["endpoint"] = senderEndpoint(in, n)
 		cfg["stream_id"] = n.Stream
 		cfg["source"] = sourceConfig(sp.Spec.Senders[n.Stream].Source)
 	} else {
 		cfg["endpoint"] = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)
 		cfg["streams"] = 1
 		cfg["sink"] = sinkConfig(sp.Spec.Sink)
+		cfg["timeouts"] = map[string]any{"idle_s": idleSeconds(sp)}
 		// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
 		// the pod's interfaces, so the NIC's NUMA node comes from the node's labels.
 		placement["nic_numa_node"] = in.Plan.NICNode
@@ -146,4 +143,19 @@ func sinkConfig(s *v1alpha1.Sink) map[string]any {
 	default:
 		return map[string]any{"kind": "null"}
 	}
+}
+
+// idleSeconds: how long a started stream may stay silent at the gateway. An endless source (a
+// detector) pauses between scans, and a drained sender comes back when its node does: off
+// unless the spec says. A source with an end: 600 s.
+func idleSeconds(sp *v1alpha1.StreamPipeline) int32 {
+	if sp.Spec.IdleTimeoutSeconds != nil {
+		return *sp.Spec.IdleTimeoutSeconds
+	}
+	for _, s := range sp.Spec.Senders {
+		if s.Source.File == nil && (s.Source.Synthetic == nil || s.Source.Synthetic.Chunks == 0) {
+			return 0
+		}
+	}
+	return 600
 }

@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +81,10 @@ type Inputs struct {
 	KeysSecret string
 	// GatewayAddress is the gateway node's InternalIP (senders connect to it with hostNetwork).
 	GatewayAddress string
+	// DataAddresses are the gateway pods' addresses on the data network, by stream, as Multus
+	// reported them (network-status). Senders of a stream with an attachment dial that address;
+	// until it is known (or given as spec.gateway.network.address) they are not created.
+	DataAddresses map[int]string
 }
 
 // Objects is everything one pipeline owns.
@@ -88,6 +93,9 @@ type Objects struct {
 	Services      []*corev1.Service
 	Jobs          []*batchv1.Job
 	NetworkPolicy *networkingv1.NetworkPolicy // nil unless Options.NetworkPolicy
+	// Waiting names the sender Jobs held back until their gateway's data-network address is
+	// known (the gateway pod runs and Multus reported it).
+	Waiting []string
 }
 
 // Render builds the objects for a plan.
@@ -99,6 +107,10 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	var out Objects
 	configs := map[string]string{}
 	for _, n := range in.Plan.Nodes {
+		if n.Role == RoleSender && senderEndpoint(in, n) == "" {
+			out.Waiting = append(out.Waiting, Name(sp, n))
+			continue
+		}
 		for key, cfg := range agentConfigs(in, n) {
 			b, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
@@ -115,6 +127,8 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	for _, n := range in.Plan.Nodes {
 		if n.Role == RoleGateway {
 			out.Services = append(out.Services, service(sp, n, in.Plan.Connections))
+		} else if _, ok := configs[configKey(n)]; !ok {
+			continue // waiting for the gateway's data-network address
 		}
 		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
 	}
@@ -189,7 +203,8 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 	pod := corev1.PodTemplateSpec{ObjectMeta: meta(sp, "", n.Role, n.Stream)}
 	pod.ObjectMeta.OwnerReferences = nil
 	pod.Spec = corev1.PodSpec{
-		RestartPolicy:                 corev1.RestartPolicyOnFailure,
+		// Never: a failed pod is replaced by a new one, which podFailurePolicy needs.
+		RestartPolicy:                 corev1.RestartPolicyNever,
 		TerminationGracePeriodSeconds: ptr.To[int64](30), // SIGTERM drains the stream
 		// Node selection: the plan names the node.
 		NodeSelector:       map[string]string{corev1.LabelHostname: n.Node},
@@ -213,8 +228,9 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: meta(sp, name, n.Role, n.Stream),
 		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](10),
-			Template:     pod,
+			BackoffLimit:     ptr.To[int32](10),
+			PodFailurePolicy: podFailurePolicy(),
+			Template:         pod,
 		},
 	}
 	j.Annotations = map[string]string{AnnotationPlanHash: hash}
@@ -224,11 +240,65 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 	return j
 }
 
-// withNetworkAttachment: the gateway's receiving pod joins the data network (Multus).
+// Agent exit codes (docs/agent-config.md) as the Job controller must read them.
+const (
+	ExitBadConfig       = 2   // fail fast: retrying cannot help
+	ExitInterruptedTerm = 143 // SIGTERM before the stream completed: paused, resume it
+	ExitInterruptedInt  = 130 // SIGINT, likewise
+)
+
+// podFailurePolicy: disruptions (node drain, eviction, preemption) and interrupted agents are
+// retried without counting against the backoff limit; a bad configuration fails the Job at once.
+// Everything else (peer gone, data lost) counts, up to backoffLimit.
+func podFailurePolicy() *batchv1.PodFailurePolicy {
+	return &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+		{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
+			{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}},
+		{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+			Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{ExitBadConfig}}},
+		{Action: batchv1.PodFailurePolicyActionIgnore, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+			Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{ExitInterruptedInt, ExitInterruptedTerm}}},
+	}}
+}
+
+// withNetworkAttachment: the gateway's pods and the senders join the data network (Multus), the
+// senders through their own attachment when the spec names one.
 func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1alpha1.StreamPipeline, n planner.NodePlan) {
-	if n.Role == RoleGateway && sp.Spec.Gateway.Network.Attachment != "" {
-		pod.Annotations[MultusAnnotation] = sp.Spec.Gateway.Network.Attachment
+	if a := attachmentOf(sp, n.Role); a != "" {
+		pod.Annotations[MultusAnnotation] = a
 	}
+}
+
+func attachmentOf(sp *v1alpha1.StreamPipeline, role string) string {
+	net := sp.Spec.Gateway.Network
+	if role == RoleSender && net.SenderAttachment != "" {
+		return net.SenderAttachment
+	}
+	return net.Attachment
+}
+
+// senderEndpoint is where a sender dials its gateway: over the data network when there is one
+// (the static address, else the one Multus reported for the gateway pod; "" while unknown), the
+// gateway node's address with host networking, else the gateway's Service.
+func senderEndpoint(in Inputs, n planner.NodePlan) string {
+	sp := in.Pipeline
+	gw := gatewayFor(in.Plan, n.Stream)
+	host := fmt.Sprintf("%s.%s.svc", Name(sp, gw), sp.Namespace)
+	switch {
+	case sp.Spec.Gateway.Network.Address != "":
+		host = sp.Spec.Gateway.Network.Address
+	case sp.Spec.HostNetwork:
+		host = in.GatewayAddress
+	case sp.Spec.Gateway.Network.Attachment != "":
+		host = in.DataAddresses[n.Stream]
+	}
+	if host == "" {
+		return ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]" // IPv6
+	}
+	return fmt.Sprintf("tcp://%s:%d", host, gw.Port)
 }
 
 // containers: a sender pod has one; a gateway pod has the receiving container (the NIC's device

@@ -2,15 +2,17 @@ package render
 
 import (
 	"encoding/json"
-	"k8s.io/apimachinery/pkg/util/validation"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
@@ -95,7 +97,11 @@ func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}
+	// Each gateway pod's address on the data network, as Multus reports it once the pod runs.
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{}}
+	for i := range sp.Spec.Senders {
+		in.DataAddresses[i] = fmt.Sprintf("10.215.0.%d", 100+i)
+	}
 	if sp.Spec.Security != nil && sp.Spec.Security.Mode != v1alpha1.SecurityNone {
 		in.KeysSecret = sp.Name + "-curve-keys"
 	}
@@ -117,7 +123,7 @@ func TestRenderedPodsAreGuaranteedAndPinnedToTheirNode(t *testing.T) {
 		if pod.NodeSelector[corev1.LabelHostname] != n.Node {
 			t.Errorf("%s: node selector %v", j.Name, pod.NodeSelector)
 		}
-		if pod.RestartPolicy != corev1.RestartPolicyOnFailure {
+		if pod.RestartPolicy != corev1.RestartPolicyNever {
 			t.Errorf("%s: restart policy %s", j.Name, pod.RestartPolicy)
 		}
 		total := int64(0)
@@ -196,8 +202,8 @@ func TestGatewayPodHasOneContainerPerStageGroup(t *testing.T) {
 	if got := gw.Spec.Template.Annotations[MultusAnnotation]; got != "data/hsn-200g" {
 		t.Errorf("multus annotation %q", got)
 	}
-	if _, ok := objs.Jobs[0].Spec.Template.Annotations[MultusAnnotation]; ok {
-		t.Error("sender must not join the gateway's attachment")
+	if got := objs.Jobs[0].Spec.Template.Annotations[MultusAnnotation]; got != "data/hsn-200g" {
+		t.Errorf("the sender joins the data network too (it dials the gateway there): annotation %q", got)
 	}
 	if _, ok := objs.Jobs[0].Spec.Template.Spec.Containers[0].Resources.Limits["numastream.io/nic-ens1f0"]; ok {
 		t.Error("sender must not request the gateway's NIC token")
@@ -462,5 +468,111 @@ func TestHostNetworkPodsConnectToTheGatewayNodeAddress(t *testing.T) {
 	if _, err := Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}, Options{}); err == nil ||
 		!strings.Contains(err.Error(), "InternalIP") {
 		t.Errorf("no gateway address: %v", err)
+	}
+}
+
+// The data travels over the data network: senders join it and dial the gateway pod's address
+// there (Multus network-status), never the Service's ClusterIP on the cluster network. Until
+// that address is known the senders are held back, and status says why.
+func TestSendersDialTheGatewayOnTheDataNetwork(t *testing.T) {
+	sp := pipeline("tomo", withAttachment("data-gateway"))
+	sp.Spec.Gateway.Network.SenderAttachment = "data-detector"
+	objs, plan := renderFor(t, sp)
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["sender-0.json"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("tcp://10.215.0.100:%d", plan.Nodes[len(plan.Nodes)/2].Port)
+	if cfg["endpoint"] != want {
+		t.Errorf("sender endpoint %v, want %s (the gateway pod's data-network address)", cfg["endpoint"], want)
+	}
+	if got := objs.Jobs[0].Spec.Template.Annotations[MultusAnnotation]; got != "data-detector" {
+		t.Errorf("sender attachment %q, want its own data-detector", got)
+	}
+
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}
+	objs, err := Render(in, Options{AgentImage: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range objs.Jobs {
+		if j.Labels[LabelRole] == RoleSender {
+			t.Errorf("sender job %s rendered before the gateway's data address is known", j.Name)
+		}
+	}
+	if len(objs.Waiting) != len(sp.Spec.Senders) {
+		t.Errorf("waiting %v", objs.Waiting)
+	}
+	if _, ok := objs.ConfigMap.Data["sender-0.json"]; ok {
+		t.Error("a sender config without an endpoint was rendered")
+	}
+
+	sp.Spec.Gateway.Network.Address = "fd00::5"
+	objs, err = Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}, Options{AgentImage: "a"})
+	if err != nil || len(objs.Waiting) != 0 {
+		t.Fatalf("a static address needs no wait: %v %v", err, objs.Waiting)
+	}
+	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"tcp://[fd00::5]:`) {
+		t.Errorf("static IPv6 address: %s", objs.ConfigMap.Data["sender-0.json"])
+	}
+}
+
+// Exit codes mean what the Job controller does with them: disruptions and interrupted agents
+// retry without consuming the backoff, a bad configuration fails at once.
+func TestJobsRetryDisruptionsAndFailFastOnBadConfig(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo"))
+	for _, j := range objs.Jobs {
+		pfp := j.Spec.Template.Spec.RestartPolicy == corev1.RestartPolicyNever && j.Spec.PodFailurePolicy != nil
+		if !pfp {
+			t.Fatalf("%s: podFailurePolicy needs restartPolicy Never", j.Name)
+		}
+		actions := map[string]batchv1.PodFailurePolicyAction{}
+		for _, r := range j.Spec.PodFailurePolicy.Rules {
+			for _, c := range r.OnPodConditions {
+				actions[string(c.Type)] = r.Action
+			}
+			if r.OnExitCodes != nil {
+				for _, v := range r.OnExitCodes.Values {
+					actions[fmt.Sprint(v)] = r.Action
+				}
+			}
+		}
+		want := map[string]batchv1.PodFailurePolicyAction{
+			"DisruptionTarget": batchv1.PodFailurePolicyActionIgnore, "143": batchv1.PodFailurePolicyActionIgnore,
+			"130": batchv1.PodFailurePolicyActionIgnore, "2": batchv1.PodFailurePolicyActionFailJob,
+		}
+		for k, v := range want {
+			if actions[k] != v {
+				t.Errorf("%s: on %s: %q, want %q", j.Name, k, actions[k], v)
+			}
+		}
+	}
+}
+
+// A detector pausing between scans is normal: endless streams have no idle limit unless the
+// spec sets one; streams with an end get 600 s.
+func TestIdleLimitFitsTheSource(t *testing.T) {
+	idle := func(sp *v1alpha1.StreamPipeline) any {
+		objs, _ := renderFor(t, sp)
+		var cfg map[string]any
+		if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-0.json"]), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg["timeouts"].(map[string]any)["idle_s"]
+	}
+	finite := pipeline("tomo")
+	if got := idle(finite); got != 600.0 {
+		t.Errorf("finite source: idle %v, want 600", got)
+	}
+	endless := pipeline("tomo")
+	for i := range endless.Spec.Senders {
+		endless.Spec.Senders[i].Source = v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{}}
+	}
+	if got := idle(endless); got != 0.0 {
+		t.Errorf("endless source: idle %v, want 0 (off)", got)
+	}
+	endless.Spec.IdleTimeoutSeconds = ptr.To[int32](30)
+	if got := idle(endless); got != 30.0 {
+		t.Errorf("spec idleTimeoutSeconds 30: idle %v", got)
 	}
 }

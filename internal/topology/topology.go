@@ -57,6 +57,10 @@ type Node struct {
 	// Per-core LZ4 speeds measured by the node daemon, MB/s.
 	CompressMBps   float64
 	DecompressMBps float64
+	// AllocatableCPUs is what the kubelet can give pods (whole CPUs of status.allocatable):
+	// below the CPU count when CPUs are reserved for the system, as the static CPU manager
+	// requires. 0: unknown, plan with the CPU count.
+	AllocatableCPUs int
 }
 
 // MissingLabelError says which label a node lacks and why it matters.
@@ -80,6 +84,15 @@ func (n Node) TotalCPUs() int {
 }
 
 // NIC returns the named NIC, or an error naming the label that would describe it.
+// UsableCPUs is what pods can have on the node: its allocatable CPUs when known, at most its
+// CPU count.
+func (n Node) UsableCPUs() int {
+	if n.AllocatableCPUs > 0 && n.AllocatableCPUs < n.TotalCPUs() {
+		return n.AllocatableCPUs
+	}
+	return n.TotalCPUs()
+}
+
 func (n Node) NIC(name string) (NIC, error) {
 	nic, ok := n.NICs[name]
 	if !ok {
