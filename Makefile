@@ -119,6 +119,25 @@ k8s-bins-node: ## Build a real kubelet (cached; for the real node)
 		bash hack/build-k8s-bins.sh
 	@test -x $(K8S_NODE_BIN)/kubelet
 
+FACILITY_BIN ?= $(HOME)/.cache/numastream/facility-nfd0.17.3-multus4.2.2
+FACILITY := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) FACILITY_BIN=$(FACILITY_BIN) bash hack/facility.sh
+
+.PHONY: facility-bins
+facility-bins: ## Build nfd-master and the Multus thin plugin from the Go module proxy (cached)
+	@BIN_DIR=$(FACILITY_BIN) bash hack/build-facility-bins.sh
+	@test -x $(FACILITY_BIN)/nfd-master && test -x $(FACILITY_BIN)/multus
+
+.PHONY: images
+images: agent operator ## Container image archives for the real nodes (build/images/*.tar)
+	@bash hack/images.sh $(BUILD)/images
+
+.PHONY: facility-up facility-down
+facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a + gateway-a (real kubelets), NFD, Multus
+	@API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }
+	@IMAGES_DIR=$(BUILD)/images $(FACILITY) up
+facility-down: ## Stop it and check nothing is left
+	@$(FACILITY) down; $(SIM) down >/dev/null; $(FACILITY) clean
+
 .PHONY: k8s-bins-sim
 k8s-bins-sim: ## Build etcd, apiserver, scheduler, controller-manager, kubectl and kwok (cached; ~7 min cold)
 	@BIN_DIR=$(K8S_SIM_BIN) COMPONENTS="control-plane kwok" WRAPPER_SRC=hack/k8s-wrapper K8S_VERSION=$(K8S_VERSION) \

@@ -26,6 +26,11 @@ SCHED_PORT="${SCHED_PORT:-30259}"
 KWOK_PORT="${KWOK_PORT:-30247}"
 SERVICE_CIDR="${SERVICE_CIDR:-10.96.0.0/16}"
 POD_CIDR="${POD_CIDR:-10.244.0.0/16}"
+# Where the API server listens and what it advertises (the `kubernetes` Service's endpoint). The
+# facility's real nodes (hack/facility.sh) reach it on their management bridge: API_BIND=0.0.0.0
+# API_ADVERTISE=10.212.0.1.
+API_BIND="${API_BIND:-127.0.0.1}"
+API_ADVERTISE="${API_ADVERTISE:-127.0.0.1}"
 export KUBECONFIG="$SIM_DIR/admin.kubeconfig"
 KUBECTL="$BIN_DIR/kubectl"; [[ -x "$KUBECTL" ]] || KUBECTL=kubectl
 
@@ -44,14 +49,15 @@ wait_for() { # wait_for <seconds> <description> <command...>
 
 pki() {
   local d="$SIM_DIR/pki"; mkdir -p "$d"; cd "$d"
-  [[ -f ca.crt ]] && { cd - >/dev/null; return; }
+  # Reuse the PKI unless it predates the facility's management address.
+  [[ -f ca.crt ]] && grep -q "IP:10.212.0.1," apiserver.ext 2>/dev/null && { cd - >/dev/null; return; }
   openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
     -subj "/CN=sim-cluster-ca" 2>/dev/null
   cat >apiserver.ext <<EOF
 basicConstraints=CA:FALSE
 keyUsage=digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%.0/*}.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:10.212.0.1,IP:${SERVICE_CIDR%.0/*}.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EOF
   openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
@@ -118,7 +124,7 @@ up() {
 
   start kube-apiserver "$BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --bind-address "$API_BIND" --advertise-address "$API_ADVERTISE" --secure-port "$API_PORT" \
     --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" \
     --client-ca-file "$P/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \

@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# The facility in a box: two REAL Kubernetes nodes beside the simulated ones, joined by a shaped
+# data link, with NFD and Multus for real.
+#
+#   detector-a  and  gateway-a: each a real kubelet (built from the module proxy) with Debian's
+#     containerd + runc, in its own network namespace, its own mount namespace (own
+#     /var/lib/kubelet, device-plugin directory, CNI state, pod logs) and its own cgroup root.
+#     cpuManagerPolicy none, nothing reserved: this 2-CPU machine gives each node 2 CPUs.
+#   management network: bridge nsfac0 on the host (10.212.0.1); nodes 10.212.0.11 and .12; the
+#     API server listens there; each node's pods (10.244.11.0/24, 10.244.12.0/24; CNI bridge +
+#     host-local) are routed between the nodes and to the host.
+#   facility link: a veth pair `fab0` between the two node namespaces, rate-limited with tc tbf on
+#     both ends (LINK_RATE, default 1gbit) and optional random loss (LINK_LOSS percent, nftables).
+#   Multus (thin plugin) is each node's CNI, the bridge network its default; the
+#     NetworkAttachmentDefinitions data-detector and data-gateway put pods on the link (macvlan
+#     on fab0, host-local IPAM, one address range per side).
+#   nfd-master (built from the module proxy) turns NodeFeature objects into node labels.
+#
+#   facility.sh up | down | check | link-bytes | exec NODE CMD...
+#
+# `up` needs the simulated control plane started with API_BIND=0.0.0.0 and
+# API_ADVERTISE=10.212.0.1 (make test-e2e-real and make demo do that) and leaves the cluster
+# ready for `helm install`; `down` removes every process, mount, cgroup, link and namespace it
+# made, and `check` fails if any is left.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FAC="${FACILITY_DIR:-/tmp/numastream-facility}"
+SIM_DIR="${SIM_DIR:-/tmp/numastream-sim}"
+KUBELET="${KUBELET_BIN:-$HOME/.cache/numastream/k8s-1.36.4-node}/kubelet"
+KUBECTL="${SIM_BIN:-$HOME/.cache/numastream/k8s-1.36.4-sim}/kubectl"
+FAC_BIN="${FACILITY_BIN:-$HOME/.cache/numastream/facility-nfd0.17.3-multus4.2.2}"
+LINK_RATE="${LINK_RATE:-1gbit}"
+LINK_LOSS="${LINK_LOSS:-0}"
+API_PORT="${API_PORT:-26443}"
+export KUBECONFIG="$SIM_DIR/admin.kubeconfig"
+NODES=(detector-a gateway-a)
+HOST_IP=10.212.0.1
+declare -A MGMT_IP=([detector-a]=10.212.0.11 [gateway-a]=10.212.0.12)
+declare -A POD_NET=([detector-a]=10.244.11 [gateway-a]=10.244.12)
+BRIDGE=nsfac0
+AGENT_IMAGE="${AGENT_IMAGE:-numastream/agent:facility}"
+OPERATOR_IMAGE="${OPERATOR_IMAGE:-numastream/operator:facility}"
+k() { "$KUBECTL" "$@"; }
+log() { echo "[$(date +%H:%M:%S.%3N)] $*"; }
+ns() { echo "nsfac-$1"; }
+
+why_not() {
+  [[ $(id -u) -eq 0 ]] || { echo "needs root (network and mount namespaces, containerd, kubelets)"; return; }
+  [[ -d /sys/fs/cgroup/cpuset || -f /sys/fs/cgroup/cgroup.controllers ]] || { echo "no cpuset cgroup controller"; return; }
+  command -v ip >/dev/null || { echo "iproute2 is missing"; return; }
+  command -v unshare >/dev/null || { echo "util-linux (unshare) is missing"; return; }
+  command -v apt-get >/dev/null || dpkg-query -W containerd >/dev/null 2>&1 ||
+    { echo "needs Debian's containerd and runc (apt-get is missing)"; return; }
+  ip link add nsfac-probe type veth peer name nsfac-probe2 2>/dev/null || { echo "the kernel cannot create veth pairs"; return; }
+  ip link add link nsfac-probe name nsfac-probe3 type macvlan mode bridge 2>/dev/null ||
+    { ip link del nsfac-probe; echo "the kernel has no macvlan (the data network)"; return; }
+  ip link del nsfac-probe
+}
+
+# The node's own processes run under one shell that made the node's mount namespace (inside its
+# network namespace), so containerd, runc, the CNI plugins and the kubelet all see the node's
+# /var/lib/kubelet, /var/lib/cni, /etc/cni/net.d and /var/log/pods.
+node_script() { # node
+  local n=$1 d="$FAC/$1"
+  cat <<EOF
+set -e
+mount --make-rprivate /
+# ip netns exec mounted a fresh sysfs (this namespace's interfaces) over /sys, hiding the cgroup
+# file systems: mount them again, as the host has them.
+if ! grep -q " /sys/fs/cgroup " /proc/self/mounts; then
+  mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup
+  grep -E '^[^ ]+ /sys/fs/cgroup/[^ ]+ cgroup2? ' /proc/1/mounts | while read -r _ dir type opts _; do
+    mkdir -p "\$dir"
+    mount -t "\$type" -o "\$opts" cgroup "\$dir"
+  done
+  grep -qE '^[^ ]+ /sys/fs/cgroup cgroup2 ' /proc/1/mounts && mount -t cgroup2 cgroup2 /sys/fs/cgroup
+fi
+for m in var-lib-kubelet:/var/lib/kubelet var-lib-cni:/var/lib/cni net.d:/etc/cni/net.d pod-logs:/var/log/pods netns:/run/netns; do
+  mkdir -p "$d/\${m%%:*}" "\${m#*:}"
+  mount --bind "$d/\${m%%:*}" "\${m#*:}"
+done
+sysctl -qw net.ipv4.ip_forward=1
+containerd --config "$d/containerd.toml" >"$d/containerd.log" 2>&1 &
+echo \$! >"$d/containerd.pid"
+for _ in \$(seq 80); do ctr --address "$d/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.25; done
+for img in "$FAC"/images/*.tar; do ctr --address "$d/containerd.sock" -n k8s.io images import "\$img" >/dev/null; done
+exec "$KUBELET" --config "$d/kubelet.yaml" --kubeconfig "$FAC/kubelet.kubeconfig" --root-dir /var/lib/kubelet \
+  --cert-dir "$d/pki" --hostname-override "$n" --node-ip "${MGMT_IP[$n]}" --v=1 >"$d/kubelet.log" 2>&1
+EOF
+}
+
+# Runs a command in a node's network and mount namespaces (those of its containerd).
+node_exec() { # node cmd...
+  local n=$1; shift
+  nsenter -t "$(cat "$FAC/$n/containerd.pid")" -m -n -- "$@"
+}
+
+network() {
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$HOST_IP/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for n in "${NODES[@]}"; do
+    local N; N=$(ns "$n")
+    ip netns add "$N"
+    ip link add "m-$n" type veth peer name mgmt0 netns "$N"
+    ip link set "m-$n" master "$BRIDGE" up
+    ip -n "$N" addr add "${MGMT_IP[$n]}/24" dev mgmt0
+    ip -n "$N" link set mgmt0 up
+    ip -n "$N" link set lo up
+    ip -n "$N" route add default via "$HOST_IP"
+    ip route add "${POD_NET[$n]}.0/24" via "${MGMT_IP[$n]}"
+  done
+  # Pod networks between the nodes, straight over the management bridge.
+  ip -n "$(ns detector-a)" route add "${POD_NET[gateway-a]}.0/24" via "${MGMT_IP[gateway-a]}"
+  ip -n "$(ns gateway-a)" route add "${POD_NET[detector-a]}.0/24" via "${MGMT_IP[detector-a]}"
+  # The facility link: one veth pair between the two nodes, shaped at both ends.
+  ip link add fab-d netns "$(ns detector-a)" type veth peer name fab-g netns "$(ns gateway-a)"
+  ip -n "$(ns detector-a)" link set fab-d name fab0
+  ip -n "$(ns gateway-a)" link set fab-g name fab0
+  for n in "${NODES[@]}"; do
+    local N; N=$(ns "$n")
+    ip -n "$N" link set fab0 up
+    ip netns exec "$N" tc qdisc add dev fab0 root tbf rate "$LINK_RATE" burst 256kb latency 100ms
+    if [[ "$LINK_LOSS" != 0 ]]; then
+      ip netns exec "$N" nft add table inet facility
+      ip netns exec "$N" nft add chain inet facility out '{ type filter hook output priority 0; }'
+      ip netns exec "$N" nft add rule inet facility out oifname fab0 numgen random mod 1000 \< "$((${LINK_LOSS%.*} * 10))" drop
+    fi
+  done
+  log "networks: management $BRIDGE $HOST_IP/24; facility link fab0 $LINK_RATE (loss ${LINK_LOSS}%)"
+}
+
+cni_config() { # node
+  local n=$1 d="$FAC/$1"
+  mkdir -p "$d/net.d"
+  cat >"$d/net.d/00-multus.conf" <<EOF
+{"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus",
+ "kubeconfig":"$FAC/multus.kubeconfig","binDir":"$FAC/cni-bin","cniDir":"/var/lib/cni/multus",
+ "logFile":"$d/multus.log","logLevel":"error",
+ "delegates":[{"cniVersion":"0.4.0","name":"facility-pods","plugins":[
+   {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,
+    "ipam":{"type":"host-local","ranges":[[{"subnet":"${POD_NET[$n]}.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
+   {"type":"loopback"}]}]}
+EOF
+}
+
+node_config() { # node
+  local n=$1 d="$FAC/$1"
+  mkdir -p "$d"/{pki,var-lib-kubelet,var-lib-cni,pod-logs,netns}
+  containerd config default >"$d/containerd.toml"
+  sed -i -e "s#^root = .*#root = \"$d/containerd-root\"#" \
+         -e "s#^state = .*#state = \"$d/containerd-state\"#" \
+         -e "s#address = \"/run/containerd/containerd.sock\"#address = \"$d/containerd.sock\"#" \
+         -e "s#bin_dir = \"/opt/cni/bin\"#bin_dir = \"$FAC/cni-bin\"#" \
+         -e "s#conf_dir = \"/etc/cni/net.d\"#conf_dir = \"$d/net.d\"#" \
+         -e 's#restrict_oom_score_adj = false#restrict_oom_score_adj = true#' \
+         -e 's#max_conf_num = 1#max_conf_num = 1#' \
+         "$d/containerd.toml"
+  # Its own cgroup root in every hierarchy, so the two kubelets never see each other's pods.
+  for c in /sys/fs/cgroup/*/; do
+    [[ -d "$c" && ! -L "${c%/}" ]] && mkdir -p "$c/numastream-$n"
+  done
+  if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then # v1: a new cpuset starts empty
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/numastream-$n/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/numastream-$n/cpuset.mems"
+  fi
+  cat >"$d/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /numastream-$n
+containerRuntimeEndpoint: unix://$d/containerd.sock
+cpuManagerPolicy: none             # 2 CPUs per node here; exclusive CPUs are tested on real-node
+failSwapOn: false
+address: ${MGMT_IP[$n]}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+evictionHard: {memory.available: "100Mi"}
+podLogsDir: /var/log/pods
+maxPods: 30
+EOF
+  cni_config "$n"
+  node_script "$n" >"$d/run.sh"
+}
+
+kubeconfigs() {
+  # Nodes, Multus and nfd-master reach the API server on the management bridge.
+  sed "s#https://127.0.0.1:$API_PORT#https://$HOST_IP:$API_PORT#" "$KUBECONFIG" >"$FAC/kubelet.kubeconfig"
+  cp "$FAC/kubelet.kubeconfig" "$FAC/multus.kubeconfig"
+  k --kubeconfig "$FAC/kubelet.kubeconfig" get --raw /readyz >/dev/null ||
+    { echo "facility: the API server is not reachable at https://$HOST_IP:$API_PORT (start it with API_BIND=0.0.0.0 API_ADVERTISE=$HOST_IP)" >&2; exit 1; }
+}
+
+cni_bin() {
+  mkdir -p "$FAC/cni-bin"
+  for p in /usr/lib/cni/*; do ln -sf "$p" "$FAC/cni-bin/"; done
+  cp "$FAC_BIN/multus" "$FAC/cni-bin/multus"
+}
+
+attachments() {
+  k apply -f config/facility/network-attachment-definition-crd.yaml >/dev/null
+  k wait --for condition=established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
+  local side range
+  for side in detector gateway; do
+    [[ $side == detector ]] && range="10.215.0.10 10.215.0.99" || range="10.215.0.100 10.215.0.199"
+    k apply -f - >/dev/null <<EOF
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: data-$side
+  namespace: ${DATA_NAMESPACE:-default}
+spec:
+  config: '{"cniVersion":"0.4.0","name":"data-$side","type":"macvlan","master":"fab0","mode":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"10.215.0.0/24","rangeStart":"${range% *}","rangeEnd":"${range#* }"}]]}}'
+EOF
+  done
+  log "NetworkAttachmentDefinitions data-detector (10.215.0.10-99) and data-gateway (10.215.0.100-199) on fab0"
+}
+
+nfd_master() {
+  k apply --server-side -f "$FAC_BIN/nfd-crds.yaml" >/dev/null
+  k create namespace node-feature-discovery --dry-run=client -o yaml | k apply -f - >/dev/null
+  NODE_NAME=gateway-a "$FAC_BIN/nfd-master" -kubeconfig "$KUBECONFIG" -extra-label-ns numastream.io -metrics 0 -grpc-health 0 \
+    -config /dev/null -resync-period 10s >"$FAC/nfd-master.log" 2>&1 &
+  echo $! >"$FAC/nfd-master.pid"
+  log "nfd-master $("$FAC_BIN/nfd-master" -version 2>&1 | head -1) running (labels from NodeFeature objects, extra label namespace numastream.io)"
+}
+
+up() {
+  local why; why=$(why_not)
+  [[ -z "$why" ]] || { echo "facility: cannot run here: $why" >&2; exit 1; }
+  for f in "$KUBELET" "$FAC_BIN/multus" "$FAC_BIN/nfd-master"; do
+    [[ -x "$f" ]] || { echo "facility: $f is missing (make k8s-bins-node facility-bins)" >&2; exit 1; }
+  done
+  ls "$FAC"/images/*.tar >/dev/null 2>&1 || [[ -n "${IMAGES_DIR:-}" ]] ||
+    { echo "facility: no images in $FAC/images (hack/images.sh builds them)" >&2; exit 1; }
+  (down) >/dev/null 2>&1 || true
+  bash hack/install-deps.sh test
+  mkdir -p "$FAC/images"
+  [[ -n "${IMAGES_DIR:-}" ]] && cp "$IMAGES_DIR"/*.tar "$FAC/images/"
+  network
+  kubeconfigs
+  cni_bin
+  for n in "${NODES[@]}"; do
+    node_config "$n"
+    ip netns exec "$(ns "$n")" unshare -m bash "$FAC/$n/run.sh" &
+    echo $! >"$FAC/$n/launcher.pid"
+  done
+  attachments
+  local n
+  for n in "${NODES[@]}"; do
+    for _ in $(seq 120); do
+      [[ "$(k get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] && break
+      sleep 1
+    done
+    [[ "$(k get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] ||
+      { echo "facility: node $n did not become Ready; $FAC/$n/kubelet.log:" >&2; tail -20 "$FAC/$n/kubelet.log" >&2; exit 1; }
+    k label node "$n" numastream.io/facility=box --overwrite >/dev/null
+    log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"
+  done
+  nfd_master
+}
+
+# The facility link's byte counters, as seen from each node.
+link_bytes() {
+  for n in "${NODES[@]}"; do
+    printf '%s fab0 rx_bytes %s tx_bytes %s\n' "$n" \
+      "$(ip netns exec "$(ns "$n")" cat /sys/class/net/fab0/statistics/rx_bytes)" \
+      "$(ip netns exec "$(ns "$n")" cat /sys/class/net/fab0/statistics/tx_bytes)"
+  done
+}
+
+down() {
+  set +e
+  if [[ -f "$KUBECONFIG" ]]; then
+    for n in "${NODES[@]}"; do
+      k delete pods --all-namespaces --field-selector "spec.nodeName=$n" --grace-period=1 --wait=true --timeout=60s >/dev/null 2>&1
+    done
+  fi
+  [[ -f "$FAC/nfd-master.pid" ]] && kill "$(cat "$FAC/nfd-master.pid")" 2>/dev/null
+  for n in "${NODES[@]}"; do
+    local d="$FAC/$n"
+    if [[ -f "$d/containerd.pid" ]] && kill -0 "$(cat "$d/containerd.pid")" 2>/dev/null; then
+      pkill -f -- "--hostname-override $n " 2>/dev/null
+      sleep 0.5
+      for t in $(node_exec "$n" ctr --address "$d/containerd.sock" -n k8s.io t ls -q 2>/dev/null); do
+        node_exec "$n" ctr --address "$d/containerd.sock" -n k8s.io t kill -s SIGKILL "$t" >/dev/null 2>&1
+      done
+      sleep 1
+      for t in $(node_exec "$n" ctr --address "$d/containerd.sock" -n k8s.io t ls -q 2>/dev/null); do
+        node_exec "$n" ctr --address "$d/containerd.sock" -n k8s.io t rm -f "$t" >/dev/null 2>&1
+      done
+      kill "$(cat "$d/containerd.pid")" 2>/dev/null
+    fi
+    [[ -f "$d/launcher.pid" ]] && kill "$(cat "$d/launcher.pid")" 2>/dev/null
+  done
+  sleep 1
+  # Processes left in a node's network namespace (containerd shims, pods) go with it.
+  for n in "${NODES[@]}"; do
+    local pids; pids=$(ip netns pids "$(ns "$n")" 2>/dev/null)
+    [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null
+  done
+  sleep 0.5
+  for n in "${NODES[@]}"; do
+    [[ -f "$KUBECONFIG" ]] && k delete node "$n" --wait=false >/dev/null 2>&1
+    ip netns del "$(ns "$n")" 2>/dev/null
+    ip route del "${POD_NET[$n]}.0/24" 2>/dev/null
+    ip link del "m-$n" 2>/dev/null
+    for c in /sys/fs/cgroup/*/numastream-"$n"; do
+      [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
+  done
+  ip link del "$BRIDGE" 2>/dev/null
+  grep -o " $FAC[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
+  rm -rf "$FAC"/detector-a "$FAC"/gateway-a "$FAC"/cni-bin "$FAC"/*.pid "$FAC"/*.kubeconfig "$FAC"/*.log
+  [[ "${KEEP_IMAGES:-0}" == 1 ]] || rm -rf "$FAC"
+  log "facility down, cleaned up"
+}
+
+# Fails, naming it, when anything of the facility is left behind.
+check_clean() {
+  local left=()
+  for n in "${NODES[@]}"; do
+    ip netns list 2>/dev/null | grep -qw "$(ns "$n")" && left+=("network namespace $(ns "$n")")
+    compgen -G "/sys/fs/cgroup/*/numastream-$n" >/dev/null && left+=("cgroups numastream-$n")
+    pgrep -f -- "--hostname-override $n " >/dev/null && left+=("kubelet of $n")
+    ip link show "m-$n" >/dev/null 2>&1 && left+=("link m-$n")
+  done
+  ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("bridge $BRIDGE")
+  grep -q " $FAC" /proc/mounts && left+=("mounts under $FAC")
+  pgrep -f "$FAC" >/dev/null && left+=("processes: $(pgrep -af "$FAC" | head -3 | tr '\n' ';')")
+  ((${#left[@]} == 0)) || { printf 'facility left behind: %s\n' "${left[@]}"; return 1; }
+  echo "facility: nothing left behind (namespaces, cgroups, processes, links, mounts)"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  check) why=$(why_not); [[ -z "$why" ]] || { echo "$why"; exit 1; } ;;
+  clean) check_clean ;;
+  link-bytes) link_bytes ;;
+  exec) shift; node_exec "$@" ;;
+  *) echo "usage: $0 up|down|check|clean|link-bytes|exec NODE CMD..." >&2; exit 2 ;;
+esac
