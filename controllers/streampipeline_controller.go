@@ -416,9 +416,7 @@ func (r *StreamPipelineReconciler) apply(ctx context.Context, sp *v1alpha1.Strea
 		err := r.Get(ctx, client.ObjectKeyFromObject(j), existing)
 		if err == nil && existing.Annotations[render.AnnotationPlanHash] != j.Annotations[render.AnnotationPlanHash] {
 			ctrl.LoggerFrom(ctx).Info("Replacing job with a new plan", "job", klog.KObj(existing))
-			// Foreground: the Job goes only after its pod has stopped, so the old agent has
-			// paused its stream before the new one resumes it.
-			if err := r.Delete(ctx, existing, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+			if err := r.Delete(ctx, existing, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return false, err
 			}
 			replaced = true
