@@ -114,6 +114,37 @@ func pods(t *testing.T, ns, pipeline string) []corev1.Pod {
 	return list.Items
 }
 
+// reportDataAddresses annotates every gateway pod of the pipeline, once kwok runs it, with a
+// Multus network-status on the pipeline's attachment.
+func reportDataAddresses(t *testing.T, ns string, sp *v1alpha1.StreamPipeline) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	done := map[string]bool{}
+	for len(done) < len(sp.Spec.Senders) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway pods running: %d of %d", len(done), len(sp.Spec.Senders))
+		}
+		for _, p := range pods(t, ns, sp.Name) {
+			if p.Labels[render.LabelRole] != render.RoleGateway || done[p.Name] ||
+				(p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodSucceeded) {
+				continue
+			}
+			status := fmt.Sprintf(`[{"name":"%s/%s","interface":"net1","ips":["10.215.0.%d"]}]`,
+				ns, sp.Spec.Gateway.Network.Attachment, 100+len(done))
+			patch := client.MergeFrom(p.DeepCopy())
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations["k8s.v1.cni.cncf.io/network-status"] = status
+			if err := k8s.Patch(ctx, &p, patch); err != nil {
+				t.Fatal(err)
+			}
+			done[p.Name] = true
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // The paper's 4-detector sample lands as planned on the simulated facility.
 func TestPaperSampleRunsOnTheFacility(t *testing.T) {
 	ns := namespace(t)
@@ -121,6 +152,9 @@ func TestPaperSampleRunsOnTheFacility(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
+	// kwok runs no CNI: play Multus's part and report each gateway pod's data-network address,
+	// which the senders wait for (the real Multus does this on the facility in a box).
+	reportDataAddresses(t, ns, sp)
 	// kwok runs the pods and, for Job pods, completes them: Ready is Running or Completed.
 	cur := waitCondition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	if cur.Status.Plan == nil || cur.Status.Plan.Connections != 4 || cur.Status.Bottleneck != "decompress" || cur.Status.PredictedGbps != "204.8" {
