@@ -43,42 +43,13 @@ why_not() {
 
 packages() { bash hack/install-deps.sh test; }
 
-# A docker-archive image from a root filesystem directory: tar the layer, describe it, import it.
-import_image() { # rootfs-dir config-json tag...
-  local dir=$1 config=$2; shift 2
-  local img; img=$(mktemp -d "$WORK/img.XXXXXX")
-  tar -C "$dir" -cf "$img/layer.tar" .
-  local diff; diff=$(sha256sum "$img/layer.tar" | cut -d' ' -f1)
-  sed "s/@DIFF@/$diff/" <<<"$config" >"$img/config.json"
-  local tags; tags=$(printf '"%s",' "$@"); tags="[${tags%,}]"
-  printf '[{"Config":"config.json","RepoTags":%s,"Layers":["layer.tar"]}]' "$tags" >"$img/manifest.json"
-  tar -C "$img" -cf "$img.tar" manifest.json config.json layer.tar
-  ctr_ images import "$img.tar" >/dev/null
-  rm -rf "$img" "$img.tar"
-}
-
+# The images (hack/images.sh: the agent as the Dockerfile's agent target, a busybox sandbox),
+# imported into this node's containerd.
 images() {
-  # Sandbox (pause) image and a shell image for checks: Debian's static busybox.
-  local bb="$WORK/rootfs-busybox"
-  mkdir -p "$bb/bin"
-  cp /bin/busybox "$bb/bin/"
-  for x in sh sleep cat env grep; do ln -sf busybox "$bb/bin/$x"; done
-  local sandbox; sandbox=$(sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p' "$WORK/containerd.toml")
-  import_image "$bb" '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/bin/sleep","2147483647"],"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
-    "$sandbox" local.numastream/busybox:1
-  # The agent: the built binary with the shared libraries it links, as user 65532, like the
-  # Dockerfile's agent target.
-  local ag="$WORK/rootfs-agent"
-  mkdir -p "$ag/usr/local/bin" "$ag/etc" "$ag/tmp"
-  cp bin/numastream-agent bin/node-daemon "$ag/usr/local/bin/"
-  ldd bin/numastream-agent | awk '/=>/ {print $3} /^\t\// {print $1}' | while read -r lib; do
-    [[ -f "$lib" ]] && install -D "$lib" "$ag$lib"
-  done
-  echo "nonroot:x:65532:65532::/:/sbin/nologin" >"$ag/etc/passwd"
-  echo "nonroot:x:65532:" >"$ag/etc/group"
-  import_image "$ag" '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Entrypoint":["/usr/local/bin/numastream-agent"],"Env":["PATH=/usr/local/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
-    "$AGENT_IMAGE"
-  log "images imported: $AGENT_IMAGE, local.numastream/busybox:1, $sandbox"
+  bash hack/images.sh "$WORK/images" "$AGENT_IMAGE" >/dev/null
+  for t in "$WORK"/images/*.tar; do ctr_ images import "$t" >/dev/null; done
+  rm -rf "$WORK/images"
+  log "images imported: $AGENT_IMAGE, local.numastream/busybox:1 and the sandbox image"
 }
 
 up() {
