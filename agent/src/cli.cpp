@@ -47,11 +47,50 @@ std::string run_usage() {
       "flags (each sets a config field; --set FIELD=VALUE sets any field):\n"
       "  --config FILE          JSON config (docs/agent-config.md); flags override it\n"
       "  --threads STAGE=N      threads of a stage (placement.stages.STAGE.threads)\n"
-      "  --numa STAGE=TARGET    NUMA target of a stage: node id, nic, spread or any\n";
+      "  --numa STAGE=TARGET    NUMA target of a stage: node id, nic, spread or any\n"
+      "  --summary-file PATH    also write the run's counts and rates there on exit (in a pod:\n"
+      "                         /dev/termination-log, read back by the operator)\n";
   for (const auto& [flag, field] : shortcuts()) {
     s += "  " + flag + std::string(flag.size() < 23 ? 23 - flag.size() : 1, ' ') + field + "\n";
   }
   return s;
+}
+
+std::string take_summary_file(std::vector<std::string>& args) {
+  std::string path;
+  for (std::size_t i = 0; i < args.size();) {
+    if (args[i] == "--summary-file") {
+      if (i + 1 >= args.size()) throw ConfigError("--summary-file", "needs a value");
+      path = args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i), args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    } else if (args[i].rfind("--summary-file=", 0) == 0) {
+      path = args[i].substr(15);
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  return path;
+}
+
+std::string termination_summary(const nlohmann::json& summary) {
+  static const char* kKeys[] = {"role",       "verified",  "chunks",    "delivered_before", "acknowledged",
+                                "lost",       "corrupt",   "duplicates", "raw_bytes",       "wire_bytes",
+                                "seconds",    "raw_gbps",  "wire_gbps", "resumes",          "complete",
+                                "drained"};
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* k : kKeys) {
+    if (summary.contains(k)) out[k] = summary[k];
+  }
+  if (summary.contains("placement") && summary["placement"].is_object() && summary["placement"].contains("nic_local")) {
+    out["nic_local"] = summary["placement"]["nic_local"];
+  }
+  if (summary.contains("error") && summary["error"].is_string()) {
+    std::string e = summary["error"].get<std::string>();
+    if (e.size() > 2048) e = e.substr(0, 2048) + "...";
+    out["error"] = e;
+  }
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 nlohmann::json config_from_args(const std::vector<std::string>& args) {

@@ -77,8 +77,11 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
     }
   }
   Config cfg;
+  std::vector<std::string> rest = args;
+  std::string summary_file;
   try {
-    cfg = parse_config(config_from_args(args), role);
+    summary_file = take_summary_file(rest);
+    cfg = parse_config(config_from_args(rest), role);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "numastream-agent: %s\n", e.what());
     return kExitUsage;
@@ -87,6 +90,15 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
   RunResult r = role == Role::send ? run_sender(cfg, signals.token())
                                    : run_receiver(cfg, signals.token());
   std::cout << r.summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  if (!summary_file.empty()) {
+    // In a pod: /dev/termination-log, so the operator reads the figures after the exit.
+    std::ofstream f(summary_file, std::ios::trunc);
+    f << termination_summary(r.summary) << '\n';
+    if (!f.flush()) {
+      std::fprintf(stderr, "numastream-agent: cannot write the summary to %s: %s\n", summary_file.c_str(),
+                   std::strerror(errno));
+    }
+  }
   return r.exit_code;
 }
 

@@ -151,5 +151,29 @@ TEST(Cli, BadFlagsAreNamed) {
   }
 }
 
+TEST(Cli, SummaryFileIsTakenOutOfTheConfigFlags) {
+  std::vector<std::string> args = {"--endpoint", "tcp://a:1", "--summary-file", "/dev/termination-log", "--streams=2"};
+  EXPECT_EQ(take_summary_file(args), "/dev/termination-log");
+  EXPECT_EQ(args, (std::vector<std::string>{"--endpoint", "tcp://a:1", "--streams=2"}));
+  args = {"--summary-file=/tmp/s.json"};
+  EXPECT_EQ(take_summary_file(args), "/tmp/s.json");
+  EXPECT_TRUE(args.empty());
+  args = {"--summary-file"};
+  EXPECT_THROW(take_summary_file(args), ConfigError);
+}
+
+TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
+  nlohmann::json s = {{"role", "receive"}, {"chunks", 150},      {"lost", 0},
+                      {"corrupt", 0},      {"raw_gbps", 0.97},   {"streams", nlohmann::json::array()},
+                      {"placement", {{"nic_local", true}, {"threads", nlohmann::json::array()}}},
+                      {"error", std::string(10000, 'x')}};
+  auto out = nlohmann::json::parse(termination_summary(s));
+  EXPECT_EQ(out["chunks"], 150);
+  EXPECT_EQ(out["raw_gbps"], 0.97);
+  EXPECT_EQ(out["nic_local"], true);
+  EXPECT_FALSE(out.contains("streams"));
+  EXPECT_LT(termination_summary(s).size(), 4096u);
+}
+
 }  // namespace
 }  // namespace numastream

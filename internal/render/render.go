@@ -358,7 +358,7 @@ func agent(in Inputs, n planner.NodePlan, opts Options, name, cmd, config string
 		Name:            name,
 		Image:           opts.AgentImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Args:            []string{cmd, "--config", ConfigMountPath + "/" + config},
+		Args:            []string{cmd, "--config", ConfigMountPath + "/" + config, "--summary-file", corev1.TerminationMessagePathDefault},
 		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
 		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: int32(metrics)}},
 		SecurityContext: containerSecurity(),

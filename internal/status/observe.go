@@ -6,6 +6,7 @@ package status
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -151,6 +152,48 @@ func FromSamples(samples []Sample) Receiver {
 	return r
 }
 
+// exitSummary is what an agent leaves as its container's termination message when it exits
+// (numastream-agent --summary-file /dev/termination-log): the run's final counts and mean rates.
+type exitSummary struct {
+	Role      string  `json:"role"`
+	Chunks    float64 `json:"chunks"`
+	Lost      float64 `json:"lost"`
+	Corrupt   float64 `json:"corrupt"`
+	RawBytes  float64 `json:"raw_bytes"`
+	WireBytes float64 `json:"wire_bytes"`
+	RawGbps   float64 `json:"raw_gbps"`
+	WireGbps  float64 `json:"wire_gbps"`
+	NICLocal  *bool   `json:"nic_local"`
+}
+
+// exited reads a gateway pod whose verifying container has exited: its counts and the run's
+// mean rates from that container's summary, NIC locality from the receiving container's. False
+// when the verifying container still runs or left no summary.
+func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
+	summaries := map[string]exitSummary{}
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && strings.HasPrefix(strings.TrimSpace(t.Message), "{") {
+			var s exitSummary
+			if json.Unmarshal([]byte(t.Message), &s) == nil {
+				summaries[cs.Name] = s
+			}
+		}
+	}
+	v, ok := summaries[render.DecompressContainer]
+	if !ok || v.Role != "receive" {
+		return Receiver{}, 0, 0, false
+	}
+	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, Lost: v.Lost, Corrupt: v.Corrupt}
+	if rx, ok := summaries[render.ReceiveContainer]; ok && rx.NICLocal != nil {
+		r.NICLocal = rx.NICLocal
+	}
+	return r, v.RawGbps, v.WireGbps, true
+}
+
+// minRateWindow: readings closer than this (a reconcile triggered by a pod event right after a
+// scrape) keep the rate of the last longer window instead of dividing noise by a tiny interval.
+const minRateWindow = time.Second
+
 // Observer reads the gateway agents of a pipeline and keeps the previous reading per pod to turn
 // byte counters into rates.
 type Observer struct {
@@ -163,8 +206,9 @@ type Observer struct {
 }
 
 type reading struct {
-	at        time.Time
-	raw, wire float64
+	at                time.Time
+	raw, wire         float64
+	rawRate, wireRate float64
 }
 
 // NewObserver reads agents with the given timeout per request.
@@ -209,8 +253,36 @@ func metricsPorts(p *corev1.Pod) []int32 {
 	return out
 }
 
-// Observe reads every running gateway pod of the pipeline and sums their figures. Nil when
-// no gateway pod is running yet.
+// scrape reads a running gateway pod's agents; the rates come from the byte counters' change
+// since the previous reading of the same pod.
+func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, float64, float64, error) {
+	var samples []Sample
+	for _, port := range metricsPorts(p) {
+		got, err := o.fetch(ctx, o.URL(p, port))
+		if err != nil {
+			return Receiver{}, 0, 0, fmt.Errorf("agent %s:%d: %w", p.Name, port, err)
+		}
+		samples = append(samples, got...)
+	}
+	r := FromSamples(samples)
+	now := o.now()
+	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes}
+	if prev, ok := o.prev[string(p.UID)]; ok {
+		if dt := now.Sub(prev.at); dt >= minRateWindow {
+			cur.rawRate = (r.RawBytes - prev.raw) * 8 / dt.Seconds() / 1e9
+			cur.wireRate = (r.WireBytes - prev.wire) * 8 / dt.Seconds() / 1e9
+		} else {
+			cur = prev // too short a window: keep the last one
+		}
+	}
+	o.prev[string(p.UID)] = cur
+	return r, cur.rawRate, cur.wireRate, nil
+}
+
+// Observe reads every gateway pod of the pipeline and sums their figures: a running pod from its
+// agents' metrics (rates over the interval since the last reading), a pod whose verifying agent
+// has exited from the summary it left (final counts, the run's mean rates). Nil when no gateway
+// pod has anything to report yet.
 func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -220,20 +292,22 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	allLocal, anyKnown := true, false
 	for i := range pods {
 		p := &pods[i]
-		if p.Labels[render.LabelRole] != render.RoleGateway || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		if p.Labels[render.LabelRole] != render.RoleGateway {
 			continue
 		}
-		// Every agent of the pod: a gateway pod's receiving and decompressing containers.
-		var samples []Sample
-		for _, port := range metricsPorts(p) {
-			got, err := o.fetch(ctx, o.URL(p, port))
-			if err != nil {
-				return nil, fmt.Errorf("agent %s:%d: %w", p.Name, port, err)
+		r, raw, wire, ok := exited(p)
+		if !ok {
+			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				continue
 			}
-			samples = append(samples, got...)
+			var err error
+			if r, raw, wire, err = o.scrape(ctx, p); err != nil {
+				return nil, err
+			}
 		}
-		r := FromSamples(samples)
 		seen++
+		rawRate += raw
+		wireRate += wire
 		total.RawBytes += r.RawBytes
 		total.WireBytes += r.WireBytes
 		total.Delivered += r.Delivered
@@ -243,13 +317,6 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 			anyKnown = true
 			allLocal = allLocal && *r.NICLocal
 		}
-		now := o.now()
-		if prev, ok := o.prev[string(p.UID)]; ok && now.After(prev.at) {
-			dt := now.Sub(prev.at).Seconds()
-			rawRate += (r.RawBytes - prev.raw) * 8 / dt / 1e9
-			wireRate += (r.WireBytes - prev.wire) * 8 / dt / 1e9
-		}
-		o.prev[string(p.UID)] = reading{at: now, raw: r.RawBytes, wire: r.WireBytes}
 	}
 	if seen == 0 {
 		return nil, nil

@@ -163,3 +163,35 @@ func TestObserverNamesTheUnreachableAgent(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A gateway pod whose agents have exited cannot be scraped: its figures come from the summary
+// its verifying container left as the termination message, with the run's mean rates.
+func TestObserverReadsAnExitedGatewayFromItsSummary(t *testing.T) {
+	o := NewObserver(time.Second)
+	o.URL = func(*corev1.Pod, int32) string { t.Fatal("an exited pod must not be scraped"); return "" }
+	term := func(name, msg string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}}}
+	}
+	done := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Labels: map[string]string{render.LabelRole: render.RoleGateway}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{
+			term(render.ReceiveContainer, `{"role":"relay","chunks":150,"nic_local":true}`),
+			term(render.DecompressContainer, `{"role":"receive","chunks":150,"lost":0,"corrupt":1,"raw_bytes":1.6e9,"wire_bytes":8e8,"raw_gbps":1.93,"wire_gbps":0.96,"nic_local":null}`),
+		}},
+	}
+	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs == nil || obs.ChunksDelivered != 150 || obs.ChunksCorrupt != 1 || obs.RawGbps != "1.93" || obs.WireGbps != "0.96" {
+		t.Fatalf("observed %+v", obs)
+	}
+	if obs.NICLocal == nil || !*obs.NICLocal {
+		t.Errorf("NIC locality comes from the receiving container: %v", obs.NICLocal)
+	}
+	// Without a summary (an agent killed before it wrote one) there is nothing to report.
+	done.Status.ContainerStatuses = nil
+	if obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{done}); obs != nil || err != nil {
+		t.Fatalf("%v %v", obs, err)
+	}
+}
