@@ -164,8 +164,16 @@ test-e2e: k8s-bins-sim operator ## End-to-end tests: the operator on the simulat
 REAL_NODE := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) REAL_NODE_DIR=/tmp/numastream-real-node bash hack/real-node.sh
 
 .PHONY: test-e2e-real
-test-e2e-real: ## A real kubelet node (root): device plugin, exclusive CPUs, a verified stream into a real pod
-	@if ! why=$$($(REAL_NODE) check); then echo "test-e2e-real: skipped: $$why"; exit 0; fi; \
+test-e2e-real: ## Real kubelets (root): the static-CPU node's checks, then whole pipelines on the facility in a box
+	@$(MAKE) --no-print-directory test-e2e-realnode
+	@$(MAKE) --no-print-directory test-e2e-facility
+
+# A skipped real test passes unless NUMASTREAM_REQUIRE_REAL=1.
+SKIP_REAL = { echo "$@: skipped: $$why"; [ "$${NUMASTREAM_REQUIRE_REAL:-0}" != 1 ] || { echo "NUMASTREAM_REQUIRE_REAL=1: a skipped real test is a failure"; exit 1; }; exit 0; }
+
+.PHONY: test-e2e-realnode test-e2e-facility
+test-e2e-realnode: ## A real kubelet node with the static CPU manager: device plugin, exclusive CPUs, a verified stream into a real pod
+	@if ! why=$$($(REAL_NODE) check); then $(SKIP_REAL); fi; \
 	$(MAKE) --no-print-directory k8s-bins-sim k8s-bins-node agent operator && \
 	trap '$(REAL_NODE) down >/dev/null 2>&1; $(SIM) down >/dev/null' EXIT; \
 	$(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
@@ -174,6 +182,15 @@ test-e2e-real: ## A real kubelet node (root): device plugin, exclusive CPUs, a v
 	NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_REAL_NODE=real-node \
 	NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) \
 		go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)' ; exit $${PIPESTATUS[0]}
+
+test-e2e-facility: ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
+	@if ! why=$$($(FACILITY) check); then $(SKIP_REAL); fi; \
+	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins images && \
+	trap '$(FACILITY) down >/dev/null 2>&1; $(SIM) down >/dev/null; $(FACILITY) clean || exit 1' EXIT; \
+	API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
+	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
+	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
+		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+facility_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

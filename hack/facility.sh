@@ -16,7 +16,7 @@
 #     on fab0, host-local IPAM, one address range per side).
 #   nfd-master (built from the module proxy) turns NodeFeature objects into node labels.
 #
-#   facility.sh up | down | check | link-bytes | exec NODE CMD...
+#   facility.sh up | install | down | check | clean | link-bytes | exec NODE CMD...
 #
 # `up` needs the simulated control plane started with API_BIND=0.0.0.0 and
 # API_ADVERTISE=10.212.0.1 (make test-e2e-real and make demo do that) and leaves the cluster
@@ -263,6 +263,27 @@ up() {
   nfd_master
 }
 
+# The operator and the node daemon, from the chart (test/facility/values.yaml: the images above,
+# the API server's management address); done when nfd-master has labelled both nodes from the
+# node daemon's NodeFeature objects.
+install() {
+  local helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm"
+  mkdir -p "$hh"
+  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade --install numastream charts/numastream \
+    -n numastream-system --create-namespace -f test/facility/values.yaml --wait --timeout 120s >"$FAC/helm.log" 2>&1 ||
+    { cat "$FAC/helm.log"; return 1; }
+  local n
+  for n in "${NODES[@]}"; do
+    for _ in $(seq 240); do
+      [[ -n "$(k get node "$n" -o jsonpath='{.metadata.labels.numastream\.io/nic\.fab0\.speed-mbit}')" ]] && break
+      sleep 0.5
+    done
+    [[ -n "$(k get node "$n" -o jsonpath='{.metadata.labels.numastream\.io/nic\.fab0\.speed-mbit}')" ]] ||
+      { echo "node $n: no NFD labels from the node daemon after 120 s" >&2; k -n numastream-system logs ds/numastream-node-daemon --tail=20 >&2; return 1; }
+  done
+  log "helm: numastream installed (operator $(k -n numastream-system get pods -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].spec.nodeName}'), node daemon on ${NODES[*]}); NFD labels: $(k get node gateway-a --show-labels | tr ',' '\n' | grep -c numastream.io/) on gateway-a"
+}
+
 # The facility link's byte counters, as seen from each node.
 link_bytes() {
   for n in "${NODES[@]}"; do
@@ -341,6 +362,7 @@ case "${1:-}" in
   check) why=$(why_not); [[ -z "$why" ]] || { echo "$why"; exit 1; } ;;
   clean) check_clean ;;
   link-bytes) link_bytes ;;
+  install) install ;;
   exec) shift; node_exec "$@" ;;
-  *) echo "usage: $0 up|down|check|clean|link-bytes|exec NODE CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 up|install|down|check|clean|link-bytes|exec NODE CMD..." >&2; exit 2 ;;
 esac

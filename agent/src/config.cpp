@@ -276,6 +276,11 @@ Config parse_config(const json& doc, Role role) {
   c.hwm = static_cast<int>(f.integer("hwm", c.hwm, 1, 1000));
   c.window = static_cast<int>(f.integer("window", c.window, 1, 4096));
   c.sysfs_root = f.string("sysfs_root", c.sysfs_root);
+  c.state_dir = f.string("state_dir", "");
+  if (!c.state_dir.empty() && c.state_dir.front() != '/') {
+    throw ConfigError("state_dir", "must be an absolute path (got \"" + c.state_dir + "\")");
+  }
+  if (!c.state_dir.empty() && !send) throw ConfigError("state_dir", "is a sender setting");
   if (const json* m = f.raw("metrics")) {
     Fields mf(*m, "metrics");
     c.metrics_listen = mf.string("listen", "");

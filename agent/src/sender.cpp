@@ -17,6 +17,7 @@
 #include "numastream/buffer_pool.hpp"
 #include "numastream/codec.hpp"
 #include "numastream/http.hpp"
+#include "numastream/state.hpp"
 #include "numastream/pipeline.hpp"
 #include "numastream/queue.hpp"
 #include "numastream/synth.hpp"
@@ -155,6 +156,9 @@ class Sender {
   // starts once a connection has the receiver's answer to its resume frame (a restarted sender
   // learns there what to skip).
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
+  std::unique_ptr<StreamState> state_;  // the acknowledged record on the node (state_dir)
+  std::uint64_t state_floor_ = 0;       // what an earlier sender recorded
+  void save_state();
   std::optional<CurveSetup> curve_;
   std::mutex welcome_mu_;
   std::condition_variable welcome_cv_;
@@ -537,7 +541,23 @@ std::string Sender::metrics_text() {
   return out;
 }
 
+void Sender::save_state() {
+  auto [floor, above] = ledger_->snapshot(cfg_.stream_id);
+  state_->save(floor, above);
+}
+
 RunResult Sender::run(const RunHooks& hooks) {
+  if (!cfg_.state_dir.empty()) {
+    // Waits for a previous sender of this stream still writing its final record (a replaced
+    // pod that is draining), then starts from what it recorded.
+    state_ = std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
+    if (auto rec = state_->load()) {
+      ledger_->merge(cfg_.stream_id, rec->first, rec->second);
+      state_floor_ = rec->first;
+      log_line("state " + state_->path() + ": an earlier sender recorded " +
+               std::to_string(ledger_->acknowledged(cfg_.stream_id)) + " acknowledged chunks");
+    }
+  }
   curve_ = load_curve(cfg_.security);
   if (curve_) {
     log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") +
@@ -572,6 +592,24 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   rt_.started = Clock::now();
   compressors_left_ = compressors;
+  std::jthread recorder;
+  if (state_) {
+    recorder = std::jthread([this](std::stop_token st) {
+      std::uint64_t saved = ledger_->acknowledged(cfg_.stream_id);
+      while (!st.stop_requested()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::uint64_t now = ledger_->acknowledged(cfg_.stream_id);
+        if (now == saved) continue;
+        try {
+          save_state();
+          saved = now;
+        } catch (const std::exception& e) {
+          rt_.fail(e.what());
+          return;
+        }
+      }
+    });
+  }
   {
     std::vector<std::jthread> threads;
     for (int i = 0; i < senders; ++i) threads.emplace_back([this, i] { send_thread(i); });
@@ -580,6 +618,15 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
+  if (state_) {
+    recorder.request_stop();
+    recorder.join();
+    try {
+      save_state();  // the final record, before the lock goes with this process
+    } catch (const std::exception& e) {
+      rt_.fail(e.what());
+    }
+  }
 
   const double secs = std::max(1e-9, static_cast<double>(last_send_ns_.load() -
                                                          std::max<std::int64_t>(0, first_chunk_ns_.load())) / 1e9);
@@ -596,6 +643,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"chunks", sent_chunks_.load()},
       {"acknowledged", ledger_->acknowledged(cfg_.stream_id)},
       {"skipped_acknowledged", skipped_chunks_},
+      {"state_floor", state_floor_},
       {"retransmitted", retransmitted_.load()},
       {"reconnects", reconnects_.load()},
       {"raw_bytes", rt_.stats("compress").bytes_in.load()},

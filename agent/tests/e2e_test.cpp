@@ -1,5 +1,7 @@
 // End-to-end: the real agent binary as separate send and receive processes on 127.0.0.1.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -503,6 +505,72 @@ TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["duplicates"], 0);
   EXPECT_EQ(r["complete"], true);
+}
+
+// Both ends go away (a suspended pipeline: every pod deleted) and come back with no memory: the
+// sender's record in its state directory is what lets the next pair resume where the first
+// stopped, each chunk delivered once across the two receivers.
+TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
+  int port = free_ports(2);
+  std::string state = temp_dir();
+  std::vector<std::string> endless = {"--chunks", "0", "--rate-gbps", "0.4", "--set", "state_dir=\"" + state + "\""};
+  json r1, s1;
+  {
+    Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
+    Process tx(sender(port, 2, endless));
+    std::this_thread::sleep_for(1500ms);
+    tx.signal(SIGTERM);
+    EXPECT_EQ(tx.wait(30s), 143) << tx.err();
+    rx.signal(SIGTERM);
+    rx.wait(30s);
+    s1 = summary(tx);
+    r1 = summary(rx);
+  }
+  ASSERT_GT(r1["chunks"].get<int>(), 0);
+  EXPECT_EQ(s1["acknowledged"], r1["chunks"]);
+  Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
+  Process tx(sender(port, 2, endless));
+  std::this_thread::sleep_for(1500ms);
+  tx.signal(SIGINT);
+  EXPECT_EQ(tx.wait(30s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(30s), 0) << rx.err();
+  json s2 = summary(tx), r2 = summary(rx);
+  EXPECT_EQ(s2["state_floor"], r1["chunks"]) << tx.err();
+  EXPECT_EQ(r2["delivered_before"], r1["chunks"]) << "the new receiver was told what the first one took";
+  EXPECT_GT(r2["chunks"].get<int>(), 0);
+  EXPECT_EQ(r2["lost"], 0);
+  EXPECT_EQ(r2["duplicates"], 0);
+}
+
+// An unusable state directory is an error naming it.
+TEST(EndToEnd, StateDirUnusableIsNamed) {
+  int port = free_ports(2);
+  Process tx(sender(port, 2, {"--set", "state_dir=\"/nonexistent/numastream-state\"", "--chunks", "1"}));
+  EXPECT_EQ(tx.wait(10s), 1);
+  EXPECT_NE(tx.err().find("/nonexistent/numastream-state/stream-0.lock"), std::string::npos) << tx.err();
+  Process bad({kAgent, "check-config", "send", "--endpoint", "tcp://127.0.0.1:5000", "--set", "state_dir=\"rel\""});
+  EXPECT_EQ(bad.wait(10s), 2);
+  EXPECT_NE(bad.err().find("state_dir"), std::string::npos) << bad.err();
+}
+
+// A pod's init container makes the hostPath directories the agent (uid 65532) writes: a new or
+// empty root-owned one is handed over, one in use is left alone and named.
+TEST(EndToEnd, PrepareDirHandsOverOnlyFreshDirectories) {
+  if (::geteuid() != 0) GTEST_SKIP() << "chown needs root";
+  std::string dir = temp_dir();
+  Process fresh({kAgent, "prepare-dir", "--owner", "65532:65532", dir + "/state/ns/p-1"});
+  ASSERT_EQ(fresh.wait(10s), 0) << fresh.err();
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/state/ns/p-1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65532u);
+  std::ofstream(dir + "/state/ns/x") << "in use";
+  Process used({kAgent, "prepare-dir", "--owner", "65532:65532", dir + "/state/ns"});
+  EXPECT_EQ(used.wait(10s), 1);
+  EXPECT_NE(used.err().find(dir + "/state/ns (owner 0:0"), std::string::npos) << used.err();
+  ASSERT_EQ(::stat((dir + "/state/ns").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "a directory in use changed owner";
+  Process usage({kAgent, "prepare-dir", dir});
+  EXPECT_EQ(usage.wait(10s), 2);
 }
 
 TEST(EndToEnd, OsPlacementPinsNothing) {

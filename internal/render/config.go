@@ -93,6 +93,7 @@ func agentConfig(in Inputs, n planner.NodePlan) map[string]any {
 		cfg["endpoint"] = senderEndpoint(in, n)
 		cfg["stream_id"] = n.Stream
 		cfg["source"] = sourceConfig(sp.Spec.Senders[n.Stream].Source)
+		cfg["state_dir"] = StateMountPath
 	} else {
 		cfg["endpoint"] = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)
 		cfg["streams"] = 1

@@ -50,12 +50,21 @@ const (
 	DecompressMetricsPort = 9101
 	// RelaySocket is where a gateway pod's receiving container hands frames to its decompressing
 	// container (an emptyDir both mount at RelayDir).
-	RelayDir       = "/run/numastream"
-	RelaySocket    = "ipc://" + RelayDir + "/stream.sock"
-	DataPathMount  = "/data"
-	RoleSender     = "sender"
-	RoleGateway    = "gateway"
-	agentContainer = "agent"
+	RelayDir      = "/run/numastream"
+	RelaySocket   = "ipc://" + RelayDir + "/stream.sock"
+	DataPathMount = "/data"
+	// StateMountPath is where a sender keeps its record of what the gateway acknowledged, a
+	// hostPath under StateHostRoot on the detector node, so that the next sender of the stream
+	// resumes where this one stopped (after a drain, a suspension, a replaced gateway).
+	StateMountPath = "/var/lib/numastream-state"
+	StateHostRoot  = "/var/lib/numastream/streams"
+	// AgentUID owns what the agents write; the prepare init container hands them new hostPath
+	// directories.
+	AgentUID         = 65532
+	PrepareContainer = "prepare"
+	RoleSender       = "sender"
+	RoleGateway      = "gateway"
+	agentContainer   = "agent"
 	// The two containers of a gateway pod.
 	ReceiveContainer    = "receive"
 	DecompressContainer = "decompress"
@@ -210,6 +219,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		NodeSelector:       map[string]string{corev1.LabelHostname: n.Node},
 		Tolerations:        opts.Tolerations,
 		SecurityContext:    podSecurity(),
+		InitContainers:     prepare(n, opts, hostDirs(sp, n)),
 		Containers:         containers(in, n, opts),
 		Volumes:            volumes(in, n),
 		EnableServiceLinks: ptr.To(false),
@@ -307,6 +317,7 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	keys := corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
 	if n.Role != RoleGateway {
 		tx := agent(in, n, opts, agentContainer, "send", configKey(n), n.CPUs, MetricsPort)
+		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
 		if in.KeysSecret != "" {
 			tx.VolumeMounts = append(tx.VolumeMounts, keys)
 		}
@@ -499,6 +510,12 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 	if in.KeysSecret != "" {
 		vols = append(vols, keysVolume(in.KeysSecret, n))
 	}
+	if n.Role == RoleSender {
+		t := corev1.HostPathDirectoryOrCreate
+		vols = append(vols, corev1.Volume{Name: "state", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: stateHostPath(sp), Type: &t},
+		}})
+	}
 	if !hasDataVolume(sp, n) {
 		return vols
 	}
@@ -513,6 +530,58 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 	return append(vols, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
 		HostPath: &corev1.HostPathVolumeSource{Path: hostPath, Type: &t},
 	}})
+}
+
+// stateHostPath is the pipeline's state directory on its detector nodes: one per pipeline
+// object (its UID), so a pipeline deleted and created again starts its streams afresh.
+func stateHostPath(sp *v1alpha1.StreamPipeline) string {
+	dir := sp.Name
+	if sp.UID != "" {
+		dir += "-" + string(sp.UID)
+	}
+	return StateHostRoot + "/" + sp.Namespace + "/" + dir
+}
+
+// hostDirs are the hostPath directories, as mounted in the pod, that the agent writes: a
+// sender's state, a gateway's file sink.
+func hostDirs(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.VolumeMount {
+	if n.Role == RoleSender {
+		return []corev1.VolumeMount{{Name: "state", MountPath: StateMountPath}}
+	}
+	if hasDataVolume(sp, n) {
+		return []corev1.VolumeMount{{Name: "data", MountPath: DataPathMount}}
+	}
+	return nil
+}
+
+// prepare is the init container that makes the agent's hostPath directories writable by it: the
+// kubelet creates a missing one owned by root. It runs the agent's own `prepare-dir` as root with
+// only CAP_CHOWN, and hands over a directory only while it is empty and root's.
+func prepare(n planner.NodePlan, opts Options, dirs []corev1.VolumeMount) []corev1.Container {
+	if len(dirs) == 0 {
+		return nil
+	}
+	args := []string{"prepare-dir", "--owner", fmt.Sprintf("%d:%d", AgentUID, AgentUID)}
+	for _, d := range dirs {
+		args = append(args, d.MountPath)
+	}
+	// Guaranteed like the agents (requests == limits); within what the agents request.
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("32Mi")}
+	return []corev1.Container{{
+		Name:            PrepareContainer,
+		Image:           opts.AgentImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:            args,
+		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                ptr.To[int64](0),
+			RunAsNonRoot:             ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN"}},
+		},
+		VolumeMounts: dirs,
+	}}
 }
 
 func senderSource(sp *v1alpha1.StreamPipeline, stream int) v1alpha1.Source {

@@ -297,8 +297,12 @@ func TestFileSourceAndSinkMountHostPaths(t *testing.T) {
 	objs, _ := renderFor(t, pipeline("tomo", withFileSource("/scratch/scan-42"), withFileSink("/archive/scan-{stream}.raw")))
 	tx := objs.Jobs[0].Spec.Template.Spec
 	rx := objs.Jobs[1].Spec.Template.Spec
-	if tx.Volumes[1].HostPath.Path != "/scratch/scan-42" || !tx.Containers[0].VolumeMounts[1].ReadOnly {
+	if v := volumeNamed(tx, "data"); v == nil || v.HostPath.Path != "/scratch/scan-42" || !tx.Containers[0].VolumeMounts[1].ReadOnly {
 		t.Errorf("sender data volume %+v %+v", tx.Volumes, tx.Containers[0].VolumeMounts)
+	}
+	// The init container hands the sink directory to the agent, not the source (read-only).
+	if len(rx.InitContainers) != 1 || rx.InitContainers[0].Args[len(rx.InitContainers[0].Args)-1] != DataPathMount {
+		t.Errorf("gateway init containers %+v", rx.InitContainers)
 	}
 	var hostPath string
 	for _, v := range rx.Volumes {
@@ -574,5 +578,44 @@ func TestIdleLimitFitsTheSource(t *testing.T) {
 	endless.Spec.IdleTimeoutSeconds = ptr.To[int32](30)
 	if got := idle(endless); got != 30.0 {
 		t.Errorf("spec idleTimeoutSeconds 30: idle %v", got)
+	}
+}
+
+func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == name {
+			return &spec.Volumes[i]
+		}
+	}
+	return nil
+}
+
+// A sender keeps its acknowledged record in a per-pipeline hostPath on its node, which its init
+// container (root, CAP_CHOWN only) hands to the agent's user; the agent itself stays non-root.
+func TestSenderStateDirectoryOnTheNode(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo"))
+	tx := objs.Jobs[0].Spec.Template.Spec
+	v := volumeNamed(tx, "state")
+	if v == nil || v.HostPath == nil || v.HostPath.Path != "/var/lib/numastream/streams/beamline/tomo-uid-1" ||
+		*v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+		t.Fatalf("state volume %+v", v)
+	}
+	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"state_dir": "`+StateMountPath+`"`) {
+		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
+	}
+	if len(tx.InitContainers) != 1 {
+		t.Fatalf("init containers %+v", tx.InitContainers)
+	}
+	ic := tx.InitContainers[0]
+	sc := ic.SecurityContext
+	if ic.Args[0] != "prepare-dir" || ic.Args[len(ic.Args)-1] != StateMountPath || *sc.RunAsUser != 0 ||
+		len(sc.Capabilities.Add) != 1 || sc.Capabilities.Add[0] != "CHOWN" || *sc.AllowPrivilegeEscalation {
+		t.Errorf("prepare container %+v", ic)
+	}
+	if !ic.Resources.Requests.Cpu().Equal(*ic.Resources.Limits.Cpu()) {
+		t.Error("the init container keeps the pod Guaranteed")
+	}
+	if len(tx.Containers[0].SecurityContext.Capabilities.Add) != 0 || tx.Containers[0].SecurityContext.RunAsUser != nil {
+		t.Errorf("the agent container runs as the pod's non-root user: %+v", tx.Containers[0].SecurityContext)
 	}
 }

@@ -74,6 +74,7 @@ struct Config {
   int reorder_window = 16;       // file sink: chunks held to restore order
   std::string metrics_listen;    // host:port; empty = no metrics server
   std::string sysfs_root = "/sys";
+  std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)
   SecurityConfig security;
   bool relay = false;            // receive: forward frames undecoded to sink.endpoint (the
                                  // NIC-local receiving container of a gateway pod)
