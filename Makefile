@@ -203,8 +203,12 @@ test: check-deps test-agent test-agent-asan test-fuzz test-operator test-e2e tes
 	@echo "make test: all suites passed"
 
 .PHONY: demo
-demo: agent operator k8s-bins k8s-bins-sim ## The main job: operator + simulated facility + real agents streaming verified data
-	@K8S_SIM_BIN=$(K8S_SIM_BIN) bash hack/demo.sh
+demo: agent operator k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated
+	@if why=$$($(FACILITY) check); then \
+		$(MAKE) --no-print-directory k8s-bins-node facility-bins images >/dev/null && \
+		IMAGES_DIR=$(BUILD)/images HELM=$(HELM) KUBELET_BIN=$(K8S_NODE_BIN) FACILITY_BIN=$(FACILITY_BIN) \
+			SIM_BIN=$(K8S_SIM_BIN) bash hack/demo-facility.sh; \
+	else DEMO_FALLBACK="$$why" K8S_SIM_BIN=$(K8S_SIM_BIN) bash hack/demo.sh; fi
 
 .PHONY: clean
 clean: ## Remove build output

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# `make demo` on the facility in a box (root): the whole mission as real pods.
+#  1. the control plane and two real kubelet nodes, detector-a and gateway-a, joined by a 1 Gbit/s
+#     shaped facility link (hack/facility.sh);
+#  2. numastream installed with its Helm chart: the node daemon measures each node and publishes
+#     NodeFeatures, nfd-master turns them into the labels the operator plans with;
+#  3. a StreamPipeline (test/facility/pipeline.yaml) applied with kubectl: the operator plans it,
+#     creates the pods, the sender joins the data network (Multus) and dials the gateway's address
+#     there; every chunk is verified at the gateway and written to a file;
+#  4. the figures, from the agents and the link: chunks, integrity, rates against the plan, and the
+#     link's byte counters against the stream's wire bytes;
+#  5. everything torn down, and checked gone.
+# Set DEMO_CHUNKS to stream more or less (default 300 projections, ~3.3 GB raw).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIM_BIN=${SIM_BIN:-$HOME/.cache/numastream/k8s-1.36.4-sim}
+SIM_DIR=${SIM_DIR:-/tmp/numastream-demo-sim}
+CHUNKS=${DEMO_CHUNKS:-300}
+SINK=/var/tmp/numastream-demo
+export KUBECONFIG=$SIM_DIR/admin.kubeconfig SIM_DIR
+KUBECTL="$SIM_BIN/kubectl"
+k() { "$KUBECTL" "$@"; }
+fac() { bash hack/facility.sh "$@"; }
+say() { printf '\n== %s\n' "$*"; }
+started=$(date +%s)
+
+cleanup() {
+  fac down >/dev/null 2>&1 || true
+  BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh down >/dev/null 2>&1 || true
+  rm -rf "$SINK"
+}
+trap cleanup EXIT
+
+echo "mode: the facility in a box: real kubelets, containerd, Multus, NFD; the pipeline runs as real pods"
+say "1/5 control plane + detector-a and gateway-a (real kubelets) + facility link"
+API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh up >"$SIM_DIR.log" 2>&1 ||
+  { tail -20 "$SIM_DIR.log"; exit 1; }
+fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
+
+say "2/5 helm install numastream (operator + node daemon), labels from NFD"
+fac install
+k get nodes -l numastream.io/facility=box -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
+  -L numastream.io/lz4-compress-mb-per-s -L numastream.io/lz4-decompress-mb-per-s
+k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
+
+say "3/5 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
+mkdir -p "$SINK"
+sed -e "s/chunks: 150/chunks: $CHUNKS/" -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline.yaml | k apply -f - >/dev/null
+for _ in $(seq 120); do
+  [ -n "$(k get streampipeline facility -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
+  sleep 0.5
+done
+k get streampipeline facility -o json | python3 hack/print-plan.py
+rx0=$(fac link-bytes | awk '$1=="gateway-a" {print $4}')
+reason=
+for _ in $(seq 360); do
+  reason=$(k get streampipeline facility -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')
+  [ "$reason" = Completed ] && [ "$(k get streampipeline facility -o jsonpath='{.status.observed.chunksDelivered}')" = "$CHUNKS" ] && break
+  sleep 0.5
+done
+rx1=$(fac link-bytes | awk '$1=="gateway-a" {print $4}')
+k get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,QOS:.status.qosClass,CONTAINERS:.spec.containers[*].name,CPUS:.spec.containers[*].resources.limits.cpu,POD-IP:.status.podIP'
+gw=$(k get pods -l numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
+tx=$(k get pods -l numastream.io/role=sender -o jsonpath='{.items[0].metadata.name}')
+echo "gateway $gw network-status (Multus):"
+k get pod "$gw" -o jsonpath='{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}' |
+  python3 -c '
+import json, sys
+for n in json.load(sys.stdin):
+    print("    %-5s %-14s %s" % (n["interface"], ",".join(n["ips"]), n["name"]))'
+if [ "$reason" != Completed ]; then
+  echo "the pipeline did not complete within 180 s (Ready reason: ${reason:-none})" >&2
+  k get streampipeline facility -o yaml >&2
+  k -n numastream-system logs deploy/numastream-operator --tail=20 >&2 || true
+  exit 1
+fi
+
+say "4/5 what the agents and the link report"
+k logs "$tx" -c agent | grep '^{' | tail -1 >"$SINK/tx.json"
+k logs "$gw" -c decompress | grep '^{' | tail -1 >"$SINK/rx.json"
+k get streampipeline facility -o json >"$SINK/sp.json"
+python3 - "$SINK" "$((rx1 - rx0))" <<'PY'
+import glob, json, os, sys
+d, link_rx = sys.argv[1], int(sys.argv[2])
+tx = json.load(open(f"{d}/tx.json")); rx = json.load(open(f"{d}/rx.json")); st = json.load(open(f"{d}/sp.json"))["status"]
+obs = st["observed"]
+print(f'sender    dialled {tx["endpoint"]} (the gateway on the data network); {tx["chunks"]} chunks, '
+      f'{tx["raw_bytes"]/1e9:.2f} GB raw, {tx["wire_bytes"]/1e9:.2f} GB on the wire (ratio {tx["raw_bytes"]/tx["wire_bytes"]:.2f}:1)')
+print(f'gateway   {rx["chunks"]} chunks verified; lost {rx["lost"]}, corrupt {rx["corrupt"]}, duplicates {rx["duplicates"]}, '
+      f'complete {rx["complete"]}; {rx["seconds"]:.2f} s')
+print(f'link      fab0 on gateway-a received {link_rx} bytes; the stream put {rx["wire_bytes"]} bytes on the wire '
+      f'({link_rx / rx["wire_bytes"]:.3f}x: the data crossed the facility link)')
+print(f'status    Ready Completed; observed {obs["rawGbps"]} Gbit/s raw, {obs["wireGbps"]} Gbit/s wire; '
+      f'{obs["chunksDelivered"]} delivered, {obs["chunksLost"]} lost, {obs["chunksCorrupt"]} corrupt; NIC-local {obs.get("nicLocal")}')
+pred, got = float(st["predictedGbps"]), float(obs["rawGbps"])
+print(f'plan      predicted {pred:.2f} Gbit/s raw, bottleneck {st["bottleneck"]}; observed {got:.2f} ({100*got/pred:.0f}% of the prediction)')
+for f in sorted(glob.glob(f"{d}/facility-*.raw")):
+    size = os.path.getsize(f)
+    print(f'file      {f}: {size} bytes ({"complete" if size == rx["raw_bytes"] else "INCOMPLETE"})')
+ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx["wire_bytes"]
+sys.exit(0 if ok else 1)
+PY
+
+say "5/5 teardown"
+k delete streampipeline facility --wait=true --timeout=60s >/dev/null
+left=$(k get pods,jobs,services,configmaps,secrets -l numastream.io/pipeline=facility -o name | wc -l)
+echo "pipeline deleted: $left objects of it left"
+fac down | tail -1
+BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh down >/dev/null
+fac clean
+[ "$left" -eq 0 ]
+echo "demo OK ($(( $(date +%s) - started )) s)"
