@@ -284,7 +284,7 @@ func flowing(t *testing.T, sp *v1alpha1.StreamPipeline, what string, from float6
 	return gw, n
 }
 
-// cleanupPipeline deletes the pipeline and checks that everything it owned goes with it.
+// deleteAndCheckGone deletes the pipeline and checks that everything it owned goes with it.
 func deleteAndCheckGone(t *testing.T, sp *v1alpha1.StreamPipeline) {
 	t.Helper()
 	if err := k8s.Delete(ctx, sp); err != nil && !apierrors.IsNotFound(err) {
@@ -309,6 +309,7 @@ func deleteAndCheckGone(t *testing.T, sp *v1alpha1.StreamPipeline) {
 		}
 		return len(left) == 0, "left: " + strings.Join(left, ", ")
 	})
+	t.Logf("deleted: no pod, Job, Service, ConfigMap or Secret of %s is left", sp.Name)
 }
 
 func sinkDir(t *testing.T, name string) string {
