@@ -10,9 +10,12 @@ WORKDIR /src
 COPY hack/install-deps.sh hack/quiet.sh hack/
 RUN bash hack/install-deps.sh build
 COPY go.mod go.sum ./
-RUN go mod download
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-RUN make agent && CGO_ENABLED=0 make operator
+# Caches: Go's module and build caches, and the agent's CMake build tree (rebuilds what changed).
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    --mount=type=cache,target=/src/build \
+    make agent && CGO_ENABLED=0 make operator
 
 # The data plane: the C++ agent and the node daemon, on Debian's runtime libraries.
 FROM debian:bookworm-slim AS agent

@@ -128,7 +128,7 @@ facility-bins: ## Build nfd-master and the Multus thin plugin from the Go module
 	@test -x $(FACILITY_BIN)/nfd-master && test -x $(FACILITY_BIN)/multus
 
 .PHONY: images
-images: agent operator ## Container image archives for the real nodes (build/images/*.tar)
+images: ## Container images for the real nodes from the Dockerfile (buildah), as archives in build/images
 	@bash hack/images.sh $(BUILD)/images
 
 .PHONY: facility-up facility-down

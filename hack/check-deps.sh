@@ -50,6 +50,8 @@ tool tc iproute2 tc -V
 tool nft nftables nft --version
 tool curl curl curl --version
 tool pgrep procps pgrep --version
+tool buildah buildah buildah --version
+tool mmdebstrap mmdebstrap mmdebstrap --version
 tool ldd libc-bin ldd --version
 
 main='int main() { return 0; }'

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Container images for the real nodes, as docker-archive tarballs that `ctr images import` takes
 # (no registry is reachable and no container engine daemon runs here):
-#   agent     the agent and the node daemon, user 65532, entrypoint numastream-agent
-#   operator  the operator, user 65532, entrypoint /operator
+#   agent     `--target agent` of the project's Dockerfile (the agent and the node daemon)
+#   operator  `--target operator` of the Dockerfile
 #   sandbox   Debian's static busybox, tagged as containerd's sandbox (pause) image, and as a
-#             shell image for checks
-# Assembled from what `make agent operator` built: the same binaries, users and entrypoints as
-# the Dockerfile's targets, with the agent's shared libraries copied from this Debian host.
+#             shell image for checks (not a product image: assembled here)
+# The Dockerfile is built with Debian's buildah (chroot isolation, no daemon) on local stand-ins
+# of its base images (hack/base-images.sh), its storage cached in ~/.cache/numastream/buildah.
 #
 #   images.sh OUT-DIR [AGENT-TAG [OPERATOR-TAG]]
 set -euo pipefail
@@ -37,22 +37,21 @@ for x in sh sleep cat env grep ls ip wc; do ln -sf busybox "$bb/bin/$x"; done
 image "$bb" '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/bin/sleep","2147483647"],"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
   "$out/sandbox.tar" "$sandbox" local.numastream/busybox:1
 
-ag="$work/rootfs-agent"
-mkdir -p "$ag/usr/local/bin" "$ag/etc" "$ag/tmp"
-cp bin/numastream-agent bin/node-daemon "$ag/usr/local/bin/"
-ldd bin/numastream-agent | awk '/=>/ {print $3} /^\t\// {print $1}' | while read -r lib; do
-  [[ -f "$lib" ]] && install -D "$lib" "$ag$lib"
+store=${BUILDAH_ROOT:-$HOME/.cache/numastream/buildah}
+B=(buildah --root "$store/storage" --runroot "${BUILDAH_RUNROOT:-/tmp/numastream-buildah-run}" --storage-driver "${STORAGE_DRIVER:-overlay}")
+export BUILDAH_ISOLATION=chroot
+bash hack/base-images.sh "$store/storage"
+for target in agent operator; do
+  tag=$agent_tag; [[ $target == operator ]] && tag=$operator_tag
+  log="$work/buildah-$target.log"
+  start=$SECONDS
+  "${B[@]}" bud --layers --pull=false --target "$target" -t "$tag" -f Dockerfile . >"$log" 2>&1 ||
+    { tail -40 "$log"; echo "images: buildah bud --target $target FAILED (last lines above)" >&2; exit 1; }
+  rm -f "$out/$target.tar"
+  "${B[@]}" push -q "$tag" "docker-archive:$out/$target.tar:$tag" >>"$log" 2>&1 ||
+    { tail -20 "$log"; echo "images: buildah push $tag FAILED" >&2; exit 1; }
+  echo "images: $tag from the Dockerfile (--target $target) in $((SECONDS - start)) s"
 done
-echo "nonroot:x:65532:65532::/:/sbin/nologin" >"$ag/etc/passwd"
-echo "nonroot:x:65532:" >"$ag/etc/group"
-image "$ag" '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Entrypoint":["/usr/local/bin/numastream-agent"],"Env":["PATH=/usr/local/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
-  "$out/agent.tar" "$agent_tag"
-
-op="$work/rootfs-operator"
-mkdir -p "$op/etc" "$op/tmp"
-CGO_ENABLED=0 go build -o "$op/operator" ./cmd/operator
-echo "nonroot:x:65532:65532::/:/sbin/nologin" >"$op/etc/passwd"
-echo "nonroot:x:65532:" >"$op/etc/group"
-image "$op" '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Entrypoint":["/operator"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
-  "$out/operator.tar" "$operator_tag"
+# Layers of earlier builds that no tag uses any more.
+"${B[@]}" rmi --prune >/dev/null 2>&1 || true
 echo "images: $(cd "$out" && ls -s --block-size=M *.tar | tr '\n' ' ') ($agent_tag, $operator_tag, $sandbox)"

@@ -27,6 +27,8 @@ test=(
   iproute2 nftables procps util-linux
   # real kubelet nodes: container runtime, CNI plugins, a static busybox for the sandbox image
   containerd runc containernetworking-plugins busybox-static
+  # images from the Dockerfile without a daemon or a registry: buildah, base root filesystems
+  buildah golang-github-containers-common mmdebstrap
   python3 curl tar
 )
 case "$group" in
