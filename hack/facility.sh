@@ -329,8 +329,17 @@ down() {
     ip netns del "$(ns "$n")" 2>/dev/null
     ip route del "${POD_NET[$n]}.0/24" 2>/dev/null
     ip link del "m-$n" 2>/dev/null
-    for c in /sys/fs/cgroup/*/numastream-"$n"; do
-      [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+    # Anything still in the node's cgroups (a `runc init` caught half-way when containerd went,
+    # in a pod's network namespace) is killed; then the cgroups go, retried while it exits.
+    local try
+    for try in $(seq 20); do
+      compgen -G "/sys/fs/cgroup/*/numastream-$n" >/dev/null || break
+      local procs; procs="$(find /sys/fs/cgroup/*/numastream-"$n" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | tr '\n' ' ')"
+      [[ -n "${procs// /}" ]] && kill -9 $procs 2>/dev/null
+      for c in /sys/fs/cgroup/*/numastream-"$n"; do
+        [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+      done
+      sleep 0.25
     done
   done
   ip link del "$BRIDGE" 2>/dev/null
