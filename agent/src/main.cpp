@@ -93,15 +93,9 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
     return kExitUsage;
   }
   SignalDrain signals;
-  RunResult r;
-  try {
-    r = role == Role::send ? run_sender(cfg, signals.token()) : run_receiver(cfg, signals.token());
-  } catch (const std::exception& e) {
-    // Start-up failures (a key file, the state directory): named, not a crash.
-    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
-    r.exit_code = kExitFailure;
-    r.summary = {{"role", role == Role::send ? "send" : "receive"}, {"error", e.what()}};
-  }
+  // A start-up failure (a key file, the sink or state directory) propagates to main, which
+  // names it and exits 2 for a configuration error, 1 otherwise.
+  RunResult r = role == Role::send ? run_sender(cfg, signals.token()) : run_receiver(cfg, signals.token());
   std::cout << r.summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   if (!summary_file.empty()) {
     // In a pod: /dev/termination-log, so the operator reads the figures after the exit.

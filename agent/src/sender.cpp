@@ -216,10 +216,11 @@ void Sender::source_thread() {
   const std::size_t slot = rt_.slot("source", 0);
   rt_.pin_current(slot);
   StageStats& st = rt_.stats("source");
-  const auto start = Clock::now();
+  Clock::time_point pace_start;
   const double interval_s =
       cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
   std::uint64_t seq = 0;
+  std::optional<std::uint64_t> paced_from;
   if (!wait_welcome()) {
     source_done_ = true;
     raw_q_->close();
@@ -242,11 +243,6 @@ void Sender::source_thread() {
       if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0 &&
           seq >= cfg_.source.chunks) {
         break;
-      }
-      if (interval_s > 0) {
-        ScopedTimer wait(st.blocked_input_ns);
-        std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                                  std::chrono::duration<double>(seq * interval_s)));
       }
       RawChunk c;
       c.seq = seq;
@@ -276,6 +272,16 @@ void Sender::source_thread() {
         c.seq = seq;
         log_line("resuming a zmq source at chunk " + std::to_string(seq) +
                  "; unacknowledged chunks of the previous sender are lost");
+      }
+      // Paced from the first chunk this sender sends: skipped ones take no time.
+      if (interval_s > 0) {
+        if (!paced_from) {
+          paced_from = seq;
+          pace_start = Clock::now();
+        }
+        ScopedTimer wait(st.blocked_input_ns);
+        std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>((seq - *paced_from) * interval_s)));
       }
       if (raw_pool_) {
         {
