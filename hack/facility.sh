@@ -251,11 +251,7 @@ up() {
   attachments
   local n
   for n in "${NODES[@]}"; do
-    for _ in $(seq 120); do
-      [[ "$(k get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] && break
-      sleep 1
-    done
-    [[ "$(k get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] ||
+    { k wait --for=create "node/$n" --timeout=60s && k wait --for=condition=Ready "node/$n" --timeout=60s; } >/dev/null ||
       { echo "facility: node $n did not become Ready; $FAC/$n/kubelet.log:" >&2; tail -20 "$FAC/$n/kubelet.log" >&2; exit 1; }
     k label node "$n" numastream.io/facility=box --overwrite >/dev/null
     log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"

@@ -111,11 +111,7 @@ EOF
   "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$WORK/kubelet-root" \
     --cert-dir "$WORK/pki" --hostname-override "$NODE" --node-ip "$NODE_IP" --v=1 >"$WORK/kubelet.log" 2>&1 &
   echo $! >"$WORK/kubelet.pid"
-  for _ in $(seq 90); do
-    [[ "$(k get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] && break
-    sleep 1
-  done
-  [[ "$(k get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]] ||
+  { k wait --for=create "node/$NODE" --timeout=45s && k wait --for=condition=Ready "node/$NODE" --timeout=45s; } >/dev/null ||
     { echo "real-node: the kubelet did not become Ready; see $WORK/kubelet.log" >&2; tail -20 "$WORK/kubelet.log" >&2; exit 1; }
   log "kubelet Ready as node $NODE ($NODE_IP), static CPU manager"
 
