@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,37 +23,77 @@ import (
 	"github.com/numastream/numastream/internal/topology"
 )
 
-// facts are the only reads the planner depends on.
+// facts are what one pass reads from the API server; nothing after gather reads.
 type facts struct {
 	senders   []topology.Node
 	gateway   topology.Node
 	gatewayIP string
+	// nodesErr: a node is missing or lacks a label the planner needs (a refusal, not an API error).
+	nodesErr error
 	// dataAddresses: each running gateway pod's address on the data network, by stream.
 	dataAddresses map[int]string
 	held          map[int]int
 	heldStreams   int
+	// jobs and pods of the pipeline; jobs by name.
+	jobs map[string]*batchv1.Job
+	pods []corev1.Pod
+	// failedCreate: the latest FailedCreate event message per Job name (admission refusals).
+	failedCreate map[string]string
 }
 
 type notPlannedError struct {
 	reason string
 	err    error
+	retry  bool
 }
 
 func (e *notPlannedError) Error() string { return e.err.Error() }
 
+// gather reads every fact of one pass: the nodes, what other pipelines hold on the gateway,
+// the pipeline's Jobs, pods and the Job controller's refusals. Only API errors are returned.
 func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.StreamPipeline) (facts, error) {
 	var f facts
-	read := func(name string) (topology.Node, error) {
+	var err error
+	if f.nodesErr, err = r.readNodes(ctx, sp, &f); err != nil {
+		return f, err
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+		return f, err
+	}
+	f.pods = pods.Items
+	f.dataAddresses = gatewayDataAddresses(sp, f.pods)
+	if f.held, f.heldStreams, err = r.heldOnGateway(ctx, sp); err != nil {
+		return f, err
+	}
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+		return f, err
+	}
+	f.jobs = map[string]*batchv1.Job{}
+	for i := range jobs.Items {
+		if metav1.IsControlledBy(&jobs.Items[i], sp) {
+			f.jobs[jobs.Items[i].Name] = &jobs.Items[i]
+		}
+	}
+	f.failedCreate, err = r.failedCreates(ctx, sp, f)
+	return f, err
+}
+
+// readNodes reads the sender and gateway nodes into f. A missing node or label is returned as
+// the first result (the pipeline cannot be planned), an API error as the second.
+func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.StreamPipeline, f *facts) (error, error) {
+	read := func(name string) (topology.Node, error, error) {
 		node := &corev1.Node{}
 		if err := r.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
 			if apierrors.IsNotFound(err) {
-				return topology.Node{}, &notPlannedError{ReasonNodeNotFound, fmt.Errorf("node %s does not exist", name)}
+				return topology.Node{}, &notPlannedError{ReasonNodeNotFound, fmt.Errorf("node %s does not exist", name), true}, nil
 			}
-			return topology.Node{}, err
+			return topology.Node{}, nil, err
 		}
 		t, err := topology.FromLabels(name, node.Labels)
 		if err != nil {
-			return t, &notPlannedError{ReasonMissingNodeLabels, err}
+			return t, &notPlannedError{ReasonMissingNodeLabels, err, true}, nil
 		}
 		if cpu, ok := node.Status.Allocatable[corev1.ResourceCPU]; ok {
 			t.AllocatableCPUs = int(cpu.MilliValue() / 1000)
@@ -61,52 +105,82 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 				}
 			}
 		}
-		return t, nil
+		return t, nil, nil
 	}
 	for _, s := range sp.Spec.Senders {
-		t, err := read(s.Node)
-		if err != nil {
-			return f, err
+		t, refused, err := read(s.Node)
+		if refused != nil || err != nil {
+			return refused, err
 		}
 		f.senders = append(f.senders, t)
 	}
-	gw, err := read(sp.Spec.Gateway.Node)
-	if err != nil {
-		return f, err
-	}
+	gw, refused, err := read(sp.Spec.Gateway.Node)
 	f.gateway = gw
-	if f.dataAddresses, err = r.gatewayDataAddresses(ctx, sp); err != nil {
-		return f, err
-	}
-	f.held, f.heldStreams, err = r.heldOnGateway(ctx, sp)
-	return f, err
+	return refused, err
 }
 
-// gatewayDataAddresses reads, from each running gateway pod, the address Multus gave it on the
-// data network (k8s.v1.cni.cncf.io/network-status).
-func (r *StreamPipelineReconciler) gatewayDataAddresses(ctx context.Context, sp *v1alpha1.StreamPipeline) (map[int]string, error) {
-	attachment := sp.Spec.Gateway.Network.Attachment
-	if attachment == "" || sp.Spec.Gateway.Network.Address != "" {
+// failedCreates reads the Job controller's FailedCreate events for the pipeline's Jobs that
+// have no pod: what an admission webhook or Pod Security said when it refused the pod. Events
+// are read uncached (the operator does not watch them), and only when such a Job exists.
+func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1alpha1.StreamPipeline, f facts) (map[string]string, error) {
+	if r.APIReader == nil {
 		return nil, nil
 	}
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(sp.Namespace),
-		client.MatchingLabels{render.LabelPipeline: sp.Name, render.LabelRole: render.RoleGateway}); err != nil {
+	withPods := map[string]bool{}
+	for _, p := range f.pods {
+		withPods[p.Labels[batchv1.JobNameLabel]] = true
+	}
+	podless := false
+	for name, j := range f.jobs {
+		podless = podless || (!withPods[name] && j.Status.Active == 0 && j.Status.Succeeded == 0)
+	}
+	if !podless {
+		return nil, nil
+	}
+	var events corev1.EventList
+	if err := r.APIReader.List(ctx, &events, client.InNamespace(sp.Namespace), client.MatchingFieldsSelector{
+		Selector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.kind", "Job"),
+			fields.OneTermEqualSelector("reason", "FailedCreate"))}); err != nil {
 		return nil, err
 	}
+	out, at := map[string]string{}, map[string]time.Time{}
+	for _, e := range events.Items {
+		name := e.InvolvedObject.Name
+		j, ok := f.jobs[name]
+		if !ok || withPods[name] || e.InvolvedObject.UID != j.UID {
+			continue
+		}
+		t := e.LastTimestamp.Time
+		if e.EventTime.After(t) {
+			t = e.EventTime.Time
+		}
+		if _, seen := at[name]; !seen || t.After(at[name]) {
+			out[name], at[name] = e.Message, t
+		}
+	}
+	return out, nil
+}
+
+// gatewayDataAddresses is, from each running gateway pod, the address Multus gave it on the
+// data network (k8s.v1.cni.cncf.io/network-status).
+func gatewayDataAddresses(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) map[int]string {
+	attachment := sp.Spec.Gateway.Network.Attachment
+	if attachment == "" || sp.Spec.Gateway.Network.Address != "" {
+		return nil
+	}
 	out := map[int]string{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		stream, err := strconv.Atoi(p.Labels[render.LabelStream])
 		running := p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded
-		if err != nil || p.DeletionTimestamp != nil || !running {
+		if err != nil || p.Labels[render.LabelRole] != render.RoleGateway || p.DeletionTimestamp != nil || !running {
 			continue
 		}
 		if addr := networkStatusAddress(p, sp.Namespace, attachment); addr != "" {
 			out[stream] = addr
 		}
 	}
-	return out, nil
+	return out
 }
 
 // networkStatusAddress is the pod's first address on the attachment ("name" or "namespace/name")
@@ -186,6 +260,9 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 	}
 	if sp.Spec.TargetGbps != nil {
 		req.TargetMbit = float64(*sp.Spec.TargetGbps) * 1000
+	}
+	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation {
+		req.ReceiveCoresLimit = int(tr.ReceiveCores)
 	}
 	return req
 }

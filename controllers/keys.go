@@ -36,7 +36,7 @@ func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.S
 	for i := range sp.Spec.Senders {
 		pairs = append(pairs, [2]string{render.SenderSecretKey(i), render.SenderPublicKey(i)})
 	}
-	reader := r.SecretReader
+	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
 	}

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,15 +21,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/topology"
@@ -39,23 +42,20 @@ const FieldOwner = "numastream-operator"
 // NetworkStatusAnnotation is where Multus reports a pod's networks and addresses.
 const NetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status"
 
-// Condition reasons.
+// Condition reasons the controller itself decides; the rest are in internal/conditions.
 const (
-	ReasonPlanned           = "Planned"
+	ReasonPlanned           = conditions.ReasonPlanned
 	ReasonNodeNotFound      = "NodeNotFound"
 	ReasonMissingNodeLabels = "MissingNodeLabels"
 	ReasonNoCapacity        = "NoCapacity"
 	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonSuspended         = "Suspended"
-	ReasonRunning           = "Running"
-	ReasonCompleted         = "Completed"
-	ReasonPending           = "Pending"
-	ReasonNotPlanned        = "NotPlanned"
-	ReasonTopologyAffinity  = "TopologyAffinityError"
-	ReasonHealthy           = "Healthy"
-	ReasonAwaitingAgents    = "AwaitingAgentReport"
-	ReasonReceiversNICLocal = "ReceiversNICLocal"
-	ReasonReceiversRemote   = "ReceiversNotNICLocal"
+	ReasonSuspended         = conditions.ReasonSuspended
+	ReasonRunning           = conditions.ReasonRunning
+	ReasonCompleted         = conditions.ReasonCompleted
+	ReasonPending           = conditions.ReasonPending
+	ReasonTopologyAffinity  = conditions.ReasonTopologyAffinity
+	ReasonReceiversNICLocal = conditions.ReasonReceiversNICLocal
+	ReasonReceiversRemote   = conditions.ReasonReceiversRemote
 	indexNodeNames          = "spec.nodeNames"
 	indexGateway            = "spec.gateway.node"
 )
@@ -66,12 +66,9 @@ type StreamPipelineReconciler struct {
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
 	Render   render.Options
-	// Observe reads the agents' metrics of a running pipeline (nil: not observed).
-	Observe func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
-	// ObserveEvery is how often a running pipeline's agents are read.
-	ObserveEvery time.Duration
-	// SecretReader reads Secrets without a cache (the manager's API reader); nil: the client.
-	SecretReader client.Reader
+	// APIReader reads what the operator does not cache (Secrets, Events): the manager's API
+	// reader. Nil: the client for Secrets, and no admission refusals from Events.
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=numastream.io,resources=streampipelines,verbs=get;list;watch
@@ -80,17 +77,20 @@ type StreamPipelineReconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile drives one StreamPipeline towards its plan.
+// Reconcile drives one StreamPipeline towards its plan: get, gather (the only reads), plan,
+// render, apply, then the conditions from what was gathered and done. The status is patched
+// once, on the way out, when it changed.
 func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
-	log := ctrl.LoggerFrom(ctx)
 	sp := &v1alpha1.StreamPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	reconciles.WithLabelValues(sp.Namespace, sp.Name).Inc()
 	before := sp.DeepCopy()
 	defer func() {
 		if !equality.Semantic.DeepEqual(before.Status, sp.Status) {
@@ -101,89 +101,155 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}()
 	sp.Status.Streams = int32(len(sp.Spec.Senders))
 
-	facts, err := r.gather(ctx, sp)
-	if err != nil {
-		return ctrl.Result{}, r.notPlanned(sp, err)
-	}
-	plan, err := planner.Make(request(sp, facts))
-	if err != nil {
-		return ctrl.Result{}, r.notPlanned(sp, err)
-	}
-	r.planned(sp, plan)
-	keys, err := r.curveKeys(ctx, sp)
-	if err != nil {
-		return ctrl.Result{}, r.notPlanned(sp, err)
-	}
-	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: facts.gateway, KeysSecret: keys,
-		GatewayAddress: facts.gatewayIP, DataAddresses: facts.dataAddresses}, r.Render)
-	if err != nil {
-		return ctrl.Result{}, r.notPlanned(sp, &notPlannedError{reason: ReasonInvalidSpec, err: err})
-	}
-	replaced, err := r.apply(ctx, sp, objs)
+	f, err := r.gather(ctx, sp)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pods, err := r.pods(ctx, sp)
-	if err != nil {
+	cf := conditions.Facts{Generation: sp.Generation, Suspended: sp.Spec.Suspend, Pods: f.pods, Observed: sp.Status.Observed}
+	rejected := r.recordTopologyRejections(sp, f.pods)
+	if err := r.converge(ctx, sp, f, &cf); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.handleTopologyRejections(ctx, sp, pods); err != nil {
+	if err := r.deletePods(ctx, rejected); err != nil {
 		return ctrl.Result{}, err
 	}
-	ready := r.readiness(ctx, sp, objs)
-	if ready && r.Observe != nil {
-		if obs, oerr := r.Observe(ctx, sp, pods); oerr != nil {
-			log.V(1).Info("Cannot read agent metrics", "pipeline", klog.KObj(sp), "error", oerr)
-		} else if obs != nil {
-			sp.Status.Observed = obs
-			setNICLocal(sp, obs.NICLocal)
-		}
+	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation {
+		cf.Rejected = tr.Pods
 	}
+	r.setConditions(sp, conditions.Compute(cf))
 	sp.Status.ObservedGeneration = sp.Generation
-	if replaced || !ready {
+	switch {
+	case cf.Replacing:
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	if r.Observe != nil && r.ObserveEvery > 0 {
-		return ctrl.Result{RequeueAfter: r.ObserveEvery}, nil
+	case meta.IsStatusConditionTrue(sp.Status.Conditions, conditions.Reconciling):
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	return ctrl.Result{}, nil
 }
 
-// notPlanned records why there is no plan. A missing node or label and a pipeline that does
-// not fit are facts to report, not errors to retry blindly: the watches bring the change.
-func (r *StreamPipelineReconciler) notPlanned(sp *v1alpha1.StreamPipeline, err error) error {
-	reason := ReasonNoCapacity
+// converge plans, renders and applies. A pipeline that cannot be planned is a fact for the
+// conditions (cf.Refusal), not an error: the watches bring the change that lets it plan.
+func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.StreamPipeline, f facts, cf *conditions.Facts) error {
+	refuse := func(err error) error {
+		ref, apiErr := refusal(err)
+		cf.Refusal = ref
+		return apiErr
+	}
+	if f.nodesErr != nil {
+		return refuse(f.nodesErr)
+	}
+	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation && tr.ReceiveCores == 0 {
+		return refuse(&notPlannedError{reason: ReasonTopologyAffinity, err: fmt.Errorf(
+			"Topology Manager refused the gateway pod even with 1 receiving core per stream (%s): "+
+				"the NIC's NUMA node has no CPU left to align with it; free cores there or lower the number of streams",
+			strings.Join(tr.Pods, ", "))})
+	}
+	plan, err := planner.Make(request(sp, f))
+	if err != nil {
+		return refuse(err)
+	}
+	sp.Status.Plan = toAPIPlan(plan)
+	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
+	sp.Status.Bottleneck = plan.Bottleneck
+	cf.PlanMessage = fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
+		len(sp.Spec.Senders), plan.Connections, plan.TotalMbit/1000, plan.RateMbit/1000, plan.Bottleneck)
+	keys, err := r.curveKeys(ctx, sp)
+	if err != nil {
+		return refuse(err)
+	}
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys,
+		GatewayAddress: f.gatewayIP, DataAddresses: f.dataAddresses}, r.Render)
+	if err != nil {
+		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
+	}
+	if cf.Replacing, err = r.apply(ctx, sp, objs); err != nil {
+		return err
+	}
+	for _, j := range objs.Jobs {
+		cf.Jobs = append(cf.Jobs, conditions.Job{Name: j.Name, Object: f.jobs[j.Name], FailedCreate: f.failedCreate[j.Name]})
+	}
+	// A sender held back for its gateway's data address may exist from before (and may have
+	// finished): it counts like the others.
+	for _, name := range objs.Waiting {
+		j := conditions.Job{Name: name, Object: f.jobs[name]}
+		if j.Object == nil {
+			j.HeldBack = "waiting for the gateway's data-network address"
+		}
+		cf.Jobs = append(cf.Jobs, j)
+	}
+	return nil
+}
+
+// refusal turns a planning failure into the Planned=False facts; an API error is returned as
+// is, to be retried with backoff.
+func refusal(err error) (*conditions.Refusal, error) {
 	var np *notPlannedError
 	var refused *planner.RefusedError
 	var missing *topology.MissingLabelError
 	switch {
 	case errors.As(err, &np):
-		reason = np.reason
+		return &conditions.Refusal{Reason: np.reason, Message: err.Error(), Retry: np.retry}, nil
 	case errors.As(err, &missing):
-		reason = ReasonMissingNodeLabels
+		return &conditions.Refusal{Reason: ReasonMissingNodeLabels, Message: err.Error(), Retry: true}, nil
 	case errors.As(err, &refused):
-		reason = ReasonNoCapacity
-	default:
-		return err // an API error: retry with backoff
+		return &conditions.Refusal{Reason: ReasonNoCapacity, Message: err.Error()}, nil
 	}
-	msg := err.Error()
-	if setCondition(sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, reason, msg) {
-		r.Recorder.Eventf(sp, nil, corev1.EventTypeWarning, reason, "Plan", msg)
-	}
-	setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNotPlanned, "no plan: "+msg)
-	sp.Status.ObservedGeneration = sp.Generation
-	return nil
+	return nil, err
 }
 
-func (r *StreamPipelineReconciler) planned(sp *v1alpha1.StreamPipeline, p planner.Plan) {
-	sp.Status.Plan = toAPIPlan(p)
-	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", p.TotalMbit/1000)
-	sp.Status.Bottleneck = p.Bottleneck
-	msg := fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
-		len(sp.Spec.Senders), p.Connections, p.TotalMbit/1000, p.RateMbit/1000, p.Bottleneck)
-	if setCondition(sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned, msg) {
-		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, ReasonPlanned, "Plan", msg)
+// recordTopologyRejections finds the pods the kubelet's Topology Manager refused (Failed,
+// reason TopologyAffinityError: Kubernetes never reschedules them) and records them in status.
+// A refused gateway pod lowers the receiving cores the next plan asks for by one, so the plan
+// that follows is one the NIC's NUMA node can still align, never the same one again. The pods
+// are returned to be deleted once the new plan is applied, so the Job makes new ones.
+func (r *StreamPipelineReconciler) recordTopologyRejections(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonTopologyAffinity || p.DeletionTimestamp != nil {
+			continue
+		}
+		out = append(out, p)
+		tr := sp.Status.TopologyRejection
+		if tr == nil || tr.Generation != sp.Generation {
+			tr = &v1alpha1.TopologyRejection{Generation: sp.Generation, ReceiveCores: -1}
+			sp.Status.TopologyRejection = tr
+		}
+		what := p.Name + " on " + p.Spec.NodeName
+		if slices.Contains(tr.Pods, what) {
+			continue
+		}
+		tr.Pods = append(tr.Pods, what)
+		if len(tr.Pods) > 5 {
+			tr.Pods = tr.Pods[len(tr.Pods)-5:]
+		}
+		if p.Labels[render.LabelRole] == render.RoleGateway {
+			asked := receiveCoresOf(sp)
+			if tr.ReceiveCores < 0 || int(tr.ReceiveCores) > asked-1 {
+				tr.ReceiveCores = int32(max(asked-1, 0))
+			}
+		}
+		r.Recorder.Eventf(sp, p, corev1.EventTypeWarning, ReasonTopologyAffinity, "Replan",
+			"Topology Manager refused %s; planning again with at most %d receiving cores per stream", what, tr.ReceiveCores)
 	}
+	return out
+}
+
+// receiveCoresOf is what the current plan asks of the NIC's NUMA node per stream.
+func receiveCoresOf(sp *v1alpha1.StreamPipeline) int {
+	if sp.Status.Plan == nil {
+		return 1
+	}
+	return int(sp.Status.Plan.Connections)
+}
+
+func (r *StreamPipelineReconciler) deletePods(ctx context.Context, pods []*corev1.Pod) error {
+	for _, p := range pods {
+		if err := r.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
@@ -213,112 +279,26 @@ func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
 	return out
 }
 
-func (r *StreamPipelineReconciler) pods(ctx context.Context, sp *v1alpha1.StreamPipeline) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	err := r.List(ctx, &pods, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name})
-	return pods.Items, err
-}
-
-// handleTopologyRejections: a pod that Topology Manager refused is left Failed and never
-// rescheduled by Kubernetes. Say so in status and delete it, so that the Job makes a new one
-// (after the next plan, which sees the gateway as it is now).
-func (r *StreamPipelineReconciler) handleTopologyRejections(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) error {
-	var rejected []string
-	for i := range pods {
-		p := &pods[i]
-		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonTopologyAffinity {
+// setConditions writes the computed conditions and records an event for each decision and
+// refusal: a new plan, and every change of a condition's status or reason.
+func (r *StreamPipelineReconciler) setConditions(sp *v1alpha1.StreamPipeline, computed []metav1.Condition) {
+	for _, c := range computed {
+		old := meta.FindStatusCondition(sp.Status.Conditions, c.Type)
+		changed := old == nil || old.Status != c.Status || old.Reason != c.Reason ||
+			(c.Type == v1alpha1.ConditionPlanned && old.Message != c.Message)
+		meta.SetStatusCondition(&sp.Status.Conditions, c)
+		if !changed || c.Type == conditions.Reconciling {
 			continue
 		}
-		rejected = append(rejected, fmt.Sprintf("%s on %s", p.Name, p.Spec.NodeName))
-		if err := r.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-	}
-	if len(rejected) > 0 {
-		msg := "Topology Manager rejected " + strings.Join(rejected, ", ") +
-			": no NUMA node could hold the pod's CPUs together with the NIC; deleted so the Job retries after re-planning"
-		if setCondition(sp, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity, msg) {
-			r.Recorder.Eventf(sp, nil, corev1.EventTypeWarning, ReasonTopologyAffinity, "Replan", msg)
-		}
-		return nil
-	}
-	if c := meta.FindStatusCondition(sp.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Reason != ReasonTopologyAffinity || readyCount(sp) {
-		setCondition(sp, v1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonHealthy, "no stage is failing")
-	}
-	return nil
-}
-
-func readyCount(sp *v1alpha1.StreamPipeline) bool {
-	return meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionReady)
-}
-
-// readiness: Ready when every Job has a ready pod or has completed.
-func (r *StreamPipelineReconciler) readiness(ctx context.Context, sp *v1alpha1.StreamPipeline, objs render.Objects) bool {
-	if sp.Spec.Suspend {
-		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: the agents are stopped")
-		return false
-	}
-	var waiting []string
-	completed := 0
-	names := make([]string, 0, len(objs.Jobs)+len(objs.Waiting))
-	for _, j := range objs.Jobs {
-		names = append(names, j.Name)
-	}
-	// A sender held back for its gateway's data address may exist from before (and may have
-	// finished): it counts like the others.
-	names = append(names, objs.Waiting...)
-	for i, name := range names {
-		cur := &batchv1.Job{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: sp.Namespace, Name: name}, cur); err != nil {
-			if i >= len(objs.Jobs) {
-				name += " (the gateway's data-network address)"
-			}
-			waiting = append(waiting, name)
+		if c.Type == conditions.Stalled && c.Status != metav1.ConditionTrue {
 			continue
 		}
-		switch {
-		case cur.Status.Succeeded > 0:
-			completed++
-		case cur.Status.Ready != nil && *cur.Status.Ready > 0:
-		default:
-			waiting = append(waiting, name)
+		kind := corev1.EventTypeNormal
+		if conditions.Bad(c) {
+			kind = corev1.EventTypeWarning
 		}
+		r.Recorder.Eventf(sp, nil, kind, c.Reason, c.Type, "%s", c.Message)
 	}
-	switch {
-	case len(waiting) > 0:
-		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPending, "waiting for "+strings.Join(waiting, ", "))
-		return false
-	case completed == len(names) && len(names) > 0:
-		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonCompleted, "every stream completed")
-	default:
-		setCondition(sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("%d agents running", len(names)-completed))
-	}
-	if meta.FindStatusCondition(sp.Status.Conditions, v1alpha1.ConditionNICLocal) == nil {
-		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the receiving agents have not reported their placement yet")
-	}
-	return true
-}
-
-func setNICLocal(sp *v1alpha1.StreamPipeline, local *bool) {
-	switch {
-	case local == nil:
-		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the agents do not know the NIC's NUMA node")
-	case *local:
-		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal, "every receiving thread runs on the NIC's NUMA node")
-	default:
-		setCondition(sp, v1alpha1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote,
-			"a receiving thread runs off the NIC's NUMA node: the pod's cpuset has no CPU there (check the kubelet's Topology Manager policy and the NIC resource)")
-	}
-}
-
-// setCondition sets a condition; true when it changed (status or reason), for events.
-func setCondition(sp *v1alpha1.StreamPipeline, t string, s metav1.ConditionStatus, reason, msg string) bool {
-	old := meta.FindStatusCondition(sp.Status.Conditions, t)
-	changed := old == nil || old.Status != s || old.Reason != reason || old.Message != msg
-	meta.SetStatusCondition(&sp.Status.Conditions, metav1.Condition{
-		Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: sp.Generation,
-	})
-	return changed
 }
 
 // SetupWithManager wires the watches: owned objects, the nodes a pipeline uses (a label change
@@ -355,15 +335,64 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return r.pipelinesMatching(ctx, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node})
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.StreamPipeline{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1alpha1.StreamPipeline{}, builder.WithPredicates(predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, observedFactsChanged()))).
 		Owns(&batchv1.Job{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
 		Owns(&networkingv1.NetworkPolicy{}).
-		Watches(&corev1.Node{}, byNode, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeFactsChanged())).
 		Watches(&corev1.Pod{}, byPodLabel).
-		Watches(&v1alpha1.StreamPipeline{}, sameGateway).
+		Watches(&v1alpha1.StreamPipeline{}, sameGateway, builder.WithPredicates(gatewayShareChanged())).
 		Complete(r)
+}
+
+// observedFactsChanged passes a status update that changes what the conditions say: chunks lost
+// or corrupt, NIC locality. The observer's rates and timestamps, and the controller's own status
+// patches, pass nothing, so no pipeline reconciles itself in a loop.
+func observedFactsChanged() predicate.Funcs {
+	key := func(o client.Object) string {
+		obs := o.(*v1alpha1.StreamPipeline).Status.Observed
+		if obs == nil {
+			return "none"
+		}
+		local := "?"
+		if obs.NICLocal != nil {
+			local = strconv.FormatBool(*obs.NICLocal)
+		}
+		return fmt.Sprint(obs.ChunksLost > 0, obs.ChunksCorrupt > 0, local)
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return key(e.ObjectOld) != key(e.ObjectNew) },
+	}
+}
+
+// gatewayShareChanged passes what changes the cores another pipeline holds on a shared gateway:
+// its creation and deletion, a new spec, a new plan, its Planned condition.
+func gatewayShareChanged() predicate.Funcs {
+	share := func(o client.Object) string {
+		sp := o.(*v1alpha1.StreamPipeline)
+		var cores []v1alpha1.NUMACores
+		if sp.Status.Plan != nil {
+			cores = sp.Status.Plan.GatewayCores
+		}
+		return fmt.Sprint(sp.Generation, cores, meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionPlanned))
+	}
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return share(e.ObjectOld) != share(e.ObjectNew) }}
+}
+
+// nodeFactsChanged passes a node update that changes what the planner reads: labels,
+// allocatable CPUs, addresses.
+func nodeFactsChanged() predicate.Funcs {
+	facts := func(o client.Object) string {
+		n := o.(*corev1.Node)
+		cpu := n.Status.Allocatable[corev1.ResourceCPU]
+		return fmt.Sprint(n.Labels, cpu.String(), n.Status.Addresses)
+	}
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return facts(e.ObjectOld) != facts(e.ObjectNew) }}
 }
 
 func (r *StreamPipelineReconciler) pipelinesMatching(ctx context.Context, sel client.MatchingFields) []reconcile.Request {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,9 +33,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/curvekeys"
+	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
-	"github.com/numastream/numastream/internal/status"
 	"github.com/numastream/numastream/internal/testenv"
 	"github.com/numastream/numastream/internal/topology"
 )
@@ -47,6 +50,9 @@ var (
 	// agentURL maps a gateway pod to the metrics URL the observer reads (a local server in tests).
 	agentURL atomic.Value // func(*corev1.Pod) string
 )
+
+// observeEvery is the observer's interval in the suite.
+const observeEvery = 500 * time.Millisecond
 
 func TestMain(m *testing.M) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -79,15 +85,18 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
-	observer := status.NewObserver(2 * time.Second)
+	observer := observe.NewObserver(2 * time.Second)
 	agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
 	observer.URL = func(p *corev1.Pod, _ int32) string { return agentURL.Load().(func(*corev1.Pod) string)(p) }
 	r := &StreamPipelineReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
-		Render:  render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true},
-		Observe: observer.Observe, ObserveEvery: 500 * time.Millisecond,
+		Render:    render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true},
+		APIReader: mgr.GetAPIReader(),
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		panic(err)
+	}
+	if err := mgr.Add(&Observer{Client: mgr.GetClient(), Read: observer.Observe, Every: observeEvery}); err != nil {
 		panic(err)
 	}
 	go func() {
@@ -426,37 +435,235 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 	condition(t, fifth, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }
 
-func TestTopologyAffinityErrorDegradesAndRetries(t *testing.T) {
+func TestTopologyAffinityErrorReplansWithFewerReceivingCores(t *testing.T) {
 	gatewayAndSenders(t, "lynx-3")
 	ns := namespace(t)
 	sp := pipeline(ns, "rejected", withGateway("lynx-3"))
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	asked := cur.Status.Plan.Connections
+	if asked < 2 {
+		t.Fatalf("the first plan asks for %d receiving cores; the test needs at least 2", asked)
+	}
 	// What the kubelet leaves behind when Topology Manager refuses a pod.
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "rejected-gateway-0-abcde", Namespace: ns,
-			Labels: map[string]string{render.LabelPipeline: "rejected", render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
-		Spec: corev1.PodSpec{NodeName: "lynx-3", Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+	reject := func(name string) *corev1.Pod {
+		t.Helper()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+				Labels: map[string]string{render.LabelPipeline: "rejected", render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
+			Spec: corev1.PodSpec{NodeName: "lynx-3", Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+		}
+		if err := k8s.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "TopologyAffinityError",
+			Message: "Pod was rejected: Resources cannot be allocated with Topology locality"}
+		if err := k8s.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		return pod
 	}
-	if err := k8s.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "TopologyAffinityError",
-		Message: "Pod was rejected: Resources cannot be allocated with Topology locality"}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	cur := condition(t, sp, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity)
+	pod := reject("rejected-gateway-0-abcde")
+	cur = condition(t, sp, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity)
 	msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded).Message
 	if !strings.Contains(msg, pod.Name) || !strings.Contains(msg, "lynx-3") {
 		t.Errorf("message %q", msg)
 	}
+	// Never the same plan again: one receiving core fewer, and the rejected pod deleted so the
+	// Job makes a new one with it.
+	eventually(t, "a plan with fewer receiving cores", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return cur.Status.Plan.Connections == asked-1, fmt.Sprintf("plan %d connections, rejection %+v", cur.Status.Plan.Connections, cur.Status.TopologyRejection)
+	})
 	eventually(t, "rejected pod deleted", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 		return err != nil, "still there"
 	})
+	// Refused down to nothing: the pipeline is not planned, stalled, saying why.
+	for i := int32(1); i < asked; i++ {
+		reject(fmt.Sprintf("rejected-gateway-0-r%d", i))
+		want := asked - 1 - i
+		eventually(t, fmt.Sprintf("cap %d", want), func() (bool, string) {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+			tr := cur.Status.TopologyRejection
+			return tr != nil && tr.ReceiveCores == want, fmt.Sprintf("%+v", tr)
+		})
+	}
+	cur = condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonTopologyAffinity)
+	if c := meta.FindStatusCondition(cur.Status.Conditions, conditions.Stalled); c == nil || c.Status != metav1.ConditionTrue ||
+		!strings.Contains(c.Message, "even with 1 receiving core") {
+		t.Errorf("Stalled: %+v", c)
+	}
+	// A changed spec plans afresh.
+	cur.Spec.ExpectedRatio = "2.5"
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+}
+
+// What stops a pipeline's pods shows up as a condition with its reason: the scheduler's
+// refusal, and an admission refusal that leaves a Job without a pod (envtest runs no scheduler
+// and no Job controller: the test writes what they would).
+func TestUnschedulableAndRefusedPodsStallWithTheirReason(t *testing.T) {
+	gatewayAndSenders(t, "lynx-13")
+	ns := namespace(t)
+	sp := pipeline(ns, "stuck", withGateway("lynx-13"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var jobs batchv1.JobList
+	eventually(t, "2 jobs", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		return len(jobs.Items) == 2, fmt.Sprint(len(jobs.Items))
+	})
+	var sender, gateway *batchv1.Job
+	for i := range jobs.Items {
+		if jobs.Items[i].Labels[render.LabelRole] == render.RoleGateway {
+			gateway = &jobs.Items[i]
+		} else {
+			sender = &jobs.Items[i]
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: sender.Name + "-x", Namespace: ns, Labels: map[string]string{
+			render.LabelPipeline: "stuck", render.LabelRole: render.RoleSender, batchv1.JobNameLabel: sender.Name}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodPending
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: "0/14 nodes are available: 1 Insufficient cpu"}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, conditions.ReasonUnschedulable)
+	if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "Insufficient cpu") {
+		t.Errorf("Ready message %q lacks the scheduler's", c.Message)
+	}
+	condition(t, sp, conditions.Stalled, metav1.ConditionTrue, conditions.ReasonUnschedulable)
+
+	// Scheduled after all; the gateway's Job cannot create its pod.
+	if err := k8s.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: gateway.Name + ".1", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Job", Namespace: ns, Name: gateway.Name, UID: gateway.UID, APIVersion: "batch/v1"},
+		Reason:         "FailedCreate", Type: corev1.EventTypeWarning, LastTimestamp: metav1.Now(),
+		Message: `Error creating: pods "` + gateway.Name + `-q" is forbidden: violates PodSecurity "restricted:latest": hostPath volumes`,
+	}
+	if err := k8s.Create(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	cur = condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, conditions.ReasonAdmission)
+	if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "PodSecurity") {
+		t.Errorf("Ready message %q", c.Message)
+	}
+	var evs corev1.EventList
+	eventually(t, "a Warning event", func() (bool, string) {
+		_ = k8s.List(ctx, &evs, client.InNamespace(ns))
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "StreamPipeline" && e.Reason == conditions.ReasonAdmission && e.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(evs.Items), " events")
+	})
+}
+
+// The observer reads the agents at its interval, apart from Reconcile; what it writes (rates,
+// timestamps) does not make the pipeline reconcile again, so a running pipeline is reconciled a
+// handful of times a minute at most, not once per reading.
+func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
+	gatewayAndSenders(t, "lynx-14")
+	ns := namespace(t)
+	sp := pipeline(ns, "quiet", withGateway("lynx-14"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	var scrapes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		d := scrapes.Add(1) * 10
+		fmt.Fprintf(w, "numastream_raw_bytes_total{role=\"receive\"} %d\n", d*11059200)
+		fmt.Fprintf(w, "numastream_wire_bytes_total{role=\"receive\"} %d\n", d*5529600)
+		fmt.Fprintf(w, "numastream_chunks_delivered_total{role=\"receive\"} %d\n", d)
+		fmt.Fprintf(w, "numastream_chunks_lost{role=\"receive\"} 0\nnumastream_chunks_corrupt_total{role=\"receive\"} 0\n")
+		fmt.Fprintf(w, "numastream_nic_local{role=\"receive\",stage=\"receive\"} 1\n")
+	}))
+	defer srv.Close()
+	agentURL.Store(func(p *corev1.Pod) string {
+		if p.Namespace == ns {
+			return srv.URL + "/metrics"
+		}
+		return "http://127.0.0.1:1/metrics"
+	})
+	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	runAgents(t, ns, "quiet", "lynx-14")
+	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
+	condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
+
+	count := func(c *prometheus.CounterVec) float64 {
+		var m dto.Metric
+		if err := c.WithLabelValues(ns, "quiet").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	r0, s0 := count(reconciles), scrapes.Load()
+	const window = time.Minute
+	time.Sleep(window)
+	r1, s1 := count(reconciles), scrapes.Load()
+	readings := float64(s1 - s0)
+	t.Logf("over %s: %.0f reconciles, %.0f readings of the agent (interval %s)", window, r1-r0, readings, observeEvery)
+	if max := 1.1 * float64(window/observeEvery); readings > max || readings < 0.5*float64(window/observeEvery) {
+		t.Errorf("%.0f readings in %s at an interval of %s", readings, window, observeEvery)
+	}
+	if r1-r0 > 6 {
+		t.Errorf("%.0f reconciles of a pipeline whose spec and agents did not change", r1-r0)
+	}
+	cur := &v1alpha1.StreamPipeline{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+	if o := cur.Status.Observed; o == nil || o.ChunksDelivered < int64(10*readings/2) || o.RawGbps == "0.00" {
+		t.Errorf("observed %+v", o)
+	}
+}
+
+// runAgents plays the kubelet for a pipeline: its Jobs report a ready pod, and its gateway pod
+// runs on 127.0.0.1.
+func runAgents(t *testing.T, ns, name, gateway string) {
+	t.Helper()
+	var jobs batchv1.JobList
+	eventually(t, "2 jobs", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		return len(jobs.Items) == 2, fmt.Sprint(len(jobs.Items))
+	})
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		j.Status.Ready = ptr.To[int32](1)
+		j.Status.Active = 1
+		j.Status.StartTime = &metav1.Time{Time: time.Now()}
+		if err := k8s.Status().Update(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-gateway-0-xyz", Namespace: ns,
+			Labels: map[string]string{render.LabelPipeline: name, render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
+		Spec: corev1.PodSpec{NodeName: gateway, Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+	}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSuspendStopsTheAgents(t *testing.T) {
@@ -572,32 +779,7 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 	agentURL.Store(func(*corev1.Pod) string { return srv.URL + "/metrics" })
 	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
 
-	var jobs batchv1.JobList
-	eventually(t, "2 jobs", func() (bool, string) {
-		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
-		return len(jobs.Items) == 2, fmt.Sprint(len(jobs.Items))
-	})
-	for i := range jobs.Items {
-		j := &jobs.Items[i]
-		j.Status.Ready = ptr.To[int32](1)
-		j.Status.Active = 1
-		j.Status.StartTime = &metav1.Time{Time: time.Now()}
-		if err := k8s.Status().Update(ctx, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "observed-gateway-0-xyz", Namespace: ns,
-			Labels: map[string]string{render.LabelPipeline: "observed", render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
-		Spec: corev1.PodSpec{NodeName: "lynx-6", Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
-	}
-	if err := k8s.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
-	if err := k8s.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	runAgents(t, ns, "observed", "lynx-6")
 	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
 	cur := condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
 	eventually(t, "observed rate", func() (bool, string) {

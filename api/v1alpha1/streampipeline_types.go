@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -23,6 +24,7 @@ type Codec string
 // network, and where the data goes. How threads are pinned is the operator's job.
 // +kubebuilder:validation:XValidation:rule="!has(self.connections) || self.port + self.connections <= 65536",message="port + connections must not run past 65535"
 // +kubebuilder:validation:XValidation:rule="!(has(self.hostNetwork) && self.hostNetwork && has(self.gateway.network.attachment))",message="hostNetwork pods use the host's NICs: leave gateway.network.attachment unset"
+// +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 type StreamPipelineSpec struct {
 	// Senders are the source nodes; each one is one stream (the paper's detectors).
 	// +kubebuilder:validation:MinItems=1
@@ -108,6 +110,32 @@ type StreamPipelineSpec struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty"`
+
+	// Pods adds scheduling settings to every agent pod of the pipeline, over the operator's
+	// defaults (the chart's agent.pods).
+	// +optional
+	Pods *PodSettings `json:"pods,omitempty"`
+}
+
+// PodSettings are scheduling settings of the agent pods. The node itself is the plan's: a pod
+// always runs on the node its stream names.
+type PodSettings struct {
+	// Tolerations, added to the operator's (e.g. for tainted detector or DTN nodes).
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// NodeSelector, merged with the operator's; it can only narrow: kubernetes.io/hostname is the plan's.
+	// +kubebuilder:validation:XValidation:rule="!('kubernetes.io/hostname' in self)",message="kubernetes.io/hostname is set by the plan"
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// PriorityClassName of the agent pods (a detector stream usually outranks batch work).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// ImagePullSecrets for the agent image, replacing the operator's when set.
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 }
 
 // Sender is one source node.
@@ -359,7 +387,8 @@ type StreamPipelineStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Planned, Ready, NICLocal, Degraded.
+	// Conditions: Planned, Ready, Degraded, NICLocal, and kstatus's Reconciling and Stalled
+	// (docs/status.md).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -379,6 +408,21 @@ type StreamPipelineStatus struct {
 	// Observed figures from the agents.
 	// +optional
 	Observed *Observed `json:"observed,omitempty"`
+	// TopologyRejection: the kubelet's Topology Manager refused a gateway pod of this
+	// generation; the plans that follow ask for fewer receiving cores.
+	// +optional
+	TopologyRejection *TopologyRejection `json:"topologyRejection,omitempty"`
+}
+
+// TopologyRejection records the gateway pods Topology Manager refused and the cap it led to.
+type TopologyRejection struct {
+	// Pods refused ("pod on node"), the latest last, at most 5.
+	// +kubebuilder:validation:MaxItems=5
+	Pods []string `json:"pods"`
+	// ReceiveCores is the most receiving cores per stream the next plans ask for.
+	ReceiveCores int32 `json:"receiveCores"`
+	// Generation of the spec these rejections belong to: a changed spec plans afresh.
+	Generation int64 `json:"generation"`
 }
 
 // StreamPipeline streams data from sender nodes through a gateway with NUMA-aware placement.
@@ -389,7 +433,10 @@ type StreamPipelineStatus struct {
 // +kubebuilder:printcolumn:name="Streams",type=integer,JSONPath=`.status.streams`
 // +kubebuilder:printcolumn:name="Predicted-Gbps",type=string,JSONPath=`.status.predictedGbps`
 // +kubebuilder:printcolumn:name="Bottleneck",type=string,JSONPath=`.status.bottleneck`
+// +kubebuilder:printcolumn:name="Observed-Gbps",type=string,JSONPath=`.status.observed.rawGbps`
+// +kubebuilder:printcolumn:name="Lost",type=integer,JSONPath=`.status.observed.chunksLost`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type StreamPipeline struct {
 	metav1.TypeMeta   `json:",inline"`

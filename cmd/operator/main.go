@@ -2,10 +2,13 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -16,8 +19,8 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/controllers"
+	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
-	"github.com/numastream/numastream/internal/status"
 )
 
 func main() {
@@ -28,12 +31,27 @@ func main() {
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
+		agentPods    = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+
+	var pods v1alpha1.PodSettings
+	if *agentPods != "" {
+		dec := json.NewDecoder(strings.NewReader(*agentPods))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&pods); err != nil {
+			log.Error(err, "--agent-pods is not valid JSON pod settings", "value", *agentPods)
+			os.Exit(2)
+		}
+		if _, ok := pods.NodeSelector[corev1.LabelHostname]; ok {
+			log.Error(nil, "--agent-pods: nodeSelector must not set kubernetes.io/hostname (the plan names each pod's node)")
+			os.Exit(2)
+		}
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -52,19 +70,22 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	r := &controllers.StreamPipelineReconciler{
-		Client:       mgr.GetClient(),
-		Scheme:       mgr.GetScheme(),
-		Recorder:     mgr.GetEventRecorder("numastream-operator"),
-		Render:       render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy},
-		ObserveEvery: *observeEvery,
-		SecretReader: mgr.GetAPIReader(),
-	}
-	if *observeEvery > 0 {
-		r.Observe = status.NewObserver(5 * time.Second).Observe
+		Client:    mgr.GetClient(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("numastream-operator"),
+		Render:    render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, Pods: pods},
+		APIReader: mgr.GetAPIReader(),
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Cannot set up the StreamPipeline controller")
 		os.Exit(1)
+	}
+	if *observeEvery > 0 {
+		obs := &controllers.Observer{Client: mgr.GetClient(), Read: observe.NewObserver(5 * time.Second).Observe, Every: *observeEvery}
+		if err := mgr.Add(obs); err != nil {
+			log.Error(err, "Cannot add the observer")
+			os.Exit(1)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "Cannot add the health check")

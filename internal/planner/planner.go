@@ -67,6 +67,10 @@ type Request struct {
 	HeldStreams int
 	// Port is the first data port; Ports checks that every stream's range fits.
 	Port int
+	// ReceiveCoresLimit caps the receiving cores (connections) per stream: after the kubelet's
+	// Topology Manager refused a gateway pod, the operator plans with fewer than it asked for
+	// (0: no cap).
+	ReceiveCoresLimit int
 }
 
 // Stage is one stage group on one node.
@@ -182,6 +186,9 @@ func Make(r Request) (Plan, error) {
 	conns := min(wantConnections, MaxConnections)
 	if r.Connections > 0 {
 		conns = r.Connections
+	}
+	if r.ReceiveCoresLimit > 0 && conns > r.ReceiveCoresLimit {
+		conns = r.ReceiveCoresLimit
 	}
 	nicFree := free[nic.NUMANode]
 	if r.Mode == NUMAAware && conns*streams > nicFree {

@@ -161,6 +161,32 @@ func TestConnectionsShrinkToTheFreeNICCores(t *testing.T) {
 	}
 }
 
+// After a Topology Affinity Error the operator caps the receiving cores below what the refused
+// pod asked for: the plan follows the cap, also over an explicit spec.connections, and keeps
+// the cores it frees for decompression.
+func TestReceiveCoresLimitAfterATopologyRejection(t *testing.T) {
+	free, err := Make(request(updraft1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request(updraft1)
+	r.ReceiveCoresLimit = free.Connections - 1
+	capped, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if capped.Connections != free.Connections-1 {
+		t.Fatalf("connections %d, want %d", capped.Connections, free.Connections-1)
+	}
+	if g := stage(t, capped, "gateway", 0, StageReceive); g.Threads != capped.Connections {
+		t.Errorf("receive threads %d", g.Threads)
+	}
+	r.Connections = 8
+	if p, _ := Make(r); p.Connections != r.ReceiveCoresLimit {
+		t.Errorf("spec.connections 8 under a limit of %d gave %d", r.ReceiveCoresLimit, p.Connections)
+	}
+}
+
 func TestNUMALayouts(t *testing.T) {
 	cases := []struct {
 		name       string

@@ -77,8 +77,9 @@ type Options struct {
 	// NetworkPolicy: render one per pipeline so that only its sender pods reach its gateway's
 	// data ports.
 	NetworkPolicy bool
-	// Tolerations added to every agent pod (e.g. for dedicated detector nodes).
-	Tolerations []corev1.Toleration
+	// Pods are the scheduling settings of every agent pod (the chart's agent.pods); a
+	// pipeline's spec.pods adds to them.
+	Pods v1alpha1.PodSettings
 }
 
 // Inputs are what render needs besides the plan.
@@ -215,18 +216,16 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		// Never: a failed pod is replaced by a new one, which podFailurePolicy needs.
 		RestartPolicy:                 corev1.RestartPolicyNever,
 		TerminationGracePeriodSeconds: ptr.To[int64](30), // SIGTERM drains the stream
-		// Node selection: the plan names the node.
-		NodeSelector:       map[string]string{corev1.LabelHostname: n.Node},
-		Tolerations:        opts.Tolerations,
-		SecurityContext:    podSecurity(),
-		InitContainers:     prepare(n, opts, hostDirs(sp, n)),
-		Containers:         containers(in, n, opts),
-		Volumes:            volumes(in, n),
-		EnableServiceLinks: ptr.To(false),
+		SecurityContext:               podSecurity(),
+		InitContainers:                prepare(n, opts, hostDirs(sp, n)),
+		Containers:                    containers(in, n, opts),
+		Volumes:                       volumes(in, n),
+		EnableServiceLinks:            ptr.To(false),
 	}
-	// The plan hash changes whenever the rendered agent config does; a Job's pod template is
-	// immutable, so a changed hash means: replace the Job.
-	sum := sha256.Sum256([]byte(config))
+	settings := schedule(&pod.Spec, n, opts.Pods, sp.Spec.Pods)
+	// The plan hash changes whenever the rendered agent config or the pod's scheduling settings
+	// do; a Job's pod template is immutable, so a changed hash means: replace the Job.
+	sum := sha256.Sum256([]byte(config + settings))
 	hash := hex.EncodeToString(sum[:8])
 	pod.Annotations = map[string]string{AnnotationPlanHash: hash}
 	withNetworkAttachment(&pod, sp, n)
@@ -248,6 +247,38 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		j.Spec.Suspend = ptr.To(true)
 	}
 	return j
+}
+
+// schedule sets the pod's node selection (the plan names the node; the settings may only
+// narrow it), tolerations, priority class and image pull secrets: the operator's, then the
+// pipeline's. It returns the settings in a canonical form for the plan hash.
+func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1alpha1.PodSettings, own *v1alpha1.PodSettings) string {
+	s := *defaults.DeepCopy()
+	if own != nil {
+		s.Tolerations = append(s.Tolerations, own.Tolerations...)
+		for k, v := range own.NodeSelector {
+			if s.NodeSelector == nil {
+				s.NodeSelector = map[string]string{}
+			}
+			s.NodeSelector[k] = v
+		}
+		if own.PriorityClassName != "" {
+			s.PriorityClassName = own.PriorityClassName
+		}
+		if len(own.ImagePullSecrets) > 0 {
+			s.ImagePullSecrets = own.ImagePullSecrets
+		}
+	}
+	spec.NodeSelector = map[string]string{}
+	for k, v := range s.NodeSelector {
+		spec.NodeSelector[k] = v
+	}
+	spec.NodeSelector[corev1.LabelHostname] = n.Node
+	spec.Tolerations = s.Tolerations
+	spec.PriorityClassName = s.PriorityClassName
+	spec.ImagePullSecrets = s.ImagePullSecrets
+	canonical, _ := json.Marshal(s) // maps marshal with sorted keys
+	return string(canonical)
 }
 
 // Agent exit codes (docs/agent-config.md) as the Job controller must read them.
@@ -370,10 +401,13 @@ func agent(in Inputs, n planner.NodePlan, opts Options, name, cmd, config string
 		Image:           opts.AgentImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Args:            []string{cmd, "--config", ConfigMountPath + "/" + config, "--summary-file", corev1.TerminationMessagePathDefault},
-		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
-		Ports:           []corev1.ContainerPort{{Name: portName, ContainerPort: int32(metrics)}},
-		SecurityContext: containerSecurity(),
-		VolumeMounts:    []corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}},
+		// An agent that fails before it writes its summary (a configuration error) leaves the
+		// tail of its log as the termination message: the operator quotes it in status.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		Resources:                corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
+		Ports:                    []corev1.ContainerPort{{Name: portName, ContainerPort: int32(metrics)}},
+		SecurityContext:          containerSecurity(),
+		VolumeMounts:             []corev1.VolumeMount{{Name: "config", MountPath: ConfigMountPath, ReadOnly: true}},
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(int32(metrics))}},
 			PeriodSeconds: 10, FailureThreshold: 3,

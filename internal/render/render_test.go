@@ -619,3 +619,50 @@ func TestSenderStateDirectoryOnTheNode(t *testing.T) {
 		t.Errorf("the agent container runs as the pod's non-root user: %+v", tx.Containers[0].SecurityContext)
 	}
 }
+
+// Agent pods get the operator's scheduling settings and the pipeline's on top: tolerations add
+// up, the node selector only narrows (the node stays the plan's), the pipeline's priority class
+// and pull secrets win. A change of them replaces the Jobs (their pod template is immutable).
+func TestAgentPodsCarryTheSchedulingSettings(t *testing.T) {
+	sp := pipeline("sched")
+	sp.Spec.Pods = &v1alpha1.PodSettings{
+		Tolerations:       []corev1.Toleration{{Key: "beamline/detector", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		NodeSelector:      map[string]string{"facility/zone": "hutch-2"},
+		PriorityClassName: "beamline-stream",
+	}
+	_, plan := renderFor(t, sp)
+	opts := Options{AgentImage: "numastream/agent:test", Pods: v1alpha1.PodSettings{
+		Tolerations:      []corev1.Toleration{{Key: "dtn", Operator: corev1.TolerationOpExists}},
+		NodeSelector:     map[string]string{"numastream.io/facility": "box"},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},
+	}}
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{0: "10.215.0.100"}}
+	objs, err := Render(in, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range objs.Jobs {
+		ps := j.Spec.Template.Spec
+		want := map[string]string{corev1.LabelHostname: ps.NodeSelector[corev1.LabelHostname],
+			"numastream.io/facility": "box", "facility/zone": "hutch-2"}
+		if !reflect.DeepEqual(ps.NodeSelector, want) || (ps.NodeSelector[corev1.LabelHostname] != "lynx-1" && ps.NodeSelector[corev1.LabelHostname] != "det-a") {
+			t.Errorf("%s nodeSelector %v", j.Name, ps.NodeSelector)
+		}
+		if len(ps.Tolerations) != 2 || ps.Tolerations[0].Key != "dtn" || ps.Tolerations[1].Key != "beamline/detector" {
+			t.Errorf("%s tolerations %+v", j.Name, ps.Tolerations)
+		}
+		if ps.PriorityClassName != "beamline-stream" || len(ps.ImagePullSecrets) != 1 || ps.ImagePullSecrets[0].Name != "registry" {
+			t.Errorf("%s priority %q pull secrets %v", j.Name, ps.PriorityClassName, ps.ImagePullSecrets)
+		}
+	}
+	sp2 := sp.DeepCopy()
+	sp2.Spec.Pods.PriorityClassName = "best-effort"
+	in.Pipeline = sp2
+	again, err := Render(in, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs.Jobs[0].Annotations[AnnotationPlanHash] == again.Jobs[0].Annotations[AnnotationPlanHash] {
+		t.Error("a new priority class keeps the plan hash: the Job would not be replaced")
+	}
+}

@@ -37,7 +37,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
-	"github.com/numastream/numastream/internal/status"
+	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/testenv"
 )
 
@@ -247,7 +247,7 @@ func delivered(t *testing.T, p *corev1.Pod) (float64, float64, float64) {
 		return -1, 0, 0
 	}
 	defer resp.Body.Close()
-	samples, err := status.Parse(resp.Body)
+	samples, err := observe.Parse(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func delivered(t *testing.T, p *corev1.Pod) (float64, float64, float64) {
 			dup = s.Value
 		}
 	}
-	r := status.FromSamples(samples)
+	r := observe.FromSamples(samples)
 	return r.Delivered, r.Lost, dup
 }
 

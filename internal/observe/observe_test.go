@@ -1,4 +1,4 @@
-package status
+package observe
 
 import (
 	"context"
@@ -111,19 +111,20 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 	o := NewObserver(time.Second)
 	o.URL = func(p *corev1.Pod, port int32) string { return urls[p.Name+"/"+strconv.Itoa(int(port))] + "/metrics" }
 	o.now = func() time.Time { return clock }
-	pod := func(name, role string, phase corev1.PodPhase) corev1.Pod {
+	pod := func(name, role, stream string, phase corev1.PodPhase) corev1.Pod {
 		return corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{render.LabelRole: role}},
-			Status:     corev1.PodStatus{Phase: phase, PodIP: "10.0.0.1"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
+				Labels: map[string]string{render.LabelRole: role, render.LabelStream: stream}},
+			Status: corev1.PodStatus{Phase: phase, PodIP: "10.0.0.1"},
 		}
 	}
-	twoContainers := pod("a", render.RoleGateway, corev1.PodRunning)
+	twoContainers := pod("a", render.RoleGateway, "0", corev1.PodRunning)
 	twoContainers.Spec.Containers = []corev1.Container{
 		{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}, {Name: "data-0", ContainerPort: 5000}}},
 		{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
 	}
-	pods := []corev1.Pod{twoContainers, pod("b", render.RoleGateway, corev1.PodRunning),
-		pod("c", render.RoleSender, corev1.PodRunning), pod("d", render.RoleGateway, corev1.PodPending)}
+	pods := []corev1.Pod{twoContainers, pod("b", render.RoleGateway, "1", corev1.PodRunning),
+		pod("c", render.RoleSender, "0", corev1.PodRunning), pod("d", render.RoleGateway, "2", corev1.PodPending)}
 	sp := &v1alpha1.StreamPipeline{}
 	if _, err := o.Observe(context.Background(), sp, pods); err != nil {
 		t.Fatal(err)
@@ -142,6 +143,41 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 	}
 	if obs.NICLocal == nil || *obs.NICLocal {
 		t.Errorf("one receiver is remote: nicLocal must be false, got %v", obs.NICLocal)
+	}
+}
+
+// A stream whose gateway pod was replaced (a drain, a lost pod) counts what every pod of it
+// delivered exactly once: the newest pod reports what the earlier ones delivered
+// (delivered_before, from the resuming sender), and the earlier pod's summary is not added again.
+func TestObserverCountsAResumedStreamOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) + "numastream_chunks_delivered_before{role=\"receive\"} 24\n"))
+	}))
+	defer srv.Close()
+	o := NewObserver(time.Second)
+	o.URL = func(*corev1.Pod, int32) string { return srv.URL + "/metrics" }
+	labels := map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
+	old := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-old", UID: "old", Labels: labels, CreationTimestamp: metav1.Unix(100, 0)},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: render.DecompressContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143,
+				Message: `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`}}}}},
+	}
+	cur := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-new", UID: "new", Labels: labels, CreationTimestamp: metav1.Unix(200, 0)},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
+	}
+	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs == nil || obs.ChunksDelivered != 74 {
+		t.Fatalf("delivered %+v, want 24 + 50 = 74", obs)
+	}
+	// Only the old pod left (the new one not started yet): its final figures stay.
+	obs, _ = o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old})
+	if obs == nil || obs.ChunksDelivered != 24 {
+		t.Fatalf("delivered %+v, want 24", obs)
 	}
 }
 

@@ -1,16 +1,16 @@
 // Package status reads what the agents report (their Prometheus metrics) and turns it into the
 // StreamPipeline's observed figures: rates, integrity counts, and whether the receiving threads
 // really run on the NIC's NUMA node.
-package status
+package observe
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +21,8 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one Prometheus sample.
@@ -30,94 +32,50 @@ type Sample struct {
 	Value  float64
 }
 
-// Parse reads the Prometheus text format (the subset the agent writes: no timestamps,
-// no exemplars). Malformed lines are errors naming the line.
+// Parse reads the Prometheus text exposition format with Prometheus's own parser, one Sample
+// per counter, gauge or untyped sample (the agents write no summaries or histograms).
 func Parse(r io.Reader) ([]Sample, error) {
-	var out []Sample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		s, err := parseLine(text)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d: %w", line, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseLine(text string) (Sample, error) {
-	s := Sample{Labels: map[string]string{}}
-	rest := text
-	if i := strings.IndexAny(rest, "{ "); i < 0 {
-		return s, fmt.Errorf("no value in %q", text)
-	} else {
-		s.Name, rest = rest[:i], rest[i:]
-	}
-	if strings.HasPrefix(rest, "{") {
-		end := strings.LastIndex(rest, "}")
-		if end < 0 {
-			return s, fmt.Errorf("unclosed labels in %q", text)
-		}
-		for _, kv := range splitLabels(rest[1:end]) {
-			eq := strings.Index(kv, "=")
-			if eq <= 0 {
-				return s, fmt.Errorf("bad label %q", kv)
-			}
-			v, err := strconv.Unquote(kv[eq+1:])
-			if err != nil {
-				return s, fmt.Errorf("bad label value %q", kv)
-			}
-			s.Labels[kv[:eq]] = v
-		}
-		rest = rest[end+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) < 1 {
-		return s, fmt.Errorf("no value in %q", text)
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		return s, fmt.Errorf("bad value in %q", text)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	s.Value = v
-	return s, nil
-}
-
-// splitLabels splits a="x",b="y" on commas outside quotes.
-func splitLabels(s string) []string {
-	var out []string
-	inQuote, start := false, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			inQuote = !inQuote
-		case ',':
-			if !inQuote {
-				out = append(out, s[start:i])
-				start = i + 1
+	names := make([]string, 0, len(families))
+	for name := range families {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []Sample
+	for _, name := range names {
+		for _, m := range families[name].GetMetric() {
+			s := Sample{Name: name, Labels: map[string]string{}}
+			for _, l := range m.GetLabel() {
+				s.Labels[l.GetName()] = l.GetValue()
 			}
+			switch {
+			case m.Counter != nil:
+				s.Value = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				s.Value = m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				s.Value = m.GetUntyped().GetValue()
+			default:
+				continue
+			}
+			out = append(out, s)
 		}
 	}
-	if strings.TrimSpace(s[start:]) != "" {
-		out = append(out, s[start:])
-	}
-	return out
+	return out, nil
 }
 
 // Receiver is what one receiving agent reports.
 type Receiver struct {
 	RawBytes, WireBytes      float64
 	Delivered, Lost, Corrupt float64
-	NICLocal                 *bool
+	// DeliveredBefore is what earlier instances of the stream's receiver delivered (the resuming
+	// sender tells): the stream's total is DeliveredBefore + Delivered, across pod restarts.
+	DeliveredBefore float64
+	NICLocal        *bool
 }
 
 // FromSamples extracts a receiver's figures: counts from the verifying receiver (role
@@ -147,6 +105,8 @@ func FromSamples(samples []Sample) Receiver {
 			r.Lost = s.Value
 		case "numastream_chunks_corrupt_total":
 			r.Corrupt = s.Value
+		case "numastream_chunks_delivered_before":
+			r.DeliveredBefore = s.Value
 		}
 	}
 	return r
@@ -157,6 +117,7 @@ func FromSamples(samples []Sample) Receiver {
 type exitSummary struct {
 	Role      string  `json:"role"`
 	Chunks    float64 `json:"chunks"`
+	Before    float64 `json:"delivered_before"`
 	Lost      float64 `json:"lost"`
 	Corrupt   float64 `json:"corrupt"`
 	RawBytes  float64 `json:"raw_bytes"`
@@ -183,7 +144,7 @@ func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
 	if !ok || v.Role != "receive" {
 		return Receiver{}, 0, 0, false
 	}
-	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, Lost: v.Lost, Corrupt: v.Corrupt}
+	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, DeliveredBefore: v.Before, Lost: v.Lost, Corrupt: v.Corrupt}
 	if rx, ok := summaries[render.ReceiveContainer]; ok && rx.NICLocal != nil {
 		r.NICLocal = rx.NICLocal
 	}
@@ -279,20 +240,33 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, float64
 	return r, cur.rawRate, cur.wireRate, nil
 }
 
-// Observe reads every gateway pod of the pipeline and sums their figures: a running pod from its
-// agents' metrics (rates over the interval since the last reading), a pod whose verifying agent
-// has exited from the summary it left (final counts, the run's mean rates). Nil when no gateway
-// pod has anything to report yet.
+// Observe reads, for each stream of the pipeline, its newest gateway pod that has something to
+// report, and sums the streams: a running pod from its agents' metrics (rates over the interval
+// since the last reading), a pod whose verifying agent has exited from the summary it left (final
+// counts, the run's mean rates). A stream's delivered count includes what earlier gateway pods of
+// the stream delivered (the resuming sender reports it), so it survives restarts and is never
+// counted twice. Nil when no gateway pod has anything to report yet.
 func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.forget(o.now().Add(-forgetAfter))
+	var gateways []*corev1.Pod
+	for i := range pods {
+		if pods[i].Labels[render.LabelRole] == render.RoleGateway {
+			gateways = append(gateways, &pods[i])
+		}
+	}
+	sort.SliceStable(gateways, func(a, b int) bool {
+		ta, tb := gateways[a].CreationTimestamp, gateways[b].CreationTimestamp
+		return tb.Before(&ta)
+	})
 	var total Receiver
 	var rawRate, wireRate float64
-	seen := 0
+	done := map[string]bool{}
 	allLocal, anyKnown := true, false
-	for i := range pods {
-		p := &pods[i]
-		if p.Labels[render.LabelRole] != render.RoleGateway {
+	for _, p := range gateways {
+		stream := p.Labels[render.LabelStream]
+		if done[stream] {
 			continue
 		}
 		r, raw, wire, ok := exited(p)
@@ -305,12 +279,12 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 				return nil, err
 			}
 		}
-		seen++
+		done[stream] = true
 		rawRate += raw
 		wireRate += wire
 		total.RawBytes += r.RawBytes
 		total.WireBytes += r.WireBytes
-		total.Delivered += r.Delivered
+		total.Delivered += r.Delivered + r.DeliveredBefore
 		total.Lost += r.Lost
 		total.Corrupt += r.Corrupt
 		if r.NICLocal != nil {
@@ -318,7 +292,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 			allLocal = allLocal && *r.NICLocal
 		}
 	}
-	if seen == 0 {
+	if len(done) == 0 {
 		return nil, nil
 	}
 	t := metav1.NewTime(o.now())
@@ -334,4 +308,16 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		obs.NICLocal = &allLocal
 	}
 	return obs, nil
+}
+
+// forgetAfter: readings of pods not read for this long (deleted, or of deleted pipelines) are
+// dropped.
+const forgetAfter = 10 * time.Minute
+
+func (o *Observer) forget(before time.Time) {
+	for uid, r := range o.prev {
+		if r.at.Before(before) {
+			delete(o.prev, uid)
+		}
+	}
 }

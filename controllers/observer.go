@@ -1,0 +1,101 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/render"
+)
+
+// The operator's own metrics, next to controller-runtime's on its metrics endpoint.
+var (
+	reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_reconciles_total", Help: "Reconciles of a StreamPipeline."}, []string{"namespace", "name"})
+	observations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_observations_total", Help: "Times a StreamPipeline's agents were read."}, []string{"namespace", "name"})
+	observeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_observation_errors_total", Help: "Readings of a StreamPipeline's agents that failed."}, []string{"namespace", "name"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(reconciles, observations, observeErrors)
+}
+
+// Observer reads the agents of every running pipeline at its own interval, apart from
+// Reconcile, and patches only status.observed. Reconcile reacts to what it writes only when the
+// conditions would change (chunks lost or corrupt, NIC locality), never to rates or timestamps.
+type Observer struct {
+	client.Client
+	// Read reads one pipeline's agents from its pods (nil result: nothing to report yet).
+	Read func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
+	// Every is the interval between two readings of a pipeline; the rates are over it.
+	Every time.Duration
+}
+
+// Start runs until ctx ends (a manager Runnable; only the leader observes).
+func (o *Observer) Start(ctx context.Context) error {
+	t := time.NewTicker(o.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			o.observeAll(ctx)
+		}
+	}
+}
+
+// NeedLeaderElection: one replica observes, the one that reconciles.
+func (o *Observer) NeedLeaderElection() bool { return true }
+
+func (o *Observer) observeAll(ctx context.Context) {
+	var list v1alpha1.StreamPipelineList
+	if err := o.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Observer cannot list pipelines")
+		return
+	}
+	for i := range list.Items {
+		sp := &list.Items[i]
+		if sp.Spec.Suspend || sp.DeletionTimestamp != nil ||
+			!meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionPlanned) {
+			continue
+		}
+		if err := o.observe(ctx, sp); err != nil {
+			observeErrors.WithLabelValues(sp.Namespace, sp.Name).Inc()
+			ctrl.LoggerFrom(ctx).V(1).Info("Cannot read the agents", "pipeline", klog.KObj(sp), "error", err)
+		}
+	}
+}
+
+func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) error {
+	var pods corev1.PodList
+	if err := o.List(ctx, &pods, client.InNamespace(sp.Namespace),
+		client.MatchingLabels{render.LabelPipeline: sp.Name, render.LabelRole: render.RoleGateway}); err != nil {
+		return err
+	}
+	if len(pods.Items) == 0 {
+		return nil
+	}
+	observations.WithLabelValues(sp.Namespace, sp.Name).Inc()
+	obs, err := o.Read(ctx, sp, pods.Items)
+	if err != nil || obs == nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(sp.Status.Observed, obs) {
+		return nil
+	}
+	before := sp.DeepCopy()
+	sp.Status.Observed = obs
+	return o.Status().Patch(ctx, sp, client.MergeFrom(before))
+}
