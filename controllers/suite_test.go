@@ -332,6 +332,13 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"duplicate sender": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = append(sp.Spec.Senders, sp.Spec.Senders[0]) }, "spec.senders[1]"},
 		"bad ratio":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ExpectedRatio = "two" }, "spec.expectedRatio"},
 		"bad placement":    {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = "pinned" }, "spec.placement"},
+		"several senders into one file": {func(sp *v1alpha1.StreamPipeline) {
+			withSenders("updraft-1", "updraft-2")(sp)
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data/scan.raw"}}
+		}, "sink.file.path must contain {stream}"},
+		"pods pick their own node": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Pods = &v1alpha1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
+		}, "kubernetes.io/hostname is set by the plan"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
