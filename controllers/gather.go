@@ -98,6 +98,11 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 		if cpu, ok := node.Status.Allocatable[corev1.ResourceCPU]; ok {
 			t.AllocatableCPUs = int(cpu.MilliValue() / 1000)
 		}
+		others, err := r.otherPodsMilliCPU(ctx, sp, name)
+		if err != nil {
+			return t, nil, err
+		}
+		t.OtherPodsMilliCPU = others
 		if name == sp.Spec.Gateway.Node {
 			for _, a := range node.Status.Addresses {
 				if a.Type == corev1.NodeInternalIP && f.gatewayIP == "" {
@@ -117,6 +122,66 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 	gw, refused, err := read(sp.Spec.Gateway.Node)
 	f.gateway = gw
 	return refused, err
+}
+
+// otherPodsMilliCPU sums what the pods on a node that are not the pipeline's request, in
+// millicores, as the scheduler counts it. On the pipeline's gateway, the gateway pods of other
+// pipelines are left out: the cores they hold are counted from their plans (heldOnGateway).
+// Once a pod of the pipeline runs on the node, pods that came after it are left out too: they
+// were scheduled into what the pipeline left, so they must not shrink a running plan (which
+// would replace the pipeline's Jobs whenever an unrelated pod starts there).
+func (r *StreamPipelineReconciler) otherPodsMilliCPU(ctx context.Context, sp *v1alpha1.StreamPipeline, node string) (int64, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.MatchingFields{indexPodNode: node}); err != nil {
+		return 0, err
+	}
+	active := func(p *corev1.Pod) bool {
+		return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.DeletionTimestamp == nil
+	}
+	mine := func(p *corev1.Pod) bool {
+		return p.Namespace == sp.Namespace && p.Labels[render.LabelPipeline] == sp.Name
+	}
+	var since *metav1.Time
+	for i := range pods.Items {
+		if p := &pods.Items[i]; mine(p) && active(p) && (since == nil || p.CreationTimestamp.Before(since)) {
+			since = &p.CreationTimestamp
+		}
+	}
+	var total int64
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !active(p) || mine(p) || (since != nil && !p.CreationTimestamp.Before(since)) {
+			continue
+		}
+		if node == sp.Spec.Gateway.Node && p.Labels[render.LabelRole] == render.RoleGateway && p.Labels[render.LabelPipeline] != "" {
+			continue
+		}
+		total += podMilliCPU(p)
+	}
+	return total, nil
+}
+
+// podMilliCPU is a pod's CPU request as the scheduler counts it: the larger of its containers'
+// sum (with restartable init containers, the sidecars) and its largest init container, plus
+// the pod overhead.
+func podMilliCPU(p *corev1.Pod) int64 {
+	var sum, sidecars, initMax int64
+	for _, c := range p.Spec.Containers {
+		sum += c.Resources.Requests.Cpu().MilliValue()
+	}
+	for _, c := range p.Spec.InitContainers {
+		v := c.Resources.Requests.Cpu().MilliValue()
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars += v
+			continue
+		}
+		initMax = max(initMax, sidecars+v)
+	}
+	total := max(sum+sidecars, initMax)
+	if cpu, ok := p.Spec.Overhead[corev1.ResourceCPU]; ok {
+		total += cpu.MilliValue()
+	}
+	return total
 }
 
 // failedCreates reads the Job controller's FailedCreate events for the pipeline's Jobs that

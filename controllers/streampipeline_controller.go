@@ -58,6 +58,7 @@ const (
 	ReasonReceiversRemote   = conditions.ReasonReceiversRemote
 	indexNodeNames          = "spec.nodeNames"
 	indexGateway            = "spec.gateway.node"
+	indexPodNode            = "spec.nodeName"
 )
 
 // StreamPipelineReconciler reconciles StreamPipelines.
@@ -317,6 +318,11 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	}
 	if err := idx.IndexField(ctx, &v1alpha1.StreamPipeline{}, indexGateway, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.StreamPipeline).Spec.Gateway.Node}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
+		return []string{o.(*corev1.Pod).Spec.NodeName}
 	}); err != nil {
 		return err
 	}

@@ -673,6 +673,71 @@ func runAgents(t *testing.T, ns, name, gateway string) {
 	}
 }
 
+// The pods already on a node that are not the pipeline's (the node daemon, system agents, other
+// jobs) keep their CPUs: the sender is sized from allocatable less their requests. A pod that
+// arrives once the sender runs does not shrink the running plan.
+func TestOtherPodsOnANodeAreNotPlanned(t *testing.T) {
+	gatewayAndSenders(t, "lynx-15")
+	ensureNode(t, facilityNode("updraft-9", []int{16, 16}, "ens1f0", 1, 100000))
+	node := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "updraft-9"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("30"), corev1.ResourceMemory: resource.MustParse("64Gi")}
+	node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi")}
+	if err := k8s.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t)
+	other := func(name, cpu string) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{NodeName: "updraft-9", Containers: []corev1.Container{{Name: "c", Image: "x",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other("node-daemon-x", "1")
+	other("log-shipper", "500m")
+	sp := pipeline(ns, "crowded", withGateway("lynx-15"), withSenders("updraft-9"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	if n := cur.Status.Plan.Nodes[0]; n.Node != "updraft-9" || n.CPUs != 28 {
+		t.Fatalf("sender plan %+v: 30 allocatable less 1.5 requested by others leaves 28 CPUs", n)
+	}
+	// The sender runs; then another pod lands on the node.
+	var jobs batchv1.JobList
+	eventually(t, "sender job", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{render.LabelRole: render.RoleSender})
+		return len(jobs.Items) == 1, fmt.Sprint(len(jobs.Items))
+	})
+	hash := jobs.Items[0].Annotations[render.AnnotationPlanHash]
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a resolution of one second
+	mine := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crowded-sender-0-x", Namespace: ns, Labels: map[string]string{
+		render.LabelPipeline: "crowded", render.LabelRole: render.RoleSender, render.LabelStream: "0", batchv1.JobNameLabel: jobs.Items[0].Name}},
+		Spec: corev1.PodSpec{NodeName: "updraft-9", Containers: []corev1.Container{{Name: "agent", Image: "x"}}}}
+	if err := k8s.Create(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	other("late-batch-job", "2")
+	mine.Status.Phase = corev1.PodRunning
+	if err := k8s.Status().Update(ctx, mine); err != nil { // a pod event: the pipeline reconciles
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+	if cur.Status.Plan.Nodes[0].CPUs != 28 {
+		t.Errorf("a pod that came after the sender changed its plan to %d CPUs", cur.Status.Plan.Nodes[0].CPUs)
+	}
+	_ = k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{render.LabelRole: render.RoleSender})
+	if len(jobs.Items) != 1 || jobs.Items[0].Annotations[render.AnnotationPlanHash] != hash {
+		t.Error("the running sender's Job was replaced")
+	}
+}
+
 func TestSuspendStopsTheAgents(t *testing.T) {
 	gatewayAndSenders(t, "lynx-4")
 	ns := namespace(t)

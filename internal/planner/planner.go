@@ -159,8 +159,8 @@ func Make(r Request) (Plan, error) {
 	for i, s := range r.Senders {
 		avail := s.UsableCPUs() - SenderOverheadCPUs
 		if avail < 1 {
-			return Plan{}, refuse("sender %s can give pods %d CPUs (%d allocatable of %d): at least %d are needed (compression plus one for source and sending)",
-				s.Name, s.UsableCPUs(), s.AllocatableCPUs, s.TotalCPUs(), SenderOverheadCPUs+1)
+			return Plan{}, refuse("sender %s can give pods %d CPUs (%s): at least %d are needed (compression plus one for source and sending)",
+				s.Name, s.UsableCPUs(), s.Why(), SenderOverheadCPUs+1)
 		}
 		perCore := s.CompressMBps * 8
 		n := avail
@@ -296,17 +296,19 @@ func Make(r Request) (Plan, error) {
 }
 
 // capToAllocatable lowers the free cores per NUMA node so that their sum is what the kubelet
-// can still give pods on the gateway (allocatable minus what other pipelines hold there): the
+// can still give pods on the gateway (allocatable, less what other workloads' pods request,
+// minus what other pipelines hold there): the
 // reserved CPUs come off the nodes without the NIC first, so receivers keep their cores.
 func capToAllocatable(gw topology.Node, nicNode int, free, held map[int]int) {
-	if gw.AllocatableCPUs <= 0 {
+	usable := gw.UsableCPUs()
+	if usable >= gw.TotalCPUs() {
 		return
 	}
 	heldTotal := 0
 	for _, h := range held {
 		heldTotal += h
 	}
-	excess := -(gw.AllocatableCPUs - heldTotal)
+	excess := -(usable - heldTotal)
 	for _, f := range free {
 		excess += max(f, 0)
 	}

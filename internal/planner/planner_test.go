@@ -342,6 +342,45 @@ func TestPlansFitAllocatableCPUs(t *testing.T) {
 
 // The facility in a box: 2-CPU nodes, a 1 Gbit/s link. The sink shares the decompressing core
 // instead of the pipeline being refused, and the link is the bottleneck.
+// What other pods request on a node (the node daemon's own pod, system agents) is not the
+// pipeline's: a sender with 30 allocatable CPUs and 1.5 requested by others compresses with 27
+// threads (28 CPUs for its pod), and a refusal says where the CPUs went.
+func TestOtherPodsRequestsAreNotPlanned(t *testing.T) {
+	s := updraft1
+	s.AllocatableCPUs = 30
+	s.OtherPodsMilliCPU = 1500
+	p, err := Make(request(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := stage(t, p, "sender", 0, StageCompress); c.Threads != 27 || p.Nodes[0].CPUs != 28 {
+		t.Errorf("compress %d threads in a %d-CPU pod, want 27 in 28", c.Threads, p.Nodes[0].CPUs)
+	}
+	gw := lynx
+	gw.AllocatableCPUs = 30
+	gw.OtherPodsMilliCPU = 4000
+	r := request(updraft1)
+	r.Gateway = gw
+	p, err = Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := 0
+	for _, n := range p.Nodes {
+		if n.Role == "gateway" {
+			used += n.CPUs
+		}
+	}
+	if used > 26 {
+		t.Errorf("gateway pods request %d CPUs of the 26 left", used)
+	}
+	s.OtherPodsMilliCPU = 29000
+	_, err = Make(request(s))
+	if err == nil || !strings.Contains(err.Error(), "other pods request 29") || !strings.Contains(err.Error(), "30 allocatable of 32") {
+		t.Errorf("refusal %v", err)
+	}
+}
+
 func TestTwoCPUNodesFitWithTheSinkSharingACore(t *testing.T) {
 	det := node("detector-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)
 	gw := node("gateway-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)

@@ -61,6 +61,10 @@ type Node struct {
 	// below the CPU count when CPUs are reserved for the system, as the static CPU manager
 	// requires. 0: unknown, plan with the CPU count.
 	AllocatableCPUs int
+	// OtherPodsMilliCPU is what pods of other workloads already request on the node (the node
+	// daemon's own pod, system agents, other jobs), in millicores: the scheduler will not give
+	// it to the pipeline.
+	OtherPodsMilliCPU int64
 }
 
 // MissingLabelError says which label a node lacks and why it matters.
@@ -86,11 +90,29 @@ func (n Node) TotalCPUs() int {
 // NIC returns the named NIC, or an error naming the label that would describe it.
 // UsableCPUs is what pods can have on the node: its allocatable CPUs when known, at most its
 // CPU count.
+// less what other pods request there.
 func (n Node) UsableCPUs() int {
-	if n.AllocatableCPUs > 0 && n.AllocatableCPUs < n.TotalCPUs() {
-		return n.AllocatableCPUs
+	cpus := n.TotalCPUs()
+	if n.AllocatableCPUs > 0 && n.AllocatableCPUs < cpus {
+		cpus = n.AllocatableCPUs
 	}
-	return n.TotalCPUs()
+	if n.OtherPodsMilliCPU > 0 {
+		cpus = int((int64(cpus)*1000 - n.OtherPodsMilliCPU) / 1000)
+	}
+	return max(cpus, 0)
+}
+
+// Why describes where the usable CPUs come from, for messages: "30 allocatable of 32, other pods
+// request 1.5".
+func (n Node) Why() string {
+	s := fmt.Sprintf("%d CPUs", n.TotalCPUs())
+	if n.AllocatableCPUs > 0 && n.AllocatableCPUs < n.TotalCPUs() {
+		s = fmt.Sprintf("%d allocatable of %d", n.AllocatableCPUs, n.TotalCPUs())
+	}
+	if n.OtherPodsMilliCPU > 0 {
+		s += fmt.Sprintf(", other pods request %s", strconv.FormatFloat(float64(n.OtherPodsMilliCPU)/1000, 'f', -1, 64))
+	}
+	return s
 }
 
 func (n Node) NIC(name string) (NIC, error) {
