@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "numastream/cli.hpp"
 #include "numastream/error.hpp"
 
@@ -173,6 +176,67 @@ TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
   EXPECT_EQ(out["nic_local"], true);
   EXPECT_FALSE(out.contains("streams"));
   EXPECT_LT(termination_summary(s).size(), 4096u);
+}
+
+// The configurations the operator renders (agent/tests/golden, written and checked by the Go
+// test internal/render TestRenderedConfigsMatchTheGoldenFiles) mean to the agent what they mean
+// to the operator: every value the operator writes is the value the agent runs with.
+TEST(Config, GoldenConfigsFromTheOperator) {
+  namespace fs = std::filesystem;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(NUMASTREAM_GOLDEN)) {
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    std::ifstream in(entry.path());
+    json doc = json::parse(in);
+    const bool gateway = name.find(".gateway-") != std::string::npos;
+    Config c = parse_config(doc, gateway ? Role::receive : Role::send);
+    ++files;
+    EXPECT_EQ(c.endpoint, doc["endpoint"].get<std::string>());
+    EXPECT_EQ(c.connections, doc["connections"].get<int>());
+    EXPECT_EQ(c.chunk_bytes, doc["chunk_bytes"].get<std::size_t>());
+    EXPECT_EQ(codec_name(c.codec), doc["codec"].get<std::string>());
+    EXPECT_EQ(c.metrics_listen, doc["metrics"]["listen"].get<std::string>());
+    EXPECT_EQ(c.pin, doc["placement"]["mode"] == "numa-aware");
+    ASSERT_EQ(c.stages.size(), doc["placement"]["stages"].size());
+    for (const auto& [stage, want] : doc["placement"]["stages"].items()) {
+      ASSERT_TRUE(c.stages.count(stage)) << stage;
+      EXPECT_EQ(c.stages.at(stage).threads, want["threads"].get<int>()) << stage;
+      EXPECT_EQ(c.stages.at(stage).target.to_string(), want["numa"].get<std::string>()) << stage;
+    }
+    if (doc["placement"].contains("nic_numa_node")) {
+      EXPECT_EQ(c.nic_numa_node, doc["placement"]["nic_numa_node"].get<int>());
+    }
+    EXPECT_EQ(c.relay, doc.value("relay", false));
+    if (gateway) {
+      EXPECT_EQ(c.streams, doc["streams"].get<int>());
+      const std::string kinds[] = {"null", "file", "zmq"};
+      EXPECT_EQ(kinds[static_cast<int>(c.sink.kind)], doc["sink"]["kind"].get<std::string>());
+      EXPECT_EQ(c.sink.path, doc["sink"].value("path", ""));
+      EXPECT_EQ(c.sink.endpoint, doc["sink"].value("endpoint", ""));
+      EXPECT_EQ(c.idle_timeout_s, doc["timeouts"]["idle_s"].get<double>());
+    } else {
+      EXPECT_EQ(c.stream_id, doc["stream_id"].get<std::uint32_t>());
+      EXPECT_EQ(c.state_dir, doc["state_dir"].get<std::string>());
+      const std::string kinds[] = {"synthetic", "file", "zmq"};
+      const json& src = doc["source"];
+      EXPECT_EQ(kinds[static_cast<int>(c.source.kind)], src["kind"].get<std::string>());
+      EXPECT_EQ(c.source.chunks, src.value("chunks", std::uint64_t{0}));
+      EXPECT_EQ(c.source.rate_gbps, src.value("rate_gbps", 0.0));
+      EXPECT_EQ(c.source.path, src.value("path", ""));
+      EXPECT_EQ(c.source.endpoint, src.value("endpoint", ""));
+    }
+    if (doc.contains("security")) {
+      const json& curve = doc["security"]["curve"];
+      EXPECT_EQ(c.security.secret_key_file, curve["secret_key_file"].get<std::string>());
+      EXPECT_EQ(c.security.server_key_file, curve.value("server_key_file", ""));
+      EXPECT_EQ(c.security.allowed_keys_file, curve.value("allowed_keys_file", ""));
+      EXPECT_EQ(c.security.mode == SecurityConfig::Mode::authenticate, curve["mode"] == "authenticate");
+    } else {
+      EXPECT_FALSE(c.security.curve());
+    }
+  }
+  EXPECT_GE(files, 12) << "golden configurations in " << NUMASTREAM_GOLDEN;
 }
 
 }  // namespace

@@ -8,41 +8,113 @@ import (
 	"github.com/numastream/numastream/internal/planner"
 )
 
-// agentConfigs are the agents' JSON configurations for one plan entry (schema:
-// docs/agent-config.md), by ConfigMap key: a sender's, or a gateway's two (the receiving
-// container relays to the decompressing one).
-func agentConfigs(in Inputs, n planner.NodePlan) map[string]map[string]any {
+// AgentConfig is one agent's JSON configuration (docs/agent-config.md). The agent's parser is
+// the schema's one source of truth: the golden files under agent/tests/golden are rendered from
+// these types and parsed by the agent's own tests, so the two languages cannot drift.
+type AgentConfig struct {
+	Version     int             `json:"version"`
+	Endpoint    string          `json:"endpoint"`
+	Connections int             `json:"connections"`
+	ChunkBytes  int64           `json:"chunk_bytes"`
+	Codec       string          `json:"codec"`
+	StreamID    *int            `json:"stream_id,omitempty"`
+	Streams     int             `json:"streams,omitempty"`
+	Relay       bool            `json:"relay,omitempty"`
+	Source      *SourceConfig   `json:"source,omitempty"`
+	Sink        *SinkConfig     `json:"sink,omitempty"`
+	StateDir    string          `json:"state_dir,omitempty"`
+	Timeouts    *TimeoutsConfig `json:"timeouts,omitempty"`
+	Metrics     MetricsConfig   `json:"metrics"`
+	Placement   PlacementConfig `json:"placement"`
+	Security    *SecurityConfig `json:"security,omitempty"`
+}
+
+// SourceConfig is a sender's source.
+type SourceConfig struct {
+	Kind     string `json:"kind"`
+	Path     string `json:"path,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Chunks   *int64 `json:"chunks,omitempty"`
+	Seed     *int64 `json:"seed,omitempty"`
+	RateGbps *int32 `json:"rate_gbps,omitempty"`
+}
+
+// SinkConfig is where a receiver hands verified chunks.
+type SinkConfig struct {
+	Kind     string `json:"kind"`
+	Path     string `json:"path,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+}
+
+// TimeoutsConfig: idle_s fails a started stream silent for that long (0: never).
+type TimeoutsConfig struct {
+	IdleSeconds int32 `json:"idle_s"`
+}
+
+// MetricsConfig is the agent's Prometheus endpoint.
+type MetricsConfig struct {
+	Listen string `json:"listen"`
+}
+
+// PlacementConfig is where the agent pins its stage threads.
+type PlacementConfig struct {
+	Mode        string                 `json:"mode"`
+	Stages      map[string]StageConfig `json:"stages"`
+	NICNUMANode *int                   `json:"nic_numa_node,omitempty"`
+}
+
+// StageConfig is one stage's threads and NUMA target.
+type StageConfig struct {
+	Threads int    `json:"threads"`
+	NUMA    string `json:"numa"`
+}
+
+// SecurityConfig holds the CURVE settings.
+type SecurityConfig struct {
+	Curve CurveConfig `json:"curve"`
+}
+
+// CurveConfig names the key files the agent reads.
+type CurveConfig struct {
+	Mode            string `json:"mode"`
+	SecretKeyFile   string `json:"secret_key_file"`
+	ServerKeyFile   string `json:"server_key_file,omitempty"`
+	AllowedKeysFile string `json:"allowed_keys_file,omitempty"`
+}
+
+// agentConfigs are the agents' configurations for one plan entry, by ConfigMap key: a sender's,
+// or a gateway's two (the receiving container relays to the decompressing one). The planner has
+// decided every figure; this only translates.
+func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 	if n.Role != RoleGateway {
 		tx := agentConfig(in, n)
 		if in.KeysSecret != "" {
-			tx["security"] = map[string]any{"curve": map[string]any{"mode": securityMode(in),
-				"secret_key_file": KeysMountPath + "/secret", "server_key_file": KeysMountPath + "/server.public"}}
+			tx.Security = &SecurityConfig{Curve: CurveConfig{Mode: securityMode(in),
+				SecretKeyFile: KeysMountPath + "/secret", ServerKeyFile: KeysMountPath + "/server.public"}}
 		}
-		return map[string]map[string]any{configKey(n): tx}
+		return map[string]AgentConfig{configKey(n): tx}
 	}
 	relay := agentConfig(in, n)
-	relay["relay"] = true
+	relay.Relay = true
 	if in.KeysSecret != "" {
-		relay["security"] = map[string]any{"curve": map[string]any{"mode": securityMode(in),
-			"secret_key_file": KeysMountPath + "/secret", "allowed_keys_file": KeysMountPath + "/allowed"}}
+		relay.Security = &SecurityConfig{Curve: CurveConfig{Mode: securityMode(in),
+			SecretKeyFile: KeysMountPath + "/secret", AllowedKeysFile: KeysMountPath + "/allowed"}}
 	}
-	relay["sink"] = map[string]any{"kind": "zmq", "endpoint": RelaySocket}
-	relay["placement"] = map[string]any{
-		"mode":          relay["placement"].(map[string]any)["mode"],
-		"stages":        pick(relay["placement"].(map[string]any)["stages"].(map[string]any), planner.StageReceive),
-		"nic_numa_node": in.Plan.NICNode,
-	}
+	relay.Sink = &SinkConfig{Kind: "zmq", Endpoint: RelaySocket}
+	relay.Placement.Stages = pick(relay.Placement.Stages, planner.StageReceive)
+
 	decompress := agentConfig(in, n)
-	decompress["endpoint"] = RelaySocket
-	decompress["connections"] = 1
-	decompress["metrics"] = map[string]any{"listen": fmt.Sprintf("0.0.0.0:%d", DecompressMetricsPort)}
-	stages := pick(decompress["placement"].(map[string]any)["stages"].(map[string]any), planner.StageDecompress)
-	if d, ok := stages[planner.StageDecompress].(map[string]any); ok {
+	decompress.Endpoint = RelaySocket
+	decompress.Connections = 1
+	decompress.Metrics.Listen = fmt.Sprintf("0.0.0.0:%d", DecompressMetricsPort)
+	decompress.Placement.NICNUMANode = nil
+	stages := pick(decompress.Placement.Stages, planner.StageDecompress)
+	if d, ok := stages[planner.StageDecompress]; ok {
 		// Its one receiving thread (reading the IPC socket) runs next to the decompressors.
-		stages[planner.StageReceive] = map[string]any{"threads": 1, "numa": d["numa"]}
+		stages[planner.StageReceive] = StageConfig{Threads: 1, NUMA: d.NUMA}
 	}
-	decompress["placement"] = map[string]any{"mode": decompress["placement"].(map[string]any)["mode"], "stages": stages}
-	return map[string]map[string]any{relayKey(n): relay, configKey(n): decompress}
+	decompress.Placement.Stages = stages
+	return map[string]AgentConfig{relayKey(n): relay, configKey(n): decompress}
 }
 
 // securityMode is the agent's security.curve.mode for the pipeline's security mode.
@@ -53,8 +125,8 @@ func securityMode(in Inputs) string {
 	return "encrypt"
 }
 
-func pick(stages map[string]any, names ...string) map[string]any {
-	out := map[string]any{}
+func pick(stages map[string]StageConfig, names ...string) map[string]StageConfig {
+	out := map[string]StageConfig{}
 	for _, n := range names {
 		if v, ok := stages[n]; ok {
 			out[n] = v
@@ -64,7 +136,7 @@ func pick(stages map[string]any, names ...string) map[string]any {
 }
 
 // agentConfig is one agent's configuration before the gateway split.
-func agentConfig(in Inputs, n planner.NodePlan) map[string]any {
+func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 	sp := in.Pipeline
 	codec := string(sp.Spec.Codec)
 	if codec == "" {
@@ -74,36 +146,37 @@ func agentConfig(in Inputs, n planner.NodePlan) map[string]any {
 	if mode == "" {
 		mode = string(v1alpha1.PlacementNUMAAware)
 	}
-	stages := map[string]any{}
+	stages := map[string]StageConfig{}
 	for _, s := range n.Stages {
 		switch s.Name {
 		case planner.StageCompress, planner.StageReceive, planner.StageDecompress:
-			stages[s.Name] = map[string]any{"threads": s.Threads, "numa": s.NUMA}
+			stages[s.Name] = StageConfig{Threads: s.Threads, NUMA: s.NUMA}
 		}
 	}
-	cfg := map[string]any{
-		"version":     1,
-		"connections": in.Plan.Connections,
-		"chunk_bytes": sp.Spec.ChunkBytes,
-		"codec":       codec,
-		"metrics":     map[string]any{"listen": fmt.Sprintf("0.0.0.0:%d", MetricsPort)},
+	cfg := AgentConfig{
+		Version:     1,
+		Connections: in.Plan.Connections,
+		ChunkBytes:  sp.Spec.ChunkBytes,
+		Codec:       codec,
+		Metrics:     MetricsConfig{Listen: fmt.Sprintf("0.0.0.0:%d", MetricsPort)},
+		Placement:   PlacementConfig{Mode: mode, Stages: stages},
 	}
-	placement := map[string]any{"mode": mode, "stages": stages}
 	if n.Role == RoleSender {
-		cfg["endpoint"] = senderEndpoint(in, n)
-		cfg["stream_id"] = n.Stream
-		cfg["source"] = sourceConfig(sp.Spec.Senders[n.Stream].Source)
-		cfg["state_dir"] = StateMountPath
-	} else {
-		cfg["endpoint"] = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)
-		cfg["streams"] = 1
-		cfg["sink"] = sinkConfig(sp.Spec.Sink)
-		cfg["timeouts"] = map[string]any{"idle_s": idleSeconds(sp)}
-		// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
-		// the pod's interfaces, so the NIC's NUMA node comes from the node's labels.
-		placement["nic_numa_node"] = in.Plan.NICNode
+		stream := n.Stream
+		cfg.Endpoint = senderEndpoint(in, n)
+		cfg.StreamID = &stream
+		cfg.Source = sourceConfig(sp.Spec.Senders[n.Stream].Source)
+		cfg.StateDir = StateMountPath
+		return cfg
 	}
-	cfg["placement"] = placement
+	cfg.Endpoint = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)
+	cfg.Streams = 1
+	cfg.Sink = sinkConfig(sp.Spec.Sink)
+	cfg.Timeouts = &TimeoutsConfig{IdleSeconds: idleSeconds(sp)}
+	// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
+	// the pod's interfaces, so the NIC's NUMA node comes from the node's labels.
+	nicNode := in.Plan.NICNode
+	cfg.Placement.NICNUMANode = &nicNode
 	return cfg
 }
 
@@ -116,33 +189,30 @@ func gatewayFor(p planner.Plan, stream int) planner.NodePlan {
 	return planner.NodePlan{}
 }
 
-func sourceConfig(s v1alpha1.Source) map[string]any {
+func sourceConfig(s v1alpha1.Source) *SourceConfig {
 	switch {
 	case s.File != nil:
-		return map[string]any{"kind": "file", "path": DataPathMount}
+		return &SourceConfig{Kind: "file", Path: DataPathMount}
 	case s.ZMQ != nil:
-		return map[string]any{"kind": "zmq", "endpoint": s.ZMQ.Endpoint}
+		return &SourceConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	default:
-		out := map[string]any{"kind": "synthetic"}
+		out := &SourceConfig{Kind: "synthetic"}
 		if s.Synthetic != nil {
-			out["chunks"] = s.Synthetic.Chunks
-			out["seed"] = s.Synthetic.Seed
-			if s.Synthetic.RateGbps != nil {
-				out["rate_gbps"] = *s.Synthetic.RateGbps
-			}
+			chunks, seed := s.Synthetic.Chunks, s.Synthetic.Seed
+			out.Chunks, out.Seed, out.RateGbps = &chunks, &seed, s.Synthetic.RateGbps
 		}
 		return out
 	}
 }
 
-func sinkConfig(s *v1alpha1.Sink) map[string]any {
+func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
 	switch {
 	case s != nil && s.File != nil:
-		return map[string]any{"kind": "file", "path": DataPathMount + "/" + baseOf(s.File.Path)}
+		return &SinkConfig{Kind: "file", Path: DataPathMount + "/" + baseOf(s.File.Path)}
 	case s != nil && s.ZMQ != nil:
-		return map[string]any{"kind": "zmq", "endpoint": s.ZMQ.Endpoint}
+		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	default:
-		return map[string]any{"kind": "null"}
+		return &SinkConfig{Kind: "null"}
 	}
 }
 

@@ -1,0 +1,92 @@
+package render
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+)
+
+// goldenDir holds agent configurations as the operator renders them. The agent's own tests
+// (agent/tests/config_test.cpp, GoldenConfigs) parse every file and check that each value means
+// to the agent what it means here, so the Go types and the C++ parser cannot drift apart.
+// NUMASTREAM_UPDATE_GOLDEN=1 rewrites them after an intended change.
+const goldenDir = "../../agent/tests/golden"
+
+func goldenCases() map[string]*v1alpha1.StreamPipeline {
+	rate := func(sp *v1alpha1.StreamPipeline) {
+		r := int32(25)
+		sp.Spec.Senders[0].Source.Synthetic.RateGbps = &r
+	}
+	return map[string]*v1alpha1.StreamPipeline{
+		"synthetic-null": pipeline("synthetic-null", withStreams(2), rate),
+		"file-file":      pipeline("file-file", withFileSource("/scratch/scan"), withFileSink("/archive/s-{stream}.raw")),
+		"zmq-zmq-os":     pipeline("zmq-zmq-os", withPlacement(v1alpha1.PlacementOS), zmqEnds),
+		"curve-endless":  pipeline("curve-endless", withCurve, endless),
+		"authenticate": pipeline("authenticate", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
+		}),
+		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Codec = v1alpha1.Codec("shuffle-lz4")
+			idle := int32(120)
+			sp.Spec.IdleTimeoutSeconds = &idle
+		}),
+	}
+}
+
+func zmqEnds(sp *v1alpha1.StreamPipeline) {
+	sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
+	sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
+}
+
+func endless(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source.Synthetic.Chunks = 0 }
+
+func TestRenderedConfigsMatchTheGoldenFiles(t *testing.T) {
+	update := os.Getenv("NUMASTREAM_UPDATE_GOLDEN") == "1"
+	want := map[string]bool{}
+	for name, sp := range goldenCases() {
+		objs, _ := renderFor(t, sp)
+		for key, cfg := range objs.ConfigMap.Data {
+			file := name + "." + key
+			want[file] = true
+			path := filepath.Join(goldenDir, file)
+			if update {
+				if err := os.MkdirAll(goldenDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(cfg+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Errorf("%s: %v (NUMASTREAM_UPDATE_GOLDEN=1 writes it)", file, err)
+				continue
+			}
+			if strings.TrimSpace(string(got)) != strings.TrimSpace(cfg) {
+				t.Errorf("%s differs from what the operator renders now (NUMASTREAM_UPDATE_GOLDEN=1 after an intended change):\n%s", file, cfg)
+			}
+		}
+	}
+	entries, err := os.ReadDir(goldenDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stale []string
+	for _, e := range entries {
+		if !want[e.Name()] {
+			stale = append(stale, e.Name())
+		}
+	}
+	sort.Strings(stale)
+	if len(stale) > 0 && !update {
+		t.Errorf("golden files the operator no longer renders: %v", stale)
+	}
+	if len(want) < 12 {
+		t.Errorf("only %d golden configurations", len(want))
+	}
+}
