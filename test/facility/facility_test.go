@@ -36,8 +36,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
-	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/observe"
+	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/testenv"
 )
 
@@ -548,5 +548,53 @@ func setSuspend(t *testing.T, sp *v1alpha1.StreamPipeline, v bool) {
 	patch := []byte(fmt.Sprintf(`{"spec":{"suspend":%t}}`, v))
 	if err := k8s.Patch(ctx, sp, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// What stops a pipeline shows up in its status with the reason a person acts on, from real
+// pods: the real scheduler refusing a sender that asks for more CPUs than detector-a can give,
+// and a real agent refusing its configuration (a source directory with no files: exit 2, which
+// fails the Job at once instead of retrying it ten times).
+func TestFailuresShowUpWithTheirReason(t *testing.T) {
+	big := pipeline(t, ns, "too-big", 10, "  threads: {compress: 6}")
+	if err := k8s.Create(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, big)
+	eventually(t, "Ready=False Unschedulable, with the scheduler's message", 120*time.Second, func() (bool, string) {
+		cur := get(t, big)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		stalled := meta.FindStatusCondition(cur.Status.Conditions, "Stalled")
+		ok := ready != nil && ready.Reason == "Unschedulable" && strings.Contains(ready.Message, "Insufficient cpu") &&
+			stalled != nil && stalled.Status == metav1.ConditionTrue
+		return ok, fmt.Sprintf("Ready %v, Stalled %v", ready, stalled)
+	})
+	t.Logf("too-big: %s", meta.FindStatusCondition(get(t, big).Status.Conditions, v1alpha1.ConditionReady).Message)
+
+	empty := filepath.Join(sinkRoot, "empty-source")
+	if err := os.MkdirAll(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(empty) })
+	bad := pipeline(t, ns, "no-files", 10, "")
+	bad.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: empty}}
+	if err := k8s.Create(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, bad)
+	var ready *metav1.Condition
+	eventually(t, "Ready=False AgentConfigurationError, in the agent's words", 180*time.Second, func() (bool, string) {
+		cur := get(t, bad)
+		ready = meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		return ready != nil && ready.Reason == "AgentConfigurationError" && strings.Contains(ready.Message, "holds no files"),
+			fmt.Sprintf("Ready %v", ready)
+	})
+	t.Logf("no-files: %s", ready.Message)
+	var jobs batchv1.JobList
+	if err := k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{render.LabelPipeline: "no-files", render.LabelRole: render.RoleSender}); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 1 || jobs.Items[0].Status.Failed != 1 {
+		t.Errorf("the sender's Job should fail after one pod: %+v", jobs.Items)
 	}
 }
