@@ -312,6 +312,7 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 	if sp.Spec.Placement == v1alpha1.PlacementOS {
 		req.Mode = planner.OS
 	}
+	req.CountHardwareThreads = sp.Spec.CodecCPUs == "threads"
 	if sp.Spec.Connections != nil {
 		req.Connections = int(*sp.Spec.Connections)
 	}

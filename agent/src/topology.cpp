@@ -4,6 +4,7 @@
 #include <charconv>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -73,6 +74,24 @@ std::uint64_t read_mem_total_kb(const fs::path& meminfo) {
   return 0;
 }
 
+// Physical cores among cpus: distinct (package, core id) pairs from cpu<N>/topology. A CPU whose
+// topology the kernel does not show counts as a core of its own.
+int count_cores(const fs::path& root, const std::vector<int>& cpus) {
+  std::set<std::pair<long, long>> cores;
+  long unknown = 0;
+  for (int cpu : cpus) {
+    fs::path t = root / "devices/system/cpu" / ("cpu" + std::to_string(cpu)) / "topology";
+    auto core = read_int(t / "core_id");
+    auto pkg = read_int(t / "physical_package_id");
+    if (core && pkg) {
+      cores.insert({*pkg, *core});
+    } else {
+      cores.insert({-1, --unknown});
+    }
+  }
+  return static_cast<int>(cores.size());
+}
+
 std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs) {
   std::vector<NumaNode> nodes;
   fs::path node_root = root / "devices/system/node";
@@ -98,6 +117,7 @@ std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs) {
   bool any_cpu = std::any_of(nodes.begin(), nodes.end(), [](auto& n) { return !n.cpus.empty(); });
   if (any_cpu) {
     from_sysfs = true;
+    for (auto& n : nodes) n.cores = count_cores(root, n.cpus);
     return nodes;
   }
   // No NUMA information (kernel without CONFIG_NUMA, some containers): one node with every CPU.
@@ -108,6 +128,7 @@ std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs) {
   if (only.cpus.empty()) {
     throw std::runtime_error("topology: no CPUs found under " + root.string());
   }
+  only.cores = count_cores(root, only.cpus);
   return {only};
 }
 
@@ -198,6 +219,7 @@ nlohmann::json topology_to_json(const Topology& topo, const std::vector<int>& al
     nodes.push_back({{"id", n.id},
                      {"cpus", format_cpulist(n.cpus)},
                      {"cpu_count", n.cpus.size()},
+                     {"core_count", n.cores},
                      {"allowed_cpus", format_cpulist(usable)},
                      {"distances", n.distances},
                      {"mem_total_kb", n.mem_total_kb}});

@@ -41,9 +41,19 @@ TEST(Topology, EpycLikeFourNodesWithSmtSiblings) {
   ASSERT_EQ(t.nodes.size(), 4u);
   EXPECT_EQ(format_cpulist(t.nodes[3].cpus), "24-31,56-63");
   EXPECT_EQ(t.node_of_cpu(60), 3);
+  EXPECT_EQ(t.nodes[3].cores, 8) << "16 hardware threads of 8 physical cores";
+  EXPECT_EQ(topology_to_json(t, t.nodes[3].cpus)["numa_nodes"][3]["core_count"], 8);
   EXPECT_EQ(t.find_nic("enp193s0f0")->numa_node, 3);
   EXPECT_EQ(t.find_nic("enp65s0f0")->speed_mbps, -1) << "a link that is down has no speed";
   EXPECT_EQ(t.find_nic("enp65s0f0")->operstate, "down");
+}
+
+TEST(Topology, WithoutSmtEveryCpuIsACore) {
+  Topology t = fixture("paper-gateway");
+  EXPECT_EQ(t.nodes[0].cores, 16);
+  EXPECT_EQ(t.nodes[1].cores, 16);
+  Topology vm = fixture("vm-1node");  // no cpu<N>/topology at all
+  EXPECT_EQ(vm.nodes[0].cores, 4);
 }
 
 TEST(Topology, VmWithoutNodeDirectoriesIsOneNode) {

@@ -86,6 +86,14 @@ type StreamPipelineSpec struct {
 	// +optional
 	Placement PlacementMode `json:"placement,omitempty"`
 
+	// CodecCPUs says how the planner counts CPUs for the codec stages on nodes whose cores have
+	// several hardware threads: cores (default: the threads of one core share its measured codec
+	// speed) or threads (each hardware thread counts as a core).
+	// +kubebuilder:validation:Enum=cores;threads
+	// +kubebuilder:default=cores
+	// +optional
+	CodecCPUs string `json:"codecCPUs,omitempty"`
+
 	// TargetGbps is the raw rate per stream to plan for; unset: as fast as the hardware allows.
 	// The planner then uses only the cores that rate needs.
 	// +kubebuilder:validation:Minimum=1

@@ -17,8 +17,9 @@ import (
 // AgentTopology is the JSON of `numastream-agent topology`.
 type AgentTopology struct {
 	NUMANodes []struct {
-		ID       int `json:"id"`
-		CPUCount int `json:"cpu_count"`
+		ID        int `json:"id"`
+		CPUCount  int `json:"cpu_count"`
+		CoreCount int `json:"core_count"`
 	} `json:"numa_nodes"`
 	NICs []AgentNIC `json:"nics"`
 }
@@ -87,12 +88,16 @@ func Labels(t AgentTopology, b *AgentBench) map[string]string {
 		maxID = max(maxID, n.ID)
 	}
 	cpus := make([]int, maxID+1)
+	cores := make([]int, maxID+1)
 	for _, n := range t.NUMANodes {
-		cpus[n.ID] = n.CPUCount
+		cpus[n.ID], cores[n.ID] = n.CPUCount, n.CoreCount
 	}
 	out[topology.LabelNUMANodes] = strconv.Itoa(maxID + 1)
 	for id, c := range cpus {
 		out[topology.NUMACPUsLabel(id)] = strconv.Itoa(c)
+		if cores[id] > 0 && cores[id] <= c { // an agent too old to count cores publishes none
+			out[topology.NUMACoresLabel(id)] = strconv.Itoa(cores[id])
+		}
 	}
 	for _, nic := range t.NICs {
 		node := nicNode(t, nic.NUMANode)

@@ -168,3 +168,24 @@ func TestDeclaredNICIsADataNICAtTheDeclaredRate(t *testing.T) {
 		}
 	}
 }
+
+// With SMT the agent counts physical cores (EPYC fixture: 16 hardware threads of 8 cores per
+// node); the daemon publishes them and the operator reads a core worth two CPUs.
+func TestPhysicalCoresArePublishedNextToCPUs(t *testing.T) {
+	labels := Labels(agentTopology(t, "epyc-4node"), bench())
+	for id := 0; id < 4; id++ {
+		if labels[topology.NUMACPUsLabel(id)] != "16" || labels[topology.NUMACoresLabel(id)] != "8" {
+			t.Errorf("node %d: %s CPUs, %s cores", id, labels[topology.NUMACPUsLabel(id)], labels[topology.NUMACoresLabel(id)])
+		}
+	}
+	n, err := topology.FromLabels("epyc", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.CoresPerCPU() != 0.5 {
+		t.Errorf("cores per CPU %v", n.CoresPerCPU())
+	}
+	if paper := Labels(agentTopology(t, "paper-gateway"), bench()); paper[topology.NUMACoresLabel(1)] != "16" {
+		t.Errorf("without SMT every CPU is a core: %v", paper)
+	}
+}

@@ -67,6 +67,10 @@ type Request struct {
 	HeldStreams int
 	// Port is the first data port; Ports checks that every stream's range fits.
 	Port int
+	// CountHardwareThreads: every hardware thread counts as a core for the codec stages. By
+	// default the hardware threads of one core share its codec throughput: on a node with two
+	// threads per core, a codec thread is worth half the measured per-core speed.
+	CountHardwareThreads bool
 	// ReceiveCoresLimit caps the receiving cores (connections) per stream: after the kubelet's
 	// Topology Manager refused a gateway pod, the operator plans with fewer than it asked for
 	// (0: no cap).
@@ -146,7 +150,7 @@ func Make(r Request) (Plan, error) {
 	capToAllocatable(gw, nic.NUMANode, free, r.Held)
 	shareMbit := float64(nic.SpeedMbit) / float64(streams+r.HeldStreams)
 	rcvMbit := ReceiveMbitPerThread * r.Ratio // raw-equivalent per receiving thread
-	decompressMbit := gw.DecompressMBps * 8
+	decompressMbit := gw.DecompressMBps * 8 * r.codecShare(gw)
 
 	// Per sender: compression up to the cores available and no further.
 	type senderSide struct {
@@ -162,7 +166,7 @@ func Make(r Request) (Plan, error) {
 			return Plan{}, refuse("sender %s can give pods %d CPUs (%s): at least %d are needed (compression plus one for source and sending)",
 				s.Name, s.UsableCPUs(), s.Why(), SenderOverheadCPUs+1)
 		}
-		perCore := s.CompressMBps * 8
+		perCore := s.CompressMBps * 8 * r.codecShare(s)
 		n := avail
 		if r.CompressThreads > 0 {
 			n = r.CompressThreads
@@ -293,6 +297,14 @@ func Make(r Request) (Plan, error) {
 	}
 	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)
 	return plan, nil
+}
+
+// codecShare is what one codec thread on the node is worth, in measured single-core speeds.
+func (r Request) codecShare(n topology.Node) float64 {
+	if r.CountHardwareThreads {
+		return 1
+	}
+	return n.CoresPerCPU()
 }
 
 // capToAllocatable lowers the free cores per NUMA node so that their sum is what the kubelet

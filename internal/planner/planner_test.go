@@ -381,6 +381,46 @@ func TestOtherPodsRequestsAreNotPlanned(t *testing.T) {
 	}
 }
 
+// Hardware threads are not cores: on a sender with two threads per core, its codec threads are
+// worth half the measured per-core speed (the prediction halves and compression stays the
+// bottleneck), unless the spec counts hardware threads as cores; the gateway sizes its
+// decompression threads the same way.
+func TestHardwareThreadsCountAsHalfACoreForTheCodecs(t *testing.T) {
+	smt := func(n topology.Node) topology.Node {
+		n.NUMANodes = append([]topology.NUMANode(nil), n.NUMANodes...)
+		for i := range n.NUMANodes {
+			n.NUMANodes[i].Cores = n.NUMANodes[i].CPUs / 2
+		}
+		return n
+	}
+	plain, err := Make(request(updraft1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	halved, err := Make(request(smt(updraft1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, hc := stage(t, plain, "sender", 0, StageCompress), stage(t, halved, "sender", 0, StageCompress)
+	if hc.Threads != pc.Threads || !near(hc.RateMbit, pc.RateMbit/2, 1) {
+		t.Errorf("SMT sender: %d threads at %.0f Mbit/s, want %d at %.0f", hc.Threads, hc.RateMbit, pc.Threads, pc.RateMbit/2)
+	}
+	r := request(smt(updraft1))
+	r.CountHardwareThreads = true
+	if counted, _ := Make(r); !near(stage(t, counted, "sender", 0, StageCompress).RateMbit, pc.RateMbit, 1) {
+		t.Error("counting hardware threads as cores should predict as without SMT")
+	}
+	r = request(updraft1)
+	r.Gateway = smt(lynx)
+	gwSMT, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, d0 := stage(t, gwSMT, "gateway", 0, StageDecompress), stage(t, plain, "gateway", 0, StageDecompress); d.Threads <= d0.Threads {
+		t.Errorf("an SMT gateway decompresses with %d threads, no more than the %d of one without", d.Threads, d0.Threads)
+	}
+}
+
 func TestTwoCPUNodesFitWithTheSinkSharingACore(t *testing.T) {
 	det := node("detector-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)
 	gw := node("gateway-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)

@@ -27,6 +27,10 @@ const (
 // NUMACPUsLabel is the label holding the CPU count of NUMA node id.
 func NUMACPUsLabel(id int) string { return fmt.Sprintf("%snuma%d-cpus", Prefix, id) }
 
+// NUMACoresLabel is the label holding the physical core count of NUMA node id (optional: a node
+// without it counts every CPU as a core).
+func NUMACoresLabel(id int) string { return fmt.Sprintf("%snuma%d-cores", Prefix, id) }
+
 // NICNUMALabel is the label holding the NUMA node of NIC name.
 func NICNUMALabel(nic string) string { return Prefix + "nic." + nic + ".numa-node" }
 
@@ -40,6 +44,9 @@ func NICResource(nic string) string { return NICResourcePrefix + nic }
 type NUMANode struct {
 	ID   int
 	CPUs int
+	// Cores are the physical cores among the CPUs (fewer with SMT: hardware threads of one core
+	// share its execution units).
+	Cores int
 }
 
 // NIC is a network interface with its NUMA node and link speed.
@@ -76,6 +83,20 @@ type MissingLabelError struct {
 
 func (e *MissingLabelError) Error() string {
 	return fmt.Sprintf("node %s has no usable label %s (%s); is numastream's node daemon running there?", e.Node, e.Label, e.Why)
+}
+
+// CoresPerCPU is the node's physical cores per CPU: 1 without SMT, 0.5 with two hardware
+// threads per core.
+func (n Node) CoresPerCPU() float64 {
+	cpus, cores := 0, 0
+	for _, nn := range n.NUMANodes {
+		cpus += nn.CPUs
+		cores += nn.Cores
+	}
+	if cpus == 0 || cores == 0 {
+		return 1
+	}
+	return float64(cores) / float64(cpus)
 }
 
 // TotalCPUs is the sum of CPUs over NUMA nodes.
@@ -150,8 +171,16 @@ func FromLabels(name string, labels map[string]string) (Node, error) {
 		if !ok || err != nil || cpus < 0 {
 			return n, &MissingLabelError{Node: name, Label: key, Why: fmt.Sprintf("value %q is not a CPU count; the planner counts cores per NUMA node", v)}
 		}
+		cores := cpus
+		if v, ok := labels[NUMACoresLabel(id)]; ok {
+			c, err := strconv.Atoi(v)
+			if err != nil || c < 0 || c > cpus || (cpus > 0 && c == 0) {
+				return n, &MissingLabelError{Node: name, Label: NUMACoresLabel(id), Why: fmt.Sprintf("value %q is not a core count between 1 and the node's %d CPUs", v, cpus)}
+			}
+			cores = c
+		}
 		// A memory-only node (0 CPUs) keeps its id so NIC node ids keep their meaning.
-		n.NUMANodes = append(n.NUMANodes, NUMANode{ID: id, CPUs: cpus})
+		n.NUMANodes = append(n.NUMANodes, NUMANode{ID: id, CPUs: cpus, Cores: cores})
 	}
 	if n.TotalCPUs() == 0 {
 		return n, &MissingLabelError{Node: name, Label: NUMACPUsLabel(0), Why: "no NUMA node has CPUs"}

@@ -16,6 +16,7 @@ namespace numastream {
 struct NumaNode {
   int id = 0;
   std::vector<int> cpus;       // from node<N>/cpulist
+  int cores = 0;               // physical cores among cpus (hardware threads of one core count once)
   std::vector<int> distances;  // SLIT row from node<N>/distance, indexed by node order; may be empty
   std::uint64_t mem_total_kb = 0;
 };
