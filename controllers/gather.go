@@ -25,9 +25,9 @@ import (
 
 // facts are what one pass reads from the API server; nothing after gather reads.
 type facts struct {
-	senders   []topology.Node
-	gateway   topology.Node
-	gatewayIP string
+	senders           []topology.Node
+	gateway           topology.Node
+	gatewayNICAddress string
 	// nodesErr: a node is missing or lacks a label the planner needs (a refusal, not an API error).
 	nodesErr error
 	// dataAddresses: each running gateway pod's address on the data network, by stream.
@@ -104,11 +104,7 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 		}
 		t.OtherPodsMilliCPU = others
 		if name == sp.Spec.Gateway.Node {
-			for _, a := range node.Status.Addresses {
-				if a.Type == corev1.NodeInternalIP && f.gatewayIP == "" {
-					f.gatewayIP = a.Address
-				}
-			}
+			f.gatewayNICAddress = t.NICs[sp.Spec.Gateway.Network.NIC].Address
 		}
 		return t, nil, nil
 	}

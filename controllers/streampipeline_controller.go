@@ -159,7 +159,7 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 		return refuse(err)
 	}
 	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys,
-		GatewayAddress: f.gatewayIP, DataAddresses: f.dataAddresses}, r.Render)
+		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses}, r.Render)
 	if err != nil {
 		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}

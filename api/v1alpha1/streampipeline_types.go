@@ -107,7 +107,9 @@ type StreamPipelineSpec struct {
 
 	// HostNetwork runs the agent pods in their nodes' network namespaces, as data transfer nodes
 	// usually do: the gateway receives on the host's NIC directly and senders connect to the
-	// gateway node's InternalIP (no Service, no Multus attachment; NetworkPolicy does not apply).
+	// address of the gateway's data NIC (spec.gateway.network.address, else the address the node
+	// daemon publishes for gateway.network.nic; never the node's InternalIP). No Service, no
+	// Multus attachment; NetworkPolicy does not apply.
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -38,6 +39,7 @@ func main() {
 		tokens      = flag.Int("tokens-per-nic", 16, "NIC-locality tokens per NIC (0 disables the device plugin)")
 		interval    = flag.Duration("interval", time.Minute, "how often the topology is re-read")
 		benchRounds = flag.Int("bench-rounds", 3, "rounds of the start-up codec calibration")
+		addresses   = flag.Bool("publish-addresses", false, "publish each data NIC's IPv4 address (run with hostNetwork: the addresses of the host's network namespace), where hostNetwork senders reach a gateway")
 		nicRates    = flag.String("nic-rate", "", "declared data NICs and the rate of the path behind each, NIC=MBIT[,...]: published as the NIC's speed, virtual interfaces included")
 	)
 	opts := zap.Options{}
@@ -50,13 +52,35 @@ func main() {
 		fmt.Fprintln(os.Stderr, "node-daemon:", err)
 		os.Exit(2)
 	}
-	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates); err != nil {
+	var address func(string) string
+	if *addresses {
+		address = ipv4Of
+	}
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address); err != nil {
 		log.Error(err, "Node daemon failed")
 		os.Exit(1)
 	}
 }
 
-func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64) error {
+// ipv4Of is the first global unicast IPv4 address of the interface ("" when it has none).
+func ipv4Of(name string) string {
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return ""
+	}
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+			return ipn.IP.To4().String()
+		}
+	}
+	return ""
+}
+
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string) error {
 	if node == "" {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	}
@@ -67,6 +91,7 @@ func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featu
 		Tokens:    tokens,
 		PluginDir: pluginDir,
 		NICRates:  rates,
+		Address:   address,
 		Log:       log,
 	}
 	var c client.Client

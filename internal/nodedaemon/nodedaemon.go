@@ -179,7 +179,11 @@ type Daemon struct {
 	// NICRates are declared data NICs and the rate of the path behind each, Mbit/s
 	// (nodelabels.Declare).
 	NICRates map[string]int64
-	Log      logr.Logger
+	// Address returns a NIC's IPv4 address in the daemon's network namespace ("" when it has
+	// none); set when the daemon runs with hostNetwork, so the labels say where hostNetwork
+	// senders reach a gateway's data NIC. Nil: no addresses are published.
+	Address func(nic string) string
+	Log     logr.Logger
 
 	published map[string]string
 	plugins   map[string]context.CancelFunc
@@ -219,6 +223,11 @@ func (d *Daemon) Once(ctx context.Context, bench *nodelabels.AgentBench) error {
 		return err
 	}
 	topo = nodelabels.Declare(topo, d.NICRates)
+	if d.Address != nil {
+		for i := range topo.NICs {
+			topo.NICs[i].Address = d.Address(topo.NICs[i].Name)
+		}
+	}
 	labels := nodelabels.Labels(topo, bench)
 	if !maps.Equal(labels, d.published) {
 		for _, p := range d.Publishers {

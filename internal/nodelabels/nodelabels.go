@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,9 @@ type AgentNIC struct {
 	PCI       string `json:"pci_address"`
 	SpeedMbps int64  `json:"speed_mbps"`
 	Virtual   bool   `json:"virtual"`
+	// Address is the NIC's IPv4 address in the host's network namespace: not in the agent's
+	// sysfs report, the node daemon adds it when it runs with hostNetwork.
+	Address string `json:"address,omitempty"`
 }
 
 // AgentBench is the JSON of `numastream-agent bench codec --json`.
@@ -107,6 +111,9 @@ func Labels(t AgentTopology, b *AgentBench) map[string]string {
 		out[topology.NICNUMALabel(nic.Name)] = strconv.Itoa(node)
 		if nic.SpeedMbps > 0 {
 			out[topology.NICSpeedLabel(nic.Name)] = strconv.FormatInt(nic.SpeedMbps, 10)
+		}
+		if ip := net.ParseIP(nic.Address); ip != nil && ip.To4() != nil {
+			out[topology.NICAddressLabel(nic.Name)] = ip.To4().String()
 		}
 	}
 	if b != nil {

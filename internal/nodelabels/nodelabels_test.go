@@ -189,3 +189,35 @@ func TestPhysicalCoresArePublishedNextToCPUs(t *testing.T) {
 		t.Errorf("without SMT every CPU is a core: %v", paper)
 	}
 }
+
+// A data NIC's IPv4 address (added by a daemon in the host's network namespace) is published and
+// read back by the operator; an IPv6 or empty address is not.
+func TestNICAddressesArePublishedForHostNetworkPipelines(t *testing.T) {
+	topo := agentTopology(t, "paper-gateway")
+	for i := range topo.NICs {
+		switch topo.NICs[i].Name {
+		case "ens1f0":
+			topo.NICs[i].Address = "10.215.0.100"
+		case "eno1":
+			topo.NICs[i].Address = "fd00::1"
+		}
+	}
+	labels := Labels(topo, bench())
+	if labels[topology.NICAddressLabel("ens1f0")] != "10.215.0.100" {
+		t.Errorf("ens1f0 address label %q", labels[topology.NICAddressLabel("ens1f0")])
+	}
+	if _, ok := labels[topology.NICAddressLabel("eno1")]; ok {
+		t.Error("an IPv6 address cannot be a label value")
+	}
+	n, err := topology.FromLabels("lynx", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nic, _ := n.NIC("ens1f0"); nic.Address != "10.215.0.100" {
+		t.Errorf("operator reads %+v", nic)
+	}
+	labels[topology.NICAddressLabel("ens1f0")] = "not-an-ip"
+	if _, err := topology.FromLabels("lynx", labels); err == nil || !strings.Contains(err.Error(), "ipv4") {
+		t.Errorf("bad address label: %v", err)
+	}
+}

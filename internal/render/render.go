@@ -89,7 +89,9 @@ type Inputs struct {
 	Gateway  topology.Node
 	// KeysSecret holds the pipeline's CURVE keys (security mode curve); empty: plain TCP.
 	KeysSecret string
-	// GatewayAddress is the gateway node's InternalIP (senders connect to it with hostNetwork).
+	// GatewayAddress is the address of the gateway's data NIC on its node, as the node daemon
+	// published it (hostNetwork senders connect to it; never the node's InternalIP, usually the
+	// management network).
 	GatewayAddress string
 	// DataAddresses are the gateway pods' addresses on the data network, by stream, as Multus
 	// reported them (network-status). Senders of a stream with an attachment dial that address;
@@ -111,8 +113,9 @@ type Objects struct {
 // Render builds the objects for a plan.
 func Render(in Inputs, opts Options) (Objects, error) {
 	sp := in.Pipeline
-	if sp.Spec.HostNetwork && in.GatewayAddress == "" {
-		return Objects{}, fmt.Errorf("hostNetwork: gateway node %s has no InternalIP address for the senders", sp.Spec.Gateway.Node)
+	if sp.Spec.HostNetwork && in.GatewayAddress == "" && sp.Spec.Gateway.Network.Address == "" {
+		return Objects{}, fmt.Errorf("hostNetwork: gateway node %s publishes no address for its data NIC %s (label %s, which the node daemon publishes when it runs with hostNetwork): set spec.gateway.network.address",
+			sp.Spec.Gateway.Node, sp.Spec.Gateway.Network.NIC, topology.NICAddressLabel(sp.Spec.Gateway.Network.NIC))
 	}
 	var out Objects
 	configs := map[string]string{}

@@ -449,7 +449,7 @@ func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 
 // With hostNetwork the pods use their nodes' network namespaces and the senders connect to the
 // gateway node's address; without an address the pipeline cannot be rendered.
-func TestHostNetworkPodsConnectToTheGatewayNodeAddress(t *testing.T) {
+func TestHostNetworkPodsConnectToTheGatewayDataNICAddress(t *testing.T) {
 	sp := pipeline("dtn", withStreams(2))
 	sp.Spec.HostNetwork = true
 	_, plan := renderFor(t, pipeline("dtn", withStreams(2)))
@@ -470,7 +470,7 @@ func TestHostNetworkPodsConnectToTheGatewayNodeAddress(t *testing.T) {
 		t.Error("a NetworkPolicy cannot govern host-network pods; none is rendered")
 	}
 	if _, err := Render(Inputs{Pipeline: sp, Plan: plan, Gateway: gateway()}, Options{}); err == nil ||
-		!strings.Contains(err.Error(), "InternalIP") {
+		!strings.Contains(err.Error(), "numastream.io/nic.ens1f0.ipv4") {
 		t.Errorf("no gateway address: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ package topology
 
 import (
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +38,10 @@ func NICNUMALabel(nic string) string { return Prefix + "nic." + nic + ".numa-nod
 // NICSpeedLabel is the label holding the link speed of NIC name, in Mbit/s.
 func NICSpeedLabel(nic string) string { return Prefix + "nic." + nic + ".speed-mbit" }
 
+// NICAddressLabel is the label holding NIC name's IPv4 address on the node (published by a node
+// daemon that runs in the host's network namespace): where hostNetwork senders connect.
+func NICAddressLabel(nic string) string { return Prefix + "nic." + nic + ".ipv4" }
+
 // NICResource is the NIC-locality resource numastream's device plugin advertises for nic.
 func NICResource(nic string) string { return NICResourcePrefix + nic }
 
@@ -54,6 +59,8 @@ type NIC struct {
 	Name      string
 	NUMANode  int
 	SpeedMbit int64
+	// Address is the NIC's IPv4 address on the node ("" when not published).
+	Address string
 }
 
 // Node is what the planner knows about one Kubernetes node.
@@ -209,6 +216,12 @@ func FromLabels(name string, labels map[string]string) (Node, error) {
 			if speed, err := strconv.ParseInt(s, 10, 64); err == nil && speed > 0 {
 				nic.SpeedMbit = speed
 			}
+		}
+		if a, ok := labels[NICAddressLabel(nicName)]; ok {
+			if ip := net.ParseIP(a); ip == nil || ip.To4() == nil {
+				return n, &MissingLabelError{Node: name, Label: NICAddressLabel(nicName), Why: fmt.Sprintf("value %q is not an IPv4 address", a)}
+			}
+			nic.Address = a
 		}
 		n.NICs[nicName] = nic
 	}
