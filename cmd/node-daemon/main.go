@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/nodedaemon"
 	"github.com/numastream/numastream/internal/nodelabels"
 )
@@ -40,6 +41,7 @@ func main() {
 		interval    = flag.Duration("interval", time.Minute, "how often the topology is re-read")
 		benchRounds = flag.Int("bench-rounds", 3, "rounds of the start-up codec calibration")
 		addresses   = flag.Bool("publish-addresses", false, "publish each data NIC's IPv4 address (run with hostNetwork: the addresses of the host's network namespace), where hostNetwork senders reach a gateway")
+		stateRoot   = flag.String("state-root", "", "the host's sender state root (/var/lib/numastream/streams) as mounted here: directories of deleted StreamPipelines are removed (empty: never)")
 		nicRates    = flag.String("nic-rate", "", "declared data NICs and the rate of the path behind each, NIC=MBIT[,...]: published as the NIC's speed, virtual interfaces included")
 	)
 	opts := zap.Options{}
@@ -56,10 +58,33 @@ func main() {
 	if *addresses {
 		address = ipv4Of
 	}
-	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address); err != nil {
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, *stateRoot); err != nil {
 		log.Error(err, "Node daemon failed")
 		os.Exit(1)
 	}
+}
+
+// stateGC removes the state directories of StreamPipelines that no longer exist.
+func stateGC(root string, log logr.Logger) (*nodedaemon.StateGC, error) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctrl.GetConfigOrDie(), client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return &nodedaemon.StateGC{Root: root, MinAge: 10 * time.Minute, Log: log, Live: func(ctx context.Context) (map[string]bool, error) {
+		var list v1alpha1.StreamPipelineList
+		if err := c.List(ctx, &list); err != nil {
+			return nil, err
+		}
+		live := map[string]bool{}
+		for _, sp := range list.Items {
+			live[string(sp.UID)] = true
+		}
+		return live, nil
+	}}, nil
 }
 
 // ipv4Of is the first global unicast IPv4 address of the interface ("" when it has none).
@@ -80,7 +105,7 @@ func ipv4Of(name string) string {
 	return ""
 }
 
-func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string) error {
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, stateRoot string) error {
 	if node == "" {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	}
@@ -117,6 +142,13 @@ func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featu
 		d.Publishers = append(d.Publishers, nodedaemon.FeaturesDir{Dir: featuresDir})
 	default:
 		return fmt.Errorf("--publish must be nodefeature, features-d or both (got %q)", publish)
+	}
+	if stateRoot != "" {
+		gc, err := stateGC(stateRoot, log)
+		if err != nil {
+			return err
+		}
+		d.GC = gc
 	}
 	if err := d.Run(ctx); err != nil {
 		return err

@@ -183,7 +183,9 @@ type Daemon struct {
 	// none); set when the daemon runs with hostNetwork, so the labels say where hostNetwork
 	// senders reach a gateway's data NIC. Nil: no addresses are published.
 	Address func(nic string) string
-	Log     logr.Logger
+	// GC removes the state directories of deleted pipelines at every interval (nil: never).
+	GC  *StateGC
+	Log logr.Logger
 
 	published map[string]string
 	plugins   map[string]context.CancelFunc
@@ -206,6 +208,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 				return nil
 			}
 			d.Log.Error(err, "Cannot publish node facts; retrying")
+		}
+		if d.GC != nil {
+			if _, err := d.GC.Once(ctx); err != nil && ctx.Err() == nil {
+				d.Log.Error(err, "Cannot remove the state of deleted pipelines; retrying")
+			}
 		}
 		select {
 		case <-ctx.Done():
