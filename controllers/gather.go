@@ -302,8 +302,9 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 	req := planner.Request{
 		Senders: f.senders, Gateway: f.gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
 		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
-		HasSink: sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil),
-		Port:    int(sp.Spec.Port),
+		HasSink:    sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil),
+		Port:       int(sp.Spec.Port),
+		ChunkBytes: sp.Spec.ChunkBytes,
 	}
 	if sp.Spec.Placement == v1alpha1.PlacementOS {
 		req.Mode = planner.OS

@@ -67,6 +67,8 @@ type Request struct {
 	HeldStreams int
 	// Port is the first data port; Ports checks that every stream's range fits.
 	Port int
+	// ChunkBytes sizes the agents' memory (0: the default chunk, one projection).
+	ChunkBytes int64
 	// CountHardwareThreads: every hardware thread counts as a core for the codec stages. By
 	// default the hardware threads of one core share its codec throughput: on a node with two
 	// threads per core, a codec thread is worth half the measured per-core speed.
@@ -93,6 +95,25 @@ type NodePlan struct {
 	CPUs   int
 	Port   int // gateway: first data port of this stream
 	Stages []Stage
+	// Containers split the pod's CPUs and stages between its agents: a sender's one, or a
+	// gateway's receiving container (on the NIC's node, relaying) and decompressing container.
+	Containers []Container
+}
+
+// Container names.
+const (
+	ContainerAgent      = "agent"
+	ContainerReceive    = "receive"
+	ContainerDecompress = "decompress"
+)
+
+// Container is one agent container: its CPUs (Guaranteed, exclusive), its memory and the stage
+// threads it runs.
+type Container struct {
+	Name        string
+	CPUs        int
+	MemoryBytes int64
+	Stages      []Stage
 }
 
 // StreamPrediction is one stream's predicted rate per stage.
@@ -296,7 +317,49 @@ func Make(r Request) (Plan, error) {
 		})
 	}
 	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)
+	for i := range plan.Nodes {
+		plan.Nodes[i].Containers = containers(plan.Nodes[i], conns, r.ChunkBytes)
+	}
 	return plan, nil
+}
+
+// DefaultChunkBytes is one 2560 x 2160 16-bit projection.
+const DefaultChunkBytes = 11059200
+
+// containers splits a pod between its agents. A sender runs one. A gateway runs two: the
+// receiving container holds one CPU per connection (its relay and I/O threads share them) and
+// the NIC-locality resource; the decompressing container holds the rest (at least one), where
+// one thread reads the relay's socket next to the decompressors.
+func containers(n NodePlan, conns int, chunk int64) []Container {
+	if chunk <= 0 {
+		chunk = DefaultChunkBytes
+	}
+	if n.Role != "gateway" {
+		return []Container{{Name: ContainerAgent, CPUs: n.CPUs, MemoryBytes: memoryFor(chunk, n.CPUs, conns), Stages: n.Stages}}
+	}
+	rx := Container{Name: ContainerReceive, CPUs: conns, MemoryBytes: memoryFor(chunk, conns, conns)}
+	dxCPUs := max(1, n.CPUs-conns)
+	dx := Container{Name: ContainerDecompress, CPUs: dxCPUs, MemoryBytes: memoryFor(chunk, dxCPUs, conns)}
+	for _, s := range n.Stages {
+		switch s.Name {
+		case StageReceive:
+			rx.Stages = append(rx.Stages, s)
+		case StageDecompress:
+			dx.Stages = append(dx.Stages, Stage{Name: StageReceive, Threads: 1, NUMA: s.NUMA}, s)
+		default:
+			dx.Stages = append(dx.Stages, s)
+		}
+	}
+	return []Container{rx, dx}
+}
+
+// memoryFor sizes a container's memory from the buffers the agent allocates (docs/planner.md):
+// per CPU ~3 chunks in flight (input, output, zero-copy on the wire), the credit window of every
+// connection (8 chunks each), queues, frames and the reorder window, plus 256 MiB for code and
+// ZeroMQ; rounded up to whole MiB.
+func memoryFor(chunk int64, cpus, connections int) int64 {
+	bytes := int64(cpus*3+connections*8+28)*chunk + 256<<20
+	return (bytes + (1<<20 - 1)) >> 20 << 20
 }
 
 // codecShare is what one codec thread on the node is worth, in measured single-core speeds.

@@ -421,6 +421,46 @@ func TestHardwareThreadsCountAsHalfACoreForTheCodecs(t *testing.T) {
 	}
 }
 
+// The planner splits each pod between its agents: the gateway's receiving container gets one
+// CPU per connection and only the receive stage; the decompressing container the rest, with
+// one thread reading the relay next to the decompressors, and the sink; memory follows the
+// chunk size and the CPUs.
+func TestThePlannerSplitsTheGatewayPodBetweenItsContainers(t *testing.T) {
+	r := request(updraft1)
+	r.HasSink = true
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gw NodePlan
+	for _, n := range p.Nodes {
+		if n.Role == "gateway" {
+			gw = n
+		}
+	}
+	if len(gw.Containers) != 2 {
+		t.Fatalf("containers %+v", gw.Containers)
+	}
+	rx, dx := gw.Containers[0], gw.Containers[1]
+	if rx.Name != ContainerReceive || rx.CPUs != p.Connections || len(rx.Stages) != 1 || rx.Stages[0].NUMA != "nic" {
+		t.Errorf("receiving container %+v", rx)
+	}
+	dec := stage(t, p, "gateway", 0, StageDecompress)
+	if dx.CPUs != gw.CPUs-p.Connections || dx.Stages[0] != (Stage{Name: StageReceive, Threads: 1, NUMA: dec.NUMA}) ||
+		dx.Stages[1].Name != StageDecompress || dx.Stages[2].Name != StageSink {
+		t.Errorf("decompressing container %+v", dx)
+	}
+	small := r
+	small.ChunkBytes = 1 << 20
+	q, _ := Make(small)
+	if q.Nodes[len(q.Nodes)-1].Containers[1].MemoryBytes >= dx.MemoryBytes || dx.MemoryBytes%(1<<20) != 0 {
+		t.Errorf("memory %d for 11 MB chunks, %d for 1 MiB chunks", dx.MemoryBytes, q.Nodes[len(q.Nodes)-1].Containers[1].MemoryBytes)
+	}
+	if s := p.Nodes[0].Containers; len(s) != 1 || s[0].CPUs != p.Nodes[0].CPUs {
+		t.Errorf("sender containers %+v", s)
+	}
+}
+
 func TestTwoCPUNodesFitWithTheSinkSharingACore(t *testing.T) {
 	det := node("detector-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)
 	gw := node("gateway-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)

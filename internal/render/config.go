@@ -101,20 +101,28 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 			SecretKeyFile: KeysMountPath + "/secret", AllowedKeysFile: KeysMountPath + "/allowed"}}
 	}
 	relay.Sink = &SinkConfig{Kind: "zmq", Endpoint: RelaySocket}
-	relay.Placement.Stages = pick(relay.Placement.Stages, planner.StageReceive)
+	relay.Placement.Stages = placedStages(n.Containers[0].Stages)
 
 	decompress := agentConfig(in, n)
 	decompress.Endpoint = RelaySocket
 	decompress.Connections = 1
 	decompress.Metrics.Listen = fmt.Sprintf("0.0.0.0:%d", DecompressMetricsPort)
 	decompress.Placement.NICNUMANode = nil
-	stages := pick(decompress.Placement.Stages, planner.StageDecompress)
-	if d, ok := stages[planner.StageDecompress]; ok {
-		// Its one receiving thread (reading the IPC socket) runs next to the decompressors.
-		stages[planner.StageReceive] = StageConfig{Threads: 1, NUMA: d.NUMA}
-	}
-	decompress.Placement.Stages = stages
+	decompress.Placement.Stages = placedStages(n.Containers[1].Stages)
 	return map[string]AgentConfig{relayKey(n): relay, configKey(n): decompress}
+}
+
+// placedStages are the stages an agent pins (the source, send and sink threads follow the
+// agent's own defaults).
+func placedStages(stages []planner.Stage) map[string]StageConfig {
+	out := map[string]StageConfig{}
+	for _, s := range stages {
+		switch s.Name {
+		case planner.StageCompress, planner.StageReceive, planner.StageDecompress:
+			out[s.Name] = StageConfig{Threads: s.Threads, NUMA: s.NUMA}
+		}
+	}
+	return out
 }
 
 // securityMode is the agent's security.curve.mode for the pipeline's security mode.
@@ -123,16 +131,6 @@ func securityMode(in Inputs) string {
 		return "authenticate"
 	}
 	return "encrypt"
-}
-
-func pick(stages map[string]StageConfig, names ...string) map[string]StageConfig {
-	out := map[string]StageConfig{}
-	for _, n := range names {
-		if v, ok := stages[n]; ok {
-			out[n] = v
-		}
-	}
-	return out
 }
 
 // agentConfig is one agent's configuration before the gateway split.
@@ -146,13 +144,7 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 	if mode == "" {
 		mode = string(v1alpha1.PlacementNUMAAware)
 	}
-	stages := map[string]StageConfig{}
-	for _, s := range n.Stages {
-		switch s.Name {
-		case planner.StageCompress, planner.StageReceive, planner.StageDecompress:
-			stages[s.Name] = StageConfig{Threads: s.Threads, NUMA: s.NUMA}
-		}
-	}
+	stages := placedStages(n.Stages)
 	cfg := AgentConfig{
 		Version:     1,
 		Connections: in.Plan.Connections,

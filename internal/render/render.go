@@ -64,10 +64,9 @@ const (
 	PrepareContainer = "prepare"
 	RoleSender       = "sender"
 	RoleGateway      = "gateway"
-	agentContainer   = "agent"
-	// The two containers of a gateway pod.
-	ReceiveContainer    = "receive"
-	DecompressContainer = "decompress"
+	// The two containers of a gateway pod (the planner splits it).
+	ReceiveContainer    = planner.ContainerReceive
+	DecompressContainer = planner.ContainerDecompress
 	managedBy           = "numastream-operator"
 )
 
@@ -350,15 +349,14 @@ func senderEndpoint(in Inputs, n planner.NodePlan) string {
 func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container {
 	keys := corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
 	if n.Role != RoleGateway {
-		tx := agent(in, n, opts, agentContainer, "send", configKey(n), n.CPUs, MetricsPort)
+		tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), MetricsPort)
 		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
 		if in.KeysSecret != "" {
 			tx.VolumeMounts = append(tx.VolumeMounts, keys)
 		}
 		return []corev1.Container{tx}
 	}
-	receive, decompress := gatewaySplit(in, n)
-	rx := agent(in, n, opts, ReceiveContainer, "receive", relayKey(n), receive, MetricsPort)
+	rx := agent(in, n, opts, n.Containers[0], "receive", relayKey(n), MetricsPort)
 	sp := in.Pipeline
 	if sp.Spec.Placement != v1alpha1.PlacementOS {
 		rx.Resources.Requests[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
@@ -367,7 +365,7 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	for p := 0; p < in.Plan.Connections; p++ {
 		rx.Ports = append(rx.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(n.Port + p)})
 	}
-	dx := agent(in, n, opts, DecompressContainer, "receive", configKey(n), decompress, DecompressMetricsPort)
+	dx := agent(in, n, opts, n.Containers[1], "receive", configKey(n), DecompressMetricsPort)
 	if hasDataVolume(sp, n) {
 		dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount})
 	}
@@ -380,20 +378,13 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	return []corev1.Container{rx, dx}
 }
 
-// gatewaySplit: the CPUs of the receiving container (one per connection: the receive threads;
-// the relay and I/O threads share them) and of the decompressing container (decompression plus
-// the sink's core).
-func gatewaySplit(in Inputs, n planner.NodePlan) (receive, decompress int) {
-	receive = in.Plan.Connections
-	return receive, max(1, n.CPUs-receive)
-}
-
 // agent is one agent container: Guaranteed QoS with integer CPUs (requests == limits) so the
 // kubelet's static CPU manager gives it exclusive cores.
-func agent(in Inputs, n planner.NodePlan, opts Options, name, cmd, config string, cpus, metrics int) corev1.Container {
+func agent(in Inputs, n planner.NodePlan, opts Options, plan planner.Container, cmd, config string, metrics int) corev1.Container {
 	sp := in.Pipeline
-	cpu := resource.MustParse(fmt.Sprint(cpus))
-	mem := memoryFor(sp.Spec.ChunkBytes, cpus, in.Plan.Connections)
+	name := plan.Name
+	cpu := resource.MustParse(fmt.Sprint(plan.CPUs))
+	mem := resource.MustParse(fmt.Sprintf("%dMi", plan.MemoryBytes>>20))
 	res := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
 	portName := "metrics"
 	if metrics != MetricsPort {
@@ -429,16 +420,6 @@ func nicResource(sp *v1alpha1.StreamPipeline) string {
 		return r
 	}
 	return topology.NICResource(sp.Spec.Gateway.Network.NIC)
-}
-
-// memoryFor sizes a container's memory limit from the buffers the agent allocates
-// (docs/planner.md): per CPU ~3 chunks in flight (input, output, zero-copy on the wire), the
-// credit window of every connection (8 chunks each), queues, frames and the reorder window, plus
-// 256 MiB for code and ZeroMQ.
-func memoryFor(chunk int64, cpus, connections int) resource.Quantity {
-	bytes := int64(cpus*3+connections*8+28)*chunk + 256<<20
-	mib := (bytes + (1<<20 - 1)) >> 20
-	return resource.MustParse(fmt.Sprintf("%dMi", mib))
 }
 
 // podSecurity / containerSecurity: the restricted Pod Security profile.
