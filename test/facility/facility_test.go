@@ -560,7 +560,6 @@ func TestFailuresShowUpWithTheirReason(t *testing.T) {
 	if err := k8s.Create(ctx, big); err != nil {
 		t.Fatal(err)
 	}
-	defer deleteAndCheckGone(t, big)
 	eventually(t, "Ready=False Unschedulable, with the scheduler's message", 120*time.Second, func() (bool, string) {
 		cur := get(t, big)
 		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
@@ -570,6 +569,7 @@ func TestFailuresShowUpWithTheirReason(t *testing.T) {
 		return ok, fmt.Sprintf("Ready %v, Stalled %v", ready, stalled)
 	})
 	t.Logf("too-big: %s", meta.FindStatusCondition(get(t, big).Status.Conditions, v1alpha1.ConditionReady).Message)
+	deleteAndCheckGone(t, big) // its gateway pod holds gateway-a's cores
 
 	empty := filepath.Join(sinkRoot, "empty-source")
 	if err := os.MkdirAll(empty, 0o755); err != nil {
