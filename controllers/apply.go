@@ -4,6 +4,7 @@ import (
 	"context"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -44,6 +45,8 @@ func (r *StreamPipelineReconciler) apply(ctx context.Context, sp *v1alpha1.Strea
 		err := r.Get(ctx, client.ObjectKeyFromObject(j), existing)
 		if err == nil && existing.Annotations[render.AnnotationPlanHash] != j.Annotations[render.AnnotationPlanHash] {
 			ctrl.LoggerFrom(ctx).Info("Replacing job with a new plan", "job", klog.KObj(existing))
+			r.Recorder.Eventf(sp, existing, corev1.EventTypeNormal, "Replacing", "Apply",
+				"Job %s runs an older plan: replacing it (its stream resumes where it stopped)", existing.Name)
 			if err := r.Delete(ctx, existing, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return false, err
 			}
