@@ -98,6 +98,9 @@ class Receiver {
   std::atomic<std::uint64_t> opened_{0};              // of them, those that opened a stream
   std::atomic<bool> processing_done_{false};   // sink side finished: last acknowledgements out
   std::atomic<bool> stop_taking_{false};       // the run is ending: new data is not taken
+  // Sender connections up now, over every receiving thread: their TCP keepalive (probes after
+  // 5 s idle) is the heartbeat of a quiet stream.
+  std::atomic<int> connected_peers_{0};
 
   std::size_t reorder_window_ = 16;
   InFlight in_flight_;  // file sink only
@@ -181,7 +184,13 @@ void Receiver::receive_thread(int index) {
                    static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
     zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
     sock.bind(ep);
-    std::map<std::uint32_t, zmq::Message> peers;  // stream -> the connection carrying it here
+    struct PeerCount {  // this thread's connected senders, in the receiver's total
+      std::atomic<int>& total;
+      int mine = 0;
+      void publish(int n) { total += n - std::exchange(mine, n); }
+      ~PeerCount() { total -= mine; }
+    } peers{connected_peers_};
+    std::map<std::uint32_t, zmq::Message> streams;  // stream -> the connection carrying it here
     std::set<std::string> announced;              // peers that opened with a resume frame
     std::optional<Clock::time_point> closing;
     while (!rt_.aborted()) {
@@ -200,11 +209,12 @@ void Receiver::receive_thread(int index) {
           throw std::runtime_error("poll: " + zmq::last_error());
         }
       }
-      if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, peers);
+      if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, streams);
       if (items[2].revents & ZMQ_POLLIN) {
         const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
         const int before_accepted = mon.accepted();
         mon.drain();
+        peers.publish(mon.peers());
         accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
         if (mon.handshake_failures() > before_handshake) {
           if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
@@ -245,7 +255,7 @@ void Receiver::receive_thread(int index) {
       if (h.type == wire::FrameType::resume) {
         ++resumes_;
         if (announced.insert(peer_id).second) ++opened_;
-        peers[h.stream_id] = peer.share();
+        streams[h.stream_id] = peer.share();
         auto seqs = wire::decode_ack_list(bytes);
         tracker_.on_resume(h.stream_id, h.sequence, seqs);
         if (cfg_.relay) {
@@ -267,7 +277,7 @@ void Receiver::receive_thread(int index) {
         ++unannounced_;
         continue;
       }
-      peers[h.stream_id] = peer.share();
+      streams[h.stream_id] = peer.share();
       if (h.type == wire::FrameType::end_of_stream) {
         tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
         // A relay acknowledges the end once the decompressing side acknowledged its own.
@@ -726,14 +736,19 @@ RunResult Receiver::run(const RunHooks& hooks) {
       log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
                (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
       // Supervise: end when every expected stream has ended, on a drain request, or on failure.
+      // A stream is alive while data arrives or a sender stays connected: a detector pausing
+      // between scans keeps its connections (their TCP keepalive answers), a sender that is gone
+      // does not. The idle limit counts from the later of the two.
+      auto alive = Clock::now();
       while (!rt_.aborted() && !rt_.drain_requested()) {
         if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
+        if (connected_peers_.load() > 0) alive = Clock::now();
         if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
-            Clock::now() - tracker_.last_activity() >
+            Clock::now() - std::max(tracker_.last_activity(), alive) >
                 std::chrono::duration<double>(cfg_.idle_timeout_s)) {
           auto t = tracker_.totals();
           rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
-                   " s while a stream was open (" + std::to_string(t.delivered) +
+                   " s and no sender connected while a stream was open (" + std::to_string(t.delivered) +
                    " chunks delivered); the sender stopped or the network failed");
           break;
         }

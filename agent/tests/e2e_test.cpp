@@ -164,6 +164,32 @@ TEST(EndToEnd, ReceiverFailsWhenAnOpenStreamGoesSilent) {
   EXPECT_GT(r["chunks"].get<int>(), 0);
 }
 
+// A detector that pauses between scans for longer than the idle limit does not end its stream:
+// the sender stays connected (its TCP keepalive is the stream's heartbeat), and only a stream
+// with no data and no sender connection for the limit fails (the test above).
+TEST(EndToEnd, DetectorPauseLongerThanTheIdleLimitKeepsTheStream) {
+  int port = free_ports(3);
+  int detector = port + 2;
+  void* ctx = zmq_ctx_new();
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  int zero = 0;
+  zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_EQ(zmq_bind(push, ep(detector).c_str()), 0);
+  Process rx(receiver(port, 2, {"--idle-timeout", "1"}));
+  Process tx(sender(port, 2, {"--source", "zmq", "--set", "source.endpoint=\"" + ep(detector) + "\""}));
+  std::string frame(static_cast<std::size_t>(kMiB), '\1');
+  for (int scan = 0; scan < 2; ++scan) {
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(zmq_send(push, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+    if (scan == 0) std::this_thread::sleep_for(3500ms);  // between scans: 3.5 times the idle limit
+  }
+  zmq_send(push, "", 0, 0);
+  EXPECT_EQ(tx.wait(60s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(60s), 0) << rx.err();
+  zmq_close(push);
+  zmq_ctx_term(ctx);
+  EXPECT_EQ(summary(rx)["chunks"], 6);
+}
+
 // Frames that lie are dropped and counted; the real stream on the same port still completes.
 TEST(EndToEnd, MalformedFramesAreCountedAndServingContinues) {
   int port = free_ports(1);

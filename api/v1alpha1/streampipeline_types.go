@@ -113,9 +113,10 @@ type StreamPipelineSpec struct {
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 
-	// IdleTimeoutSeconds fails a started stream that stays silent this long (its sender gone
-	// and not coming back). Unset: off for endless sources (a beamline pauses between scans),
-	// 600 s for sources with an end.
+	// IdleTimeoutSeconds fails a started stream that has had no data and no sender connected
+	// this long (its sender gone and not coming back); a connected, quiet sender keeps its
+	// stream (the connections' TCP keepalive is its heartbeat). Unset: off for endless sources
+	// (a beamline pauses between scans), 600 s for sources with an end.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
