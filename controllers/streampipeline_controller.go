@@ -163,6 +163,12 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	if err != nil {
 		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}
+	sp.Status.Endpoints = nil
+	for stream := range len(sp.Spec.Senders) {
+		if ep, ok := objs.Endpoints[stream]; ok {
+			sp.Status.Endpoints = append(sp.Status.Endpoints, v1alpha1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
+		}
+	}
 	if cf.Replacing, err = r.apply(ctx, sp, objs); err != nil {
 		return err
 	}

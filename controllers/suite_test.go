@@ -236,6 +236,12 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 	if cur.Status.ObservedGeneration != cur.Generation {
 		t.Errorf("observedGeneration %d != %d", cur.Status.ObservedGeneration, cur.Generation)
 	}
+	// Status shows where each sender connects: the static data address, each stream's ports.
+	eventually(t, "endpoints in status", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return len(cur.Status.Endpoints) == 4 && cur.Status.Endpoints[0].Endpoint == "tcp://10.215.0.100:5555" &&
+			cur.Status.Endpoints[1].Endpoint == "tcp://10.215.0.100:5559", fmt.Sprintf("%+v", cur.Status.Endpoints)
+	})
 	// Defaults from the schema.
 	if cur.Spec.Codec != "lz4" || cur.Spec.ChunkBytes != 11059200 || cur.Spec.Port != 5555 || cur.Spec.Placement != v1alpha1.PlacementNUMAAware {
 		t.Errorf("defaults %+v", cur.Spec)

@@ -416,6 +416,13 @@ type StreamPipelineStatus struct {
 	// Plan is the chosen placement and thread counts.
 	// +optional
 	Plan *Plan `json:"plan,omitempty"`
+	// Endpoints are where each stream's sender connects: the gateway's address on the data
+	// network (Multus network-status, a static address, or the data NIC's address with
+	// hostNetwork) and the stream's first port. A stream waiting for its gateway's address has none.
+	// +listType=map
+	// +listMapKey=stream
+	// +optional
+	Endpoints []StreamEndpoint `json:"endpoints,omitempty"`
 	// Observed figures from the agents.
 	// +optional
 	Observed *Observed `json:"observed,omitempty"`
@@ -423,6 +430,14 @@ type StreamPipelineStatus struct {
 	// generation; the plans that follow ask for fewer receiving cores.
 	// +optional
 	TopologyRejection *TopologyRejection `json:"topologyRejection,omitempty"`
+}
+
+// StreamEndpoint is where one stream's sender connects.
+type StreamEndpoint struct {
+	// Stream id.
+	Stream int32 `json:"stream"`
+	// Endpoint, tcp://address:port.
+	Endpoint string `json:"endpoint"`
 }
 
 // TopologyRejection records the gateway pods Topology Manager refused and the cap it led to.

@@ -107,6 +107,9 @@ type Objects struct {
 	// Waiting names the sender Jobs held back until their gateway's data-network address is
 	// known (the gateway pod runs and Multus reported it).
 	Waiting []string
+	// Endpoints are where each stream's sender connects (stream id -> tcp://address:port),
+	// for status; a held-back sender has none yet.
+	Endpoints map[int]string
 }
 
 // Render builds the objects for a plan.
@@ -116,12 +119,16 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		return Objects{}, fmt.Errorf("hostNetwork: gateway node %s publishes no address for its data NIC %s (label %s, which the node daemon publishes when it runs with hostNetwork): set spec.gateway.network.address",
 			sp.Spec.Gateway.Node, sp.Spec.Gateway.Network.NIC, topology.NICAddressLabel(sp.Spec.Gateway.Network.NIC))
 	}
-	var out Objects
+	out := Objects{Endpoints: map[int]string{}}
 	configs := map[string]string{}
 	for _, n := range in.Plan.Nodes {
-		if n.Role == RoleSender && senderEndpoint(in, n) == "" {
-			out.Waiting = append(out.Waiting, Name(sp, n))
-			continue
+		if n.Role == RoleSender {
+			ep := senderEndpoint(in, n)
+			if ep == "" {
+				out.Waiting = append(out.Waiting, Name(sp, n))
+				continue
+			}
+			out.Endpoints[n.Stream] = ep
 		}
 		for key, cfg := range agentConfigs(in, n) {
 			b, err := json.MarshalIndent(cfg, "", "  ")

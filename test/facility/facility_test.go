@@ -369,6 +369,9 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 	if ep, _ := sent["endpoint"].(string); !strings.HasPrefix(ep, "tcp://10.215.0.1") {
 		t.Errorf("the sender dialled %q, not the gateway's data-network address", ep)
 	}
+	if eps := get(t, sp).Status.Endpoints; len(eps) != 1 || eps[0].Endpoint != sent["endpoint"] {
+		t.Errorf("status.endpoints %+v, the sender dialled %v", eps, sent["endpoint"])
+	}
 
 	got := summary(t, &gw, render.DecompressContainer)
 	t.Logf("gateway: %.0f chunks verified, lost %.0f, corrupt %.0f, duplicates %.0f; raw %.0f B, wire %.0f B in %.2f s",
