@@ -156,8 +156,10 @@ up() {
   local nodes="$SIM_DIR/nodes.yaml" i; : >"$nodes"
   for n in updraft1 updraft2 polaris1 polaris2; do node $n 16 16 1 100000 >>"$nodes"; done
   node lynxdtn 16 16 1 200000 >>"$nodes"
-  for ((i = 1; i <= DETECTORS; i++)); do node detector-$i 16 16 1 100000 >>"$nodes"; done
-  for ((i = 1; i <= GATEWAYS; i++)); do node gateway-$i 16 16 1 200000 >>"$nodes"; done
+  # The paper's machines as measured; the facility's detectors and gateways as they are run:
+  # 2 CPUs reserved for the system.
+  for ((i = 1; i <= DETECTORS; i++)); do node detector-$i 16 16 1 100000 2 >>"$nodes"; done
+  for ((i = 1; i <= GATEWAYS; i++)); do node gateway-$i 16 16 1 200000 2 >>"$nodes"; done
   for ((i = 1; i <= ANALYSIS; i++)); do node analysis-$i 32 32 0 100000 >>"$nodes"; done
   for ((i = 1; i <= EXTRA_NODES; i++)); do node "node-$(printf %04d "$i")" 16 16 1 100000 >>"$nodes"; done
   local total=$((5 + DETECTORS + GATEWAYS + ANALYSIS + EXTRA_NODES))
@@ -167,10 +169,12 @@ up() {
   log "cluster up with $total facility nodes in $((SECONDS - t0))s; export KUBECONFIG=$KUBECONFIG"
 }
 
-# node <name> <cpus numa0> <cpus numa1> <NIC numa node> <NIC Mbit/s>: a kwok node labelled like
-# numastream's node daemon labels a real one, with the NIC-locality resource allocatable.
+# node <name> <cpus numa0> <cpus numa1> <NIC numa node> <NIC Mbit/s> [reserved CPUs]: a kwok node
+# labelled like numastream's node daemon labels a real one, with the NIC-locality resource
+# allocatable. Reserved CPUs are what the kubelet keeps for the system (the static CPU manager
+# requires some): allocatable is below capacity by that much, as on every real streaming node.
 node() {
-  local name=$1 c0=$2 c1=$3 nicnode=$4 speed=$5 cpus=$(($2 + $3))
+  local name=$1 c0=$2 c1=$3 nicnode=$4 speed=$5 cpus=$(($2 + $3)) reserved=${6:-0}
   cat <<EOF
 ---
 apiVersion: v1
@@ -194,7 +198,7 @@ metadata:
     numastream.io/lz4-compress-mb-per-s: "440"
     numastream.io/lz4-decompress-mb-per-s: "1600"
 status:
-  allocatable: {cpu: "$cpus", memory: 512Gi, pods: "110", numastream.io/nic-ens1f0: "16"}
+  allocatable: {cpu: "$((cpus - reserved))", memory: 512Gi, pods: "110", numastream.io/nic-ens1f0: "16"}
   capacity: {cpu: "$cpus", memory: 512Gi, pods: "110", numastream.io/nic-ens1f0: "16"}
 EOF
 }

@@ -206,7 +206,8 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 		sp.Spec.Sink = nil
 		sp.Spec.Senders[0].Node = fmt.Sprintf("detector-%d", i%4+1)
 		sp.Spec.Connections = ptr.To[int32](4)
-		sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](3), Decompress: ptr.To[int32](4)}
+		// 4 x 3 decompressing cores fit the 14 left off the NIC's node (2 of 32 are reserved).
+		sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](3), Decompress: ptr.To[int32](3)}
 		return sp
 	}
 	for i := 0; i < 4; i++ {
@@ -232,6 +233,38 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 	if n := len(pods(t, ns, fifth.Name)); n != 0 {
 		t.Errorf("the refused pipeline has %d pods", n)
 	}
+}
+
+// The first pipeline a user applies runs on nodes configured as the static CPU manager requires:
+// 2 of detector-1's and gateway-1's 32 CPUs are reserved for the system (allocatable 30), and
+// the sample's pods are sized from what the kubelet can give, so the scheduler places them.
+func TestSampleSchedulesOnNodesWithReservedCPUs(t *testing.T) {
+	ns := namespace(t)
+	sp := sample(t, "single-stream.yaml", ns)
+	node := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "detector-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	alloc, capacity := node.Status.Allocatable[corev1.ResourceCPU], node.Status.Capacity[corev1.ResourceCPU]
+	if alloc.Cmp(capacity) >= 0 {
+		t.Fatalf("detector-1: allocatable %s, capacity %s: the test needs reserved CPUs", alloc.String(), capacity.String())
+	}
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	cur := waitCondition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	for _, p := range pods(t, ns, sp.Name) {
+		var cpus int64
+		for _, c := range p.Spec.Containers {
+			cpus += c.Resources.Requests.Cpu().Value()
+		}
+		t.Logf("%s on %s: %d CPUs requested, %s", p.Name, p.Spec.NodeName, cpus, p.Status.Phase)
+		if cpus > 30 {
+			t.Errorf("%s asks for %d CPUs of the 30 allocatable", p.Name, cpus)
+		}
+	}
+	t.Logf("Ready %s; predicted %s Gbit/s, bottleneck %s", meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady).Reason,
+		cur.Status.PredictedGbps, cur.Status.Bottleneck)
 }
 
 // Deleting the gateway node: the pipeline says so instead of waiting silently.
