@@ -96,8 +96,16 @@ func TestDefaultRender(t *testing.T) {
 		t.Fatalf("CRD missing or not kept: %v", crd)
 	}
 	ds := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
-	if hostPaths := hostPathsOf(ds); strings.Join(hostPaths, ",") != "/sys,/var/lib/kubelet/device-plugins" {
-		t.Errorf("the node daemon mounts %v; only /sys and the device-plugin directory are allowed", hostPaths)
+	if hostPaths := hostPathsOf(ds); strings.Join(hostPaths, ",") != "/sys,/var/lib/kubelet/device-plugins,/var/lib/numastream/streams" {
+		t.Errorf("the node daemon mounts %v; only /sys, the device-plugin directory and the sender state root are allowed", hostPaths)
+	}
+	if !ds.HostNetwork || !strings.Contains(strings.Join(ds.Containers[0].Args, " "), "--publish-addresses=true --state-root=/host/streams") {
+		t.Errorf("node daemon: hostNetwork %v, args %v", ds.HostNetwork, ds.Containers[0].Args)
+	}
+	for _, c := range ds.Containers {
+		if len(c.Ports) > 0 {
+			t.Errorf("the host-network node daemon listens on %v", c.Ports)
+		}
 	}
 	for _, m := range ds.Containers[0].VolumeMounts {
 		if m.Name == "sys" && !m.ReadOnly {
@@ -105,8 +113,9 @@ func TestDefaultRender(t *testing.T) {
 		}
 	}
 	c := ds.Containers[0].SecurityContext
-	if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
-		t.Errorf("node daemon security context %+v", c)
+	if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" ||
+		len(c.Capabilities.Add) != 1 || c.Capabilities.Add[0] != "DAC_OVERRIDE" {
+		t.Errorf("node daemon security context %+v: every capability dropped but DAC_OVERRIDE (removing the agents' state files)", c)
 	}
 	op := podSpec(t, find(objs, "Deployment", "operator"))
 	if !*op.SecurityContext.RunAsNonRoot || !*op.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
