@@ -40,6 +40,27 @@ json summary(const Process& p) {
 
 std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
+// A detector's acquisition software: a PUSH socket bound at `port` that frames are sent into
+// (an empty message ends the acquisition).
+struct Detector {
+  void* ctx = zmq_ctx_new();
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  std::string endpoint;
+  explicit Detector(int port) : endpoint(ep(port)) {
+    int zero = 0;
+    zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_bind(push, endpoint.c_str()) != 0) throw std::runtime_error("detector: cannot bind " + endpoint);
+  }
+  ~Detector() {
+    zmq_close(push);
+    zmq_ctx_term(ctx);
+  }
+  // Blocks until the frame is queued; its size, or -1.
+  int send(const std::string& frame) { return zmq_send(push, frame.data(), frame.size(), 0); }
+  // The sender's flags that pull from it.
+  std::vector<std::string> source() const { return {"--source", "zmq", "--set", "source.endpoint=\"" + endpoint + "\""}; }
+};
+
 std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {kAgent, "receive", "--endpoint", ep(port), "--connections",
                                 std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
@@ -169,24 +190,17 @@ TEST(EndToEnd, ReceiverFailsWhenAnOpenStreamGoesSilent) {
 // with no data and no sender connection for the limit fails (the test above).
 TEST(EndToEnd, DetectorPauseLongerThanTheIdleLimitKeepsTheStream) {
   int port = free_ports(3);
-  int detector = port + 2;
-  void* ctx = zmq_ctx_new();
-  void* push = zmq_socket(ctx, ZMQ_PUSH);
-  int zero = 0;
-  zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
-  ASSERT_EQ(zmq_bind(push, ep(detector).c_str()), 0);
+  Detector detector(port + 2);
   Process rx(receiver(port, 2, {"--idle-timeout", "1"}));
-  Process tx(sender(port, 2, {"--source", "zmq", "--set", "source.endpoint=\"" + ep(detector) + "\""}));
+  Process tx(sender(port, 2, detector.source()));
   std::string frame(static_cast<std::size_t>(kMiB), '\1');
   for (int scan = 0; scan < 2; ++scan) {
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(zmq_send(push, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(detector.send(frame), static_cast<int>(frame.size()));
     if (scan == 0) std::this_thread::sleep_for(3500ms);  // between scans: 3.5 times the idle limit
   }
-  zmq_send(push, "", 0, 0);
+  detector.send("");
   EXPECT_EQ(tx.wait(60s), 0) << tx.err();
   EXPECT_EQ(rx.wait(60s), 0) << rx.err();
-  zmq_close(push);
-  zmq_ctx_term(ctx);
   EXPECT_EQ(summary(rx)["chunks"], 6);
 }
 
@@ -651,28 +665,21 @@ TEST(EndToEnd, TopologyCommandPrintsThisMachineAndFixtures) {
 // ends the stream) and the gateway writes them back byte for byte.
 TEST(EndToEnd, ZmqSourceFromADetectorEndpoint) {
   int port = free_ports(3);
-  int detector = port + 2;
-  void* ctx = zmq_ctx_new();
-  void* push = zmq_socket(ctx, ZMQ_PUSH);
-  int zero = 0;
-  zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
-  ASSERT_EQ(zmq_bind(push, ep(detector).c_str()), 0);
+  Detector detector(port + 2);
   std::string dir = temp_dir();
   Process rx(receiver(port, 2, {"--sink", "file", "--sink-path", dir + "/frames.raw"}));
-  Process tx(sender(port, 2, {"--source", "zmq", "--set", "source.endpoint=\"" + ep(detector) + "\""}));
+  Process tx(sender(port, 2, detector.source()));
   std::string expected;
   std::mt19937 rng(9);
   for (int i = 0; i < 12; ++i) {
     std::string frame(static_cast<std::size_t>(kMiB - 1000 * i), '\0');
     for (std::size_t k = 0; k < frame.size(); k += 2) frame[k] = static_cast<char>(rng() % 4);
-    ASSERT_EQ(zmq_send(push, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+    ASSERT_EQ(detector.send(frame), static_cast<int>(frame.size()));
     expected += frame;
   }
-  zmq_send(push, "", 0, 0);  // end of acquisition
+  detector.send("");  // end of acquisition
   EXPECT_EQ(tx.wait(60s), 0) << tx.err();
   EXPECT_EQ(rx.wait(60s), 0) << rx.err();
-  zmq_close(push);
-  zmq_ctx_term(ctx);
   EXPECT_EQ(summary(rx)["chunks"], 12);
   EXPECT_EQ(read_file(dir + "/frames.raw"), expected);
 }
