@@ -247,7 +247,7 @@ func degraded(out *conds, f Facts, blocked []blocker) {
 	if len(f.Rejected) > 0 {
 		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity,
 			"Topology Manager rejected "+strings.Join(f.Rejected, ", ")+
-				": no NUMA node could hold the pod's CPUs together with the NIC; planning again with fewer receiving cores")
+				": no NUMA node could hold the pod's CPUs together with the NIC; re-planned with fewer receiving cores (status.topologyRejection)")
 		return
 	}
 	for _, b := range blocked {
