@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -193,6 +194,23 @@ func ensureNode(t *testing.T, n *corev1.Node) {
 		return
 	}
 	if err := k8s.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// updateSpec changes a pipeline's spec as a user would, on the latest version: the operator
+// writes its status meanwhile, so a conflict is retried.
+func updateSpec(t *testing.T, sp *v1alpha1.StreamPipeline, change func(*v1alpha1.StreamPipeline)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.StreamPipeline{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+			return err
+		}
+		change(cur)
+		return k8s.Update(ctx, cur)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -510,10 +528,7 @@ func TestTopologyAffinityErrorReplansWithFewerReceivingCores(t *testing.T) {
 		t.Errorf("Stalled: %+v", c)
 	}
 	// A changed spec plans afresh.
-	cur.Spec.ExpectedRatio = "2.5"
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, sp, func(s *v1alpha1.StreamPipeline) { s.Spec.ExpectedRatio = "2.5" })
 	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }
 
@@ -780,12 +795,7 @@ func TestRemovedSenderRemovesItsJob(t *testing.T) {
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
 		return len(jobs.Items) == 4, fmt.Sprint(len(jobs.Items))
 	})
-	cur := &v1alpha1.StreamPipeline{}
-	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
-	withSenders("updraft-1")(cur)
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, sp, withSenders("updraft-1"))
 	eventually(t, "stream 1's jobs gone", func() (bool, string) {
 		var jobs batchv1.JobList
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
@@ -918,13 +928,8 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	// Reconciling again keeps the keys.
-	cur := &v1alpha1.StreamPipeline{}
-	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
-	cur.Spec.Suspend = true
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
-	condition(t, cur, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
+	updateSpec(t, sp, func(s *v1alpha1.StreamPipeline) { s.Spec.Suspend = true })
+	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(&sec), &sec)
 	if string(sec.Data["gateway.secret"]) != first {
 		t.Error("the gateway key changed on a reconcile")
