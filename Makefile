@@ -44,6 +44,10 @@ agent-asan: deps ## Build the agent and all its tests with AddressSanitizer + UB
 test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (network namespaces, root)
 	@cd $(AGENT_BUILD) && ctest --output-on-failure -j $(JOBS)
 
+.PHONY: test-oracles
+test-oracles: agent ## The agent's bslz4 and HDF5 files held against the reference libraries (bitshuffle, h5py, hdf5plugin) and real EIGER2 frames
+	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/oracle_test.py
+
 .PHONY: test-faults
 test-faults: agent ## Fault scenarios in network namespaces (root), with their figures
 	@$(AGENT_BUILD)/agent_fault_tests
@@ -199,7 +203,7 @@ check-deps: deps ## Prove each toolchain the suite uses links and runs a program
 	@bash hack/check-deps.sh
 
 .PHONY: test
-test: check-deps test-agent test-agent-asan test-fuzz test-operator test-e2e test-e2e-real ## The whole suite
+test: check-deps test-agent test-agent-asan test-oracles test-fuzz test-operator test-e2e test-e2e-real ## The whole suite
 	@echo "make test: all suites passed"
 
 .PHONY: demo

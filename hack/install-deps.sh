@@ -30,6 +30,8 @@ test=(
   # images from the Dockerfile without a daemon or a registry: buildah, base root filesystems
   buildah golang-github-containers-common mmdebstrap
   python3 curl tar
+  # the reference libraries the oracle tests use live in a virtualenv (hack/pyenv.sh)
+  python3-venv
 )
 case "$group" in
   build) packages=("${build[@]}") ;;

@@ -2,8 +2,10 @@
 
 #include <lz4.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "numastream/bitshuffle.hpp"
 #include "numastream/error.hpp"
 
 namespace numastream {
@@ -11,6 +13,7 @@ namespace numastream {
 std::optional<Codec> parse_codec(std::string_view name) noexcept {
   if (name == "lz4") return Codec::lz4;
   if (name == "shuffle-lz4") return Codec::shuffle_lz4;
+  if (name == "bslz4") return Codec::bslz4;
   if (name == "none") return Codec::none;
   return std::nullopt;
 }
@@ -20,16 +23,21 @@ std::string_view codec_name(Codec c) noexcept {
     case Codec::none: return "none";
     case Codec::lz4: return "lz4";
     case Codec::shuffle_lz4: return "shuffle-lz4";
+    case Codec::bslz4: return "bslz4";
   }
   return "unknown";
 }
 
-bool codec_known(std::uint8_t value) noexcept { return value <= 2; }
+bool codec_known(std::uint8_t value) noexcept { return value <= 3; }
+
+bool valid_element_size(std::size_t bytes) noexcept {
+  return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8;
+}
 
 std::size_t max_encoded_size(std::size_t raw_size) noexcept {
   if (raw_size > static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE)) return raw_size;
   std::size_t bound = static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(raw_size)));
-  return bound > raw_size ? bound : raw_size;
+  return std::max({bound, raw_size, bslz4::max_encoded_size(raw_size)});
 }
 
 void shuffle16(const std::byte* in, std::byte* out, std::size_t n) noexcept {
@@ -54,10 +62,14 @@ void unshuffle16(const std::byte* in, std::byte* out, std::size_t n) noexcept {
   if (n % 2) out[n - 1] = in[n - 1];
 }
 
-Compressor::Compressor(Codec codec, int acceleration, std::size_t max_raw)
-    : codec_(codec), acceleration_(acceleration < 1 ? 1 : acceleration), max_raw_(max_raw) {
+Compressor::Compressor(Codec codec, int acceleration, std::size_t max_raw, std::size_t element_size)
+    : codec_(codec), acceleration_(acceleration < 1 ? 1 : acceleration), max_raw_(max_raw),
+      element_size_(element_size) {
   NS_ASSERT(max_raw <= static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE));
-  if (codec_ != Codec::none) {
+  if (codec_ == Codec::bslz4) {
+    NS_ASSERT(valid_element_size(element_size_));
+    bslz4_ = std::make_unique<bslz4::Workspace>();
+  } else if (codec_ != Codec::none) {
     lz4_state_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(LZ4_sizeofState()));
   }
   if (codec_ == Codec::shuffle_lz4) scratch_ = std::make_unique<std::byte[]>(max_raw_);
@@ -71,7 +83,12 @@ Compressor::Result Compressor::compress(std::span<const std::byte> raw,
                                         std::span<std::byte> out) noexcept {
   NS_ASSERT(raw.size() <= max_raw_);
   NS_ASSERT(out.size() >= max_encoded_size(raw.size()));
-  if (codec_ != Codec::none && !raw.empty()) {
+  if (codec_ == Codec::bslz4 && !raw.empty() && raw.size() % element_size_ == 0) {
+    // Always bslz4, even when it does not shrink the chunk: what stores it (an HDF5 dataset with
+    // the filter) expects every frame in that framing.
+    return {codec_, bslz4_->encode(raw, element_size_, out)};
+  }
+  if (codec_ != Codec::none && codec_ != Codec::bslz4 && !raw.empty()) {
     const std::byte* src = raw.data();
     if (codec_ == Codec::shuffle_lz4) {
       shuffle16(raw.data(), scratch_.get(), raw.size());
@@ -91,12 +108,17 @@ Compressor::Result Compressor::compress(std::span<const std::byte> raw,
 }
 
 Decompressor::Decompressor(std::size_t max_raw)
-    : max_raw_(max_raw), scratch_(std::make_unique<std::byte[]>(max_raw ? max_raw : 1)) {}
+    : max_raw_(max_raw), scratch_(std::make_unique<std::byte[]>(max_raw ? max_raw : 1)),
+      bslz4_(std::make_unique<bslz4::Workspace>()) {}
 
-bool Decompressor::decompress(Codec codec, std::span<const std::byte> in,
-                              std::span<std::byte> out) noexcept {
+Decompressor::~Decompressor() = default;
+
+bool Decompressor::decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte> out,
+                              std::size_t element_size) noexcept {
   if (out.size() > max_raw_) return false;
   switch (codec) {
+    case Codec::bslz4:
+      return valid_element_size(element_size) && bslz4_->decode(in, element_size, out);
     case Codec::none:
       if (in.size() != out.size()) return false;
       if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());

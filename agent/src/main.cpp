@@ -20,6 +20,7 @@
 
 #include "numastream/bench.hpp"
 #include "numastream/cli.hpp"
+#include "numastream/codec_tool.hpp"
 #include "numastream/cpuset.hpp"
 #include "numastream/error.hpp"
 #include "numastream/pipeline.hpp"
@@ -38,6 +39,9 @@ constexpr const char* kUsage =
     "  receive    receive -> decompress -> verify -> sink\n"
     "  topology   print NUMA nodes, allowed CPUs and NICs as JSON [--sysfs-root DIR]\n"
     "  bench      codec speeds and loopback runs [codec|loopback|all] [--json]\n"
+    "  codec      encode|decode a file with one of the agent's codecs (bslz4: HDF5 filter 32008)\n"
+    "  synth      synthetic tomography projections into a file: --out F [--chunk-bytes N]\n"
+    "             [--width W] [--frames K] [--seed S]\n"
     "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
     "  prepare-dir --owner UID:GID DIR...  make directories the agent writes (a pod's init\n"
     "             container, as root): created if missing, handed to UID:GID when empty and\n"
@@ -251,6 +255,8 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (cmd == "bench") return run_bench(args);
+    if (cmd == "codec") return run_codec_tool(args);
+    if (cmd == "synth") return run_synth_tool(args);
     if (cmd == "keygen") return run_keygen(args);
     if (cmd == "version") {
       std::cout << "numastream-agent 0.1.0 (wire format " << static_cast<int>(wire::kVersion) << ")\n";

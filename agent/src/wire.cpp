@@ -25,7 +25,9 @@ T get(const std::byte* p) noexcept {
 }
 
 // Header layout (offsets in bytes, little-endian):
-//  0 magic u32 | 4 version u8 | 5 type u8 | 6 codec u8 | 7 flags u8 (0)
+//  0 magic u32 | 4 version u8 | 5 type u8 | 6 codec u8 | 7 flags u8
+//    flags: bit 0 the checksum covers the payload; bits 1-3 zero; bits 4-7 the element size
+//    (bslz4 only, else 0)
 //  8 stream_id u32 | 12 connection u16 | 14 connections u16 | 16 sequence u64
 // 24 raw_size u32 | 28 payload_size u32 | 32 checksum u64 | 40 header_check u32 | 44 reserved u32 (0)
 constexpr std::size_t kCheckedBytes = 40;
@@ -57,7 +59,8 @@ void encode_header(const Header& h, std::byte* out) noexcept {
   put<std::uint8_t>(out + 4, kVersion);
   put<std::uint8_t>(out + 5, static_cast<std::uint8_t>(h.type));
   put<std::uint8_t>(out + 6, static_cast<std::uint8_t>(h.codec));
-  put<std::uint8_t>(out + 7, 0);
+  put<std::uint8_t>(out + 7, static_cast<std::uint8_t>((h.payload_checksum ? 1u : 0u) |
+                                                       ((h.element_size & 0x0fu) << 4)));
   put<std::uint32_t>(out + 8, h.stream_id);
   put<std::uint16_t>(out + 12, h.connection);
   put<std::uint16_t>(out + 14, h.connections);
@@ -81,10 +84,9 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   if (get<std::uint32_t>(p) != kMagic) return DecodeError::bad_magic;
   if (get<std::uint8_t>(p + 4) != kVersion) return DecodeError::bad_version;
   if (get<std::uint32_t>(p + 40) != header_check(p)) return DecodeError::bad_header_check;
-  // Flags and reserved bits are zero in version 1; anything else is a peer we do not understand.
-  if (get<std::uint8_t>(p + 7) != 0 || get<std::uint32_t>(p + 44) != 0) {
-    return DecodeError::bad_version;
-  }
+  // Unused flag bits and the reserved word are zero; anything else is a peer we do not understand.
+  const std::uint8_t flags = get<std::uint8_t>(p + 7);
+  if ((flags & 0x0e) != 0 || get<std::uint32_t>(p + 44) != 0) return DecodeError::bad_version;
   std::uint8_t type = get<std::uint8_t>(p + 5);
   if (type < static_cast<std::uint8_t>(FrameType::data) ||
       type > static_cast<std::uint8_t>(FrameType::resume)) {
@@ -103,6 +105,8 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   h.raw_size = get<std::uint32_t>(p + 24);
   h.payload_size = get<std::uint32_t>(p + 28);
   h.checksum = get<std::uint64_t>(p + 32);
+  h.payload_checksum = (flags & 1) != 0;
+  h.element_size = static_cast<std::uint8_t>(flags >> 4);
 
   if (h.connections == 0 || h.connection >= h.connections) return DecodeError::bad_connection;
   if (h.payload_size != m.size() - kHeaderSize) return DecodeError::size_mismatch;
@@ -115,13 +119,18 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     if (h.payload_size % 8 != 0 || h.payload_size / 8 > kMaxAckEntries) {
       return DecodeError::size_mismatch;
     }
-    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > kAckEndOfStream) {
+    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > kAckEndOfStream || flags != 0) {
       return DecodeError::bad_type;
     }
     out = h;
     return DecodeError::ok;
   }
   if (h.raw_size > max_raw) return DecodeError::oversized;
+  if ((h.codec == Codec::bslz4) != (h.element_size != 0)) return DecodeError::bad_codec;
+  if (h.codec == Codec::bslz4 &&
+      (!valid_element_size(h.element_size) || h.raw_size % h.element_size != 0)) {
+    return DecodeError::bad_codec;
+  }
   if (h.codec == Codec::none) {
     if (h.payload_size != h.raw_size) return DecodeError::size_mismatch;
   } else if (h.payload_size == 0 || h.payload_size > max_encoded_size(h.raw_size)) {

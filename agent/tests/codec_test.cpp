@@ -28,21 +28,22 @@ std::vector<std::byte> roundtrip(Codec codec, const std::vector<std::byte>& raw,
   if (encoded) *encoded = r.size;
   Decompressor d(raw.size());
   std::vector<std::byte> out(raw.size());
-  EXPECT_TRUE(d.decompress(r.codec, {enc.data(), r.size}, out));
+  EXPECT_TRUE(d.decompress(r.codec, {enc.data(), r.size}, out, 2));
   return out;
 }
 
 TEST(Codec, NamesRoundTrip) {
-  for (Codec c : {Codec::none, Codec::lz4, Codec::shuffle_lz4}) {
+  for (Codec c : {Codec::none, Codec::lz4, Codec::shuffle_lz4, Codec::bslz4}) {
     EXPECT_EQ(parse_codec(codec_name(c)), c);
   }
   EXPECT_FALSE(parse_codec("zstd"));
-  EXPECT_FALSE(codec_known(3));
+  EXPECT_TRUE(codec_known(3));
+  EXPECT_FALSE(codec_known(4));
 }
 
 TEST(Codec, EveryCodecRoundTripsAProjection) {
   auto raw = projection(512 * 100 * 2);
-  for (Codec c : {Codec::none, Codec::lz4, Codec::shuffle_lz4}) {
+  for (Codec c : {Codec::none, Codec::lz4, Codec::shuffle_lz4, Codec::bslz4}) {
     Codec used;
     std::size_t size;
     EXPECT_EQ(roundtrip(c, raw, &used, &size), raw) << codec_name(c);

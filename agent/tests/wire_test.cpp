@@ -99,9 +99,32 @@ TEST(Wire, RejectsOtherVersions) {
   auto m = frame(data_header(10, 10, Codec::none), 10);
   m[4] = std::byte{1};  // version 1 had no acknowledgements: refused, not misread
   EXPECT_EQ(decode_of(m), DecodeError::bad_version);
+  m[4] = std::byte{2};  // version 2 had no bslz4 nor payload checksums
+  EXPECT_EQ(decode_of(m), DecodeError::bad_version);
   auto flags = frame(data_header(10, 10, Codec::none), 10);
-  poke(flags, 7, 1);
+  poke(flags, 7, 2);
   EXPECT_EQ(decode_of(flags), DecodeError::bad_version) << "unknown flags";
+}
+
+TEST(Wire, FlagsCarryThePayloadChecksumAndTheElementSize) {
+  Header h = data_header(64, 40, Codec::bslz4);
+  h.element_size = 4;
+  h.payload_checksum = true;
+  auto m = frame(h, 40);
+  Header got;
+  ASSERT_EQ(decode(m, 1 << 20, got), DecodeError::ok);
+  EXPECT_EQ(got.element_size, 4);
+  EXPECT_TRUE(got.payload_checksum);
+  h.element_size = 0;  // bslz4 without its element size cannot be decoded
+  EXPECT_EQ(decode_of(frame(h, 40)), DecodeError::bad_codec);
+  h.element_size = 3;
+  EXPECT_EQ(decode_of(frame(h, 40)), DecodeError::bad_codec);
+  h.element_size = 8;  // 64 bytes are 8 samples of 8 bytes; 60 would not be
+  h.raw_size = 60;
+  EXPECT_EQ(decode_of(frame(h, 40)), DecodeError::bad_codec);
+  Header lz = data_header(64, 40, Codec::lz4);
+  lz.element_size = 2;  // only bslz4 has one
+  EXPECT_EQ(decode_of(frame(lz, 40)), DecodeError::bad_codec);
 }
 
 TEST(Wire, RejectsDamagedHeader) {

@@ -1,4 +1,4 @@
-// The numastream wire format, version 2 (docs/wire-format.md). One ZeroMQ message per frame:
+// The numastream wire format, version 3 (docs/wire-format.md). One ZeroMQ message per frame:
 // a 48-byte little-endian header followed by the payload. Decoding never trusts a field: every
 // size is checked against the message and the receiver's limits before any byte is read.
 #pragma once
@@ -14,7 +14,7 @@
 namespace numastream::wire {
 
 inline constexpr std::uint32_t kMagic = 0x5254534E;  // "NSTR" in little-endian byte order
-inline constexpr std::uint8_t kVersion = 2;
+inline constexpr std::uint8_t kVersion = 3;
 inline constexpr std::size_t kHeaderSize = 48;
 inline constexpr std::size_t kEndOfStreamPayload = 24;
 
@@ -38,7 +38,11 @@ struct Header {
   std::uint64_t sequence = 0;     // chunk number within the stream, from 0
   std::uint32_t raw_size = 0;     // bytes after decoding
   std::uint32_t payload_size = 0; // bytes after the header
-  std::uint64_t checksum = 0;     // XXH3-64 of the raw bytes
+  std::uint64_t checksum = 0;     // XXH3-64 of the raw bytes, or of the payload (below)
+  // The checksum covers the payload as sent, not the raw bytes: a frame that arrived compressed
+  // (from a detector or an HDF5 file) and travels without being decoded.
+  bool payload_checksum = false;
+  std::uint8_t element_size = 0;  // bslz4: bytes per sample (1, 2, 4, 8); 0 for other codecs
 };
 
 // Totals carried by an end-of-stream frame (one per connection).
