@@ -16,6 +16,8 @@ group=${1:-all}
 build=(
   build-essential cmake ninja-build pkg-config
   liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev nlohmann-json3-dev
+  # HDF5 files in and out (direct chunk I/O)
+  libhdf5-dev
   ca-certificates git
 )
 test=(
@@ -32,6 +34,8 @@ test=(
   python3 curl tar
   # the reference libraries the oracle tests use live in a virtualenv (hack/pyenv.sh)
   python3-venv
+  # h5dump, to read back the files the gateway writes; LZ4/bz2 filters for datasets we read as pixels
+  hdf5-tools hdf5-filter-plugin
 )
 case "$group" in
   build) packages=("${build[@]}") ;;

@@ -21,6 +21,10 @@ const std::map<std::string, std::string>& shortcuts() {
       {"--rate-gbps", "source.rate_gbps"},
       {"--source", "source.kind"},
       {"--source-path", "source.path"},
+      {"--source-dataset", "source.dataset"},
+      {"--dtype", "source.dtype"},
+      {"--sink-dataset", "sink.dataset"},
+      {"--verify", "verify"},
       {"--sink", "sink.kind"},
       {"--sink-path", "sink.path"},
       {"--sink-endpoint", "sink.endpoint"},
@@ -126,6 +130,7 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
     } else if (auto it = shortcuts().find(flag); it != shortcuts().end()) {
       // String-valued fields stay strings even when they look like numbers.
       static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "sink.kind",
+                                       "source.dataset", "source.dtype", "sink.dataset", "verify",
                                        "sink.path", "sink.endpoint", "placement.mode",
                                        "placement.nic", "metrics.listen", "sysfs_root"};
       bool is_string = false;

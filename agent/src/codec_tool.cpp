@@ -151,8 +151,8 @@ int run_synth_tool(const std::vector<std::string>& args) {
     }
   }
   if (out.empty()) throw ConfigError("--out", "is required");
-  if (p.width == 0 || p.chunk_bytes % (2 * p.width)) {
-    throw ConfigError("--chunk-bytes", "must be whole rows of --width 16-bit pixels");
+  if (p.width == 0 || p.chunk_bytes % 2) {
+    throw ConfigError("--chunk-bytes", "must be a whole number of 16-bit pixels (and --width positive)");
   }
   p.frames = static_cast<int>(frames);
   std::vector<std::byte> all(p.chunk_bytes * frames);

@@ -1,4 +1,5 @@
 #include "numastream/config.hpp"
+#include "numastream/dtype.hpp"
 
 #include <charconv>
 #include <fstream>
@@ -121,7 +122,7 @@ void parse_codec_field(Fields& f, Config& c) {
   auto codec = parse_codec(name);
   if (!codec) {
     throw ConfigError(f.path(v->is_string() ? "codec" : "codec.name"),
-                      "must be one of lz4, shuffle-lz4, none (got \"" + name + "\")");
+                      "must be one of lz4, shuffle-lz4, bslz4, none (got \"" + name + "\")");
   }
   c.codec = *codec;
 }
@@ -130,8 +131,34 @@ void parse_source(Fields& f, Config& c) {
   const json* v = f.raw("source");
   if (!v) return;
   Fields sf(*v, f.path("source"));
-  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq"});
+  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5"});
   c.source.rate_gbps = sf.number("rate_gbps", 0, 0, 1e6);
+  if (kind == "hdf5") {
+    c.source.kind = SourceConfig::Kind::hdf5;
+    c.source.path = sf.required_string("path");
+    c.source.dataset = sf.string("dataset", c.source.dataset);
+    if (c.source.dataset.empty() || c.source.dataset.front() != '/') {
+      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
+    }
+    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"dtype", "shape"}) sf.forbid(k, "the HDF5 dataset says it");
+    sf.forbid("endpoint", "only used by the zmq source");
+    sf.finish();
+    return;
+  }
+  sf.forbid("dataset", "only used by the hdf5 source");
+  c.source.dtype = sf.string("dtype", c.source.dtype);
+  if (!dtype_known(c.source.dtype)) {
+    throw ConfigError(sf.path("dtype"), "must be one of uint8, uint16, uint32, uint64, int8, int16, int32, int64, "
+                                        "float32, float64 (got \"" + c.source.dtype + "\")");
+  }
+  if (const json* sh = sf.raw("shape")) {
+    if (!sh->is_array() || sh->size() != 2 || !(*sh)[0].is_number_unsigned() || !(*sh)[1].is_number_unsigned() ||
+        (*sh)[0].get<std::uint64_t>() == 0 || (*sh)[1].get<std::uint64_t>() == 0) {
+      throw ConfigError(sf.path("shape"), "must be [rows, cols], both positive");
+    }
+    c.source.shape = {(*sh)[0].get<std::uint64_t>(), (*sh)[1].get<std::uint64_t>()};
+  }
   if (kind == "synthetic") {
     c.source.kind = SourceConfig::Kind::synthetic;
     c.source.chunks = static_cast<std::uint64_t>(sf.integer("chunks", 0, 0, 1LL << 48));
@@ -158,9 +185,17 @@ void parse_sink(Fields& f, Config& c) {
   const json* v = f.raw("sink");
   if (!v) return;
   Fields sf(*v, f.path("sink"));
-  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq"});
+  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5"});
+  if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind == "null") {
     c.sink.kind = SinkConfig::Kind::null;
+  } else if (kind == "hdf5") {
+    c.sink.kind = SinkConfig::Kind::hdf5;
+    c.sink.path = sf.required_string("path");
+    c.sink.dataset = sf.string("dataset", c.sink.dataset);
+    if (c.sink.dataset.empty() || c.sink.dataset.front() != '/') {
+      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.sink.dataset + "\")");
+    }
   } else if (kind == "file") {
     c.sink.kind = SinkConfig::Kind::file;
     c.sink.path = sf.required_string("path");
@@ -316,7 +351,7 @@ Config parse_config(const json& doc, Role role) {
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);
-    for (const char* k : {"sink", "streams", "reorder_window", "relay"}) f.forbid(k, "only used by receive");
+    for (const char* k : {"sink", "streams", "reorder_window", "relay", "verify"}) f.forbid(k, "only used by receive");
   } else {
     c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
     if (const json* r = f.raw("relay")) {
@@ -324,6 +359,8 @@ Config parse_config(const json& doc, Role role) {
       c.relay = r->get<bool>();
     }
     c.reorder_window = static_cast<int>(f.integer("reorder_window", c.reorder_window, 1, 4096));
+    c.verify = f.choice("verify", "checksum", {"checksum", "decode"}) == "decode" ? Config::Verify::decode
+                                                                                  : Config::Verify::checksum;
     parse_sink(f, c);
     for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
     if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
@@ -339,6 +376,15 @@ Config parse_config(const json& doc, Role role) {
   } else {
     check_stage_threads(c, "receive", c.connections, "one receiving thread per connection");
     check_stage_threads(c, "sink", 1, "the sink is one thread");
+  }
+  if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
+      c.chunk_bytes % dtype_size(c.source.dtype)) {
+    throw ConfigError("chunk_bytes", "must be a whole number of " + c.source.dtype + " samples for codec bslz4");
+  }
+  if (send && !c.source.shape.empty() &&
+      c.source.shape[0] * c.source.shape[1] * dtype_size(c.source.dtype) != c.chunk_bytes) {
+    throw ConfigError("source.shape", "rows x cols x " + std::to_string(dtype_size(c.source.dtype)) +
+                                          " bytes must be chunk_bytes (" + std::to_string(c.chunk_bytes) + ")");
   }
   if (c.codec == Codec::shuffle_lz4 && c.chunk_bytes % 2) {
     throw ConfigError("chunk_bytes", "must be even for codec shuffle-lz4 (16-bit samples)");

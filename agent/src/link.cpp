@@ -118,7 +118,20 @@ void AckedLink::announce(std::uint32_t stream) {
   auto bytes = wire::encode_ack(wire::FrameType::resume, stream, opts_.connection, opts_.connections,
                                 floor, 0, above);
   zmq::Message m = zmq::Message::of(bytes);
-  if (need_resend_ || !write(m)) pump(0);  // a reconnect announces every stream again
+  if (need_resend_ || !write(m) || !write_metadata(stream)) pump(0);  // a reconnect announces every stream again
+}
+
+void AckedLink::set_metadata(std::uint32_t stream, std::string text) {
+  metadata_[stream] = std::move(text);
+  // Already announced (a relay learns it after the resume): it goes out now, and after every resume.
+  if (announced_.count(stream) && !need_resend_ && !write_metadata(stream)) pump(0);
+}
+
+bool AckedLink::write_metadata(std::uint32_t stream) {
+  auto it = metadata_.find(stream);
+  if (it == metadata_.end()) return true;
+  zmq::Message m = zmq::Message::of(wire::encode_metadata(stream, opts_.connection, opts_.connections, it->second));
+  return write(m);
 }
 
 void AckedLink::wait_welcome(double timeout_s) {
@@ -265,7 +278,7 @@ void AckedLink::resend_all() {
       auto [floor, above] = ledger_->snapshot(stream);
       zmq::Message m = zmq::Message::of(wire::encode_ack(wire::FrameType::resume, stream, opts_.connection,
                                                          opts_.connections, floor, 0, above));
-      if (!write(m)) {
+      if (!write(m) || !write_metadata(stream)) {
         dropped = true;
         break;
       }

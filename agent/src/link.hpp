@@ -68,8 +68,10 @@ class AckedLink {
 
   // Waits for the connection (connect_timeout_s). Throws naming the endpoint.
   void connect();
-  // Sends a resume frame for `stream` (from the ledger), now and after every reconnect.
+  // Sends a resume frame for `stream` (from the ledger), now and after every reconnect, each
+  // followed by the stream's metadata frame when set_metadata gave one.
   void announce(std::uint32_t stream);
+  void set_metadata(std::uint32_t stream, std::string text);
   // Waits until the receiver answered with an acknowledgement (its state) or throws.
   void wait_welcome(double timeout_s);
   // Blocks, serving acknowledgements, until the window has room.
@@ -110,6 +112,8 @@ class AckedLink {
   std::map<Key, zmq::Message> unacked_;
   std::size_t unacked_data_ = 0;
   std::set<std::uint32_t> announced_;
+  std::map<std::uint32_t, std::string> metadata_;
+  bool write_metadata(std::uint32_t stream);
   int seen_disconnects_ = 0;
   bool need_resend_ = false;
   bool welcomed_ = false;

@@ -27,7 +27,9 @@
 #include "numastream/wire.hpp"
 #include "link.hpp"
 #include "runtime.hpp"
+#include "hdf5_sink.hpp"
 #include "sink.hpp"
+#include "numastream/bitshuffle.hpp"
 
 namespace numastream {
 namespace {
@@ -78,6 +80,15 @@ class Receiver {
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
   std::unique_ptr<BoundedQueue<Taken>> sink_q_;
   std::unique_ptr<FileSink> file_sink_;
+  std::unique_ptr<Hdf5Sink> hdf5_sink_;
+  // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
+  std::mutex meta_mu_;
+  std::map<std::uint32_t, std::string> meta_;
+  std::string metadata_of(std::uint32_t stream) {
+    std::lock_guard lock(meta_mu_);
+    auto it = meta_.find(stream);
+    return it == meta_.end() ? std::string() : it->second;
+  }
   std::unique_ptr<zmq::Context> ctx_;
   std::optional<CurveSetup> curve_;
   std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
@@ -278,6 +289,17 @@ void Receiver::receive_thread(int index) {
         continue;
       }
       streams[h.stream_id] = peer.share();
+      if (h.type == wire::FrameType::metadata) {
+        {
+          std::lock_guard lock(meta_mu_);
+          meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
+        }
+        if (cfg_.relay) {
+          Inbound in{std::move(msg), index};  // the relay passes it on downstream
+          if (!wire_q_->push(in)) break;
+        }
+        continue;
+      }
       if (h.type == wire::FrameType::end_of_stream) {
         tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
         // A relay acknowledges the end once the decompressing side acknowledged its own.
@@ -317,6 +339,10 @@ void Receiver::decompress_thread(int index) {
   BufferPool& pool = raw_pools_->for_node(node);
   Decompressor dec(cfg_.chunk_bytes);
   const bool forward = cfg_.sink.kind != SinkConfig::Kind::null;
+  // The HDF5 sink stores bslz4 frames as they arrived: they are checked, not decoded, unless
+  // their checksum is over the raw bytes or verify is decode.
+  const bool keep_bslz4 = cfg_.sink.kind == SinkConfig::Kind::hdf5;
+  std::vector<std::byte> scratch;
   while (true) {
     std::optional<Inbound> in;
     {
@@ -338,9 +364,27 @@ void Receiver::decompress_thread(int index) {
       // The receiving thread validated the header; decode again to read it.
       auto frame = in->msg.bytes();
       wire::decode(frame, cfg_.chunk_bytes, h);
-      std::span<std::byte> raw(out->data + wire::kHeaderSize, h.raw_size);
-      bool ok = dec.decompress(h.codec, frame.subspan(wire::kHeaderSize), raw) &&
-                wire::checksum(raw) == h.checksum;
+      auto payload = frame.subspan(wire::kHeaderSize);
+      const bool keep = keep_bslz4 && h.codec == Codec::bslz4;
+      bool ok = true;
+      if (h.payload_checksum) {
+        // Arrived compressed: the checksum covers the bytes as sent, the framing its sizes.
+        ok = wire::checksum(payload) == h.checksum &&
+             (h.codec != Codec::bslz4 || bslz4::check_framing(payload, h.element_size, h.raw_size)) &&
+             (h.codec != Codec::none || payload.size() == h.raw_size);
+      }
+      if (keep) {
+        if (ok && (!h.payload_checksum || cfg_.verify == Config::Verify::decode)) {
+          scratch.resize(h.raw_size);
+          ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
+               (h.payload_checksum || wire::checksum(scratch) == h.checksum);
+        }
+        if (ok) std::memcpy(out->data + wire::kHeaderSize, payload.data(), payload.size());
+      } else {
+        std::span<std::byte> raw(out->data + wire::kHeaderSize, h.raw_size);
+        ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
+             (h.payload_checksum || wire::checksum(raw) == h.checksum);
+      }
       st.bytes_in += frame.size();
       in.reset();  // frees ZeroMQ's message
       verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
@@ -369,13 +413,19 @@ void Receiver::decompress_thread(int index) {
       if (taken) acknowledge(via, h.stream_id, h.sequence);
       continue;
     }
-    // Re-frame as a raw chunk for the sink (the zmq sink forwards it as is).
-    h.codec = Codec::none;
-    h.payload_size = h.raw_size;
+    // Re-frame for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
+    // the HDF5 sink stores.
+    if (!(keep_bslz4 && h.codec == Codec::bslz4)) {
+      h.codec = Codec::none;
+      h.element_size = 0;
+      h.payload_size = h.raw_size;
+      if (h.payload_checksum) h.checksum = wire::checksum({out->data + wire::kHeaderSize, h.raw_size});
+      h.payload_checksum = false;
+    }
     h.connection = 0;
     h.connections = 1;
     wire::encode_header(h, out->data);
-    out->size = wire::kHeaderSize + h.raw_size;
+    out->size = wire::kHeaderSize + h.payload_size;
     Taken t{out, via};
     bool pushed;
     {
@@ -529,6 +579,12 @@ void Receiver::relay_thread() {
         link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
         continue;
       }
+      if (h.type == wire::FrameType::metadata) {
+        auto b = in->msg.bytes();
+        link.set_metadata(h.stream_id, std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize,
+                                                   h.payload_size));
+        continue;
+      }
       if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) != StreamTracker::Verdict::delivered) {
         // A duplicate: not forwarded; acknowledged at once if downstream has it already.
         if (relay_ledger_->contains(h.stream_id, h.sequence)) {
@@ -580,12 +636,16 @@ void Receiver::sink_thread() {
       std::size_t raw = t->buffer->size - wire::kHeaderSize;
       {
         ScopedTimer busy(st.busy_ns);
-        file_sink_->put(*t, h);
+        if (hdf5_sink_) {
+          hdf5_sink_->put(*t, h);
+        } else {
+          file_sink_->put(*t, h);
+        }
       }
       st.chunks++;
       st.bytes_out += raw;
     }
-    if (!rt_.aborted()) file_sink_->drain();
+    if (!rt_.aborted() && file_sink_) file_sink_->drain();
   } catch (const std::exception& e) {
     rt_.fail(e.what());
     // Drain so that decompressors blocked on the sink queue can finish.
@@ -662,7 +722,7 @@ std::string Receiver::metrics_text() {
 
 RunResult Receiver::run(const RunHooks& hooks) {
   curve_ = load_curve(cfg_.security);
-  if (cfg_.sink.kind == SinkConfig::Kind::file) {
+  if (cfg_.sink.kind == SinkConfig::Kind::file || cfg_.sink.kind == SinkConfig::Kind::hdf5) {
     // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
     // its senders until their reconnect timeout.
     std::string dir = cfg_.sink.path.substr(0, cfg_.sink.path.find_last_of('/') + 1);
@@ -688,8 +748,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
   const std::size_t slack = static_cast<std::size_t>(decompressors + cfg_.queue_depth);
   const std::size_t raw_shared =
       has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + reorder_window_ + slack : 0;
+  // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
+  const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
+                                                                          : cfg_.chunk_bytes;
   raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_shared, 1,
-                                           wire::kHeaderSize + cfg_.chunk_bytes);
+                                           wire::kHeaderSize + sink_chunk);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
@@ -699,6 +762,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
     file_sink_ = std::make_unique<FileSink>(
         cfg_, tracker_, in_flight_, reorder_window_, slack,
         [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); });
+  }
+  if (cfg_.sink.kind == SinkConfig::Kind::hdf5) {
+    hdf5_sink_ = std::make_unique<Hdf5Sink>(
+        cfg_, tracker_, [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); },
+        [this](std::uint32_t stream) { return metadata_of(stream); });
   }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   if (curve_) {
@@ -761,9 +829,9 @@ RunResult Receiver::run(const RunHooks& hooks) {
     // The receiving threads send the last acknowledgements, then end.
     processing_done_ = true;
   }
-  if (file_sink_) {
+  if (file_sink_ || hdf5_sink_) {
     try {
-      incomplete_files_ = file_sink_->finish();
+      incomplete_files_ = file_sink_ ? file_sink_->finish() : hdf5_sink_->finish();
     } catch (const std::exception& e) {
       rt_.fail(e.what());
     }

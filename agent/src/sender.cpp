@@ -16,6 +16,7 @@
 
 #include "numastream/buffer_pool.hpp"
 #include "numastream/codec.hpp"
+#include "numastream/hdf5_io.hpp"
 #include "numastream/http.hpp"
 #include "numastream/state.hpp"
 #include "numastream/pipeline.hpp"
@@ -35,7 +36,11 @@ using Clock = std::chrono::steady_clock;
 struct RawChunk {
   std::uint64_t seq = 0;
   int frame = 0;              // synthetic: which projection
-  Buffer* buffer = nullptr;   // file: the bytes read
+  Buffer* buffer = nullptr;   // file, zmq, hdf5: the bytes read
+  // The bytes arrived compressed (an HDF5 chunk stored with bslz4): sent as they are, their
+  // checksum over those bytes; `raw_size` is what they decode to.
+  Codec stored = Codec::none;
+  std::size_t raw_size = 0;
 };
 
 // The file source: one file or a directory of regular files (sorted by name), cut into chunks.
@@ -117,7 +122,7 @@ class Sender {
   // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
   // ending it short.
   bool source_has_end() const {
-    return cfg_.source.kind == SourceConfig::Kind::file ||
+    return cfg_.source.kind == SourceConfig::Kind::file || cfg_.source.kind == SourceConfig::Kind::hdf5 ||
            (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0);
   }
   // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
@@ -138,6 +143,9 @@ class Sender {
   std::vector<std::pair<int, std::vector<Buffer*>>> frames_;  // node -> frames
   std::unique_ptr<BufferPool> raw_pool_;     // file source reads
   std::unique_ptr<FileReader> reader_;
+  std::unique_ptr<hdf5::Reader> h5_;
+  std::size_t element_size_ = 2;  // bytes per sample (bslz4)
+  std::string metadata_;          // the stream's metadata frame: pixel type and frame shape
   std::unique_ptr<NodePools> wire_pools_;
   std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
   std::unique_ptr<OrderedQueue<Buffer*>> wire_q_;
@@ -202,14 +210,46 @@ void Sender::prepare_source() {
       first = &frames_.front().second;
     }
   } else {
+    std::size_t capacity = cfg_.chunk_bytes;
     if (cfg_.source.kind == SourceConfig::Kind::file) {
       reader_ = std::make_unique<FileReader>(cfg_.source.path);
+    } else if (cfg_.source.kind == SourceConfig::Kind::hdf5) {
+      try {
+        h5_ = std::make_unique<hdf5::Reader>(cfg_.source.path, cfg_.source.dataset);
+      } catch (const std::exception& e) {
+        throw ConfigError("source.path", e.what());
+      }
+      if (h5_->shape().frame_bytes() > cfg_.chunk_bytes) {
+        throw ConfigError("chunk_bytes", "a frame of " + cfg_.source.path + ":" + cfg_.source.dataset + " has " +
+                                             std::to_string(h5_->shape().frame_bytes()) + " bytes, more than chunk_bytes (" +
+                                             std::to_string(cfg_.chunk_bytes) + ")");
+      }
+      capacity = std::max(capacity, h5_->max_read_bytes());
+      log_line("source " + cfg_.source.path + ":" + cfg_.source.dataset + ": " + h5_->layout());
     }
     int node = rt_.placement.stage("source").front().numa_node;
     raw_pool_ = std::make_unique<BufferPool>(
-        "raw", static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1),
-        cfg_.chunk_bytes, node);
+        "raw", static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1), capacity, node);
   }
+  // What the chunks are, for a sink that stores frames: HDF5 says; else the configuration, and
+  // synthetic projections are rows of 2560 pixels.
+  hdf5::FrameShape shape;
+  if (h5_) {
+    shape = h5_->shape();
+  } else {
+    shape.dtype = cfg_.source.dtype;
+    const std::size_t elem = dtype_size(shape.dtype);
+    const std::size_t row = SynthParams{}.width * elem;
+    if (!cfg_.source.shape.empty()) {
+      shape.dims = cfg_.source.shape;
+    } else if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.chunk_bytes % row == 0) {
+      shape.dims = {cfg_.chunk_bytes / row, SynthParams{}.width};
+    } else {
+      shape.dims = {cfg_.chunk_bytes / elem};
+    }
+  }
+  element_size_ = dtype_size(shape.dtype);
+  metadata_ = nlohmann::json{{"dtype", shape.dtype}, {"shape", shape.dims}}.dump();
 }
 
 void Sender::source_thread() {
@@ -244,6 +284,7 @@ void Sender::source_thread() {
           seq >= cfg_.source.chunks) {
         break;
       }
+      if (h5_ && seq >= h5_->frames()) break;
       RawChunk c;
       c.seq = seq;
       std::size_t size = cfg_.chunk_bytes;
@@ -256,6 +297,8 @@ void Sender::source_thread() {
           size = reader_->read(scratch->data, scratch->capacity);
           raw_pool_->release(scratch);
           if (size == 0) break;
+        } else if (h5_) {
+          size = h5_->shape().frame_bytes();
         }
         wire_q_->skip(seq);
         ++seq;
@@ -292,6 +335,13 @@ void Sender::source_thread() {
         if (reader_) {
           ScopedTimer busy(st.busy_ns);
           size = reader_->read(c.buffer->data, c.buffer->capacity);
+        } else if (h5_) {
+          ScopedTimer busy(st.busy_ns);
+          size = h5_->read_frame(seq, {c.buffer->data, c.buffer->capacity});
+          if (h5_->stored() == hdf5::Stored::bslz4) {
+            c.stored = Codec::bslz4;
+            c.raw_size = h5_->shape().frame_bytes();
+          }
         } else if (!receive_chunk(*upstream, *c.buffer, size, st)) {
           size = 0;
         }
@@ -313,7 +363,7 @@ void Sender::source_thread() {
       ++seq;
       st.chunks++;
       st.bytes_out += size;
-      produced_bytes_ += size;
+      produced_bytes_ += c.stored != Codec::none ? c.raw_size : size;
       produced_chunks_ = seq;
       if (!cfg_.pin) rt_.observe_cpu(slot);
     }
@@ -356,7 +406,7 @@ void Sender::compress_thread(int index) {
   rt_.pin_current(slot);
   const int node = rt_.placement.threads[slot].numa_node;
   StageStats& st = rt_.stats("compress");
-  Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes);
+  Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
   BufferPool& pool = wire_pools_->for_node(node);
   const std::vector<Buffer*>* frames = nullptr;
   for (auto& [n, set] : frames_) {
@@ -382,7 +432,24 @@ void Sender::compress_thread(int index) {
         c->buffer ? std::span<const std::byte>(c->buffer->data, c->buffer->size)
                   : std::span<const std::byte>((*frames)[static_cast<std::size_t>(c->frame)]->data,
                                                cfg_.chunk_bytes);
-    {
+    if (c->stored != Codec::none) {
+      // Arrived compressed: sent as stored, never decoded here; the checksum covers these bytes.
+      ScopedTimer busy(st.busy_ns);
+      wire::Header h;
+      h.type = wire::FrameType::data;
+      h.codec = c->stored;
+      h.element_size = static_cast<std::uint8_t>(element_size_);
+      h.payload_checksum = true;
+      h.stream_id = cfg_.stream_id;
+      h.sequence = c->seq;
+      h.raw_size = static_cast<std::uint32_t>(c->raw_size);
+      h.payload_size = static_cast<std::uint32_t>(raw.size());
+      h.checksum = wire::checksum(raw);
+      h.connections = static_cast<std::uint16_t>(cfg_.connections);
+      wire::encode_header(h, out->data);
+      std::memcpy(out->data + wire::kHeaderSize, raw.data(), raw.size());
+      out->size = wire::kHeaderSize + raw.size();
+    } else {
       ScopedTimer busy(st.busy_ns);
       wire::Header h;
       h.type = wire::FrameType::data;
@@ -392,6 +459,7 @@ void Sender::compress_thread(int index) {
       h.checksum = wire::checksum(raw);
       auto res = comp.compress(raw, {out->data + wire::kHeaderSize, out->capacity - wire::kHeaderSize});
       h.codec = res.codec;
+      h.element_size = res.codec == Codec::bslz4 ? static_cast<std::uint8_t>(element_size_) : 0;
       h.payload_size = static_cast<std::uint32_t>(res.size);
       // connection / connections are stamped by the sending thread.
       h.connections = static_cast<std::uint16_t>(cfg_.connections);
@@ -399,7 +467,7 @@ void Sender::compress_thread(int index) {
       out->size = wire::kHeaderSize + res.size;
     }
     st.chunks++;
-    st.bytes_in += raw.size();
+    st.bytes_in += c->stored != Codec::none ? c->raw_size : raw.size();
     st.bytes_out += out->size;
     if (c->buffer) raw_pool_->release(c->buffer);
     if (!cfg_.pin) rt_.observe_cpu(slot);
@@ -447,6 +515,7 @@ void Sender::send_thread(int index) {
       }
     } count{link, *this};
     link.connect();
+    link.set_metadata(cfg_.stream_id, metadata_);
     link.announce(cfg_.stream_id);
     link.wait_welcome(cfg_.connect_timeout_s);
     {

@@ -89,7 +89,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   if ((flags & 0x0e) != 0 || get<std::uint32_t>(p + 44) != 0) return DecodeError::bad_version;
   std::uint8_t type = get<std::uint8_t>(p + 5);
   if (type < static_cast<std::uint8_t>(FrameType::data) ||
-      type > static_cast<std::uint8_t>(FrameType::resume)) {
+      type > static_cast<std::uint8_t>(FrameType::metadata)) {
     return DecodeError::bad_type;
   }
   std::uint8_t codec = get<std::uint8_t>(p + 6);
@@ -125,6 +125,15 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     out = h;
     return DecodeError::ok;
   }
+  if (h.type == FrameType::metadata) {
+    if (h.payload_size > kMaxMetadata || h.raw_size != h.payload_size || h.codec != Codec::none ||
+        flags != 0) {
+      return DecodeError::size_mismatch;
+    }
+    if (checksum(m.subspan(kHeaderSize)) != h.checksum) return DecodeError::bad_header_check;
+    out = h;
+    return DecodeError::ok;
+  }
   if (h.raw_size > max_raw) return DecodeError::oversized;
   if ((h.codec == Codec::bslz4) != (h.element_size != 0)) return DecodeError::bad_codec;
   if (h.codec == Codec::bslz4 &&
@@ -156,6 +165,23 @@ std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uin
   h.payload_size = static_cast<std::uint32_t>(8 * n);
   encode_header(h, out.data());
   for (std::size_t i = 0; i < n; ++i) put<std::uint64_t>(out.data() + kHeaderSize + 8 * i, seqs[i]);
+  return out;
+}
+
+std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                       std::string_view text) {
+  const std::size_t n = std::min(text.size(), kMaxMetadata);
+  std::vector<std::byte> out(kHeaderSize + n);
+  if (n) std::memcpy(out.data() + kHeaderSize, text.data(), n);
+  Header h;
+  h.type = FrameType::metadata;
+  h.stream_id = stream;
+  h.connection = connection;
+  h.connections = connections;
+  h.raw_size = static_cast<std::uint32_t>(n);
+  h.payload_size = static_cast<std::uint32_t>(n);
+  h.checksum = checksum({out.data() + kHeaderSize, n});
+  encode_header(h, out.data());
   return out;
 }
 

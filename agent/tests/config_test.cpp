@@ -90,7 +90,20 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("placement.stages.send.threads", 3), Role::send,
                  "placement.stages.send.threads");
   expect_refused(with("placement.mode", "pinned"), Role::send, "placement.mode");
-  expect_refused(with("source.kind", "hdf5"), Role::send, "source.kind");
+  expect_refused(with("source.kind", "tiff"), Role::send, "source.kind");
+  expect_refused(with("source.kind", "hdf5"), Role::send, "source.path");
+  expect_refused(with("source", json{{"kind", "hdf5"}, {"path", "/d/scan.h5"}, {"dataset", "exchange/data"}}),
+                 Role::send, "source.dataset");
+  expect_refused(with("source", json{{"kind", "hdf5"}, {"path", "/d/scan.h5"}, {"dtype", "uint8"}}), Role::send,
+                 "source.dtype");
+  expect_refused(with("source.dtype", "uint12"), Role::send, "source.dtype");
+  expect_refused(with("source.shape", json::array({100, 100})), Role::send, "source.shape");
+  expect_refused(with("source.shape", json::array({100})), Role::send, "source.shape");
+  expect_refused(with("source.dataset", "/exchange/data"), Role::send, "source.dataset");
+  expect_refused(with("sink.kind", "hdf5"), Role::receive, "sink.path");
+  expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"dataset", "/x"}}), Role::receive, "sink.dataset");
+  expect_refused(with("verify", "sometimes"), Role::receive, "verify");
+  expect_refused(with("verify", "decode"), Role::send, "verify");
   expect_refused(with("source.kind", "file"), Role::send, "source.path");
   expect_refused(with("sink.kind", "null"), Role::send, "sink");
   expect_refused(with("sink.kind", "zmq"), Role::receive, "sink.endpoint");

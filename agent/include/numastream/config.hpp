@@ -25,7 +25,7 @@ struct StageConfig {
 };
 
 struct SourceConfig {
-  enum class Kind { synthetic, file, zmq } kind = Kind::synthetic;
+  enum class Kind { synthetic, file, zmq, hdf5 } kind = Kind::synthetic;
   std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
   std::uint64_t seed = 1;
   int frames = 4;            // synthetic: distinct projections, cycled
@@ -33,11 +33,17 @@ struct SourceConfig {
   std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
                              // empty message ends the stream
   double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
+  std::string dataset = "/exchange/data";  // hdf5: the dataset of frames (DXchange's by default)
+  // The pixels of a chunk (synthetic, file, zmq; an HDF5 dataset says its own): bslz4 shuffles
+  // by their size, an HDF5 sink stores them as that type.
+  std::string dtype = "uint16";
+  std::vector<std::uint64_t> shape;  // rows, cols of a chunk; empty: rows of 2560 (synthetic) or 1-D
 };
 
 struct SinkConfig {
-  enum class Kind { null, file, zmq } kind = Kind::null;
-  std::string path;      // file: output path; "{stream}" is replaced by the stream id
+  enum class Kind { null, file, zmq, hdf5 } kind = Kind::null;
+  std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
+  std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to
 };
 
@@ -76,6 +82,10 @@ struct Config {
   std::string sysfs_root = "/sys";
   std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)
   SecurityConfig security;
+  // receive: checksum (frames that arrived compressed are checked by their checksum over the wire
+  // bytes and their framing; the others are decoded, as they must be to check a checksum of the
+  // raw bytes) or decode (every frame decoded as well).
+  enum class Verify { checksum, decode } verify = Verify::checksum;
   bool relay = false;            // receive: forward frames undecoded to sink.endpoint (the
                                  // NIC-local receiving container of a gateway pod)
   double connect_timeout_s = 30;

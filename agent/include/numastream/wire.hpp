@@ -21,7 +21,10 @@ inline constexpr std::size_t kEndOfStreamPayload = 24;
 // data and end_of_stream flow from sender to receiver; resume opens every connection (sender to
 // receiver: what the stream already had acknowledged); ack flows back (receiver to sender: what
 // the sink has taken).
-enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4 };
+// metadata follows every resume frame of a stream (sender to receiver): what its chunks are
+// (pixel type, frame shape) as a small JSON object, for sinks that store frames as frames.
+enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4, metadata = 5 };
+inline constexpr std::size_t kMaxMetadata = 65536;
 
 // Ack and resume frames: header.sequence is a floor (every sequence below it is acknowledged)
 // and the payload lists acknowledged sequences at or above the floor, u64 each, at most this many.
@@ -76,6 +79,9 @@ DecodeError decode(std::span<const std::byte> message, std::size_t max_raw, Head
 std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
                                   std::uint16_t connections, std::uint64_t floor,
                                   std::uint32_t flags, std::span<const std::uint64_t> seqs);
+// A metadata frame: `text` (at most kMaxMetadata bytes), checksummed.
+std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                       std::string_view text);
 // The sequences listed by an ack or resume frame that decode() accepted.
 std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> message);
 // Reads the end-of-stream payload of a message that decode() accepted as end_of_stream.

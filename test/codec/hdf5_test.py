@@ -1,0 +1,132 @@
+"""HDF5 in and out through real agents on loopback, read back by h5py + hdf5plugin and by h5dump.
+
+Run: NUMASTREAM_AGENT=bin/numastream-agent $(hack/pyenv.sh) -m unittest -v test/codec/hdf5_test.py
+"""
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import unittest
+
+import h5py
+import hdf5plugin
+import numpy as np
+
+AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stream(tmp, send_args, receive_args, chunk_bytes):
+    """One sender into one receiver; returns both summaries."""
+    port = free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    common = ["--endpoint", endpoint, "--chunk-bytes", str(chunk_bytes)]
+    rx = subprocess.Popen([AGENT, "receive", *common, *receive_args],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tx = subprocess.run([AGENT, "send", *common, *send_args], capture_output=True, text=True, timeout=120)
+    rx_out, rx_err = rx.communicate(timeout=120)
+    log = tx.stderr + rx_err
+    # The run's summary is the last line each agent prints.
+    sent = json.loads(tx.stdout.strip().splitlines()[-1]) if tx.stdout.strip() else {}
+    received = json.loads(rx_out.strip().splitlines()[-1]) if rx_out.strip() else {}
+    return tx.returncode, rx.returncode, sent, received, log
+
+
+class Hdf5ThroughThePipeline(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", self.tmp])
+
+    def assertDelivered(self, result, frames):
+        tx_rc, rx_rc, sent, received, log = result
+        self.assertEqual((tx_rc, rx_rc), (0, 0), log)
+        self.assertEqual(received["chunks"], frames, log)
+        self.assertEqual((received["lost"], received["corrupt"], received["complete"]), (0, 0, True), log)
+        self.assertEqual(received["incomplete_files"], [], log)
+        return sent, received
+
+    def test_synthetic_bslz4_frames_land_in_an_hdf5_file_others_read(self):
+        chunk = 2 * 256 * 512
+        result = stream(self.tmp, ["--codec", "bslz4", "--chunks", "12", "--set", "source.shape=[256,512]"],
+                        ["--sink", "hdf5", "--sink-path", f"{self.tmp}/scan-{{stream}}.h5"], chunk)
+        self.assertDelivered(result, 12)
+        subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(chunk), "--frames", "4"],
+                       check=True)
+        src = np.fromfile(f"{self.tmp}/src.raw", dtype="<u2").reshape(4, 256, 512)
+        with h5py.File(f"{self.tmp}/scan-0.h5", "r") as f:
+            d = f["/exchange/data"]
+            self.assertEqual((d.shape, d.dtype, d.chunks), ((12, 256, 512), np.dtype("<u2"), (1, 256, 512)))
+            self.assertIn("32008", d._filters, "declared with the bitshuffle filter")
+            for i in range(12):
+                np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
+        self.assertFalse(os.path.exists(f"{self.tmp}/scan-0.h5.part"))
+        # h5dump (Debian's hdf5-tools) with the bitshuffle filter plugin from hdf5plugin.
+        env = dict(os.environ, HDF5_PLUGIN_PATH=hdf5plugin.PLUGIN_PATH)
+        out = subprocess.run(["h5dump", "-d", "/exchange/data", "-s", "5,7,0", "-c", "1,1,6", "-w", "0",
+                              f"{self.tmp}/scan-0.h5"], capture_output=True, text=True, env=env, check=True).stdout
+        line = [l for l in out.splitlines() if l.strip().startswith("(5,7,0):")][0]
+        values = [int(v) for v in line.split(":", 1)[1].replace(",", " ").split()]
+        self.assertEqual(values, src[5 % 4][7][:6].tolist())
+
+    def test_bslz4_hdf5_file_passes_through_without_recompression(self):
+        rng = np.random.default_rng(3)
+        frames = rng.poisson(30, size=(9, 128, 300)).astype("<u2")
+        src = f"{self.tmp}/tomo.h5"
+        with h5py.File(src, "w") as f:
+            # A block size the agent never chooses (1024 elements, not 4096): a frame decoded and
+            # encoded again on the way would come out with other bytes.
+            f.create_dataset("/exchange/data", data=frames, chunks=(1, 128, 300),
+                             **hdf5plugin.Bitshuffle(nelems=1024, cname="lz4"))
+        result = stream(self.tmp, ["--source", "hdf5", "--source-path", src, "--codec", "bslz4"],
+                        ["--sink", "hdf5", "--sink-path", f"{self.tmp}/out.h5"], 2 * 128 * 300)
+        sent, received = self.assertDelivered(result, 9)
+        with h5py.File(src, "r") as a, h5py.File(f"{self.tmp}/out.h5", "r") as b:
+            da, db = a["/exchange/data"], b["/exchange/data"]
+            self.assertEqual(db.shape, da.shape)
+            np.testing.assert_array_equal(db[...], frames)
+            for i in range(9):
+                ma, ca = da.id.read_direct_chunk((i, 0, 0))
+                mb, cb = db.id.read_direct_chunk((i, 0, 0))
+                self.assertEqual((mb, cb), (ma, ca), f"frame {i}: the stored chunk changed on the way")
+        self.assertEqual(sent["raw_bytes"], frames.nbytes)
+
+    def test_uncompressed_hdf5_source_is_compressed_once(self):
+        frames = (np.arange(6 * 64 * 80, dtype=np.uint32).reshape(6, 64, 80) % 1000).astype("<u4")
+        src = f"{self.tmp}/plain.h5"
+        with h5py.File(src, "w") as f:
+            f.create_dataset("/entry/data/data", data=frames)
+        result = stream(self.tmp, ["--source", "hdf5", "--source-path", src, "--source-dataset", "/entry/data/data",
+                                   "--codec", "bslz4"],
+                        ["--sink", "hdf5", "--sink-path", f"{self.tmp}/out.h5", "--sink-dataset", "/entry/data/data",
+                         "--verify", "decode"], 4 * 64 * 80)
+        self.assertDelivered(result, 6)
+        with h5py.File(f"{self.tmp}/out.h5", "r") as b:
+            d = b["/entry/data/data"]
+            self.assertEqual(d.dtype, np.dtype("<u4"))
+            np.testing.assert_array_equal(d[...], frames)
+
+    def test_a_dataset_that_is_not_frames_is_refused_naming_it(self):
+        src = f"{self.tmp}/bad.h5"
+        with h5py.File(src, "w") as f:
+            f.create_dataset("/exchange/data", data=np.zeros(10, dtype=np.uint16))
+        p = subprocess.run([AGENT, "send", "--endpoint", f"tcp://127.0.0.1:{free_port()}", "--source", "hdf5",
+                            "--source-path", src, "--connect-timeout", "1"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("bad.h5:/exchange/data", p.stderr)
+        self.assertIn("2 or 3 dimensions", p.stderr)
+        p = subprocess.run([AGENT, "send", "--endpoint", f"tcp://127.0.0.1:{free_port()}", "--source", "hdf5",
+                            "--source-path", src, "--source-dataset", "/nope"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("/nope", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
