@@ -92,6 +92,9 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 			return topology.Node{}, nil, err
 		}
 		t, err := topology.FromLabels(name, node.Labels)
+		if err == nil {
+			t, err = t.ForCodec(string(sp.Spec.Codec))
+		}
 		if err != nil {
 			return t, &notPlannedError{ReasonMissingNodeLabels, err, true}, nil
 		}
@@ -302,7 +305,7 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 	req := planner.Request{
 		Senders: f.senders, Gateway: f.gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
 		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
-		HasSink:    sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil),
+		HasSink:    sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil || sp.Spec.Sink.HDF5 != nil),
 		Port:       int(sp.Spec.Port),
 		ChunkBytes: sp.Spec.ChunkBytes,
 	}

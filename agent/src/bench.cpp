@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numastream/bitshuffle.hpp"
 #include "numastream/codec.hpp"
 #include "numastream/cpuset.hpp"
 #include "numastream/pipeline.hpp"
@@ -51,6 +52,7 @@ struct CodecFigures {
   double compress_mbps = 0, decompress_mbps = 0, ratio = 0;
   double lz4_compress_mbps = 0, lz4_decompress_mbps = 0;  // LZ4's own calls, same data
   double shuffle_ratio = 0, shuffle_compress_mbps = 0, shuffle_decompress_mbps = 0;
+  double bslz4_ratio = 0, bslz4_compress_mbps = 0, bslz4_decompress_mbps = 0;
 };
 
 CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
@@ -113,6 +115,17 @@ CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
   Decompressor dec(chunk);
   f.shuffle_decompress_mbps = rate_mbps(chunk, n, rounds, [&](std::size_t i) {
     dec.decompress(Codec::shuffle_lz4, {enc[i].data(), enc_size[i]}, out);
+  });
+
+  Compressor bs(Codec::bslz4, 1, chunk, 2);
+  f.bslz4_compress_mbps = rate_mbps(chunk, n, rounds, [&](std::size_t i) {
+    enc_size[i] = bs.compress(raw[i], enc[i]).size;
+  });
+  total = 0;
+  for (auto s : enc_size) total += s;
+  f.bslz4_ratio = static_cast<double>(chunk * n) / static_cast<double>(total);
+  f.bslz4_decompress_mbps = rate_mbps(chunk, n, rounds, [&](std::size_t i) {
+    dec.decompress(Codec::bslz4, {enc[i].data(), enc_size[i]}, out, 2);
   });
 
   CPU_ZERO(&set);
@@ -233,7 +246,11 @@ int run_bench(const std::vector<std::string>& args) {
                      {"decompress_vs_library", f.decompress_mbps / f.lz4_decompress_mbps},
                      {"shuffle_lz4_ratio", f.shuffle_ratio},
                      {"shuffle_lz4_compress_mbps", f.shuffle_compress_mbps},
-                     {"shuffle_lz4_decompress_mbps", f.shuffle_decompress_mbps}};
+                     {"shuffle_lz4_decompress_mbps", f.shuffle_decompress_mbps},
+                     {"bslz4_ratio", f.bslz4_ratio},
+                     {"bslz4_compress_mbps", f.bslz4_compress_mbps},
+                     {"bslz4_decompress_mbps", f.bslz4_decompress_mbps},
+                     {"bslz4_avx2", bslz4::avx2_in_use()}};
   if (!json) {
     std::printf("codec (one core, %zu-byte synthetic projections, median of %d rounds)\n", chunk, rounds);
     std::printf("  lz4          compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
@@ -243,6 +260,9 @@ int run_bench(const std::vector<std::string>& args) {
                 f.decompress_mbps / f.lz4_decompress_mbps);
     std::printf("  shuffle-lz4  compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
                 f.shuffle_compress_mbps, f.shuffle_decompress_mbps, f.shuffle_ratio);
+    std::printf("  bslz4        compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f  (avx2 %s)\n",
+                f.bslz4_compress_mbps, f.bslz4_decompress_mbps, f.bslz4_ratio,
+                bslz4::avx2_in_use() ? "yes" : "no");
     std::fflush(stdout);
   }
   if (what == "loopback" || what == "all") {

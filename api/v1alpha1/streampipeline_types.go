@@ -16,14 +16,17 @@ const (
 	PlacementOS PlacementMode = "os"
 )
 
-// Codec compresses chunks on the senders.
-// +kubebuilder:validation:Enum=lz4;shuffle-lz4;none
+// Codec compresses chunks on the senders. bslz4 is bitshuffle + LZ4 in the HDF5 filter 32008
+// framing (what DECTRIS detectors send and NeXus files store); frames that arrive in it (an HDF5
+// source stored with it) travel as they are.
+// +kubebuilder:validation:Enum=lz4;shuffle-lz4;bslz4;none
 type Codec string
 
 // StreamPipelineSpec is what a user means: which nodes stream to which gateway over which
 // network, and where the data goes. How threads are pinned is the operator's job.
 // +kubebuilder:validation:XValidation:rule="!has(self.connections) || self.port + self.connections <= 65536",message="port + connections must not run past 65535"
 // +kubebuilder:validation:XValidation:rule="!(has(self.hostNetwork) && self.hostNetwork && has(self.gateway.network.attachment))",message="hostNetwork pods use the host's NICs: leave gateway.network.attachment unset"
+// +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.hdf5) && !self.sink.hdf5.path.contains('{stream}'))",message="sink.hdf5.path must contain {stream} when there are several senders: each stream writes its own file"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 type StreamPipelineSpec struct {
 	// Senders are the source nodes; each one is one stream (the paper's detectors).
@@ -161,7 +164,7 @@ type Sender struct {
 }
 
 // Source is a union: exactly one member is set.
-// +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) == 1",message="exactly one of synthetic, file or zmq must be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) == 1",message="exactly one of synthetic, file, zmq or hdf5 must be set"
 type Source struct {
 	// Synthetic tomography projections, deterministic from a seed.
 	// +optional
@@ -172,6 +175,23 @@ type Source struct {
 	// ZMQ: chunks pulled from a ZeroMQ endpoint (a detector's acquisition software).
 	// +optional
 	ZMQ *ZMQEndpoint `json:"zmq,omitempty"`
+	// HDF5: the frames of a dataset (one chunk per frame along its first axis). Frames stored
+	// with bslz4, one per HDF5 chunk, are sent as stored, never decompressed.
+	// +optional
+	HDF5 *HDF5Dataset `json:"hdf5,omitempty"`
+}
+
+// HDF5Dataset is a dataset of frames (frames x rows x cols) in an HDF5 file on a node.
+type HDF5Dataset struct {
+	// Path of the file on the node; in a sink, "{stream}" is the stream id.
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=4096
+	Path string `json:"path"`
+	// Dataset inside the file (DXchange's by default).
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:default="/exchange/data"
+	// +optional
+	Dataset string `json:"dataset,omitempty"`
 }
 
 // SyntheticSource generates 16-bit projections with photon-counting noise.
@@ -283,7 +303,7 @@ type DataNetwork struct {
 }
 
 // Sink is a union: at most one member is set; none is the null sink.
-// +kubebuilder:validation:XValidation:rule="!(has(self.file) && has(self.zmq))",message="at most one of file or zmq may be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) <= 1",message="at most one of file, zmq or hdf5 may be set"
 type Sink struct {
 	// File writes each stream, in order, on the gateway ("{stream}" in the path is the stream id).
 	// +optional
@@ -291,6 +311,10 @@ type Sink struct {
 	// ZMQ forwards every verified chunk to a downstream consumer.
 	// +optional
 	ZMQ *ZMQEndpoint `json:"zmq,omitempty"`
+	// HDF5 writes each stream into a dataset of frames x rows x cols, one frame per HDF5 chunk;
+	// bslz4 frames are written as they arrived (filter 32008), never decompressed.
+	// +optional
+	HDF5 *HDF5Dataset `json:"hdf5,omitempty"`
 }
 
 // StageThreads overrides the planner per stage.

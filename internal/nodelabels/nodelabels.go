@@ -42,6 +42,9 @@ type AgentBench struct {
 	Codec struct {
 		CompressMBps   float64 `json:"compress_mbps"`
 		DecompressMBps float64 `json:"decompress_mbps"`
+		// bslz4 (0 from an agent without it: not published).
+		BSLZ4CompressMBps   float64 `json:"bslz4_compress_mbps"`
+		BSLZ4DecompressMBps float64 `json:"bslz4_decompress_mbps"`
 	} `json:"codec"`
 }
 
@@ -119,6 +122,10 @@ func Labels(t AgentTopology, b *AgentBench) map[string]string {
 	if b != nil {
 		out[topology.LabelCompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.CompressMBps)), 10)
 		out[topology.LabelDecompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.DecompressMBps)), 10)
+		if b.Codec.BSLZ4CompressMBps >= 1 && b.Codec.BSLZ4DecompressMBps >= 1 {
+			out[topology.LabelBSLZ4CompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.BSLZ4CompressMBps)), 10)
+			out[topology.LabelBSLZ4DecompressMBps] = strconv.FormatInt(int64(math.Round(b.Codec.BSLZ4DecompressMBps)), 10)
+		}
 	}
 	return out
 }

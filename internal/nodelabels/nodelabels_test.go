@@ -221,3 +221,22 @@ func TestNICAddressesArePublishedForHostNetworkPipelines(t *testing.T) {
 		t.Errorf("bad address label: %v", err)
 	}
 }
+
+func TestBSLZ4SpeedsArePublishedWhenTheAgentMeasuredThem(t *testing.T) {
+	b := bench()
+	if l := Labels(agentTopology(t, "paper-gateway"), b); l["numastream.io/bslz4-compress-mb-per-s"] != "" {
+		t.Fatalf("an agent that did not measure bslz4 published %q", l["numastream.io/bslz4-compress-mb-per-s"])
+	}
+	b.Codec.BSLZ4CompressMBps, b.Codec.BSLZ4DecompressMBps = 707.6, 1790.2
+	l := Labels(agentTopology(t, "paper-gateway"), b)
+	if l["numastream.io/bslz4-compress-mb-per-s"] != "708" || l["numastream.io/bslz4-decompress-mb-per-s"] != "1790" {
+		t.Fatalf("bslz4 labels %q %q", l["numastream.io/bslz4-compress-mb-per-s"], l["numastream.io/bslz4-decompress-mb-per-s"])
+	}
+	n, err := topology.FromLabels("gw", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := n.ForCodec("bslz4"); err != nil || bs.CompressMBps != 708 {
+		t.Fatalf("the operator reads them back: %+v %v", bs.CompressMBps, err)
+	}
+}

@@ -33,6 +33,7 @@ type AgentConfig struct {
 type SourceConfig struct {
 	Kind     string `json:"kind"`
 	Path     string `json:"path,omitempty"`
+	Dataset  string `json:"dataset,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
 	Chunks   *int64 `json:"chunks,omitempty"`
 	Seed     *int64 `json:"seed,omitempty"`
@@ -43,6 +44,7 @@ type SourceConfig struct {
 type SinkConfig struct {
 	Kind     string `json:"kind"`
 	Path     string `json:"path,omitempty"`
+	Dataset  string `json:"dataset,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
 }
 
@@ -185,6 +187,8 @@ func sourceConfig(s v1alpha1.Source) *SourceConfig {
 	switch {
 	case s.File != nil:
 		return &SourceConfig{Kind: "file", Path: DataPathMount}
+	case s.HDF5 != nil:
+		return &SourceConfig{Kind: "hdf5", Path: DataPathMount, Dataset: datasetOf(s.HDF5)}
 	case s.ZMQ != nil:
 		return &SourceConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	default:
@@ -203,9 +207,18 @@ func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
 		return &SinkConfig{Kind: "file", Path: DataPathMount + "/" + baseOf(s.File.Path)}
 	case s != nil && s.ZMQ != nil:
 		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
+	case s != nil && s.HDF5 != nil:
+		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + baseOf(s.HDF5.Path), Dataset: datasetOf(s.HDF5)}
 	default:
 		return &SinkConfig{Kind: "null"}
 	}
+}
+
+func datasetOf(d *v1alpha1.HDF5Dataset) string {
+	if d.Dataset == "" {
+		return "/exchange/data"
+	}
+	return d.Dataset
 }
 
 // idleSeconds: how long a started stream may stay silent at the gateway. An endless source (a
@@ -216,7 +229,7 @@ func idleSeconds(sp *v1alpha1.StreamPipeline) int32 {
 		return *sp.Spec.IdleTimeoutSeconds
 	}
 	for _, s := range sp.Spec.Senders {
-		if s.Source.File == nil && (s.Source.Synthetic == nil || s.Source.Synthetic.Chunks == 0) {
+		if s.Source.File == nil && s.Source.HDF5 == nil && (s.Source.Synthetic == nil || s.Source.Synthetic.Chunks == 0) {
 			return 0
 		}
 	}

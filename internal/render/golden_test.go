@@ -29,6 +29,12 @@ func goldenCases() map[string]*v1alpha1.StreamPipeline {
 		"authenticate": pipeline("authenticate", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
 		}),
+		"hdf5-bslz4": pipeline("hdf5-bslz4", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Codec = v1alpha1.Codec("bslz4")
+			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/tomo_0001.h5"}}
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/archive/scan-{stream}.h5",
+				Dataset: "/entry/data/data"}}
+		}),
 		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Codec = v1alpha1.Codec("shuffle-lz4")
 			idle := int32(120)

@@ -450,9 +450,10 @@ func containerSecurity() *corev1.SecurityContext {
 
 func hasDataVolume(sp *v1alpha1.StreamPipeline, n planner.NodePlan) bool {
 	if n.Role == RoleSender {
-		return senderSource(sp, n.Stream).File != nil
+		src := senderSource(sp, n.Stream)
+		return src.File != nil || src.HDF5 != nil
 	}
-	return sp.Spec.Sink != nil && sp.Spec.Sink.File != nil
+	return sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.HDF5 != nil)
 }
 
 // Key names in a pipeline's CURVE Secret.
@@ -547,10 +548,18 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 	var hostPath string
 	t := corev1.HostPathDirectoryOrCreate
 	if n.Role == RoleSender {
-		hostPath = senderSource(sp, n.Stream).File.Path
+		src := senderSource(sp, n.Stream)
 		t = corev1.HostPathUnset
-	} else {
+		if src.File != nil {
+			hostPath = src.File.Path
+		} else {
+			hostPath = src.HDF5.Path
+			t = corev1.HostPathFile
+		}
+	} else if sp.Spec.Sink.File != nil {
 		hostPath = dirOf(sp.Spec.Sink.File.Path)
+	} else {
+		hostPath = dirOf(sp.Spec.Sink.HDF5.Path)
 	}
 	return append(vols, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
 		HostPath: &corev1.HostPathVolumeSource{Path: hostPath, Type: &t},

@@ -21,6 +21,9 @@ const (
 	LabelCompressMBps = Prefix + "lz4-compress-mb-per-s"
 	// LabelDecompressMBps is the measured single-core LZ4 decompression speed, MB/s.
 	LabelDecompressMBps = Prefix + "lz4-decompress-mb-per-s"
+	// LabelBSLZ4CompressMBps / LabelBSLZ4DecompressMBps: the same for bitshuffle + LZ4 (bslz4).
+	LabelBSLZ4CompressMBps   = Prefix + "bslz4-compress-mb-per-s"
+	LabelBSLZ4DecompressMBps = Prefix + "bslz4-decompress-mb-per-s"
 	// NICResourcePrefix names the device-plugin resource that carries a NIC's NUMA node.
 	NICResourcePrefix = Prefix + "nic-"
 )
@@ -71,6 +74,9 @@ type Node struct {
 	// Per-core LZ4 speeds measured by the node daemon, MB/s.
 	CompressMBps   float64
 	DecompressMBps float64
+	// Per-core bslz4 speeds, MB/s (0: not published, a node daemon older than bslz4).
+	BSLZ4CompressMBps   float64
+	BSLZ4DecompressMBps float64
 	// AllocatableCPUs is what the kubelet can give pods (whole CPUs of status.allocatable):
 	// below the CPU count when CPUs are reserved for the system, as the static CPU manager
 	// requires. 0: unknown, plan with the CPU count.
@@ -201,6 +207,17 @@ func FromLabels(name string, labels map[string]string) (Node, error) {
 		return n, err
 	}
 	n.CompressMBps, n.DecompressMBps = float64(c), float64(d)
+	if _, ok := labels[LabelBSLZ4CompressMBps]; ok {
+		bc, err := positiveInt(labels, name, LabelBSLZ4CompressMBps, "bslz4 threads are sized by measured speed")
+		if err != nil {
+			return n, err
+		}
+		bd, err := positiveInt(labels, name, LabelBSLZ4DecompressMBps, "bslz4 threads are sized by measured speed")
+		if err != nil {
+			return n, err
+		}
+		n.BSLZ4CompressMBps, n.BSLZ4DecompressMBps = float64(bc), float64(bd)
+	}
 
 	for key, value := range labels {
 		if !strings.HasPrefix(key, Prefix+"nic.") || !strings.HasSuffix(key, ".numa-node") {
@@ -226,5 +243,19 @@ func FromLabels(name string, labels map[string]string) (Node, error) {
 		n.NICs[nicName] = nic
 	}
 	sort.Slice(n.NUMANodes, func(i, j int) bool { return n.NUMANodes[i].ID < n.NUMANodes[j].ID })
+	return n, nil
+}
+
+// ForCodec is the node as the planner sees it for a codec: its codec speeds are that codec's.
+// bslz4 needs the node daemon's bslz4 calibration; a node without it is refused naming the label.
+func (n Node) ForCodec(codec string) (Node, error) {
+	if codec != "bslz4" {
+		return n, nil
+	}
+	if n.BSLZ4CompressMBps <= 0 || n.BSLZ4DecompressMBps <= 0 {
+		return n, &MissingLabelError{Node: n.Name, Label: LabelBSLZ4CompressMBps,
+			Why: "codec bslz4 threads are sized by its measured speed (a node daemon of numastream 0.2 or later publishes it)"}
+	}
+	n.CompressMBps, n.DecompressMBps = n.BSLZ4CompressMBps, n.BSLZ4DecompressMBps
 	return n, nil
 }

@@ -96,3 +96,30 @@ func TestOneAndEightNodes(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestBSLZ4PlansWithItsOwnMeasuredSpeeds(t *testing.T) {
+	labels := gatewayLabels()
+	n, err := FromLabels("lynx-1", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing *MissingLabelError
+	if _, err := n.ForCodec("bslz4"); !errors.As(err, &missing) || missing.Label != LabelBSLZ4CompressMBps {
+		t.Fatalf("a node without bslz4 calibration: %v, want the missing %s named", err, LabelBSLZ4CompressMBps)
+	}
+	labels[LabelBSLZ4CompressMBps], labels[LabelBSLZ4DecompressMBps] = "700", "1800"
+	if n, err = FromLabels("lynx-1", labels); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := n.ForCodec("bslz4")
+	if err != nil || bs.CompressMBps != 700 || bs.DecompressMBps != 1800 {
+		t.Fatalf("bslz4 speeds %v %v (%v), want 700 1800", bs.CompressMBps, bs.DecompressMBps, err)
+	}
+	if lz, _ := n.ForCodec("lz4"); lz.CompressMBps != 440 || lz.DecompressMBps != 1600 {
+		t.Fatalf("lz4 speeds changed: %v %v", lz.CompressMBps, lz.DecompressMBps)
+	}
+	labels[LabelBSLZ4DecompressMBps] = "fast"
+	if _, err := FromLabels("lynx-1", labels); !errors.As(err, &missing) || missing.Label != LabelBSLZ4DecompressMBps {
+		t.Fatalf("a bad bslz4 label: %v", err)
+	}
+}
