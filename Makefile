@@ -70,6 +70,10 @@ test-agent-asan: agent-asan ## Agent unit, end-to-end and fault tests, the agent
 bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit
 	@$(AGENT) bench all
 
+.PHONY: bench-codecs
+bench-codecs: agent ## bslz4 vs the reference bitshuffle library per core; lz4 vs bslz4 on loopback; HDF5 pass-through CPU per GB
+	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY hack/bench-codecs.py
+
 ##@ Operator (Go)
 
 .PHONY: k8s-bins

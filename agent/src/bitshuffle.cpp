@@ -168,6 +168,48 @@ __attribute__((target("avx2"))) void bits_to_planes_avx2(const std::byte* in, st
   if (wide * 4 < plane) bits_to_planes(in, planes, n, e, wide * 4, plane);
 }
 
+// 16-bit samples, the detectors' usual pixels: the two byte planes split and merged 32 samples at
+// a time.
+__attribute__((target("avx2"))) void bytes_to_planes2_avx2(const std::byte* in, std::byte* planes,
+                                                           std::size_t n) noexcept {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  std::byte* lo = planes;
+  std::byte* hi = planes + n;
+  const std::size_t wide = n / 32;
+  for (std::size_t q = 0; q < wide; ++q) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 64 * q));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 64 * q + 32));
+    a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(a, split), 0xD8);  // lo 16 | hi 16
+    b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, split), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + 32 * q), _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + 32 * q), _mm256_permute2x128_si256(a, b, 0x31));
+  }
+  for (std::size_t i = wide * 32; i < n; ++i) {
+    lo[i] = in[2 * i];
+    hi[i] = in[2 * i + 1];
+  }
+}
+
+__attribute__((target("avx2"))) void planes_to_bytes2_avx2(const std::byte* planes, std::byte* out,
+                                                           std::size_t n) noexcept {
+  const std::byte* lo = planes;
+  const std::byte* hi = planes + n;
+  const std::size_t wide = n / 32;
+  for (std::size_t q = 0; q < wide; ++q) {
+    __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + 32 * q));
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 32 * q));
+    __m256i a = _mm256_unpacklo_epi8(l, h);  // samples 0-7 | 16-23
+    __m256i b = _mm256_unpackhi_epi8(l, h);  // samples 8-15 | 24-31
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * q), _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * q + 32), _mm256_permute2x128_si256(a, b, 0x31));
+  }
+  for (std::size_t i = wide * 32; i < n; ++i) {
+    out[2 * i] = lo[i];
+    out[2 * i + 1] = hi[i];
+  }
+}
+
 bool cpu_has_avx2() noexcept {
   static const bool has = [] {
     if (const char* off = std::getenv("NUMASTREAM_NO_AVX2"); off && *off && *off != '0') return false;
@@ -213,7 +255,11 @@ void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_
   const std::byte* planes = in;
   if (e > 1) {
     std::byte* tmp = plane_scratch(n * e);
-    bytes_to_planes(in, tmp, n, e);
+    if (e == 2) {
+      bytes_to_planes2_avx2(in, tmp, n);
+    } else {
+      bytes_to_planes(in, tmp, n, e);
+    }
     planes = tmp;
   }
   planes_to_bits_avx2(planes, out, n, e);
@@ -224,7 +270,11 @@ void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::siz
   if (e == 1) return bits_to_planes_avx2(in, out, n, e);
   std::byte* tmp = plane_scratch(n * e);
   bits_to_planes_avx2(in, tmp, n, e);
-  planes_to_bytes(tmp, out, n, e);
+  if (e == 2) {
+    planes_to_bytes2_avx2(tmp, out, n);
+  } else {
+    planes_to_bytes(tmp, out, n, e);
+  }
 }
 
 Workspace::Workspace() : lz4_state_(std::malloc(static_cast<std::size_t>(LZ4_sizeofState()))) {

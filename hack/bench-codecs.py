@@ -1,0 +1,144 @@
+"""make bench-codecs: bslz4 against the reference library, and what it changes end to end.
+
+1. Per core, on the benchmarks' synthetic projections (11,059,200-byte 16-bit frames): our bslz4
+   (numastream-agent bench codec) and the reference bitshuffle package, alternated, pinned to the
+   same CPU; medians of the rounds and their ratio.
+2. Loopback, one sender into one receiver: lz4 vs bslz4 (null sink), raw MB/s and CPU-seconds per
+   raw GB on each side (rusage of each process).
+3. HDF5 file -> HDF5 file: a bslz4-stored DXchange file through the pipeline, frames passed
+   through; the gateway's CPU-seconds per raw GB against the same stream into a file sink (decoded).
+Figures are medians; nothing here is a pass/fail test.
+"""
+import os
+
+# The reference library parallelises with OpenMP; one core is the comparison.
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import bitshuffle
+import h5py
+import hdf5plugin
+import numpy as np
+
+AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+CPU = str(max(os.sched_getaffinity(0)))
+CHUNK = 11059200
+FRAMES = int(os.environ.get("FRAMES", "240"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_rusage(args):
+    """Starts a process; returns (popen, a function that waits and gives (rc, stdout, cpu seconds))."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish():
+        out = p.stdout.read()
+        p.stderr.read()
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        return p.returncode, out, usage.ru_utime + usage.ru_stime
+    return p, finish
+
+
+def per_core():
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([AGENT, "synth", "--out", f"{tmp}/f.raw", "--chunk-bytes", str(CHUNK), "--frames", "4"], check=True)
+        frames = np.fromfile(f"{tmp}/f.raw", dtype="<u2").reshape(4, -1)
+    os.sched_setaffinity(0, {int(CPU)})
+    ref_c, ref_d, ours_c, ours_d, ours_ratio = [], [], [], [], []
+    for _ in range(ROUNDS):
+        t = time.perf_counter()
+        enc = [bitshuffle.compress_lz4(f, 0) for f in frames]
+        ref_c.append(frames.nbytes / (time.perf_counter() - t) / 1e6)
+        t = time.perf_counter()
+        for e in enc:
+            bitshuffle.decompress_lz4(e, frames[0].shape, frames.dtype, 0)
+        ref_d.append(frames.nbytes / (time.perf_counter() - t) / 1e6)
+        ref_ratio = frames.nbytes / sum(e.nbytes + 12 for e in enc)
+        out = subprocess.run(["taskset", "-c", CPU, AGENT, "bench", "codec", "--json", "--rounds", "3"],
+                             capture_output=True, text=True, check=True).stdout
+        codec = json.loads(out)["codec"]
+        ours_c.append(codec["bslz4_compress_mbps"])
+        ours_d.append(codec["bslz4_decompress_mbps"])
+        ours_ratio.append(codec["bslz4_ratio"])
+    os.sched_setaffinity(0, set(range(os.cpu_count())))
+    m = statistics.median
+    print(f"bslz4 per core ({ROUNDS} alternated rounds, CPU {CPU}, 4 projections of {CHUNK} B)")
+    print(f"  {'':22} {'compress MB/s':>14} {'decompress MB/s':>16} {'ratio':>7}")
+    print(f"  {'numastream':22} {m(ours_c):14.0f} {m(ours_d):16.0f} {m(ours_ratio):7.3f}")
+    print(f"  {'bitshuffle 0.5.2 (ref)':22} {m(ref_c):14.0f} {m(ref_d):16.0f} {ref_ratio:7.3f}")
+    print(f"  {'ours / reference':22} {m(ours_c) / m(ref_c):14.2f} {m(ours_d) / m(ref_d):16.2f}")
+
+
+def stream(send_args, receive_args, chunk=CHUNK):
+    port = free_port()
+    common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(chunk), "--placement", "os"]
+    rx, rx_done = run_rusage([AGENT, "receive", *common, *receive_args])
+    time.sleep(0.3)
+    tx, tx_done = run_rusage([AGENT, "send", *common, *send_args])
+    tx_rc, tx_out, tx_cpu = tx_done()
+    rx_rc, rx_out, rx_cpu = rx_done()
+    if tx_rc or rx_rc:
+        sys.exit(f"stream failed: send {tx_rc} receive {rx_rc}")
+    s, r = json.loads(tx_out.strip().splitlines()[-1]), json.loads(rx_out.strip().splitlines()[-1])
+    gb = r["raw_bytes"] / 1e9
+    return s, r, tx_cpu / gb, rx_cpu / gb
+
+
+def loopback():
+    print(f"\nloopback, {FRAMES} synthetic projections, null sink (medians of", ROUNDS, "alternated rounds)")
+    print(f"  {'codec':8} {'raw MB/s':>9} {'ratio':>6} {'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17}")
+    rows = {"lz4": [], "bslz4": []}
+    for _ in range(ROUNDS):
+        for codec in rows:
+            s, r, txc, rxc = stream(["--codec", codec, "--chunks", str(FRAMES)], [])
+            rows[codec].append((r["raw_gbps"] * 125, r["ratio"], txc, rxc))
+    for codec, v in rows.items():
+        med = [statistics.median(x[i] for x in v) for i in range(4)]
+        print(f"  {codec:8} {med[0]:9.0f} {med[1]:6.2f} {med[2]:16.2f} {med[3]:17.2f}")
+
+
+def hdf5_pass_through():
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([AGENT, "synth", "--out", f"{tmp}/f.raw", "--chunk-bytes", str(CHUNK), "--frames", "4"], check=True)
+        frames = np.fromfile(f"{tmp}/f.raw", dtype="<u2").reshape(4, 2160, 2560)
+        src = f"{tmp}/tomo.h5"
+        with h5py.File(src, "w") as f:
+            d = f.create_dataset("/exchange/data", shape=(FRAMES, 2160, 2560), dtype="<u2", chunks=(1, 2160, 2560),
+                                 **hdf5plugin.Bitshuffle(cname="lz4"))
+            for i in range(FRAMES):
+                d[i] = frames[i % 4]
+        print(f"\nHDF5 -> HDF5, {FRAMES} bslz4 projections ({FRAMES * CHUNK / 1e9:.2f} GB raw) (medians of {ROUNDS} rounds)")
+        print(f"  {'gateway sink':34} {'raw MB/s':>9} {'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17}")
+        rows = {"hdf5 (stored as received)": [], "file (decoded, verified)": []}
+        for _ in range(ROUNDS):
+            for name in rows:
+                sink = ["--sink", "hdf5", "--sink-path", f"{tmp}/out.h5"] if name.startswith("hdf5") else \
+                    ["--sink", "file", "--sink-path", f"{tmp}/out.raw"]
+                s, r, txc, rxc = stream(["--source", "hdf5", "--source-path", src, "--codec", "bslz4"], sink)
+                rows[name].append((r["raw_gbps"] * 125, txc, rxc))
+                for f in ("out.h5", "out.raw"):
+                    if os.path.exists(f"{tmp}/{f}"):
+                        os.unlink(f"{tmp}/{f}")
+        for name, v in rows.items():
+            med = [statistics.median(x[i] for x in v) for i in range(3)]
+            print(f"  {name:34} {med[0]:9.0f} {med[1]:16.2f} {med[2]:17.2f}")
+
+
+if __name__ == "__main__":
+    per_core()
+    loopback()
+    hdf5_pass_through()
