@@ -836,7 +836,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
       rt_.fail(e.what());
     }
     for (const auto& f : incomplete_files_) {
-      log_line("file sink: " + f + " is incomplete: it misses chunks or the stream did not end");
+      log_line(std::string(hdf5_sink_ ? "hdf5" : "file") + " sink: " + f +
+               " is incomplete: it misses chunks or the stream did not end");
     }
   }
   zap_.reset();

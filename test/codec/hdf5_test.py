@@ -4,9 +4,11 @@ Run: NUMASTREAM_AGENT=bin/numastream-agent $(hack/pyenv.sh) -m unittest -v test/
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
 import h5py
@@ -112,6 +114,43 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
             d = b["/entry/data/data"]
             self.assertEqual(d.dtype, np.dtype("<u4"))
             np.testing.assert_array_equal(d[...], frames)
+
+    def test_a_restarted_gateway_resumes_its_hdf5_file(self):
+        chunk = 2 * 256 * 512
+        port = free_port()
+        common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(chunk)]
+        out = f"{self.tmp}/scan.h5"
+        rx_args = [AGENT, "receive", *common, "--sink", "hdf5", "--sink-path", out, "--idle-timeout", "0"]
+        rx1 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        # 40 frames paced at 0.05 Gbit/s: about 1.7 s, so the gateway is restarted mid-stream.
+        tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", "40", "--rate-gbps", "0.05",
+                               "--set", "source.shape=[256,512]"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.8)
+        rx1.send_signal(signal.SIGTERM)
+        out1, err1 = rx1.communicate(timeout=60)
+        self.assertEqual(rx1.returncode, 143, err1)
+        first = json.loads(out1.strip().splitlines()[-1])
+        self.assertGreater(first["chunks"], 0, err1)
+        self.assertTrue(os.path.exists(out + ".part"), "a drained gateway keeps its file as .part")
+        rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tx_out, tx_err = tx.communicate(timeout=120)
+        out2, err2 = rx2.communicate(timeout=120)
+        self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
+        second = json.loads(out2.strip().splitlines()[-1])
+        self.assertIn("hdf5 sink: resuming", err2)
+        self.assertEqual(second["delivered_before"], first["chunks"], err2)
+        self.assertEqual(first["chunks"] + second["chunks"], 40, err2)
+        self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
+        subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(chunk), "--frames", "4"],
+                       check=True)
+        src = np.fromfile(f"{self.tmp}/src.raw", dtype="<u2").reshape(4, 256, 512)
+        with h5py.File(out, "r") as f:
+            d = f["/exchange/data"]
+            self.assertEqual(d.shape, (40, 256, 512))
+            for i in range(40):
+                np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
 
     def test_a_dataset_that_is_not_frames_is_refused_naming_it(self):
         src = f"{self.tmp}/bad.h5"
