@@ -10,6 +10,9 @@
 #include <span>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "numastream/bitshuffle.hpp"
 #include "numastream/codec.hpp"
 #include "numastream/seqset.hpp"
 #include "numastream/wire.hpp"
@@ -31,7 +34,14 @@ void exercise(std::span<const std::byte> msg) {
       // Exactly raw_size bytes, as the receiver allocates: a decoder that writes more is caught.
       auto raw = std::make_unique<std::byte[]>(h.raw_size);
       std::span<std::byte> dst(raw.get(), h.raw_size);
-      if (dec.decompress(h.codec, msg.subspan(wire::kHeaderSize), dst)) {
+      auto payload = msg.subspan(wire::kHeaderSize);
+      if (h.payload_checksum) {  // what a gateway checks of a frame it stores without decoding
+        volatile bool framed = h.codec == Codec::bslz4 && bslz4::check_framing(payload, h.element_size, h.raw_size);
+        volatile auto sum = wire::checksum(payload);
+        (void)framed;
+        (void)sum;
+      }
+      if (dec.decompress(h.codec, payload, dst, h.element_size)) {
         volatile auto sum = wire::checksum(dst);
         (void)sum;
       }
@@ -40,6 +50,14 @@ void exercise(std::span<const std::byte> msg) {
     case wire::FrameType::end_of_stream: {
       volatile auto eos = wire::decode_end_of_stream(msg).total_chunks;
       (void)eos;
+      break;
+    }
+    case wire::FrameType::metadata: {  // parsed as the HDF5 sink parses it
+      auto body = msg.subspan(wire::kHeaderSize);
+      auto doc = nlohmann::json::parse(reinterpret_cast<const char*>(body.data()),
+                                       reinterpret_cast<const char*>(body.data()) + body.size(), nullptr, false);
+      volatile bool usable = !doc.is_discarded() && doc.is_object() && doc.contains("shape");
+      (void)usable;
       break;
     }
     case wire::FrameType::ack:

@@ -18,10 +18,10 @@ void put(const std::string& path, const std::vector<std::byte>& bytes) {
                                               static_cast<std::streamsize>(bytes.size()));
 }
 
-std::vector<std::byte> data_frame(Codec codec, std::size_t raw_size) {
+std::vector<std::byte> data_frame(Codec codec, std::size_t raw_size, bool payload_checksum = false) {
   std::vector<std::byte> raw(raw_size);
   for (std::size_t i = 0; i < raw_size; ++i) raw[i] = static_cast<std::byte>((i * 7) % 13);
-  Compressor comp(codec, 1, raw_size);
+  Compressor comp(codec, 1, raw_size, 2);
   std::vector<std::byte> out(wire::kHeaderSize + max_encoded_size(raw_size));
   auto res = comp.compress(raw, {out.data() + wire::kHeaderSize, out.size() - wire::kHeaderSize});
   wire::Header h;
@@ -32,6 +32,11 @@ std::vector<std::byte> data_frame(Codec codec, std::size_t raw_size) {
   h.raw_size = static_cast<std::uint32_t>(raw_size);
   h.payload_size = static_cast<std::uint32_t>(res.size);
   h.checksum = wire::checksum(raw);
+  h.element_size = res.codec == Codec::bslz4 ? 2 : 0;
+  if (payload_checksum) {
+    h.payload_checksum = true;
+    h.checksum = wire::checksum({out.data() + wire::kHeaderSize, res.size});
+  }
   wire::encode_header(h, out.data());
   out.resize(wire::kHeaderSize + res.size);
   return out;
@@ -46,6 +51,9 @@ int main(int argc, char** argv) {
   put(dir + "/frame/data-lz4", data_frame(Codec::lz4, 4096));
   put(dir + "/frame/data-shuffle", data_frame(Codec::shuffle_lz4, 4096));
   put(dir + "/frame/data-none", data_frame(Codec::none, 64));
+  put(dir + "/frame/data-bslz4", data_frame(Codec::bslz4, 20000));
+  put(dir + "/frame/data-bslz4-as-stored", data_frame(Codec::bslz4, 20000, true));
+  put(dir + "/frame/metadata", wire::encode_metadata(3, 0, 1, R"({"dtype":"uint16","shape":[2160,2560]})"));
   auto truncated = data_frame(Codec::lz4, 4096);
   truncated.resize(truncated.size() / 2);
   put(dir + "/frame/data-truncated", truncated);
