@@ -9,7 +9,11 @@
 #     there; every chunk is verified at the gateway and written to a file;
 #  4. the figures, from the agents and the link: chunks, integrity, rates against the plan, and the
 #     link's byte counters against the stream's wire bytes;
-#  5. everything torn down, and checked gone.
+#  5. the field's codec and files: a second pipeline (test/facility/pipeline-hdf5.yaml) compresses
+#     with bitshuffle + LZ4 and the gateway stores the frames as they arrive in an HDF5 file, which
+#     h5dump (Debian's) and h5py + hdf5plugin (tools we did not write) read back, checked against
+#     the source frames;
+#  6. everything torn down, and checked gone.
 # Set DEMO_CHUNKS to stream more or less (default 300 projections, ~3.3 GB raw).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,18 +37,18 @@ cleanup() {
 trap cleanup EXIT
 
 echo "mode: the facility in a box: real kubelets, containerd, Multus, NFD; the pipeline runs as real pods"
-say "1/5 control plane + detector-a and gateway-a (real kubelets) + facility link"
+say "1/6 control plane + detector-a and gateway-a (real kubelets) + facility link"
 API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh up >"$SIM_DIR.log" 2>&1 ||
   { tail -20 "$SIM_DIR.log"; exit 1; }
 fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
 
-say "2/5 helm install numastream (operator + node daemon), labels from NFD"
+say "2/6 helm install numastream (operator + node daemon), labels from NFD"
 fac install
 k get nodes -l numastream.io/facility=box -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
   -L numastream.io/lz4-compress-mb-per-s -L numastream.io/lz4-decompress-mb-per-s
 k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
 
-say "3/5 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
+say "3/6 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
 mkdir -p "$SINK"
 sed -e "s/chunks: 150/chunks: $CHUNKS/" -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
@@ -76,7 +80,7 @@ if [ "$reason" != Completed ]; then
   exit 1
 fi
 
-say "4/5 what the agents and the link report"
+say "4/6 what the agents and the link report"
 k logs "$tx" -c agent | grep '^{' | tail -1 >"$SINK/tx.json"
 k logs "$gw" -c decompress | grep '^{' | tail -1 >"$SINK/rx.json"
 k get streampipeline facility -o json >"$SINK/sp.json"
@@ -102,9 +106,56 @@ ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx
 sys.exit(0 if ok else 1)
 PY
 
-say "5/5 teardown"
+say "5/6 kubectl apply -f test/facility/pipeline-hdf5.yaml: bslz4 frames into an HDF5 file"
 k delete streampipeline facility --wait=true --timeout=60s >/dev/null
-left=$(k get pods,jobs,services,configmaps,secrets -l numastream.io/pipeline=facility -o name | wc -l)
+sed -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline-hdf5.yaml | k apply -f - >/dev/null
+reason=
+for _ in $(seq 240); do
+  reason=$(k get streampipeline facility-hdf5 -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')
+  [ "$reason" = Completed ] && break
+  sleep 0.5
+done
+if [ "$reason" != Completed ]; then
+  echo "the HDF5 pipeline did not complete within 120 s (Ready reason: ${reason:-none})" >&2
+  k get streampipeline facility-hdf5 -o yaml >&2
+  exit 1
+fi
+k get streampipeline facility-hdf5 -o json >"$SINK/sp-hdf5.json"
+python3 - "$SINK/sp-hdf5.json" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))["status"]
+o = st["observed"]
+print(f"status    Ready Completed; {o['chunksDelivered']} delivered, {o['chunksLost']} lost, {o['chunksCorrupt']} corrupt; "
+      f"observed {o['rawGbps']} Gbit/s raw, {o['wireGbps']} Gbit/s on the wire; predicted {st['predictedGbps']}, "
+      f"bottleneck {st['bottleneck']}")
+PY
+echo "h5dump -H $SINK/scan-0.h5:"
+h5dump -H "$SINK/scan-0.h5" | sed 's/^/    /'
+bin/numastream-agent synth --out "$SINK/source.raw" --chunk-bytes 11059200 --frames 4 --seed 7
+"$(bash hack/pyenv.sh)" - "$SINK" <<'PY'
+import os, subprocess, sys
+import h5py, hdf5plugin, numpy as np
+d = sys.argv[1]
+src = np.fromfile(f"{d}/source.raw", dtype="<u2").reshape(4, 2160, 2560)
+with h5py.File(f"{d}/scan-0.h5", "r") as f:
+    ds = f["/exchange/data"]
+    bad = [i for i in range(ds.shape[0]) if not np.array_equal(ds[i], src[i % 4])]
+    stored = sum(ds.id.get_chunk_info(i).size for i in range(ds.id.get_num_chunks()))
+    print(f"h5py      /exchange/data {ds.shape} {ds.dtype}, filters {dict(ds._filters)}: "
+          f"{ds.shape[0] - len(bad)} of {ds.shape[0]} frames equal to the source; "
+          f"{stored / 1e6:.1f} MB stored for {ds.shape[0] * src[0].nbytes / 1e6:.1f} MB of pixels")
+env = dict(os.environ, HDF5_PLUGIN_PATH=hdf5plugin.PLUGIN_PATH)
+out = subprocess.run(["h5dump", "-d", "/exchange/data", "-s", "59,1080,1280", "-c", "1,1,4", "-w", "0", f"{d}/scan-0.h5"],
+                     capture_output=True, text=True, env=env, check=True).stdout
+line = [l.strip() for l in out.splitlines() if l.strip().startswith("(59,1080,1280)")][0]
+print(f"h5dump    frame 59, row 1080, pixels 1280-1283: {line.split(':', 1)[1].strip()} "
+      f"(source: {', '.join(str(v) for v in src[59 % 4][1080][1280:1284])})")
+sys.exit(1 if bad or ds.shape[0] != 60 else 0)
+PY
+
+say "6/6 teardown"
+k delete streampipeline facility-hdf5 --wait=true --timeout=60s >/dev/null
+left=$(k get pods,jobs,services,configmaps,secrets -l 'numastream.io/pipeline in (facility,facility-hdf5)' -o name | wc -l)
 echo "pipeline deleted: $left objects of it left"
 fac down | tail -1
 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh down >/dev/null
