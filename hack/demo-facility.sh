@@ -45,7 +45,7 @@ fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
 say "2/6 helm install numastream (operator + node daemon), labels from NFD"
 fac install
 k get nodes -l numastream.io/facility=box -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
-  -L numastream.io/lz4-compress-mb-per-s -L numastream.io/lz4-decompress-mb-per-s
+  -L numastream.io/lz4-compress-mb-per-s -L numastream.io/bslz4-compress-mb-per-s -L numastream.io/bslz4-decompress-mb-per-s
 k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
 
 say "3/6 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
