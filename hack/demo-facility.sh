@@ -155,7 +155,12 @@ PY
 
 say "6/6 teardown"
 k delete streampipeline facility-hdf5 --wait=true --timeout=60s >/dev/null
-left=$(k get pods,jobs,services,configmaps,secrets -l 'numastream.io/pipeline in (facility,facility-hdf5)' -o name | wc -l)
+# The pipelines' objects go with them (owner references); the garbage collector takes a moment.
+for _ in $(seq 60); do
+  left=$(k get pods,jobs,services,configmaps,secrets -l 'numastream.io/pipeline in (facility,facility-hdf5)' -o name | wc -l)
+  [ "$left" -eq 0 ] && break
+  sleep 0.5
+done
 echo "pipeline deleted: $left objects of it left"
 fac down | tail -1
 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh down >/dev/null

@@ -746,8 +746,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
   // The file sink holds up to window + slack chunks (slack: what the decompressors and the sink
   // queue can have when it waits for an in-flight chunk), plus the queues around it.
   const std::size_t slack = static_cast<std::size_t>(decompressors + cfg_.queue_depth);
+  // The HDF5 sink writes each frame where it belongs as it comes and holds none: the queue around
+  // it is all it needs. The zmq sink holds what ZeroMQ has not sent.
+  const std::size_t held_by_sink = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? 0 : reorder_window_ + slack;
   const std::size_t raw_shared =
-      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + reorder_window_ + slack : 0;
+      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + held_by_sink : 0;
   // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
   const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
                                                                           : cfg_.chunk_bytes;
