@@ -432,39 +432,33 @@ void Sender::compress_thread(int index) {
         c->buffer ? std::span<const std::byte>(c->buffer->data, c->buffer->size)
                   : std::span<const std::byte>((*frames)[static_cast<std::size_t>(c->frame)]->data,
                                                cfg_.chunk_bytes);
-    if (c->stored != Codec::none) {
-      // Arrived compressed: sent as stored, never decoded here; the checksum covers these bytes.
-      ScopedTimer busy(st.busy_ns);
-      wire::Header h;
-      h.type = wire::FrameType::data;
-      h.codec = c->stored;
-      h.element_size = static_cast<std::uint8_t>(element_size_);
-      h.payload_checksum = true;
-      h.stream_id = cfg_.stream_id;
-      h.sequence = c->seq;
-      h.raw_size = static_cast<std::uint32_t>(c->raw_size);
-      h.payload_size = static_cast<std::uint32_t>(raw.size());
-      h.checksum = wire::checksum(raw);
-      h.connections = static_cast<std::uint16_t>(cfg_.connections);
-      wire::encode_header(h, out->data);
-      std::memcpy(out->data + wire::kHeaderSize, raw.data(), raw.size());
-      out->size = wire::kHeaderSize + raw.size();
-    } else {
+    {
       ScopedTimer busy(st.busy_ns);
       wire::Header h;
       h.type = wire::FrameType::data;
       h.stream_id = cfg_.stream_id;
       h.sequence = c->seq;
-      h.raw_size = static_cast<std::uint32_t>(raw.size());
-      h.checksum = wire::checksum(raw);
-      auto res = comp.compress(raw, {out->data + wire::kHeaderSize, out->capacity - wire::kHeaderSize});
-      h.codec = res.codec;
-      h.element_size = res.codec == Codec::bslz4 ? static_cast<std::uint8_t>(element_size_) : 0;
-      h.payload_size = static_cast<std::uint32_t>(res.size);
-      // connection / connections are stamped by the sending thread.
+      // connection is stamped by the sending thread.
       h.connections = static_cast<std::uint16_t>(cfg_.connections);
+      h.checksum = wire::checksum(raw);
+      std::size_t payload;
+      if (c->stored != Codec::none) {
+        // Arrived compressed: sent as stored, never decoded here; the checksum covers these bytes.
+        h.codec = c->stored;
+        h.payload_checksum = true;
+        h.raw_size = static_cast<std::uint32_t>(c->raw_size);
+        std::memcpy(out->data + wire::kHeaderSize, raw.data(), raw.size());
+        payload = raw.size();
+      } else {
+        h.raw_size = static_cast<std::uint32_t>(raw.size());
+        auto res = comp.compress(raw, {out->data + wire::kHeaderSize, out->capacity - wire::kHeaderSize});
+        h.codec = res.codec;
+        payload = res.size;
+      }
+      h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(element_size_) : 0;
+      h.payload_size = static_cast<std::uint32_t>(payload);
       wire::encode_header(h, out->data);
-      out->size = wire::kHeaderSize + res.size;
+      out->size = wire::kHeaderSize + payload;
     }
     st.chunks++;
     st.bytes_in += c->stored != Codec::none ? c->raw_size : raw.size();
