@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "numastream/config.hpp"
-#include "numastream/error.hpp"
+#include "config/config.hpp"
+#include "base/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace numastream;

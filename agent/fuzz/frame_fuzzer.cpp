@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "numastream/bitshuffle.hpp"
-#include "numastream/codec.hpp"
-#include "numastream/seqset.hpp"
-#include "numastream/wire.hpp"
+#include "codec/bitshuffle.hpp"
+#include "codec/codec.hpp"
+#include "data/seqset.hpp"
+#include "wire/wire.hpp"
 
 #include <xxhash.h>
 #include <cstring>

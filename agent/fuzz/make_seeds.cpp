@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "numastream/codec.hpp"
-#include "numastream/wire.hpp"
+#include "codec/codec.hpp"
+#include "wire/wire.hpp"
 
 using namespace numastream;
 

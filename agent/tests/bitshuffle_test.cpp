@@ -1,11 +1,11 @@
-#include "numastream/bitshuffle.hpp"
+#include "codec/bitshuffle.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-#include "numastream/synth.hpp"
+#include "codec/synth.hpp"
 
 namespace numastream::bslz4 {
 namespace {

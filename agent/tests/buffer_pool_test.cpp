@@ -1,4 +1,4 @@
-#include "numastream/buffer_pool.hpp"
+#include "data/buffer_pool.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "numastream/codec.hpp"
+#include "codec/codec.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
-#include "numastream/synth.hpp"
+#include "codec/synth.hpp"
 
 namespace numastream {
 namespace {

@@ -1,12 +1,12 @@
-#include "numastream/config.hpp"
+#include "config/config.hpp"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "numastream/cli.hpp"
-#include "numastream/error.hpp"
+#include "config/cli.hpp"
+#include "base/error.hpp"
 
 namespace numastream {
 namespace {

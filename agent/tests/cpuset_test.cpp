@@ -1,4 +1,4 @@
-#include "numastream/cpuset.hpp"
+#include "host/cpuset.hpp"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 #include <regex>
 #include <thread>
 
-#include "numastream/wire.hpp"
+#include "wire/wire.hpp"
 #include "process.hpp"
 
 namespace numastream::testing {

@@ -32,7 +32,7 @@
 #include <set>
 #include <thread>
 
-#include "numastream/wire.hpp"
+#include "wire/wire.hpp"
 #include "process.hpp"
 
 namespace numastream::testing {

@@ -1,11 +1,11 @@
-#include "numastream/placement.hpp"
+#include "host/placement.hpp"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 
-#include "numastream/cpuset.hpp"
+#include "host/cpuset.hpp"
 
 namespace numastream {
 namespace {

@@ -1,4 +1,4 @@
-#include "numastream/queue.hpp"
+#include "data/queue.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "numastream/state.hpp"
+#include "store/state.hpp"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
-#include "numastream/synth.hpp"
+#include "codec/synth.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
-#include "numastream/codec.hpp"
+#include "codec/codec.hpp"
 
 namespace numastream {
 namespace {

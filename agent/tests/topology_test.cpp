@@ -1,9 +1,9 @@
-#include "numastream/topology.hpp"
+#include "host/topology.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "numastream/cpuset.hpp"
+#include "host/cpuset.hpp"
 
 namespace numastream {
 namespace {

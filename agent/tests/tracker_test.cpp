@@ -1,4 +1,4 @@
-#include "numastream/tracker.hpp"
+#include "wire/tracker.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "numastream/wire.hpp"
+#include "wire/wire.hpp"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>

@@ -1,0 +1,274 @@
+// numastream-agent: the data plane. This file only parses the command line.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/bench.hpp"
+#include "config/cli.hpp"
+#include "app/codec_tool.hpp"
+#include "host/cpuset.hpp"
+#include "base/error.hpp"
+#include "pipeline/pipeline.hpp"
+#include "host/topology.hpp"
+#include "net/transport.hpp"
+#include "wire/wire.hpp"
+
+namespace {
+
+using namespace numastream;
+
+constexpr const char* kUsage =
+    "usage: numastream-agent COMMAND [flags]\n"
+    "commands:\n"
+    "  send       source -> compress -> send over N TCP connections\n"
+    "  receive    receive -> decompress -> verify -> sink\n"
+    "  topology   print NUMA nodes, allowed CPUs and NICs as JSON [--sysfs-root DIR]\n"
+    "  bench      codec speeds and loopback runs [codec|loopback|all] [--json]\n"
+    "  codec      encode|decode a file with one of the agent's codecs (bslz4: HDF5 filter 32008)\n"
+    "  synth      synthetic tomography projections into a file: --out F [--chunk-bytes N]\n"
+    "             [--width W] [--frames K] [--seed S]\n"
+    "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
+    "  prepare-dir --owner UID:GID DIR...  make directories the agent writes (a pod's init\n"
+    "             container, as root): created if missing, handed to UID:GID when empty and\n"
+    "             root's; fails naming a directory UID still cannot write\n"
+    "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
+    "  version    print the agent and wire-format versions\n";
+
+// SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
+class SignalDrain {
+ public:
+  SignalDrain() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::jthread([this](std::stop_token st) {
+      timespec tick{0, 200'000'000};
+      while (!st.stop_requested()) {
+        int sig = sigtimedwait(&set_, nullptr, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+          std::fprintf(stderr, "numastream-agent: signal %d: draining\n", sig);
+          set_drain_signal(sig);
+          source_.request_stop();
+        }
+      }
+    });
+  }
+  std::stop_token token() const { return source_.get_token(); }
+
+ private:
+  sigset_t set_{};
+  std::stop_source source_;
+  std::jthread thread_;
+};
+
+int run_pipeline(Role role, const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: numastream-agent " << (role == Role::send ? "send" : "receive")
+                << " [flags]\n"
+                << run_usage();
+      return kExitOk;
+    }
+  }
+  Config cfg;
+  std::vector<std::string> rest = args;
+  std::string summary_file;
+  try {
+    summary_file = take_summary_file(rest);
+    cfg = parse_config(config_from_args(rest), role);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    return kExitUsage;
+  }
+  SignalDrain signals;
+  // A start-up failure (a key file, the sink or state directory) propagates to main, which
+  // names it and exits 2 for a configuration error, 1 otherwise.
+  RunResult r = role == Role::send ? run_sender(cfg, signals.token()) : run_receiver(cfg, signals.token());
+  std::cout << r.summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  if (!summary_file.empty()) {
+    // In a pod: /dev/termination-log, so the operator reads the figures after the exit.
+    std::ofstream f(summary_file, std::ios::trunc);
+    f << termination_summary(r.summary) << '\n';
+    if (!f.flush()) {
+      std::fprintf(stderr, "numastream-agent: cannot write the summary to %s: %s\n", summary_file.c_str(),
+                   std::strerror(errno));
+    }
+  }
+  return r.exit_code;
+}
+
+// Whether uid:gid may create files in a directory with this owner and mode.
+bool writable_by(const struct stat& st, uid_t uid, gid_t gid) {
+  const mode_t wx_u = S_IWUSR | S_IXUSR, wx_g = S_IWGRP | S_IXGRP, wx_o = S_IWOTH | S_IXOTH;
+  if (st.st_uid == uid) return (st.st_mode & wx_u) == wx_u;
+  if (st.st_gid == gid) return (st.st_mode & wx_g) == wx_g;
+  return (st.st_mode & wx_o) == wx_o;
+}
+
+bool empty_dir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  bool empty = true;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty;
+}
+
+int run_prepare_dir(const std::vector<std::string>& args) {
+  long uid = -1, gid = -1;
+  std::vector<std::string> dirs;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--owner" && i + 1 < args.size()) {
+      if (std::sscanf(args[++i].c_str(), "%ld:%ld", &uid, &gid) != 2 || uid < 0 || gid < 0) {
+        std::fprintf(stderr, "numastream-agent prepare-dir: --owner must be UID:GID (got '%s')\n", args[i].c_str());
+        return kExitUsage;
+      }
+    } else if (args[i].rfind("--", 0) == 0) {
+      std::fprintf(stderr, "numastream-agent prepare-dir: unknown flag '%s'\n", args[i].c_str());
+      return kExitUsage;
+    } else {
+      dirs.push_back(args[i]);
+    }
+  }
+  if (uid < 0 || dirs.empty()) {
+    std::fprintf(stderr, "usage: numastream-agent prepare-dir --owner UID:GID DIR...\n");
+    return kExitUsage;
+  }
+  int rc = kExitOk;
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    struct stat st {};
+    if (ec || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr, "numastream-agent prepare-dir: %s: %s\n", dir.c_str(),
+                   ec ? ec.message().c_str() : "not a directory");
+      rc = kExitFailure;
+      continue;
+    }
+    // Only a directory nobody uses yet (the kubelet just made it for a hostPath volume) is
+    // handed over; anything else keeps its owner and must already let the agent write.
+    if (!writable_by(st, static_cast<uid_t>(uid), static_cast<gid_t>(gid)) && st.st_uid == 0 && empty_dir(dir)) {
+      if (::chown(dir.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid)) != 0) {
+        std::fprintf(stderr, "numastream-agent prepare-dir: %s: chown %ld:%ld: %s\n", dir.c_str(), uid, gid,
+                     std::strerror(errno));
+        rc = kExitFailure;
+        continue;
+      }
+      ::stat(dir.c_str(), &st);
+      std::fprintf(stderr, "numastream-agent prepare-dir: %s: handed to %ld:%ld\n", dir.c_str(), uid, gid);
+    }
+    if (!writable_by(st, static_cast<uid_t>(uid), static_cast<gid_t>(gid))) {
+      std::fprintf(stderr,
+                   "numastream-agent prepare-dir: %s (owner %u:%u, mode %03o) is not writable by %ld:%ld and "
+                   "is not empty, so it is left as it is: let %ld:%ld write it\n",
+                   dir.c_str(), st.st_uid, st.st_gid, st.st_mode & 0777, uid, gid, uid, gid);
+      rc = kExitFailure;
+    }
+  }
+  return rc;
+}
+
+int run_topology(const std::vector<std::string>& args) {
+  std::string root = "/sys";
+  bool pretty = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--sysfs-root" && i + 1 < args.size()) {
+      root = args[++i];
+    } else if (args[i].rfind("--sysfs-root=", 0) == 0) {
+      root = args[i].substr(13);
+    } else if (args[i] == "--pretty") {
+      pretty = true;
+    } else {
+      std::fprintf(stderr, "numastream-agent topology: unknown flag '%s'\n", args[i].c_str());
+      return kExitUsage;
+    }
+  }
+  auto json = topology_to_json(read_topology(root), allowed_cpus());
+  std::cout << json.dump(pretty ? 2 : -1) << std::endl;
+  return kExitOk;
+}
+
+// Writes a new CURVE key pair. The secret key goes only to a file readable by its owner.
+int run_keygen(const std::vector<std::string>& args) {
+  if (args.size() != 2 || args[0] != "--out") {
+    std::fprintf(stderr, "usage: numastream-agent keygen --out PREFIX\n");
+    return kExitUsage;
+  }
+  auto keys = zmq::curve_keypair();
+  const std::string secret = args[1] + ".secret", pub = args[1] + ".public";
+  int fd = ::open(secret.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("cannot write " + secret + ": " + std::strerror(errno));
+  std::string line = keys.secret_key + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!ok) throw std::runtime_error("cannot write " + secret);
+  std::ofstream(pub) << keys.public_key << "\n";
+  std::cout << keys.public_key << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "send") return run_pipeline(Role::send, args);
+    if (cmd == "receive") return run_pipeline(Role::receive, args);
+    if (cmd == "topology") return run_topology(args);
+    if (cmd == "prepare-dir") return run_prepare_dir(args);
+    if (cmd == "check-config") {
+      if (args.empty() || (args[0] != "send" && args[0] != "receive")) {
+        std::fprintf(stderr, "usage: numastream-agent check-config send|receive [flags]\n");
+        return kExitUsage;
+      }
+      Role role = args[0] == "send" ? Role::send : Role::receive;
+      args.erase(args.begin());
+      parse_config(config_from_args(args), role);
+      std::cout << "valid " << (role == Role::send ? "send" : "receive") << " configuration\n";
+      return kExitOk;
+    }
+    if (cmd == "bench") return run_bench(args);
+    if (cmd == "codec") return run_codec_tool(args);
+    if (cmd == "synth") return run_synth_tool(args);
+    if (cmd == "keygen") return run_keygen(args);
+    if (cmd == "version") {
+      std::cout << "numastream-agent 0.1.0 (wire format " << static_cast<int>(wire::kVersion) << ")\n";
+      return kExitOk;
+    }
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    return kExitFailure;
+  }
+  std::fprintf(stderr, "numastream-agent: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return kExitUsage;
+}

@@ -1,0 +1,429 @@
+#include "config/config.hpp"
+#include "codec/dtype.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "base/error.hpp"
+
+namespace numastream {
+namespace {
+
+using json = nlohmann::json;
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string show(const json& v) {
+  // Replace invalid UTF-8 (a config or --set value may hold any bytes) instead of throwing.
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Walks one JSON object: typed getters that name the field in every error, and a final check
+// that no key was left unread (a typo is an error, not a silent default).
+class Fields {
+ public:
+  Fields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
+    if (!obj_.is_object()) {
+      throw ConfigError(path_.empty() ? "<root>" : path_, "must be an object (got " + show(obj_) + ")");
+    }
+  }
+
+  bool has(const std::string& key) const { return obj_.contains(key); }
+  std::string path(const std::string& key) const { return join(path_, key); }
+
+  const json* raw(const std::string& key) {
+    seen_.insert(key);
+    auto it = obj_.find(key);
+    return it == obj_.end() ? nullptr : &*it;
+  }
+
+  long long integer(const std::string& key, long long def, long long lo, long long hi) {
+    const json* v = raw(key);
+    if (!v) return def;
+    if (!v->is_number_integer() || v->get<long long>() < lo || v->get<long long>() > hi) {
+      throw ConfigError(path(key), "must be an integer from " + std::to_string(lo) + " to " +
+                                       std::to_string(hi) + " (got " + show(*v) + ")");
+    }
+    return v->get<long long>();
+  }
+
+  double number(const std::string& key, double def, double lo, double hi) {
+    const json* v = raw(key);
+    if (!v) return def;
+    if (!v->is_number() || v->get<double>() < lo || v->get<double>() > hi) {
+      std::ostringstream msg;
+      msg << "must be a number from " << lo << " to " << hi << " (got " << show(*v) << ")";
+      throw ConfigError(path(key), msg.str());
+    }
+    return v->get<double>();
+  }
+
+  std::string string(const std::string& key, const std::string& def) {
+    const json* v = raw(key);
+    if (!v) return def;
+    if (!v->is_string()) throw ConfigError(path(key), "must be a string (got " + show(*v) + ")");
+    return v->get<std::string>();
+  }
+
+  std::string required_string(const std::string& key) {
+    if (!has(key)) throw ConfigError(path(key), "is required");
+    std::string s = string(key, "");
+    if (s.empty()) throw ConfigError(path(key), "must not be empty");
+    return s;
+  }
+
+  std::string choice(const std::string& key, const std::string& def,
+                     const std::vector<std::string>& allowed) {
+    std::string s = string(key, def);
+    for (const auto& a : allowed) {
+      if (s == a) return s;
+    }
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    throw ConfigError(path(key), "must be one of " + list + " (got \"" + s + "\")");
+  }
+
+  void forbid(const std::string& key, const std::string& why) {
+    if (has(key)) throw ConfigError(path(key), why);
+    seen_.insert(key);
+  }
+
+  void finish() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (!seen_.count(it.key())) throw ConfigError(path(it.key()), "unknown field");
+    }
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+constexpr long long kMaxChunk = 256LL << 20;
+
+void parse_codec_field(Fields& f, Config& c) {
+  const json* v = f.raw("codec");
+  if (!v) return;
+  std::string name;
+  if (v->is_string()) {
+    name = v->get<std::string>();
+  } else {
+    Fields cf(*v, f.path("codec"));
+    name = cf.string("name", "lz4");
+    c.acceleration = static_cast<int>(cf.integer("acceleration", 1, 1, 65537));
+    cf.finish();
+  }
+  auto codec = parse_codec(name);
+  if (!codec) {
+    throw ConfigError(f.path(v->is_string() ? "codec" : "codec.name"),
+                      "must be one of lz4, shuffle-lz4, bslz4, none (got \"" + name + "\")");
+  }
+  c.codec = *codec;
+}
+
+void parse_source(Fields& f, Config& c) {
+  const json* v = f.raw("source");
+  if (!v) return;
+  Fields sf(*v, f.path("source"));
+  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5"});
+  c.source.rate_gbps = sf.number("rate_gbps", 0, 0, 1e6);
+  if (kind == "hdf5") {
+    c.source.kind = SourceConfig::Kind::hdf5;
+    c.source.path = sf.required_string("path");
+    c.source.dataset = sf.string("dataset", c.source.dataset);
+    if (c.source.dataset.empty() || c.source.dataset.front() != '/') {
+      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
+    }
+    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"dtype", "shape"}) sf.forbid(k, "the HDF5 dataset says it");
+    sf.forbid("endpoint", "only used by the zmq source");
+    sf.finish();
+    return;
+  }
+  sf.forbid("dataset", "only used by the hdf5 source");
+  c.source.dtype = sf.string("dtype", c.source.dtype);
+  if (!dtype_known(c.source.dtype)) {
+    throw ConfigError(sf.path("dtype"), "must be one of uint8, uint16, uint32, uint64, int8, int16, int32, int64, "
+                                        "float32, float64 (got \"" + c.source.dtype + "\")");
+  }
+  if (const json* sh = sf.raw("shape")) {
+    if (!sh->is_array() || sh->size() != 2 || !(*sh)[0].is_number_unsigned() || !(*sh)[1].is_number_unsigned() ||
+        (*sh)[0].get<std::uint64_t>() == 0 || (*sh)[1].get<std::uint64_t>() == 0) {
+      throw ConfigError(sf.path("shape"), "must be [rows, cols], both positive");
+    }
+    c.source.shape = {(*sh)[0].get<std::uint64_t>(), (*sh)[1].get<std::uint64_t>()};
+  }
+  if (kind == "synthetic") {
+    c.source.kind = SourceConfig::Kind::synthetic;
+    c.source.chunks = static_cast<std::uint64_t>(sf.integer("chunks", 0, 0, 1LL << 48));
+    c.source.seed = static_cast<std::uint64_t>(sf.integer("seed", 1, 0, 1LL << 62));
+    c.source.frames = static_cast<int>(sf.integer("frames", 4, 1, 64));
+    sf.forbid("path", "only used by the file source");
+    sf.forbid("endpoint", "only used by the zmq source");
+  } else if (kind == "file") {
+    c.source.kind = SourceConfig::Kind::file;
+    c.source.path = sf.required_string("path");
+    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    sf.forbid("endpoint", "only used by the zmq source");
+  } else {
+    c.source.kind = SourceConfig::Kind::zmq;
+    c.source.endpoint = sf.required_string("endpoint");
+    parse_endpoint(c.source.endpoint, sf.path("endpoint"));
+    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    sf.forbid("path", "only used by the file source");
+  }
+  sf.finish();
+}
+
+void parse_sink(Fields& f, Config& c) {
+  const json* v = f.raw("sink");
+  if (!v) return;
+  Fields sf(*v, f.path("sink"));
+  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5"});
+  if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
+  if (kind == "null") {
+    c.sink.kind = SinkConfig::Kind::null;
+  } else if (kind == "hdf5") {
+    c.sink.kind = SinkConfig::Kind::hdf5;
+    c.sink.path = sf.required_string("path");
+    c.sink.dataset = sf.string("dataset", c.sink.dataset);
+    if (c.sink.dataset.empty() || c.sink.dataset.front() != '/') {
+      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.sink.dataset + "\")");
+    }
+  } else if (kind == "file") {
+    c.sink.kind = SinkConfig::Kind::file;
+    c.sink.path = sf.required_string("path");
+  } else {
+    c.sink.kind = SinkConfig::Kind::zmq;
+    c.sink.endpoint = sf.required_string("endpoint");
+    parse_endpoint(c.sink.endpoint, sf.path("endpoint"));
+  }
+  sf.finish();
+}
+
+void parse_placement(Fields& f, Config& c) {
+  const json* v = f.raw("placement");
+  if (!v) return;
+  Fields pf(*v, f.path("placement"));
+  c.pin = pf.choice("mode", "numa-aware", {"numa-aware", "os"}) == "numa-aware";
+  c.nic = pf.string("nic", "");
+  if (pf.has("nic_numa_node")) {
+    c.nic_numa_node = static_cast<int>(pf.integer("nic_numa_node", -1, 0, 4095));
+  }
+  if (const json* stages = pf.raw("stages")) {
+    Fields sf(*stages, pf.path("stages"));
+    for (const auto& name : c.stage_names()) {
+      const json* s = sf.raw(name);
+      if (!s) continue;
+      Fields one(*s, sf.path(name));
+      StageConfig sc;
+      sc.threads = static_cast<int>(one.integer("threads", 0, 1, 1024));
+      if (one.has("numa")) {
+        std::string t = one.string("numa", "any");
+        try {
+          sc.target = NumaTarget::parse(t);
+        } catch (const std::invalid_argument& e) {
+          throw ConfigError(one.path("numa"), e.what());
+        }
+      }
+      one.finish();
+      c.stages[name] = sc;
+    }
+    sf.finish();
+  }
+  pf.finish();
+}
+
+void check_stage_threads(const Config& c, const std::string& stage, int must_be,
+                         const std::string& why) {
+  auto it = c.stages.find(stage);
+  if (it != c.stages.end() && it->second.threads != 0 && it->second.threads != must_be) {
+    throw ConfigError("placement.stages." + stage + ".threads",
+                      "must be " + std::to_string(must_be) + " (" + why + "; got " +
+                          std::to_string(it->second.threads) + ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Config::stage_names() const {
+  if (role == Role::send) return {"source", "compress", "send", "io"};
+  if (relay) return {"receive", "sink", "io"};  // a relay forwards frames undecoded
+  return {"receive", "decompress", "sink", "io"};
+}
+
+std::string Endpoint::for_connection(int i) const {
+  if (!ipc_path.empty()) return "ipc://" + ipc_path + (i == 0 ? "" : "." + std::to_string(i));
+  return "tcp://" + host + ":" + std::to_string(port + i);
+}
+
+Endpoint parse_endpoint(const std::string& text, const std::string& field) {
+  if (text.rfind("ipc://", 0) == 0) {
+    Endpoint e;
+    e.ipc_path = text.substr(6);
+    if (e.ipc_path.empty() || e.ipc_path[0] != '/' || e.ipc_path.size() > 100) {
+      throw ConfigError(field, "ipc endpoints need an absolute path of at most 100 characters (got \"" + text + "\")");
+    }
+    return e;
+  }
+  const std::string prefix = "tcp://";
+  if (text.rfind(prefix, 0) != 0) {
+    throw ConfigError(field, "must be tcp://host:port or ipc:///path (got \"" + text + "\")");
+  }
+  std::string rest = text.substr(prefix.size());
+  auto colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw ConfigError(field, "must be tcp://host:port (got \"" + text + "\")");
+  }
+  Endpoint e;
+  e.host = rest.substr(0, colon);
+  std::string port = rest.substr(colon + 1);
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), e.port);
+  if (ec != std::errc() || end != port.data() + port.size() || e.port < 1 || e.port > 65535) {
+    throw ConfigError(field, "port must be from 1 to 65535 (got \"" + port + "\")");
+  }
+  return e;
+}
+
+Config parse_config(const json& doc, Role role) {
+  Config c;
+  c.role = role;
+  const bool send = role == Role::send;
+  Fields f(doc, "");
+  f.integer("version", 1, 1, 1);
+  c.endpoint = f.required_string("endpoint");
+  Endpoint ep = parse_endpoint(c.endpoint, "endpoint");
+  c.connections = static_cast<int>(f.integer("connections", 1, 1, 64));
+  if (ep.ipc_path.empty() && ep.port + c.connections - 1 > 65535) {
+    throw ConfigError("connections", "endpoint port " + std::to_string(ep.port) + " + " +
+                                         std::to_string(c.connections) +
+                                         " connections runs past port 65535");
+  }
+  c.chunk_bytes = static_cast<std::size_t>(f.integer("chunk_bytes", c.chunk_bytes, 1, kMaxChunk));
+  parse_codec_field(f, c);
+  c.queue_depth = static_cast<int>(f.integer("queue_depth", c.queue_depth, 1, 1024));
+  c.hwm = static_cast<int>(f.integer("hwm", c.hwm, 1, 1000));
+  c.window = static_cast<int>(f.integer("window", c.window, 1, 4096));
+  c.sysfs_root = f.string("sysfs_root", c.sysfs_root);
+  c.state_dir = f.string("state_dir", "");
+  if (!c.state_dir.empty() && c.state_dir.front() != '/') {
+    throw ConfigError("state_dir", "must be an absolute path (got \"" + c.state_dir + "\")");
+  }
+  if (!c.state_dir.empty() && !send) throw ConfigError("state_dir", "is a sender setting");
+  if (const json* m = f.raw("metrics")) {
+    Fields mf(*m, "metrics");
+    c.metrics_listen = mf.string("listen", "");
+    mf.finish();
+  }
+  if (const json* t = f.raw("timeouts")) {
+    Fields tf(*t, "timeouts");
+    c.connect_timeout_s = tf.number("connect_s", c.connect_timeout_s, 0.1, 86400);
+    c.idle_timeout_s = tf.number("idle_s", c.idle_timeout_s, 0, 86400);
+    c.reconnect_timeout_s = tf.number("reconnect_s", c.reconnect_timeout_s, 0.1, 86400);
+    c.ack_timeout_s = tf.number("ack_s", c.ack_timeout_s, 0.1, 86400);
+    tf.finish();
+  }
+  if (const json* sec = f.raw("security")) {
+    Fields secf(*sec, "security");
+    if (const json* cv = secf.raw("curve")) {
+      Fields cf(*cv, "security.curve");
+      c.security.secret_key_file = cf.required_string("secret_key_file");
+      c.security.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
+                            ? SecurityConfig::Mode::encrypt
+                            : SecurityConfig::Mode::authenticate;
+      if (send) {
+        c.security.server_key_file = cf.required_string("server_key_file");
+        cf.forbid("allowed_keys_file", "only used by receive (the senders it accepts)");
+      } else {
+        c.security.allowed_keys_file = cf.required_string("allowed_keys_file");
+        cf.forbid("server_key_file", "only used by send (the receiver's public key)");
+      }
+      cf.finish();
+    }
+    secf.finish();
+  }
+  if (send) {
+    c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
+    parse_source(f, c);
+    for (const char* k : {"sink", "streams", "reorder_window", "relay", "verify"}) f.forbid(k, "only used by receive");
+  } else {
+    c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
+    if (const json* r = f.raw("relay")) {
+      if (!r->is_boolean()) throw ConfigError("relay", "must be true or false");
+      c.relay = r->get<bool>();
+    }
+    c.reorder_window = static_cast<int>(f.integer("reorder_window", c.reorder_window, 1, 4096));
+    c.verify = f.choice("verify", "checksum", {"checksum", "decode"}) == "decode" ? Config::Verify::decode
+                                                                                  : Config::Verify::checksum;
+    parse_sink(f, c);
+    for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
+    if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
+      throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
+    }
+  }
+  parse_placement(f, c);
+  f.finish();
+
+  if (send) {
+    check_stage_threads(c, "send", c.connections, "one sending thread per connection");
+    check_stage_threads(c, "source", 1, "the source is one thread");
+  } else {
+    check_stage_threads(c, "receive", c.connections, "one receiving thread per connection");
+    check_stage_threads(c, "sink", 1, "the sink is one thread");
+  }
+  if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
+      c.chunk_bytes % dtype_size(c.source.dtype)) {
+    throw ConfigError("chunk_bytes", "must be a whole number of " + c.source.dtype + " samples for codec bslz4");
+  }
+  if (send && !c.source.shape.empty() &&
+      c.source.shape[0] * c.source.shape[1] * dtype_size(c.source.dtype) != c.chunk_bytes) {
+    throw ConfigError("source.shape", "rows x cols x " + std::to_string(dtype_size(c.source.dtype)) +
+                                          " bytes must be chunk_bytes (" + std::to_string(c.chunk_bytes) + ")");
+  }
+  if (c.codec == Codec::shuffle_lz4 && c.chunk_bytes % 2) {
+    throw ConfigError("chunk_bytes", "must be even for codec shuffle-lz4 (16-bit samples)");
+  }
+  return c;
+}
+
+void apply_override(json& doc, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(assignment, "override must look like field.path=value");
+  }
+  std::string path = assignment.substr(0, eq);
+  std::string value = assignment.substr(eq + 1);
+  json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) parsed = value;
+  json* node = &doc;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw ConfigError(path, "empty component in field path");
+    if (!node->is_object()) {
+      if (!node->is_null()) throw ConfigError(path, "'" + key + "' is inside a non-object value");
+      *node = json::object();
+    }
+    node = &(*node)[key];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  *node = std::move(parsed);
+}
+
+json load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path, "cannot open config file");
+  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) throw ConfigError(path, "not valid JSON");
+  return doc;
+}
+
+}  // namespace numastream

@@ -1,0 +1,121 @@
+// The agent's configuration: a JSON file (rendered by the operator; schema in
+// docs/agent-config.md) with command-line overrides. Every problem is a ConfigError naming the
+// field; unknown fields are errors too, so a typo never silently falls back to a default.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "codec/codec.hpp"
+#include "host/placement.hpp"
+
+namespace numastream {
+
+enum class Role { send, receive };
+
+struct StageConfig {
+  int threads = 0;  // 0: choose a default from the CPUs available
+  NumaTarget target;
+};
+
+struct SourceConfig {
+  enum class Kind { synthetic, file, zmq, hdf5 } kind = Kind::synthetic;
+  std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
+  std::uint64_t seed = 1;
+  int frames = 4;            // synthetic: distinct projections, cycled
+  std::string path;          // file: a file or a directory of files (sorted by name)
+  std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
+                             // empty message ends the stream
+  double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
+  std::string dataset = "/exchange/data";  // hdf5: the dataset of frames (DXchange's by default)
+  // The pixels of a chunk (synthetic, file, zmq; an HDF5 dataset says its own): bslz4 shuffles
+  // by their size, an HDF5 sink stores them as that type.
+  std::string dtype = "uint16";
+  std::vector<std::uint64_t> shape;  // rows, cols of a chunk; empty: rows of 2560 (synthetic) or 1-D
+};
+
+struct SinkConfig {
+  enum class Kind { null, file, zmq, hdf5 } kind = Kind::null;
+  std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
+  std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
+  std::string endpoint;  // zmq: downstream consumer endpoint to connect to
+};
+
+// Authenticated, encrypted data connections (CURVE). Key files hold one 40-character Z85 key;
+// they are read when the agent starts, never logged.
+struct SecurityConfig {
+  std::string secret_key_file;    // this agent's secret key
+  std::string server_key_file;    // send: the receiver's public key
+  std::string allowed_keys_file;  // receive: the senders' public keys, one per line (lines starting with # are comments)
+  // encrypt: CURVE on every frame. authenticate: the same keys only prove who connects (ZeroMQ
+  // PLAIN with a token both ends derive from them); frames travel unencrypted, at no cost per byte.
+  enum class Mode { encrypt, authenticate } mode = Mode::encrypt;
+  bool curve() const { return !secret_key_file.empty(); }
+};
+
+struct Config {
+  Role role = Role::send;
+  std::string endpoint;          // tcp://host:port; connection i uses port + i
+  int connections = 1;
+  std::uint32_t stream_id = 0;   // send: this stream's id
+  int streams = 1;               // receive: streams to expect before finishing; 0 = until stopped
+  std::size_t chunk_bytes = 2560 * 2160 * 2;  // send: chunk size; receive: largest accepted
+  Codec codec = Codec::lz4;
+  int acceleration = 1;
+  SourceConfig source;
+  SinkConfig sink;
+  bool pin = true;               // placement.mode: numa-aware (true) or os (false)
+  std::string nic;               // data NIC name (for `nic` targets and the NIC-local report)
+  std::optional<int> nic_numa_node;  // overrides sysfs (virtual interfaces in pods)
+  std::map<std::string, StageConfig> stages;
+  int queue_depth = 4;
+  int hwm = 2;                   // ZeroMQ high-water mark per connection, in messages
+  int window = 8;                // send: unacknowledged chunks per connection at most (credit)
+  int reorder_window = 16;       // file sink: chunks held to restore order
+  std::string metrics_listen;    // host:port; empty = no metrics server
+  std::string sysfs_root = "/sys";
+  std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)
+  SecurityConfig security;
+  // receive: checksum (frames that arrived compressed are checked by their checksum over the wire
+  // bytes and their framing; the others are decoded, as they must be to check a checksum of the
+  // raw bytes) or decode (every frame decoded as well).
+  enum class Verify { checksum, decode } verify = Verify::checksum;
+  bool relay = false;            // receive: forward frames undecoded to sink.endpoint (the
+                                 // NIC-local receiving container of a gateway pod)
+  double connect_timeout_s = 30;
+  double idle_timeout_s = 60;    // receive: fail a started stream silent this long; 0 = never
+  double reconnect_timeout_s = 60;  // send: how long a lost receiver may take to come back
+  double ack_timeout_s = 60;     // send: a connected receiver acknowledging nothing this long fails
+
+  // Stage names for the role, in pipeline order.
+  std::vector<std::string> stage_names() const;
+};
+
+// Builds a Config from a JSON document. Throws ConfigError.
+Config parse_config(const nlohmann::json& doc, Role role);
+
+// Applies "a.b.c=value" to a JSON document (value parsed as JSON when it is valid JSON, else
+// taken as a string). Throws ConfigError for a malformed assignment.
+void apply_override(nlohmann::json& doc, const std::string& assignment);
+
+// Reads and parses a JSON file. Throws ConfigError (field "<file>").
+nlohmann::json load_config_file(const std::string& path);
+
+// Endpoint helpers: "tcp://host:port".
+// "tcp://host:port" (connection i uses port + i) or "ipc:///absolute/path" (connection i > 0
+// uses path.i): IPC joins the containers of one pod through a shared emptyDir.
+struct Endpoint {
+  std::string host;
+  int port = 0;
+  std::string ipc_path;  // set for ipc:// endpoints
+  std::string for_connection(int i) const;
+};
+Endpoint parse_endpoint(const std::string& text, const std::string& field);
+
+}  // namespace numastream

@@ -1,0 +1,104 @@
+#include "data/buffer_pool.hpp"
+
+#include <numa.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "base/error.hpp"
+
+namespace numastream {
+
+bool numa_supported() noexcept {
+  static const bool available = numa_available() >= 0;
+  return available;
+}
+
+namespace {
+constexpr std::size_t kAlign = 4096;
+std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes,
+                       int numa_node)
+    : name_(std::move(name)), buffer_bytes_(buffer_bytes), numa_node_(numa_node) {
+  NS_ASSERT(count >= 1);
+  std::size_t stride = round_up(buffer_bytes ? buffer_bytes : 1);
+  region_bytes_ = stride * count;
+  if (numa_node >= 0 && numa_supported() && numa_node <= numa_max_node()) {
+    region_ = static_cast<std::byte*>(numa_alloc_onnode(region_bytes_, numa_node));
+    numa_allocated_ = region_ != nullptr;
+    bound_ = numa_allocated_;
+  }
+  if (!region_) {
+    region_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, region_bytes_));
+    if (!region_) throw std::bad_alloc();
+  }
+  // Fault every page in now (on the bound node), not on the first chunk.
+  std::memset(region_, 0, region_bytes_);
+  buffers_.resize(count);
+  free_.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    buffers_[i].data = region_ + i * stride;
+    buffers_[i].capacity = buffer_bytes;
+    buffers_[i].pool = this;
+    free_.push_back(&buffers_[i]);
+  }
+}
+
+BufferPool::~BufferPool() {
+  if (numa_allocated_) {
+    numa_free(region_, region_bytes_);
+  } else {
+    std::free(region_);
+  }
+}
+
+Buffer* BufferPool::acquire() {
+  std::unique_lock lock(mu_);
+  if (free_.empty() && !closed_) {
+    auto start = std::chrono::steady_clock::now();
+    available_.wait(lock, [&] { return !free_.empty() || closed_; });
+    wait_ns_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                             start)
+            .count());
+  }
+  if (closed_) return nullptr;
+  Buffer* b = free_.back();
+  free_.pop_back();
+  b->size = 0;
+  return b;
+}
+
+void BufferPool::release(Buffer* b) noexcept {
+  NS_ASSERT(b && b->pool == this);
+  {
+    std::lock_guard lock(mu_);
+    NS_ASSERT(free_.size() < buffers_.size());
+    free_.push_back(b);
+  }
+  available_.notify_one();
+}
+
+void BufferPool::close() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+  }
+  available_.notify_all();
+}
+
+std::size_t BufferPool::in_use() const {
+  std::lock_guard lock(mu_);
+  return buffers_.size() - free_.size();
+}
+
+std::uint64_t BufferPool::wait_ns() const {
+  std::lock_guard lock(mu_);
+  return wait_ns_;
+}
+
+}  // namespace numastream

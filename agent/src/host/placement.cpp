@@ -1,0 +1,227 @@
+#include "host/placement.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <stdexcept>
+
+#include "host/cpuset.hpp"
+
+namespace numastream {
+
+NumaTarget NumaTarget::parse(std::string_view text) {
+  if (text == "any") return {Kind::any, -1};
+  if (text == "spread") return {Kind::spread, -1};
+  if (text == "nic") return {Kind::nic, -1};
+  int node = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), node);
+  if (ec == std::errc() && end == text.data() + text.size() && node >= 0 && node < 4096) {
+    return {Kind::node, node};
+  }
+  throw std::invalid_argument("'" + std::string(text) +
+                              "' is not a NUMA target (use a node id, \"nic\", \"spread\" or \"any\")");
+}
+
+std::string NumaTarget::to_string() const {
+  switch (kind) {
+    case Kind::any: return "any";
+    case Kind::spread: return "spread";
+    case Kind::nic: return "nic";
+    case Kind::node: return std::to_string(node);
+  }
+  return "any";
+}
+
+std::vector<ThreadSlot> Placement::stage(std::string_view name) const {
+  std::vector<ThreadSlot> out;
+  for (const auto& t : threads) {
+    if (t.stage == name) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<int> Placement::stage_cpus(std::string_view name) const {
+  std::vector<int> cpus;
+  for (const auto& t : threads) {
+    if (t.stage == name && t.cpu >= 0) cpus.push_back(t.cpu);
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+std::optional<bool> Placement::nic_local(std::string_view name) const {
+  if (!nic_node) return std::nullopt;
+  bool any = false;
+  for (const auto& t : threads) {
+    if (t.stage != name) continue;
+    if (t.numa_node < 0) return std::nullopt;
+    if (t.numa_node != *nic_node) return false;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return true;
+}
+
+namespace {
+
+int priority(NumaTarget::Kind k) {
+  switch (k) {
+    case NumaTarget::Kind::node:
+    case NumaTarget::Kind::nic: return 0;
+    case NumaTarget::Kind::spread: return 1;
+    case NumaTarget::Kind::any: return 2;
+  }
+  return 2;
+}
+
+class CpuLedger {
+ public:
+  int uses(int cpu) const {
+    auto it = uses_.find(cpu);
+    return it == uses_.end() ? 0 : it->second;
+  }
+  // Least-used CPU of `cpus` (lowest id on ties); `cpus` is non-empty.
+  int least_used(const std::vector<int>& cpus) const {
+    int best = cpus.front();
+    for (int c : cpus) {
+      if (uses(c) < uses(best)) best = c;
+    }
+    return best;
+  }
+  bool has_free(const std::vector<int>& cpus) const {
+    return std::any_of(cpus.begin(), cpus.end(), [&](int c) { return uses(c) == 0; });
+  }
+  void take(int cpu) { ++uses_[cpu]; }
+
+ private:
+  std::map<int, int> uses_;
+};
+
+}  // namespace
+
+Placement place(const Topology& topo, const std::vector<int>& allowed, std::optional<int> nic_node,
+                const std::vector<StageRequest>& requests) {
+  std::vector<int> allowed_sorted = allowed;
+  std::sort(allowed_sorted.begin(), allowed_sorted.end());
+
+  std::map<int, std::vector<int>> usable;  // node -> allowed CPUs on it
+  std::vector<int> candidate_nodes;
+  std::vector<int> all_usable;
+  for (const auto& n : topo.nodes) {
+    std::vector<int> cpus;
+    std::set_intersection(n.cpus.begin(), n.cpus.end(), allowed_sorted.begin(),
+                          allowed_sorted.end(), std::back_inserter(cpus));
+    if (!cpus.empty()) candidate_nodes.push_back(n.id);
+    all_usable.insert(all_usable.end(), cpus.begin(), cpus.end());
+    usable[n.id] = std::move(cpus);
+  }
+  std::sort(all_usable.begin(), all_usable.end());
+  if (all_usable.empty()) {
+    throw std::invalid_argument("placement: none of the allowed CPUs (" +
+                                format_cpulist(allowed_sorted) + ") belongs to a NUMA node");
+  }
+
+  Placement result;
+  result.nic_node = nic_node;
+  std::vector<std::size_t> order(requests.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return priority(requests[a].target.kind) < priority(requests[b].target.kind);
+  });
+
+  CpuLedger ledger;
+  std::vector<std::vector<ThreadSlot>> per_request(requests.size());
+  for (std::size_t r : order) {
+    const StageRequest& req = requests[r];
+    NumaTarget target = req.target;
+    int requested = -1;
+    if (target.kind == NumaTarget::Kind::nic) {
+      if (!nic_node) {
+        result.warnings.push_back("stage '" + req.stage +
+                                  "': target 'nic' but the NIC's NUMA node is unknown; placed on any node");
+        target = {NumaTarget::Kind::any, -1};
+      } else {
+        target = {NumaTarget::Kind::node, *nic_node};
+      }
+    }
+    if (target.kind == NumaTarget::Kind::node) {
+      requested = target.node;
+      if (!topo.find_node(target.node)) {
+        result.warnings.push_back("stage '" + req.stage + "': NUMA node " +
+                                  std::to_string(target.node) +
+                                  " does not exist on this machine; placed on any node");
+        target = {NumaTarget::Kind::any, -1};
+      } else if (usable[target.node].empty()) {
+        result.warnings.push_back("stage '" + req.stage + "': NUMA node " +
+                                  std::to_string(target.node) +
+                                  " has none of the allowed CPUs (" +
+                                  format_cpulist(allowed_sorted) + "); placed on any node");
+        target = {NumaTarget::Kind::any, -1};
+      }
+    }
+
+    for (int i = 0; i < req.threads; ++i) {
+      const std::vector<int>* pool = &all_usable;
+      if (target.kind == NumaTarget::Kind::node) {
+        pool = &usable[target.node];
+      } else if (target.kind == NumaTarget::Kind::spread) {
+        std::size_t n = candidate_nodes.size();
+        int chosen = candidate_nodes[static_cast<std::size_t>(i) % n];
+        for (std::size_t k = 0; k < n; ++k) {
+          int node = candidate_nodes[(static_cast<std::size_t>(i) + k) % n];
+          if (ledger.has_free(usable[node])) {
+            chosen = node;
+            break;
+          }
+        }
+        pool = &usable[chosen];
+      }
+      int cpu = ledger.least_used(*pool);
+      ThreadSlot slot;
+      slot.stage = req.stage;
+      slot.index = i;
+      slot.cpu = cpu;
+      slot.numa_node = topo.node_of_cpu(cpu);
+      slot.requested_node = requested;
+      ledger.take(cpu);
+      per_request[r].push_back(std::move(slot));
+    }
+  }
+  for (auto& slots : per_request) {
+    for (auto& s : slots) result.threads.push_back(std::move(s));
+  }
+  std::map<int, int> count;
+  for (const auto& t : result.threads) ++count[t.cpu];
+  std::vector<std::string> sharing;
+  for (auto& t : result.threads) {
+    t.shared_cpu = count[t.cpu] > 1;
+    if (t.shared_cpu && std::find(sharing.begin(), sharing.end(), t.stage) == sharing.end()) {
+      sharing.push_back(t.stage);
+    }
+  }
+  if (!sharing.empty()) {
+    std::string stages;
+    for (const auto& s : sharing) stages += (stages.empty() ? "" : ", ") + s;
+    result.warnings.push_back(std::to_string(result.threads.size()) + " threads on " +
+                              std::to_string(all_usable.size()) +
+                              " allowed CPUs: threads of " + stages + " share CPUs");
+  }
+  return result;
+}
+
+Placement place_os(const std::vector<StageRequest>& requests, std::optional<int> nic_node) {
+  Placement result;
+  result.nic_node = nic_node;
+  for (const auto& req : requests) {
+    for (int i = 0; i < req.threads; ++i) {
+      ThreadSlot slot;
+      slot.stage = req.stage;
+      slot.index = i;
+      result.threads.push_back(std::move(slot));
+    }
+  }
+  return result;
+}
+
+}  // namespace numastream

@@ -1,0 +1,305 @@
+#include "net/link.hpp"
+
+#include <zmq.h>
+
+#include <stdexcept>
+
+namespace numastream {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string seconds(double s) {
+  std::string out = std::to_string(s);
+  out.erase(out.find_last_not_of('0') + 1);
+  if (!out.empty() && out.back() == '.') out.pop_back();
+  return out + " s";
+}
+
+}  // namespace
+
+void AckLedger::merge(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs) {
+  std::lock_guard lock(mu_);
+  streams_[stream].merge(floor, seqs);
+}
+
+bool AckLedger::contains(std::uint32_t stream, std::uint64_t seq) const {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(stream);
+  return it != streams_.end() && it->second.contains(seq);
+}
+
+std::pair<std::uint64_t, std::vector<std::uint64_t>> AckLedger::snapshot(std::uint32_t stream) const {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return {0, {}};
+  return {it->second.floor(), it->second.above(wire::kMaxAckEntries)};
+}
+
+std::uint64_t AckLedger::acknowledged(std::uint32_t stream) const {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? 0 : it->second.size();
+}
+
+std::uint64_t AckLedger::end(std::uint32_t stream) const {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? 0 : it->second.end();
+}
+
+AckedLink::AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLedger> ledger,
+                     std::function<bool()> aborted, AckFn on_ack)
+    : opts_(std::move(opts)), ledger_(std::move(ledger)), aborted_(std::move(aborted)),
+      on_ack_(std::move(on_ack)), sock_(ctx, ZMQ_DEALER) {
+  sock_.set_int(ZMQ_SNDHWM, opts_.hwm);
+  sock_.set_int(ZMQ_RCVHWM, 100000);  // acknowledgements are small; never make the receiver wait
+  sock_.set_int(ZMQ_IMMEDIATE, 1);    // queue only on a live connection
+  sock_.set_int(ZMQ_LINGER, 0);       // nothing is lost at close: unacknowledged frames are ours
+  sock_.set_int(ZMQ_RECONNECT_IVL, 100);
+  sock_.set_int(ZMQ_RECONNECT_IVL_MAX, 1000);
+  if (opts_.endpoint.rfind("tcp://", 0) == 0) zmq::enable_keepalive(sock_);
+  if (!opts_.curve_secret.empty() && opts_.authenticate_only) {
+    zmq::plain_client(sock_, opts_.curve_public, zmq::pair_token(opts_.curve_secret, opts_.curve_server));
+  } else if (!opts_.curve_secret.empty()) {
+    zmq::curve_client(sock_, {opts_.curve_public, opts_.curve_secret}, opts_.curve_server);
+  }
+  mon_ = std::make_unique<zmq::Monitor>(ctx, sock_, opts_.name);
+  sock_.connect(opts_.endpoint);
+  last_progress_ = Clock::now();
+}
+
+AckedLink::~AckedLink() = default;
+
+std::string AckedLink::describe() const {
+  return opts_.name + " to " + opts_.endpoint;
+}
+
+void AckedLink::check_aborted() const {
+  if (aborted_()) throw std::runtime_error("stopped");
+}
+
+// A receiver that refuses this sender will refuse it again: fail at once, saying why.
+void AckedLink::check_handshake() const {
+  if (mon_->auth_failures() > 0) {
+    throw std::runtime_error(describe() + ": the receiver refused this sender's key; add its public key " +
+                             opts_.curve_public + " to the receiver's allowed keys");
+  }
+  if (mon_->protocol_failures() > 0) {
+    throw std::runtime_error(describe() + ": the handshake with the receiver failed: " +
+                             (opts_.curve_secret.empty()
+                                  ? "it requires authenticated streams (security.curve)"
+                                  : "it uses another security mode (encrypt / authenticate / none), or its public "
+                                    "key is not the one configured"));
+  }
+}
+
+void AckedLink::connect() {
+  const auto start = Clock::now();
+  while (!mon_->connected()) {
+    check_aborted();
+    if (since(start) > opts_.connect_timeout_s) {
+      throw std::runtime_error("no receiver accepted a connection at " + opts_.endpoint + " within " +
+                               seconds(opts_.connect_timeout_s));
+    }
+    zmq_pollitem_t item{mon_->get(), 0, ZMQ_POLLIN, 0};
+    zmq_poll(&item, 1, 100);
+    mon_->drain();
+    check_handshake();
+  }
+  seen_disconnects_ = mon_->disconnects();
+}
+
+void AckedLink::announce(std::uint32_t stream) {
+  announced_.insert(stream);
+  auto [floor, above] = ledger_->snapshot(stream);
+  auto bytes = wire::encode_ack(wire::FrameType::resume, stream, opts_.connection, opts_.connections,
+                                floor, 0, above);
+  zmq::Message m = zmq::Message::of(bytes);
+  if (need_resend_ || !write(m) || !write_metadata(stream)) pump(0);  // a reconnect announces every stream again
+}
+
+void AckedLink::set_metadata(std::uint32_t stream, std::string text) {
+  metadata_[stream] = std::move(text);
+  // Already announced (a relay learns it after the resume): it goes out now, and after every resume.
+  if (announced_.count(stream) && !need_resend_ && !write_metadata(stream)) pump(0);
+}
+
+bool AckedLink::write_metadata(std::uint32_t stream) {
+  auto it = metadata_.find(stream);
+  if (it == metadata_.end()) return true;
+  zmq::Message m = zmq::Message::of(wire::encode_metadata(stream, opts_.connection, opts_.connections, it->second));
+  return write(m);
+}
+
+void AckedLink::wait_welcome(double timeout_s) {
+  const auto start = Clock::now();
+  while (!welcomed_) {
+    if (since(start) > timeout_s) {
+      throw std::runtime_error(describe() + ": connected, but the receiver did not answer the stream's "
+                               "resume frame within " + seconds(timeout_s) +
+                               " (is it a numastream receiver of the same wire version?)");
+    }
+    pump(100);
+  }
+}
+
+void AckedLink::wait_for_credit() {
+  while (unacked_data_ >= static_cast<std::size_t>(opts_.window)) pump(100);
+  pump(0);
+}
+
+void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame) {
+  if (unacked_.empty()) last_progress_ = Clock::now();
+  auto [it, inserted] = unacked_.emplace(Key{stream, seq}, std::move(frame));
+  if (!inserted) return;  // already held: it goes out with the next retransmission, if needed
+  ++unacked_data_;
+  if (!need_resend_) {
+    if (!write(it->second)) pump(0);  // dropped meanwhile: the retransmission includes it
+  }
+}
+
+void AckedLink::send_end(std::uint32_t stream, zmq::Message frame) {
+  if (unacked_.empty()) last_progress_ = Clock::now();
+  auto [it, inserted] = unacked_.insert_or_assign(Key{stream, kEnd}, std::move(frame));
+  if (!need_resend_ && !write(it->second)) pump(0);
+}
+
+void AckedLink::finish() {
+  while (!unacked_.empty()) pump(100);
+}
+
+void AckedLink::serve(int timeout_ms) { pump(timeout_ms); }
+
+bool AckedLink::write(zmq::Message& m) {
+  while (true) {
+    check_aborted();
+    mon_->drain();
+    check_handshake();
+    if (mon_->disconnects() != seen_disconnects_) return false;
+    zmq_pollitem_t items[] = {{sock_.get(), 0, ZMQ_POLLOUT | ZMQ_POLLIN, 0},
+                              {mon_->get(), 0, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, 100) < 0 && zmq_errno() != EINTR) {
+      throw std::runtime_error(describe() + ": poll: " + zmq::last_error());
+    }
+    if (items[0].revents & ZMQ_POLLIN) read_acks();
+    if (!(items[0].revents & ZMQ_POLLOUT)) {
+      check_progress();  // blocked longer than the receiver may stay silent: a stuck peer
+      continue;
+    }
+    zmq::Message copy = m.share();
+    if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(), ZMQ_DONTWAIT) >= 0) return true;
+    if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
+      throw std::runtime_error(describe() + ": send: " + zmq::last_error());
+    }
+  }
+}
+
+void AckedLink::read_acks() {
+  while (true) {
+    zmq::Message m;
+    if (!m.receive(sock_)) return;
+    wire::Header h;
+    auto bytes = m.bytes();
+    if (wire::decode(bytes, 0, h) != wire::DecodeError::ok || h.type != wire::FrameType::ack) {
+      continue;  // only acknowledgements flow this way; anything else is ignored
+    }
+    auto seqs = wire::decode_ack_list(bytes);
+    ledger_->merge(h.stream_id, h.sequence, seqs);
+    welcomed_ = true;
+    last_progress_ = Clock::now();
+    auto drop = [&](std::map<Key, zmq::Message>::iterator it) {
+      if (it->first.second != kEnd) --unacked_data_;
+      return unacked_.erase(it);
+    };
+    for (auto it = unacked_.lower_bound({h.stream_id, 0});
+         it != unacked_.end() && it->first.first == h.stream_id && it->first.second < h.sequence;) {
+      it = drop(it);
+    }
+    for (auto s : seqs) {
+      auto it = unacked_.find({h.stream_id, s});
+      if (it != unacked_.end() && s != kEnd) drop(it);
+    }
+    if (h.raw_size & wire::kAckEndOfStream) {
+      auto it = unacked_.find({h.stream_id, kEnd});
+      if (it != unacked_.end()) drop(it);
+    }
+    if (on_ack_) on_ack_(h, seqs);
+  }
+}
+
+void AckedLink::pump(int timeout_ms) {
+  check_aborted();
+  zmq_pollitem_t items[] = {{sock_.get(), 0, ZMQ_POLLIN, 0}, {mon_->get(), 0, ZMQ_POLLIN, 0}};
+  if (zmq_poll(items, 2, timeout_ms) < 0 && zmq_errno() != EINTR) {
+    throw std::runtime_error(describe() + ": poll: " + zmq::last_error());
+  }
+  if (items[0].revents & ZMQ_POLLIN) read_acks();
+  mon_->drain();
+  check_handshake();
+  if (mon_->disconnects() != seen_disconnects_) {
+    if (!need_resend_) down_since_ = Clock::now();
+    seen_disconnects_ = mon_->disconnects();
+    need_resend_ = true;
+  }
+  if (need_resend_) {
+    if (mon_->connected()) {
+      resend_all();
+    } else if (since(down_since_) > opts_.reconnect_timeout_s) {
+      throw std::runtime_error(describe() + ": the receiver went away and did not come back within " +
+                               seconds(opts_.reconnect_timeout_s) + "; " +
+                               std::to_string(unacked_data_) +
+                               " chunks were never acknowledged (the receiver's summary lists them)");
+    }
+    return;
+  }
+  check_progress();
+}
+
+void AckedLink::check_progress() const {
+  if (!unacked_.empty() && since(last_progress_) > opts_.ack_timeout_s) {
+    throw std::runtime_error(describe() + ": the receiver is connected but acknowledged nothing for " +
+                             seconds(opts_.ack_timeout_s) + " with " + std::to_string(unacked_data_) +
+                             " chunks outstanding");
+  }
+}
+
+void AckedLink::resend_all() {
+  // The new connection may lead to a new receiver: announce first, then everything unacknowledged
+  // in (stream, sequence) order. A drop meanwhile starts over.
+  while (need_resend_) {
+    need_resend_ = false;
+    ++reconnects_;
+    last_progress_ = Clock::now();
+    bool dropped = false;
+    for (auto stream : announced_) {
+      auto [floor, above] = ledger_->snapshot(stream);
+      zmq::Message m = zmq::Message::of(wire::encode_ack(wire::FrameType::resume, stream, opts_.connection,
+                                                         opts_.connections, floor, 0, above));
+      if (!write(m) || !write_metadata(stream)) {
+        dropped = true;
+        break;
+      }
+    }
+    // Acknowledgements read while writing remove entries: walk a copy of the keys.
+    std::vector<Key> keys;
+    for (const auto& kv : unacked_) keys.push_back(kv.first);
+    for (const auto& key : keys) {
+      if (dropped) break;
+      auto it = unacked_.find(key);
+      if (it == unacked_.end()) continue;
+      if (!write(it->second)) dropped = true;
+      ++retransmitted_;
+    }
+    mon_->drain();
+    if (dropped || mon_->disconnects() != seen_disconnects_) {
+      seen_disconnects_ = mon_->disconnects();
+      need_resend_ = true;
+      if (!mon_->connected()) return;  // pump() waits for the next connection
+    }
+  }
+}
+
+}  // namespace numastream

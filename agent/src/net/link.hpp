@@ -1,0 +1,126 @@
+// The sending end of one acknowledged connection (docs/wire-format.md, "Acknowledged delivery").
+//
+// Every data frame stays with the link until the receiver acknowledges it: the receiver does so
+// once its sink has taken the chunk. At most `window` data frames are unacknowledged at a time,
+// which is also the back-pressure: a slow sink withholds acknowledgements and the sender waits
+// for credit. When the connection drops and comes back (a restarted receiver pod, a network
+// blip), the link announces its streams again with resume frames (what was acknowledged so far)
+// and retransmits everything unacknowledged, in order; the receiver drops duplicates by
+// (stream, sequence). Internal to the agent; one thread uses a link.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/seqset.hpp"
+#include "net/transport.hpp"
+#include "wire/wire.hpp"
+
+namespace numastream {
+
+// What the receiver acknowledged, per stream; shared by the connections of one sender.
+class AckLedger {
+ public:
+  void merge(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs);
+  bool contains(std::uint32_t stream, std::uint64_t seq) const;
+  // Floor and the acknowledged sequences above it (bounded by the wire format).
+  std::pair<std::uint64_t, std::vector<std::uint64_t>> snapshot(std::uint32_t stream) const;
+  std::uint64_t acknowledged(std::uint32_t stream) const;  // how many
+  std::uint64_t end(std::uint32_t stream) const;           // one past the highest acknowledged
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uint32_t, SeqSet> streams_;
+};
+
+struct LinkOptions {
+  std::string endpoint;
+  std::string name;               // names the monitor and the link in messages
+  std::uint16_t connection = 0;   // stamped on resume frames
+  std::uint16_t connections = 1;
+  int hwm = 2;
+  int window = 16;                // unacknowledged data frames at most
+  double connect_timeout_s = 30;  // first connection
+  double reconnect_timeout_s = 60;
+  double ack_timeout_s = 60;      // connected, frames outstanding, no acknowledgement
+  // CURVE: this agent's keys and the receiver's public key; empty = plain connection.
+  std::string curve_public, curve_secret, curve_server;
+  bool authenticate_only = false;  // prove the key (PLAIN + pair token), do not encrypt
+};
+
+class AckedLink {
+ public:
+  // Called for every ack frame received (the relay passes them upstream).
+  using AckFn = std::function<void(const wire::Header&, std::span<const std::uint64_t>)>;
+  AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLedger> ledger,
+            std::function<bool()> aborted, AckFn on_ack = {});
+  ~AckedLink();
+  AckedLink(const AckedLink&) = delete;
+  AckedLink& operator=(const AckedLink&) = delete;
+
+  // Waits for the connection (connect_timeout_s). Throws naming the endpoint.
+  void connect();
+  // Sends a resume frame for `stream` (from the ledger), now and after every reconnect, each
+  // followed by the stream's metadata frame when set_metadata gave one.
+  void announce(std::uint32_t stream);
+  void set_metadata(std::uint32_t stream, std::string text);
+  // Waits until the receiver answered with an acknowledgement (its state) or throws.
+  void wait_welcome(double timeout_s);
+  // Blocks, serving acknowledgements, until the window has room.
+  void wait_for_credit();
+  // Hands a frame to the link, which keeps it until acknowledged.
+  void send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame);
+  // The end-of-stream frame, kept until acknowledged (ack flag kAckEndOfStream).
+  void send_end(std::uint32_t stream, zmq::Message frame);
+  // Blocks until everything sent was acknowledged.
+  void finish();
+  // Serves acknowledgements for up to `timeout_ms` without sending.
+  void serve(int timeout_ms);
+
+  std::size_t unacknowledged() const noexcept { return unacked_.size(); }
+  std::uint64_t retransmitted() const noexcept { return retransmitted_; }
+  int reconnects() const noexcept { return reconnects_; }
+
+ private:
+  using Key = std::pair<std::uint32_t, std::uint64_t>;
+  static constexpr std::uint64_t kEnd = ~std::uint64_t{0};
+
+  void pump(int timeout_ms);
+  void read_acks();
+  void check_aborted() const;
+  void check_progress() const;
+  void check_handshake() const;
+  // Writes one message (a shared reference); false when the connection dropped meanwhile.
+  bool write(zmq::Message& m);
+  void resend_all();
+  std::string describe() const;
+
+  LinkOptions opts_;
+  std::shared_ptr<AckLedger> ledger_;
+  std::function<bool()> aborted_;
+  AckFn on_ack_;
+  zmq::Socket sock_;
+  std::unique_ptr<zmq::Monitor> mon_;
+  std::map<Key, zmq::Message> unacked_;
+  std::size_t unacked_data_ = 0;
+  std::set<std::uint32_t> announced_;
+  std::map<std::uint32_t, std::string> metadata_;
+  bool write_metadata(std::uint32_t stream);
+  int seen_disconnects_ = 0;
+  bool need_resend_ = false;
+  bool welcomed_ = false;
+  std::chrono::steady_clock::time_point down_since_;
+  std::chrono::steady_clock::time_point last_progress_;
+  std::uint64_t retransmitted_ = 0;
+  int reconnects_ = 0;
+};
+
+}  // namespace numastream

@@ -1,0 +1,108 @@
+// The receiver's HDF5 sink: each stream into <path>.part (path with {stream}), a dataset of
+// frames x rows x cols (the shape and pixel type from the stream's metadata frame), one frame per
+// chunk at its sequence number, written with direct chunk writes: bslz4 frames as they arrived
+// (the dataset declares filter 32008), other frames as pixels. Frames land where they belong
+// whatever their order, so nothing is held back to reorder. Renamed to <path> when the stream
+// ended complete and verified; a restarted receiver reopens the .part and skips the frames it
+// holds. Internal to the agent.
+#pragma once
+
+#include <unistd.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.hpp"
+#include "store/hdf5_io.hpp"
+#include "wire/tracker.hpp"
+#include "wire/wire.hpp"
+#include "pipeline/sink.hpp"
+
+namespace numastream {
+
+class Hdf5Sink {
+ public:
+  // The metadata text a stream's sender sent ("" when none arrived).
+  using MetadataFn = std::function<std::string(std::uint32_t)>;
+  Hdf5Sink(const Config& cfg, StreamTracker& tracker, AckFn ack, MetadataFn metadata)
+      : cfg_(cfg), tracker_(tracker), ack_(std::move(ack)), metadata_(std::move(metadata)) {}
+
+  void put(Taken t, const wire::Header& h) {
+    struct Release {  // the buffer goes back to its pool however this ends
+      Buffer* b;
+      ~Release() { b->pool->release(b); }
+    } release{t.buffer};
+    hdf5::Writer& w = open(h);
+    if (!w.written().count(h.sequence)) {
+      w.write_frame(h.sequence, {t.buffer->data + wire::kHeaderSize, t.buffer->size - wire::kHeaderSize},
+                    h.codec == Codec::bslz4 ? hdf5::Stored::bslz4 : hdf5::Stored::raw);
+    }
+    ack_(t.via, h.stream_id, h.sequence);
+  }
+
+  // Closes every file; publishes the complete ones. Returns those left incomplete.
+  std::vector<std::string> finish() {
+    std::vector<std::string> incomplete;
+    auto totals = tracker_.streams_json();
+    for (auto& [id, w] : outs_) {
+      const std::uint64_t frames = w->written().size();
+      w->close();
+      bool good = false;
+      for (const auto& s : totals) {
+        if (s["stream_id"] == id) {
+          good = s["complete"].get<bool>() && s["lost"].get<std::uint64_t>() == 0 &&
+                 s["corrupt"].get<std::uint64_t>() == 0 && s["expected_chunks"].is_number() &&
+                 s["expected_chunks"].get<std::uint64_t>() == frames;
+        }
+      }
+      const std::string final_path = stream_path(cfg_.sink.path, id);
+      if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) continue;
+      incomplete.push_back(final_path + ".part");
+    }
+    return incomplete;
+  }
+
+ private:
+  hdf5::Writer& open(const wire::Header& h) {
+    auto it = outs_.find(h.stream_id);
+    if (it != outs_.end()) return *it->second;
+    if (!outs_.empty() && cfg_.sink.path.find("{stream}") == std::string::npos) {
+      throw std::runtime_error("hdf5 sink: a second stream (id " + std::to_string(h.stream_id) +
+                               ") arrived but sink.path has no {stream} placeholder");
+    }
+    const std::string text = metadata_(h.stream_id);
+    auto meta = nlohmann::json::parse(text, nullptr, false);
+    if (text.empty() || meta.is_discarded() || !meta.contains("dtype") || !meta.contains("shape")) {
+      throw std::runtime_error("hdf5 sink: stream " + std::to_string(h.stream_id) +
+                               " sent no usable metadata (pixel type and frame shape): got \"" + text + "\"");
+    }
+    hdf5::FrameShape shape;
+    shape.dtype = meta["dtype"].get<std::string>();
+    shape.dims = meta["shape"].get<std::vector<std::uint64_t>>();
+    if (h.raw_size != shape.frame_bytes()) {
+      throw std::runtime_error("hdf5 sink: stream " + std::to_string(h.stream_id) + ": chunk " +
+                               std::to_string(h.sequence) + " has " + std::to_string(h.raw_size) +
+                               " bytes, a frame of its metadata " + text + " has " + std::to_string(shape.frame_bytes()));
+    }
+    const std::string path = stream_path(cfg_.sink.path, h.stream_id) + ".part";
+    const bool resume = tracker_.resumed(h.stream_id) && ::access(path.c_str(), F_OK) == 0;
+    auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4, resume);
+    if (resume) {
+      log_line("hdf5 sink: resuming " + path + ": " + std::to_string(w->written().size()) + " frames already written");
+    }
+    return *outs_.emplace(h.stream_id, std::move(w)).first->second;
+  }
+
+  const Config& cfg_;
+  StreamTracker& tracker_;
+  AckFn ack_;
+  MetadataFn metadata_;
+  std::map<std::uint32_t, std::unique_ptr<hdf5::Writer>> outs_;
+};
+
+}  // namespace numastream

@@ -1,0 +1,918 @@
+// The receive pipeline: receive xR -> decompress xD -> sink.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "data/buffer_pool.hpp"
+#include "codec/codec.hpp"
+#include "obs/http.hpp"
+#include "pipeline/pipeline.hpp"
+#include "data/queue.hpp"
+#include "data/seqset.hpp"
+#include "wire/tracker.hpp"
+#include "net/transport.hpp"
+#include "wire/wire.hpp"
+#include "net/link.hpp"
+#include "pipeline/runtime.hpp"
+#include "pipeline/hdf5_sink.hpp"
+#include "pipeline/sink.hpp"
+#include "codec/bitshuffle.hpp"
+
+namespace numastream {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void free_to_pool(void* /*data*/, void* hint) noexcept {
+  auto* b = static_cast<Buffer*>(hint);
+  b->pool->release(b);
+}
+
+// A frame off the network and the connection it came on.
+struct Inbound {
+  zmq::Message msg;
+  int via = 0;
+};
+
+class Receiver {
+ public:
+  Receiver(const Config& cfg, std::stop_token stop)
+      : cfg_(cfg), rt_(cfg, stop), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+  RunResult run(const RunHooks& hooks);
+
+ private:
+  void receive_thread(int index);
+  void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
+  void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
+  void decompress_thread(int index);
+  void sink_thread();
+  void zmq_sink_loop(StageStats& st);
+  void relay_thread();
+  void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
+  std::vector<std::byte> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                 std::uint32_t flags);
+  bool check_sink(zmq::SendOutcome o);
+  // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
+  // with the totals its sender announced; none before the sender ended the stream.
+  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count);
+  std::string metrics_text();
+
+  const Config& cfg_;
+  Runtime rt_;
+  Endpoint endpoint_;
+  StreamTracker tracker_;
+  std::array<std::atomic<std::uint64_t>, wire::kDecodeErrorCount> malformed_{};
+
+  std::unique_ptr<NodePools> raw_pools_;
+  std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
+  std::unique_ptr<BoundedQueue<Taken>> sink_q_;
+  std::unique_ptr<FileSink> file_sink_;
+  std::unique_ptr<Hdf5Sink> hdf5_sink_;
+  // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
+  std::mutex meta_mu_;
+  std::map<std::uint32_t, std::string> meta_;
+  std::string metadata_of(std::uint32_t stream) {
+    std::lock_guard lock(meta_mu_);
+    auto it = meta_.find(stream);
+    return it == meta_.end() ? std::string() : it->second;
+  }
+  std::unique_ptr<zmq::Context> ctx_;
+  std::optional<CurveSetup> curve_;
+  std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
+
+  // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
+  // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
+  // decompressing side acknowledged to it (relay_ledger_).
+  std::mutex ledger_mu_;
+  std::map<std::uint32_t, SeqSet> ledger_;
+  std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
+  std::vector<std::unique_ptr<AckBox>> boxes_;
+  std::atomic<std::uint64_t> acks_sent_{0};
+  std::atomic<std::uint64_t> resumes_{0};
+  std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
+  std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
+  std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication
+  std::atomic<std::uint64_t> accepted_{0};            // connections accepted on the data ports
+  std::atomic<std::uint64_t> opened_{0};              // of them, those that opened a stream
+  std::atomic<bool> processing_done_{false};   // sink side finished: last acknowledgements out
+  std::atomic<bool> stop_taking_{false};       // the run is ending: new data is not taken
+  // Sender connections up now, over every receiving thread: their TCP keepalive (probes after
+  // 5 s idle) is the heartbeat of a quiet stream.
+  std::atomic<int> connected_peers_{0};
+
+  std::size_t reorder_window_ = 16;
+  InFlight in_flight_;  // file sink only
+  std::atomic<int> decompressors_left_{0};
+  std::atomic<std::int64_t> first_ns_{-1};
+  std::atomic<std::int64_t> last_ns_{0};
+  std::vector<std::string> incomplete_files_;
+};
+
+void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
+  std::uint64_t floor;
+  {
+    std::lock_guard lock(ledger_mu_);
+    SeqSet& s = ledger_[stream];
+    s.insert(seq);
+    floor = s.floor();
+  }
+  boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
+}
+
+// The answer to a resume frame: everything the sink has taken of the stream.
+std::vector<std::byte> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
+                                         std::uint16_t connections, std::uint32_t flags) {
+  std::uint64_t floor;
+  std::vector<std::uint64_t> above;
+  if (cfg_.relay) {
+    std::tie(floor, above) = relay_ledger_->snapshot(stream);
+  } else {
+    std::lock_guard lock(ledger_mu_);
+    SeqSet& s = ledger_[stream];
+    floor = s.floor();
+    above = s.above(wire::kMaxAckEntries);
+  }
+  return wire::encode_ack(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
+}
+
+void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame) {
+  zmq::Message id = const_cast<zmq::Message&>(peer).share();
+  zmq::Message body = zmq::Message::of(frame);
+  // ROUTER_MANDATORY: a peer that has gone fails with EHOSTUNREACH; it resumes when it returns.
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return;
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(body.raw()), sock.get(), ZMQ_DONTWAIT) >= 0) ++acks_sent_;
+}
+
+void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers) {
+  auto pending = boxes_[static_cast<std::size_t>(index)]->take();
+  for (auto& [stream, p] : pending) {
+    auto it = peers.find(stream);
+    if (it == peers.end()) continue;  // no sender of that stream on this connection
+    std::sort(p.seqs.begin(), p.seqs.end());
+    p.seqs.erase(std::remove_if(p.seqs.begin(), p.seqs.end(), [&](auto s) { return s < p.floor; }),
+                 p.seqs.end());
+    p.seqs.erase(std::unique(p.seqs.begin(), p.seqs.end()), p.seqs.end());
+    answer(sock, it->second,
+           wire::encode_ack(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
+                            static_cast<std::uint16_t>(boxes_.size()), p.floor, p.flags, p.seqs));
+  }
+}
+
+void Receiver::receive_thread(int index) {
+  const std::size_t slot = rt_.slot("receive", index);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("receive");
+  const std::string ep = endpoint_.for_connection(index);
+  AckBox& box = *boxes_[static_cast<std::size_t>(index)];
+  const auto connections = static_cast<std::uint16_t>(boxes_.size());
+  try {
+    zmq::Socket sock(*ctx_, ZMQ_ROUTER);
+    sock.set_int(ZMQ_RCVHWM, cfg_.hwm);
+    sock.set_int(ZMQ_SNDHWM, 100000);  // acknowledgements: small, never dropped for want of room
+    sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
+    sock.set_int(ZMQ_LINGER, 2000);
+    if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
+    if (curve_ && curve_->authenticate_only) {
+      zmq::plain_server(sock);
+    } else if (curve_) {
+      zmq::curve_server(sock, curve_->secret_key);
+    }
+    // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
+    sock.set_int64(ZMQ_MAXMSGSIZE,
+                   static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
+    zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
+    sock.bind(ep);
+    struct PeerCount {  // this thread's connected senders, in the receiver's total
+      std::atomic<int>& total;
+      int mine = 0;
+      void publish(int n) { total += n - std::exchange(mine, n); }
+      ~PeerCount() { total -= mine; }
+    } peers{connected_peers_};
+    std::map<std::uint32_t, zmq::Message> streams;  // stream -> the connection carrying it here
+    std::set<std::string> announced;              // peers that opened with a resume frame
+    std::optional<Clock::time_point> closing;
+    while (!rt_.aborted()) {
+      if (processing_done_) {
+        // Everything taken was acknowledged; stay until the senders have read it and left.
+        if (!closing) closing = Clock::now();
+        mon.drain();
+        if (box.empty() && (mon.peers() == 0 || Clock::now() - *closing > std::chrono::seconds(5))) break;
+      }
+      zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, box.fd(), ZMQ_POLLIN, 0},
+                                {mon.get(), 0, ZMQ_POLLIN, 0}};
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        if (zmq_poll(items, 3, 100) < 0 && zmq_errno() != EINTR) {
+          throw std::runtime_error("poll: " + zmq::last_error());
+        }
+      }
+      if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, streams);
+      if (items[2].revents & ZMQ_POLLIN) {
+        const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
+        const int before_accepted = mon.accepted();
+        mon.drain();
+        peers.publish(mon.peers());
+        accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
+        if (mon.handshake_failures() > before_handshake) {
+          if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
+            log_line("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
+          }
+        }
+        if (mon.auth_failures() > before_auth) {
+          if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
+            log_line("connection " + std::to_string(index) + ": refused a peer whose key is not allowed");
+          }
+        }
+      }
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      zmq::Message peer;
+      if (!peer.receive(sock)) continue;
+      if (!peer.more()) continue;
+      zmq::Message msg;
+      if (!msg.receive(sock)) continue;
+      while (msg.more()) {  // a frame is one part; anything more from this peer is not ours
+        zmq::Message extra;
+        if (!extra.receive(sock)) break;
+        msg = std::move(extra);
+      }
+      ScopedTimer busy(st.busy_ns);
+      auto bytes = msg.bytes();
+      wire::Header h;
+      wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
+      if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
+      if (err != wire::DecodeError::ok) {
+        if (malformed_[static_cast<std::size_t>(err)]++ < 3) {
+          log_line("connection " + std::to_string(index) + ": dropped a malformed frame (" +
+                   std::string(wire::decode_error_name(err)) + ", " + std::to_string(bytes.size()) +
+                   " bytes)");
+        }
+        continue;
+      }
+      const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
+      if (h.type == wire::FrameType::resume) {
+        ++resumes_;
+        if (announced.insert(peer_id).second) ++opened_;
+        streams[h.stream_id] = peer.share();
+        auto seqs = wire::decode_ack_list(bytes);
+        tracker_.on_resume(h.stream_id, h.sequence, seqs);
+        if (cfg_.relay) {
+          relay_ledger_->merge(h.stream_id, h.sequence, seqs);
+          Inbound in{std::move(msg), index};  // the relay announces it downstream; the answer
+          if (!wire_q_->push(in)) break;      // comes back from there
+        } else {
+          {
+            std::lock_guard lock(ledger_mu_);
+            ledger_[h.stream_id].merge(h.sequence, seqs);
+          }
+          answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections, 0));
+        }
+        continue;
+      }
+      if (!announced.count(peer_id)) {
+        // Sent before this connection's resume frame (a race at reconnection): the sender
+        // retransmits it after the resume, so it is neither taken nor acknowledged now.
+        ++unannounced_;
+        continue;
+      }
+      streams[h.stream_id] = peer.share();
+      if (h.type == wire::FrameType::metadata) {
+        {
+          std::lock_guard lock(meta_mu_);
+          meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
+        }
+        if (cfg_.relay) {
+          Inbound in{std::move(msg), index};  // the relay passes it on downstream
+          if (!wire_q_->push(in)) break;
+        }
+        continue;
+      }
+      if (h.type == wire::FrameType::end_of_stream) {
+        tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+        // A relay acknowledges the end once the decompressing side acknowledged its own.
+        if (!cfg_.relay) {
+          answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections,
+                                     wire::kAckEndOfStream));
+        }
+        continue;
+      }
+      if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
+      tracker_.on_frame(h.stream_id, bytes.size());
+      if (file_sink_) in_flight_.add(h.stream_id, h.sequence);
+      auto now_ns = (Clock::now() - rt_.started).count();
+      std::int64_t unset = -1;
+      first_ns_.compare_exchange_strong(unset, now_ns);
+      st.chunks++;
+      st.bytes_in += bytes.size();
+      if (!cfg_.pin) rt_.observe_cpu(slot);
+      Inbound in{std::move(msg), index};
+      bool pushed;
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        pushed = wire_q_->push(in);
+      }
+      if (!pushed && file_sink_) in_flight_.remove(h.stream_id, h.sequence);
+    }
+  } catch (const std::exception& e) {
+    rt_.fail("connection " + std::to_string(index) + ": " + e.what());
+  }
+}
+
+void Receiver::decompress_thread(int index) {
+  const std::size_t slot = rt_.slot("decompress", index);
+  rt_.pin_current(slot);
+  const int node = rt_.placement.threads[slot].numa_node;
+  StageStats& st = rt_.stats("decompress");
+  BufferPool& pool = raw_pools_->for_node(node);
+  Decompressor dec(cfg_.chunk_bytes);
+  const bool forward = cfg_.sink.kind != SinkConfig::Kind::null;
+  // The HDF5 sink stores bslz4 frames as they arrived: they are checked, not decoded, unless
+  // their checksum is over the raw bytes or verify is decode.
+  const bool keep_bslz4 = cfg_.sink.kind == SinkConfig::Kind::hdf5;
+  std::vector<std::byte> scratch;
+  while (true) {
+    std::optional<Inbound> in;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      in = wire_q_->pop();
+    }
+    if (!in) break;
+    Buffer* out;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      out = pool.acquire();
+    }
+    if (!out) break;
+    const int via = in->via;
+    wire::Header h;
+    StreamTracker::Verdict verdict;
+    {
+      ScopedTimer busy(st.busy_ns);
+      // The receiving thread validated the header; decode again to read it.
+      auto frame = in->msg.bytes();
+      wire::decode(frame, cfg_.chunk_bytes, h);
+      auto payload = frame.subspan(wire::kHeaderSize);
+      const bool keep = keep_bslz4 && h.codec == Codec::bslz4;
+      bool ok = true;
+      if (h.payload_checksum) {
+        // Arrived compressed: the checksum covers the bytes as sent, the framing its sizes.
+        ok = wire::checksum(payload) == h.checksum &&
+             (h.codec != Codec::bslz4 || bslz4::check_framing(payload, h.element_size, h.raw_size)) &&
+             (h.codec != Codec::none || payload.size() == h.raw_size);
+      }
+      if (keep) {
+        if (ok && (!h.payload_checksum || cfg_.verify == Config::Verify::decode)) {
+          scratch.resize(h.raw_size);
+          ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
+               (h.payload_checksum || wire::checksum(scratch) == h.checksum);
+        }
+        if (ok) std::memcpy(out->data + wire::kHeaderSize, payload.data(), payload.size());
+      } else {
+        std::span<std::byte> raw(out->data + wire::kHeaderSize, h.raw_size);
+        ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
+             (h.payload_checksum || wire::checksum(raw) == h.checksum);
+      }
+      st.bytes_in += frame.size();
+      in.reset();  // frees ZeroMQ's message
+      verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
+      if (verdict == StreamTracker::Verdict::corrupt) {
+        log_line("stream " + std::to_string(h.stream_id) + ": chunk " + std::to_string(h.sequence) +
+                 " failed verification (decode or checksum)");
+      }
+    }
+    if (verdict == StreamTracker::Verdict::delivered) {
+      st.chunks++;
+      st.bytes_out += h.raw_size;
+      last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
+    }
+    if (!cfg_.pin) rt_.observe_cpu(slot);
+    if (verdict != StreamTracker::Verdict::delivered || !forward) {
+      if (file_sink_) in_flight_.remove(h.stream_id, h.sequence);
+      pool.release(out);
+      // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
+      // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
+      // when the sink takes the original.
+      bool taken = true;
+      if (verdict == StreamTracker::Verdict::duplicate && forward) {
+        std::lock_guard lock(ledger_mu_);
+        taken = ledger_[h.stream_id].contains(h.sequence);
+      }
+      if (taken) acknowledge(via, h.stream_id, h.sequence);
+      continue;
+    }
+    // Re-frame for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
+    // the HDF5 sink stores.
+    if (!(keep_bslz4 && h.codec == Codec::bslz4)) {
+      h.codec = Codec::none;
+      h.element_size = 0;
+      h.payload_size = h.raw_size;
+      if (h.payload_checksum) h.checksum = wire::checksum({out->data + wire::kHeaderSize, h.raw_size});
+      h.payload_checksum = false;
+    }
+    h.connection = 0;
+    h.connections = 1;
+    wire::encode_header(h, out->data);
+    out->size = wire::kHeaderSize + h.payload_size;
+    Taken t{out, via};
+    bool pushed;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      pushed = sink_q_->push(t);
+    }
+    if (!pushed) {
+      pool.release(out);
+      break;
+    }
+  }
+  if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
+}
+
+bool Receiver::check_sink(zmq::SendOutcome o) {
+  if (o == zmq::SendOutcome::peer_lost) {
+    rt_.fail("sink: the downstream consumer at " + cfg_.sink.endpoint + " went away");
+  } else if (o == zmq::SendOutcome::failed) {
+    rt_.fail("sink: send to " + cfg_.sink.endpoint + " failed: " + zmq::last_error());
+  }
+  return o == zmq::SendOutcome::sent;
+}
+
+std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count) {
+  auto eos = tracker_.end_of_stream(stream);
+  if (!eos) return std::nullopt;
+  std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
+  wire::Header h;
+  h.type = wire::FrameType::end_of_stream;
+  h.stream_id = stream;
+  h.connections = 1;
+  h.sequence = eos->total_chunks;
+  h.payload_size = wire::kEndOfStreamPayload;
+  wire::encode_header(h, frame);
+  wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
+  return zmq::Message::of({frame, sizeof(frame)});
+}
+
+// The zmq sink hands raw chunks to an external consumer (an analysis application's PULL socket).
+// ZeroMQ does not confirm that the consumer read them: a chunk counts as taken (and is
+// acknowledged to the sender) once the sink socket accepted it.
+void Receiver::zmq_sink_loop(StageStats& st) {
+  zmq::Socket sock(*ctx_, ZMQ_PUSH);
+  sock.set_int(ZMQ_SNDHWM, cfg_.hwm);
+  sock.set_int(ZMQ_IMMEDIATE, 1);
+  sock.set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
+  zmq::Monitor mon(*ctx_, sock, "sink");
+  sock.connect(cfg_.sink.endpoint);
+  auto aborted = [this] { return rt_.aborted(); };
+  std::map<std::uint32_t, std::uint64_t> forwarded;
+  while (true) {
+    std::optional<Taken> t;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      t = sink_q_->pop();
+    }
+    if (!t) break;
+    wire::Header h;
+    wire::decode({t->buffer->data, t->buffer->size}, cfg_.chunk_bytes, h);
+    std::size_t size = t->buffer->size;
+    zmq_msg_t msg;
+    zmq_msg_init_data(&msg, t->buffer->data, size, free_to_pool, t->buffer);
+    ScopedTimer wait(st.blocked_output_ns);
+    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) break;
+    acknowledge(t->via, h.stream_id, h.sequence);
+    ++forwarded[h.stream_id];
+    st.chunks++;
+    st.bytes_out += size;
+  }
+  if (rt_.aborted()) {
+    sock.set_int(ZMQ_LINGER, 0);
+    return;
+  }
+  // End each forwarded stream downstream, once, with the totals its sender announced.
+  for (const auto& [stream, count] : forwarded) {
+    auto end = downstream_end(stream, count);
+    if (end && !check_sink(zmq::send_watched(sock, mon, end->raw(), aborted))) return;
+  }
+}
+
+// Relay: the gateway's NIC-local container receives and checks frames, and forwards them
+// undecoded, zero-copy, as one acknowledged connection to the decompressing container of the same
+// pod (over IPC). It puts each stream back in sequence order first (it knows how many connections
+// feed it; the decompressing side sees only one), holding at most the reorder window. It
+// acknowledges upstream what the decompressing side acknowledged to it, so a chunk leaves the
+// sender's window only once it is in the sink; a restarted relay loses nothing.
+void Receiver::relay_thread() {
+  const std::size_t slot = rt_.slot("sink", 0);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("sink");
+  struct Order {
+    std::uint64_t next = 0;
+    std::map<std::uint64_t, zmq::Message> pending;
+  };
+  std::map<std::uint32_t, Order> order;
+  std::map<std::uint32_t, std::uint64_t> forwarded;
+  try {
+    LinkOptions opts;
+    opts.endpoint = cfg_.sink.endpoint;
+    opts.name = "relay";
+    opts.hwm = cfg_.hwm;
+    // Whatever the upstream connections have unacknowledged may be here at once.
+    opts.window = rt_.threads("receive") * cfg_.window + static_cast<int>(reorder_window_);
+    opts.connect_timeout_s = cfg_.connect_timeout_s;
+    opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
+    opts.ack_timeout_s = cfg_.ack_timeout_s;
+    // Downstream acknowledgements go to every upstream connection of the stream.
+    AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
+                   [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
+                     for (auto& box : boxes_) box->post(h.stream_id, h.sequence, seqs, h.raw_size);
+                   });
+    link.connect();
+    auto forward = [&](std::uint32_t stream, std::uint64_t seq, zmq::Message& msg) {
+      std::size_t size = msg.bytes().size();
+      ScopedTimer wait(st.blocked_output_ns);
+      link.wait_for_credit();
+      link.send(stream, seq, std::move(msg));
+      ++forwarded[stream];
+      st.chunks++;
+      st.bytes_out += size;
+      last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
+    };
+    // Forwards what is next in order; with `all`, everything held (gaps skipped).
+    auto flush = [&](std::uint32_t stream, Order& o, bool all) {
+      while (!o.pending.empty() &&
+             (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
+        auto it = o.pending.begin();
+        o.next = std::max(o.next, it->first + 1);
+        zmq::Message m = std::move(it->second);
+        std::uint64_t seq = it->first;
+        o.pending.erase(it);
+        forward(stream, seq, m);
+      }
+    };
+    while (true) {
+      link.serve(0);
+      std::optional<Inbound> in;
+      bool done = false;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        in = wire_q_->pop_for(std::chrono::milliseconds(20), done);
+      }
+      if (!in) {
+        if (done) break;
+        continue;
+      }
+      wire::Header h;
+      ScopedTimer busy(st.busy_ns);
+      wire::decode(in->msg.bytes(), cfg_.chunk_bytes, h);
+      if (h.type == wire::FrameType::resume) {
+        link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
+        continue;
+      }
+      if (h.type == wire::FrameType::metadata) {
+        auto b = in->msg.bytes();
+        link.set_metadata(h.stream_id, std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize,
+                                                   h.payload_size));
+        continue;
+      }
+      if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) != StreamTracker::Verdict::delivered) {
+        // A duplicate: not forwarded; acknowledged at once if downstream has it already.
+        if (relay_ledger_->contains(h.stream_id, h.sequence)) {
+          auto [floor, above] = relay_ledger_->snapshot(h.stream_id);
+          std::uint64_t seq = h.sequence;
+          boxes_[static_cast<std::size_t>(in->via)]->post(h.stream_id, floor, {&seq, 1}, 0);
+        }
+        continue;
+      }
+      h.connection = 0;
+      h.connections = 1;
+      wire::encode_header(h, in->msg.mutable_data());
+      Order& o = order[h.stream_id];
+      if (o.pending.empty() && o.next == 0) o.next = relay_ledger_->snapshot(h.stream_id).first;
+      o.pending.emplace(h.sequence, std::move(in->msg));
+      flush(h.stream_id, o, false);
+    }
+    if (rt_.aborted()) return;
+    for (auto& [stream, o] : order) flush(stream, o, true);
+    // End each stream downstream with the totals its sender announced; the decompressing side
+    // acknowledges it, and that acknowledgement ends the upstream connections.
+    for (const auto& [stream, count] : forwarded) {
+      if (auto end = downstream_end(stream, count)) link.send_end(stream, std::move(*end));
+    }
+    ScopedTimer wait(st.blocked_output_ns);
+    link.finish();
+  } catch (const std::exception& e) {
+    rt_.fail(std::string("relay: ") + e.what());
+  }
+}
+
+void Receiver::sink_thread() {
+  rt_.pin_current(rt_.slot("sink", 0));
+  StageStats& st = rt_.stats("sink");
+  try {
+    if (cfg_.sink.kind == SinkConfig::Kind::zmq) {
+      zmq_sink_loop(st);
+      return;
+    }
+    while (true) {
+      std::optional<Taken> t;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        t = sink_q_->pop();
+      }
+      if (!t) break;
+      wire::Header h;
+      wire::decode({t->buffer->data, t->buffer->size}, cfg_.chunk_bytes, h);
+      std::size_t raw = t->buffer->size - wire::kHeaderSize;
+      {
+        ScopedTimer busy(st.busy_ns);
+        if (hdf5_sink_) {
+          hdf5_sink_->put(*t, h);
+        } else {
+          file_sink_->put(*t, h);
+        }
+      }
+      st.chunks++;
+      st.bytes_out += raw;
+    }
+    if (!rt_.aborted() && file_sink_) file_sink_->drain();
+  } catch (const std::exception& e) {
+    rt_.fail(e.what());
+    // Drain so that decompressors blocked on the sink queue can finish.
+    while (auto t = sink_q_->pop()) t->buffer->pool->release(t->buffer);
+  }
+}
+
+std::string Receiver::metrics_text() {
+  std::string out;
+  // A relay reports under its own role, so its counts are not mistaken for verified deliveries.
+  const char* role = cfg_.relay ? "relay" : "receive";
+  rt_.write_common_metrics(out, role);
+  const std::string r = std::string("role=\"") + role + "\"";
+  auto t = tracker_.totals();
+  out += "# TYPE numastream_raw_bytes_total counter\n";
+  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(t.raw_bytes));
+  out += "# TYPE numastream_wire_bytes_total counter\n";
+  metric(out, "numastream_wire_bytes_total", r, static_cast<double>(t.wire_bytes));
+  out += "# HELP numastream_chunks_delivered_total Chunks decompressed, verified and handed to the sink.\n"
+         "# TYPE numastream_chunks_delivered_total counter\n";
+  metric(out, "numastream_chunks_delivered_total", r, static_cast<double>(t.delivered));
+  out += "# HELP numastream_chunks_lost Chunks missing: announced by the sender (or below the "
+         "highest sequence seen) and not delivered.\n# TYPE numastream_chunks_lost gauge\n";
+  metric(out, "numastream_chunks_lost", r, static_cast<double>(t.lost));
+  out += "# TYPE numastream_chunks_corrupt_total counter\n";
+  metric(out, "numastream_chunks_corrupt_total", r, static_cast<double>(t.corrupt));
+  out += "# TYPE numastream_chunks_duplicate_total counter\n";
+  metric(out, "numastream_chunks_duplicate_total", r, static_cast<double>(t.duplicates));
+  out += "# HELP numastream_frames_malformed_total Frames rejected before decoding, by reason.\n"
+         "# TYPE numastream_frames_malformed_total counter\n";
+  for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
+    metric(out, "numastream_frames_malformed_total",
+           r + ",reason=\"" + std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))) + "\"",
+           static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
+  }
+  out += "# HELP numastream_chunks_delivered_before Chunks an earlier instance of this receiver "
+         "acknowledged (reported by resuming senders).\n# TYPE numastream_chunks_delivered_before gauge\n";
+  metric(out, "numastream_chunks_delivered_before", r, static_cast<double>(t.delivered_before));
+  out += "# TYPE numastream_acks_sent_total counter\n";
+  metric(out, "numastream_acks_sent_total", r, static_cast<double>(acks_sent_.load()));
+  out += "# HELP numastream_connections_rejected_total Connections dropped before any frame: not a "
+         "ZeroMQ peer (handshake) or a key that is not allowed (auth).\n"
+         "# TYPE numastream_connections_rejected_total counter\n";
+  metric(out, "numastream_connections_rejected_total", r + ",reason=\"handshake\"",
+         static_cast<double>(rejected_handshake_.load()));
+  metric(out, "numastream_connections_rejected_total", r + ",reason=\"auth\"", static_cast<double>(rejected_auth_.load()));
+  out += "# HELP numastream_connections_accepted_total Connections accepted on the data ports.\n"
+         "# TYPE numastream_connections_accepted_total counter\n";
+  metric(out, "numastream_connections_accepted_total", r, static_cast<double>(accepted_.load()));
+  out += "# HELP numastream_connections_opened_total Connections that opened a stream (sent a resume frame).\n"
+         "# TYPE numastream_connections_opened_total counter\n";
+  metric(out, "numastream_connections_opened_total", r, static_cast<double>(opened_.load()));
+  out += "# TYPE numastream_resumes_total counter\n";
+  metric(out, "numastream_resumes_total", r, static_cast<double>(resumes_.load()));
+  out += "# TYPE numastream_streams_complete gauge\n";
+  metric(out, "numastream_streams_complete", r, tracker_.complete_streams());
+  out += "# TYPE numastream_compression_ratio gauge\n";
+  metric(out, "numastream_compression_ratio", r,
+         t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes) : 0);
+  out += "# TYPE numastream_queue_depth gauge\n";
+  metric(out, "numastream_queue_depth", r + ",queue=\"wire\"", static_cast<double>(wire_q_->depth()));
+  if (sink_q_) {
+    metric(out, "numastream_queue_depth", r + ",queue=\"sink\"", static_cast<double>(sink_q_->depth()));
+  }
+  out += "# TYPE numastream_pool_buffers_in_use gauge\n";
+  for (const auto& p : raw_pools_->all()) {
+    metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
+           static_cast<double>(p->in_use()));
+  }
+  out += "# TYPE numastream_up gauge\n";
+  metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
+  return out;
+}
+
+RunResult Receiver::run(const RunHooks& hooks) {
+  curve_ = load_curve(cfg_.security);
+  if (cfg_.sink.kind == SinkConfig::Kind::file || cfg_.sink.kind == SinkConfig::Kind::hdf5) {
+    // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
+    // its senders until their reconnect timeout.
+    std::string dir = cfg_.sink.path.substr(0, cfg_.sink.path.find_last_of('/') + 1);
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      throw ConfigError("sink.path", "cannot write in " + dir + ": " + std::strerror(errno));
+    }
+  }
+  const int receivers = rt_.threads("receive");
+  const int decompressors = rt_.threads("decompress");
+  // Senders put chunks on the wire in order; what arrives out of order is what several
+  // connections had in flight at once (ZeroMQ queues on both ends, socket buffers of ~8 MiB, a
+  // frame being decoded) plus the decompressors finishing out of order. Hold at least that much.
+  const std::size_t wire_estimate = std::max<std::size_t>(1, cfg_.chunk_bytes / 2);
+  const std::size_t per_connection =
+      static_cast<std::size_t>(2 * cfg_.hwm + 4) + (8u << 20) / wire_estimate;
+  reorder_window_ = std::max<std::size_t>(
+      static_cast<std::size_t>(cfg_.reorder_window),
+      static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + cfg_.queue_depth));
+  const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
+  // The file sink holds up to window + slack chunks (slack: what the decompressors and the sink
+  // queue can have when it waits for an in-flight chunk), plus the queues around it.
+  const std::size_t slack = static_cast<std::size_t>(decompressors + cfg_.queue_depth);
+  // The HDF5 sink writes each frame where it belongs as it comes and holds none: the queue around
+  // it is all it needs. The zmq sink holds what ZeroMQ has not sent.
+  const std::size_t held_by_sink = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? 0 : reorder_window_ + slack;
+  const std::size_t raw_shared =
+      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + held_by_sink : 0;
+  // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
+  const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
+                                                                          : cfg_.chunk_bytes;
+  raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_shared, 1,
+                                           wire::kHeaderSize + sink_chunk);
+  // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
+  // a pool buffer); the queue bounds how many are held.
+  wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
+  if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Taken>>(static_cast<std::size_t>(cfg_.queue_depth));
+  for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
+  if (cfg_.sink.kind == SinkConfig::Kind::file) {
+    file_sink_ = std::make_unique<FileSink>(
+        cfg_, tracker_, in_flight_, reorder_window_, slack,
+        [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); });
+  }
+  if (cfg_.sink.kind == SinkConfig::Kind::hdf5) {
+    hdf5_sink_ = std::make_unique<Hdf5Sink>(
+        cfg_, tracker_, [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); },
+        [this](std::uint32_t stream) { return metadata_of(stream); });
+  }
+  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  if (curve_) {
+    zap_ = std::make_unique<zmq::ZapAuthenticator>(*ctx_, curve_->allowed,
+                                                   curve_->authenticate_only ? curve_->secret_key : "");
+    log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)" : "CURVE") +
+             ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
+  }
+  rt_.on_abort([this] {
+    stop_taking_ = true;
+    wire_q_->close();
+    if (sink_q_) sink_q_->close();
+    raw_pools_->close_all();
+  });
+  std::unique_ptr<MetricsServer> server;
+  if (!cfg_.metrics_listen.empty()) {
+    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return metrics_text(); },
+                                             [this] { return !rt_.aborted(); });
+    log_line("metrics on port " + std::to_string(server->port()));
+    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
+  }
+  rt_.started = Clock::now();
+  decompressors_left_ = decompressors;
+  {
+    std::vector<std::jthread> receiving;
+    {
+      std::vector<std::jthread> processing;
+      if (cfg_.relay) {
+        processing.emplace_back([this] { relay_thread(); });
+      } else {
+        if (has_sink) processing.emplace_back([this] { sink_thread(); });
+        for (int i = 0; i < decompressors; ++i) processing.emplace_back([this, i] { decompress_thread(i); });
+      }
+      for (int i = 0; i < receivers; ++i) receiving.emplace_back([this, i] { receive_thread(i); });
+      log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
+               (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
+      // Supervise: end when every expected stream has ended, on a drain request, or on failure.
+      // A stream is alive while data arrives or a sender stays connected: a detector pausing
+      // between scans keeps its connections (their TCP keepalive answers), a sender that is gone
+      // does not. The idle limit counts from the later of the two.
+      auto alive = Clock::now();
+      while (!rt_.aborted() && !rt_.drain_requested()) {
+        if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
+        if (connected_peers_.load() > 0) alive = Clock::now();
+        if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
+            Clock::now() - std::max(tracker_.last_activity(), alive) >
+                std::chrono::duration<double>(cfg_.idle_timeout_s)) {
+          auto t = tracker_.totals();
+          rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
+                   " s and no sender connected while a stream was open (" + std::to_string(t.delivered) +
+                   " chunks delivered); the sender stopped or the network failed");
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      // No more input: what was taken goes through to the sink (and is acknowledged) first.
+      stop_taking_ = true;
+      wire_q_->close();
+    }
+    // The receiving threads send the last acknowledgements, then end.
+    processing_done_ = true;
+  }
+  if (file_sink_ || hdf5_sink_) {
+    try {
+      incomplete_files_ = file_sink_ ? file_sink_->finish() : hdf5_sink_->finish();
+    } catch (const std::exception& e) {
+      rt_.fail(e.what());
+    }
+    for (const auto& f : incomplete_files_) {
+      log_line(std::string(hdf5_sink_ ? "hdf5" : "file") + " sink: " + f +
+               " is incomplete: it misses chunks or the stream did not end");
+    }
+  }
+  zap_.reset();
+  ctx_.reset();
+
+  auto t = tracker_.totals();
+  const std::int64_t first = std::max<std::int64_t>(0, first_ns_.load());
+  const double secs = std::max(1e-9, static_cast<double>(last_ns_.load() - first) / 1e9);
+  const double raw = static_cast<double>(t.raw_bytes);
+  const double wire = static_cast<double>(t.wire_bytes);
+  std::uint64_t malformed = 0;
+  nlohmann::json malformed_by = nlohmann::json::object();
+  for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
+    auto n = malformed_[static_cast<std::size_t>(i)].load();
+    malformed += n;
+    if (n) malformed_by[std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))] = n;
+  }
+  RunResult result;
+  result.summary = {{"role", cfg_.relay ? "relay" : "receive"},
+                    {"verified", !cfg_.relay},
+                    {"endpoint", cfg_.endpoint},
+                    {"connections", cfg_.connections},
+                    {"curve", curve_.has_value()},
+                    {"security", !curve_ ? "none" : curve_->authenticate_only ? "authenticate" : "encrypt"},
+                    {"chunks", t.delivered},
+                    {"delivered_before", t.delivered_before},
+                    {"acks_sent", acks_sent_.load()},
+                    {"resumes", resumes_.load()},
+                    {"dropped_before_resume", unannounced_.load()},
+                    {"rejected_connections", {{"handshake", rejected_handshake_.load()}, {"auth", rejected_auth_.load()}}},
+                    // Connections that never opened a stream (no resume frame): noise, scanners,
+                    // other protocols, refused keys.
+                    {"connections_accepted", accepted_.load()},
+                    {"connections_without_stream", accepted_.load() - std::min(accepted_.load(), opened_.load())},
+                    {"raw_bytes", t.raw_bytes},
+                    {"wire_bytes", t.wire_bytes},
+                    {"ratio", wire > 0 ? raw / wire : 0},
+                    {"lost", t.lost},
+                    {"corrupt", t.corrupt},
+                    {"duplicates", t.duplicates},
+                    {"malformed", malformed},
+                    {"malformed_by_reason", malformed_by},
+                    {"complete", t.complete && tracker_.complete_streams() >= std::max(cfg_.streams, 1)},
+                    {"seconds", secs},
+                    {"raw_gbps", raw * 8 / secs / 1e9},
+                    {"wire_gbps", wire * 8 / secs / 1e9},
+                    {"max_rss_kb", max_rss_kb()},
+                    {"streams", tracker_.streams_json()},
+                    {"incomplete_files", incomplete_files_},
+                    {"placement", rt_.placement_json()},
+                    {"stages", rt_.stages_json()},
+                    {"drained", rt_.drain_requested()},
+                    {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
+  // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
+  // A drained receiver whose stream did not complete exits "interrupted": resume me.
+  const bool drained = rt_.drain_requested();
+  if (rt_.aborted()) {
+    result.exit_code = kExitFailure;
+  } else if (t.corrupt > 0 || (!drained && (t.lost > 0 || !incomplete_files_.empty()))) {
+    result.exit_code = kExitIntegrity;
+  } else if (drained && !result.summary["complete"].get<bool>()) {
+    result.exit_code = kExitInterruptedBase + drain_signal();
+  }
+  return result;
+}
+
+}  // namespace
+
+RunResult run_receiver(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
+  Receiver r(cfg, stop);
+  return r.run(hooks);
+}
+
+}  // namespace numastream

@@ -1,0 +1,364 @@
+#include "pipeline/runtime.hpp"
+
+#include <numa.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <set>
+
+#include "data/buffer_pool.hpp"
+#include "host/cpuset.hpp"
+#include "base/error.hpp"
+#include "pipeline/pipeline.hpp"
+#include "net/transport.hpp"
+
+namespace numastream {
+
+namespace {
+std::atomic<int> g_drain_signal{0};
+}  // namespace
+
+int drain_signal() noexcept { return g_drain_signal.load(); }
+void set_drain_signal(int sig) noexcept { g_drain_signal.store(sig); }
+
+namespace {
+
+std::string read_key_text(const std::string& path, const std::string& field) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(field, "cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Surrounding whitespace removed; a line that starts with '#' is a comment ('#' is also a Z85
+// character, so only a leading one counts).
+std::string trimmed(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(0, s.find_first_not_of(ws));
+  auto end = s.find_last_not_of(ws);
+  s.erase(end == std::string::npos ? 0 : end + 1);
+  return s;
+}
+
+}  // namespace
+
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
+  if (!sec.curve()) return std::nullopt;
+  CurveSetup out;
+  out.authenticate_only = sec.mode == SecurityConfig::Mode::authenticate;
+  const std::string secret_field = "security.curve.secret_key_file";
+  out.secret_key = trimmed(read_key_text(sec.secret_key_file, secret_field));
+  try {
+    out.public_key = zmq::curve_public_of(out.secret_key);
+  } catch (const std::invalid_argument&) {
+    throw ConfigError(secret_field, sec.secret_key_file + " does not hold a CURVE secret key (40 Z85 characters)");
+  }
+  if (!sec.server_key_file.empty()) {
+    const std::string field = "security.curve.server_key_file";
+    out.server_key = trimmed(read_key_text(sec.server_key_file, field));
+    if (!zmq::curve_key_valid(out.server_key)) {
+      throw ConfigError(field, sec.server_key_file + " does not hold a CURVE public key (40 Z85 characters)");
+    }
+  }
+  if (!sec.allowed_keys_file.empty()) {
+    const std::string field = "security.curve.allowed_keys_file";
+    std::istringstream lines(read_key_text(sec.allowed_keys_file, field));
+    std::string line;
+    for (int n = 1; std::getline(lines, line); ++n) {
+      line = trimmed(line);
+      if (line.empty() || (line[0] == '#' && line.size() != 40)) continue;
+      if (!zmq::curve_key_valid(line)) {
+        throw ConfigError(field, sec.allowed_keys_file + " line " + std::to_string(n) +
+                                     " is not a CURVE public key (40 Z85 characters)");
+      }
+      out.allowed.insert(line);
+    }
+    if (out.allowed.empty()) throw ConfigError(field, sec.allowed_keys_file + " lists no keys: no sender could connect");
+  }
+  return out;
+}
+
+void log_line(const std::string& msg) {
+  std::fprintf(stderr, "numastream-agent: %s\n", msg.c_str());
+  std::fflush(stderr);
+}
+
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void metric(std::string& out, const std::string& name, const std::string& labels, double value) {
+  char num[64];
+  std::snprintf(num, sizeof(num), "%.17g", value);
+  out += name;
+  if (!labels.empty()) out += "{" + labels + "}";
+  out += " ";
+  out += num;
+  out += "\n";
+}
+
+double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+long max_rss_kb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_cpus) {
+  const int cpus = static_cast<int>(std::max<std::size_t>(1, allowed_cpus));
+  auto pick = [&](const std::string& stage, int def_threads, NumaTarget def_target) {
+    StageRequest r{stage, def_threads, def_target};
+    if (auto it = cfg.stages.find(stage); it != cfg.stages.end()) {
+      if (it->second.threads > 0) r.threads = it->second.threads;
+      if (it->second.target != NumaTarget{}) r.target = it->second.target;
+    }
+    return r;
+  };
+  std::vector<StageRequest> out;
+  if (cfg.role == Role::send) {
+    out.push_back(pick("source", 1, {}));
+    out.push_back(pick("compress", cpus, {}));
+    out.push_back(pick("send", cfg.connections, {}));
+    out.push_back(pick("io", cfg.connections, out.back().target));
+  } else {
+    NumaTarget near_nic = cfg.nic.empty() && !cfg.nic_numa_node ? NumaTarget{}
+                                                                : NumaTarget{NumaTarget::Kind::nic, -1};
+    out.push_back(pick("receive", cfg.connections, near_nic));
+    if (!cfg.relay) out.push_back(pick("decompress", std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
+    if (cfg.sink.kind != SinkConfig::Kind::null) out.push_back(pick("sink", 1, {}));
+    out.push_back(pick("io", cfg.connections, out.front().target));
+  }
+  return out;
+}
+
+NodePools::NodePools(Runtime& rt, const std::string& stage, const std::string& what,
+                     std::size_t shared, std::size_t per_thread, std::size_t bytes) {
+  for (int node : rt.stage_nodes(stage)) {
+    std::size_t on_node = 0;
+    for (const auto& t : rt.placement.threads) on_node += t.stage == stage && t.numa_node == node;
+    std::size_t count = std::max<std::size_t>(1, shared + per_thread * on_node);
+    pools_.push_back(std::make_unique<BufferPool>(what + "-node" + std::to_string(node), count,
+                                                  bytes, node));
+    nodes_.push_back(node);
+  }
+}
+
+BufferPool& NodePools::for_node(int node) {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i] == node) return *pools_[i];
+  }
+  return *pools_.front();
+}
+
+void NodePools::close_all() {
+  for (auto& p : pools_) p->close();
+}
+
+Runtime::Runtime(const Config& c, std::stop_token external) : cfg(c), external_(external) {
+  if (!numa_supported()) {
+    log_line("libnuma reports no NUMA support on this machine: buffers are allocated without a "
+             "node binding");
+  }
+  topo = read_topology(cfg.sysfs_root);
+  allowed = allowed_cpus();
+  if (cfg.nic_numa_node) {
+    nic_node = cfg.nic_numa_node;
+  } else if (!cfg.nic.empty()) {
+    const Nic* nic = topo.find_nic(cfg.nic);
+    if (!nic) {
+      log_line("NIC '" + cfg.nic + "' is not in " + cfg.sysfs_root +
+               "/class/net; its NUMA node is unknown");
+    } else if (nic->numa_node < 0) {
+      log_line("NIC '" + cfg.nic + "' reports no NUMA node (numa_node = -1)");
+    } else {
+      nic_node = nic->numa_node;
+    }
+  }
+  auto requests = stage_requests(cfg, allowed.size());
+  placement = cfg.pin ? place(topo, allowed, nic_node, requests) : place_os(requests, nic_node);
+  for (const auto& w : placement.warnings) log_line("placement: " + w);
+  observed_cpu_ = std::make_unique<std::atomic<int>[]>(placement.threads.size());
+  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
+    observed_cpu_[i] = placement.threads[i].cpu;
+  }
+  // ZeroMQ's I/O threads are placed (their CPU set) but not instrumented.
+  for (const auto& r : requests) {
+    if (r.stage != "io") stats_[r.stage] = std::make_unique<StageStats>(r.stage);
+  }
+}
+
+StageStats& Runtime::stats(const std::string& stage) {
+  auto it = stats_.find(stage);
+  NS_ASSERT(it != stats_.end());
+  return *it->second;
+}
+
+std::size_t Runtime::slot(const std::string& stage, int index) const {
+  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
+    if (placement.threads[i].stage == stage && placement.threads[i].index == index) return i;
+  }
+  NS_ASSERT(false);
+  return 0;
+}
+
+void Runtime::pin_current(std::size_t s) {
+  const ThreadSlot& t = placement.threads[s];
+  std::string name = t.stage.substr(0, 10) + "-" + std::to_string(t.index);
+  pthread_setname_np(pthread_self(), name.c_str());
+  if (t.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(t.cpu, &set);
+    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
+      log_line("cannot pin " + t.stage + " thread " + std::to_string(t.index) + " to CPU " +
+               std::to_string(t.cpu) + ": error " + std::to_string(rc));
+    }
+    if (t.numa_node >= 0 && numa_supported()) numa_set_preferred(t.numa_node);
+  }
+  observe_cpu(s);
+}
+
+void Runtime::observe_cpu(std::size_t s) noexcept { observed_cpu_[s] = sched_getcpu(); }
+
+void Runtime::fail(const std::string& message) {
+  std::vector<std::function<void()>> closers;
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_.exchange(true)) return;
+    error_ = message;
+    closers.swap(closers_);
+  }
+  log_line("error: " + message);
+  for (auto& c : closers) c();
+}
+
+std::string Runtime::error() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+void Runtime::on_abort(std::function<void()> closer) {
+  std::lock_guard lock(mu_);
+  closers_.push_back(std::move(closer));
+}
+
+int Runtime::threads(const std::string& stage) const {
+  int n = 0;
+  for (const auto& t : placement.threads) n += t.stage == stage;
+  return n;
+}
+
+std::vector<int> Runtime::stage_nodes(const std::string& stage) const {
+  std::set<int> nodes;
+  for (const auto& t : placement.threads) {
+    if (t.stage == stage) nodes.insert(t.numa_node);
+  }
+  return {nodes.begin(), nodes.end()};
+}
+
+nlohmann::json Runtime::placement_json() const {
+  nlohmann::json threads = nlohmann::json::array();
+  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
+    const ThreadSlot& t = placement.threads[i];
+    int cpu = t.stage == "io" ? t.cpu : observed_cpu_[i].load();
+    nlohmann::json j = {{"stage", t.stage},
+                        {"thread", t.index},
+                        {"cpu", cpu},
+                        {"numa_node", cpu >= 0 ? topo.node_of_cpu(cpu) : -1},
+                        {"pinned", t.cpu >= 0}};
+    if (t.stage == "io" && t.cpu >= 0) {
+      j["affinity"] = format_cpulist(placement.stage_cpus("io"));
+    }
+    threads.push_back(std::move(j));
+  }
+  nlohmann::json nic_local = nullptr;
+  const char* stage = cfg.role == Role::receive ? "receive" : "send";
+  if (auto local = placement.nic_local(stage)) nic_local = *local;
+  return {{"mode", cfg.pin ? "numa-aware" : "os"},
+          {"nic", cfg.nic},
+          {"nic_numa_node", nic_node ? nlohmann::json(*nic_node) : nlohmann::json(nullptr)},
+          {"nic_local", nic_local},
+          {"allowed_cpus", format_cpulist(allowed)},
+          {"threads", threads},
+          {"warnings", placement.warnings}};
+}
+
+nlohmann::json Runtime::stages_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, s] : stats_) {
+    out[name] = {{"threads", threads(name)},
+                 {"chunks", s->chunks.load()},
+                 {"busy_s", seconds(s->busy_ns.load())},
+                 {"blocked_input_s", seconds(s->blocked_input_ns.load())},
+                 {"blocked_output_s", seconds(s->blocked_output_ns.load())}};
+  }
+  return out;
+}
+
+void Runtime::write_common_metrics(std::string& out, const char* role) const {
+  const std::string r = std::string("role=\"") + role + "\"";
+  out += "# HELP numastream_stage_chunks_total Chunks a stage finished.\n"
+         "# TYPE numastream_stage_chunks_total counter\n";
+  for (const auto& [name, s] : stats_) {
+    metric(out, "numastream_stage_chunks_total", r + ",stage=\"" + name + "\"", s->chunks.load());
+  }
+  out += "# HELP numastream_stage_bytes_total Bytes into and out of a stage.\n"
+         "# TYPE numastream_stage_bytes_total counter\n";
+  for (const auto& [name, s] : stats_) {
+    metric(out, "numastream_stage_bytes_total", r + ",stage=\"" + name + "\",direction=\"in\"",
+           s->bytes_in.load());
+    metric(out, "numastream_stage_bytes_total", r + ",stage=\"" + name + "\",direction=\"out\"",
+           s->bytes_out.load());
+  }
+  out += "# HELP numastream_stage_busy_seconds_total Thread-seconds a stage spent working.\n"
+         "# TYPE numastream_stage_busy_seconds_total counter\n";
+  for (const auto& [name, s] : stats_) {
+    metric(out, "numastream_stage_busy_seconds_total", r + ",stage=\"" + name + "\"",
+           seconds(s->busy_ns.load()));
+  }
+  out += "# HELP numastream_stage_blocked_seconds_total Thread-seconds a stage waited: on an "
+         "empty input (cause=input) or a full output or exhausted buffer pool (cause=output).\n"
+         "# TYPE numastream_stage_blocked_seconds_total counter\n";
+  for (const auto& [name, s] : stats_) {
+    metric(out, "numastream_stage_blocked_seconds_total", r + ",stage=\"" + name + "\",cause=\"input\"",
+           seconds(s->blocked_input_ns.load()));
+    metric(out, "numastream_stage_blocked_seconds_total",
+           r + ",stage=\"" + name + "\",cause=\"output\"", seconds(s->blocked_output_ns.load()));
+  }
+  out += "# HELP numastream_thread_info Where each pipeline thread runs (value is always 1).\n"
+         "# TYPE numastream_thread_info gauge\n";
+  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
+    const ThreadSlot& t = placement.threads[i];
+    int cpu = t.stage == "io" ? t.cpu : observed_cpu_[i].load();
+    int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
+    std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
+    metric(out, "numastream_thread_info",
+           r + ",stage=\"" + t.stage + "\",thread=\"" + std::to_string(t.index) + "\",cpu=\"" +
+               std::to_string(cpu) + "\",numa_node=\"" + std::to_string(node) + "\",pinned=\"" +
+               (t.cpu >= 0 ? "true" : "false") + "\",nic_local=\"" + nic_local + "\"",
+           1);
+  }
+  const char* stage = cfg.role == Role::receive ? "receive" : "send";
+  out += "# HELP numastream_nic_local 1 when every thread of the stage runs on the NIC's NUMA node, "
+         "0 when one does not, -1 when unknown.\n# TYPE numastream_nic_local gauge\n";
+  auto local = placement.nic_local(stage);
+  metric(out, "numastream_nic_local", r + ",stage=\"" + stage + "\"", local ? (*local ? 1 : 0) : -1);
+}
+
+}  // namespace numastream

@@ -1,0 +1,114 @@
+// What the send and receive pipelines share: topology and placement at start-up, per-stage
+// statistics, the first error and the abort path that unblocks every stage, thread pinning, and
+// the placement / stage parts of the metrics and the summary. Internal to the agent.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/buffer_pool.hpp"
+#include "config/config.hpp"
+#include "host/placement.hpp"
+#include "obs/stats.hpp"
+#include "host/topology.hpp"
+
+namespace numastream {
+
+void log_line(const std::string& msg);
+
+class Runtime {
+ public:
+  Runtime(const Config& cfg, std::stop_token external);
+
+  const Config& cfg;
+  Topology topo;
+  std::vector<int> allowed;
+  std::optional<int> nic_node;
+  Placement placement;
+
+  StageStats& stats(const std::string& stage);
+  // Index into placement.threads of (stage, i).
+  std::size_t slot(const std::string& stage, int index) const;
+  // Pins the calling thread as placement.threads[slot] says and records where it runs.
+  void pin_current(std::size_t slot);
+  // Records the CPU the calling thread runs on (for unpinned threads, called as they work).
+  void observe_cpu(std::size_t slot) noexcept;
+
+  // Drain request from outside (SIGTERM): stop taking new work, finish what is in flight.
+  bool drain_requested() const noexcept { return external_.stop_requested(); }
+  // Abort: the first error wins; every registered closer runs once so blocked stages wake up.
+  void fail(const std::string& message);
+  bool aborted() const noexcept { return aborted_.load(); }
+  std::string error() const;
+  void on_abort(std::function<void()> closer);
+
+  // Threads of a stage and the NUMA nodes they use (distinct, sorted; -1 when unpinned).
+  int threads(const std::string& stage) const;
+  std::vector<int> stage_nodes(const std::string& stage) const;
+
+  nlohmann::json placement_json() const;
+  nlohmann::json stages_json() const;
+  void write_common_metrics(std::string& out, const char* role) const;
+
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+ private:
+  std::stop_token external_;
+  std::map<std::string, std::unique_ptr<StageStats>> stats_;
+  std::unique_ptr<std::atomic<int>[]> observed_cpu_;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mu_;
+  std::string error_;
+  std::vector<std::function<void()>> closers_;
+};
+
+// The CURVE keys an agent uses, read from the files its configuration names (security.curve).
+// Throws ConfigError naming the field when a file is unreadable or holds no valid key; the
+// messages never contain key material.
+struct CurveSetup {
+  std::string public_key, secret_key;  // this agent's
+  std::string server_key;              // send: the receiver's public key
+  std::set<std::string> allowed;       // receive: the senders it accepts
+  bool authenticate_only = false;      // PLAIN with pair tokens instead of CURVE encryption
+};
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec);
+
+// Per-node pools: one per NUMA node a stage's threads use, sized in proportion to its threads.
+class NodePools {
+ public:
+  // One pool per NUMA node the stage's threads use, each with `shared` buffers plus
+  // `per_thread` for every thread of the stage on that node. `shared` is per node on purpose:
+  // a buffer that may be held anywhere downstream must never leave another node's thread without
+  // one (that could deadlock an ordered stage).
+  NodePools(Runtime& rt, const std::string& stage, const std::string& what, std::size_t shared,
+            std::size_t per_thread, std::size_t bytes);
+  // The pool on `node` (the first pool when no pool is on it).
+  BufferPool& for_node(int node);
+  void close_all();
+  const std::vector<std::unique_ptr<BufferPool>>& all() const { return pools_; }
+
+ private:
+  std::vector<std::unique_ptr<BufferPool>> pools_;
+  std::vector<int> nodes_;
+};
+
+std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_cpus);
+
+// Prometheus label value escaping.
+std::string label(const std::string& v);
+void metric(std::string& out, const std::string& name, const std::string& labels, double value);
+double seconds(std::uint64_t ns);
+long max_rss_kb();
+
+}  // namespace numastream

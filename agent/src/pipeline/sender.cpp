@@ -1,0 +1,748 @@
+// The send pipeline: source -> compress xC -> send xS.
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fcntl.h>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+#include "data/buffer_pool.hpp"
+#include "codec/codec.hpp"
+#include "store/hdf5_io.hpp"
+#include "obs/http.hpp"
+#include "store/state.hpp"
+#include "pipeline/pipeline.hpp"
+#include "data/queue.hpp"
+#include "codec/synth.hpp"
+#include "net/transport.hpp"
+#include "wire/wire.hpp"
+#include "net/link.hpp"
+#include "pipeline/runtime.hpp"
+
+namespace numastream {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct RawChunk {
+  std::uint64_t seq = 0;
+  int frame = 0;              // synthetic: which projection
+  Buffer* buffer = nullptr;   // file, zmq, hdf5: the bytes read
+  // The bytes arrived compressed (an HDF5 chunk stored with bslz4): sent as they are, their
+  // checksum over those bytes; `raw_size` is what they decode to.
+  Codec stored = Codec::none;
+  std::size_t raw_size = 0;
+};
+
+// The file source: one file or a directory of regular files (sorted by name), cut into chunks.
+class FileReader {
+ public:
+  explicit FileReader(const std::string& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      for (const auto& e : fs::directory_iterator(path, ec)) {
+        if (e.is_regular_file()) files_.push_back(e.path().string());
+      }
+      std::sort(files_.begin(), files_.end());
+      if (files_.empty()) throw ConfigError("source.path", "directory " + path + " holds no files");
+    } else if (fs::is_regular_file(path, ec)) {
+      files_.push_back(path);
+    } else {
+      throw ConfigError("source.path", path + " is not a readable file or directory");
+    }
+    open_next();
+  }
+  ~FileReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  // Fills up to `cap` bytes. 0 at the end of the last file. Throws on I/O errors.
+  std::size_t read(std::byte* out, std::size_t cap) {
+    while (fd_ >= 0) {
+      std::size_t got = 0;
+      while (got < cap) {
+        ssize_t n = ::read(fd_, out + got, cap - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("read " + files_[index_]);
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      if (got > 0) return got;
+      open_next();
+    }
+    return 0;
+  }
+
+ private:
+  void open_next() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      ++index_;
+    }
+    if (index_ >= files_.size()) return;
+    fd_ = ::open(files_[index_].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw_errno("open " + files_[index_]);
+  }
+  std::vector<std::string> files_;
+  std::size_t index_ = 0;
+  int fd_ = -1;
+};
+
+void free_to_pool(void* /*data*/, void* hint) noexcept {
+  auto* b = static_cast<Buffer*>(hint);
+  b->pool->release(b);
+}
+
+class Sender {
+ public:
+  Sender(const Config& cfg, std::stop_token stop) : cfg_(cfg), rt_(cfg, stop),
+        endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+
+  RunResult run(const RunHooks& hooks);
+
+ private:
+  void prepare_source();
+  void source_thread();
+  bool receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st);
+  void compress_thread(int index);
+  void send_thread(int index);
+  bool wait_welcome();
+  // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
+  // ending it short.
+  bool source_has_end() const {
+    return cfg_.source.kind == SourceConfig::Kind::file || cfg_.source.kind == SourceConfig::Kind::hdf5 ||
+           (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0);
+  }
+  // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
+  // unless a person ended an endless stream with SIGINT.
+  bool drain_pauses() const {
+    return rt_.drain_requested() && (source_has_end() || drain_signal() != SIGINT);
+  }
+  std::string metrics_text();
+
+  const Config& cfg_;
+  Runtime rt_;
+  Endpoint endpoint_;
+  std::size_t wire_capacity_ = 0;
+
+  // Declaration order is destruction order in reverse: the ZeroMQ context (which may still hold
+  // zero-copy messages) goes before the pools their buffers return to.
+  std::vector<std::unique_ptr<BufferPool>> frames_pools_;  // synthetic frames, per compress node
+  std::vector<std::pair<int, std::vector<Buffer*>>> frames_;  // node -> frames
+  std::unique_ptr<BufferPool> raw_pool_;     // file source reads
+  std::unique_ptr<FileReader> reader_;
+  std::unique_ptr<hdf5::Reader> h5_;
+  std::size_t element_size_ = 2;  // bytes per sample (bslz4)
+  std::string metadata_;          // the stream's metadata frame: pixel type and frame shape
+  std::unique_ptr<NodePools> wire_pools_;
+  std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
+  std::unique_ptr<OrderedQueue<Buffer*>> wire_q_;
+  std::unique_ptr<zmq::Context> ctx_;
+
+  std::atomic<int> compressors_left_{0};
+  std::atomic<std::uint64_t> produced_chunks_{0};
+  std::atomic<std::uint64_t> produced_bytes_{0};
+  std::atomic<std::uint64_t> wire_bytes_{0};
+  std::atomic<std::uint64_t> sent_chunks_{0};
+  std::atomic<bool> source_done_{false};
+  std::atomic<std::int64_t> first_chunk_ns_{-1};
+  std::atomic<std::int64_t> last_send_ns_{0};
+
+  // Acknowledged delivery: what the receiver has taken, shared by the connections. The source
+  // starts once a connection has the receiver's answer to its resume frame (a restarted sender
+  // learns there what to skip).
+  std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
+  std::unique_ptr<StreamState> state_;  // the acknowledged record on the node (state_dir)
+  std::uint64_t state_floor_ = 0;       // what an earlier sender recorded
+  void save_state();
+  std::optional<CurveSetup> curve_;
+  std::mutex welcome_mu_;
+  std::condition_variable welcome_cv_;
+  bool welcomed_ = false;
+  std::uint64_t skipped_chunks_ = 0;
+  std::atomic<std::uint64_t> retransmitted_{0};
+  std::atomic<int> reconnects_{0};
+};
+
+bool Sender::wait_welcome() {
+  std::unique_lock lock(welcome_mu_);
+  while (!welcomed_ && !rt_.aborted()) welcome_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  return welcomed_ && !rt_.aborted();
+}
+
+void Sender::prepare_source() {
+  if (cfg_.source.kind == SourceConfig::Kind::synthetic) {
+    SynthParams params;
+    params.seed = cfg_.source.seed;
+    params.chunk_bytes = cfg_.chunk_bytes;
+    params.frames = cfg_.source.frames;
+    // One copy of the frames on each NUMA node that compresses, so compression reads local
+    // memory; generated once, then copied.
+    const std::vector<Buffer*>* first = nullptr;
+    for (int node : rt_.stage_nodes("compress")) {
+      frames_pools_.push_back(std::make_unique<BufferPool>(
+          "frames-node" + std::to_string(node), static_cast<std::size_t>(cfg_.source.frames),
+          cfg_.chunk_bytes, node));
+      std::vector<Buffer*> set;
+      for (int f = 0; f < cfg_.source.frames; ++f) {
+        Buffer* b = frames_pools_.back()->acquire();
+        b->size = cfg_.chunk_bytes;
+        if (!first) {
+          generate_projection(params, f, {b->data, b->size});
+        } else {
+          std::memcpy(b->data, (*first)[static_cast<std::size_t>(f)]->data, b->size);
+        }
+        set.push_back(b);
+      }
+      frames_.emplace_back(node, std::move(set));
+      first = &frames_.front().second;
+    }
+  } else {
+    std::size_t capacity = cfg_.chunk_bytes;
+    if (cfg_.source.kind == SourceConfig::Kind::file) {
+      reader_ = std::make_unique<FileReader>(cfg_.source.path);
+    } else if (cfg_.source.kind == SourceConfig::Kind::hdf5) {
+      try {
+        h5_ = std::make_unique<hdf5::Reader>(cfg_.source.path, cfg_.source.dataset);
+      } catch (const std::exception& e) {
+        throw ConfigError("source.path", e.what());
+      }
+      if (h5_->shape().frame_bytes() > cfg_.chunk_bytes) {
+        throw ConfigError("chunk_bytes", "a frame of " + cfg_.source.path + ":" + cfg_.source.dataset + " has " +
+                                             std::to_string(h5_->shape().frame_bytes()) + " bytes, more than chunk_bytes (" +
+                                             std::to_string(cfg_.chunk_bytes) + ")");
+      }
+      capacity = std::max(capacity, h5_->max_read_bytes());
+      log_line("source " + cfg_.source.path + ":" + cfg_.source.dataset + ": " + h5_->layout());
+    }
+    int node = rt_.placement.stage("source").front().numa_node;
+    raw_pool_ = std::make_unique<BufferPool>(
+        "raw", static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1), capacity, node);
+  }
+  // What the chunks are, for a sink that stores frames: HDF5 says; else the configuration, and
+  // synthetic projections are rows of 2560 pixels.
+  hdf5::FrameShape shape;
+  if (h5_) {
+    shape = h5_->shape();
+  } else {
+    shape.dtype = cfg_.source.dtype;
+    const std::size_t elem = dtype_size(shape.dtype);
+    const std::size_t row = SynthParams{}.width * elem;
+    if (!cfg_.source.shape.empty()) {
+      shape.dims = cfg_.source.shape;
+    } else if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.chunk_bytes % row == 0) {
+      shape.dims = {cfg_.chunk_bytes / row, SynthParams{}.width};
+    } else {
+      shape.dims = {cfg_.chunk_bytes / elem};
+    }
+  }
+  element_size_ = dtype_size(shape.dtype);
+  metadata_ = nlohmann::json{{"dtype", shape.dtype}, {"shape", shape.dims}}.dump();
+}
+
+void Sender::source_thread() {
+  const std::size_t slot = rt_.slot("source", 0);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("source");
+  Clock::time_point pace_start;
+  const double interval_s =
+      cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
+  std::uint64_t seq = 0;
+  std::optional<std::uint64_t> paced_from;
+  if (!wait_welcome()) {
+    source_done_ = true;
+    raw_q_->close();
+    return;
+  }
+  const std::uint32_t stream = cfg_.stream_id;
+  if (ledger_->acknowledged(stream) > 0) {
+    log_line("resuming stream " + std::to_string(stream) + ": the receiver already has " +
+             std::to_string(ledger_->acknowledged(stream)) + " chunks");
+  }
+  try {
+    std::optional<zmq::Socket> upstream;
+    if (cfg_.source.kind == SourceConfig::Kind::zmq) {
+      upstream.emplace(*ctx_, ZMQ_PULL);
+      upstream->set_int(ZMQ_RCVHWM, cfg_.hwm);
+      upstream->set_int(ZMQ_LINGER, 0);
+      upstream->connect(cfg_.source.endpoint);
+    }
+    while (!rt_.aborted() && !rt_.drain_requested()) {
+      if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0 &&
+          seq >= cfg_.source.chunks) {
+        break;
+      }
+      if (h5_ && seq >= h5_->frames()) break;
+      RawChunk c;
+      c.seq = seq;
+      std::size_t size = cfg_.chunk_bytes;
+      // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
+      // stream's totals. A file is read past it; synthetic data needs nothing.
+      if (cfg_.source.kind != SourceConfig::Kind::zmq && ledger_->contains(stream, seq)) {
+        if (reader_) {
+          Buffer* scratch = raw_pool_->acquire();
+          if (!scratch) break;
+          size = reader_->read(scratch->data, scratch->capacity);
+          raw_pool_->release(scratch);
+          if (size == 0) break;
+        } else if (h5_) {
+          size = h5_->shape().frame_bytes();
+        }
+        wire_q_->skip(seq);
+        ++seq;
+        ++skipped_chunks_;
+        produced_bytes_ += size;
+        produced_chunks_ = seq;
+        continue;
+      }
+      if (cfg_.source.kind == SourceConfig::Kind::zmq && seq == 0 && ledger_->end(stream) > 0) {
+        // A live source cannot replay: number on after what the receiver has; what the previous
+        // sender had in flight is reported missing by the receiver.
+        for (std::uint64_t s = 0; s < ledger_->end(stream); ++s) wire_q_->skip(s);
+        seq = ledger_->end(stream);
+        c.seq = seq;
+        log_line("resuming a zmq source at chunk " + std::to_string(seq) +
+                 "; unacknowledged chunks of the previous sender are lost");
+      }
+      // Paced from the first chunk this sender sends: skipped ones take no time.
+      if (interval_s > 0) {
+        if (!paced_from) {
+          paced_from = seq;
+          pace_start = Clock::now();
+        }
+        ScopedTimer wait(st.blocked_input_ns);
+        std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>((seq - *paced_from) * interval_s)));
+      }
+      if (raw_pool_) {
+        {
+          ScopedTimer wait(st.blocked_output_ns);
+          c.buffer = raw_pool_->acquire();
+        }
+        if (!c.buffer) break;
+        if (reader_) {
+          ScopedTimer busy(st.busy_ns);
+          size = reader_->read(c.buffer->data, c.buffer->capacity);
+        } else if (h5_) {
+          ScopedTimer busy(st.busy_ns);
+          size = h5_->read_frame(seq, {c.buffer->data, c.buffer->capacity});
+          if (h5_->stored() == hdf5::Stored::bslz4) {
+            c.stored = Codec::bslz4;
+            c.raw_size = h5_->shape().frame_bytes();
+          }
+        } else if (!receive_chunk(*upstream, *c.buffer, size, st)) {
+          size = 0;
+        }
+        if (size == 0) {
+          raw_pool_->release(c.buffer);
+          break;
+        }
+        c.buffer->size = size;
+      } else {
+        c.frame = static_cast<int>(seq % static_cast<std::uint64_t>(cfg_.source.frames));
+      }
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        if (!raw_q_->push(c)) {
+          if (c.buffer) raw_pool_->release(c.buffer);
+          break;
+        }
+      }
+      ++seq;
+      st.chunks++;
+      st.bytes_out += size;
+      produced_bytes_ += c.stored != Codec::none ? c.raw_size : size;
+      produced_chunks_ = seq;
+      if (!cfg_.pin) rt_.observe_cpu(slot);
+    }
+  } catch (const std::exception& e) {
+    rt_.fail(std::string("source: ") + e.what());
+  }
+  source_done_ = true;
+  raw_q_->close();
+}
+
+// One chunk from the upstream PULL socket into `b`. False at the end of the stream (an empty
+// message), on a drain request or on abort. Throws when a message exceeds chunk_bytes.
+bool Sender::receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st) {
+  while (!rt_.aborted() && !rt_.drain_requested()) {
+    zmq_pollitem_t item{sock.get(), 0, ZMQ_POLLIN, 0};
+    int ready;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      ready = zmq_poll(&item, 1, 100);
+    }
+    if (ready <= 0) continue;
+    int n = zmq_recv(sock.get(), b.data, b.capacity, ZMQ_DONTWAIT);
+    if (n < 0) {
+      if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
+      throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+    }
+    if (static_cast<std::size_t>(n) > b.capacity) {
+      throw std::runtime_error("a chunk of " + std::to_string(n) + " bytes from " +
+                               cfg_.source.endpoint + " is larger than chunk_bytes (" +
+                               std::to_string(b.capacity) + ")");
+    }
+    size = static_cast<std::size_t>(n);
+    return size > 0;
+  }
+  return false;
+}
+
+void Sender::compress_thread(int index) {
+  const std::size_t slot = rt_.slot("compress", index);
+  rt_.pin_current(slot);
+  const int node = rt_.placement.threads[slot].numa_node;
+  StageStats& st = rt_.stats("compress");
+  Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
+  BufferPool& pool = wire_pools_->for_node(node);
+  const std::vector<Buffer*>* frames = nullptr;
+  for (auto& [n, set] : frames_) {
+    if (n == node || !frames) frames = &set;
+  }
+  while (true) {
+    std::optional<RawChunk> c;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      c = raw_q_->pop();
+    }
+    if (!c) break;
+    Buffer* out;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      out = pool.acquire();
+    }
+    if (!out) {
+      if (c->buffer) raw_pool_->release(c->buffer);
+      break;
+    }
+    std::span<const std::byte> raw =
+        c->buffer ? std::span<const std::byte>(c->buffer->data, c->buffer->size)
+                  : std::span<const std::byte>((*frames)[static_cast<std::size_t>(c->frame)]->data,
+                                               cfg_.chunk_bytes);
+    {
+      ScopedTimer busy(st.busy_ns);
+      wire::Header h;
+      h.type = wire::FrameType::data;
+      h.stream_id = cfg_.stream_id;
+      h.sequence = c->seq;
+      // connection is stamped by the sending thread.
+      h.connections = static_cast<std::uint16_t>(cfg_.connections);
+      h.checksum = wire::checksum(raw);
+      std::size_t payload;
+      if (c->stored != Codec::none) {
+        // Arrived compressed: sent as stored, never decoded here; the checksum covers these bytes.
+        h.codec = c->stored;
+        h.payload_checksum = true;
+        h.raw_size = static_cast<std::uint32_t>(c->raw_size);
+        std::memcpy(out->data + wire::kHeaderSize, raw.data(), raw.size());
+        payload = raw.size();
+      } else {
+        h.raw_size = static_cast<std::uint32_t>(raw.size());
+        auto res = comp.compress(raw, {out->data + wire::kHeaderSize, out->capacity - wire::kHeaderSize});
+        h.codec = res.codec;
+        payload = res.size;
+      }
+      h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(element_size_) : 0;
+      h.payload_size = static_cast<std::uint32_t>(payload);
+      wire::encode_header(h, out->data);
+      out->size = wire::kHeaderSize + payload;
+    }
+    st.chunks++;
+    st.bytes_in += c->stored != Codec::none ? c->raw_size : raw.size();
+    st.bytes_out += out->size;
+    if (c->buffer) raw_pool_->release(c->buffer);
+    if (!cfg_.pin) rt_.observe_cpu(slot);
+    bool pushed;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      pushed = wire_q_->push(c->seq, out);
+    }
+    if (!pushed) {
+      out->pool->release(out);
+      break;
+    }
+  }
+  if (--compressors_left_ == 0) wire_q_->close();
+}
+
+void Sender::send_thread(int index) {
+  const std::size_t slot = rt_.slot("send", index);
+  rt_.pin_current(slot);
+  StageStats& st = rt_.stats("send");
+  LinkOptions opts;
+  opts.endpoint = endpoint_.for_connection(index);
+  opts.name = "connection " + std::to_string(index);
+  opts.connection = static_cast<std::uint16_t>(index);
+  opts.connections = static_cast<std::uint16_t>(cfg_.connections);
+  opts.hwm = cfg_.hwm;
+  opts.window = cfg_.window;
+  opts.connect_timeout_s = cfg_.connect_timeout_s;
+  opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
+  opts.ack_timeout_s = cfg_.ack_timeout_s;
+  if (curve_) {
+    opts.curve_public = curve_->public_key;
+    opts.curve_secret = curve_->secret_key;
+    opts.curve_server = curve_->server_key;
+    opts.authenticate_only = curve_->authenticate_only;
+  }
+  try {
+    AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
+    struct Count {  // the link's counters into the sender's, however the thread ends
+      AckedLink& l;
+      Sender& s;
+      ~Count() {
+        s.retransmitted_ += l.retransmitted();
+        s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
+      }
+    } count{link, *this};
+    link.connect();
+    link.set_metadata(cfg_.stream_id, metadata_);
+    link.announce(cfg_.stream_id);
+    link.wait_welcome(cfg_.connect_timeout_s);
+    {
+      std::lock_guard lock(welcome_mu_);
+      welcomed_ = true;
+    }
+    welcome_cv_.notify_all();
+    std::uint64_t on_connection = 0;
+    while (true) {
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        link.wait_for_credit();
+      }
+      std::optional<Buffer*> b;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        b = wire_q_->pop();
+      }
+      if (!b) break;
+      Buffer* buf = *b;
+      // Stamp which connection carries the frame (re-encodes the header check).
+      wire::Header h;
+      wire::decode({buf->data, buf->size}, cfg_.chunk_bytes, h);
+      h.connection = static_cast<std::uint16_t>(index);
+      wire::encode_header(h, buf->data);
+      std::size_t size = buf->size;
+      {
+        ScopedTimer wait(st.blocked_output_ns);
+        link.send(h.stream_id, h.sequence, zmq::Message::adopt(buf->data, size, free_to_pool, buf));
+      }
+      ++on_connection;
+      st.chunks++;
+      st.bytes_out += size;
+      wire_bytes_ += size;
+      auto now_ns = (Clock::now() - rt_.started).count();
+      std::int64_t expected = -1;
+      first_chunk_ns_.compare_exchange_strong(expected, now_ns);
+      last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
+      ++sent_chunks_;
+      if (!cfg_.pin) rt_.observe_cpu(slot);
+    }
+    if (rt_.aborted()) return;
+    if (drain_pauses()) {
+      // Paused, not ended: everything sent is acknowledged, the stream stays open, and a
+      // restarted sender resumes it after what the receiver has.
+      ScopedTimer wait(st.blocked_output_ns);
+      link.finish();
+      return;
+    }
+    // End of stream on this connection: the stream's totals and this connection's count.
+    NS_ASSERT(source_done_.load());
+    std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
+    wire::Header h;
+    h.type = wire::FrameType::end_of_stream;
+    h.stream_id = cfg_.stream_id;
+    h.connection = static_cast<std::uint16_t>(index);
+    h.connections = static_cast<std::uint16_t>(cfg_.connections);
+    h.sequence = produced_chunks_.load();
+    h.payload_size = wire::kEndOfStreamPayload;
+    wire::encode_header(h, frame);
+    wire::encode_end_of_stream({produced_chunks_.load(), produced_bytes_.load(), on_connection},
+                               frame + wire::kHeaderSize);
+    link.send_end(cfg_.stream_id, zmq::Message::of({frame, sizeof(frame)}));
+    ScopedTimer wait(st.blocked_output_ns);
+    link.finish();
+  } catch (const std::exception& e) {
+    rt_.fail("connection " + std::to_string(index) + ": " + e.what());
+  }
+}
+
+std::string Sender::metrics_text() {
+  std::string out;
+  rt_.write_common_metrics(out, "send");
+  const std::string r = "role=\"send\"";
+  out += "# TYPE numastream_raw_bytes_total counter\n";
+  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(rt_.stats("compress").bytes_in.load()));
+  out += "# TYPE numastream_wire_bytes_total counter\n";
+  metric(out, "numastream_wire_bytes_total", r, static_cast<double>(wire_bytes_.load()));
+  out += "# TYPE numastream_chunks_sent_total counter\n";
+  metric(out, "numastream_chunks_sent_total", r, static_cast<double>(sent_chunks_.load()));
+  out += "# HELP numastream_chunks_acknowledged Chunks of the stream the receiver has taken.\n"
+         "# TYPE numastream_chunks_acknowledged gauge\n";
+  metric(out, "numastream_chunks_acknowledged", r, static_cast<double>(ledger_->acknowledged(cfg_.stream_id)));
+  out += "# TYPE numastream_queue_depth gauge\n";
+  metric(out, "numastream_queue_depth", r + ",queue=\"raw\"", static_cast<double>(raw_q_->depth()));
+  metric(out, "numastream_queue_depth", r + ",queue=\"wire\"", static_cast<double>(wire_q_->depth()));
+  out += "# TYPE numastream_pool_buffers_in_use gauge\n";
+  for (const auto& p : wire_pools_->all()) {
+    metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
+           static_cast<double>(p->in_use()));
+  }
+  double raw = static_cast<double>(rt_.stats("compress").bytes_in.load());
+  double wire = static_cast<double>(rt_.stats("compress").bytes_out.load());
+  out += "# TYPE numastream_compression_ratio gauge\n";
+  metric(out, "numastream_compression_ratio", r, wire > 0 ? raw / wire : 0);
+  out += "# TYPE numastream_up gauge\n";
+  metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
+  return out;
+}
+
+void Sender::save_state() {
+  auto [floor, above] = ledger_->snapshot(cfg_.stream_id);
+  state_->save(floor, above);
+}
+
+RunResult Sender::run(const RunHooks& hooks) {
+  if (!cfg_.state_dir.empty()) {
+    // Waits for a previous sender of this stream still writing its final record (a replaced
+    // pod that is draining), then starts from what it recorded.
+    state_ = std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
+    if (auto rec = state_->load()) {
+      ledger_->merge(cfg_.stream_id, rec->first, rec->second);
+      state_floor_ = rec->first;
+      log_line("state " + state_->path() + ": an earlier sender recorded " +
+               std::to_string(ledger_->acknowledged(cfg_.stream_id)) + " acknowledged chunks");
+    }
+  }
+  curve_ = load_curve(cfg_.security);
+  if (curve_) {
+    log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") +
+             " as " + curve_->public_key + " (public key)");
+  }
+  prepare_source();
+  const int compressors = rt_.threads("compress");
+  const int senders = rt_.threads("send");
+  wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
+  // Buffers held downstream of the compressors: the ordered queue, the sending threads and
+  // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
+  // Each connection holds up to `window` frames until they are acknowledged.
+  const std::size_t downstream = static_cast<std::size_t>(
+      cfg_.queue_depth + senders * (cfg_.window + 1) + 1);
+  wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", downstream, 1, wire_capacity_);
+  raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+  // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
+  wire_q_ = std::make_unique<OrderedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
+  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  rt_.on_abort([this] {
+    raw_q_->close();
+    wire_q_->close();
+    wire_pools_->close_all();
+    if (raw_pool_) raw_pool_->close();
+  });
+  std::unique_ptr<MetricsServer> server;
+  if (!cfg_.metrics_listen.empty()) {
+    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return metrics_text(); },
+                                             [this] { return !rt_.aborted(); });
+    log_line("metrics on port " + std::to_string(server->port()));
+    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
+  }
+  rt_.started = Clock::now();
+  compressors_left_ = compressors;
+  std::jthread recorder;
+  if (state_) {
+    recorder = std::jthread([this](std::stop_token st) {
+      std::uint64_t saved = ledger_->acknowledged(cfg_.stream_id);
+      while (!st.stop_requested()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::uint64_t now = ledger_->acknowledged(cfg_.stream_id);
+        if (now == saved) continue;
+        try {
+          save_state();
+          saved = now;
+        } catch (const std::exception& e) {
+          rt_.fail(e.what());
+          return;
+        }
+      }
+    });
+  }
+  {
+    std::vector<std::jthread> threads;
+    for (int i = 0; i < senders; ++i) threads.emplace_back([this, i] { send_thread(i); });
+    for (int i = 0; i < compressors; ++i) threads.emplace_back([this, i] { compress_thread(i); });
+    threads.emplace_back([this] { source_thread(); });
+  }
+  // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
+  ctx_.reset();
+  if (state_) {
+    recorder.request_stop();
+    recorder.join();
+    try {
+      save_state();  // the final record, before the lock goes with this process
+    } catch (const std::exception& e) {
+      rt_.fail(e.what());
+    }
+  }
+
+  const double secs = std::max(1e-9, static_cast<double>(last_send_ns_.load() -
+                                                         std::max<std::int64_t>(0, first_chunk_ns_.load())) / 1e9);
+  const double raw = static_cast<double>(rt_.stats("compress").bytes_in.load());
+  const double wire = static_cast<double>(wire_bytes_.load());
+  RunResult result;
+  result.summary = {
+      {"role", "send"},
+      {"stream_id", cfg_.stream_id},
+      {"endpoint", cfg_.endpoint},
+      {"connections", cfg_.connections},
+      {"codec", codec_name(cfg_.codec)},
+      {"curve", curve_.has_value()},
+      {"chunks", sent_chunks_.load()},
+      {"acknowledged", ledger_->acknowledged(cfg_.stream_id)},
+      {"skipped_acknowledged", skipped_chunks_},
+      {"state_floor", state_floor_},
+      {"retransmitted", retransmitted_.load()},
+      {"reconnects", reconnects_.load()},
+      {"raw_bytes", rt_.stats("compress").bytes_in.load()},
+      {"wire_bytes", wire_bytes_.load()},
+      {"ratio", wire > 0 ? raw / wire : 0},
+      {"lost", nullptr},
+      {"corrupt", nullptr},
+      {"duplicates", nullptr},
+      {"seconds", secs},
+      {"raw_gbps", raw * 8 / secs / 1e9},
+      {"wire_gbps", wire * 8 / secs / 1e9},
+      {"max_rss_kb", max_rss_kb()},
+      {"placement", rt_.placement_json()},
+      {"stages", rt_.stages_json()},
+      {"drained", rt_.drain_requested()},
+      {"paused", drain_pauses() && !rt_.aborted()},
+      {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  if (rt_.aborted()) {
+    result.exit_code = kExitFailure;
+  } else if (drain_pauses()) {
+    result.exit_code = kExitInterruptedBase + drain_signal();
+  }
+  return result;
+}
+
+}  // namespace
+
+RunResult run_sender(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
+  Sender s(cfg, stop);
+  return s.run(hooks);
+}
+
+}  // namespace numastream

@@ -1,0 +1,305 @@
+// The receiver's file sink and acknowledgement hand-off. Internal to the agent.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/buffer_pool.hpp"
+#include "config/config.hpp"
+#include "base/error.hpp"
+#include "data/seqset.hpp"
+#include "wire/tracker.hpp"
+#include "wire/wire.hpp"
+#include "pipeline/runtime.hpp"
+
+namespace numastream {
+
+// The file of one stream: the sink path with "{stream}" replaced by the stream id.
+inline std::string stream_path(const std::string& pattern, std::uint32_t stream) {
+  std::string out = pattern;
+  auto pos = out.find("{stream}");
+  if (pos != std::string::npos) out.replace(pos, 8, std::to_string(stream));
+  return out;
+}
+
+// Writes each stream back in sequence order. Chunks arrive out of order (parallel decompression,
+// several connections); up to `window` are held to restore the order. If the next chunk is still
+// missing when the window is full, the sink moves on without it (that chunk is then lost to the
+// file and reported). The file is written as <path>.part and renamed to <path> only when the
+// stream ended complete and verified.
+//
+// A chunk the receiver has taken off the network but not yet handed to the sink is "in flight"
+// (queued for, or inside, a decompressor). The sink never gives up on an in-flight chunk while it
+// can still hold more (`slack` beyond the window): that chunk is certain to come, however the
+// decompressing threads are scheduled. It gives up only on chunks that have not arrived at all.
+class InFlight {
+ public:
+  void add(std::uint32_t stream, std::uint64_t seq) {
+    std::lock_guard lock(mu_);
+    set_.insert({stream, seq});
+  }
+  void remove(std::uint32_t stream, std::uint64_t seq) {
+    std::lock_guard lock(mu_);
+    auto it = set_.find({stream, seq});
+    if (it != set_.end()) set_.erase(it);
+  }
+  bool contains(std::uint32_t stream, std::uint64_t seq) const {
+    std::lock_guard lock(mu_);
+    return set_.count({stream, seq}) > 0;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::multiset<std::pair<std::uint32_t, std::uint64_t>> set_;
+};
+
+// Where a chunk is acknowledged: (connection the chunk arrived on, stream, sequence).
+using AckFn = std::function<void(int, std::uint32_t, std::uint64_t)>;
+
+// A chunk on its way to the sink, with the connection it arrived on (its acknowledgement goes
+// back there).
+struct Taken {
+  Buffer* buffer = nullptr;
+  int via = 0;
+};
+
+class FileSink {
+ public:
+  FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
+           std::size_t slack, AckFn ack)
+      : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack),
+        ack_(std::move(ack)) {}
+  ~FileSink() {
+    for (auto& [id, o] : outs_) {
+      for (auto& [seq, t] : o.pending) t.buffer->pool->release(t.buffer);
+      if (o.fd >= 0) ::close(o.fd);
+      if (o.index_fd >= 0) ::close(o.index_fd);
+    }
+  }
+
+  void put(Taken t, const wire::Header& h) {
+    Out& o = open(h.stream_id);
+    if (o.written.contains(h.sequence)) {  // a retransmission of a chunk already in the file
+      t.buffer->pool->release(t.buffer);
+      ack_(t.via, h.stream_id, h.sequence);
+      return;
+    }
+    if (h.sequence < o.next || o.pending.count(h.sequence)) {
+      tracker_.on_unwritten(h.stream_id, h.sequence);
+      t.buffer->pool->release(t.buffer);
+      ack_(t.via, h.stream_id, h.sequence);  // reported lost to the file; the sender may move on
+      return;
+    }
+    o.pending.emplace(h.sequence, t);
+    in_flight_.remove(h.stream_id, h.sequence);
+    flush(h.stream_id, o);
+    while (o.pending.size() > window_ &&
+           (!in_flight_.contains(h.stream_id, o.next) || o.pending.size() > window_ + slack_)) {
+      log_line("file sink: stream " + std::to_string(h.stream_id) + ": chunk " +
+               std::to_string(o.next) + " still missing with " + std::to_string(o.pending.size()) +
+               " later chunks waiting; writing on without it");
+      o.next = o.pending.begin()->first;
+      flush(h.stream_id, o);
+    }
+  }
+
+  // Writes (and acknowledges) everything still held, gaps skipped. Called when no more chunks
+  // come, while acknowledgements can still reach the senders.
+  void drain() {
+    for (auto& [id, o] : outs_) {
+      while (!o.pending.empty()) {
+        o.next = o.pending.begin()->first;
+        flush(id, o);
+      }
+    }
+  }
+
+  // Publishes complete files. Returns the files left incomplete (with their index, so that a
+  // restarted receiver resumes them).
+  std::vector<std::string> finish() {
+    drain();
+    std::vector<std::string> incomplete;
+    auto totals = tracker_.streams_json();
+    for (auto& [id, o] : outs_) {
+      ::fsync(o.fd);
+      ::close(o.fd);
+      o.fd = -1;
+      ::close(o.index_fd);
+      o.index_fd = -1;
+      bool good = false;
+      for (const auto& s : totals) {
+        if (s["stream_id"] == id) {
+          good = s["complete"].get<bool>() && s["lost"].get<std::uint64_t>() == 0 &&
+                 s["corrupt"].get<std::uint64_t>() == 0;
+        }
+      }
+      std::string final_path = stream_path(cfg_.sink.path, id);
+      if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) {
+        ::unlink((final_path + ".part.idx").c_str());
+        continue;
+      }
+      incomplete.push_back(final_path + ".part");
+    }
+    return incomplete;
+  }
+
+ private:
+  struct Out {
+    int fd = -1;
+    int index_fd = -1;    // <path>.part.idx: (sequence, file length after it) per chunk written
+    std::uint64_t length = 0;
+    std::uint64_t next = 0;
+    SeqSet written;
+    std::map<std::uint64_t, Taken> pending;
+  };
+
+  Out& open(std::uint32_t stream) {
+    auto it = outs_.find(stream);
+    if (it != outs_.end()) return it->second;
+    if (!outs_.empty() && cfg_.sink.path.find("{stream}") == std::string::npos) {
+      throw std::runtime_error("file sink: a second stream (id " + std::to_string(stream) +
+                               ") arrived but sink.path has no {stream} placeholder");
+    }
+    const std::string path = stream_path(cfg_.sink.path, stream) + ".part";
+    const std::string index = path + ".idx";
+    Out o;
+    // A resumed stream (its sender reports chunks acknowledged by an earlier receiver) continues
+    // the earlier file: the index says which chunks it holds and how long it validly is.
+    bool resume = tracker_.resumed(stream) && ::access(path.c_str(), F_OK) == 0 &&
+                  ::access(index.c_str(), F_OK) == 0;
+    std::uint64_t records = 0;
+    if (resume) {
+      int ifd = ::open(index.c_str(), O_RDONLY | O_CLOEXEC);
+      if (ifd < 0) throw_errno("file sink: open " + index);
+      std::array<std::byte, 16> rec;
+      while (::read(ifd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size())) {
+        std::uint64_t seq, end;
+        std::memcpy(&seq, rec.data(), 8);
+        std::memcpy(&end, rec.data() + 8, 8);
+        o.written.insert(seq);
+        o.next = seq + 1;
+        o.length = end;
+        ++records;
+      }
+      ::close(ifd);
+    }
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC);
+    o.fd = ::open(path.c_str(), flags, 0644);
+    if (o.fd < 0) throw_errno("file sink: open " + path);
+    o.index_fd = ::open(index.c_str(), flags, 0644);
+    if (o.index_fd < 0) throw_errno("file sink: open " + index);
+    // Anything past the last indexed chunk was written but never recorded: cut it off.
+    if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 ||
+        ::ftruncate(o.index_fd, static_cast<off_t>(records * 16)) != 0 ||
+        ::lseek(o.fd, 0, SEEK_END) < 0 || ::lseek(o.index_fd, 0, SEEK_END) < 0) {
+      throw_errno("file sink: resume " + path);
+    }
+    if (resume) {
+      log_line("file sink: resuming " + path + ": " + std::to_string(records) + " chunks (" +
+               std::to_string(o.length) + " bytes) already written");
+    }
+    return outs_.emplace(stream, std::move(o)).first->second;
+  }
+
+  void write_all(int fd, const std::byte* p, std::size_t left, const std::string& what) {
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw_errno("file sink: write " + what);
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+
+  void flush(std::uint32_t stream, Out& o) {
+    while (!o.pending.empty() && o.pending.begin()->first == o.next) {
+      Taken t = o.pending.begin()->second;
+      o.pending.erase(o.pending.begin());
+      const std::string part = stream_path(cfg_.sink.path, stream) + ".part";
+      try {
+        write_all(o.fd, t.buffer->data + wire::kHeaderSize, t.buffer->size - wire::kHeaderSize, part);
+        o.length += t.buffer->size - wire::kHeaderSize;
+        std::array<std::uint64_t, 2> rec = {o.next, o.length};
+        write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx");
+      } catch (...) {
+        t.buffer->pool->release(t.buffer);
+        throw;
+      }
+      t.buffer->pool->release(t.buffer);
+      o.written.insert(o.next);
+      ack_(t.via, stream, o.next);
+      ++o.next;
+    }
+  }
+
+  const Config& cfg_;
+  StreamTracker& tracker_;
+  InFlight& in_flight_;
+  std::size_t window_;
+  std::size_t slack_;
+  AckFn ack_;
+  std::map<std::uint32_t, Out> outs_;
+};
+
+// Acknowledgements on their way to the receiving thread that owns the connection's socket
+// (ZeroMQ sockets belong to one thread). Posting wakes that thread through an eventfd it polls.
+class AckBox {
+ public:
+  struct Pending {
+    std::uint64_t floor = 0;
+    std::vector<std::uint64_t> seqs;
+    std::uint32_t flags = 0;
+  };
+  AckBox() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (fd_ < 0) throw_errno("eventfd");
+  }
+  ~AckBox() { ::close(fd_); }
+  AckBox(const AckBox&) = delete;
+  AckBox& operator=(const AckBox&) = delete;
+
+  void post(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs,
+            std::uint32_t flags) {
+    {
+      std::lock_guard lock(mu_);
+      Pending& p = pending_[stream];
+      p.floor = std::max(p.floor, floor);
+      p.seqs.insert(p.seqs.end(), seqs.begin(), seqs.end());
+      p.flags |= flags;
+    }
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(fd_, &one, sizeof(one));
+  }
+  std::map<std::uint32_t, Pending> take() {
+    std::uint64_t count;
+    [[maybe_unused]] auto n = ::read(fd_, &count, sizeof(count));
+    std::lock_guard lock(mu_);
+    return std::exchange(pending_, {});
+  }
+  bool empty() const {
+    std::lock_guard lock(mu_);
+    return pending_.empty();
+  }
+  int fd() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+  mutable std::mutex mu_;
+  std::map<std::uint32_t, Pending> pending_;
+};
+
+}  // namespace numastream

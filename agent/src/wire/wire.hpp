@@ -1,0 +1,93 @@
+// The numastream wire format, version 3 (docs/wire-format.md). One ZeroMQ message per frame:
+// a 48-byte little-endian header followed by the payload. Decoding never trusts a field: every
+// size is checked against the message and the receiver's limits before any byte is read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "codec/codec.hpp"
+
+namespace numastream::wire {
+
+inline constexpr std::uint32_t kMagic = 0x5254534E;  // "NSTR" in little-endian byte order
+inline constexpr std::uint8_t kVersion = 3;
+inline constexpr std::size_t kHeaderSize = 48;
+inline constexpr std::size_t kEndOfStreamPayload = 24;
+
+// data and end_of_stream flow from sender to receiver; resume opens every connection (sender to
+// receiver: what the stream already had acknowledged); ack flows back (receiver to sender: what
+// the sink has taken).
+// metadata follows every resume frame of a stream (sender to receiver): what its chunks are
+// (pixel type, frame shape) as a small JSON object, for sinks that store frames as frames.
+enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4, metadata = 5 };
+inline constexpr std::size_t kMaxMetadata = 65536;
+
+// Ack and resume frames: header.sequence is a floor (every sequence below it is acknowledged)
+// and the payload lists acknowledged sequences at or above the floor, u64 each, at most this many.
+inline constexpr std::size_t kMaxAckEntries = 65536;
+// Ack flag, carried in header.raw_size: the end-of-stream frame of this connection was recorded.
+inline constexpr std::uint32_t kAckEndOfStream = 1;
+
+struct Header {
+  FrameType type = FrameType::data;
+  Codec codec = Codec::none;
+  std::uint32_t stream_id = 0;
+  std::uint16_t connection = 0;   // which of the sender's connections carried the frame
+  std::uint16_t connections = 0;  // how many connections the sender uses
+  std::uint64_t sequence = 0;     // chunk number within the stream, from 0
+  std::uint32_t raw_size = 0;     // bytes after decoding
+  std::uint32_t payload_size = 0; // bytes after the header
+  std::uint64_t checksum = 0;     // XXH3-64 of the raw bytes, or of the payload (below)
+  // The checksum covers the payload as sent, not the raw bytes: a frame that arrived compressed
+  // (from a detector or an HDF5 file) and travels without being decoded.
+  bool payload_checksum = false;
+  std::uint8_t element_size = 0;  // bslz4: bytes per sample (1, 2, 4, 8); 0 for other codecs
+};
+
+// Totals carried by an end-of-stream frame (one per connection).
+struct EndOfStream {
+  std::uint64_t total_chunks = 0;       // chunks the stream produced, on all connections
+  std::uint64_t total_raw_bytes = 0;    // raw bytes the stream produced
+  std::uint64_t connection_chunks = 0;  // data frames sent on this connection
+};
+
+enum class DecodeError : std::uint8_t {
+  ok = 0,
+  truncated,         // shorter than a header
+  bad_magic,
+  bad_version,
+  bad_header_check,  // header bytes damaged
+  bad_type,
+  bad_codec,
+  size_mismatch,     // payload_size disagrees with the message length or the codec
+  oversized,         // raw size above the receiver's limit
+  bad_connection,    // connection index outside the connection count
+};
+inline constexpr int kDecodeErrorCount = 10;
+std::string_view decode_error_name(DecodeError e) noexcept;
+
+void encode_header(const Header& h, std::byte* out) noexcept;  // writes kHeaderSize bytes
+void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept;
+
+// Validates and decodes one whole message. `max_raw` is the largest chunk this receiver accepts.
+DecodeError decode(std::span<const std::byte> message, std::size_t max_raw, Header& out) noexcept;
+// Builds an ack or resume frame (`type` is one of the two).
+std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
+                                  std::uint16_t connections, std::uint64_t floor,
+                                  std::uint32_t flags, std::span<const std::uint64_t> seqs);
+// A metadata frame: `text` (at most kMaxMetadata bytes), checksummed.
+std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                       std::string_view text);
+// The sequences listed by an ack or resume frame that decode() accepted.
+std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> message);
+// Reads the end-of-stream payload of a message that decode() accepted as end_of_stream.
+EndOfStream decode_end_of_stream(std::span<const std::byte> message) noexcept;
+
+// XXH3-64 of the raw bytes.
+std::uint64_t checksum(std::span<const std::byte> raw) noexcept;
+
+}  // namespace numastream::wire
