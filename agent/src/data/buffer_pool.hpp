@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace numastream {
@@ -22,6 +23,35 @@ struct Buffer {
   BufferPool* pool = nullptr;
 };
 
+// A buffer on loan from its pool: it goes back when this handle is destroyed or reset, so no
+// path (an error, a full queue, a duplicate chunk, shutdown) can leak it. release() hands it to a
+// new owner that returns it itself (ZeroMQ's zero-copy free callback).
+class PooledBuffer {
+ public:
+  PooledBuffer() = default;
+  explicit PooledBuffer(Buffer* b) noexcept : b_(b) {}
+  ~PooledBuffer() { reset(); }
+  PooledBuffer(PooledBuffer&& o) noexcept : b_(o.release()) {}
+  PooledBuffer& operator=(PooledBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      b_ = o.release();
+    }
+    return *this;
+  }
+  PooledBuffer(const PooledBuffer&) = delete;
+  PooledBuffer& operator=(const PooledBuffer&) = delete;
+
+  explicit operator bool() const noexcept { return b_ != nullptr; }
+  Buffer* get() const noexcept { return b_; }
+  Buffer* operator->() const noexcept { return b_; }
+  Buffer* release() noexcept { return std::exchange(b_, nullptr); }
+  void reset() noexcept;
+
+ private:
+  Buffer* b_ = nullptr;
+};
+
 class BufferPool {
  public:
   // `numa_node` < 0 allocates without a node binding.
@@ -32,6 +62,8 @@ class BufferPool {
 
   // Blocks until a buffer is free. nullptr once the pool is closed (shutdown).
   Buffer* acquire();
+  // acquire() as a handle that returns the buffer by itself; empty once the pool is closed.
+  PooledBuffer take() { return PooledBuffer(acquire()); }
   void release(Buffer* b) noexcept;
   // Wakes every waiter; acquire() returns nullptr from now on.
   void close() noexcept;
@@ -59,6 +91,10 @@ class BufferPool {
   bool closed_ = false;
   std::uint64_t wait_ns_ = 0;
 };
+
+inline void PooledBuffer::reset() noexcept {
+  if (Buffer* b = std::exchange(b_, nullptr)) b->pool->release(b);
+}
 
 // libnuma availability, asked once (numa_available() before any other libnuma call).
 bool numa_supported() noexcept;

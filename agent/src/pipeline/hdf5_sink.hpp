@@ -32,17 +32,13 @@ class Hdf5Sink {
   Hdf5Sink(const Config& cfg, StreamTracker& tracker, AckFn ack, MetadataFn metadata)
       : cfg_(cfg), tracker_(tracker), ack_(std::move(ack)), metadata_(std::move(metadata)) {}
 
-  void put(Taken t, const wire::Header& h) {
-    struct Release {  // the buffer goes back to its pool however this ends
-      Buffer* b;
-      ~Release() { b->pool->release(b); }
-    } release{t.buffer};
+  void put(Chunk c) {
+    const wire::Header& h = c.header;
     hdf5::Writer& w = open(h);
     if (!w.written().count(h.sequence)) {
-      w.write_frame(h.sequence, {t.buffer->data + wire::kHeaderSize, t.buffer->size - wire::kHeaderSize},
-                    h.codec == Codec::bslz4 ? hdf5::Stored::bslz4 : hdf5::Stored::raw);
+      w.write_frame(h.sequence, c.payload(), h.codec == Codec::bslz4 ? hdf5::Stored::bslz4 : hdf5::Stored::raw);
     }
-    ack_(t.via, h.stream_id, h.sequence);
+    ack_(c.via, h.stream_id, h.sequence);
   }
 
   // Closes every file; publishes the complete ones. Returns those left incomplete.

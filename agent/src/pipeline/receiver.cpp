@@ -26,6 +26,7 @@
 #include "net/transport.hpp"
 #include "wire/wire.hpp"
 #include "net/link.hpp"
+#include "pipeline/chunk.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
@@ -36,13 +37,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void free_to_pool(void* /*data*/, void* hint) noexcept {
-  auto* b = static_cast<Buffer*>(hint);
-  b->pool->release(b);
-}
-
-// A frame off the network and the connection it came on.
+// A frame off the network: its header (decoded and validated once, by the receiving thread), the
+// message ZeroMQ read it into, and the connection it came on.
 struct Inbound {
+  wire::Header header;
   zmq::Message msg;
   int via = 0;
 };
@@ -78,7 +76,7 @@ class Receiver {
 
   std::unique_ptr<NodePools> raw_pools_;
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
-  std::unique_ptr<BoundedQueue<Taken>> sink_q_;
+  std::unique_ptr<BoundedQueue<Chunk>> sink_q_;
   std::unique_ptr<FileSink> file_sink_;
   std::unique_ptr<Hdf5Sink> hdf5_sink_;
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
@@ -271,7 +269,7 @@ void Receiver::receive_thread(int index) {
         tracker_.on_resume(h.stream_id, h.sequence, seqs);
         if (cfg_.relay) {
           relay_ledger_->merge(h.stream_id, h.sequence, seqs);
-          Inbound in{std::move(msg), index};  // the relay announces it downstream; the answer
+          Inbound in{h, std::move(msg), index};  // the relay announces it downstream; the answer
           if (!wire_q_->push(in)) break;      // comes back from there
         } else {
           {
@@ -295,7 +293,7 @@ void Receiver::receive_thread(int index) {
           meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
         }
         if (cfg_.relay) {
-          Inbound in{std::move(msg), index};  // the relay passes it on downstream
+          Inbound in{h, std::move(msg), index};  // the relay passes it on downstream
           if (!wire_q_->push(in)) break;
         }
         continue;
@@ -318,7 +316,7 @@ void Receiver::receive_thread(int index) {
       st.chunks++;
       st.bytes_in += bytes.size();
       if (!cfg_.pin) rt_.observe_cpu(slot);
-      Inbound in{std::move(msg), index};
+      Inbound in{h, std::move(msg), index};
       bool pushed;
       {
         ScopedTimer wait(st.blocked_output_ns);
@@ -350,20 +348,19 @@ void Receiver::decompress_thread(int index) {
       in = wire_q_->pop();
     }
     if (!in) break;
-    Buffer* out;
+    Chunk out;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      out = pool.acquire();
+      out.buffer = pool.take();
     }
-    if (!out) break;
-    const int via = in->via;
-    wire::Header h;
+    if (!out.buffer) break;
+    out.via = in->via;
+    wire::Header& h = out.header;
+    h = in->header;
     StreamTracker::Verdict verdict;
     {
       ScopedTimer busy(st.busy_ns);
-      // The receiving thread validated the header; decode again to read it.
       auto frame = in->msg.bytes();
-      wire::decode(frame, cfg_.chunk_bytes, h);
       auto payload = frame.subspan(wire::kHeaderSize);
       const bool keep = keep_bslz4 && h.codec == Codec::bslz4;
       bool ok = true;
@@ -379,9 +376,9 @@ void Receiver::decompress_thread(int index) {
           ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
                (h.payload_checksum || wire::checksum(scratch) == h.checksum);
         }
-        if (ok) std::memcpy(out->data + wire::kHeaderSize, payload.data(), payload.size());
+        if (ok) std::memcpy(out.payload_room().data(), payload.data(), payload.size());
       } else {
-        std::span<std::byte> raw(out->data + wire::kHeaderSize, h.raw_size);
+        std::span<std::byte> raw = out.payload_room().first(h.raw_size);
         ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
              (h.payload_checksum || wire::checksum(raw) == h.checksum);
       }
@@ -401,41 +398,35 @@ void Receiver::decompress_thread(int index) {
     if (!cfg_.pin) rt_.observe_cpu(slot);
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
       if (file_sink_) in_flight_.remove(h.stream_id, h.sequence);
-      pool.release(out);
       // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
       // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
-      // when the sink takes the original.
+      // when the sink takes the original. (The buffer goes back to its pool with `out`.)
       bool taken = true;
       if (verdict == StreamTracker::Verdict::duplicate && forward) {
         std::lock_guard lock(ledger_mu_);
         taken = ledger_[h.stream_id].contains(h.sequence);
       }
-      if (taken) acknowledge(via, h.stream_id, h.sequence);
+      if (taken) acknowledge(out.via, h.stream_id, h.sequence);
       continue;
     }
-    // Re-frame for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
-    // the HDF5 sink stores.
+    // Re-framed for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
+    // the HDF5 sink stores. The sink encodes the header if it sends the frame on.
     if (!(keep_bslz4 && h.codec == Codec::bslz4)) {
       h.codec = Codec::none;
       h.element_size = 0;
       h.payload_size = h.raw_size;
-      if (h.payload_checksum) h.checksum = wire::checksum({out->data + wire::kHeaderSize, h.raw_size});
+      if (h.payload_checksum) h.checksum = wire::checksum(out.payload());
       h.payload_checksum = false;
     }
     h.connection = 0;
     h.connections = 1;
-    wire::encode_header(h, out->data);
-    out->size = wire::kHeaderSize + h.payload_size;
-    Taken t{out, via};
+    out.buffer->size = wire::kHeaderSize + h.payload_size;
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      pushed = sink_q_->push(t);
+      pushed = sink_q_->push(out);
     }
-    if (!pushed) {
-      pool.release(out);
-      break;
-    }
+    if (!pushed) break;
   }
   if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
 }
@@ -477,20 +468,21 @@ void Receiver::zmq_sink_loop(StageStats& st) {
   auto aborted = [this] { return rt_.aborted(); };
   std::map<std::uint32_t, std::uint64_t> forwarded;
   while (true) {
-    std::optional<Taken> t;
+    std::optional<Chunk> c;
     {
       ScopedTimer wait(st.blocked_input_ns);
-      t = sink_q_->pop();
+      c = sink_q_->pop();
     }
-    if (!t) break;
-    wire::Header h;
-    wire::decode({t->buffer->data, t->buffer->size}, cfg_.chunk_bytes, h);
-    std::size_t size = t->buffer->size;
+    if (!c) break;
+    c->seal();
+    const std::size_t size = c->buffer->size;
+    const wire::Header h = c->header;
     zmq_msg_t msg;
-    zmq_msg_init_data(&msg, t->buffer->data, size, free_to_pool, t->buffer);
+    Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
+    zmq_msg_init_data(&msg, buf->data, size, return_to_pool, buf);
     ScopedTimer wait(st.blocked_output_ns);
     if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) break;
-    acknowledge(t->via, h.stream_id, h.sequence);
+    acknowledge(c->via, h.stream_id, h.sequence);
     ++forwarded[h.stream_id];
     st.chunks++;
     st.bytes_out += size;
@@ -572,9 +564,8 @@ void Receiver::relay_thread() {
         if (done) break;
         continue;
       }
-      wire::Header h;
+      wire::Header& h = in->header;
       ScopedTimer busy(st.busy_ns);
-      wire::decode(in->msg.bytes(), cfg_.chunk_bytes, h);
       if (h.type == wire::FrameType::resume) {
         link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
         continue;
@@ -625,21 +616,19 @@ void Receiver::sink_thread() {
       return;
     }
     while (true) {
-      std::optional<Taken> t;
+      std::optional<Chunk> c;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        t = sink_q_->pop();
+        c = sink_q_->pop();
       }
-      if (!t) break;
-      wire::Header h;
-      wire::decode({t->buffer->data, t->buffer->size}, cfg_.chunk_bytes, h);
-      std::size_t raw = t->buffer->size - wire::kHeaderSize;
+      if (!c) break;
+      const std::size_t raw = c->header.payload_size;
       {
         ScopedTimer busy(st.busy_ns);
         if (hdf5_sink_) {
-          hdf5_sink_->put(*t, h);
+          hdf5_sink_->put(std::move(*c));
         } else {
-          file_sink_->put(*t, h);
+          file_sink_->put(std::move(*c));
         }
       }
       st.chunks++;
@@ -649,7 +638,8 @@ void Receiver::sink_thread() {
   } catch (const std::exception& e) {
     rt_.fail(e.what());
     // Drain so that decompressors blocked on the sink queue can finish.
-    while (auto t = sink_q_->pop()) t->buffer->pool->release(t->buffer);
+    while (sink_q_->pop()) {
+    }
   }
 }
 
@@ -759,7 +749,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
-  if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Taken>>(static_cast<std::size_t>(cfg_.queue_depth));
+  if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
   if (cfg_.sink.kind == SinkConfig::Kind::file) {
     file_sink_ = std::make_unique<FileSink>(

@@ -25,6 +25,7 @@
 #include "net/transport.hpp"
 #include "wire/wire.hpp"
 #include "net/link.hpp"
+#include "pipeline/chunk.hpp"
 #include "pipeline/runtime.hpp"
 
 namespace numastream {
@@ -36,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 struct RawChunk {
   std::uint64_t seq = 0;
   int frame = 0;              // synthetic: which projection
-  Buffer* buffer = nullptr;   // file, zmq, hdf5: the bytes read
+  PooledBuffer buffer;        // file, zmq, hdf5: the bytes read
   // The bytes arrived compressed (an HDF5 chunk stored with bslz4): sent as they are, their
   // checksum over those bytes; `raw_size` is what they decode to.
   Codec stored = Codec::none;
@@ -100,11 +101,6 @@ class FileReader {
   int fd_ = -1;
 };
 
-void free_to_pool(void* /*data*/, void* hint) noexcept {
-  auto* b = static_cast<Buffer*>(hint);
-  b->pool->release(b);
-}
-
 class Sender {
  public:
   Sender(const Config& cfg, std::stop_token stop) : cfg_(cfg), rt_(cfg, stop),
@@ -148,7 +144,7 @@ class Sender {
   std::string metadata_;          // the stream's metadata frame: pixel type and frame shape
   std::unique_ptr<NodePools> wire_pools_;
   std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
-  std::unique_ptr<OrderedQueue<Buffer*>> wire_q_;
+  std::unique_ptr<OrderedQueue<Chunk>> wire_q_;
   std::unique_ptr<zmq::Context> ctx_;
 
   std::atomic<int> compressors_left_{0};
@@ -292,10 +288,9 @@ void Sender::source_thread() {
       // stream's totals. A file is read past it; synthetic data needs nothing.
       if (cfg_.source.kind != SourceConfig::Kind::zmq && ledger_->contains(stream, seq)) {
         if (reader_) {
-          Buffer* scratch = raw_pool_->acquire();
+          PooledBuffer scratch = raw_pool_->take();
           if (!scratch) break;
           size = reader_->read(scratch->data, scratch->capacity);
-          raw_pool_->release(scratch);
           if (size == 0) break;
         } else if (h5_) {
           size = h5_->shape().frame_bytes();
@@ -329,7 +324,7 @@ void Sender::source_thread() {
       if (raw_pool_) {
         {
           ScopedTimer wait(st.blocked_output_ns);
-          c.buffer = raw_pool_->acquire();
+          c.buffer = raw_pool_->take();
         }
         if (!c.buffer) break;
         if (reader_) {
@@ -342,23 +337,17 @@ void Sender::source_thread() {
             c.stored = Codec::bslz4;
             c.raw_size = h5_->shape().frame_bytes();
           }
-        } else if (!receive_chunk(*upstream, *c.buffer, size, st)) {
+        } else if (!receive_chunk(*upstream, *c.buffer.get(), size, st)) {
           size = 0;
         }
-        if (size == 0) {
-          raw_pool_->release(c.buffer);
-          break;
-        }
+        if (size == 0) break;
         c.buffer->size = size;
       } else {
         c.frame = static_cast<int>(seq % static_cast<std::uint64_t>(cfg_.source.frames));
       }
       {
         ScopedTimer wait(st.blocked_output_ns);
-        if (!raw_q_->push(c)) {
-          if (c.buffer) raw_pool_->release(c.buffer);
-          break;
-        }
+        if (!raw_q_->push(c)) break;
       }
       ++seq;
       st.chunks++;
@@ -419,26 +408,23 @@ void Sender::compress_thread(int index) {
       c = raw_q_->pop();
     }
     if (!c) break;
-    Buffer* out;
+    Chunk out;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      out = pool.acquire();
+      out.buffer = pool.take();
     }
-    if (!out) {
-      if (c->buffer) raw_pool_->release(c->buffer);
-      break;
-    }
+    if (!out.buffer) break;
     std::span<const std::byte> raw =
         c->buffer ? std::span<const std::byte>(c->buffer->data, c->buffer->size)
                   : std::span<const std::byte>((*frames)[static_cast<std::size_t>(c->frame)]->data,
                                                cfg_.chunk_bytes);
     {
       ScopedTimer busy(st.busy_ns);
-      wire::Header h;
+      wire::Header& h = out.header;
       h.type = wire::FrameType::data;
       h.stream_id = cfg_.stream_id;
       h.sequence = c->seq;
-      // connection is stamped by the sending thread.
+      // connection is stamped, and the header encoded, by the sending thread.
       h.connections = static_cast<std::uint16_t>(cfg_.connections);
       h.checksum = wire::checksum(raw);
       std::size_t payload;
@@ -447,33 +433,29 @@ void Sender::compress_thread(int index) {
         h.codec = c->stored;
         h.payload_checksum = true;
         h.raw_size = static_cast<std::uint32_t>(c->raw_size);
-        std::memcpy(out->data + wire::kHeaderSize, raw.data(), raw.size());
+        std::memcpy(out.payload_room().data(), raw.data(), raw.size());
         payload = raw.size();
       } else {
         h.raw_size = static_cast<std::uint32_t>(raw.size());
-        auto res = comp.compress(raw, {out->data + wire::kHeaderSize, out->capacity - wire::kHeaderSize});
+        auto res = comp.compress(raw, out.payload_room());
         h.codec = res.codec;
         payload = res.size;
       }
       h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(element_size_) : 0;
       h.payload_size = static_cast<std::uint32_t>(payload);
-      wire::encode_header(h, out->data);
-      out->size = wire::kHeaderSize + payload;
     }
+    const std::size_t wire_size = wire::kHeaderSize + out.header.payload_size;
     st.chunks++;
     st.bytes_in += c->stored != Codec::none ? c->raw_size : raw.size();
-    st.bytes_out += out->size;
-    if (c->buffer) raw_pool_->release(c->buffer);
+    st.bytes_out += wire_size;
+    c.reset();  // the raw buffer goes back to its pool
     if (!cfg_.pin) rt_.observe_cpu(slot);
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      pushed = wire_q_->push(c->seq, out);
+      pushed = wire_q_->push(out.header.sequence, out);
     }
-    if (!pushed) {
-      out->pool->release(out);
-      break;
-    }
+    if (!pushed) break;
   }
   if (--compressors_left_ == 0) wire_q_->close();
 }
@@ -523,22 +505,20 @@ void Sender::send_thread(int index) {
         ScopedTimer wait(st.blocked_output_ns);
         link.wait_for_credit();
       }
-      std::optional<Buffer*> b;
+      std::optional<Chunk> c;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        b = wire_q_->pop();
+        c = wire_q_->pop();
       }
-      if (!b) break;
-      Buffer* buf = *b;
-      // Stamp which connection carries the frame (re-encodes the header check).
-      wire::Header h;
-      wire::decode({buf->data, buf->size}, cfg_.chunk_bytes, h);
-      h.connection = static_cast<std::uint16_t>(index);
-      wire::encode_header(h, buf->data);
-      std::size_t size = buf->size;
+      if (!c) break;
+      // Which connection carries the frame; the header is encoded once, here, on its way out.
+      c->header.connection = static_cast<std::uint16_t>(index);
+      c->seal();
+      const std::size_t size = c->buffer->size;
       {
         ScopedTimer wait(st.blocked_output_ns);
-        link.send(h.stream_id, h.sequence, zmq::Message::adopt(buf->data, size, free_to_pool, buf));
+        Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
+        link.send(c->header.stream_id, c->header.sequence, zmq::Message::adopt(buf->data, size, return_to_pool, buf));
       }
       ++on_connection;
       st.chunks++;
@@ -644,7 +624,7 @@ RunResult Sender::run(const RunHooks& hooks) {
   wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
-  wire_q_ = std::make_unique<OrderedQueue<Buffer*>>(static_cast<std::size_t>(cfg_.queue_depth));
+  wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   rt_.on_abort([this] {
     raw_q_->close();

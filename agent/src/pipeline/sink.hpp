@@ -25,6 +25,7 @@
 #include "data/seqset.hpp"
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
+#include "pipeline/chunk.hpp"
 #include "pipeline/runtime.hpp"
 
 namespace numastream {
@@ -71,13 +72,6 @@ class InFlight {
 // Where a chunk is acknowledged: (connection the chunk arrived on, stream, sequence).
 using AckFn = std::function<void(int, std::uint32_t, std::uint64_t)>;
 
-// A chunk on its way to the sink, with the connection it arrived on (its acknowledgement goes
-// back there).
-struct Taken {
-  Buffer* buffer = nullptr;
-  int via = 0;
-};
-
 class FileSink {
  public:
   FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
@@ -86,26 +80,24 @@ class FileSink {
         ack_(std::move(ack)) {}
   ~FileSink() {
     for (auto& [id, o] : outs_) {
-      for (auto& [seq, t] : o.pending) t.buffer->pool->release(t.buffer);
       if (o.fd >= 0) ::close(o.fd);
       if (o.index_fd >= 0) ::close(o.index_fd);
     }
   }
 
-  void put(Taken t, const wire::Header& h) {
+  void put(Chunk c) {
+    const wire::Header h = c.header;
     Out& o = open(h.stream_id);
     if (o.written.contains(h.sequence)) {  // a retransmission of a chunk already in the file
-      t.buffer->pool->release(t.buffer);
-      ack_(t.via, h.stream_id, h.sequence);
+      ack_(c.via, h.stream_id, h.sequence);
       return;
     }
     if (h.sequence < o.next || o.pending.count(h.sequence)) {
       tracker_.on_unwritten(h.stream_id, h.sequence);
-      t.buffer->pool->release(t.buffer);
-      ack_(t.via, h.stream_id, h.sequence);  // reported lost to the file; the sender may move on
+      ack_(c.via, h.stream_id, h.sequence);  // reported lost to the file; the sender may move on
       return;
     }
-    o.pending.emplace(h.sequence, t);
+    o.pending.emplace(h.sequence, std::move(c));
     in_flight_.remove(h.stream_id, h.sequence);
     flush(h.stream_id, o);
     while (o.pending.size() > window_ &&
@@ -165,7 +157,7 @@ class FileSink {
     std::uint64_t length = 0;
     std::uint64_t next = 0;
     SeqSet written;
-    std::map<std::uint64_t, Taken> pending;
+    std::map<std::uint64_t, Chunk> pending;
   };
 
   Out& open(std::uint32_t stream) {
@@ -228,21 +220,16 @@ class FileSink {
 
   void flush(std::uint32_t stream, Out& o) {
     while (!o.pending.empty() && o.pending.begin()->first == o.next) {
-      Taken t = o.pending.begin()->second;
+      Chunk c = std::move(o.pending.begin()->second);
       o.pending.erase(o.pending.begin());
       const std::string part = stream_path(cfg_.sink.path, stream) + ".part";
-      try {
-        write_all(o.fd, t.buffer->data + wire::kHeaderSize, t.buffer->size - wire::kHeaderSize, part);
-        o.length += t.buffer->size - wire::kHeaderSize;
-        std::array<std::uint64_t, 2> rec = {o.next, o.length};
-        write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx");
-      } catch (...) {
-        t.buffer->pool->release(t.buffer);
-        throw;
-      }
-      t.buffer->pool->release(t.buffer);
+      const auto payload = c.payload();
+      write_all(o.fd, payload.data(), payload.size(), part);
+      o.length += payload.size();
+      std::array<std::uint64_t, 2> rec = {o.next, o.length};
+      write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx");
       o.written.insert(o.next);
-      ack_(t.via, stream, o.next);
+      ack_(c.via, stream, o.next);
       ++o.next;
     }
   }
