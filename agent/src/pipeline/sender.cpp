@@ -27,79 +27,13 @@
 #include "net/link.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/runtime.hpp"
+#include "pipeline/sources.hpp"
 
 namespace numastream {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-struct RawChunk {
-  std::uint64_t seq = 0;
-  int frame = 0;              // synthetic: which projection
-  PooledBuffer buffer;        // file, zmq, hdf5: the bytes read
-  // The bytes arrived compressed (an HDF5 chunk stored with bslz4): sent as they are, their
-  // checksum over those bytes; `raw_size` is what they decode to.
-  Codec stored = Codec::none;
-  std::size_t raw_size = 0;
-};
-
-// The file source: one file or a directory of regular files (sorted by name), cut into chunks.
-class FileReader {
- public:
-  explicit FileReader(const std::string& path) {
-    std::error_code ec;
-    if (fs::is_directory(path, ec)) {
-      for (const auto& e : fs::directory_iterator(path, ec)) {
-        if (e.is_regular_file()) files_.push_back(e.path().string());
-      }
-      std::sort(files_.begin(), files_.end());
-      if (files_.empty()) throw ConfigError("source.path", "directory " + path + " holds no files");
-    } else if (fs::is_regular_file(path, ec)) {
-      files_.push_back(path);
-    } else {
-      throw ConfigError("source.path", path + " is not a readable file or directory");
-    }
-    open_next();
-  }
-  ~FileReader() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileReader(const FileReader&) = delete;
-  FileReader& operator=(const FileReader&) = delete;
-
-  // Fills up to `cap` bytes. 0 at the end of the last file. Throws on I/O errors.
-  std::size_t read(std::byte* out, std::size_t cap) {
-    while (fd_ >= 0) {
-      std::size_t got = 0;
-      while (got < cap) {
-        ssize_t n = ::read(fd_, out + got, cap - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("read " + files_[index_]);
-        if (n == 0) break;
-        got += static_cast<std::size_t>(n);
-      }
-      if (got > 0) return got;
-      open_next();
-    }
-    return 0;
-  }
-
- private:
-  void open_next() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      fd_ = -1;
-      ++index_;
-    }
-    if (index_ >= files_.size()) return;
-    fd_ = ::open(files_[index_].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw_errno("open " + files_[index_]);
-  }
-  std::vector<std::string> files_;
-  std::size_t index_ = 0;
-  int fd_ = -1;
-};
 
 class Sender {
  public:
@@ -111,16 +45,12 @@ class Sender {
  private:
   void prepare_source();
   void source_thread();
-  bool receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st);
   void compress_thread(int index);
   void send_thread(int index);
   bool wait_welcome();
   // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
   // ending it short.
-  bool source_has_end() const {
-    return cfg_.source.kind == SourceConfig::Kind::file || cfg_.source.kind == SourceConfig::Kind::hdf5 ||
-           (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0);
-  }
+  bool source_has_end() const { return source_->has_end(); }
   // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
   // unless a person ended an endless stream with SIGINT.
   bool drain_pauses() const {
@@ -135,11 +65,7 @@ class Sender {
 
   // Declaration order is destruction order in reverse: the ZeroMQ context (which may still hold
   // zero-copy messages) goes before the pools their buffers return to.
-  std::vector<std::unique_ptr<BufferPool>> frames_pools_;  // synthetic frames, per compress node
-  std::vector<std::pair<int, std::vector<Buffer*>>> frames_;  // node -> frames
-  std::unique_ptr<BufferPool> raw_pool_;     // file source reads
-  std::unique_ptr<FileReader> reader_;
-  std::unique_ptr<hdf5::Reader> h5_;
+  std::unique_ptr<Source> source_;
   std::size_t element_size_ = 2;  // bytes per sample (bslz4)
   std::string metadata_;          // the stream's metadata frame: pixel type and frame shape
   std::unique_ptr<NodePools> wire_pools_;
@@ -179,71 +105,10 @@ bool Sender::wait_welcome() {
 }
 
 void Sender::prepare_source() {
-  if (cfg_.source.kind == SourceConfig::Kind::synthetic) {
-    SynthParams params;
-    params.seed = cfg_.source.seed;
-    params.chunk_bytes = cfg_.chunk_bytes;
-    params.frames = cfg_.source.frames;
-    // One copy of the frames on each NUMA node that compresses, so compression reads local
-    // memory; generated once, then copied.
-    const std::vector<Buffer*>* first = nullptr;
-    for (int node : rt_.stage_nodes("compress")) {
-      frames_pools_.push_back(std::make_unique<BufferPool>(
-          "frames-node" + std::to_string(node), static_cast<std::size_t>(cfg_.source.frames),
-          cfg_.chunk_bytes, node));
-      std::vector<Buffer*> set;
-      for (int f = 0; f < cfg_.source.frames; ++f) {
-        Buffer* b = frames_pools_.back()->acquire();
-        b->size = cfg_.chunk_bytes;
-        if (!first) {
-          generate_projection(params, f, {b->data, b->size});
-        } else {
-          std::memcpy(b->data, (*first)[static_cast<std::size_t>(f)]->data, b->size);
-        }
-        set.push_back(b);
-      }
-      frames_.emplace_back(node, std::move(set));
-      first = &frames_.front().second;
-    }
-  } else {
-    std::size_t capacity = cfg_.chunk_bytes;
-    if (cfg_.source.kind == SourceConfig::Kind::file) {
-      reader_ = std::make_unique<FileReader>(cfg_.source.path);
-    } else if (cfg_.source.kind == SourceConfig::Kind::hdf5) {
-      try {
-        h5_ = std::make_unique<hdf5::Reader>(cfg_.source.path, cfg_.source.dataset);
-      } catch (const std::exception& e) {
-        throw ConfigError("source.path", e.what());
-      }
-      if (h5_->shape().frame_bytes() > cfg_.chunk_bytes) {
-        throw ConfigError("chunk_bytes", "a frame of " + cfg_.source.path + ":" + cfg_.source.dataset + " has " +
-                                             std::to_string(h5_->shape().frame_bytes()) + " bytes, more than chunk_bytes (" +
-                                             std::to_string(cfg_.chunk_bytes) + ")");
-      }
-      capacity = std::max(capacity, h5_->max_read_bytes());
-      log_line("source " + cfg_.source.path + ":" + cfg_.source.dataset + ": " + h5_->layout());
-    }
-    int node = rt_.placement.stage("source").front().numa_node;
-    raw_pool_ = std::make_unique<BufferPool>(
-        "raw", static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1), capacity, node);
-  }
-  // What the chunks are, for a sink that stores frames: HDF5 says; else the configuration, and
-  // synthetic projections are rows of 2560 pixels.
-  hdf5::FrameShape shape;
-  if (h5_) {
-    shape = h5_->shape();
-  } else {
-    shape.dtype = cfg_.source.dtype;
-    const std::size_t elem = dtype_size(shape.dtype);
-    const std::size_t row = SynthParams{}.width * elem;
-    if (!cfg_.source.shape.empty()) {
-      shape.dims = cfg_.source.shape;
-    } else if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.chunk_bytes % row == 0) {
-      shape.dims = {cfg_.chunk_bytes / row, SynthParams{}.width};
-    } else {
-      shape.dims = {cfg_.chunk_bytes / elem};
-    }
-  }
+  SourceSetup setup{cfg_, rt_.stage_nodes("compress"), rt_.placement.stage("source").front().numa_node,
+                    static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1), log_line};
+  source_ = make_source(setup, *ctx_);
+  const hdf5::FrameShape shape = source_->shape();
   element_size_ = dtype_size(shape.dtype);
   metadata_ = nlohmann::json{{"dtype", shape.dtype}, {"shape", shape.dims}}.dump();
 }
@@ -267,34 +132,16 @@ void Sender::source_thread() {
     log_line("resuming stream " + std::to_string(stream) + ": the receiver already has " +
              std::to_string(ledger_->acknowledged(stream)) + " chunks");
   }
+  auto stop = [this] { return rt_.aborted() || rt_.drain_requested(); };
   try {
-    std::optional<zmq::Socket> upstream;
-    if (cfg_.source.kind == SourceConfig::Kind::zmq) {
-      upstream.emplace(*ctx_, ZMQ_PULL);
-      upstream->set_int(ZMQ_RCVHWM, cfg_.hwm);
-      upstream->set_int(ZMQ_LINGER, 0);
-      upstream->connect(cfg_.source.endpoint);
-    }
-    while (!rt_.aborted() && !rt_.drain_requested()) {
-      if (cfg_.source.kind == SourceConfig::Kind::synthetic && cfg_.source.chunks > 0 &&
-          seq >= cfg_.source.chunks) {
-        break;
-      }
-      if (h5_ && seq >= h5_->frames()) break;
+    while (!stop()) {
       RawChunk c;
       c.seq = seq;
-      std::size_t size = cfg_.chunk_bytes;
       // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
-      // stream's totals. A file is read past it; synthetic data needs nothing.
-      if (cfg_.source.kind != SourceConfig::Kind::zmq && ledger_->contains(stream, seq)) {
-        if (reader_) {
-          PooledBuffer scratch = raw_pool_->take();
-          if (!scratch) break;
-          size = reader_->read(scratch->data, scratch->capacity);
-          if (size == 0) break;
-        } else if (h5_) {
-          size = h5_->shape().frame_bytes();
-        }
+      // stream's totals.
+      if (source_->replays() && ledger_->contains(stream, seq)) {
+        const std::size_t size = source_->skip(seq);
+        if (size == 0) break;
         wire_q_->skip(seq);
         ++seq;
         ++skipped_chunks_;
@@ -302,7 +149,7 @@ void Sender::source_thread() {
         produced_chunks_ = seq;
         continue;
       }
-      if (cfg_.source.kind == SourceConfig::Kind::zmq && seq == 0 && ledger_->end(stream) > 0) {
+      if (!source_->replays() && seq == 0 && ledger_->end(stream) > 0) {
         // A live source cannot replay: number on after what the receiver has; what the previous
         // sender had in flight is reported missing by the receiver.
         for (std::uint64_t s = 0; s < ledger_->end(stream); ++s) wire_q_->skip(s);
@@ -321,30 +168,9 @@ void Sender::source_thread() {
         std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
                                                        std::chrono::duration<double>((seq - *paced_from) * interval_s)));
       }
-      if (raw_pool_) {
-        {
-          ScopedTimer wait(st.blocked_output_ns);
-          c.buffer = raw_pool_->take();
-        }
-        if (!c.buffer) break;
-        if (reader_) {
-          ScopedTimer busy(st.busy_ns);
-          size = reader_->read(c.buffer->data, c.buffer->capacity);
-        } else if (h5_) {
-          ScopedTimer busy(st.busy_ns);
-          size = h5_->read_frame(seq, {c.buffer->data, c.buffer->capacity});
-          if (h5_->stored() == hdf5::Stored::bslz4) {
-            c.stored = Codec::bslz4;
-            c.raw_size = h5_->shape().frame_bytes();
-          }
-        } else if (!receive_chunk(*upstream, *c.buffer.get(), size, st)) {
-          size = 0;
-        }
-        if (size == 0) break;
-        c.buffer->size = size;
-      } else {
-        c.frame = static_cast<int>(seq % static_cast<std::uint64_t>(cfg_.source.frames));
-      }
+      if (!source_->read(c, st, stop)) break;
+      const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
+      const std::size_t raw = c.stored != Codec::none ? c.raw_size : size;
       {
         ScopedTimer wait(st.blocked_output_ns);
         if (!raw_q_->push(c)) break;
@@ -352,42 +178,16 @@ void Sender::source_thread() {
       ++seq;
       st.chunks++;
       st.bytes_out += size;
-      produced_bytes_ += c.stored != Codec::none ? c.raw_size : size;
+      produced_bytes_ += raw;
       produced_chunks_ = seq;
       if (!cfg_.pin) rt_.observe_cpu(slot);
     }
   } catch (const std::exception& e) {
     rt_.fail(std::string("source: ") + e.what());
   }
+  source_->end();
   source_done_ = true;
   raw_q_->close();
-}
-
-// One chunk from the upstream PULL socket into `b`. False at the end of the stream (an empty
-// message), on a drain request or on abort. Throws when a message exceeds chunk_bytes.
-bool Sender::receive_chunk(zmq::Socket& sock, Buffer& b, std::size_t& size, StageStats& st) {
-  while (!rt_.aborted() && !rt_.drain_requested()) {
-    zmq_pollitem_t item{sock.get(), 0, ZMQ_POLLIN, 0};
-    int ready;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      ready = zmq_poll(&item, 1, 100);
-    }
-    if (ready <= 0) continue;
-    int n = zmq_recv(sock.get(), b.data, b.capacity, ZMQ_DONTWAIT);
-    if (n < 0) {
-      if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
-      throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
-    }
-    if (static_cast<std::size_t>(n) > b.capacity) {
-      throw std::runtime_error("a chunk of " + std::to_string(n) + " bytes from " +
-                               cfg_.source.endpoint + " is larger than chunk_bytes (" +
-                               std::to_string(b.capacity) + ")");
-    }
-    size = static_cast<std::size_t>(n);
-    return size > 0;
-  }
-  return false;
 }
 
 void Sender::compress_thread(int index) {
@@ -397,10 +197,6 @@ void Sender::compress_thread(int index) {
   StageStats& st = rt_.stats("compress");
   Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
   BufferPool& pool = wire_pools_->for_node(node);
-  const std::vector<Buffer*>* frames = nullptr;
-  for (auto& [n, set] : frames_) {
-    if (n == node || !frames) frames = &set;
-  }
   while (true) {
     std::optional<RawChunk> c;
     {
@@ -414,10 +210,7 @@ void Sender::compress_thread(int index) {
       out.buffer = pool.take();
     }
     if (!out.buffer) break;
-    std::span<const std::byte> raw =
-        c->buffer ? std::span<const std::byte>(c->buffer->data, c->buffer->size)
-                  : std::span<const std::byte>((*frames)[static_cast<std::size_t>(c->frame)]->data,
-                                               cfg_.chunk_bytes);
+    const std::span<const std::byte> raw = source_->bytes(*c, node);
     {
       ScopedTimer busy(st.busy_ns);
       wire::Header& h = out.header;
@@ -612,6 +405,7 @@ RunResult Sender::run(const RunHooks& hooks) {
     log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") +
              " as " + curve_->public_key + " (public key)");
   }
+  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   prepare_source();
   const int compressors = rt_.threads("compress");
   const int senders = rt_.threads("send");
@@ -625,12 +419,11 @@ RunResult Sender::run(const RunHooks& hooks) {
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
   rt_.on_abort([this] {
     raw_q_->close();
     wire_q_->close();
     wire_pools_->close_all();
-    if (raw_pool_) raw_pool_->close();
+    source_->close();
   });
   std::unique_ptr<MetricsServer> server;
   if (!cfg_.metrics_listen.empty()) {

@@ -1,0 +1,286 @@
+#include "pipeline/sources.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "base/error.hpp"
+#include "codec/dtype.hpp"
+#include "codec/synth.hpp"
+#include "net/transport.hpp"
+
+namespace numastream {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What the chunks are when no file says: the configuration, and synthetic projections are rows
+// of 2560 pixels.
+hdf5::FrameShape configured_shape(const Config& cfg) {
+  hdf5::FrameShape shape;
+  shape.dtype = cfg.source.dtype;
+  const std::size_t elem = dtype_size(shape.dtype);
+  const std::size_t row = SynthParams{}.width * elem;
+  if (!cfg.source.shape.empty()) {
+    shape.dims = cfg.source.shape;
+  } else if (cfg.source.kind == SourceConfig::Kind::synthetic && cfg.chunk_bytes % row == 0) {
+    shape.dims = {cfg.chunk_bytes / row, SynthParams{}.width};
+  } else {
+    shape.dims = {cfg.chunk_bytes / elem};
+  }
+  return shape;
+}
+
+// Deterministic projections (seed), one copy on each NUMA node that compresses, so compression
+// reads local memory; generated once, then copied. A chunk names a projection; nothing is read.
+class SyntheticSource final : public Source {
+ public:
+  explicit SyntheticSource(const SourceSetup& s) : cfg_(s.cfg) {
+    SynthParams params;
+    params.seed = cfg_.source.seed;
+    params.chunk_bytes = cfg_.chunk_bytes;
+    params.frames = cfg_.source.frames;
+    const std::vector<Buffer*>* first = nullptr;
+    for (int node : s.compress_nodes) {
+      pools_.push_back(std::make_unique<BufferPool>("frames-node" + std::to_string(node),
+                                                    static_cast<std::size_t>(cfg_.source.frames), cfg_.chunk_bytes, node));
+      std::vector<Buffer*> set;
+      for (int f = 0; f < cfg_.source.frames; ++f) {
+        Buffer* b = pools_.back()->acquire();
+        b->size = cfg_.chunk_bytes;
+        if (!first) {
+          generate_projection(params, f, {b->data, b->size});
+        } else {
+          std::memcpy(b->data, (*first)[static_cast<std::size_t>(f)]->data, b->size);
+        }
+        set.push_back(b);
+      }
+      frames_.emplace_back(node, std::move(set));
+      first = &frames_.front().second;
+    }
+  }
+  hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
+  bool has_end() const override { return cfg_.source.chunks > 0; }
+  bool read(RawChunk& c, StageStats&, const std::function<bool()>&) override {
+    if (cfg_.source.chunks > 0 && c.seq >= cfg_.source.chunks) return false;
+    c.frame = static_cast<int>(c.seq % static_cast<std::uint64_t>(cfg_.source.frames));
+    return true;
+  }
+  std::size_t skip(std::uint64_t seq) override {
+    return cfg_.source.chunks > 0 && seq >= cfg_.source.chunks ? 0 : cfg_.chunk_bytes;
+  }
+  std::span<const std::byte> bytes(const RawChunk& c, int node) const override {
+    const std::vector<Buffer*>* set = nullptr;
+    for (const auto& [n, frames] : frames_) {
+      if (n == node || !set) set = &frames;
+    }
+    return {(*set)[static_cast<std::size_t>(c.frame)]->data, cfg_.chunk_bytes};
+  }
+
+ private:
+  const Config& cfg_;
+  std::vector<std::unique_ptr<BufferPool>> pools_;
+  std::vector<std::pair<int, std::vector<Buffer*>>> frames_;  // node -> frames
+};
+
+// Sources that read into buffers of their own pool (on the source thread's node).
+class ReadingSource : public Source {
+ public:
+  ReadingSource(const SourceSetup& s, std::size_t capacity)
+      : pool_("raw", s.buffers, capacity, s.source_node) {}
+  void close() override { pool_.close(); }
+
+ protected:
+  // A buffer to read into; empty once the pool is closed. Waiting for one is time blocked on
+  // the output (the compressors hold them all).
+  PooledBuffer take(StageStats& st) {
+    ScopedTimer wait(st.blocked_output_ns);
+    return pool_.take();
+  }
+  BufferPool pool_;
+};
+
+// One file or a directory of regular files (sorted by name), cut into chunk_bytes chunks.
+class FileSource final : public ReadingSource {
+ public:
+  explicit FileSource(const SourceSetup& s) : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg) {
+    const std::string& path = cfg_.source.path;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      for (const auto& e : fs::directory_iterator(path, ec)) {
+        if (e.is_regular_file()) files_.push_back(e.path().string());
+      }
+      std::sort(files_.begin(), files_.end());
+      if (files_.empty()) throw ConfigError("source.path", "directory " + path + " holds no files");
+    } else if (fs::is_regular_file(path, ec)) {
+      files_.push_back(path);
+    } else {
+      throw ConfigError("source.path", path + " is not a readable file or directory");
+    }
+    open_next();
+  }
+  ~FileSource() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
+  bool has_end() const override { return true; }
+  bool read(RawChunk& c, StageStats& st, const std::function<bool()>&) override {
+    c.buffer = take(st);
+    if (!c.buffer) return false;
+    ScopedTimer busy(st.busy_ns);
+    c.buffer->size = fill(c.buffer->data, c.buffer->capacity);
+    return c.buffer->size > 0;
+  }
+  std::size_t skip(std::uint64_t) override {
+    PooledBuffer scratch = pool_.take();
+    return scratch ? fill(scratch->data, scratch->capacity) : 0;
+  }
+
+ private:
+  // Up to `cap` bytes, across file boundaries. 0 at the end of the last file.
+  std::size_t fill(std::byte* out, std::size_t cap) {
+    while (fd_ >= 0) {
+      std::size_t got = 0;
+      while (got < cap) {
+        ssize_t n = ::read(fd_, out + got, cap - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("read " + files_[index_]);
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      if (got > 0) return got;
+      open_next();
+    }
+    return 0;
+  }
+  void open_next() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+      ++index_;
+    }
+    if (index_ >= files_.size()) return;
+    fd_ = ::open(files_[index_].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw_errno("open " + files_[index_]);
+  }
+
+  const Config& cfg_;
+  std::vector<std::string> files_;
+  std::size_t index_ = 0;
+  int fd_ = -1;
+};
+
+// One chunk per frame along the first axis of an HDF5 dataset. Frames stored with a filter the
+// agent speaks (bslz4) are read with direct chunk reads and sent as stored.
+class Hdf5Source final : public ReadingSource {
+ public:
+  Hdf5Source(const SourceSetup& s, std::unique_ptr<hdf5::Reader> h5)
+      : ReadingSource(s, std::max(s.cfg.chunk_bytes, h5->max_read_bytes())), h5_(std::move(h5)) {}
+  static std::unique_ptr<Source> open(const SourceSetup& s) {
+    const Config& cfg = s.cfg;
+    std::unique_ptr<hdf5::Reader> h5;
+    try {
+      h5 = std::make_unique<hdf5::Reader>(cfg.source.path, cfg.source.dataset);
+    } catch (const std::exception& e) {
+      throw ConfigError("source.path", e.what());
+    }
+    if (h5->shape().frame_bytes() > cfg.chunk_bytes) {
+      throw ConfigError("chunk_bytes", "a frame of " + cfg.source.path + ":" + cfg.source.dataset + " has " +
+                                           std::to_string(h5->shape().frame_bytes()) + " bytes, more than chunk_bytes (" +
+                                           std::to_string(cfg.chunk_bytes) + ")");
+    }
+    if (s.log) s.log("source " + cfg.source.path + ":" + cfg.source.dataset + ": " + h5->layout());
+    return std::make_unique<Hdf5Source>(s, std::move(h5));
+  }
+  hdf5::FrameShape shape() const override { return h5_->shape(); }
+  bool has_end() const override { return true; }
+  bool read(RawChunk& c, StageStats& st, const std::function<bool()>&) override {
+    if (c.seq >= h5_->frames()) return false;
+    c.buffer = take(st);
+    if (!c.buffer) return false;
+    ScopedTimer busy(st.busy_ns);
+    c.buffer->size = h5_->read_frame(c.seq, {c.buffer->data, c.buffer->capacity});
+    if (h5_->stored() == hdf5::Stored::bslz4) {
+      c.stored = Codec::bslz4;
+      c.raw_size = h5_->shape().frame_bytes();
+    }
+    return c.buffer->size > 0;
+  }
+  std::size_t skip(std::uint64_t seq) override { return seq < h5_->frames() ? h5_->shape().frame_bytes() : 0; }
+
+ private:
+  std::unique_ptr<hdf5::Reader> h5_;
+};
+
+// One chunk per message from an upstream PUSH socket (connected to, PULL); an empty message ends
+// the stream. Live: what it sent cannot be asked for again.
+class ZmqSource final : public ReadingSource {
+ public:
+  ZmqSource(const SourceSetup& s, zmq::Context& ctx) : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg), ctx_(ctx) {}
+  hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
+  bool has_end() const override { return false; }
+  bool replays() const override { return false; }
+  bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
+    if (!sock_) {  // created by the thread that uses it (ZeroMQ sockets belong to one thread)
+      sock_.emplace(ctx_, ZMQ_PULL);
+      sock_->set_int(ZMQ_RCVHWM, cfg_.hwm);
+      sock_->set_int(ZMQ_LINGER, 0);
+      sock_->connect(cfg_.source.endpoint);
+    }
+    c.buffer = take(st);
+    if (!c.buffer) return false;
+    Buffer& b = *c.buffer.get();
+    while (!stop()) {
+      zmq_pollitem_t item{sock_->get(), 0, ZMQ_POLLIN, 0};
+      int ready;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        ready = zmq_poll(&item, 1, 100);
+      }
+      if (ready <= 0) continue;
+      int n = zmq_recv(sock_->get(), b.data, b.capacity, ZMQ_DONTWAIT);
+      if (n < 0) {
+        if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
+        throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+      }
+      if (static_cast<std::size_t>(n) > b.capacity) {
+        throw std::runtime_error("a chunk of " + std::to_string(n) + " bytes from " + cfg_.source.endpoint +
+                                 " is larger than chunk_bytes (" + std::to_string(b.capacity) + ")");
+      }
+      b.size = static_cast<std::size_t>(n);
+      return b.size > 0;
+    }
+    return false;
+  }
+  std::size_t skip(std::uint64_t) override { return 0; }
+  void end() override { sock_.reset(); }
+
+ private:
+  const Config& cfg_;
+  zmq::Context& ctx_;
+  std::optional<zmq::Socket> sock_;
+};
+
+}  // namespace
+
+std::unique_ptr<Source> make_source(const SourceSetup& s, zmq::Context& ctx) {
+  switch (s.cfg.source.kind) {
+    case SourceConfig::Kind::synthetic:
+      return std::make_unique<SyntheticSource>(s);
+    case SourceConfig::Kind::file:
+      return std::make_unique<FileSource>(s);
+    case SourceConfig::Kind::hdf5:
+      return Hdf5Source::open(s);
+    case SourceConfig::Kind::zmq:
+      return std::make_unique<ZmqSource>(s, ctx);
+  }
+  throw ConfigError("source.kind", "unknown source");
+}
+
+}  // namespace numastream
