@@ -25,14 +25,17 @@
 
 namespace numastream {
 
-class Hdf5Sink {
+class Hdf5Sink final : public Sink {
  public:
   // The metadata text a stream's sender sent ("" when none arrived).
   using MetadataFn = std::function<std::string(std::uint32_t)>;
   Hdf5Sink(const Config& cfg, StreamTracker& tracker, AckFn ack, MetadataFn metadata)
       : cfg_(cfg), tracker_(tracker), ack_(std::move(ack)), metadata_(std::move(metadata)) {}
 
-  void put(Chunk c) {
+  const char* name() const override { return "hdf5"; }
+
+  void put(Chunk c, StageStats& st) override {
+    ScopedTimer busy(st.busy_ns);
     const wire::Header& h = c.header;
     hdf5::Writer& w = open(h);
     if (!w.written().count(h.sequence)) {
@@ -42,7 +45,7 @@ class Hdf5Sink {
   }
 
   // Closes every file; publishes the complete ones. Returns those left incomplete.
-  std::vector<std::string> finish() {
+  std::vector<std::string> finish() override {
     std::vector<std::string> incomplete;
     auto totals = tracker_.streams_json();
     for (auto& [id, w] : outs_) {

@@ -30,6 +30,7 @@
 #include "pipeline/runtime.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
+#include "pipeline/zmq_sink.hpp"
 #include "codec/bitshuffle.hpp"
 
 namespace numastream {
@@ -57,12 +58,10 @@ class Receiver {
   void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
   void decompress_thread(int index);
   void sink_thread();
-  void zmq_sink_loop(StageStats& st);
   void relay_thread();
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   std::vector<std::byte> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                  std::uint32_t flags);
-  bool check_sink(zmq::SendOutcome o);
   // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
   // with the totals its sender announced; none before the sender ended the stream.
   std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count);
@@ -77,8 +76,8 @@ class Receiver {
   std::unique_ptr<NodePools> raw_pools_;
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
   std::unique_ptr<BoundedQueue<Chunk>> sink_q_;
-  std::unique_ptr<FileSink> file_sink_;
-  std::unique_ptr<Hdf5Sink> hdf5_sink_;
+  std::unique_ptr<Sink> sink_;
+  bool track_in_flight_ = false;  // the file sink waits for chunks on their way to it
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
   std::mutex meta_mu_;
   std::map<std::uint32_t, std::string> meta_;
@@ -309,7 +308,7 @@ void Receiver::receive_thread(int index) {
       }
       if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
       tracker_.on_frame(h.stream_id, bytes.size());
-      if (file_sink_) in_flight_.add(h.stream_id, h.sequence);
+      if (track_in_flight_) in_flight_.add(h.stream_id, h.sequence);
       auto now_ns = (Clock::now() - rt_.started).count();
       std::int64_t unset = -1;
       first_ns_.compare_exchange_strong(unset, now_ns);
@@ -322,7 +321,7 @@ void Receiver::receive_thread(int index) {
         ScopedTimer wait(st.blocked_output_ns);
         pushed = wire_q_->push(in);
       }
-      if (!pushed && file_sink_) in_flight_.remove(h.stream_id, h.sequence);
+      if (!pushed && track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
     }
   } catch (const std::exception& e) {
     rt_.fail("connection " + std::to_string(index) + ": " + e.what());
@@ -397,7 +396,7 @@ void Receiver::decompress_thread(int index) {
     }
     if (!cfg_.pin) rt_.observe_cpu(slot);
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
-      if (file_sink_) in_flight_.remove(h.stream_id, h.sequence);
+      if (track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
       // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
       // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
       // when the sink takes the original. (The buffer goes back to its pool with `out`.)
@@ -431,15 +430,6 @@ void Receiver::decompress_thread(int index) {
   if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
 }
 
-bool Receiver::check_sink(zmq::SendOutcome o) {
-  if (o == zmq::SendOutcome::peer_lost) {
-    rt_.fail("sink: the downstream consumer at " + cfg_.sink.endpoint + " went away");
-  } else if (o == zmq::SendOutcome::failed) {
-    rt_.fail("sink: send to " + cfg_.sink.endpoint + " failed: " + zmq::last_error());
-  }
-  return o == zmq::SendOutcome::sent;
-}
-
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count) {
   auto eos = tracker_.end_of_stream(stream);
   if (!eos) return std::nullopt;
@@ -453,49 +443,6 @@ std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::
   wire::encode_header(h, frame);
   wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
   return zmq::Message::of({frame, sizeof(frame)});
-}
-
-// The zmq sink hands raw chunks to an external consumer (an analysis application's PULL socket).
-// ZeroMQ does not confirm that the consumer read them: a chunk counts as taken (and is
-// acknowledged to the sender) once the sink socket accepted it.
-void Receiver::zmq_sink_loop(StageStats& st) {
-  zmq::Socket sock(*ctx_, ZMQ_PUSH);
-  sock.set_int(ZMQ_SNDHWM, cfg_.hwm);
-  sock.set_int(ZMQ_IMMEDIATE, 1);
-  sock.set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
-  zmq::Monitor mon(*ctx_, sock, "sink");
-  sock.connect(cfg_.sink.endpoint);
-  auto aborted = [this] { return rt_.aborted(); };
-  std::map<std::uint32_t, std::uint64_t> forwarded;
-  while (true) {
-    std::optional<Chunk> c;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      c = sink_q_->pop();
-    }
-    if (!c) break;
-    c->seal();
-    const std::size_t size = c->buffer->size;
-    const wire::Header h = c->header;
-    zmq_msg_t msg;
-    Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
-    zmq_msg_init_data(&msg, buf->data, size, return_to_pool, buf);
-    ScopedTimer wait(st.blocked_output_ns);
-    if (!check_sink(zmq::send_watched(sock, mon, &msg, aborted))) break;
-    acknowledge(c->via, h.stream_id, h.sequence);
-    ++forwarded[h.stream_id];
-    st.chunks++;
-    st.bytes_out += size;
-  }
-  if (rt_.aborted()) {
-    sock.set_int(ZMQ_LINGER, 0);
-    return;
-  }
-  // End each forwarded stream downstream, once, with the totals its sender announced.
-  for (const auto& [stream, count] : forwarded) {
-    auto end = downstream_end(stream, count);
-    if (end && !check_sink(zmq::send_watched(sock, mon, end->raw(), aborted))) return;
-  }
 }
 
 // Relay: the gateway's NIC-local container receives and checks frames, and forwards them
@@ -611,10 +558,7 @@ void Receiver::sink_thread() {
   rt_.pin_current(rt_.slot("sink", 0));
   StageStats& st = rt_.stats("sink");
   try {
-    if (cfg_.sink.kind == SinkConfig::Kind::zmq) {
-      zmq_sink_loop(st);
-      return;
-    }
+    sink_->start();
     while (true) {
       std::optional<Chunk> c;
       {
@@ -622,25 +566,16 @@ void Receiver::sink_thread() {
         c = sink_q_->pop();
       }
       if (!c) break;
-      const std::size_t raw = c->header.payload_size;
-      {
-        ScopedTimer busy(st.busy_ns);
-        if (hdf5_sink_) {
-          hdf5_sink_->put(std::move(*c));
-        } else {
-          file_sink_->put(std::move(*c));
-        }
-      }
-      st.chunks++;
-      st.bytes_out += raw;
+      sink_->put(std::move(*c), st);
     }
-    if (!rt_.aborted() && file_sink_) file_sink_->drain();
+    if (!rt_.aborted()) sink_->drain(st);
   } catch (const std::exception& e) {
     rt_.fail(e.what());
     // Drain so that decompressors blocked on the sink queue can finish.
     while (sink_q_->pop()) {
     }
   }
+  sink_->close(rt_.aborted());
 }
 
 std::string Receiver::metrics_text() {
@@ -751,17 +686,25 @@ RunResult Receiver::run(const RunHooks& hooks) {
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
-  if (cfg_.sink.kind == SinkConfig::Kind::file) {
-    file_sink_ = std::make_unique<FileSink>(
-        cfg_, tracker_, in_flight_, reorder_window_, slack,
-        [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); });
-  }
-  if (cfg_.sink.kind == SinkConfig::Kind::hdf5) {
-    hdf5_sink_ = std::make_unique<Hdf5Sink>(
-        cfg_, tracker_, [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); },
-        [this](std::uint32_t stream) { return metadata_of(stream); });
-  }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
+  // A relay forwards frames undecoded over its own link (relay_thread): it has no Sink.
+  switch (cfg_.relay ? SinkConfig::Kind::null : cfg_.sink.kind) {
+    case SinkConfig::Kind::null:
+      break;
+    case SinkConfig::Kind::file:
+      sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack, ack);
+      track_in_flight_ = true;
+      break;
+    case SinkConfig::Kind::hdf5:
+      sink_ = std::make_unique<Hdf5Sink>(cfg_, tracker_, ack, [this](std::uint32_t stream) { return metadata_of(stream); });
+      break;
+    case SinkConfig::Kind::zmq:
+      sink_ = std::make_unique<ZmqSink>(
+          cfg_, *ctx_, ack, [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
+          [this] { return rt_.aborted(); });
+      break;
+  }
   if (curve_) {
     zap_ = std::make_unique<zmq::ZapAuthenticator>(*ctx_, curve_->allowed,
                                                    curve_->authenticate_only ? curve_->secret_key : "");
@@ -822,15 +765,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
     // The receiving threads send the last acknowledgements, then end.
     processing_done_ = true;
   }
-  if (file_sink_ || hdf5_sink_) {
+  if (sink_) {
     try {
-      incomplete_files_ = file_sink_ ? file_sink_->finish() : hdf5_sink_->finish();
+      incomplete_files_ = sink_->finish();
     } catch (const std::exception& e) {
       rt_.fail(e.what());
     }
     for (const auto& f : incomplete_files_) {
-      log_line(std::string(hdf5_sink_ ? "hdf5" : "file") + " sink: " + f +
-               " is incomplete: it misses chunks or the stream did not end");
+      log_line(std::string(sink_->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
     }
   }
   zap_.reset();

@@ -72,20 +72,44 @@ class InFlight {
 // Where a chunk is acknowledged: (connection the chunk arrived on, stream, sequence).
 using AckFn = std::function<void(int, std::uint32_t, std::uint64_t)>;
 
-class FileSink {
+// Where a gateway's verified chunks go (file, hdf5, zmq). The sink thread hands it each chunk
+// in the order they come; the sink acknowledges a chunk once it has it. Every call comes from
+// the sink thread.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual const char* name() const = 0;
+  // The sink thread starts: what it will use (a socket) is opened here, by that thread.
+  virtual void start() {}
+  // Takes one chunk; `st` gets the time spent working or waiting on the output. Throws when the
+  // sink cannot go on (an I/O error, a consumer gone).
+  virtual void put(Chunk c, StageStats& st) = 0;
+  // No more chunks come; the senders still read acknowledgements: write what is held.
+  virtual void drain(StageStats& /*st*/) {}
+  // The sink thread ends (`aborted`: the run failed): what the thread opened is closed here.
+  virtual void close(bool /*aborted*/) {}
+  // After the run: closes the outputs, publishes the complete ones, returns those left
+  // incomplete.
+  virtual std::vector<std::string> finish() { return {}; }
+};
+
+class FileSink final : public Sink {
  public:
   FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
            std::size_t slack, AckFn ack)
       : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack),
         ack_(std::move(ack)) {}
-  ~FileSink() {
+  ~FileSink() override {
     for (auto& [id, o] : outs_) {
       if (o.fd >= 0) ::close(o.fd);
       if (o.index_fd >= 0) ::close(o.index_fd);
     }
   }
 
-  void put(Chunk c) {
+  const char* name() const override { return "file"; }
+
+  void put(Chunk c, StageStats& st) override {
+    ScopedTimer busy(st.busy_ns);
     const wire::Header h = c.header;
     Out& o = open(h.stream_id);
     if (o.written.contains(h.sequence)) {  // a retransmission of a chunk already in the file
@@ -112,6 +136,7 @@ class FileSink {
 
   // Writes (and acknowledges) everything still held, gaps skipped. Called when no more chunks
   // come, while acknowledgements can still reach the senders.
+  void drain(StageStats& /*st*/) override { drain(); }
   void drain() {
     for (auto& [id, o] : outs_) {
       while (!o.pending.empty()) {
@@ -123,7 +148,7 @@ class FileSink {
 
   // Publishes complete files. Returns the files left incomplete (with their index, so that a
   // restarted receiver resumes them).
-  std::vector<std::string> finish() {
+  std::vector<std::string> finish() override {
     drain();
     std::vector<std::string> incomplete;
     auto totals = tracker_.streams_json();
