@@ -59,8 +59,8 @@ TEST(Config, FullReceiverDocument) {
   EXPECT_EQ(c.acceleration, 2);
   EXPECT_EQ(c.sink.kind, SinkConfig::Kind::file);
   EXPECT_EQ(c.nic_numa_node, 1);
-  EXPECT_EQ(c.stages.at("decompress").threads, 8);
-  EXPECT_EQ(c.stages.at("receive").target.kind, NumaTarget::Kind::nic);
+  EXPECT_EQ(c.stages.at(Stage::decompress).threads, 8);
+  EXPECT_EQ(c.stages.at(Stage::receive).target.kind, NumaTarget::Kind::nic);
   EXPECT_EQ(c.idle_timeout_s, 0);
 }
 
@@ -212,10 +212,11 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     EXPECT_EQ(c.metrics_listen, doc["metrics"]["listen"].get<std::string>());
     EXPECT_EQ(c.pin, doc["placement"]["mode"] == "numa-aware");
     ASSERT_EQ(c.stages.size(), doc["placement"]["stages"].size());
-    for (const auto& [stage, want] : doc["placement"]["stages"].items()) {
-      ASSERT_TRUE(c.stages.count(stage)) << stage;
-      EXPECT_EQ(c.stages.at(stage).threads, want["threads"].get<int>()) << stage;
-      EXPECT_EQ(c.stages.at(stage).target.to_string(), want["numa"].get<std::string>()) << stage;
+    for (const auto& [stage_text, want] : doc["placement"]["stages"].items()) {
+      const auto stage = stage_from_name(stage_text);
+      ASSERT_TRUE(stage && c.stages.count(*stage)) << stage_text;
+      EXPECT_EQ(c.stages.at(*stage).threads, want["threads"].get<int>()) << stage_text;
+      EXPECT_EQ(c.stages.at(*stage).target.to_string(), want["numa"].get<std::string>()) << stage_text;
     }
     if (doc["placement"].contains("nic_numa_node")) {
       EXPECT_EQ(c.nic_numa_node, doc["placement"]["nic_numa_node"].get<int>());

@@ -14,13 +14,13 @@ Topology fixture(const std::string& name) {
   return read_topology(std::string(NUMASTREAM_FIXTURES) + "/" + name);
 }
 
-StageRequest stage(const std::string& name, int threads, const std::string& target) {
+StageRequest stage(Stage name, int threads, const std::string& target) {
   return {name, threads, NumaTarget::parse(target)};
 }
 
-std::set<int> nodes_of(const Placement& p, const std::string& stage_name) {
+std::set<int> nodes_of(const Placement& p, Stage stage) {
   std::set<int> out;
-  for (const auto& t : p.stage(stage_name)) out.insert(t.numa_node);
+  for (const auto& t : p.stage(stage)) out.insert(t.numa_node);
   return out;
 }
 
@@ -48,22 +48,22 @@ TEST(Placement, PaperGatewayReceiversNicLocalDecompressionElsewhere) {
   Topology t = fixture("paper-gateway");
   auto allowed = parse_cpulist("0-31");
   Placement p = place(t, allowed, 1,
-                      {stage("receive", 4, "nic"), stage("decompress", 4, "0"), stage("io", 4, "nic")});
-  EXPECT_EQ(nodes_of(p, "receive"), std::set<int>{1});
-  EXPECT_EQ(nodes_of(p, "io"), std::set<int>{1});
-  EXPECT_EQ(nodes_of(p, "decompress"), std::set<int>{0});
+                      {stage(Stage::receive, 4, "nic"), stage(Stage::decompress, 4, "0"), stage(Stage::io, 4, "nic")});
+  EXPECT_EQ(nodes_of(p, Stage::receive), std::set<int>{1});
+  EXPECT_EQ(nodes_of(p, Stage::io), std::set<int>{1});
+  EXPECT_EQ(nodes_of(p, Stage::decompress), std::set<int>{0});
   EXPECT_TRUE(all_distinct_cpus(p));
-  EXPECT_EQ(p.nic_local("receive"), true);
-  EXPECT_EQ(p.nic_local("decompress"), false);
+  EXPECT_EQ(p.nic_local(Stage::receive), true);
+  EXPECT_EQ(p.nic_local(Stage::decompress), false);
   EXPECT_TRUE(p.warnings.empty());
   for (const auto& th : p.threads) EXPECT_EQ(th.numa_node, t.node_of_cpu(th.cpu));
 }
 
 TEST(Placement, SpreadDealsDecompressorsOverNodes) {
   Topology t = fixture("paper-gateway");
-  Placement p = place(t, parse_cpulist("0-31"), 1, {stage("decompress", 8, "spread")});
+  Placement p = place(t, parse_cpulist("0-31"), 1, {stage(Stage::decompress, 8, "spread")});
   std::map<int, int> per_node;
-  for (const auto& th : p.stage("decompress")) ++per_node[th.numa_node];
+  for (const auto& th : p.stage(Stage::decompress)) ++per_node[th.numa_node];
   EXPECT_EQ(per_node[0], 4);
   EXPECT_EQ(per_node[1], 4);
   EXPECT_TRUE(all_distinct_cpus(p));
@@ -73,24 +73,24 @@ TEST(Placement, FixedTargetsGoFirstSoSpreadDoesNotTakeNicCores) {
   Topology t = fixture("paper-gateway");
   // Only 4 allowed CPUs on the NIC node: spread (listed first) must leave them to the receivers.
   Placement p = place(t, parse_cpulist("0-15,16-19"), 1,
-                      {stage("decompress", 6, "spread"), stage("receive", 4, "nic")});
-  EXPECT_EQ(p.stage_cpus("receive"), parse_cpulist("16-19"));
-  EXPECT_EQ(nodes_of(p, "decompress"), std::set<int>{0});
+                      {stage(Stage::decompress, 6, "spread"), stage(Stage::receive, 4, "nic")});
+  EXPECT_EQ(p.stage_cpus(Stage::receive), parse_cpulist("16-19"));
+  EXPECT_EQ(nodes_of(p, Stage::decompress), std::set<int>{0});
   EXPECT_TRUE(all_distinct_cpus(p));
 }
 
 TEST(Placement, SpreadCoversFourNodesWithNicOnTheLast) {
   Topology t = fixture("epyc-4node");
   Placement p = place(t, parse_cpulist("0-63"), 3,
-                      {stage("receive", 2, "nic"), stage("decompress", 8, "spread")});
-  EXPECT_EQ(nodes_of(p, "receive"), std::set<int>{3});
-  EXPECT_EQ(nodes_of(p, "decompress"), (std::set<int>{0, 1, 2, 3}));
+                      {stage(Stage::receive, 2, "nic"), stage(Stage::decompress, 8, "spread")});
+  EXPECT_EQ(nodes_of(p, Stage::receive), std::set<int>{3});
+  EXPECT_EQ(nodes_of(p, Stage::decompress), (std::set<int>{0, 1, 2, 3}));
   EXPECT_TRUE(all_distinct_cpus(p));
 }
 
 TEST(Placement, FewerCpusThanThreadsSharesRoundRobinAndWarns) {
   Topology t = fixture("paper-gateway");
-  Placement p = place(t, parse_cpulist("16-17"), 1, {stage("receive", 5, "nic")});
+  Placement p = place(t, parse_cpulist("16-17"), 1, {stage(Stage::receive, 5, "nic")});
   ASSERT_EQ(p.threads.size(), 5u);
   std::map<int, int> uses;
   for (const auto& th : p.threads) {
@@ -106,28 +106,28 @@ TEST(Placement, FewerCpusThanThreadsSharesRoundRobinAndWarns) {
 TEST(Placement, NodeWithoutAllowedCpusFallsBackAndSaysSo) {
   Topology t = fixture("paper-gateway");
   // The container's cpuset holds only node-0 CPUs, but the NIC is on node 1.
-  Placement p = place(t, parse_cpulist("2-5"), 1, {stage("receive", 2, "nic")});
-  EXPECT_EQ(nodes_of(p, "receive"), std::set<int>{0});
-  EXPECT_EQ(p.nic_local("receive"), false);
+  Placement p = place(t, parse_cpulist("2-5"), 1, {stage(Stage::receive, 2, "nic")});
+  EXPECT_EQ(nodes_of(p, Stage::receive), std::set<int>{0});
+  EXPECT_EQ(p.nic_local(Stage::receive), false);
   ASSERT_FALSE(p.warnings.empty());
   EXPECT_NE(p.warnings[0].find("NUMA node 1 has none of the allowed CPUs (2-5)"), std::string::npos)
       << p.warnings[0];
-  EXPECT_EQ(p.stage("receive")[0].requested_node, 1);
+  EXPECT_EQ(p.stage(Stage::receive)[0].requested_node, 1);
 }
 
 TEST(Placement, UnknownNicNodeFallsBackToAny) {
   Topology t = fixture("nic-unknown");
-  Placement p = place(t, parse_cpulist("0-15"), std::nullopt, {stage("receive", 2, "nic")});
+  Placement p = place(t, parse_cpulist("0-15"), std::nullopt, {stage(Stage::receive, 2, "nic")});
   EXPECT_EQ(p.threads.size(), 2u);
-  EXPECT_EQ(p.nic_local("receive"), std::nullopt);
+  EXPECT_EQ(p.nic_local(Stage::receive), std::nullopt);
   ASSERT_FALSE(p.warnings.empty());
   EXPECT_NE(p.warnings[0].find("NIC's NUMA node is unknown"), std::string::npos);
 }
 
 TEST(Placement, NodeThatDoesNotExistFallsBack) {
   Topology t = fixture("vm-1node");
-  Placement p = place(t, parse_cpulist("0-3"), std::nullopt, {stage("compress", 2, "1")});
-  EXPECT_EQ(nodes_of(p, "compress"), std::set<int>{0});
+  Placement p = place(t, parse_cpulist("0-3"), std::nullopt, {stage(Stage::compress, 2, "1")});
+  EXPECT_EQ(nodes_of(p, Stage::compress), std::set<int>{0});
   ASSERT_FALSE(p.warnings.empty());
   EXPECT_NE(p.warnings[0].find("does not exist"), std::string::npos);
 }
@@ -135,37 +135,37 @@ TEST(Placement, NodeThatDoesNotExistFallsBack) {
 TEST(Placement, SingleNodeVmPlacesEverythingOnNodeZero) {
   Topology t = fixture("vm-1node");
   Placement p = place(t, parse_cpulist("0-3"), std::nullopt,
-                      {stage("compress", 2, "any"), stage("send", 2, "spread")});
-  EXPECT_EQ(nodes_of(p, "compress"), std::set<int>{0});
-  EXPECT_EQ(nodes_of(p, "send"), std::set<int>{0});
+                      {stage(Stage::compress, 2, "any"), stage(Stage::send, 2, "spread")});
+  EXPECT_EQ(nodes_of(p, Stage::compress), std::set<int>{0});
+  EXPECT_EQ(nodes_of(p, Stage::send), std::set<int>{0});
   EXPECT_TRUE(all_distinct_cpus(p));
 }
 
 TEST(Placement, ThreadsKeepRequestOrderInTheResult) {
   Topology t = fixture("paper-gateway");
   Placement p = place(t, parse_cpulist("0-31"), 1,
-                      {stage("source", 1, "any"), stage("compress", 2, "spread"), stage("send", 2, "nic")});
+                      {stage(Stage::source, 1, "any"), stage(Stage::compress, 2, "spread"), stage(Stage::send, 2, "nic")});
   ASSERT_EQ(p.threads.size(), 5u);
-  EXPECT_EQ(p.threads[0].stage, "source");
-  EXPECT_EQ(p.threads[1].stage, "compress");
-  EXPECT_EQ(p.threads[3].stage, "send");
+  EXPECT_EQ(p.threads[0].stage, Stage::source);
+  EXPECT_EQ(p.threads[1].stage, Stage::compress);
+  EXPECT_EQ(p.threads[3].stage, Stage::send);
   EXPECT_EQ(p.threads[4].index, 1);
 }
 
 TEST(Placement, AllowedCpusOutsideTheTopologyAreAnError) {
   Topology t = fixture("vm-1node");
-  EXPECT_THROW(place(t, parse_cpulist("40-41"), std::nullopt, {stage("send", 1, "any")}),
+  EXPECT_THROW(place(t, parse_cpulist("40-41"), std::nullopt, {stage(Stage::send, 1, "any")}),
                std::invalid_argument);
 }
 
 TEST(Placement, OsModePinsNothing) {
-  Placement p = place_os({stage("receive", 2, "nic"), stage("decompress", 3, "spread")}, 1);
+  Placement p = place_os({stage(Stage::receive, 2, "nic"), stage(Stage::decompress, 3, "spread")}, 1);
   ASSERT_EQ(p.threads.size(), 5u);
   for (const auto& th : p.threads) {
     EXPECT_EQ(th.cpu, -1);
     EXPECT_EQ(th.numa_node, -1);
   }
-  EXPECT_EQ(p.nic_local("receive"), std::nullopt);
+  EXPECT_EQ(p.nic_local(Stage::receive), std::nullopt);
 }
 
 }  // namespace

@@ -218,7 +218,8 @@ void parse_placement(Fields& f, Config& c) {
   }
   if (const json* stages = pf.raw("stages")) {
     Fields sf(*stages, pf.path("stages"));
-    for (const auto& name : c.stage_names()) {
+    for (Stage stage : c.stage_names()) {
+      const std::string name(stage_name(stage));
       const json* s = sf.raw(name);
       if (!s) continue;
       Fields one(*s, sf.path(name));
@@ -233,14 +234,14 @@ void parse_placement(Fields& f, Config& c) {
         }
       }
       one.finish();
-      c.stages[name] = sc;
+      c.stages[stage] = sc;
     }
     sf.finish();
   }
   pf.finish();
 }
 
-void check_stage_threads(const Config& c, const std::string& stage, int must_be,
+void check_stage_threads(const Config& c, Stage stage, int must_be,
                          const std::string& why) {
   auto it = c.stages.find(stage);
   if (it != c.stages.end() && it->second.threads != 0 && it->second.threads != must_be) {
@@ -252,10 +253,10 @@ void check_stage_threads(const Config& c, const std::string& stage, int must_be,
 
 }  // namespace
 
-std::vector<std::string> Config::stage_names() const {
-  if (role == Role::send) return {"source", "compress", "send", "io"};
-  if (relay) return {"receive", "sink", "io"};  // a relay forwards frames undecoded
-  return {"receive", "decompress", "sink", "io"};
+std::vector<Stage> Config::stage_names() const {
+  if (role == Role::send) return {Stage::source, Stage::compress, Stage::send, Stage::io};
+  if (relay) return {Stage::receive, Stage::sink, Stage::io};  // a relay forwards frames undecoded
+  return {Stage::receive, Stage::decompress, Stage::sink, Stage::io};
 }
 
 std::string Endpoint::for_connection(int i) const {
@@ -371,11 +372,11 @@ Config parse_config(const json& doc, Role role) {
   f.finish();
 
   if (send) {
-    check_stage_threads(c, "send", c.connections, "one sending thread per connection");
-    check_stage_threads(c, "source", 1, "the source is one thread");
+    check_stage_threads(c, Stage::send, c.connections, "one sending thread per connection");
+    check_stage_threads(c, Stage::source, 1, "the source is one thread");
   } else {
-    check_stage_threads(c, "receive", c.connections, "one receiving thread per connection");
-    check_stage_threads(c, "sink", 1, "the sink is one thread");
+    check_stage_threads(c, Stage::receive, c.connections, "one receiving thread per connection");
+    check_stage_threads(c, Stage::sink, 1, "the sink is one thread");
   }
   if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
       c.chunk_bytes % dtype_size(c.source.dtype)) {

@@ -73,7 +73,7 @@ struct Config {
   bool pin = true;               // placement.mode: numa-aware (true) or os (false)
   std::string nic;               // data NIC name (for `nic` targets and the NIC-local report)
   std::optional<int> nic_numa_node;  // overrides sysfs (virtual interfaces in pods)
-  std::map<std::string, StageConfig> stages;
+  std::map<Stage, StageConfig> stages;
   int queue_depth = 4;
   int hwm = 2;                   // ZeroMQ high-water mark per connection, in messages
   int window = 8;                // send: unacknowledged chunks per connection at most (credit)
@@ -94,7 +94,7 @@ struct Config {
   double ack_timeout_s = 60;     // send: a connected receiver acknowledging nothing this long fails
 
   // Stage names for the role, in pipeline order.
-  std::vector<std::string> stage_names() const;
+  std::vector<Stage> stage_names() const;
 };
 
 // Builds a Config from a JSON document. Throws ConfigError.

@@ -32,7 +32,7 @@ std::string NumaTarget::to_string() const {
   return "any";
 }
 
-std::vector<ThreadSlot> Placement::stage(std::string_view name) const {
+std::vector<ThreadSlot> Placement::stage(Stage name) const {
   std::vector<ThreadSlot> out;
   for (const auto& t : threads) {
     if (t.stage == name) out.push_back(t);
@@ -40,7 +40,7 @@ std::vector<ThreadSlot> Placement::stage(std::string_view name) const {
   return out;
 }
 
-std::vector<int> Placement::stage_cpus(std::string_view name) const {
+std::vector<int> Placement::stage_cpus(Stage name) const {
   std::vector<int> cpus;
   for (const auto& t : threads) {
     if (t.stage == name && t.cpu >= 0) cpus.push_back(t.cpu);
@@ -50,7 +50,7 @@ std::vector<int> Placement::stage_cpus(std::string_view name) const {
   return cpus;
 }
 
-std::optional<bool> Placement::nic_local(std::string_view name) const {
+std::optional<bool> Placement::nic_local(Stage name) const {
   if (!nic_node) return std::nullopt;
   bool any = false;
   for (const auto& t : threads) {
@@ -193,7 +193,7 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
   }
   std::map<int, int> count;
   for (const auto& t : result.threads) ++count[t.cpu];
-  std::vector<std::string> sharing;
+  std::vector<Stage> sharing;
   for (auto& t : result.threads) {
     t.shared_cpu = count[t.cpu] > 1;
     if (t.shared_cpu && std::find(sharing.begin(), sharing.end(), t.stage) == sharing.end()) {
@@ -202,7 +202,7 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
   }
   if (!sharing.empty()) {
     std::string stages;
-    for (const auto& s : sharing) stages += (stages.empty() ? "" : ", ") + s;
+    for (Stage s : sharing) stages += (stages.empty() ? "" : ", ") + s;
     result.warnings.push_back(std::to_string(result.threads.size()) + " threads on " +
                               std::to_string(all_usable.size()) +
                               " allowed CPUs: threads of " + stages + " share CPUs");

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "host/stage.hpp"
 #include "host/topology.hpp"
 
 namespace numastream {
@@ -25,13 +26,13 @@ struct NumaTarget {
 };
 
 struct StageRequest {
-  std::string stage;
+  Stage stage = Stage::source;
   int threads = 1;
   NumaTarget target;
 };
 
 struct ThreadSlot {
-  std::string stage;
+  Stage stage = Stage::source;
   int index = 0;           // thread number within the stage
   int cpu = -1;            // -1: not pinned (placement mode "os")
   int numa_node = -1;      // memory node for this thread's buffers; -1: no preference
@@ -45,12 +46,12 @@ struct Placement {
   std::optional<int> nic_node;        // NUMA node of the data NIC, when known
 
   // Threads of one stage, in index order.
-  std::vector<ThreadSlot> stage(std::string_view name) const;
+  std::vector<ThreadSlot> stage(Stage name) const;
   // The distinct CPUs used by a stage, sorted.
-  std::vector<int> stage_cpus(std::string_view name) const;
+  std::vector<int> stage_cpus(Stage name) const;
   // True when every thread of `stage` runs on the NIC's node; nullopt when the NIC node is unknown
   // or the stage is unpinned.
-  std::optional<bool> nic_local(std::string_view stage) const;
+  std::optional<bool> nic_local(Stage stage) const;
 };
 
 // Maps `requests` onto `allowed` CPUs. Rules:

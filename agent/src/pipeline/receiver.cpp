@@ -53,12 +53,13 @@ class Receiver {
   RunResult run(const RunHooks& hooks);
 
  private:
-  void receive_thread(int index);
+  // The stage threads' bodies (run by Runtime::run_stage).
+  void receive_loop(StageThread& t);
   void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
   void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
-  void decompress_thread(int index);
-  void sink_thread();
-  void relay_thread();
+  void decompress_loop(StageThread& t);
+  void sink_loop(StageThread& t);
+  void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   std::vector<std::byte> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                  std::uint32_t flags);
@@ -168,172 +169,164 @@ void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, z
   }
 }
 
-void Receiver::receive_thread(int index) {
-  const std::size_t slot = rt_.slot("receive", index);
-  rt_.pin_current(slot);
-  StageStats& st = rt_.stats("receive");
+void Receiver::receive_loop(StageThread& t) {
+  const int index = t.index;
+  StageStats& st = t.stats;
   const std::string ep = endpoint_.for_connection(index);
   AckBox& box = *boxes_[static_cast<std::size_t>(index)];
   const auto connections = static_cast<std::uint16_t>(boxes_.size());
-  try {
-    zmq::Socket sock(*ctx_, ZMQ_ROUTER);
-    sock.set_int(ZMQ_RCVHWM, cfg_.hwm);
-    sock.set_int(ZMQ_SNDHWM, 100000);  // acknowledgements: small, never dropped for want of room
-    sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
-    sock.set_int(ZMQ_LINGER, 2000);
-    if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
-    if (curve_ && curve_->authenticate_only) {
-      zmq::plain_server(sock);
-    } else if (curve_) {
-      zmq::curve_server(sock, curve_->secret_key);
+  zmq::Socket sock(*ctx_, ZMQ_ROUTER);
+  sock.set_int(ZMQ_RCVHWM, cfg_.hwm);
+  sock.set_int(ZMQ_SNDHWM, 100000);  // acknowledgements: small, never dropped for want of room
+  sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
+  sock.set_int(ZMQ_LINGER, 2000);
+  if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
+  if (curve_ && curve_->authenticate_only) {
+    zmq::plain_server(sock);
+  } else if (curve_) {
+    zmq::curve_server(sock, curve_->secret_key);
+  }
+  // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
+  sock.set_int64(ZMQ_MAXMSGSIZE,
+                 static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
+  zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
+  sock.bind(ep);
+  struct PeerCount {  // this thread's connected senders, in the receiver's total
+    std::atomic<int>& total;
+    int mine = 0;
+    void publish(int n) { total += n - std::exchange(mine, n); }
+    ~PeerCount() { total -= mine; }
+  } peers{connected_peers_};
+  std::map<std::uint32_t, zmq::Message> streams;  // stream -> the connection carrying it here
+  std::set<std::string> announced;              // peers that opened with a resume frame
+  std::optional<Clock::time_point> closing;
+  while (!rt_.aborted()) {
+    if (processing_done_) {
+      // Everything taken was acknowledged; stay until the senders have read it and left.
+      if (!closing) closing = Clock::now();
+      mon.drain();
+      if (box.empty() && (mon.peers() == 0 || Clock::now() - *closing > std::chrono::seconds(5))) break;
     }
-    // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
-    sock.set_int64(ZMQ_MAXMSGSIZE,
-                   static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
-    zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
-    sock.bind(ep);
-    struct PeerCount {  // this thread's connected senders, in the receiver's total
-      std::atomic<int>& total;
-      int mine = 0;
-      void publish(int n) { total += n - std::exchange(mine, n); }
-      ~PeerCount() { total -= mine; }
-    } peers{connected_peers_};
-    std::map<std::uint32_t, zmq::Message> streams;  // stream -> the connection carrying it here
-    std::set<std::string> announced;              // peers that opened with a resume frame
-    std::optional<Clock::time_point> closing;
-    while (!rt_.aborted()) {
-      if (processing_done_) {
-        // Everything taken was acknowledged; stay until the senders have read it and left.
-        if (!closing) closing = Clock::now();
-        mon.drain();
-        if (box.empty() && (mon.peers() == 0 || Clock::now() - *closing > std::chrono::seconds(5))) break;
+    zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLIN, 0},
+                              {nullptr, box.fd(), ZMQ_POLLIN, 0},
+                              {mon.get(), 0, ZMQ_POLLIN, 0}};
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      if (zmq_poll(items, 3, 100) < 0 && zmq_errno() != EINTR) {
+        throw std::runtime_error("poll: " + zmq::last_error());
       }
-      zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLIN, 0},
-                                {nullptr, box.fd(), ZMQ_POLLIN, 0},
-                                {mon.get(), 0, ZMQ_POLLIN, 0}};
-      {
-        ScopedTimer wait(st.blocked_input_ns);
-        if (zmq_poll(items, 3, 100) < 0 && zmq_errno() != EINTR) {
-          throw std::runtime_error("poll: " + zmq::last_error());
+    }
+    if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, streams);
+    if (items[2].revents & ZMQ_POLLIN) {
+      const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
+      const int before_accepted = mon.accepted();
+      mon.drain();
+      peers.publish(mon.peers());
+      accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
+      if (mon.handshake_failures() > before_handshake) {
+        if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
+          log_line("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
         }
       }
-      if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, streams);
-      if (items[2].revents & ZMQ_POLLIN) {
-        const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
-        const int before_accepted = mon.accepted();
-        mon.drain();
-        peers.publish(mon.peers());
-        accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
-        if (mon.handshake_failures() > before_handshake) {
-          if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
-            log_line("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
-          }
-        }
-        if (mon.auth_failures() > before_auth) {
-          if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
-            log_line("connection " + std::to_string(index) + ": refused a peer whose key is not allowed");
-          }
+      if (mon.auth_failures() > before_auth) {
+        if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
+          log_line("connection " + std::to_string(index) + ": refused a peer whose key is not allowed");
         }
       }
-      if (!(items[0].revents & ZMQ_POLLIN)) continue;
-      zmq::Message peer;
-      if (!peer.receive(sock)) continue;
-      if (!peer.more()) continue;
-      zmq::Message msg;
-      if (!msg.receive(sock)) continue;
-      while (msg.more()) {  // a frame is one part; anything more from this peer is not ours
-        zmq::Message extra;
-        if (!extra.receive(sock)) break;
-        msg = std::move(extra);
+    }
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    zmq::Message peer;
+    if (!peer.receive(sock)) continue;
+    if (!peer.more()) continue;
+    zmq::Message msg;
+    if (!msg.receive(sock)) continue;
+    while (msg.more()) {  // a frame is one part; anything more from this peer is not ours
+      zmq::Message extra;
+      if (!extra.receive(sock)) break;
+      msg = std::move(extra);
+    }
+    ScopedTimer busy(st.busy_ns);
+    auto bytes = msg.bytes();
+    wire::Header h;
+    wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
+    if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
+    if (err != wire::DecodeError::ok) {
+      if (malformed_[static_cast<std::size_t>(err)]++ < 3) {
+        log_line("connection " + std::to_string(index) + ": dropped a malformed frame (" +
+                 std::string(wire::decode_error_name(err)) + ", " + std::to_string(bytes.size()) +
+                 " bytes)");
       }
-      ScopedTimer busy(st.busy_ns);
-      auto bytes = msg.bytes();
-      wire::Header h;
-      wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
-      if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
-      if (err != wire::DecodeError::ok) {
-        if (malformed_[static_cast<std::size_t>(err)]++ < 3) {
-          log_line("connection " + std::to_string(index) + ": dropped a malformed frame (" +
-                   std::string(wire::decode_error_name(err)) + ", " + std::to_string(bytes.size()) +
-                   " bytes)");
-        }
-        continue;
-      }
-      const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
-      if (h.type == wire::FrameType::resume) {
-        ++resumes_;
-        if (announced.insert(peer_id).second) ++opened_;
-        streams[h.stream_id] = peer.share();
-        auto seqs = wire::decode_ack_list(bytes);
-        tracker_.on_resume(h.stream_id, h.sequence, seqs);
-        if (cfg_.relay) {
-          relay_ledger_->merge(h.stream_id, h.sequence, seqs);
-          Inbound in{h, std::move(msg), index};  // the relay announces it downstream; the answer
-          if (!wire_q_->push(in)) break;      // comes back from there
-        } else {
-          {
-            std::lock_guard lock(ledger_mu_);
-            ledger_[h.stream_id].merge(h.sequence, seqs);
-          }
-          answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections, 0));
-        }
-        continue;
-      }
-      if (!announced.count(peer_id)) {
-        // Sent before this connection's resume frame (a race at reconnection): the sender
-        // retransmits it after the resume, so it is neither taken nor acknowledged now.
-        ++unannounced_;
-        continue;
-      }
+      continue;
+    }
+    const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
+    if (h.type == wire::FrameType::resume) {
+      ++resumes_;
+      if (announced.insert(peer_id).second) ++opened_;
       streams[h.stream_id] = peer.share();
-      if (h.type == wire::FrameType::metadata) {
+      auto seqs = wire::decode_ack_list(bytes);
+      tracker_.on_resume(h.stream_id, h.sequence, seqs);
+      if (cfg_.relay) {
+        relay_ledger_->merge(h.stream_id, h.sequence, seqs);
+        Inbound in{h, std::move(msg), index};  // the relay announces it downstream; the answer
+        if (!wire_q_->push(in)) break;      // comes back from there
+      } else {
         {
-          std::lock_guard lock(meta_mu_);
-          meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
+          std::lock_guard lock(ledger_mu_);
+          ledger_[h.stream_id].merge(h.sequence, seqs);
         }
-        if (cfg_.relay) {
-          Inbound in{h, std::move(msg), index};  // the relay passes it on downstream
-          if (!wire_q_->push(in)) break;
-        }
-        continue;
+        answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections, 0));
       }
-      if (h.type == wire::FrameType::end_of_stream) {
-        tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
-        // A relay acknowledges the end once the decompressing side acknowledged its own.
-        if (!cfg_.relay) {
-          answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections,
-                                     wire::kAckEndOfStream));
-        }
-        continue;
-      }
-      if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
-      tracker_.on_frame(h.stream_id, bytes.size());
-      if (track_in_flight_) in_flight_.add(h.stream_id, h.sequence);
-      auto now_ns = (Clock::now() - rt_.started).count();
-      std::int64_t unset = -1;
-      first_ns_.compare_exchange_strong(unset, now_ns);
-      st.chunks++;
-      st.bytes_in += bytes.size();
-      if (!cfg_.pin) rt_.observe_cpu(slot);
-      Inbound in{h, std::move(msg), index};
-      bool pushed;
-      {
-        ScopedTimer wait(st.blocked_output_ns);
-        pushed = wire_q_->push(in);
-      }
-      if (!pushed && track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
+      continue;
     }
-  } catch (const std::exception& e) {
-    rt_.fail("connection " + std::to_string(index) + ": " + e.what());
+    if (!announced.count(peer_id)) {
+      // Sent before this connection's resume frame (a race at reconnection): the sender
+      // retransmits it after the resume, so it is neither taken nor acknowledged now.
+      ++unannounced_;
+      continue;
+    }
+    streams[h.stream_id] = peer.share();
+    if (h.type == wire::FrameType::metadata) {
+      {
+        std::lock_guard lock(meta_mu_);
+        meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
+      }
+      if (cfg_.relay) {
+        Inbound in{h, std::move(msg), index};  // the relay passes it on downstream
+        if (!wire_q_->push(in)) break;
+      }
+      continue;
+    }
+    if (h.type == wire::FrameType::end_of_stream) {
+      tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+      // A relay acknowledges the end once the decompressing side acknowledged its own.
+      if (!cfg_.relay) {
+        answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections,
+                                   wire::kAckEndOfStream));
+      }
+      continue;
+    }
+    if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
+    tracker_.on_frame(h.stream_id, bytes.size());
+    if (track_in_flight_) in_flight_.add(h.stream_id, h.sequence);
+    auto now_ns = (Clock::now() - rt_.started).count();
+    std::int64_t unset = -1;
+    first_ns_.compare_exchange_strong(unset, now_ns);
+    st.chunks++;
+    st.bytes_in += bytes.size();
+    t.observe();
+    Inbound in{h, std::move(msg), index};
+    bool pushed;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      pushed = wire_q_->push(in);
+    }
+    if (!pushed && track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
   }
 }
 
-void Receiver::decompress_thread(int index) {
-  const std::size_t slot = rt_.slot("decompress", index);
-  rt_.pin_current(slot);
-  const int node = rt_.placement.threads[slot].numa_node;
-  StageStats& st = rt_.stats("decompress");
-  BufferPool& pool = raw_pools_->for_node(node);
+void Receiver::decompress_loop(StageThread& t) {
+  StageStats& st = t.stats;
+  BufferPool& pool = raw_pools_->for_node(t.numa_node);
   Decompressor dec(cfg_.chunk_bytes);
   const bool forward = cfg_.sink.kind != SinkConfig::Kind::null;
   // The HDF5 sink stores bslz4 frames as they arrived: they are checked, not decoded, unless
@@ -394,7 +387,7 @@ void Receiver::decompress_thread(int index) {
       st.bytes_out += h.raw_size;
       last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
     }
-    if (!cfg_.pin) rt_.observe_cpu(slot);
+    t.observe();
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
       if (track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
       // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
@@ -427,7 +420,6 @@ void Receiver::decompress_thread(int index) {
     }
     if (!pushed) break;
   }
-  if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
 }
 
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count) {
@@ -451,131 +443,116 @@ std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::
 // feed it; the decompressing side sees only one), holding at most the reorder window. It
 // acknowledges upstream what the decompressing side acknowledged to it, so a chunk leaves the
 // sender's window only once it is in the sink; a restarted relay loses nothing.
-void Receiver::relay_thread() {
-  const std::size_t slot = rt_.slot("sink", 0);
-  rt_.pin_current(slot);
-  StageStats& st = rt_.stats("sink");
+void Receiver::relay_loop(StageThread& t) {
+  StageStats& st = t.stats;
   struct Order {
     std::uint64_t next = 0;
     std::map<std::uint64_t, zmq::Message> pending;
   };
   std::map<std::uint32_t, Order> order;
   std::map<std::uint32_t, std::uint64_t> forwarded;
-  try {
-    LinkOptions opts;
-    opts.endpoint = cfg_.sink.endpoint;
-    opts.name = "relay";
-    opts.hwm = cfg_.hwm;
-    // Whatever the upstream connections have unacknowledged may be here at once.
-    opts.window = rt_.threads("receive") * cfg_.window + static_cast<int>(reorder_window_);
-    opts.connect_timeout_s = cfg_.connect_timeout_s;
-    opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
-    opts.ack_timeout_s = cfg_.ack_timeout_s;
-    // Downstream acknowledgements go to every upstream connection of the stream.
-    AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
-                   [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
-                     for (auto& box : boxes_) box->post(h.stream_id, h.sequence, seqs, h.raw_size);
-                   });
-    link.connect();
-    auto forward = [&](std::uint32_t stream, std::uint64_t seq, zmq::Message& msg) {
-      std::size_t size = msg.bytes().size();
-      ScopedTimer wait(st.blocked_output_ns);
-      link.wait_for_credit();
-      link.send(stream, seq, std::move(msg));
-      ++forwarded[stream];
-      st.chunks++;
-      st.bytes_out += size;
-      last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
-    };
-    // Forwards what is next in order; with `all`, everything held (gaps skipped).
-    auto flush = [&](std::uint32_t stream, Order& o, bool all) {
-      while (!o.pending.empty() &&
-             (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
-        auto it = o.pending.begin();
-        o.next = std::max(o.next, it->first + 1);
-        zmq::Message m = std::move(it->second);
-        std::uint64_t seq = it->first;
-        o.pending.erase(it);
-        forward(stream, seq, m);
-      }
-    };
-    while (true) {
-      link.serve(0);
-      std::optional<Inbound> in;
-      bool done = false;
-      {
-        ScopedTimer wait(st.blocked_input_ns);
-        in = wire_q_->pop_for(std::chrono::milliseconds(20), done);
-      }
-      if (!in) {
-        if (done) break;
-        continue;
-      }
-      wire::Header& h = in->header;
-      ScopedTimer busy(st.busy_ns);
-      if (h.type == wire::FrameType::resume) {
-        link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
-        continue;
-      }
-      if (h.type == wire::FrameType::metadata) {
-        auto b = in->msg.bytes();
-        link.set_metadata(h.stream_id, std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize,
-                                                   h.payload_size));
-        continue;
-      }
-      if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) != StreamTracker::Verdict::delivered) {
-        // A duplicate: not forwarded; acknowledged at once if downstream has it already.
-        if (relay_ledger_->contains(h.stream_id, h.sequence)) {
-          auto [floor, above] = relay_ledger_->snapshot(h.stream_id);
-          std::uint64_t seq = h.sequence;
-          boxes_[static_cast<std::size_t>(in->via)]->post(h.stream_id, floor, {&seq, 1}, 0);
-        }
-        continue;
-      }
-      h.connection = 0;
-      h.connections = 1;
-      wire::encode_header(h, in->msg.mutable_data());
-      Order& o = order[h.stream_id];
-      if (o.pending.empty() && o.next == 0) o.next = relay_ledger_->snapshot(h.stream_id).first;
-      o.pending.emplace(h.sequence, std::move(in->msg));
-      flush(h.stream_id, o, false);
-    }
-    if (rt_.aborted()) return;
-    for (auto& [stream, o] : order) flush(stream, o, true);
-    // End each stream downstream with the totals its sender announced; the decompressing side
-    // acknowledges it, and that acknowledgement ends the upstream connections.
-    for (const auto& [stream, count] : forwarded) {
-      if (auto end = downstream_end(stream, count)) link.send_end(stream, std::move(*end));
-    }
+  LinkOptions opts;
+  opts.endpoint = cfg_.sink.endpoint;
+  opts.name = "relay";
+  opts.hwm = cfg_.hwm;
+  // Whatever the upstream connections have unacknowledged may be here at once.
+  opts.window = rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
+  opts.connect_timeout_s = cfg_.connect_timeout_s;
+  opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
+  opts.ack_timeout_s = cfg_.ack_timeout_s;
+  // Downstream acknowledgements go to every upstream connection of the stream.
+  AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
+                 [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
+                   for (auto& box : boxes_) box->post(h.stream_id, h.sequence, seqs, h.raw_size);
+                 });
+  link.connect();
+  auto forward = [&](std::uint32_t stream, std::uint64_t seq, zmq::Message& msg) {
+    std::size_t size = msg.bytes().size();
     ScopedTimer wait(st.blocked_output_ns);
-    link.finish();
-  } catch (const std::exception& e) {
-    rt_.fail(std::string("relay: ") + e.what());
+    link.wait_for_credit();
+    link.send(stream, seq, std::move(msg));
+    ++forwarded[stream];
+    st.chunks++;
+    st.bytes_out += size;
+    last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
+  };
+  // Forwards what is next in order; with `all`, everything held (gaps skipped).
+  auto flush = [&](std::uint32_t stream, Order& o, bool all) {
+    while (!o.pending.empty() &&
+           (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
+      auto it = o.pending.begin();
+      o.next = std::max(o.next, it->first + 1);
+      zmq::Message m = std::move(it->second);
+      std::uint64_t seq = it->first;
+      o.pending.erase(it);
+      forward(stream, seq, m);
+    }
+  };
+  while (true) {
+    link.serve(0);
+    std::optional<Inbound> in;
+    bool done = false;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      in = wire_q_->pop_for(std::chrono::milliseconds(20), done);
+    }
+    if (!in) {
+      if (done) break;
+      continue;
+    }
+    wire::Header& h = in->header;
+    ScopedTimer busy(st.busy_ns);
+    if (h.type == wire::FrameType::resume) {
+      link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
+      continue;
+    }
+    if (h.type == wire::FrameType::metadata) {
+      auto b = in->msg.bytes();
+      link.set_metadata(h.stream_id, std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize,
+                                                 h.payload_size));
+      continue;
+    }
+    if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) != StreamTracker::Verdict::delivered) {
+      // A duplicate: not forwarded; acknowledged at once if downstream has it already.
+      if (relay_ledger_->contains(h.stream_id, h.sequence)) {
+        auto [floor, above] = relay_ledger_->snapshot(h.stream_id);
+        std::uint64_t seq = h.sequence;
+        boxes_[static_cast<std::size_t>(in->via)]->post(h.stream_id, floor, {&seq, 1}, 0);
+      }
+      continue;
+    }
+    h.connection = 0;
+    h.connections = 1;
+    wire::encode_header(h, in->msg.mutable_data());
+    Order& o = order[h.stream_id];
+    if (o.pending.empty() && o.next == 0) o.next = relay_ledger_->snapshot(h.stream_id).first;
+    o.pending.emplace(h.sequence, std::move(in->msg));
+    flush(h.stream_id, o, false);
   }
+  if (rt_.aborted()) return;
+  for (auto& [stream, o] : order) flush(stream, o, true);
+  // End each stream downstream with the totals its sender announced; the decompressing side
+  // acknowledges it, and that acknowledgement ends the upstream connections.
+  for (const auto& [stream, count] : forwarded) {
+    if (auto end = downstream_end(stream, count)) link.send_end(stream, std::move(*end));
+  }
+  ScopedTimer wait(st.blocked_output_ns);
+  link.finish();
 }
 
-void Receiver::sink_thread() {
-  rt_.pin_current(rt_.slot("sink", 0));
-  StageStats& st = rt_.stats("sink");
-  try {
-    sink_->start();
-    while (true) {
-      std::optional<Chunk> c;
-      {
-        ScopedTimer wait(st.blocked_input_ns);
-        c = sink_q_->pop();
-      }
-      if (!c) break;
-      sink_->put(std::move(*c), st);
+void Receiver::sink_loop(StageThread& t) {
+  StageStats& st = t.stats;
+  sink_->start();
+  while (true) {
+    std::optional<Chunk> c;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      c = sink_q_->pop();
     }
-    if (!rt_.aborted()) sink_->drain(st);
-  } catch (const std::exception& e) {
-    rt_.fail(e.what());
-    // Drain so that decompressors blocked on the sink queue can finish.
-    while (sink_q_->pop()) {
-    }
+    if (!c) break;
+    sink_->put(std::move(*c), st);
   }
-  sink_->close(rt_.aborted());
+  if (!rt_.aborted()) sink_->drain(st);
 }
 
 std::string Receiver::metrics_text() {
@@ -656,8 +633,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
       throw ConfigError("sink.path", "cannot write in " + dir + ": " + std::strerror(errno));
     }
   }
-  const int receivers = rt_.threads("receive");
-  const int decompressors = rt_.threads("decompress");
+  const int receivers = rt_.threads(Stage::receive);
+  const int decompressors = rt_.threads(Stage::decompress);
   // Senders put chunks on the wire in order; what arrives out of order is what several
   // connections had in flight at once (ZeroMQ queues on both ends, socket buffers of ~8 MiB, a
   // frame being decoded) plus the decompressors finishing out of order. Hold at least that much.
@@ -679,14 +656,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
   // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
   const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
                                                                           : cfg_.chunk_bytes;
-  raw_pools_ = std::make_unique<NodePools>(rt_, "decompress", "raw", raw_shared, 1,
+  raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", raw_shared, 1,
                                            wire::kHeaderSize + sink_chunk);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
-  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
   // A relay forwards frames undecoded over its own link (relay_thread): it has no Sink.
   switch (cfg_.relay ? SinkConfig::Kind::null : cfg_.sink.kind) {
@@ -731,12 +708,31 @@ RunResult Receiver::run(const RunHooks& hooks) {
     {
       std::vector<std::jthread> processing;
       if (cfg_.relay) {
-        processing.emplace_back([this] { relay_thread(); });
+        processing.emplace_back([this] { rt_.run_stage(Stage::sink, 0, "relay: ", [this](StageThread& t) { relay_loop(t); }); });
       } else {
-        if (has_sink) processing.emplace_back([this] { sink_thread(); });
-        for (int i = 0; i < decompressors; ++i) processing.emplace_back([this, i] { decompress_thread(i); });
+        if (has_sink) {
+          processing.emplace_back([this] {
+            rt_.run_stage(Stage::sink, 0, "", [this](StageThread& t) { sink_loop(t); });
+            // Failed: drained, so that decompressors blocked on the sink queue can finish.
+            if (rt_.aborted()) {
+              while (sink_q_->pop()) {
+              }
+            }
+            sink_->close(rt_.aborted());
+          });
+        }
+        for (int i = 0; i < decompressors; ++i) {
+          processing.emplace_back([this, i] {
+            rt_.run_stage(Stage::decompress, i, "decompress: ", [this](StageThread& t) { decompress_loop(t); });
+            if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
+          });
+        }
       }
-      for (int i = 0; i < receivers; ++i) receiving.emplace_back([this, i] { receive_thread(i); });
+      for (int i = 0; i < receivers; ++i) {
+        receiving.emplace_back([this, i] {
+          rt_.run_stage(Stage::receive, i, "connection " + std::to_string(i) + ": ", [this](StageThread& t) { receive_loop(t); });
+        });
+      }
       log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
                (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
       // Supervise: end when every expected stream has ended, on a drain request, or on failure.

@@ -122,7 +122,7 @@ long max_rss_kb() {
 
 std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_cpus) {
   const int cpus = static_cast<int>(std::max<std::size_t>(1, allowed_cpus));
-  auto pick = [&](const std::string& stage, int def_threads, NumaTarget def_target) {
+  auto pick = [&](Stage stage, int def_threads, NumaTarget def_target) {
     StageRequest r{stage, def_threads, def_target};
     if (auto it = cfg.stages.find(stage); it != cfg.stages.end()) {
       if (it->second.threads > 0) r.threads = it->second.threads;
@@ -132,22 +132,22 @@ std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_
   };
   std::vector<StageRequest> out;
   if (cfg.role == Role::send) {
-    out.push_back(pick("source", 1, {}));
-    out.push_back(pick("compress", cpus, {}));
-    out.push_back(pick("send", cfg.connections, {}));
-    out.push_back(pick("io", cfg.connections, out.back().target));
+    out.push_back(pick(Stage::source, 1, {}));
+    out.push_back(pick(Stage::compress, cpus, {}));
+    out.push_back(pick(Stage::send, cfg.connections, {}));
+    out.push_back(pick(Stage::io, cfg.connections, out.back().target));
   } else {
     NumaTarget near_nic = cfg.nic.empty() && !cfg.nic_numa_node ? NumaTarget{}
                                                                 : NumaTarget{NumaTarget::Kind::nic, -1};
-    out.push_back(pick("receive", cfg.connections, near_nic));
-    if (!cfg.relay) out.push_back(pick("decompress", std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
-    if (cfg.sink.kind != SinkConfig::Kind::null) out.push_back(pick("sink", 1, {}));
-    out.push_back(pick("io", cfg.connections, out.front().target));
+    out.push_back(pick(Stage::receive, cfg.connections, near_nic));
+    if (!cfg.relay) out.push_back(pick(Stage::decompress, std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
+    if (cfg.sink.kind != SinkConfig::Kind::null) out.push_back(pick(Stage::sink, 1, {}));
+    out.push_back(pick(Stage::io, cfg.connections, out.front().target));
   }
   return out;
 }
 
-NodePools::NodePools(Runtime& rt, const std::string& stage, const std::string& what,
+NodePools::NodePools(Runtime& rt, Stage stage, const std::string& what,
                      std::size_t shared, std::size_t per_thread, std::size_t bytes) {
   for (int node : rt.stage_nodes(stage)) {
     std::size_t on_node = 0;
@@ -199,17 +199,17 @@ Runtime::Runtime(const Config& c, std::stop_token external) : cfg(c), external_(
   }
   // ZeroMQ's I/O threads are placed (their CPU set) but not instrumented.
   for (const auto& r : requests) {
-    if (r.stage != "io") stats_[r.stage] = std::make_unique<StageStats>(r.stage);
+    if (r.stage != Stage::io) stats_[r.stage] = std::make_unique<StageStats>(std::string(stage_name(r.stage)));
   }
 }
 
-StageStats& Runtime::stats(const std::string& stage) {
+StageStats& Runtime::stats(Stage stage) {
   auto it = stats_.find(stage);
   NS_ASSERT(it != stats_.end());
   return *it->second;
 }
 
-std::size_t Runtime::slot(const std::string& stage, int index) const {
+std::size_t Runtime::slot(Stage stage, int index) const {
   for (std::size_t i = 0; i < placement.threads.size(); ++i) {
     if (placement.threads[i].stage == stage && placement.threads[i].index == index) return i;
   }
@@ -219,7 +219,7 @@ std::size_t Runtime::slot(const std::string& stage, int index) const {
 
 void Runtime::pin_current(std::size_t s) {
   const ThreadSlot& t = placement.threads[s];
-  std::string name = t.stage.substr(0, 10) + "-" + std::to_string(t.index);
+  std::string name = std::string(stage_name(t.stage)).substr(0, 10) + "-" + std::to_string(t.index);
   pthread_setname_np(pthread_self(), name.c_str());
   if (t.cpu >= 0) {
     cpu_set_t set;
@@ -235,6 +235,22 @@ void Runtime::pin_current(std::size_t s) {
 }
 
 void Runtime::observe_cpu(std::size_t s) noexcept { observed_cpu_[s] = sched_getcpu(); }
+
+void StageThread::observe() const noexcept {
+  if (!rt.cfg.pin) rt.observe_cpu(slot);
+}
+
+void Runtime::run_stage(Stage stage, int index, const std::string& what,
+                        const std::function<void(StageThread&)>& body) {
+  const std::size_t s = slot(stage, index);
+  pin_current(s);
+  StageThread t{*this, stage, index, s, placement.threads[s].numa_node, stats(stage)};
+  try {
+    body(t);
+  } catch (const std::exception& e) {
+    fail(what + e.what());
+  }
+}
 
 void Runtime::fail(const std::string& message) {
   std::vector<std::function<void()>> closers;
@@ -258,13 +274,13 @@ void Runtime::on_abort(std::function<void()> closer) {
   closers_.push_back(std::move(closer));
 }
 
-int Runtime::threads(const std::string& stage) const {
+int Runtime::threads(Stage stage) const {
   int n = 0;
   for (const auto& t : placement.threads) n += t.stage == stage;
   return n;
 }
 
-std::vector<int> Runtime::stage_nodes(const std::string& stage) const {
+std::vector<int> Runtime::stage_nodes(Stage stage) const {
   std::set<int> nodes;
   for (const auto& t : placement.threads) {
     if (t.stage == stage) nodes.insert(t.numa_node);
@@ -276,19 +292,19 @@ nlohmann::json Runtime::placement_json() const {
   nlohmann::json threads = nlohmann::json::array();
   for (std::size_t i = 0; i < placement.threads.size(); ++i) {
     const ThreadSlot& t = placement.threads[i];
-    int cpu = t.stage == "io" ? t.cpu : observed_cpu_[i].load();
-    nlohmann::json j = {{"stage", t.stage},
+    int cpu = t.stage == Stage::io ? t.cpu : observed_cpu_[i].load();
+    nlohmann::json j = {{"stage", stage_name(t.stage)},
                         {"thread", t.index},
                         {"cpu", cpu},
                         {"numa_node", cpu >= 0 ? topo.node_of_cpu(cpu) : -1},
                         {"pinned", t.cpu >= 0}};
-    if (t.stage == "io" && t.cpu >= 0) {
-      j["affinity"] = format_cpulist(placement.stage_cpus("io"));
+    if (t.stage == Stage::io && t.cpu >= 0) {
+      j["affinity"] = format_cpulist(placement.stage_cpus(Stage::io));
     }
     threads.push_back(std::move(j));
   }
   nlohmann::json nic_local = nullptr;
-  const char* stage = cfg.role == Role::receive ? "receive" : "send";
+  const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
   if (auto local = placement.nic_local(stage)) nic_local = *local;
   return {{"mode", cfg.pin ? "numa-aware" : "os"},
           {"nic", cfg.nic},
@@ -302,7 +318,7 @@ nlohmann::json Runtime::placement_json() const {
 nlohmann::json Runtime::stages_json() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, s] : stats_) {
-    out[name] = {{"threads", threads(name)},
+    out[std::string(stage_name(name))] = {{"threads", threads(name)},
                  {"chunks", s->chunks.load()},
                  {"busy_s", seconds(s->busy_ns.load())},
                  {"blocked_input_s", seconds(s->blocked_input_ns.load())},
@@ -345,7 +361,7 @@ void Runtime::write_common_metrics(std::string& out, const char* role) const {
          "# TYPE numastream_thread_info gauge\n";
   for (std::size_t i = 0; i < placement.threads.size(); ++i) {
     const ThreadSlot& t = placement.threads[i];
-    int cpu = t.stage == "io" ? t.cpu : observed_cpu_[i].load();
+    int cpu = t.stage == Stage::io ? t.cpu : observed_cpu_[i].load();
     int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
     std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
     metric(out, "numastream_thread_info",
@@ -354,7 +370,7 @@ void Runtime::write_common_metrics(std::string& out, const char* role) const {
                (t.cpu >= 0 ? "true" : "false") + "\",nic_local=\"" + nic_local + "\"",
            1);
   }
-  const char* stage = cfg.role == Role::receive ? "receive" : "send";
+  const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
   out += "# HELP numastream_nic_local 1 when every thread of the stage runs on the NIC's NUMA node, "
          "0 when one does not, -1 when unknown.\n# TYPE numastream_nic_local gauge\n";
   auto local = placement.nic_local(stage);

@@ -27,6 +27,21 @@ namespace numastream {
 
 void log_line(const std::string& msg);
 
+class Runtime;
+
+// What a stage thread knows about itself: which thread of which stage it is, the CPU slot and
+// memory node the placement gave it, and the stage's counters.
+struct StageThread {
+  Runtime& rt;
+  Stage stage;
+  int index;
+  std::size_t slot;
+  int numa_node;  // -1: no preference
+  StageStats& stats;
+  // Records the CPU this thread runs on now (unpinned threads move; called as they work).
+  void observe() const noexcept;
+};
+
 class Runtime {
  public:
   Runtime(const Config& cfg, std::stop_token external);
@@ -37,13 +52,18 @@ class Runtime {
   std::optional<int> nic_node;
   Placement placement;
 
-  StageStats& stats(const std::string& stage);
+  StageStats& stats(Stage stage);
   // Index into placement.threads of (stage, i).
-  std::size_t slot(const std::string& stage, int index) const;
+  std::size_t slot(Stage stage, int index) const;
   // Pins the calling thread as placement.threads[slot] says and records where it runs.
   void pin_current(std::size_t slot);
   // Records the CPU the calling thread runs on (for unpinned threads, called as they work).
   void observe_cpu(std::size_t slot) noexcept;
+
+  // Runs the body of thread `index` of `stage` on the calling thread: pins it as the placement
+  // says (and names it), hands the body its StageThread, and turns anything it throws into the
+  // run's first error, prefixed with `what` ("connection 2: "), which wakes every other stage.
+  void run_stage(Stage stage, int index, const std::string& what, const std::function<void(StageThread&)>& body);
 
   // Drain request from outside (SIGTERM): stop taking new work, finish what is in flight.
   bool drain_requested() const noexcept { return external_.stop_requested(); }
@@ -54,8 +74,8 @@ class Runtime {
   void on_abort(std::function<void()> closer);
 
   // Threads of a stage and the NUMA nodes they use (distinct, sorted; -1 when unpinned).
-  int threads(const std::string& stage) const;
-  std::vector<int> stage_nodes(const std::string& stage) const;
+  int threads(Stage stage) const;
+  std::vector<int> stage_nodes(Stage stage) const;
 
   nlohmann::json placement_json() const;
   nlohmann::json stages_json() const;
@@ -65,7 +85,7 @@ class Runtime {
 
  private:
   std::stop_token external_;
-  std::map<std::string, std::unique_ptr<StageStats>> stats_;
+  std::map<Stage, std::unique_ptr<StageStats>> stats_;
   std::unique_ptr<std::atomic<int>[]> observed_cpu_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex mu_;
@@ -91,7 +111,7 @@ class NodePools {
   // `per_thread` for every thread of the stage on that node. `shared` is per node on purpose:
   // a buffer that may be held anywhere downstream must never leave another node's thread without
   // one (that could deadlock an ordered stage).
-  NodePools(Runtime& rt, const std::string& stage, const std::string& what, std::size_t shared,
+  NodePools(Runtime& rt, Stage stage, const std::string& what, std::size_t shared,
             std::size_t per_thread, std::size_t bytes);
   // The pool on `node` (the first pool when no pool is on it).
   BufferPool& for_node(int node);

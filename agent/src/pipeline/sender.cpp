@@ -44,9 +44,10 @@ class Sender {
 
  private:
   void prepare_source();
-  void source_thread();
-  void compress_thread(int index);
-  void send_thread(int index);
+  // The stage threads' bodies (run by Runtime::run_stage).
+  void source_loop(StageThread& t);
+  void compress_loop(StageThread& t);
+  void send_loop(StageThread& t);
   bool wait_welcome();
   // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
   // ending it short.
@@ -105,96 +106,81 @@ bool Sender::wait_welcome() {
 }
 
 void Sender::prepare_source() {
-  SourceSetup setup{cfg_, rt_.stage_nodes("compress"), rt_.placement.stage("source").front().numa_node,
-                    static_cast<std::size_t>(cfg_.queue_depth + rt_.threads("compress") + 1), log_line};
+  SourceSetup setup{cfg_, rt_.stage_nodes(Stage::compress), rt_.placement.stage(Stage::source).front().numa_node,
+                    static_cast<std::size_t>(cfg_.queue_depth + rt_.threads(Stage::compress) + 1), log_line};
   source_ = make_source(setup, *ctx_);
   const hdf5::FrameShape shape = source_->shape();
   element_size_ = dtype_size(shape.dtype);
   metadata_ = nlohmann::json{{"dtype", shape.dtype}, {"shape", shape.dims}}.dump();
 }
 
-void Sender::source_thread() {
-  const std::size_t slot = rt_.slot("source", 0);
-  rt_.pin_current(slot);
-  StageStats& st = rt_.stats("source");
+void Sender::source_loop(StageThread& t) {
+  StageStats& st = t.stats;
   Clock::time_point pace_start;
   const double interval_s =
       cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
   std::uint64_t seq = 0;
   std::optional<std::uint64_t> paced_from;
-  if (!wait_welcome()) {
-    source_done_ = true;
-    raw_q_->close();
-    return;
-  }
+  if (!wait_welcome()) return;
   const std::uint32_t stream = cfg_.stream_id;
   if (ledger_->acknowledged(stream) > 0) {
     log_line("resuming stream " + std::to_string(stream) + ": the receiver already has " +
              std::to_string(ledger_->acknowledged(stream)) + " chunks");
   }
   auto stop = [this] { return rt_.aborted() || rt_.drain_requested(); };
-  try {
-    while (!stop()) {
-      RawChunk c;
-      c.seq = seq;
-      // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
-      // stream's totals.
-      if (source_->replays() && ledger_->contains(stream, seq)) {
-        const std::size_t size = source_->skip(seq);
-        if (size == 0) break;
-        wire_q_->skip(seq);
-        ++seq;
-        ++skipped_chunks_;
-        produced_bytes_ += size;
-        produced_chunks_ = seq;
-        continue;
-      }
-      if (!source_->replays() && seq == 0 && ledger_->end(stream) > 0) {
-        // A live source cannot replay: number on after what the receiver has; what the previous
-        // sender had in flight is reported missing by the receiver.
-        for (std::uint64_t s = 0; s < ledger_->end(stream); ++s) wire_q_->skip(s);
-        seq = ledger_->end(stream);
-        c.seq = seq;
-        log_line("resuming a zmq source at chunk " + std::to_string(seq) +
-                 "; unacknowledged chunks of the previous sender are lost");
-      }
-      // Paced from the first chunk this sender sends: skipped ones take no time.
-      if (interval_s > 0) {
-        if (!paced_from) {
-          paced_from = seq;
-          pace_start = Clock::now();
-        }
-        ScopedTimer wait(st.blocked_input_ns);
-        std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
-                                                       std::chrono::duration<double>((seq - *paced_from) * interval_s)));
-      }
-      if (!source_->read(c, st, stop)) break;
-      const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
-      const std::size_t raw = c.stored != Codec::none ? c.raw_size : size;
-      {
-        ScopedTimer wait(st.blocked_output_ns);
-        if (!raw_q_->push(c)) break;
-      }
+  while (!stop()) {
+    RawChunk c;
+    c.seq = seq;
+    // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
+    // stream's totals.
+    if (source_->replays() && ledger_->contains(stream, seq)) {
+      const std::size_t size = source_->skip(seq);
+      if (size == 0) break;
+      wire_q_->skip(seq);
       ++seq;
-      st.chunks++;
-      st.bytes_out += size;
-      produced_bytes_ += raw;
+      ++skipped_chunks_;
+      produced_bytes_ += size;
       produced_chunks_ = seq;
-      if (!cfg_.pin) rt_.observe_cpu(slot);
+      continue;
     }
-  } catch (const std::exception& e) {
-    rt_.fail(std::string("source: ") + e.what());
+    if (!source_->replays() && seq == 0 && ledger_->end(stream) > 0) {
+      // A live source cannot replay: number on after what the receiver has; what the previous
+      // sender had in flight is reported missing by the receiver.
+      for (std::uint64_t s = 0; s < ledger_->end(stream); ++s) wire_q_->skip(s);
+      seq = ledger_->end(stream);
+      c.seq = seq;
+      log_line("resuming a zmq source at chunk " + std::to_string(seq) +
+               "; unacknowledged chunks of the previous sender are lost");
+    }
+    // Paced from the first chunk this sender sends: skipped ones take no time.
+    if (interval_s > 0) {
+      if (!paced_from) {
+        paced_from = seq;
+        pace_start = Clock::now();
+      }
+      ScopedTimer wait(st.blocked_input_ns);
+      std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>((seq - *paced_from) * interval_s)));
+    }
+    if (!source_->read(c, st, stop)) break;
+    const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
+    const std::size_t raw = c.stored != Codec::none ? c.raw_size : size;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      if (!raw_q_->push(c)) break;
+    }
+    ++seq;
+    st.chunks++;
+    st.bytes_out += size;
+    produced_bytes_ += raw;
+    produced_chunks_ = seq;
+    t.observe();
   }
-  source_->end();
-  source_done_ = true;
-  raw_q_->close();
 }
 
-void Sender::compress_thread(int index) {
-  const std::size_t slot = rt_.slot("compress", index);
-  rt_.pin_current(slot);
-  const int node = rt_.placement.threads[slot].numa_node;
-  StageStats& st = rt_.stats("compress");
+void Sender::compress_loop(StageThread& t) {
+  const int node = t.numa_node;
+  StageStats& st = t.stats;
   Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
   BufferPool& pool = wire_pools_->for_node(node);
   while (true) {
@@ -242,7 +228,7 @@ void Sender::compress_thread(int index) {
     st.bytes_in += c->stored != Codec::none ? c->raw_size : raw.size();
     st.bytes_out += wire_size;
     c.reset();  // the raw buffer goes back to its pool
-    if (!cfg_.pin) rt_.observe_cpu(slot);
+    t.observe();
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
@@ -250,13 +236,11 @@ void Sender::compress_thread(int index) {
     }
     if (!pushed) break;
   }
-  if (--compressors_left_ == 0) wire_q_->close();
 }
 
-void Sender::send_thread(int index) {
-  const std::size_t slot = rt_.slot("send", index);
-  rt_.pin_current(slot);
-  StageStats& st = rt_.stats("send");
+void Sender::send_loop(StageThread& t) {
+  const int index = t.index;
+  StageStats& st = t.stats;
   LinkOptions opts;
   opts.endpoint = endpoint_.for_connection(index);
   opts.name = "connection " + std::to_string(index);
@@ -273,84 +257,80 @@ void Sender::send_thread(int index) {
     opts.curve_server = curve_->server_key;
     opts.authenticate_only = curve_->authenticate_only;
   }
-  try {
-    AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
-    struct Count {  // the link's counters into the sender's, however the thread ends
-      AckedLink& l;
-      Sender& s;
-      ~Count() {
-        s.retransmitted_ += l.retransmitted();
-        s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
-      }
-    } count{link, *this};
-    link.connect();
-    link.set_metadata(cfg_.stream_id, metadata_);
-    link.announce(cfg_.stream_id);
-    link.wait_welcome(cfg_.connect_timeout_s);
+  AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
+  struct Count {  // the link's counters into the sender's, however the thread ends
+    AckedLink& l;
+    Sender& s;
+    ~Count() {
+      s.retransmitted_ += l.retransmitted();
+      s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
+    }
+  } count{link, *this};
+  link.connect();
+  link.set_metadata(cfg_.stream_id, metadata_);
+  link.announce(cfg_.stream_id);
+  link.wait_welcome(cfg_.connect_timeout_s);
+  {
+    std::lock_guard lock(welcome_mu_);
+    welcomed_ = true;
+  }
+  welcome_cv_.notify_all();
+  std::uint64_t on_connection = 0;
+  while (true) {
     {
-      std::lock_guard lock(welcome_mu_);
-      welcomed_ = true;
-    }
-    welcome_cv_.notify_all();
-    std::uint64_t on_connection = 0;
-    while (true) {
-      {
-        ScopedTimer wait(st.blocked_output_ns);
-        link.wait_for_credit();
-      }
-      std::optional<Chunk> c;
-      {
-        ScopedTimer wait(st.blocked_input_ns);
-        c = wire_q_->pop();
-      }
-      if (!c) break;
-      // Which connection carries the frame; the header is encoded once, here, on its way out.
-      c->header.connection = static_cast<std::uint16_t>(index);
-      c->seal();
-      const std::size_t size = c->buffer->size;
-      {
-        ScopedTimer wait(st.blocked_output_ns);
-        Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
-        link.send(c->header.stream_id, c->header.sequence, zmq::Message::adopt(buf->data, size, return_to_pool, buf));
-      }
-      ++on_connection;
-      st.chunks++;
-      st.bytes_out += size;
-      wire_bytes_ += size;
-      auto now_ns = (Clock::now() - rt_.started).count();
-      std::int64_t expected = -1;
-      first_chunk_ns_.compare_exchange_strong(expected, now_ns);
-      last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
-      ++sent_chunks_;
-      if (!cfg_.pin) rt_.observe_cpu(slot);
-    }
-    if (rt_.aborted()) return;
-    if (drain_pauses()) {
-      // Paused, not ended: everything sent is acknowledged, the stream stays open, and a
-      // restarted sender resumes it after what the receiver has.
       ScopedTimer wait(st.blocked_output_ns);
-      link.finish();
-      return;
+      link.wait_for_credit();
     }
-    // End of stream on this connection: the stream's totals and this connection's count.
-    NS_ASSERT(source_done_.load());
-    std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
-    wire::Header h;
-    h.type = wire::FrameType::end_of_stream;
-    h.stream_id = cfg_.stream_id;
-    h.connection = static_cast<std::uint16_t>(index);
-    h.connections = static_cast<std::uint16_t>(cfg_.connections);
-    h.sequence = produced_chunks_.load();
-    h.payload_size = wire::kEndOfStreamPayload;
-    wire::encode_header(h, frame);
-    wire::encode_end_of_stream({produced_chunks_.load(), produced_bytes_.load(), on_connection},
-                               frame + wire::kHeaderSize);
-    link.send_end(cfg_.stream_id, zmq::Message::of({frame, sizeof(frame)}));
+    std::optional<Chunk> c;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      c = wire_q_->pop();
+    }
+    if (!c) break;
+    // Which connection carries the frame; the header is encoded once, here, on its way out.
+    c->header.connection = static_cast<std::uint16_t>(index);
+    c->seal();
+    const std::size_t size = c->buffer->size;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
+      link.send(c->header.stream_id, c->header.sequence, zmq::Message::adopt(buf->data, size, return_to_pool, buf));
+    }
+    ++on_connection;
+    st.chunks++;
+    st.bytes_out += size;
+    wire_bytes_ += size;
+    auto now_ns = (Clock::now() - rt_.started).count();
+    std::int64_t expected = -1;
+    first_chunk_ns_.compare_exchange_strong(expected, now_ns);
+    last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
+    ++sent_chunks_;
+    t.observe();
+  }
+  if (rt_.aborted()) return;
+  if (drain_pauses()) {
+    // Paused, not ended: everything sent is acknowledged, the stream stays open, and a
+    // restarted sender resumes it after what the receiver has.
     ScopedTimer wait(st.blocked_output_ns);
     link.finish();
-  } catch (const std::exception& e) {
-    rt_.fail("connection " + std::to_string(index) + ": " + e.what());
+    return;
   }
+  // End of stream on this connection: the stream's totals and this connection's count.
+  NS_ASSERT(source_done_.load());
+  std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
+  wire::Header h;
+  h.type = wire::FrameType::end_of_stream;
+  h.stream_id = cfg_.stream_id;
+  h.connection = static_cast<std::uint16_t>(index);
+  h.connections = static_cast<std::uint16_t>(cfg_.connections);
+  h.sequence = produced_chunks_.load();
+  h.payload_size = wire::kEndOfStreamPayload;
+  wire::encode_header(h, frame);
+  wire::encode_end_of_stream({produced_chunks_.load(), produced_bytes_.load(), on_connection},
+                             frame + wire::kHeaderSize);
+  link.send_end(cfg_.stream_id, zmq::Message::of({frame, sizeof(frame)}));
+  ScopedTimer wait(st.blocked_output_ns);
+  link.finish();
 }
 
 std::string Sender::metrics_text() {
@@ -358,7 +338,7 @@ std::string Sender::metrics_text() {
   rt_.write_common_metrics(out, "send");
   const std::string r = "role=\"send\"";
   out += "# TYPE numastream_raw_bytes_total counter\n";
-  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(rt_.stats("compress").bytes_in.load()));
+  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(rt_.stats(Stage::compress).bytes_in.load()));
   out += "# TYPE numastream_wire_bytes_total counter\n";
   metric(out, "numastream_wire_bytes_total", r, static_cast<double>(wire_bytes_.load()));
   out += "# TYPE numastream_chunks_sent_total counter\n";
@@ -374,8 +354,8 @@ std::string Sender::metrics_text() {
     metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
            static_cast<double>(p->in_use()));
   }
-  double raw = static_cast<double>(rt_.stats("compress").bytes_in.load());
-  double wire = static_cast<double>(rt_.stats("compress").bytes_out.load());
+  double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
+  double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
   out += "# TYPE numastream_compression_ratio gauge\n";
   metric(out, "numastream_compression_ratio", r, wire > 0 ? raw / wire : 0);
   out += "# TYPE numastream_up gauge\n";
@@ -405,17 +385,17 @@ RunResult Sender::run(const RunHooks& hooks) {
     log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") +
              " as " + curve_->public_key + " (public key)");
   }
-  ctx_ = std::make_unique<zmq::Context>(rt_.threads("io"), rt_.placement.stage_cpus("io"));
+  ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   prepare_source();
-  const int compressors = rt_.threads("compress");
-  const int senders = rt_.threads("send");
+  const int compressors = rt_.threads(Stage::compress);
+  const int senders = rt_.threads(Stage::send);
   wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
   // Buffers held downstream of the compressors: the ordered queue, the sending threads and
   // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
   // Each connection holds up to `window` frames until they are acknowledged.
   const std::size_t downstream = static_cast<std::size_t>(
       cfg_.queue_depth + senders * (cfg_.window + 1) + 1);
-  wire_pools_ = std::make_unique<NodePools>(rt_, "compress", "wire", downstream, 1, wire_capacity_);
+  wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
@@ -454,9 +434,23 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   {
     std::vector<std::jthread> threads;
-    for (int i = 0; i < senders; ++i) threads.emplace_back([this, i] { send_thread(i); });
-    for (int i = 0; i < compressors; ++i) threads.emplace_back([this, i] { compress_thread(i); });
-    threads.emplace_back([this] { source_thread(); });
+    for (int i = 0; i < senders; ++i) {
+      threads.emplace_back([this, i] {
+        rt_.run_stage(Stage::send, i, "connection " + std::to_string(i) + ": ", [this](StageThread& t) { send_loop(t); });
+      });
+    }
+    for (int i = 0; i < compressors; ++i) {
+      threads.emplace_back([this, i] {
+        rt_.run_stage(Stage::compress, i, "compress: ", [this](StageThread& t) { compress_loop(t); });
+        if (--compressors_left_ == 0) wire_q_->close();
+      });
+    }
+    threads.emplace_back([this] {
+      rt_.run_stage(Stage::source, 0, "source: ", [this](StageThread& t) { source_loop(t); });
+      source_->end();
+      source_done_ = true;
+      raw_q_->close();
+    });
   }
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
@@ -472,7 +466,7 @@ RunResult Sender::run(const RunHooks& hooks) {
 
   const double secs = std::max(1e-9, static_cast<double>(last_send_ns_.load() -
                                                          std::max<std::int64_t>(0, first_chunk_ns_.load())) / 1e9);
-  const double raw = static_cast<double>(rt_.stats("compress").bytes_in.load());
+  const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
   const double wire = static_cast<double>(wire_bytes_.load());
   RunResult result;
   result.summary = {
@@ -488,7 +482,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"state_floor", state_floor_},
       {"retransmitted", retransmitted_.load()},
       {"reconnects", reconnects_.load()},
-      {"raw_bytes", rt_.stats("compress").bytes_in.load()},
+      {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
       {"wire_bytes", wire_bytes_.load()},
       {"ratio", wire > 0 ? raw / wire : 0},
       {"lost", nullptr},
