@@ -142,30 +142,64 @@ __attribute__((target("avx2"))) void planes_to_bits_avx2(const std::byte* planes
   if (wide * 4 < plane) planes_to_bits(planes, out, n, e, wide * 4, plane);
 }
 
+// transpose8x8 on each 64-bit lane.
+__attribute__((target("avx2"))) inline __m256i transpose8x8_avx2(__m256i x) noexcept {
+  const __m256i m1 = _mm256_set1_epi64x(0x00AA00AA00AA00AALL);
+  const __m256i m2 = _mm256_set1_epi64x(0x0000CCCC0000CCCCLL);
+  const __m256i m3 = _mm256_set1_epi64x(0x00000000F0F0F0F0LL);
+  __m256i t = _mm256_and_si256(_mm256_xor_si256(x, _mm256_srli_epi64(x, 7)), m1);
+  x = _mm256_xor_si256(_mm256_xor_si256(x, t), _mm256_slli_epi64(t, 7));
+  t = _mm256_and_si256(_mm256_xor_si256(x, _mm256_srli_epi64(x, 14)), m2);
+  x = _mm256_xor_si256(_mm256_xor_si256(x, t), _mm256_slli_epi64(t, 14));
+  t = _mm256_and_si256(_mm256_xor_si256(x, _mm256_srli_epi64(x, 28)), m3);
+  return _mm256_xor_si256(_mm256_xor_si256(x, t), _mm256_slli_epi64(t, 28));
+}
+
+// 256 elements at a time: the 32 bytes at the same place of the 8 bit planes of a byte plane are
+// transposed as bytes (three rounds of unpacking gather, per 64-bit lane, byte m of each of the
+// 8 planes), then each lane as an 8x8 bit matrix, which gives the byte-plane bytes of 8 elements.
 __attribute__((target("avx2"))) void bits_to_planes_avx2(const std::byte* in, std::byte* planes,
                                                          std::size_t n, std::size_t e) noexcept {
   const std::size_t plane = n / 8;
-  const std::size_t wide = n / 32;
-  // Byte b of 32 takes byte b/8 of the broadcast mask, then tests bit b%8.
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i select = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const std::size_t wide = n / 256;
   for (std::size_t j = 0; j < e; ++j) {
     const std::byte* src = in + 8 * j * plane;
     std::byte* dst = planes + j * n;
     for (std::size_t q = 0; q < wide; ++q) {
-      __m256i acc = _mm256_setzero_si256();
+      __m256i r[8];
       for (std::size_t k = 0; k < 8; ++k) {
-        std::uint32_t bits;
-        std::memcpy(&bits, src + k * plane + 4 * q, 4);
-        __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
-        v = _mm256_cmpeq_epi8(_mm256_and_si256(v, select), select);
-        acc = _mm256_or_si256(acc, _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(1u << k))));
+        r[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k * plane + 32 * q));
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * q), acc);
+      // Bytes of planes (0,1), (2,3), ... interleaved; then pairs of pairs; then quadruples.
+      __m256i a[8], b[8];
+      for (int k = 0; k < 4; ++k) {
+        a[2 * k] = _mm256_unpacklo_epi8(r[2 * k], r[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_epi8(r[2 * k], r[2 * k + 1]);
+      }
+      for (int h = 0; h < 2; ++h) {    // lo / hi bytes of the rows
+        for (int g = 0; g < 2; ++g) {  // planes 0-3, 4-7
+          const __m256i x = a[4 * g + h], y = a[4 * g + 2 + h];
+          b[4 * h + 2 * g] = _mm256_unpacklo_epi16(x, y);
+          b[4 * h + 2 * g + 1] = _mm256_unpackhi_epi16(x, y);
+        }
+      }
+      // b[4h + 2g + u]: planes 4g..4g+3 of columns 8h + 4u + (0..3) in each 128-bit lane.
+      std::byte* out = dst + 256 * q;
+      for (int h = 0; h < 2; ++h) {
+        for (int u = 0; u < 2; ++u) {
+          const __m256i lo = b[4 * h + u], hi = b[4 * h + 2 + u];
+          const int col = 8 * h + 4 * u;  // first column (of 16 in the lane) of these two results
+          const __m256i c01 = transpose8x8_avx2(_mm256_unpacklo_epi32(lo, hi));  // columns col, col+1
+          const __m256i c23 = transpose8x8_avx2(_mm256_unpackhi_epi32(lo, hi));  // columns col+2, col+3
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * col), _mm256_castsi256_si128(c01));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * col + 16), _mm256_castsi256_si128(c23));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 128 + 8 * col), _mm256_extracti128_si256(c01, 1));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 128 + 8 * col + 16), _mm256_extracti128_si256(c23, 1));
+        }
+      }
     }
   }
-  if (wide * 4 < plane) bits_to_planes(in, planes, n, e, wide * 4, plane);
+  if (wide * 32 < plane) bits_to_planes(in, planes, n, e, wide * 32, plane);
 }
 
 // 16-bit samples, the detectors' usual pixels: the two byte planes split and merged 32 samples at
