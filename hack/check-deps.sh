@@ -68,6 +68,8 @@ check xxhash libxxhash-dev cpp '#include <xxhash.h>
 int main() { return XXH3_64bits("a", 1) == 0; }' -- g++ @SRC@ -o @OUT@ $(pc libxxhash)
 check sodium libsodium-dev cpp '#include <sodium.h>
 int main() { return sodium_init() < 0; }' -- g++ @SRC@ -o @OUT@ $(pc libsodium)
+check cbor libcbor-dev cpp '#include <cbor.h>
+int main() { struct cbor_load_result r; cbor_item_t* i = cbor_load((const unsigned char*)"\xa0", 1, &r); int bad = !i || !cbor_isa_map(i); if (i) cbor_decref(&i); return bad; }' -- g++ @SRC@ -o @OUT@ $(pc libcbor)
 check numa libnuma-dev cpp '#include <numa.h>
 int main() { (void)numa_available(); return 0; }' -- g++ @SRC@ -o @OUT@ -lnuma
 check json nlohmann-json3-dev cpp '#include <nlohmann/json.hpp>

@@ -18,6 +18,8 @@ build=(
   liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev nlohmann-json3-dev
   # HDF5 files in and out (direct chunk I/O)
   libhdf5-dev
+  # CBOR: DECTRIS Stream V2 messages
+  libcbor-dev
   ca-certificates git
 )
 test=(

@@ -21,6 +21,7 @@
 #include "app/bench.hpp"
 #include "config/cli.hpp"
 #include "app/codec_tool.hpp"
+#include "app/detector_sim.hpp"
 #include "host/cpuset.hpp"
 #include "base/error.hpp"
 #include "pipeline/pipeline.hpp"
@@ -47,6 +48,8 @@ constexpr const char* kUsage =
     "             container, as root): created if missing, handed to UID:GID when empty and\n"
     "             root's; fails naming a directory UID still cannot write\n"
     "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
+    "  detector-sim  a DECTRIS Stream V2 detector: --endpoint tcp://*:31001 --replay DIR\n"
+    "             [--series N] [--start] [--rate-hz R] (recorded messages, one per file)\n"
     "  version    print the agent and wire-format versions\n";
 
 // SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
@@ -258,6 +261,7 @@ int main(int argc, char** argv) {
     if (cmd == "codec") return run_codec_tool(args);
     if (cmd == "synth") return run_synth_tool(args);
     if (cmd == "keygen") return run_keygen(args);
+    if (cmd == "detector-sim") return run_detector_sim(args);
     if (cmd == "version") {
       std::cout << "numastream-agent 0.1.0 (wire format " << static_cast<int>(wire::kVersion) << ")\n";
       return kExitOk;

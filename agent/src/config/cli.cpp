@@ -21,6 +21,7 @@ const std::map<std::string, std::string>& shortcuts() {
       {"--rate-gbps", "source.rate_gbps"},
       {"--source", "source.kind"},
       {"--source-path", "source.path"},
+      {"--source-endpoint", "source.endpoint"},
       {"--source-dataset", "source.dataset"},
       {"--dtype", "source.dtype"},
       {"--sink-dataset", "sink.dataset"},
@@ -129,7 +130,7 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
       overrides.push_back("placement.stages." + value.substr(0, eq) + "." + field + "=" + v);
     } else if (auto it = shortcuts().find(flag); it != shortcuts().end()) {
       // String-valued fields stay strings even when they look like numbers.
-      static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "sink.kind",
+      static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "source.endpoint", "sink.kind",
                                        "source.dataset", "source.dtype", "sink.dataset", "verify",
                                        "sink.path", "sink.endpoint", "placement.mode",
                                        "placement.nic", "metrics.listen", "sysfs_root"};

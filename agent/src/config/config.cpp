@@ -131,7 +131,7 @@ void parse_source(Fields& f, Config& c) {
   const json* v = f.raw("source");
   if (!v) return;
   Fields sf(*v, f.path("source"));
-  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5"});
+  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5", "stream2"});
   c.source.rate_gbps = sf.number("rate_gbps", 0, 0, 1e6);
   if (kind == "hdf5") {
     c.source.kind = SourceConfig::Kind::hdf5;
@@ -147,6 +147,16 @@ void parse_source(Fields& f, Config& c) {
     return;
   }
   sf.forbid("dataset", "only used by the hdf5 source");
+  if (kind == "stream2") {
+    c.source.kind = SourceConfig::Kind::stream2;
+    c.source.endpoint = sf.required_string("endpoint");
+    parse_endpoint(c.source.endpoint, sf.path("endpoint"));
+    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"dtype", "shape"}) sf.forbid(k, "a Stream V2 series says it in its start message");
+    sf.forbid("path", "only used by the file and hdf5 sources");
+    sf.finish();
+    return;
+  }
   c.source.dtype = sf.string("dtype", c.source.dtype);
   if (!dtype_known(c.source.dtype)) {
     throw ConfigError(sf.path("dtype"), "must be one of uint8, uint16, uint32, uint64, int8, int16, int32, int64, "
@@ -185,7 +195,7 @@ void parse_sink(Fields& f, Config& c) {
   const json* v = f.raw("sink");
   if (!v) return;
   Fields sf(*v, f.path("sink"));
-  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5"});
+  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind == "null") {
     c.sink.kind = SinkConfig::Kind::null;
@@ -199,6 +209,11 @@ void parse_sink(Fields& f, Config& c) {
   } else if (kind == "file") {
     c.sink.kind = SinkConfig::Kind::file;
     c.sink.path = sf.required_string("path");
+  } else if (kind == "stream2") {
+    c.sink.kind = SinkConfig::Kind::stream2;
+    c.sink.endpoint = sf.required_string("endpoint");
+    parse_endpoint(c.sink.endpoint, sf.path("endpoint"));
+    sf.forbid("path", "only used by the file and hdf5 sinks");
   } else {
     c.sink.kind = SinkConfig::Kind::zmq;
     c.sink.endpoint = sf.required_string("endpoint");

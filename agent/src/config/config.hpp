@@ -25,13 +25,15 @@ struct StageConfig {
 };
 
 struct SourceConfig {
-  enum class Kind { synthetic, file, zmq, hdf5 } kind = Kind::synthetic;
+  // stream2: a DECTRIS Stream V2 detector (its PUSH socket, port 31001): each CBOR message
+  // (start, image, end) is carried as it came; series follow series, endlessly.
+  enum class Kind { synthetic, file, zmq, hdf5, stream2 } kind = Kind::synthetic;
   std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
   std::uint64_t seed = 1;
   int frames = 4;            // synthetic: distinct projections, cycled
   std::string path;          // file: a file or a directory of files (sorted by name)
   std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
-                             // empty message ends the stream
+                             // empty message ends the stream. stream2: the detector's endpoint
   double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
   std::string dataset = "/exchange/data";  // hdf5: the dataset of frames (DXchange's by default)
   // The pixels of a chunk (synthetic, file, zmq; an HDF5 dataset says its own): bslz4 shuffles
@@ -41,10 +43,12 @@ struct SourceConfig {
 };
 
 struct SinkConfig {
-  enum class Kind { null, file, zmq, hdf5 } kind = Kind::null;
+  // stream2: re-emits the Stream V2 messages its stream carries, byte for byte and in the order
+  // the detector sent them, on a bound PUSH socket, for consumers written for the detector.
+  enum class Kind { null, file, zmq, hdf5, stream2 } kind = Kind::null;
   std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
   std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
-  std::string endpoint;  // zmq: downstream consumer endpoint to connect to
+  std::string endpoint;  // zmq: downstream consumer endpoint to connect to; stream2: where to bind
 };
 
 // Authenticated, encrypted data connections (CURVE). Key files hold one 40-character Z85 key;

@@ -30,6 +30,7 @@
 #include "pipeline/runtime.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
+#include "pipeline/stream2_sink.hpp"
 #include "pipeline/zmq_sink.hpp"
 #include "codec/bitshuffle.hpp"
 
@@ -675,6 +676,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
       break;
     case SinkConfig::Kind::hdf5:
       sink_ = std::make_unique<Hdf5Sink>(cfg_, tracker_, ack, [this](std::uint32_t stream) { return metadata_of(stream); });
+      break;
+    case SinkConfig::Kind::stream2:
+      sink_ = std::make_unique<Stream2Sink>(
+          cfg_, *ctx_, tracker_, reorder_window_, ack,
+          [this](std::uint32_t stream) {
+            std::lock_guard lock(ledger_mu_);
+            return ledger_[stream].floor();
+          },
+          [this] { return rt_.aborted(); });
       break;
     case SinkConfig::Kind::zmq:
       sink_ = std::make_unique<ZmqSink>(

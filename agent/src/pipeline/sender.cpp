@@ -164,7 +164,7 @@ void Sender::source_loop(StageThread& t) {
     }
     if (!source_->read(c, st, stop)) break;
     const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
-    const std::size_t raw = c.stored != Codec::none ? c.raw_size : size;
+    const std::size_t raw = c.as_is ? c.raw_size : size;
     {
       ScopedTimer wait(st.blocked_output_ns);
       if (!raw_q_->push(c)) break;
@@ -207,8 +207,9 @@ void Sender::compress_loop(StageThread& t) {
       h.connections = static_cast<std::uint16_t>(cfg_.connections);
       h.checksum = wire::checksum(raw);
       std::size_t payload;
-      if (c->stored != Codec::none) {
-        // Arrived compressed: sent as stored, never decoded here; the checksum covers these bytes.
+      if (c->as_is) {
+        // Sent as it came (stored compressed, or a detector's message), never decoded here; the
+        // checksum covers these bytes.
         h.codec = c->stored;
         h.payload_checksum = true;
         h.raw_size = static_cast<std::uint32_t>(c->raw_size);
@@ -225,7 +226,7 @@ void Sender::compress_loop(StageThread& t) {
     }
     const std::size_t wire_size = wire::kHeaderSize + out.header.payload_size;
     st.chunks++;
-    st.bytes_in += c->stored != Codec::none ? c->raw_size : raw.size();
+    st.bytes_in += c->as_is ? c->raw_size : raw.size();
     st.bytes_out += wire_size;
     c.reset();  // the raw buffer goes back to its pool
     t.observe();
@@ -358,6 +359,7 @@ std::string Sender::metrics_text() {
   double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
   out += "# TYPE numastream_compression_ratio gauge\n";
   metric(out, "numastream_compression_ratio", r, wire > 0 ? raw / wire : 0);
+  source_->write_metrics(out);
   out += "# TYPE numastream_up gauge\n";
   metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
   return out;
@@ -497,6 +499,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"drained", rt_.drain_requested()},
       {"paused", drain_pauses() && !rt_.aborted()},
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  source_->report(result.summary);
   if (rt_.aborted()) {
     result.exit_code = kExitFailure;
   } else if (drain_pauses()) {

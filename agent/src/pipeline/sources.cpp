@@ -5,6 +5,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "base/error.hpp"
 #include "codec/dtype.hpp"
 #include "codec/synth.hpp"
+#include "detector/stream2.hpp"
 #include "net/transport.hpp"
 
 namespace numastream {
@@ -207,6 +209,7 @@ class Hdf5Source final : public ReadingSource {
     ScopedTimer busy(st.busy_ns);
     c.buffer->size = h5_->read_frame(c.seq, {c.buffer->data, c.buffer->capacity});
     if (h5_->stored() == hdf5::Stored::bslz4) {
+      c.as_is = true;
       c.stored = Codec::bslz4;
       c.raw_size = h5_->shape().frame_bytes();
     }
@@ -267,6 +270,111 @@ class ZmqSource final : public ReadingSource {
   std::optional<zmq::Socket> sock_;
 };
 
+// A DECTRIS Stream V2 detector: a PULL socket connected to its PUSH socket; every CBOR message
+// (start, image, end) is one chunk, carried byte for byte as it came: the frames stay compressed
+// as the detector compressed them. Each message is parsed only to follow the series; one that is
+// not a Stream V2 message is counted, named in the log and not sent. Series follow series; the
+// source ends only when the sender is stopped. Live: what it sent cannot be asked for again.
+class Stream2Source final : public ReadingSource {
+ public:
+  Stream2Source(const SourceSetup& s, zmq::Context& ctx)
+      : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg), ctx_(ctx), log_(s.log) {}
+  hdf5::FrameShape shape() const override {
+    hdf5::FrameShape shape;
+    shape.dtype = "stream2";  // messages, not pixels: a sink that stores frames reads the series
+    shape.dims = {cfg_.chunk_bytes};
+    return shape;
+  }
+  bool has_end() const override { return false; }
+  bool replays() const override { return false; }
+  bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
+    if (!sock_) {  // created by the thread that uses it (ZeroMQ sockets belong to one thread)
+      sock_.emplace(ctx_, ZMQ_PULL);
+      sock_->set_int(ZMQ_RCVHWM, cfg_.hwm);
+      sock_->set_int(ZMQ_LINGER, 0);
+      sock_->connect(cfg_.source.endpoint);
+    }
+    c.buffer = take(st);
+    if (!c.buffer) return false;
+    Buffer& b = *c.buffer.get();
+    while (!stop()) {
+      zmq_pollitem_t item{sock_->get(), 0, ZMQ_POLLIN, 0};
+      int ready;
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        ready = zmq_poll(&item, 1, 100);
+      }
+      if (ready <= 0) continue;
+      int n = zmq_recv(sock_->get(), b.data, b.capacity, ZMQ_DONTWAIT);
+      if (n < 0) {
+        if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
+        throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+      }
+      if (static_cast<std::size_t>(n) > b.capacity) {
+        // Its end was cut off: nothing of it can be sent, and nothing may be lost silently.
+        throw std::runtime_error("a Stream V2 message of " + std::to_string(n) + " bytes from " + cfg_.source.endpoint +
+                                 " is larger than chunk_bytes (" + std::to_string(b.capacity) + "): raise chunk_bytes");
+      }
+      b.size = static_cast<std::size_t>(n);
+      ScopedTimer busy(st.busy_ns);
+      std::string error;
+      auto m = stream2::parse({b.data, b.size}, error);
+      if (!m) {
+        if (malformed_++ < 3 && log_) {
+          log_("stream2: dropped a message that is not Stream V2 (" + error + ", " + std::to_string(b.size) + " bytes)");
+        }
+        continue;
+      }
+      follow(*m);
+      c.as_is = true;
+      c.stored = Codec::none;
+      c.raw_size = b.size;
+      return true;
+    }
+    return false;
+  }
+  std::size_t skip(std::uint64_t) override { return 0; }
+  void end() override { sock_.reset(); }
+  void report(nlohmann::json& summary) const override {
+    summary["stream2"] = {{"series_started", started_}, {"series_ended", ended_}, {"images", images_},
+                          {"malformed", malformed_.load()}, {"series_open", open_ ? nlohmann::json(*open_) : nlohmann::json(nullptr)}};
+  }
+  void write_metrics(std::string& out) const override {
+    out += "# HELP numastream_stream2_messages_malformed_total Messages from the detector that were not Stream V2 (dropped).\n"
+           "# TYPE numastream_stream2_messages_malformed_total counter\n"
+           "numastream_stream2_messages_malformed_total " + std::to_string(malformed_.load()) + "\n";
+  }
+
+ private:
+  // Series bookkeeping, for the log and the summary: which series is open, how many images it has.
+  void follow(const stream2::Message& m) {
+    const std::string name = std::to_string(m.series_id) + (m.series_unique_id.empty() ? "" : " (" + m.series_unique_id + ")");
+    if (m.type == stream2::Type::start) {
+      if (open_ && log_) log_("stream2: series " + std::to_string(*open_) + " had no end message before series " + name);
+      open_ = m.series_id;
+      series_images_ = 0;
+      ++started_;
+      if (log_) log_("stream2: series " + name + " started");
+    } else if (m.type == stream2::Type::image) {
+      ++images_;
+      ++series_images_;
+    } else {
+      ++ended_;
+      if (log_) log_("stream2: series " + name + " ended after " + std::to_string(series_images_) + " images");
+      open_.reset();
+      series_images_ = 0;
+    }
+  }
+
+  const Config& cfg_;
+  zmq::Context& ctx_;
+  std::function<void(const std::string&)> log_;
+  std::optional<zmq::Socket> sock_;
+  std::atomic<std::uint64_t> malformed_{0};
+  std::uint64_t started_ = 0, ended_ = 0, images_ = 0, series_images_ = 0;
+  std::optional<std::uint64_t> open_;
+};
+
 }  // namespace
 
 std::unique_ptr<Source> make_source(const SourceSetup& s, zmq::Context& ctx) {
@@ -279,6 +387,8 @@ std::unique_ptr<Source> make_source(const SourceSetup& s, zmq::Context& ctx) {
       return Hdf5Source::open(s);
     case SourceConfig::Kind::zmq:
       return std::make_unique<ZmqSource>(s, ctx);
+    case SourceConfig::Kind::stream2:
+      return std::make_unique<Stream2Source>(s, ctx);
   }
   throw ConfigError("source.kind", "unknown source");
 }

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "codec/codec.hpp"
 #include "config/config.hpp"
 #include "data/buffer_pool.hpp"
@@ -28,8 +30,10 @@ struct RawChunk {
   std::uint64_t seq = 0;
   int frame = 0;        // synthetic: which projection (each compressing node has its own copy)
   PooledBuffer buffer;  // file, zmq, hdf5: the bytes read
-  // The bytes arrived compressed (an HDF5 chunk stored with bslz4): sent as they are, their
-  // checksum over those bytes; `raw_size` is what they decode to.
+  // Sent as they came, never decoded or recompressed here, their checksum over those bytes: an
+  // HDF5 chunk stored with bslz4 (`stored`), a detector's message (stored none). `raw_size` is
+  // what they stand for in the stream's raw totals (what a bslz4 chunk decodes to).
+  bool as_is = false;
   Codec stored = Codec::none;
   std::size_t raw_size = 0;
 };
@@ -61,6 +65,10 @@ class Source {
   // The source thread is done with the source: what it opened for that thread (a socket) is
   // closed here, by that thread.
   virtual void end() {}
+  // What the source counted (messages, series, malformed input), into the run's summary and
+  // its metrics.
+  virtual void report(nlohmann::json& /*summary*/) const {}
+  virtual void write_metrics(std::string& /*out*/) const {}
 };
 
 struct SourceSetup {

@@ -1,0 +1,204 @@
+// DECTRIS Stream V2 through numastream, end to end with the real agent binary: the detector
+// simulator replays messages recorded from a real EIGER2 R 500K, the sender carries them, the
+// gateway re-emits them on its stream2 sink, and a consumer written for the detector (a PULL
+// socket) reads them there.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <zmq.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "detector/stream2.hpp"
+#include "process.hpp"
+
+namespace numastream::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::string kAgent = NUMASTREAM_AGENT;
+
+// The recordings (../shared/data/dectris-stream-v2 next to the repository, or
+// NUMASTREAM_STREAM2_DATA). Empty when absent.
+std::string recordings() {
+  if (const char* d = std::getenv("NUMASTREAM_STREAM2_DATA"); d && *d) return d;
+  return fs::exists(NUMASTREAM_STREAM2_DATA) ? NUMASTREAM_STREAM2_DATA : "";
+}
+
+bool require_real() {
+  const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL");
+  return r && std::string(r) == "1";
+}
+
+#define SKIP_WITHOUT_RECORDINGS(dir)                                                                   \
+  do {                                                                                                 \
+    if ((dir).empty()) {                                                                               \
+      if (require_real()) FAIL() << "NUMASTREAM_REQUIRE_REAL=1: the Stream V2 recordings are missing"; \
+      GTEST_SKIP() << "the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent";  \
+    }                                                                                                  \
+  } while (0)
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<fs::path> files_of(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+json summary(const Process& p) {
+  std::string out = p.out();
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return json();
+  auto start = out.rfind('\n', end);
+  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
+}
+
+std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
+
+// A consumer written for the detector: a PULL socket connected to the gateway's stream2 sink.
+struct Consumer {
+  void* ctx = zmq_ctx_new();
+  void* pull = zmq_socket(ctx, ZMQ_PULL);
+  explicit Consumer(const std::string& endpoint) {
+    int zero = 0;
+    zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_connect(pull, endpoint.c_str());
+  }
+  ~Consumer() {
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+  }
+  // Up to `count` messages, waiting at most `timeout` in all.
+  std::vector<std::string> take(std::size_t count, std::chrono::seconds timeout) {
+    std::vector<std::string> got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (got.size() < count && std::chrono::steady_clock::now() < deadline) {
+      zmq_pollitem_t item{pull, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 200) <= 0) continue;
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, pull, 0) >= 0) got.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+      zmq_msg_close(&m);
+    }
+    return got;
+  }
+};
+
+// What the detector simulator sends for `dir` with --start: its start message, then the files.
+std::vector<std::string> expected_series(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::uint64_t images = 0, id = 1;
+  std::string unique = "numastream-detector-sim";
+  bool named = false;
+  for (const auto& f : files_of(dir)) {
+    out.push_back(read_bytes(f));
+    std::string error;
+    auto bytes = std::as_bytes(std::span(out.back().data(), out.back().size()));
+    if (auto m = stream2::parse(bytes, error)) {
+      images += m->type == stream2::Type::image;
+      if (!named) {
+        id = m->series_id;
+        if (!m->series_unique_id.empty()) unique = m->series_unique_id;
+        named = true;
+      }
+    }
+  }
+  auto start = stream2::build_start(id, unique, images);
+  out.insert(out.begin(), std::string(reinterpret_cast<const char*>(start.data()), start.size()));
+  return out;
+}
+
+struct Passage {
+  json sender, receiver;
+  std::vector<std::string> consumed;
+};
+
+// detector-sim (replaying `dir`) -> send (source stream2) -> receive (sink stream2) -> consumer.
+// The sender is ended with SIGINT once the consumer has `want` messages (or gave up).
+Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<std::string> detector_flags = {}) {
+  const int port = free_ports(3);
+  Passage run;
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
+              "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
+  Consumer consumer(ep(port + 1));
+  std::vector<std::string> det = {kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", dir.string(), "--start",
+                                  "--linger-s", "5"};
+  det.insert(det.end(), detector_flags.begin(), detector_flags.end());
+  Process detector(det);
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
+              "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
+  run.consumed = consumer.take(want, 60s);
+  tx.signal(SIGINT);  // a person ends an endless stream
+  EXPECT_EQ(tx.wait(60s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_EQ(detector.wait(30s), 0) << detector.err();
+  run.sender = summary(tx);
+  run.receiver = summary(rx);
+  return run;
+}
+
+TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  for (const char* series : {"r500k_bm_bslz4_16bit", "r500k_bm_bslz4_8bit", "r500k_bm_bslz4_32bit", "r500k_bm_lz4_16bit"}) {
+    SCOPED_TRACE(series);
+    const fs::path dir = fs::path(data) / series;
+    const auto expected = expected_series(dir);
+    ASSERT_EQ(expected.size(), 12u) << "start, 10 images, end";
+    Passage run = through_the_gateway(dir, expected.size());
+    ASSERT_EQ(run.consumed.size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i << " differs (" << run.consumed[i].size() << " bytes, "
+                                                  << expected[i].size() << " sent)";
+    }
+    EXPECT_EQ(run.receiver["chunks"], 12);
+    EXPECT_EQ(run.receiver["lost"], 0);
+    EXPECT_EQ(run.receiver["corrupt"], 0);
+    EXPECT_EQ(run.receiver["complete"], true);
+    EXPECT_EQ(run.sender["stream2"]["series_started"], 1);
+    EXPECT_EQ(run.sender["stream2"]["images"], 10);
+    EXPECT_EQ(run.sender["stream2"]["series_ended"], 1);
+    EXPECT_EQ(run.sender["stream2"]["malformed"], 0);
+    // Carried as the detector compressed them: what crossed the wire is the messages' bytes
+    // (plus numastream's frame headers), not a recompression of them.
+    std::size_t bytes = 0;
+    for (const auto& m : expected) bytes += m.size();
+    EXPECT_EQ(run.receiver["raw_bytes"], bytes);
+    EXPECT_LT(run.receiver["wire_bytes"].get<double>(), bytes * 1.001 + 12 * 64);
+  }
+}
+
+TEST(Stream2, MessagesThatAreNotStreamV2AreCountedAndDropped) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const fs::path dir = temp_dir();
+  for (const auto& f : files_of(fs::path(data) / "r500k_bm_bslz4_16bit")) fs::copy_file(f, dir / f.filename());
+  const auto expected = expected_series(dir);
+  std::ofstream(dir / "000003a.cbor", std::ios::binary) << "not CBOR at all";
+  std::ofstream(dir / "000007a.cbor", std::ios::binary) << std::string("\xa1\x61x\x01", 4);  // {"x": 1}: no type
+  std::ofstream(dir / "000009a.cbor", std::ios::binary) << std::string("\xa0\xa0", 2);  // a map, then more
+  Passage run = through_the_gateway(dir, expected.size());
+  ASSERT_EQ(run.consumed.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
+  EXPECT_EQ(run.sender["stream2"]["malformed"], 3);
+  EXPECT_EQ(run.sender["stream2"]["images"], 10);
+  EXPECT_EQ(run.receiver["lost"], 0);
+}
+
+}  // namespace
+}  // namespace numastream::testing
