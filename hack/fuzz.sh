@@ -13,11 +13,11 @@ if ! command -v clang++ >/dev/null 2>&1; then
 fi
 CC=clang CXX=clang++ hack/quiet.sh "fuzz: cmake configure" -- cmake -S agent -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_FUZZ=ON -DNUMASTREAM_TESTS=OFF
-hack/quiet.sh "fuzz: build" -- cmake --build "$build" --target frame_fuzzer config_fuzzer
+hack/quiet.sh "fuzz: build" -- cmake --build "$build" --target frame_fuzzer config_fuzzer stream2_fuzzer
 mkdir -p "$build/artifacts"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for target in frame config; do
+for target in frame config stream2; do
   cp -r "agent/fuzz/corpus/$target" "$work/$target"
   log="$work/$target.log"
   if ! "$build/${target}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \

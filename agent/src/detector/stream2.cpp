@@ -27,6 +27,37 @@ std::optional<std::uint64_t> unsigned_int(cbor_item_t* item) {
   return cbor_get_int(item);
 }
 
+// libcbor allocates a definite array or map for the size its header declares before reading
+// its items, so a few bytes that declare a billion items would ask for gigabytes. Each item takes
+// at least one byte: a header declaring more items than bytes are left is refused here, walking
+// the message with libcbor's streaming decoder, before cbor_load builds anything.
+struct Walk {
+  std::size_t left = 0;
+  bool plausible = true;
+};
+
+bool sizes_plausible(std::span<const std::byte> bytes) {
+  cbor_callbacks cb = cbor_empty_callbacks;
+  cb.array_start = [](void* ctx, std::size_t n) {
+    auto* w = static_cast<Walk*>(ctx);
+    if (n > w->left) w->plausible = false;
+  };
+  cb.map_start = [](void* ctx, std::size_t n) {
+    auto* w = static_cast<Walk*>(ctx);
+    if (n > w->left / 2) w->plausible = false;
+  };
+  Walk w;
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  std::size_t pos = 0;
+  while (pos < bytes.size() && w.plausible) {
+    w.left = bytes.size() - pos;
+    const cbor_decoder_result r = cbor_stream_decode(data + pos, bytes.size() - pos, &cb, &w);
+    if (r.status != CBOR_DECODER_FINISHED || r.read == 0) break;  // cbor_load names the error
+    pos += r.read;
+  }
+  return w.plausible;
+}
+
 }  // namespace
 
 const char* type_name(Type t) noexcept {
@@ -41,6 +72,10 @@ const char* type_name(Type t) noexcept {
 std::optional<Message> parse(std::span<const std::byte> bytes, std::string& error) {
   if (bytes.empty()) {
     error = "empty message";
+    return std::nullopt;
+  }
+  if (!sizes_plausible(bytes)) {
+    error = "an array or map declares more items than the message has bytes";
     return std::nullopt;
   }
   cbor_load_result result{};
