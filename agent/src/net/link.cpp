@@ -25,6 +25,13 @@ void AckLedger::merge(std::uint32_t stream, std::uint64_t floor, std::span<const
   streams_[stream].merge(floor, seqs);
 }
 
+std::uint64_t AckLedger::insert(std::uint32_t stream, std::uint64_t seq) {
+  std::lock_guard lock(mu_);
+  SeqSet& s = streams_[stream];
+  s.insert(seq);
+  return s.floor();
+}
+
 bool AckLedger::contains(std::uint32_t stream, std::uint64_t seq) const {
   std::lock_guard lock(mu_);
   auto it = streams_.find(stream);

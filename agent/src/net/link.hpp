@@ -26,10 +26,14 @@
 
 namespace numastream {
 
-// What the receiver acknowledged, per stream; shared by the connections of one sender.
+// What was acknowledged, per stream: on a sender, what its receiver took (shared by the
+// connections of one sender); on a receiver, what its sink took (answers a resume frame); on a
+// relay, what the decompressing side took. Thread-safe.
 class AckLedger {
  public:
   void merge(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs);
+  // Records `seq`; returns the stream's floor after it (everything below is acknowledged).
+  std::uint64_t insert(std::uint32_t stream, std::uint64_t seq);
   bool contains(std::uint32_t stream, std::uint64_t seq) const;
   // Floor and the acknowledged sequences above it (bounded by the wire format).
   std::pair<std::uint64_t, std::vector<std::uint64_t>> snapshot(std::uint32_t stream) const;

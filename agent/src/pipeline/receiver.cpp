@@ -95,8 +95,7 @@ class Receiver {
   // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
   // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
   // decompressing side acknowledged to it (relay_ledger_).
-  std::mutex ledger_mu_;
-  std::map<std::uint32_t, SeqSet> ledger_;
+  AckLedger ledger_;
   std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
   std::vector<std::unique_ptr<AckBox>> boxes_;
   std::atomic<std::uint64_t> acks_sent_{0};
@@ -121,29 +120,14 @@ class Receiver {
 };
 
 void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
-  std::uint64_t floor;
-  {
-    std::lock_guard lock(ledger_mu_);
-    SeqSet& s = ledger_[stream];
-    s.insert(seq);
-    floor = s.floor();
-  }
+  const std::uint64_t floor = ledger_.insert(stream, seq);
   boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
 }
 
 // The answer to a resume frame: everything the sink has taken of the stream.
 std::vector<std::byte> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
                                          std::uint16_t connections, std::uint32_t flags) {
-  std::uint64_t floor;
-  std::vector<std::uint64_t> above;
-  if (cfg_.relay) {
-    std::tie(floor, above) = relay_ledger_->snapshot(stream);
-  } else {
-    std::lock_guard lock(ledger_mu_);
-    SeqSet& s = ledger_[stream];
-    floor = s.floor();
-    above = s.above(wire::kMaxAckEntries);
-  }
+  const auto [floor, above] = (cfg_.relay ? *relay_ledger_ : ledger_).snapshot(stream);
   return wire::encode_ack(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
 }
 
@@ -272,8 +256,7 @@ void Receiver::receive_loop(StageThread& t) {
         if (!wire_q_->push(in)) break;      // comes back from there
       } else {
         {
-          std::lock_guard lock(ledger_mu_);
-          ledger_[h.stream_id].merge(h.sequence, seqs);
+          ledger_.merge(h.stream_id, h.sequence, seqs);
         }
         answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections, 0));
       }
@@ -396,8 +379,7 @@ void Receiver::decompress_loop(StageThread& t) {
       // when the sink takes the original. (The buffer goes back to its pool with `out`.)
       bool taken = true;
       if (verdict == StreamTracker::Verdict::duplicate && forward) {
-        std::lock_guard lock(ledger_mu_);
-        taken = ledger_[h.stream_id].contains(h.sequence);
+        taken = ledger_.contains(h.stream_id, h.sequence);
       }
       if (taken) acknowledge(out.via, h.stream_id, h.sequence);
       continue;
@@ -680,10 +662,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     case SinkConfig::Kind::stream2:
       sink_ = std::make_unique<Stream2Sink>(
           cfg_, *ctx_, tracker_, reorder_window_, ack,
-          [this](std::uint32_t stream) {
-            std::lock_guard lock(ledger_mu_);
-            return ledger_[stream].floor();
-          },
+          [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; },
           [this] { return rt_.aborted(); });
       break;
     case SinkConfig::Kind::zmq:
