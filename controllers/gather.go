@@ -92,7 +92,7 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 			return topology.Node{}, nil, err
 		}
 		t, err := topology.FromLabels(name, node.Labels)
-		if err == nil {
+		if err == nil && !passThrough(sp) {
 			t, err = t.ForCodec(string(sp.Spec.Codec))
 		}
 		if err != nil {
@@ -290,6 +290,17 @@ func (r *StreamPipelineReconciler) heldOnGateway(ctx context.Context, sp *v1alph
 	return held, streams, nil
 }
 
+// passThrough: every sender carries a detector's messages as they came (Stream V2): no codec
+// work to plan on either side.
+func passThrough(sp *v1alpha1.StreamPipeline) bool {
+	for _, s := range sp.Spec.Senders {
+		if s.Source.Stream2 == nil {
+			return false
+		}
+	}
+	return len(sp.Spec.Senders) > 0
+}
+
 func older(a, b *v1alpha1.StreamPipeline) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
@@ -305,9 +316,10 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 	req := planner.Request{
 		Senders: f.senders, Gateway: f.gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
 		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
-		HasSink:    sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil || sp.Spec.Sink.HDF5 != nil),
-		Port:       int(sp.Spec.Port),
-		ChunkBytes: sp.Spec.ChunkBytes,
+		HasSink:     sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil || sp.Spec.Sink.HDF5 != nil || sp.Spec.Sink.Stream2 != nil),
+		Port:        int(sp.Spec.Port),
+		ChunkBytes:  sp.Spec.ChunkBytes,
+		PassThrough: passThrough(sp),
 	}
 	if sp.Spec.Placement == v1alpha1.PlacementOS {
 		req.Mode = planner.OS

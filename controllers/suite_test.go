@@ -325,11 +325,11 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 	}{
 		"two sources": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source.File = &v1alpha1.FileSource{Path: "/data"}
-		}, "exactly one of synthetic, file, zmq or hdf5"},
-		"no source":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file, zmq or hdf5"},
+		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
+		"no source":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
 		"synthetic and hdf5": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source.HDF5 = &v1alpha1.HDF5Dataset{Path: "/data/tomo.h5"}
-		}, "exactly one of synthetic, file, zmq or hdf5"},
+		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
 		"relative dataset": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/tomo.h5", Dataset: "exchange/data"}}
 		}, "spec.senders[0].source.hdf5.dataset"},
@@ -337,6 +337,16 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 			withSenders("updraft-1", "updraft-2")(sp)
 			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/scan.h5"}}
 		}, "sink.hdf5.path must contain {stream}"},
+		"stream2 sink without a stream2 source": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{}}
+		}, "every sender's source must be stream2"},
+		"stream2 sink for two detectors": {func(sp *v1alpha1.StreamPipeline) {
+			withSenders("updraft-1", "updraft-2")(sp)
+			for i := range sp.Spec.Senders {
+				sp.Spec.Senders[i].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			}
+			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{}}
+		}, "one sender per StreamPipeline"},
 		"no senders":       {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = nil }, "spec.senders"},
 		"zero connections": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = ptr.To[int32](0) }, "spec.connections"},
 		"hostNetwork with an attachment": {func(sp *v1alpha1.StreamPipeline) {
@@ -362,10 +372,10 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"bad NIC name": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.NIC = "ens1f0; rm" }, "spec.gateway.network.nic"},
 		"two sinks": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/a"}, ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://h:1"}}
-		}, "at most one of file, zmq or hdf5"},
+		}, "at most one of file, zmq, hdf5 or stream2"},
 		"file and hdf5 sinks": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/a"}, HDF5: &v1alpha1.HDF5Dataset{Path: "/b.h5"}}
-		}, "at most one of file, zmq or hdf5"},
+		}, "at most one of file, zmq, hdf5 or stream2"},
 		"duplicate sender": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = append(sp.Spec.Senders, sp.Spec.Senders[0]) }, "spec.senders[1]"},
 		"bad ratio":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ExpectedRatio = "two" }, "spec.expectedRatio"},
 		"bad placement":    {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = "pinned" }, "spec.placement"},

@@ -224,7 +224,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     EXPECT_EQ(c.relay, doc.value("relay", false));
     if (gateway) {
       EXPECT_EQ(c.streams, doc["streams"].get<int>());
-      const std::string kinds[] = {"null", "file", "zmq", "hdf5"};
+      const std::string kinds[] = {"null", "file", "zmq", "hdf5", "stream2"};
       EXPECT_EQ(kinds[static_cast<int>(c.sink.kind)], doc["sink"]["kind"].get<std::string>());
       EXPECT_EQ(c.sink.path, doc["sink"].value("path", ""));
       EXPECT_EQ(c.sink.dataset, doc["sink"].value("dataset", "/exchange/data"));
@@ -233,7 +233,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     } else {
       EXPECT_EQ(c.stream_id, doc["stream_id"].get<std::uint32_t>());
       EXPECT_EQ(c.state_dir, doc["state_dir"].get<std::string>());
-      const std::string kinds[] = {"synthetic", "file", "zmq", "hdf5"};
+      const std::string kinds[] = {"synthetic", "file", "zmq", "hdf5", "stream2"};
       const json& src = doc["source"];
       EXPECT_EQ(c.source.dataset, src.value("dataset", "/exchange/data"));
       EXPECT_EQ(kinds[static_cast<int>(c.source.kind)], src["kind"].get<std::string>());

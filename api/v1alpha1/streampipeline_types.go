@@ -27,6 +27,8 @@ type Codec string
 // +kubebuilder:validation:XValidation:rule="!has(self.connections) || self.port + self.connections <= 65536",message="port + connections must not run past 65535"
 // +kubebuilder:validation:XValidation:rule="!(has(self.hostNetwork) && self.hostNetwork && has(self.gateway.network.attachment))",message="hostNetwork pods use the host's NICs: leave gateway.network.attachment unset"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.hdf5) && !self.sink.hdf5.path.contains('{stream}'))",message="sink.hdf5.path must contain {stream} when there are several senders: each stream writes its own file"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.stream2)) || self.senders.all(s, has(s.source.stream2))",message="sink.stream2 re-emits Stream V2 messages: every sender's source must be stream2"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.stream2) && size(self.senders) > 1)",message="a stream2 sink re-emits the series of one detector: one sender per StreamPipeline"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 type StreamPipelineSpec struct {
 	// Senders are the source nodes; each one is one stream (the paper's detectors).
@@ -164,7 +166,7 @@ type Sender struct {
 }
 
 // Source is a union: exactly one member is set.
-// +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) == 1",message="exactly one of synthetic, file, zmq or hdf5 must be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) == 1",message="exactly one of synthetic, file, zmq, hdf5 or stream2 must be set"
 type Source struct {
 	// Synthetic tomography projections, deterministic from a seed.
 	// +optional
@@ -179,6 +181,12 @@ type Source struct {
 	// with bslz4, one per HDF5 chunk, are sent as stored, never decompressed.
 	// +optional
 	HDF5 *HDF5Dataset `json:"hdf5,omitempty"`
+	// Stream2: a DECTRIS Stream V2 detector (EIGER2, PILATUS4): its PUSH endpoint, usually
+	// port 31001 of the detector control unit. Every CBOR message (start, image, end) is carried
+	// byte for byte; frames stay compressed as the detector compressed them. Series follow
+	// series: the stream has no end.
+	// +optional
+	Stream2 *ZMQEndpoint `json:"stream2,omitempty"`
 }
 
 // HDF5Dataset is a dataset of frames (frames x rows x cols) in an HDF5 file on a node.
@@ -303,7 +311,7 @@ type DataNetwork struct {
 }
 
 // Sink is a union: at most one member is set; none is the null sink.
-// +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) <= 1",message="at most one of file, zmq or hdf5 may be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) <= 1",message="at most one of file, zmq, hdf5 or stream2 may be set"
 type Sink struct {
 	// File writes each stream, in order, on the gateway ("{stream}" in the path is the stream id).
 	// +optional
@@ -315,6 +323,21 @@ type Sink struct {
 	// bslz4 frames are written as they arrived (filter 32008), never decompressed.
 	// +optional
 	HDF5 *HDF5Dataset `json:"hdf5,omitempty"`
+	// Stream2 re-emits a stream2 source's messages byte for byte, in the detector's order, on a
+	// PUSH socket the gateway binds on this port, so consumers written for the detector connect
+	// to the gateway instead.
+	// +optional
+	Stream2 *Stream2Sink `json:"stream2,omitempty"`
+}
+
+// Stream2Sink is where the gateway speaks Stream V2 again.
+type Stream2Sink struct {
+	// Port the gateway's PUSH socket binds (on every address of the gateway pod).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=31001
+	// +optional
+	Port int32 `json:"port,omitempty"`
 }
 
 // StageThreads overrides the planner per stage.

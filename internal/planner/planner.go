@@ -73,6 +73,12 @@ type Request struct {
 	// default the hardware threads of one core share its codec throughput: on a node with two
 	// threads per core, a codec thread is worth half the measured per-core speed.
 	CountHardwareThreads bool
+	// PassThrough: the sources' frames arrive compressed and are carried as they came (a DECTRIS
+	// Stream V2 detector). The compressing stage only copies each message into a frame (one
+	// thread), the decompressing stage only checks its checksum (one thread); neither limits
+	// the rate, the codec's speeds do not matter, and what crosses the network is the messages'
+	// bytes (Ratio is taken as 1).
+	PassThrough bool
 	// ReceiveCoresLimit caps the receiving cores (connections) per stream: after the kubelet's
 	// Topology Manager refused a gateway pod, the operator plans with fewer than it asked for
 	// (0: no cap).
@@ -155,6 +161,9 @@ func Make(r Request) (Plan, error) {
 	if r.Ratio <= 0 || math.IsNaN(r.Ratio) {
 		return Plan{}, refuse("expected compression ratio must be positive, got %v", r.Ratio)
 	}
+	if r.PassThrough {
+		r.Ratio = 1
+	}
 	gw := r.Gateway
 	nic, err := gw.NIC(r.GatewayNIC)
 	if err != nil {
@@ -189,7 +198,10 @@ func Make(r Request) (Plan, error) {
 		}
 		perCore := s.CompressMBps * 8 * r.codecShare(s)
 		n := avail
-		if r.CompressThreads > 0 {
+		if r.PassThrough {
+			// One thread copies messages into frames: no codec work to size.
+			n, perCore = 1, math.Inf(1)
+		} else if r.CompressThreads > 0 {
 			n = r.CompressThreads
 		} else if r.TargetMbit > 0 {
 			n = min(avail, int(math.Ceil(r.TargetMbit/perCore)))
@@ -251,7 +263,12 @@ func Make(r Request) (Plan, error) {
 		left += streams
 	}
 	decompress := 0
-	if r.DecompressThreads > 0 {
+	if r.PassThrough {
+		decompress = 1 // checks each message's checksum and hands it on: nothing to decode
+		if decompress*streams > left {
+			return Plan{}, refuse("gateway %s: no core is left to check the messages after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams, describeHeld(r.Held))
+		}
+	} else if r.DecompressThreads > 0 {
 		decompress = r.DecompressThreads
 		if decompress*streams > left {
 			return Plan{}, refuse("gateway %s: %d streams x %d decompress threads need %d cores, %d are free after the receivers", gw.Name, streams, decompress, decompress*streams, max(left, 0))
@@ -285,6 +302,11 @@ func Make(r Request) (Plan, error) {
 			StageReceive:    receiveRate,
 			StageDecompress: float64(decompress) * decompressMbit,
 		}
+		if r.PassThrough {
+			// No codec work on either side: only the network and the receivers set the rate.
+			delete(st, StageCompress)
+			delete(st, StageDecompress)
+		}
 		if r.TargetMbit > 0 {
 			st[StageTarget] = r.TargetMbit
 		}
@@ -298,7 +320,7 @@ func Make(r Request) (Plan, error) {
 			Node: s.Name, Role: "sender", Stream: i, CPUs: sides[i].compress + SenderOverheadCPUs,
 			Stages: []Stage{
 				{Name: StageSource, Threads: 1, NUMA: "any"},
-				{Name: StageCompress, Threads: sides[i].compress, NUMA: "any", RateMbit: sides[i].rate},
+				{Name: StageCompress, Threads: sides[i].compress, NUMA: "any", RateMbit: codecRate(r, sides[i].rate)},
 				{Name: StageSend, Threads: conns, NUMA: "any", RateMbit: sides[i].link * r.Ratio},
 			},
 		})
@@ -306,7 +328,7 @@ func Make(r Request) (Plan, error) {
 	for i := range r.Senders {
 		stages := []Stage{
 			{Name: StageReceive, Threads: conns, NUMA: receiveNUMA, RateMbit: receiveRate},
-			{Name: StageDecompress, Threads: decompress, NUMA: decompressNUMA, RateMbit: float64(decompress) * decompressMbit},
+			{Name: StageDecompress, Threads: decompress, NUMA: decompressNUMA, RateMbit: codecRate(r, float64(decompress)*decompressMbit)},
 		}
 		if r.HasSink {
 			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: "any"})
@@ -321,6 +343,14 @@ func Make(r Request) (Plan, error) {
 		plan.Nodes[i].Containers = containers(plan.Nodes[i], conns, r.ChunkBytes)
 	}
 	return plan, nil
+}
+
+// codecRate is a codec stage's predicted rate; 0 when the stage has no codec work (pass-through).
+func codecRate(r Request, mbit float64) float64 {
+	if r.PassThrough {
+		return 0
+	}
+	return mbit
 }
 
 // DefaultChunkBytes is one 2560 x 2160 16-bit projection.

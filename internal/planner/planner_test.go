@@ -485,3 +485,42 @@ func TestTwoCPUNodesFitWithTheSinkSharingACore(t *testing.T) {
 		t.Errorf("a sender with 1 allocatable CPU: want a refusal naming it, got %v", err)
 	}
 }
+
+// A Stream V2 detector's messages are carried as they came: no compression to size on the
+// sender, only checksums to check at the gateway. The plan gives each codec stage one thread and
+// no rate, and the network (the messages' own bytes, ratio 1) or the receivers set the rate —
+// not the codec speeds, which the same request without PassThrough is limited by.
+func TestPassThroughSourcesPlanNoCodecWork(t *testing.T) {
+	slow := node("eiger-dcu", []int{8}, map[string][2]int64{"ens1f0": {0, 100000}}, 100, 300)
+	r := request(slow)
+	coded, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if coded.Bottleneck != StageCompress {
+		t.Fatalf("with compression, the slow codec should limit: %s", coded.Bottleneck)
+	}
+	r.PassThrough = true
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := stage(t, p, "sender", 0, StageCompress); c.Threads != 1 || c.RateMbit != 0 {
+		t.Errorf("compress = %+v, want 1 thread and no codec rate", c)
+	}
+	if d := stage(t, p, "gateway", 0, StageDecompress); d.Threads != 1 || d.RateMbit != 0 {
+		t.Errorf("decompress = %+v, want 1 thread and no codec rate", d)
+	}
+	if p.Bottleneck != StageNetwork && p.Bottleneck != StageReceive {
+		t.Errorf("bottleneck %s, want the network or the receivers", p.Bottleneck)
+	}
+	if p.Bottleneck == StageNetwork && !near(p.RateMbit, 100000, 1) {
+		t.Errorf("predicted %.0f Mbit/s: the messages cross the 100G link as they are (ratio 1)", p.RateMbit)
+	}
+	if _, ok := p.Streams[0].Stages[StageCompress]; ok {
+		t.Errorf("a pass-through stream's prediction lists a compress rate: %v", p.Streams[0].Stages)
+	}
+	if got := stage(t, p, "sender", 0, StageCompress).Threads + SenderOverheadCPUs; p.Nodes[0].CPUs != got {
+		t.Errorf("sender pod asks %d CPUs, want %d", p.Nodes[0].CPUs, got)
+	}
+}

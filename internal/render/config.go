@@ -191,6 +191,8 @@ func sourceConfig(s v1alpha1.Source) *SourceConfig {
 		return &SourceConfig{Kind: "hdf5", Path: DataPathMount, Dataset: datasetOf(s.HDF5)}
 	case s.ZMQ != nil:
 		return &SourceConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
+	case s.Stream2 != nil:
+		return &SourceConfig{Kind: "stream2", Endpoint: s.Stream2.Endpoint}
 	default:
 		out := &SourceConfig{Kind: "synthetic"}
 		if s.Synthetic != nil {
@@ -209,9 +211,22 @@ func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
 		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s != nil && s.HDF5 != nil:
 		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + baseOf(s.HDF5.Path), Dataset: datasetOf(s.HDF5)}
+	case s != nil && s.Stream2 != nil:
+		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s))}
 	default:
 		return &SinkConfig{Kind: "null"}
 	}
+}
+
+// stream2Port is the port a stream2 sink binds on the gateway (0: no stream2 sink).
+func stream2Port(s *v1alpha1.Sink) int32 {
+	if s == nil || s.Stream2 == nil {
+		return 0
+	}
+	if s.Stream2.Port == 0 {
+		return 31001
+	}
+	return s.Stream2.Port
 }
 
 func datasetOf(d *v1alpha1.HDF5Dataset) string {

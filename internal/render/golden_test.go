@@ -35,6 +35,11 @@ func goldenCases() map[string]*v1alpha1.StreamPipeline {
 			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/archive/scan-{stream}.h5",
 				Dataset: "/entry/data/data"}}
 		}),
+		"stream2-stream2": pipeline("stream2-stream2", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Codec = v1alpha1.Codec("bslz4")
+			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
+			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001}}
+		}),
 		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Codec = v1alpha1.Codec("shuffle-lz4")
 			idle := int32(120)

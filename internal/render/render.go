@@ -213,6 +213,10 @@ func service(sp *v1alpha1.StreamPipeline, n planner.NodePlan, conns int) *corev1
 	svc.Spec.Ports = append(svc.Spec.Ports,
 		corev1.ServicePort{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromInt32(MetricsPort)},
 		corev1.ServicePort{Name: "metrics-dx", Port: DecompressMetricsPort, TargetPort: intstr.FromInt32(DecompressMetricsPort)})
+	if port := stream2Port(sp.Spec.Sink); port > 0 {
+		// Consumers written for the detector connect here, as they would to the detector.
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "stream2", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)})
+	}
 	return svc
 }
 

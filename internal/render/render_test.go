@@ -666,3 +666,27 @@ func TestAgentPodsCarryTheSchedulingSettings(t *testing.T) {
 		t.Error("a new priority class keeps the plan hash: the Job would not be replaced")
 	}
 }
+
+// A stream2 sink: the gateway's agent binds the port on every address of its pod, and the
+// gateway's Service carries it, so a consumer written for the detector connects there.
+func TestStream2SinkIsReachableThroughTheGatewayService(t *testing.T) {
+	sp := goldenCases()["stream2-stream2"]
+	objs, _ := renderFor(t, sp)
+	if len(objs.Services) != 1 {
+		t.Fatalf("%d services", len(objs.Services))
+	}
+	found := false
+	for _, p := range objs.Services[0].Spec.Ports {
+		if p.Name == "stream2" && p.Port == 31001 && p.TargetPort.IntVal == 31001 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("gateway service ports %+v: no stream2 port 31001", objs.Services[0].Spec.Ports)
+	}
+	for key, cfg := range objs.ConfigMap.Data {
+		if strings.HasPrefix(key, "gateway-0.json") && !strings.Contains(cfg, `"endpoint": "tcp://*:31001"`) {
+			t.Errorf("%s does not bind the stream2 sink on port 31001:\n%s", key, cfg)
+		}
+	}
+}
