@@ -202,3 +202,46 @@ TEST(Stream2, MessagesThatAreNotStreamV2AreCountedAndDropped) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// A detector that goes away mid-series (a DCU restarted, a cable pulled): the series cannot be
+// complete, and the sender says so — in its log, its summary and its metrics — never silently.
+TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysSo) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const auto files = files_of(fs::path(data) / "r500k_bm_bslz4_16bit");
+  const int port = free_ports(2);
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--idle-timeout", "30"});
+  void* ctx = zmq_ctx_new();
+  void* push = zmq_socket(ctx, ZMQ_PUSH);
+  int linger = 5000;  // what was sent reaches the sender before the socket goes
+  zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof(linger));
+  ASSERT_EQ(zmq_bind(push, ep(port + 1).c_str()), 0);
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
+              "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
+  auto start = stream2::build_start(1, "01GRXWT80JSDY2FNW8SGCCDZD9", 10);
+  ASSERT_GE(zmq_send(push, start.data(), start.size(), 0), 0);
+  for (int i = 0; i < 3; ++i) {
+    const std::string image = read_bytes(files[static_cast<std::size_t>(i)]);
+    ASSERT_GE(zmq_send(push, image.data(), image.size(), 0), 0);
+  }
+  zmq_close(push);
+  zmq_ctx_term(ctx);  // the detector is gone, 3 images into a series of 10
+  for (int i = 0; i < 100 && tx.err().find("INCOMPLETE") == std::string::npos; ++i) std::this_thread::sleep_for(100ms);
+  tx.signal(SIGINT);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json s = summary(tx), r = summary(rx);
+  EXPECT_NE(tx.err().find("series 1 is INCOMPLETE"), std::string::npos) << tx.err();
+  EXPECT_EQ(s["stream2"]["series_incomplete"], 1);
+  EXPECT_EQ(s["stream2"]["images"], 3);
+  EXPECT_EQ(s["stream2"]["series_ended"], 0);
+  EXPECT_TRUE(s["stream2"]["series_open"].is_null());
+  EXPECT_EQ(r["chunks"], 4) << "what the detector sent before it went arrives, verified";
+  EXPECT_EQ(r["lost"], 0);
+}
+
+}  // namespace
+}  // namespace numastream::testing

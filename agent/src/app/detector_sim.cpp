@@ -118,13 +118,15 @@ int run_detector_sim(const std::vector<std::string>& args) {
   std::fprintf(stderr, "detector-sim: %zu messages per series, %ld series, on %s\n", messages.size(), series,
                endpoint.c_str());
   using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
+  // The clock starts when the first message is taken (the first send waits for a consumer).
+  Clock::time_point t0;
   std::uint64_t sent = 0;
   for (long s = 0; s < series; ++s) {
     for (const auto& m : messages) {
-      if (rate_hz > 0) {
+      if (sent == 1) t0 = Clock::now();
+      if (rate_hz > 0 && sent > 0) {
         std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(static_cast<double>(sent) / rate_hz)));
+                                               std::chrono::duration<double>(static_cast<double>(sent - 1) / rate_hz)));
       }
       // Blocks while no consumer is connected or its queue is full: a detector waits the same way.
       if (zmq_send(sock.get(), m.data(), m.size(), 0) < 0) {
@@ -133,7 +135,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
       ++sent;
     }
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Seconds from the first message taken to the last one sent: `messages - 1` intervals.
+  const double secs = sent > 1 ? std::chrono::duration<double>(Clock::now() - t0).count() : 0;
   std::printf("{\"role\":\"detector-sim\",\"messages\":%llu,\"series\":%ld,\"seconds\":%.3f}\n",
               static_cast<unsigned long long>(sent), series, secs);
   std::fflush(stdout);

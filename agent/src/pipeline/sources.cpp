@@ -292,23 +292,28 @@ class Stream2Source final : public ReadingSource {
       sock_.emplace(ctx_, ZMQ_PULL);
       sock_->set_int(ZMQ_RCVHWM, cfg_.hwm);
       sock_->set_int(ZMQ_LINGER, 0);
+      mon_.emplace(ctx_, *sock_, "stream2");
       sock_->connect(cfg_.source.endpoint);
     }
     c.buffer = take(st);
     if (!c.buffer) return false;
     Buffer& b = *c.buffer.get();
     while (!stop()) {
-      zmq_pollitem_t item{sock_->get(), 0, ZMQ_POLLIN, 0};
+      zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0}, {mon_->get(), 0, ZMQ_POLLIN, 0}};
       int ready;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        ready = zmq_poll(&item, 1, 100);
+        ready = zmq_poll(items, 2, 100);
       }
       if (ready <= 0) continue;
+      // Messages the detector sent before it went are read first; then its going is noticed.
       int n = zmq_recv(sock_->get(), b.data, b.capacity, ZMQ_DONTWAIT);
       if (n < 0) {
-        if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
-        throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+        if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
+          throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+        }
+        if (items[1].revents & ZMQ_POLLIN) watch_connection();
+        continue;
       }
       if (static_cast<std::size_t>(n) > b.capacity) {
         // Its end was cut off: nothing of it can be sent, and nothing may be lost silently.
@@ -334,18 +339,45 @@ class Stream2Source final : public ReadingSource {
     return false;
   }
   std::size_t skip(std::uint64_t) override { return 0; }
-  void end() override { sock_.reset(); }
+  void end() override {
+    mon_.reset();
+    sock_.reset();
+  }
   void report(nlohmann::json& summary) const override {
     summary["stream2"] = {{"series_started", started_}, {"series_ended", ended_}, {"images", images_},
+                          {"series_incomplete", incomplete_.load()}, {"detector_disconnects", disconnects_},
                           {"malformed", malformed_.load()}, {"series_open", open_ ? nlohmann::json(*open_) : nlohmann::json(nullptr)}};
   }
   void write_metrics(std::string& out) const override {
     out += "# HELP numastream_stream2_messages_malformed_total Messages from the detector that were not Stream V2 (dropped).\n"
            "# TYPE numastream_stream2_messages_malformed_total counter\n"
-           "numastream_stream2_messages_malformed_total " + std::to_string(malformed_.load()) + "\n";
+           "numastream_stream2_messages_malformed_total " + std::to_string(malformed_.load()) + "\n"
+           "# HELP numastream_stream2_series_incomplete_total Series whose detector went away before their end message.\n"
+           "# TYPE numastream_stream2_series_incomplete_total counter\n"
+           "numastream_stream2_series_incomplete_total " + std::to_string(incomplete_.load()) + "\n";
   }
 
  private:
+  // The detector's connection went down: a series it had open cannot be complete (what it had
+  // queued towards us went with the connection). Said, counted, and the series closed.
+  void watch_connection() {
+    const int before = mon_->disconnects();
+    mon_->drain();
+    if (mon_->disconnects() == before) return;
+    disconnects_ += static_cast<std::uint64_t>(mon_->disconnects() - before);
+    if (!open_) {
+      if (log_) log_("stream2: the detector at " + cfg_.source.endpoint + " disconnected between series");
+      return;
+    }
+    ++incomplete_;
+    if (log_) {
+      log_("stream2: series " + std::to_string(*open_) + " is INCOMPLETE: the detector at " + cfg_.source.endpoint +
+           " disconnected after " + std::to_string(series_images_) + " images, before its end message");
+    }
+    open_.reset();
+    series_images_ = 0;
+  }
+
   // Series bookkeeping, for the log and the summary: which series is open, how many images it has.
   void follow(const stream2::Message& m) {
     const std::string name = std::to_string(m.series_id) + (m.series_unique_id.empty() ? "" : " (" + m.series_unique_id + ")");
@@ -370,7 +402,9 @@ class Stream2Source final : public ReadingSource {
   zmq::Context& ctx_;
   std::function<void(const std::string&)> log_;
   std::optional<zmq::Socket> sock_;
-  std::atomic<std::uint64_t> malformed_{0};
+  std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
+  std::atomic<std::uint64_t> malformed_{0}, incomplete_{0};
+  std::uint64_t disconnects_ = 0;
   std::uint64_t started_ = 0, ended_ = 0, images_ = 0, series_images_ = 0;
   std::optional<std::uint64_t> open_;
 };

@@ -1,0 +1,115 @@
+"""make bench-stream2: a simulated DECTRIS detector at fixed image rates through the pipeline on
+loopback.
+
+numastream-agent detector-sim replays the real EIGER2 R 500K series (bslz4, 16-bit, 10 images of
+514 x 1030 pixels in 3 channels and the end message, after a start message of its own) SERIES
+times at each rate; a sender (source stream2) carries the messages to a gateway (null sink: every
+message checked against its checksum, counted, dropped). A Stream V2 detector's PUSH socket
+waits when nobody takes its messages, so a rate is sustained when the detector kept it (it did
+not wait: at least 98% of the asked message rate) and the gateway verified every message with
+none lost. For each rate: the detector's achieved rate, messages and MB per second, and the
+CPU-seconds each side spent per GB of messages (rusage of each process). Figures, not a test.
+
+RATES (messages per second, comma-separated) and SERIES choose the runs.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
+DATA = os.environ.get("NUMASTREAM_STREAM2_DATA",
+                      os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "dectris-stream-v2"))
+SERIES = int(os.environ.get("SERIES", "100"))
+RATES = [float(r) for r in os.environ.get("RATES", "250,500,1000,2000,4000,0").split(",")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(port, name):
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", body, re.M)
+    return float(m.group(1)) if m else None
+
+
+def cpu_seconds(p):
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(series_dir, rate):
+    port, metrics, det = free_port(), free_port(), free_port()
+    rx = subprocess.Popen([AGENT, "receive", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
+                           "--placement", "os"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    args = [AGENT, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", "--replay", series_dir, "--start",
+            "--series", str(SERIES)]
+    if rate > 0:
+        args += ["--rate-hz", str(rate)]
+    sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tx = subprocess.Popen([AGENT, "send", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
+                           "--source", "stream2", "--source-endpoint", f"tcp://127.0.0.1:{det}", "--placement", "os",
+                           "--metrics-listen", f"127.0.0.1:{metrics}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sim_out, sim_err = sim.communicate(timeout=600)
+    if sim.returncode != 0:
+        sys.exit(f"detector-sim failed: {sim_err}")
+    done = json.loads(sim_out.strip().splitlines()[-1])
+    # Every message the detector sent acknowledged by the gateway, then a person's SIGINT ends the
+    # endless stream.
+    deadline = time.time() + 120
+    while time.time() < deadline and (metric(metrics, "numastream_chunks_acknowledged") or 0) < done["messages"]:
+        time.sleep(0.1)
+    tx.send_signal(signal.SIGINT)
+    tx_out = tx.stdout.read()
+    tx_cpu = cpu_seconds(tx)
+    rx_out = rx.stdout.read()
+    rx_cpu = cpu_seconds(rx)
+    if tx.returncode or rx.returncode:
+        sys.exit(f"stream failed: send {tx.returncode} receive {rx.returncode}")
+    s = json.loads(tx_out.strip().splitlines()[-1])
+    r = json.loads(rx_out.strip().splitlines()[-1])
+    gb = r["raw_bytes"] / 1e9
+    return {
+        "asked": rate, "messages": done["messages"], "achieved": (done["messages"] - 1) / done["seconds"],
+        "mb_per_s": r["raw_bytes"] / 1e6 / done["seconds"], "delivered": r["chunks"], "lost": r["lost"],
+        "corrupt": r["corrupt"], "malformed": s["stream2"]["malformed"], "tx_cpu_gb": tx_cpu / gb, "rx_cpu_gb": rx_cpu / gb,
+    }
+
+
+def main():
+    series_dir = os.path.join(DATA, "r500k_bm_bslz4_16bit")
+    if not os.path.isdir(series_dir):
+        sys.exit(f"bench-stream2: the EIGER2 recordings are not at {DATA} (set NUMASTREAM_STREAM2_DATA)")
+    print(f"stream2 on loopback: {SERIES} series of the EIGER2 R 500K bslz4 16-bit recording (12 messages each, "
+          f"~0.52 MB per image message), null sink, placement os")
+    print(f"  {'asked msg/s':>11} {'achieved msg/s':>14} {'MB/s':>7} {'delivered':>9} {'lost':>5} {'sustained':>9} "
+          f"{'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17}")
+    best = None
+    for rate in RATES:
+        f = run(series_dir, rate)
+        ok = f["lost"] == 0 and f["corrupt"] == 0 and f["delivered"] == f["messages"] and \
+            (rate == 0 or f["achieved"] >= 0.98 * rate)
+        if ok and (best is None or f["mb_per_s"] > best["mb_per_s"]):
+            best = f
+        asked = "max" if rate == 0 else f"{rate:.0f}"
+        print(f"  {asked:>11} {f['achieved']:14.0f} {f['mb_per_s']:7.0f} {f['delivered']:9d} {f['lost']:5d} "
+              f"{'yes' if ok else 'no':>9} {f['tx_cpu_gb']:16.2f} {f['rx_cpu_gb']:17.2f}")
+    if best:
+        print(f"highest sustained: {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector messages, 0 lost")
+
+
+if __name__ == "__main__":
+    main()
