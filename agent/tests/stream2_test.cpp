@@ -126,12 +126,13 @@ std::vector<std::string> expected_series(const fs::path& dir) {
 struct Passage {
   json sender, receiver;
   std::vector<std::string> consumed;
+  bool acknowledged_while_idle = false;
 };
 
 // detector-sim (replaying `dir`) -> send (source stream2) -> receive (sink stream2) -> consumer.
 // The sender is ended with SIGINT once the consumer has `want` messages (or gave up).
 Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<std::string> detector_flags = {}) {
-  const int port = free_ports(3);
+  const int port = free_ports(4);
   Passage run;
   Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
               "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
@@ -141,8 +142,16 @@ Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<s
   det.insert(det.end(), detector_flags.begin(), detector_flags.end());
   Process detector(det);
   Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
-              "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
+              "--source-endpoint", ep(port + 2), "--connect-timeout", "10", "--metrics-listen",
+              "127.0.0.1:" + std::to_string(port + 3)});
   run.consumed = consumer.take(want, 60s);
+  // The detector pauses after its series: what the gateway took is acknowledged all the same
+  // (the sending threads read acknowledgements while they have nothing to send).
+  const std::string acked = "numastream_chunks_acknowledged{role=\"send\"} " + std::to_string(run.consumed.size()) + "\n";
+  for (int i = 0; i < 100 && http_get(port + 3, "/metrics").find(acked) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+  }
+  run.acknowledged_while_idle = http_get(port + 3, "/metrics").find(acked) != std::string::npos;
   tx.signal(SIGINT);  // a person ends an endless stream
   EXPECT_EQ(tx.wait(60s), 0) << tx.err();
   EXPECT_EQ(rx.wait(60s), 0) << rx.err();
@@ -166,6 +175,7 @@ TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
       EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i << " differs (" << run.consumed[i].size() << " bytes, "
                                                   << expected[i].size() << " sent)";
     }
+    EXPECT_TRUE(run.acknowledged_while_idle) << "the sender's acknowledged count lagged what the gateway took";
     EXPECT_EQ(run.receiver["chunks"], 12);
     EXPECT_EQ(run.receiver["lost"], 0);
     EXPECT_EQ(run.receiver["corrupt"], 0);

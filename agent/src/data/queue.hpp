@@ -159,6 +159,15 @@ class OrderedQueue {
   }
 
   std::optional<T> pop() {
+    bool done = false;
+    std::optional<T> out;
+    while (!out && !done) out = pop_for(std::chrono::hours(1), done);
+    return out;
+  }
+
+  // Like pop(), but waits at most `timeout` for the next item; `done` turns true once closed and
+  // drained. (A sending thread waits this way so that it can read acknowledgements meanwhile.)
+  std::optional<T> pop_for(std::chrono::milliseconds timeout, bool& done) {
     std::unique_lock lock(mu_);
     auto ready = [&] {
       return (!items_.empty() && items_.begin()->first == next_) || (closed_ && !items_.empty()) ||
@@ -166,12 +175,16 @@ class OrderedQueue {
     };
     if (!ready()) {
       auto start = std::chrono::steady_clock::now();
-      cv_.wait(lock, ready);
+      cv_.wait_for(lock, timeout, ready);
       pop_wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                      std::chrono::steady_clock::now() - start)
                                                      .count());
+      if (!ready()) return std::nullopt;
     }
-    if (items_.empty()) return std::nullopt;
+    if (items_.empty()) {
+      done = true;
+      return std::nullopt;
+    }
     auto it = items_.begin();
     std::optional<T> out(std::move(it->second));
     next_ = it->first + 1;

@@ -282,10 +282,16 @@ void Sender::send_loop(StageThread& t) {
       ScopedTimer wait(st.blocked_output_ns);
       link.wait_for_credit();
     }
+    // While nothing is ready to send, the receiver's acknowledgements are still read: the
+    // acknowledged count, the state record and the window stay current when a source pauses.
     std::optional<Chunk> c;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      c = wire_q_->pop();
+    bool done = false;
+    while (!c && !done) {
+      {
+        ScopedTimer wait(st.blocked_input_ns);
+        c = wire_q_->pop_for(std::chrono::milliseconds(50), done);
+      }
+      if (!c && !done) link.serve(0);
     }
     if (!c) break;
     // Which connection carries the frame; the header is encoded once, here, on its way out.
