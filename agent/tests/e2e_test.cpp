@@ -30,16 +30,6 @@ namespace fs = std::filesystem;
 const std::string kAgent = NUMASTREAM_AGENT;
 constexpr int kMiB = 1 << 20;
 
-json summary(const Process& p) {
-  std::string out = p.out();
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return json();
-  auto start = out.rfind('\n', end);
-  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
-}
-
-std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
-
 // A detector's acquisition software: a PUSH socket bound at `port` that frames are sent into
 // (an empty message ends the acquisition).
 struct Detector {

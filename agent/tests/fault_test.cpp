@@ -51,14 +51,6 @@ int sh(const std::string& cmd) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-json summary(const Process& p) {
-  std::string out = p.out();
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return json();
-  auto start = out.rfind('\n', end);
-  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
-}
-
 // Two namespaces, "tx" and "rx", joined by a veth pair: tx is 10.231.N.1, rx is 10.231.N.2.
 class Testbed {
  public:

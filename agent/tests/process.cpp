@@ -136,4 +136,14 @@ std::string http_get(int port, const std::string& path) {
   return resp.substr(sp + 1, 3) + "\n" + resp.substr(body + 4);
 }
 
+nlohmann::json summary(const Process& p) {
+  std::string out = p.out();
+  auto end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return nlohmann::json();
+  auto start = out.rfind('\n', end);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
+}
+
+std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
+
 }  // namespace numastream::testing

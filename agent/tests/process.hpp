@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace numastream::testing {
 
 class Process {
@@ -36,6 +38,10 @@ int free_ports(int count);
 // GET http://127.0.0.1:port/path; returns "<status code>\n<body>" or "" when unreachable.
 std::string http_get(int port, const std::string& path);
 std::string temp_dir();
+// The run's summary: the last line an agent printed on stdout, as JSON (null when none).
+nlohmann::json summary(const Process& p);
+// tcp://127.0.0.1:port
+std::string ep(int port);
 std::string read_file(const std::string& path);
 
 }  // namespace numastream::testing

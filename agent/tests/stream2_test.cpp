@@ -60,16 +60,6 @@ std::vector<fs::path> files_of(const fs::path& dir) {
   return out;
 }
 
-json summary(const Process& p) {
-  std::string out = p.out();
-  auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return json();
-  auto start = out.rfind('\n', end);
-  return json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
-}
-
-std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
-
 // A consumer written for the detector: a PULL socket connected to the gateway's stream2 sink.
 struct Consumer {
   void* ctx = zmq_ctx_new();

@@ -318,17 +318,10 @@ void Receiver::decompress_loop(StageThread& t) {
   const bool keep_bslz4 = cfg_.sink.kind == SinkConfig::Kind::hdf5;
   std::vector<std::byte> scratch;
   while (true) {
-    std::optional<Inbound> in;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      in = wire_q_->pop();
-    }
+    std::optional<Inbound> in = t.next(*wire_q_);
     if (!in) break;
     Chunk out;
-    {
-      ScopedTimer wait(st.blocked_output_ns);
-      out.buffer = pool.take();
-    }
+    out.buffer = t.buffer(pool);
     if (!out.buffer) break;
     out.via = in->via;
     wire::Header& h = out.header;
@@ -527,11 +520,7 @@ void Receiver::sink_loop(StageThread& t) {
   StageStats& st = t.stats;
   sink_->start();
   while (true) {
-    std::optional<Chunk> c;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      c = sink_q_->pop();
-    }
+    std::optional<Chunk> c = t.next(*sink_q_);
     if (!c) break;
     sink_->put(std::move(*c), st);
   }

@@ -40,6 +40,18 @@ struct StageThread {
   StageStats& stats;
   // Records the CPU this thread runs on now (unpinned threads move; called as they work).
   void observe() const noexcept;
+  // The next item of the stage's input queue, the wait counted as blocked on input.
+  template <typename Queue>
+  auto next(Queue& q) {
+    ScopedTimer wait(stats.blocked_input_ns);
+    return q.pop();
+  }
+  // A buffer for the stage's output, the wait counted as blocked on output (empty once the pool
+  // is closed).
+  PooledBuffer buffer(BufferPool& pool) {
+    ScopedTimer wait(stats.blocked_output_ns);
+    return pool.take();
+  }
 };
 
 class Runtime {

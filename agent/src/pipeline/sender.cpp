@@ -184,17 +184,10 @@ void Sender::compress_loop(StageThread& t) {
   Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
   BufferPool& pool = wire_pools_->for_node(node);
   while (true) {
-    std::optional<RawChunk> c;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      c = raw_q_->pop();
-    }
+    std::optional<RawChunk> c = t.next(*raw_q_);
     if (!c) break;
     Chunk out;
-    {
-      ScopedTimer wait(st.blocked_output_ns);
-      out.buffer = pool.take();
-    }
+    out.buffer = t.buffer(pool);
     if (!out.buffer) break;
     const std::span<const std::byte> raw = source_->bytes(*c, node);
     {

@@ -221,53 +221,79 @@ class Hdf5Source final : public ReadingSource {
   std::unique_ptr<hdf5::Reader> h5_;
 };
 
-// One chunk per message from an upstream PUSH socket (connected to, PULL); an empty message ends
-// the stream. Live: what it sent cannot be asked for again.
-class ZmqSource final : public ReadingSource {
+// Sources that pull messages from a detector's PUSH socket (connected to, PULL), one message per
+// chunk, read into the source's own buffers. Live: what they sent cannot be asked for again. The
+// socket (and its monitor, when the source watches the connection) is made and closed by the
+// source thread, which alone uses it.
+class PullingSource : public ReadingSource {
  public:
-  ZmqSource(const SourceSetup& s, zmq::Context& ctx) : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg), ctx_(ctx) {}
-  hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
+  PullingSource(const SourceSetup& s, zmq::Context& ctx, bool monitored)
+      : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg), ctx_(ctx), monitored_(monitored) {}
   bool has_end() const override { return false; }
   bool replays() const override { return false; }
-  bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
-    if (!sock_) {  // created by the thread that uses it (ZeroMQ sockets belong to one thread)
+  std::size_t skip(std::uint64_t) override { return 0; }
+  void end() override {
+    mon_.reset();
+    sock_.reset();
+  }
+
+ protected:
+  // The next message into `b` (its size in b.size). False when `stop` says so. `on_idle` runs
+  // when the monitor has news and no message waits. Throws on a socket error, and when a message
+  // is larger than the buffer (`what` names it in the message): it was cut off and cannot be
+  // sent whole, and nothing is dropped silently.
+  bool receive(Buffer& b, StageStats& st, const std::function<bool()>& stop, const char* what,
+               const std::function<void()>& on_idle = {}) {
+    if (!sock_) {
       sock_.emplace(ctx_, ZMQ_PULL);
       sock_->set_int(ZMQ_RCVHWM, cfg_.hwm);
       sock_->set_int(ZMQ_LINGER, 0);
+      if (monitored_) mon_.emplace(ctx_, *sock_, "source");
       sock_->connect(cfg_.source.endpoint);
     }
-    c.buffer = take(st);
-    if (!c.buffer) return false;
-    Buffer& b = *c.buffer.get();
     while (!stop()) {
-      zmq_pollitem_t item{sock_->get(), 0, ZMQ_POLLIN, 0};
+      zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0}, {mon_ ? mon_->get() : nullptr, 0, ZMQ_POLLIN, 0}};
       int ready;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        ready = zmq_poll(&item, 1, 100);
+        ready = zmq_poll(items, mon_ ? 2 : 1, 100);
       }
       if (ready <= 0) continue;
+      // Messages sent before a disconnect are read first; then the monitor's news.
       int n = zmq_recv(sock_->get(), b.data, b.capacity, ZMQ_DONTWAIT);
       if (n < 0) {
-        if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
-        throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+        if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
+          throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
+        }
+        if (mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle) on_idle();
+        continue;
       }
       if (static_cast<std::size_t>(n) > b.capacity) {
-        throw std::runtime_error("a chunk of " + std::to_string(n) + " bytes from " + cfg_.source.endpoint +
-                                 " is larger than chunk_bytes (" + std::to_string(b.capacity) + ")");
+        throw std::runtime_error(std::string(what) + " of " + std::to_string(n) + " bytes from " + cfg_.source.endpoint +
+                                 " is larger than chunk_bytes (" + std::to_string(b.capacity) + "): raise chunk_bytes");
       }
       b.size = static_cast<std::size_t>(n);
-      return b.size > 0;
+      return true;
     }
     return false;
   }
-  std::size_t skip(std::uint64_t) override { return 0; }
-  void end() override { sock_.reset(); }
 
- private:
   const Config& cfg_;
   zmq::Context& ctx_;
+  bool monitored_;
   std::optional<zmq::Socket> sock_;
+  std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
+};
+
+// One chunk per message from an upstream PUSH socket; an empty message ends the stream.
+class ZmqSource final : public PullingSource {
+ public:
+  ZmqSource(const SourceSetup& s, zmq::Context& ctx) : PullingSource(s, ctx, false) {}
+  hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
+  bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
+    c.buffer = take(st);
+    return c.buffer && receive(*c.buffer.get(), st, stop, "a chunk") && c.buffer->size > 0;
+  }
 };
 
 // A DECTRIS Stream V2 detector: a PULL socket connected to its PUSH socket; every CBOR message
@@ -275,52 +301,20 @@ class ZmqSource final : public ReadingSource {
 // as the detector compressed them. Each message is parsed only to follow the series; one that is
 // not a Stream V2 message is counted, named in the log and not sent. Series follow series; the
 // source ends only when the sender is stopped. Live: what it sent cannot be asked for again.
-class Stream2Source final : public ReadingSource {
+class Stream2Source final : public PullingSource {
  public:
-  Stream2Source(const SourceSetup& s, zmq::Context& ctx)
-      : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg), ctx_(ctx), log_(s.log) {}
+  Stream2Source(const SourceSetup& s, zmq::Context& ctx) : PullingSource(s, ctx, true), log_(s.log) {}
   hdf5::FrameShape shape() const override {
     hdf5::FrameShape shape;
     shape.dtype = "stream2";  // messages, not pixels: a sink that stores frames reads the series
     shape.dims = {cfg_.chunk_bytes};
     return shape;
   }
-  bool has_end() const override { return false; }
-  bool replays() const override { return false; }
   bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
-    if (!sock_) {  // created by the thread that uses it (ZeroMQ sockets belong to one thread)
-      sock_.emplace(ctx_, ZMQ_PULL);
-      sock_->set_int(ZMQ_RCVHWM, cfg_.hwm);
-      sock_->set_int(ZMQ_LINGER, 0);
-      mon_.emplace(ctx_, *sock_, "stream2");
-      sock_->connect(cfg_.source.endpoint);
-    }
     c.buffer = take(st);
     if (!c.buffer) return false;
     Buffer& b = *c.buffer.get();
-    while (!stop()) {
-      zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0}, {mon_->get(), 0, ZMQ_POLLIN, 0}};
-      int ready;
-      {
-        ScopedTimer wait(st.blocked_input_ns);
-        ready = zmq_poll(items, 2, 100);
-      }
-      if (ready <= 0) continue;
-      // Messages the detector sent before it went are read first; then its going is noticed.
-      int n = zmq_recv(sock_->get(), b.data, b.capacity, ZMQ_DONTWAIT);
-      if (n < 0) {
-        if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
-          throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
-        }
-        if (items[1].revents & ZMQ_POLLIN) watch_connection();
-        continue;
-      }
-      if (static_cast<std::size_t>(n) > b.capacity) {
-        // Its end was cut off: nothing of it can be sent, and nothing may be lost silently.
-        throw std::runtime_error("a Stream V2 message of " + std::to_string(n) + " bytes from " + cfg_.source.endpoint +
-                                 " is larger than chunk_bytes (" + std::to_string(b.capacity) + "): raise chunk_bytes");
-      }
-      b.size = static_cast<std::size_t>(n);
+    while (receive(b, st, stop, "a Stream V2 message", [this] { watch_connection(); })) {
       ScopedTimer busy(st.busy_ns);
       std::string error;
       auto m = stream2::parse({b.data, b.size}, error);
@@ -337,11 +331,6 @@ class Stream2Source final : public ReadingSource {
       return true;
     }
     return false;
-  }
-  std::size_t skip(std::uint64_t) override { return 0; }
-  void end() override {
-    mon_.reset();
-    sock_.reset();
   }
   void report(nlohmann::json& summary) const override {
     summary["stream2"] = {{"series_started", started_}, {"series_ended", ended_}, {"images", images_},
@@ -398,11 +387,7 @@ class Stream2Source final : public ReadingSource {
     }
   }
 
-  const Config& cfg_;
-  zmq::Context& ctx_;
   std::function<void(const std::string&)> log_;
-  std::optional<zmq::Socket> sock_;
-  std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
   std::atomic<std::uint64_t> malformed_{0}, incomplete_{0};
   std::uint64_t disconnects_ = 0;
   std::uint64_t started_ = 0, ended_ = 0, images_ = 0, series_images_ = 0;
