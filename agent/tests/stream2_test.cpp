@@ -92,23 +92,13 @@ struct Consumer {
 // What the detector simulator sends for `dir` with --start: its start message, then the files.
 std::vector<std::string> expected_series(const fs::path& dir) {
   std::vector<std::string> out;
-  std::uint64_t images = 0, id = 1;
-  std::string unique = "numastream-detector-sim";
-  bool named = false;
+  std::vector<std::vector<std::byte>> series;
   for (const auto& f : files_of(dir)) {
     out.push_back(read_bytes(f));
-    std::string error;
     auto bytes = std::as_bytes(std::span(out.back().data(), out.back().size()));
-    if (auto m = stream2::parse(bytes, error)) {
-      images += m->type == stream2::Type::image;
-      if (!named) {
-        id = m->series_id;
-        if (!m->series_unique_id.empty()) unique = m->series_unique_id;
-        named = true;
-      }
-    }
+    series.emplace_back(bytes.begin(), bytes.end());
   }
-  auto start = stream2::build_start(id, unique, images);
+  auto start = stream2::start_for(series);
   out.insert(out.begin(), std::string(reinterpret_cast<const char*>(start.data()), start.size()));
   return out;
 }

@@ -91,24 +91,7 @@ int run_detector_sim(const std::vector<std::string>& args) {
   if (files.empty()) throw ConfigError("--replay", "directory " + replay + " holds no files");
   std::vector<std::vector<std::byte>> messages;
   for (const auto& f : files) messages.push_back(read_file(f));
-  if (start) {
-    std::uint64_t id = 1;
-    std::string unique = "numastream-detector-sim";
-    std::uint64_t images = 0;
-    bool named = false;
-    for (const auto& m : messages) {
-      std::string error;
-      if (auto parsed = stream2::parse(m, error)) {
-        images += parsed->type == stream2::Type::image;
-        if (!named) {
-          id = parsed->series_id;
-          if (!parsed->series_unique_id.empty()) unique = parsed->series_unique_id;
-          named = true;
-        }
-      }
-    }
-    messages.insert(messages.begin(), stream2::build_start(id, unique, images));
-  }
+  if (start) messages.insert(messages.begin(), stream2::start_for(messages));
 
   zmq::Context ctx(1, {});
   zmq::Socket sock(ctx, ZMQ_PUSH);

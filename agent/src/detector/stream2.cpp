@@ -174,4 +174,22 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
   return out;
 }
 
+std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series) {
+  std::uint64_t id = 1, images = 0;
+  std::string unique = "numastream-detector-sim";
+  bool named = false;
+  for (const auto& m : series) {
+    std::string error;
+    auto parsed = parse(m, error);
+    if (!parsed) continue;
+    images += parsed->type == Type::image;
+    if (!named) {
+      id = parsed->series_id;
+      if (!parsed->series_unique_id.empty()) unique = parsed->series_unique_id;
+      named = true;
+    }
+  }
+  return build_start(id, unique, images);
+}
+
 }  // namespace numastream::stream2

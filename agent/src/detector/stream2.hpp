@@ -33,4 +33,8 @@ const char* type_name(Type t) noexcept;
 std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& series_unique_id,
                                    std::uint64_t number_of_images);
 
+// The start message for a recorded series that lacks one: the series id and unique id of the
+// first message that names them, the number of its image messages.
+std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series);
+
 }  // namespace numastream::stream2
