@@ -7,97 +7,11 @@
 #include <stdexcept>
 
 #include "codec/bitshuffle.hpp"
+#include "store/hdf5_detail.hpp"
 
 namespace numastream::hdf5 {
-namespace {
 
-// HDF5 prints its error stack on stderr by default; the agent says what failed in its own words.
-struct Quiet {
-  Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-};
-
-void quiet() {
-  static Quiet q;
-}
-
-// The innermost message of HDF5's error stack.
-std::string hdf5_reason() {
-  std::string reason;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD,
-           [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-             auto* r = static_cast<std::string*>(data);
-             if (n == 0 && e->desc) *r = e->desc;
-             return 0;
-           },
-           &reason);
-  return reason.empty() ? "HDF5 error" : reason;
-}
-
-[[noreturn]] void fail(const std::string& what, const std::string& doing) {
-  std::string reason = hdf5_reason();
-  H5Eclear2(H5E_DEFAULT);
-  throw std::runtime_error(what + ": " + doing + ": " + reason);
-}
-
-struct TypeInfo {
-  const char* name;
-  hid_t (*type)();
-};
-
-hid_t t_u8() { return H5T_STD_U8LE; }
-hid_t t_u16() { return H5T_STD_U16LE; }
-hid_t t_u32() { return H5T_STD_U32LE; }
-hid_t t_u64() { return H5T_STD_U64LE; }
-hid_t t_i8() { return H5T_STD_I8LE; }
-hid_t t_i16() { return H5T_STD_I16LE; }
-hid_t t_i32() { return H5T_STD_I32LE; }
-hid_t t_i64() { return H5T_STD_I64LE; }
-hid_t t_f32() { return H5T_IEEE_F32LE; }
-hid_t t_f64() { return H5T_IEEE_F64LE; }
-
-const TypeInfo kTypes[] = {{"uint8", t_u8},   {"uint16", t_u16}, {"uint32", t_u32}, {"uint64", t_u64},
-                           {"int8", t_i8},    {"int16", t_i16},  {"int32", t_i32},  {"int64", t_i64},
-                           {"float32", t_f32}, {"float64", t_f64}};
-
-hid_t file_type(const std::string& dtype) {
-  for (const auto& t : kTypes) {
-    if (dtype == t.name) return t.type();
-  }
-  throw std::runtime_error("unknown dtype \"" + dtype + "\"");
-}
-
-// The dtype name of a dataset's type, little-endian as stored by detectors; "" when it is not a
-// plain integer or float.
-std::string dtype_of(hid_t type) {
-  const H5T_class_t cls = H5Tget_class(type);
-  const std::size_t size = H5Tget_size(type);
-  if (H5Tget_order(type) != H5T_ORDER_LE) return "";
-  if (cls == H5T_INTEGER) {
-    const bool sign = H5Tget_sign(type) == H5T_SGN_2;
-    if (size == 1 || size == 2 || size == 4 || size == 8) {
-      return std::string(sign ? "int" : "uint") + std::to_string(size * 8);
-    }
-  } else if (cls == H5T_FLOAT && (size == 4 || size == 8)) {
-    return "float" + std::to_string(size * 8);
-  }
-  return "";
-}
-
-// Opens every group of `path` below the root, creating the missing ones.
-void make_parents(hid_t file, const std::string& path, const std::string& what) {
-  std::size_t pos = 1;
-  while ((pos = path.find('/', pos)) != std::string::npos) {
-    std::string group = path.substr(0, pos);
-    if (H5Lexists(file, group.c_str(), H5P_DEFAULT) <= 0) {
-      hid_t g = H5Gcreate2(file, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-      if (g < 0) fail(what, "create group " + group);
-      H5Gclose(g);
-    }
-    ++pos;
-  }
-}
-
-}  // namespace
+using namespace detail;
 
 std::size_t FrameShape::frame_bytes() const {
   std::size_t n = dtype_size(dtype);
@@ -270,16 +184,10 @@ void Writer::write_frame(std::uint64_t index, std::span<const std::byte> bytes, 
     throw std::runtime_error(what_ + ": frame " + std::to_string(index) + " has " + std::to_string(bytes.size()) +
                              " bytes; a frame of this dataset has " + std::to_string(shape_.frame_bytes()));
   }
-  if (index >= extent_) {
-    hsize_t dims[3] = {index + 1, shape_.dims[0], shape_.dims.size() > 1 ? shape_.dims[1] : 0};
-    if (H5Dset_extent(dset_, dims) < 0) fail(what_, "extend to " + std::to_string(index + 1) + " frames");
-    extent_ = index + 1;
-  }
-  hsize_t offset[3] = {index, 0, 0};
+  const hsize_t frame_dims[2] = {shape_.dims[0], shape_.dims.size() > 1 ? shape_.dims[1] : 0};
   const std::uint32_t mask = stored == Stored::bslz4 ? 0u : 1u;  // bit 0: the filter was skipped
-  if (H5Dwrite_chunk(dset_, H5P_DEFAULT, mask, offset, bytes.size(), bytes.data()) < 0) {
-    fail(what_, "write frame " + std::to_string(index));
-  }
+  write_chunk(dset_, static_cast<int>(shape_.dims.size()) + 1, frame_dims, extent_, index, bytes.data(), bytes.size(),
+              mask, what_);
   written_.insert(index);
 }
 
