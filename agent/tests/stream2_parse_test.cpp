@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "detector/stream2.hpp"
 
@@ -42,6 +44,81 @@ TEST(Stream2Parse, RefusalsSayWhy) {
     EXPECT_FALSE(parse(c.bytes, error)) << c.why;
     EXPECT_NE(error.find(c.why), std::string::npos) << "got: " << error;
   }
+}
+
+struct Walked {
+  std::map<std::string, stream2::Value> fields;  // arrays' spans are not kept
+  std::vector<std::string> skipped;
+  std::string error;
+  bool ok = false;
+};
+
+Walked walk(std::span<const std::byte> message) {
+  Walked w;
+  w.ok = stream2::walk(
+      message, [&](const std::string& path, const stream2::Value& v) { 
+        w.fields[path] = v;
+        w.fields[path].array.bytes = {};
+        w.fields[path].s = {};
+        w.fields[path].texts.assign(v.texts.size(), {});
+      },
+      w.skipped, w.error);
+  return w;
+}
+
+TEST(Stream2Walk, AnImageMessageGivesEachChannelAsTheDetectorCompressedIt) {
+  // A bslz4 frame's framing starts with the uncompressed size (8 bytes, big-endian): 3x4 uint16.
+  std::vector<std::byte> b(20);
+  b[7] = std::byte{24};
+  auto image = stream2::build_image(3, "u3", 9, {3, 4}, "uint16", stream2::Compression::bslz4,
+                                    {{"threshold_1", b}, {"difference", b}});
+  Walked w = walk(image);
+  ASSERT_TRUE(w.ok) << w.error;
+  EXPECT_EQ(w.fields.at("image_id").u, 9u);
+  const auto& ch = w.fields.at("data/threshold_1");
+  EXPECT_EQ(ch.kind, stream2::Value::Kind::array);
+  EXPECT_EQ(ch.array.dims, (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_EQ(ch.array.dtype, "uint16");
+  EXPECT_EQ(ch.array.compression, stream2::Compression::bslz4);
+  EXPECT_EQ(ch.array.elem_size, 2u);
+  EXPECT_TRUE(w.fields.count("data/difference"));
+  EXPECT_TRUE(w.skipped.empty());
+}
+
+TEST(Stream2Walk, AStartMessageGivesItsMetadataAndPixelMasks) {
+  stream2::StartInfo info;
+  info.series_id = 5;
+  info.series_unique_id = "u5";
+  info.number_of_images = 10;
+  info.dims = {2, 3};
+  info.channels = {"threshold_1", "threshold_2"};
+  info.beam_center_x = 1.5;
+  Walked w = walk(stream2::build_start(info));
+  ASSERT_TRUE(w.ok) << w.error;
+  EXPECT_EQ(w.fields.at("number_of_images").u, 10u);
+  EXPECT_EQ(w.fields.at("beam_center_x").d, 1.5);
+  EXPECT_EQ(w.fields.at("pixel_mask_enabled").b, true);
+  EXPECT_EQ(w.fields.at("channels").kind, stream2::Value::Kind::texts);
+  EXPECT_EQ(w.fields.at("channels").texts.size(), 2u);
+  const auto& mask = w.fields.at("pixel_mask/threshold_2");
+  EXPECT_EQ(mask.array.dtype, "uint32");
+  EXPECT_EQ(mask.array.dims, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(mask.array.compression, stream2::Compression::none);
+}
+
+TEST(Stream2Walk, MalformedArraysAreRefusedWithTheirPath) {
+  // 3x4 uint16 = 24 bytes; 20 uncompressed bytes do not fill it.
+  std::vector<std::byte> short_frame(20);
+  auto image = stream2::build_image(1, "u", 0, {3, 4}, "uint16", stream2::Compression::none, {{"t1", short_frame}});
+  Walked w = walk(image);
+  EXPECT_FALSE(w.ok);
+  EXPECT_NE(w.error.find("data/t1: 20 bytes of uint16 do not fill its dimensions"), std::string::npos) << w.error;
+  // A compressed frame whose framing states another size.
+  std::vector<std::byte> framed(16);
+  framed[7] = std::byte{30};
+  w = walk(stream2::build_image(1, "u", 0, {3, 4}, "uint16", stream2::Compression::lz4, {{"t1", framed}}));
+  EXPECT_FALSE(w.ok);
+  EXPECT_NE(w.error.find("data/t1: 30 bytes"), std::string::npos) << w.error;
 }
 
 }  // namespace

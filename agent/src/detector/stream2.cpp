@@ -3,6 +3,7 @@
 #include <cbor.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string_view>
@@ -16,6 +17,33 @@ struct ItemDeleter {
 using Item = std::unique_ptr<cbor_item_t, ItemDeleter>;
 
 constexpr std::uint64_t kSelfDescribe = 55799;
+constexpr std::uint64_t kMultiDim = 40;        // RFC 8746 row-major multi-dimensional array
+constexpr std::uint64_t kCompressed = 56500;   // DECTRIS: [algorithm, element size, bytes]
+constexpr int kMaxDepth = 8;
+
+// RFC 8746 typed array tags this reads: the little-endian ones (and the byte-sized ones).
+struct TypedTag {
+  std::uint64_t tag;
+  const char* dtype;
+  std::uint64_t size;
+};
+constexpr TypedTag kTypedTags[] = {{64, "uint8", 1},  {68, "uint8", 1},   {69, "uint16", 2},  {70, "uint32", 4},
+                                   {71, "uint64", 8}, {72, "int8", 1},    {77, "int16", 2},   {78, "int32", 4},
+                                   {79, "int64", 8},  {85, "float32", 4}, {86, "float64", 8}};
+
+const TypedTag* typed_tag(std::uint64_t tag) {
+  for (const auto& t : kTypedTags) {
+    if (t.tag == tag) return &t;
+  }
+  return nullptr;
+}
+
+const TypedTag* typed_tag(const std::string& dtype) {
+  for (const auto& t : kTypedTags) {
+    if (dtype == t.dtype && t.tag != 68) return &t;
+  }
+  return nullptr;
+}
 
 std::optional<std::string_view> text(cbor_item_t* item) {
   if (!cbor_isa_string(item) || !cbor_string_is_definite(item)) return std::nullopt;
@@ -148,23 +176,54 @@ std::optional<Message> parse(std::span<const std::byte> bytes, std::string& erro
   return m;
 }
 
-std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& series_unique_id,
-                                   std::uint64_t number_of_images) {
-  Item map(cbor_new_definite_map(4));
-  auto add = [&](const char* key, cbor_item_t* value) {
-    Item k(cbor_build_string(key)), v(value);
-    if (!map || !k || !v || !cbor_map_add(map.get(), cbor_pair{k.get(), v.get()})) throw std::bad_alloc();
-  };
-  add("type", cbor_build_string("start"));
-  add("series_id", cbor_build_uint64(series_id));
-  add("series_unique_id", cbor_build_string(series_unique_id.c_str()));
-  add("number_of_images", cbor_build_uint64(number_of_images));
+namespace {
+
+Item owned(cbor_item_t* item) {
+  if (!item) throw std::bad_alloc();
+  return Item(item);
+}
+
+void put(cbor_item_t* map, const std::string& key, Item value) {
+  Item k = owned(cbor_build_string(key.c_str()));
+  if (!cbor_map_add(map, cbor_pair{k.get(), value.get()})) throw std::bad_alloc();
+}
+
+void push(cbor_item_t* array, Item value) {
+  if (!cbor_array_push(array, value.get())) throw std::bad_alloc();
+}
+
+Item tagged(std::uint64_t tag, Item inner) {
+  Item t = owned(cbor_new_tag(tag));
+  cbor_tag_set_item(t.get(), inner.get());
+  return t;
+}
+
+Item bytes_item(std::span<const std::byte> b) {
+  return owned(cbor_build_bytestring(reinterpret_cast<cbor_data>(b.data()), b.size()));
+}
+
+Item dims_item(const std::vector<std::uint64_t>& dims) {
+  Item a = owned(cbor_new_definite_array(dims.size()));
+  for (auto d : dims) push(a.get(), owned(cbor_build_uint64(d)));
+  return a;
+}
+
+// tag 40 [dims, typed array(content)]
+Item multidim(const std::vector<std::uint64_t>& dims, const std::string& dtype, Item content) {
+  const TypedTag* t = typed_tag(dtype);
+  if (!t) throw std::invalid_argument("stream2: no typed array tag for dtype \"" + dtype + "\"");
+  Item pair = owned(cbor_new_definite_array(2));
+  push(pair.get(), dims_item(dims));
+  push(pair.get(), tagged(t->tag, std::move(content)));
+  return tagged(kMultiDim, std::move(pair));
+}
+
+// The map inside the self-describe tag, as a detector marks its messages.
+std::vector<std::byte> serialize(Item map) {
+  Item root = tagged(kSelfDescribe, std::move(map));
   unsigned char* buf = nullptr;
   std::size_t cap = 0;
-  Item tagged(cbor_new_tag(kSelfDescribe));  // as a detector marks its messages
-  if (!tagged) throw std::bad_alloc();
-  cbor_tag_set_item(tagged.get(), map.get());
-  const std::size_t n = cbor_serialize_alloc(tagged.get(), &buf, &cap);
+  const std::size_t n = cbor_serialize_alloc(root.get(), &buf, &cap);
   if (n == 0) {
     std::free(buf);
     throw std::bad_alloc();
@@ -172,6 +231,313 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
   std::vector<std::byte> out(reinterpret_cast<std::byte*>(buf), reinterpret_cast<std::byte*>(buf) + n);
   std::free(buf);
   return out;
+}
+
+Item header(const char* type, std::uint64_t series_id, const std::string& unique, std::size_t fields) {
+  Item map = owned(cbor_new_definite_map(fields + 3));
+  put(map.get(), "type", owned(cbor_build_string(type)));
+  put(map.get(), "series_id", owned(cbor_build_uint64(series_id)));
+  put(map.get(), "series_unique_id", owned(cbor_build_string(unique.c_str())));
+  return map;
+}
+
+}  // namespace
+
+const char* compression_name(Compression c) noexcept {
+  switch (c) {
+    case Compression::none: return "none";
+    case Compression::bslz4: return "bslz4";
+    case Compression::lz4: return "lz4";
+  }
+  return "?";
+}
+
+std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& series_unique_id,
+                                   std::uint64_t number_of_images) {
+  Item map = header("start", series_id, series_unique_id, 1);
+  put(map.get(), "number_of_images", owned(cbor_build_uint64(number_of_images)));
+  return serialize(std::move(map));
+}
+
+std::vector<std::byte> build_start(const StartInfo& info) {
+  Item map = header("start", info.series_id, info.series_unique_id, 12);
+  put(map.get(), "number_of_images", owned(cbor_build_uint64(info.number_of_images)));
+  put(map.get(), "image_size_y", owned(cbor_build_uint64(info.dims.at(0))));
+  put(map.get(), "image_size_x", owned(cbor_build_uint64(info.dims.at(1))));
+  put(map.get(), "image_dtype", owned(cbor_build_string(info.dtype.c_str())));
+  put(map.get(), "count_time", owned(cbor_build_float8(info.count_time)));
+  put(map.get(), "frame_time", owned(cbor_build_float8(info.count_time)));
+  put(map.get(), "beam_center_x", owned(cbor_build_float8(info.beam_center_x)));
+  put(map.get(), "beam_center_y", owned(cbor_build_float8(info.beam_center_y)));
+  put(map.get(), "incident_wavelength", owned(cbor_build_float8(info.incident_wavelength)));
+  put(map.get(), "pixel_mask_enabled", owned(cbor_build_bool(true)));
+  Item channels = owned(cbor_new_definite_array(info.channels.size()));
+  Item masks = owned(cbor_new_definite_map(info.channels.size()));
+  std::vector<std::byte> mask(info.dims.at(0) * info.dims.at(1) * 4);
+  if (!mask.empty()) mask[0] = std::byte{1};  // pixel (0, 0): a gap, as masks mark them
+  for (const auto& c : info.channels) {
+    push(channels.get(), owned(cbor_build_string(c.c_str())));
+    put(masks.get(), c, multidim(info.dims, "uint32", bytes_item(mask)));
+  }
+  put(map.get(), "channels", std::move(channels));
+  put(map.get(), "pixel_mask", std::move(masks));
+  return serialize(std::move(map));
+}
+
+std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id, std::uint64_t image_id,
+                                   const std::vector<std::uint64_t>& dims, const std::string& dtype,
+                                   Compression compression, const std::vector<ChannelPixels>& channels) {
+  const TypedTag* t = typed_tag(dtype);
+  if (!t) throw std::invalid_argument("stream2: no typed array tag for dtype \"" + dtype + "\"");
+  Item map = header("image", series_id, series_unique_id, 2);
+  put(map.get(), "image_id", owned(cbor_build_uint64(image_id)));
+  Item data = owned(cbor_new_definite_map(channels.size()));
+  for (const auto& c : channels) {
+    Item content = bytes_item(c.bytes);
+    if (compression != Compression::none) {
+      Item triple = owned(cbor_new_definite_array(3));
+      push(triple.get(), owned(cbor_build_string(compression_name(compression))));
+      push(triple.get(), owned(cbor_build_uint64(t->size)));
+      push(triple.get(), std::move(content));
+      content = tagged(kCompressed, std::move(triple));
+    }
+    put(data.get(), c.name, multidim(dims, dtype, std::move(content)));
+  }
+  put(map.get(), "data", std::move(data));
+  return serialize(std::move(map));
+}
+
+std::vector<std::byte> build_end(std::uint64_t series_id, const std::string& series_unique_id) {
+  return serialize(header("end", series_id, series_unique_id, 0));
+}
+
+namespace {
+
+std::uint64_t big_endian64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | static_cast<std::uint8_t>(p[i]);
+  return v;
+}
+
+// The content of a typed array tag: its bytes, or tag 56500 around them.
+bool typed_array(cbor_item_t* tag, Array& a, std::string& error) {
+  const TypedTag* t = typed_tag(cbor_tag_value(tag));
+  a.dtype = t->dtype;
+  Item content(cbor_tag_item(tag));
+  if (cbor_isa_tag(content.get()) && cbor_tag_value(content.get()) == kCompressed) {
+    Item triple(cbor_tag_item(content.get()));
+    if (!cbor_isa_array(triple.get()) || cbor_array_size(triple.get()) != 3) {
+      error = "tag 56500 does not hold [algorithm, element size, bytes]";
+      return false;
+    }
+    cbor_item_t** parts = cbor_array_handle(triple.get());
+    auto algo = text(parts[0]);
+    auto elem = unsigned_int(parts[1]);
+    if (!algo || !elem || !cbor_isa_bytestring(parts[2]) || !cbor_bytestring_is_definite(parts[2])) {
+      error = "tag 56500 does not hold [algorithm, element size, bytes]";
+      return false;
+    }
+    if (*algo == "bslz4") {
+      a.compression = Compression::bslz4;
+    } else if (*algo == "lz4") {
+      a.compression = Compression::lz4;
+    } else {
+      error = "unknown compression \"" + std::string(algo->substr(0, 16)) + "\"";
+      return false;
+    }
+    if (*elem != t->size) {
+      error = "tag 56500 states element size " + std::to_string(*elem) + " for a " + a.dtype + " array";
+      return false;
+    }
+    a.elem_size = *elem;
+    a.bytes = {reinterpret_cast<const std::byte*>(cbor_bytestring_handle(parts[2])), cbor_bytestring_length(parts[2])};
+    return true;
+  }
+  if (!cbor_isa_bytestring(content.get()) || !cbor_bytestring_is_definite(content.get())) {
+    error = "a typed array (tag " + std::to_string(t->tag) + ") that holds no byte string";
+    return false;
+  }
+  a.bytes = {reinterpret_cast<const std::byte*>(cbor_bytestring_handle(content.get())),
+             cbor_bytestring_length(content.get())};
+  if (a.bytes.size() % t->size != 0) {
+    error = "a " + a.dtype + " typed array of " + std::to_string(a.bytes.size()) + " bytes";
+    return false;
+  }
+  return true;
+}
+
+// The elements an array holds: counted (uncompressed) or as its HDF5-filter framing states.
+std::optional<std::uint64_t> element_bytes(const Array& a) {
+  if (a.compression == Compression::none) return a.bytes.size();
+  if (a.bytes.size() < 12) return std::nullopt;
+  return big_endian64(a.bytes.data());
+}
+
+struct Walker {
+  const std::function<void(const std::string&, const Value&)>& field;
+  std::vector<std::string>& skipped;
+  std::string& error;
+
+  // The typed array `item` is, alone or inside tag 40 (with the tags' items kept alive while
+  // `field` reads their bytes).
+  bool array(const std::string& path, cbor_item_t* item) {
+    Value v;
+    v.kind = Value::Kind::array;
+    if (cbor_tag_value(item) == kMultiDim) {
+      Item pair(cbor_tag_item(item));
+      if (!cbor_isa_array(pair.get()) || cbor_array_size(pair.get()) != 2 ||
+          !cbor_isa_array(cbor_array_handle(pair.get())[0]) || !cbor_isa_tag(cbor_array_handle(pair.get())[1]) ||
+          !typed_tag(cbor_tag_value(cbor_array_handle(pair.get())[1]))) {
+        error = path + ": tag 40 does not hold [dimensions, typed array]";
+        return false;
+      }
+      cbor_item_t* dims = cbor_array_handle(pair.get())[0];
+      std::uint64_t count = 1;
+      for (std::size_t i = 0; i < cbor_array_size(dims); ++i) {
+        auto d = unsigned_int(cbor_array_handle(dims)[i]);
+        if (!d || *d == 0 || *d > (1ull << 32)) {
+          error = path + ": a dimension that is not a positive integer";
+          return false;
+        }
+        v.array.dims.push_back(*d);
+        count *= *d;
+      }
+      if (!typed_array(cbor_array_handle(pair.get())[1], v.array, error)) {
+        error = path + ": " + error;
+        return false;
+      }
+      const auto bytes = element_bytes(v.array);
+      if (v.array.dims.empty() || !bytes || *bytes != count * dtype_size_of(v.array.dtype)) {
+        error = path + ": " + std::to_string(bytes.value_or(0)) + " bytes of " + v.array.dtype +
+                " do not fill its dimensions";
+        return false;
+      }
+      field(path, v);
+      return true;
+    }
+    if (!typed_array(item, v.array, error)) {
+      error = path + ": " + error;
+      return false;
+    }
+    const auto bytes = element_bytes(v.array);
+    v.array.dims = {bytes.value_or(0) / dtype_size_of(v.array.dtype)};
+    field(path, v);
+    return true;
+  }
+
+  static std::uint64_t dtype_size_of(const std::string& dtype) { return typed_tag(dtype)->size; }
+
+  static std::optional<double> number(cbor_item_t* item) {
+    if (cbor_isa_uint(item)) return static_cast<double>(cbor_get_int(item));
+    if (cbor_isa_negint(item)) return -1.0 - static_cast<double>(cbor_get_int(item));
+    if (cbor_isa_float_ctrl(item) && !cbor_float_ctrl_is_ctrl(item)) return cbor_float_get_float(item);
+    return std::nullopt;
+  }
+
+  bool value(const std::string& path, cbor_item_t* item, int depth) {
+    Value v;
+    if (cbor_isa_uint(item)) {
+      v.kind = Value::Kind::unsigned_integer;
+      v.u = cbor_get_int(item);
+    } else if (cbor_isa_negint(item)) {
+      if (cbor_get_int(item) > static_cast<std::uint64_t>(INT64_MAX)) {
+        skipped.push_back(path);
+        return true;
+      }
+      v.kind = Value::Kind::integer;
+      v.i = -1 - static_cast<std::int64_t>(cbor_get_int(item));
+    } else if (cbor_isa_float_ctrl(item)) {
+      if (!cbor_float_ctrl_is_ctrl(item)) {
+        v.kind = Value::Kind::real;
+        v.d = cbor_float_get_float(item);
+      } else if (cbor_is_bool(item)) {
+        v.kind = Value::Kind::boolean;
+        v.b = cbor_get_bool(item);
+      } else {
+        skipped.push_back(path);  // null, undefined
+        return true;
+      }
+    } else if (auto t = text(item)) {
+      v.kind = Value::Kind::text;
+      v.s = *t;
+    } else if (cbor_isa_tag(item)) {
+      if (cbor_tag_value(item) == kMultiDim || typed_tag(cbor_tag_value(item))) return array(path, item);
+      skipped.push_back(path);
+      return true;
+    } else if (cbor_isa_map(item)) {
+      if (depth >= kMaxDepth || !cbor_map_is_definite(item)) {
+        skipped.push_back(path);
+        return true;
+      }
+      return map(path + "/", item, depth + 1);
+    } else if (cbor_isa_array(item) && cbor_array_is_definite(item) && cbor_array_size(item) > 0) {
+      cbor_item_t** items = cbor_array_handle(item);
+      const std::size_t n = cbor_array_size(item);
+      if (text(items[0])) {
+        v.kind = Value::Kind::texts;
+        for (std::size_t i = 0; i < n; ++i) {
+          auto one = text(items[i]);
+          if (!one) {
+            skipped.push_back(path);
+            return true;
+          }
+          v.texts.push_back(*one);
+        }
+      } else {
+        v.kind = Value::Kind::reals;
+        for (std::size_t i = 0; i < n; ++i) {
+          auto d = number(items[i]);
+          if (!d) {
+            skipped.push_back(path);
+            return true;
+          }
+          v.reals.push_back(*d);
+        }
+      }
+    } else {
+      skipped.push_back(path);
+      return true;
+    }
+    field(path, v);
+    return true;
+  }
+
+  bool map(const std::string& prefix, cbor_item_t* m, int depth) {
+    const cbor_pair* pairs = cbor_map_handle(m);
+    for (std::size_t i = 0; i < cbor_map_size(m); ++i) {
+      auto key = text(pairs[i].key);
+      if (!key || key->empty() || key->find('/') != std::string_view::npos) {
+        skipped.push_back(prefix + "?");
+        continue;
+      }
+      if (!value(prefix + std::string(*key), pairs[i].value, depth)) return false;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+bool walk(std::span<const std::byte> message,
+          const std::function<void(const std::string& path, const Value& value)>& field,
+          std::vector<std::string>& skipped, std::string& error) {
+  if (message.empty() || !sizes_plausible(message)) {
+    error = message.empty() ? "empty message" : "an array or map declares more items than the message has bytes";
+    return false;
+  }
+  cbor_load_result result{};
+  Item root(cbor_load(reinterpret_cast<const unsigned char*>(message.data()), message.size(), &result));
+  if (!root || result.error.code != CBOR_ERR_NONE || result.read != message.size()) {
+    error = "not one CBOR item";
+    return false;
+  }
+  if (cbor_isa_tag(root.get()) && cbor_tag_value(root.get()) == kSelfDescribe) root = Item(cbor_tag_item(root.get()));
+  if (!root || !cbor_isa_map(root.get()) || !cbor_map_is_definite(root.get())) {
+    error = "not a CBOR map";
+    return false;
+  }
+  Walker w{field, skipped, error};
+  return w.map("", root.get(), 0);
 }
 
 std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series) {
