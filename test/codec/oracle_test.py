@@ -17,13 +17,7 @@ import bitshuffle
 import cbor2
 import numpy as np
 
-AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
-# Next to the repository (../shared/data/dectris-stream-v2), or where NUMASTREAM_DECTRIS_DATA says.
-REAL = os.environ.get(
-    "NUMASTREAM_DECTRIS_DATA",
-    os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "dectris-stream-v2")))
-REQUIRE_REAL = os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1"
-TYPED_ARRAY = {64: np.uint8, 69: np.dtype("<u2"), 70: np.dtype("<u4")}
+from realdata import AGENT, REAL, REQUIRE_REAL, TYPED_ARRAY
 
 
 def read(path):

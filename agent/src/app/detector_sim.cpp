@@ -1,15 +1,19 @@
 // numastream-agent detector-sim: a DECTRIS Stream V2 detector for tests, demos and benchmarks.
 // It binds a PUSH socket, as the detector's DCU does, and sends series: recorded messages
 // replayed from a directory (one message per file, in name order), optionally after a start
-// message of its own, as many series as asked, at a fixed image rate or as fast as the
-// consumer takes them.
+// message of its own; or synthetic series (a start message with the image size, channels and
+// pixel masks, images of synthetic projections compressed bslz4 or lz4 as a detector does, an end
+// message); as many series as asked, at a fixed message rate or as fast as the consumer takes them.
 #include "app/detector_sim.hpp"
 
 #include <zmq.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,6 +22,9 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "codec/bitshuffle.hpp"
+#include "codec/hdf5_lz4.hpp"
+#include "codec/synth.hpp"
 #include "detector/stream2.hpp"
 #include "net/transport.hpp"
 #include "pipeline/pipeline.hpp"
@@ -28,9 +35,16 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
-    "usage: numastream-agent detector-sim --endpoint tcp://*:31001 --replay DIR\n"
-    "           [--series N] [--start] [--rate-hz R] [--linger-s S]\n"
+    "usage: numastream-agent detector-sim --endpoint tcp://*:31001 (--replay DIR [--start] | --synthetic)\n"
+    "           [--series N] [--rate-hz R] [--linger-s S]\n"
     "  --replay DIR   send the files of DIR (sorted by name), one Stream V2 message each\n"
+    "  --synthetic    send series of synthetic projections: series ids 1..N, each a start message,\n"
+    "                 --images N (default 10) image messages, an end message; with\n"
+    "                 --shape ROWSxCOLS (default 514x1030), --dtype uint8|uint16|uint32 (default\n"
+    "                 uint16), --channels a,b,... (default threshold_1), --compression bslz4|lz4\n"
+    "                 (default bslz4), --seed S (default 7). Pixels of image i, channel c:\n"
+    "                 projection i + 5c of `numastream-agent synth --frames IMAGES+5(CHANNELS-1)`\n"
+    "                 with that seed and shape (16-bit counts, capped at 255 for uint8)\n"
     "  --series N     send the series N times (default 1)\n"
     "  --start        begin each series with a start message of our own (series id and unique id\n"
     "                 from the first recorded message that has them)\n"
@@ -47,40 +61,88 @@ std::vector<std::byte> read_file(const fs::path& p) {
   return out;
 }
 
-}  // namespace
+struct Synthetic {
+  std::uint64_t images = 10, seed = 7;
+  std::vector<std::uint64_t> dims = {514, 1030};
+  std::string dtype = "uint16";
+  std::vector<std::string> channels = {"threshold_1"};
+  stream2::Compression compression = stream2::Compression::bslz4;
+};
 
-int run_detector_sim(const std::vector<std::string>& args) {
-  std::string endpoint, replay;
-  long series = 1;
-  bool start = false;
-  double rate_hz = 0, linger_s = 60;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= args.size()) throw ConfigError(flag, "needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--endpoint") {
-      endpoint = value("--endpoint");
-    } else if (args[i] == "--replay") {
-      replay = value("--replay");
-    } else if (args[i] == "--series") {
-      series = std::stol(value("--series"));
-    } else if (args[i] == "--start") {
-      start = true;
-    } else if (args[i] == "--rate-hz") {
-      rate_hz = std::stod(value("--rate-hz"));
-    } else if (args[i] == "--linger-s") {
-      linger_s = std::stod(value("--linger-s"));
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    auto pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) return out;
+    start = pos + 1;
+  }
+}
+
+// Pixels of synthetic projection `frame` as `dtype` (the 16-bit counts, narrowed or widened).
+std::vector<std::byte> pixels(const Synthetic& syn, int frame) {
+  const std::size_t n = syn.dims[0] * syn.dims[1];
+  SynthParams p;
+  p.seed = syn.seed;
+  p.chunk_bytes = n * 2;
+  p.width = syn.dims[1];
+  p.frames = static_cast<int>(syn.images + 5 * (syn.channels.size() - 1));  // the series' projections
+  std::vector<std::byte> counts(n * 2);
+  generate_projection(p, frame, counts);
+  if (syn.dtype == "uint16") return counts;
+  const std::size_t elem = syn.dtype == "uint8" ? 1 : 4;
+  std::vector<std::byte> out(n * elem);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t v;
+    std::memcpy(&v, counts.data() + 2 * i, 2);
+    if (elem == 1) {
+      out[i] = static_cast<std::byte>(std::min<std::uint16_t>(v, 255));
     } else {
-      std::fprintf(stderr, "numastream-agent detector-sim: unknown flag '%s'\n%s", args[i].c_str(), kUsage);
-      return kExitUsage;
+      const std::uint32_t w = v;
+      std::memcpy(out.data() + 4 * i, &w, 4);
     }
   }
-  if (endpoint.empty() || replay.empty()) {
-    std::fputs(kUsage, stderr);
-    return kExitUsage;
+  return out;
+}
+
+std::vector<std::byte> compress(const Synthetic& syn, std::span<const std::byte> raw, bslz4::Workspace& ws) {
+  const std::size_t elem = syn.dtype == "uint8" ? 1 : syn.dtype == "uint16" ? 2 : 4;
+  if (syn.compression == stream2::Compression::lz4) return hdf5_lz4::encode(raw);
+  std::vector<std::byte> out(bslz4::max_encoded_size(raw.size()));
+  out.resize(ws.encode(raw, elem, out));
+  return out;
+}
+
+// One synthetic series: start, images, end.
+std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::uint64_t series_id,
+                                                     const std::string& unique) {
+  std::vector<std::vector<std::byte>> out;
+  stream2::StartInfo info;
+  info.series_id = series_id;
+  info.series_unique_id = unique;
+  info.number_of_images = syn.images;
+  info.dims = syn.dims;
+  info.dtype = syn.dtype;
+  info.channels = syn.channels;
+  info.beam_center_x = static_cast<double>(syn.dims[1]) / 2;
+  info.beam_center_y = static_cast<double>(syn.dims[0]) / 2;
+  out.push_back(stream2::build_start(info));
+  bslz4::Workspace ws;
+  for (std::uint64_t i = 0; i < syn.images; ++i) {
+    std::vector<std::vector<std::byte>> frames;
+    std::vector<stream2::ChannelPixels> channels;
+    for (std::size_t c = 0; c < syn.channels.size(); ++c) {
+      frames.push_back(compress(syn, pixels(syn, static_cast<int>(i + 5 * c)), ws));
+    }
+    for (std::size_t c = 0; c < syn.channels.size(); ++c) channels.push_back({syn.channels[c], frames[c]});
+    out.push_back(stream2::build_image(series_id, unique, i, syn.dims, syn.dtype, syn.compression, channels));
   }
-  if (series < 1) throw ConfigError("--series", "must be at least 1");
+  out.push_back(stream2::build_end(series_id, unique));
+  return out;
+}
+
+std::vector<std::vector<std::byte>> replayed(const std::string& replay, bool start) {
   std::vector<fs::path> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(replay, ec)) {
@@ -92,19 +154,25 @@ int run_detector_sim(const std::vector<std::string>& args) {
   std::vector<std::vector<std::byte>> messages;
   for (const auto& f : files) messages.push_back(read_file(f));
   if (start) messages.insert(messages.begin(), stream2::start_for(messages));
+  return messages;
+}
 
+int send_series(const std::string& endpoint, const std::vector<std::vector<std::vector<std::byte>>>& all,
+                double rate_hz, double linger_s) {
+  std::size_t per_series = all.empty() ? 0 : all[0].size();
+  const long series = static_cast<long>(all.size());
   zmq::Context ctx(1, {});
   zmq::Socket sock(ctx, ZMQ_PUSH);
   sock.set_int(ZMQ_SNDHWM, 1000);
   sock.set_int(ZMQ_LINGER, static_cast<int>(linger_s * 1000));
   sock.bind(endpoint);
-  std::fprintf(stderr, "detector-sim: %zu messages per series, %ld series, on %s\n", messages.size(), series,
+  std::fprintf(stderr, "detector-sim: %zu messages per series, %ld series, on %s\n", per_series, series,
                endpoint.c_str());
   using Clock = std::chrono::steady_clock;
   // The clock starts when the first message is taken (the first send waits for a consumer).
   Clock::time_point t0;
   std::uint64_t sent = 0;
-  for (long s = 0; s < series; ++s) {
+  for (const auto& messages : all) {
     for (const auto& m : messages) {
       if (sent == 1) t0 = Clock::now();
       if (rate_hz > 0 && sent > 0) {
@@ -124,6 +192,86 @@ int run_detector_sim(const std::vector<std::string>& args) {
               static_cast<unsigned long long>(sent), series, secs);
   std::fflush(stdout);
   return kExitOk;
+}
+
+}  // namespace
+
+int run_detector_sim(const std::vector<std::string>& args) {
+  std::string endpoint, replay;
+  long series = 1;
+  bool start = false, synthetic = false;
+  Synthetic syn;
+  double rate_hz = 0, linger_s = 60;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= args.size()) throw ConfigError(flag, "needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--endpoint") {
+      endpoint = value("--endpoint");
+    } else if (args[i] == "--replay") {
+      replay = value("--replay");
+    } else if (args[i] == "--series") {
+      series = std::stol(value("--series"));
+    } else if (args[i] == "--start") {
+      start = true;
+    } else if (args[i] == "--synthetic") {
+      synthetic = true;
+    } else if (args[i] == "--images") {
+      syn.images = std::stoull(value("--images"));
+    } else if (args[i] == "--seed") {
+      syn.seed = std::stoull(value("--seed"));
+    } else if (args[i] == "--shape") {
+      const auto parts = split(value("--shape"), 'x');
+      if (parts.size() != 2) throw ConfigError("--shape", "must be ROWSxCOLS (got " + args[i] + ")");
+      syn.dims = {std::stoull(parts[0]), std::stoull(parts[1])};
+      if (syn.dims[0] == 0 || syn.dims[1] == 0 || syn.dims[1] % 8 != 0) {
+        throw ConfigError("--shape", "rows and columns must be positive, columns a multiple of 8 (got " + args[i] + ")");
+      }
+    } else if (args[i] == "--dtype") {
+      syn.dtype = value("--dtype");
+      if (syn.dtype != "uint8" && syn.dtype != "uint16" && syn.dtype != "uint32") {
+        throw ConfigError("--dtype", "must be uint8, uint16 or uint32 (got " + syn.dtype + ")");
+      }
+    } else if (args[i] == "--channels") {
+      syn.channels = split(value("--channels"), ',');
+      for (const auto& c : syn.channels) {
+        if (c.empty() || c.find('/') != std::string::npos) throw ConfigError("--channels", "a channel name is empty or has '/'");
+      }
+    } else if (args[i] == "--compression") {
+      const std::string c = value("--compression");
+      if (c == "bslz4") {
+        syn.compression = stream2::Compression::bslz4;
+      } else if (c == "lz4") {
+        syn.compression = stream2::Compression::lz4;
+      } else {
+        throw ConfigError("--compression", "must be bslz4 or lz4 (got " + c + ")");
+      }
+    } else if (args[i] == "--rate-hz") {
+      rate_hz = std::stod(value("--rate-hz"));
+    } else if (args[i] == "--linger-s") {
+      linger_s = std::stod(value("--linger-s"));
+    } else {
+      std::fprintf(stderr, "numastream-agent detector-sim: unknown flag '%s'\n%s", args[i].c_str(), kUsage);
+      return kExitUsage;
+    }
+  }
+  if (endpoint.empty() || replay.empty() == !synthetic) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  if (series < 1) throw ConfigError("--series", "must be at least 1");
+  // Series after series: the messages of each, built (synthetic) or read (replay) once.
+  std::vector<std::vector<std::vector<std::byte>>> all;
+  if (synthetic) {
+    const std::string run = std::to_string(::getpid());
+    for (long s = 1; s <= series; ++s) {
+      all.push_back(synthetic_series(syn, static_cast<std::uint64_t>(s), "detector-sim-" + run + "-" + std::to_string(s)));
+    }
+  } else {
+    all.assign(static_cast<std::size_t>(series), replayed(replay, start));
+  }
+  return send_series(endpoint, all, rate_hz, linger_s);
 }
 
 }  // namespace numastream

@@ -345,7 +345,9 @@ bool typed_array(cbor_item_t* tag, Array& a, std::string& error) {
       error = "unknown compression \"" + std::string(algo->substr(0, 16)) + "\"";
       return false;
     }
-    if (*elem != t->size) {
+    // bslz4 shuffles bits by element: its element size must be the array's. lz4 ignores it (an
+    // EIGER2 states 0 for its lz4 frames).
+    if (a.compression == Compression::bslz4 && *elem != t->size) {
       error = "tag 56500 states element size " + std::to_string(*elem) + " for a " + a.dtype + " array";
       return false;
     }

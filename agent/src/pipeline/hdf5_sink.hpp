@@ -21,6 +21,7 @@
 #include "store/hdf5_io.hpp"
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
+#include "pipeline/series_sink.hpp"
 #include "pipeline/sink.hpp"
 
 namespace numastream {
@@ -35,6 +36,11 @@ class Hdf5Sink final : public Sink {
   const char* name() const override { return "hdf5"; }
 
   void put(Chunk c, StageStats& st) override {
+    if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
+      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, ack_);
+      series_->put(std::move(c), st);
+      return;
+    }
     ScopedTimer busy(st.busy_ns);
     const wire::Header& h = c.header;
     hdf5::Writer& w = open(h);
@@ -46,6 +52,7 @@ class Hdf5Sink final : public Sink {
 
   // Closes every file; publishes the complete ones. Returns those left incomplete.
   std::vector<std::string> finish() override {
+    if (series_) return series_->finish();
     std::vector<std::string> incomplete;
     auto totals = tracker_.streams_json();
     for (auto& [id, w] : outs_) {
@@ -66,7 +73,17 @@ class Hdf5Sink final : public Sink {
     return incomplete;
   }
 
+ void report(nlohmann::json& summary) const override {
+    if (series_) series_->report(summary);
+  }
+
  private:
+  // A stream of Stream V2 messages (its sender reads a stream2 source): one file per series.
+  bool carries_series(std::uint32_t stream) const {
+    auto meta = nlohmann::json::parse(metadata_(stream), nullptr, false);
+    return !meta.is_discarded() && meta.is_object() && meta.value("dtype", "") == "stream2";
+  }
+
   hdf5::Writer& open(const wire::Header& h) {
     auto it = outs_.find(h.stream_id);
     if (it != outs_.end()) return *it->second;
@@ -102,6 +119,7 @@ class Hdf5Sink final : public Sink {
   AckFn ack_;
   MetadataFn metadata_;
   std::map<std::uint32_t, std::unique_ptr<hdf5::Writer>> outs_;
+  std::unique_ptr<SeriesSink> series_;
 };
 
 }  // namespace numastream

@@ -800,6 +800,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"stages", rt_.stages_json()},
                     {"drained", rt_.drain_requested()},
                     {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  if (sink_) sink_->report(result.summary);
   // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
   // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
   // A drained receiver whose stream did not complete exits "interrupted": resume me.

@@ -22,6 +22,8 @@
 #include "data/buffer_pool.hpp"
 #include "config/config.hpp"
 #include "base/error.hpp"
+#include <nlohmann/json.hpp>
+
 #include "data/seqset.hpp"
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
@@ -91,6 +93,8 @@ class Sink {
   // After the run: closes the outputs, publishes the complete ones, returns those left
   // incomplete.
   virtual std::vector<std::string> finish() { return {}; }
+  // Adds what the sink alone knows to the run's summary.
+  virtual void report(nlohmann::json& /*summary*/) const {}
 };
 
 class FileSink final : public Sink {

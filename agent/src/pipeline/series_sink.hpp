@@ -1,0 +1,164 @@
+// The gateway's HDF5 sink for Stream V2 series (a stream whose sender reads a `stream2` source):
+// one NeXus/NXmx-style file per series (store/series_file.hpp), each channel's images written as
+// the detector compressed them, the start message's fields beside them. Messages are written as
+// they come, whatever their order; a series is complete when its start and end messages and every
+// message between them (a series' messages are consecutive in the stream) are in the file: then
+// <file>.part is renamed to <file>. A series still open when the run ends stays .part and is
+// reported incomplete with what it lacks. Internal to the agent.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "config/config.hpp"
+#include "detector/stream2.hpp"
+#include "pipeline/sink.hpp"
+#include "store/series_file.hpp"
+
+namespace numastream {
+
+class SeriesSink {
+ public:
+  SeriesSink(std::string pattern, AckFn ack) : pattern_(std::move(pattern)), ack_(std::move(ack)) {}
+
+  void put(Chunk c, StageStats& st) {
+    ScopedTimer busy(st.busy_ns);
+    const wire::Header& h = c.header;
+    const std::span<const std::byte> bytes = c.payload();
+    std::string error;
+    auto m = stream2::parse(bytes, error);
+    if (!m) {
+      // The sender parsed it before sending it: this is not what the sender sent.
+      throw std::runtime_error("hdf5 sink: message " + std::to_string(h.sequence) + " of stream " +
+                               std::to_string(h.stream_id) + " is not Stream V2: " + error);
+    }
+    const Key key{m->series_id, m->series_unique_id};
+    Series& s = series(key);
+    if (!s.seqs.insert(h.sequence).second) {  // a retransmission of a message already written
+      ack_(c.via, h.stream_id, h.sequence);
+      return;
+    }
+    switch (m->type) {
+      case stream2::Type::start:
+        s.start_seq = h.sequence;
+        for (const auto& skipped : s.file->write_start(bytes, m->series_id, m->series_unique_id)) {
+          log_line("hdf5 sink: series " + s.name + ": start field " + skipped + " not stored (no HDF5 form)");
+        }
+        break;
+      case stream2::Type::image:
+        s.file->write_image(bytes, m->image_id);
+        ++s.images;
+        break;
+      case stream2::Type::end:
+        s.end_seq = h.sequence;
+        break;
+    }
+    st.chunks++;
+    st.bytes_out += bytes.size();
+    ack_(c.via, h.stream_id, h.sequence);
+    if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) publish(key);
+  }
+
+  // Series still open: their files stay .part; returns them with what they lack.
+  std::vector<std::string> finish() {
+    std::vector<std::string> incomplete;
+    for (auto& [key, s] : open_) {
+      s.file->close();
+      std::string lacks;
+      if (!s.start_seq) lacks = "no start message";
+      if (!s.end_seq) lacks += std::string(lacks.empty() ? "" : ", ") + "no end message";
+      if (s.start_seq && s.end_seq) {
+        lacks = std::to_string(*s.end_seq - *s.start_seq + 1 - s.seqs.size()) + " of " +
+                std::to_string(*s.end_seq - *s.start_seq + 1) + " messages missing";
+      }
+      incomplete.push_back(s.path + ".part (series " + s.name + ": " + lacks + ", " + std::to_string(s.images) +
+                           " images written)");
+      done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path + ".part"},
+                       {"images", s.images}, {"complete", false}, {"lacks", lacks}});
+    }
+    open_.clear();
+    return incomplete;
+  }
+
+  void report(nlohmann::json& summary) const { summary["stream2_series"] = done_; }
+
+ private:
+  using Key = std::pair<std::uint64_t, std::string>;  // series_id, series_unique_id
+  struct Series {
+    std::string name, path;
+    std::unique_ptr<hdf5::SeriesFile> file;
+    std::optional<std::uint64_t> start_seq, end_seq;
+    std::set<std::uint64_t> seqs;
+    std::uint64_t images = 0;
+  };
+
+  static bool exists(const std::string& p) {
+    struct stat sb;
+    return ::stat(p.c_str(), &sb) == 0;
+  }
+
+  // The file of a series: the sink path with {series} replaced by the series id (or the id added
+  // before the extension); never one that exists: a series id seen again (a detector restarted,
+  // a replay) gets the next free name "-2", "-3", ...
+  std::string path_for(std::uint64_t series_id) const {
+    std::string p = stream_path(pattern_, 0);
+    const std::string id = std::to_string(series_id);
+    if (auto pos = p.find("{series}"); pos != std::string::npos) {
+      p.replace(pos, 8, id);
+    } else {
+      auto dot = p.rfind('.');
+      if (dot == std::string::npos || p.find('/', dot) != std::string::npos) dot = p.size();
+      p.insert(dot, "_series_" + id);
+    }
+    std::string candidate = p;
+    for (int n = 2; exists(candidate) || exists(candidate + ".part"); ++n) {
+      auto dot = p.rfind('.');
+      if (dot == std::string::npos || p.find('/', dot) != std::string::npos) dot = p.size();
+      candidate = p.substr(0, dot) + "-" + std::to_string(n) + p.substr(dot);
+    }
+    return candidate;
+  }
+
+  Series& series(const Key& key) {
+    auto it = open_.find(key);
+    if (it != open_.end()) return it->second;
+    Series s;
+    s.name = std::to_string(key.first) + (key.second.empty() ? "" : " (" + key.second + ")");
+    s.path = path_for(key.first);
+    s.file = std::make_unique<hdf5::SeriesFile>(s.path + ".part");
+    log_line("hdf5 sink: series " + s.name + " -> " + s.path);
+    return open_.emplace(key, std::move(s)).first->second;
+  }
+
+  void publish(const Key& key) {
+    Series& s = open_.at(key);
+    s.file->close();
+    if (std::rename((s.path + ".part").c_str(), s.path.c_str()) != 0) {
+      throw std::runtime_error("hdf5 sink: rename " + s.path + ".part: " + std::strerror(errno));
+    }
+    log_line("hdf5 sink: series " + s.name + " complete: " + s.path + " (" + std::to_string(s.images) + " images)");
+    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path},
+                     {"images", s.images}, {"complete", true}});
+    open_.erase(key);
+  }
+
+  std::string pattern_;
+  AckFn ack_;
+  std::map<Key, Series> open_;
+  nlohmann::json done_ = nlohmann::json::array();
+};
+
+}  // namespace numastream

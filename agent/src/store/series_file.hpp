@@ -1,0 +1,61 @@
+// One series of a Stream V2 detector as a NeXus/NXmx-style HDF5 file, written as the messages
+// come (in any order):
+//   /entry                       NXentry; attributes series_id, series_unique_id
+//   /entry/data                  NXdata; one dataset per channel ("threshold_1", ...): images x
+//                                rows x cols, one image per chunk at its image_id, each chunk the
+//                                bytes the detector sent (direct chunk writes; the dataset declares
+//                                filter 32008 for bslz4 or 32004 for lz4, as received)
+//   /entry/instrument/detector   NXdetector; the start message's fields (numbers, text, arrays,
+//                                nested maps as groups: pixel_mask/threshold_1, goniometer/...),
+//                                and the start message itself, byte for byte (stream2_start)
+// Only one thread of a process uses HDF5 (see hdf5_io.hpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "detector/stream2.hpp"
+
+namespace numastream::hdf5 {
+
+class SeriesFile {
+ public:
+  // Creates `path` (truncating it).
+  explicit SeriesFile(const std::string& path);
+  ~SeriesFile();
+  SeriesFile(const SeriesFile&) = delete;
+  SeriesFile& operator=(const SeriesFile&) = delete;
+
+  // The start message: its fields under /entry/instrument/detector, itself as stream2_start.
+  // Returns the fields that could not be stored (named for the log).
+  std::vector<std::string> write_start(std::span<const std::byte> message, std::uint64_t series_id,
+                                       const std::string& series_unique_id);
+  // Every channel of an image message at `image_id`. Throws, naming the channel, when an image's
+  // shape, type or compression differs from the channel's first image.
+  void write_image(std::span<const std::byte> message, std::uint64_t image_id);
+  // Images written, per channel.
+  const std::map<std::string, std::set<std::uint64_t>>& images() const noexcept { return written_; }
+  void close();
+
+ private:
+  struct Channel {
+    long long dset = -1;
+    std::vector<std::uint64_t> dims;
+    std::string dtype;
+    stream2::Compression compression = stream2::Compression::none;
+    std::uint64_t extent = 0;
+  };
+  Channel& channel(const std::string& name, const stream2::Array& a);
+  void write_field(const std::string& path, const stream2::Value& v);
+
+  std::string path_;
+  long long file_ = -1;
+  std::map<std::string, Channel> channels_;
+  std::map<std::string, std::set<std::uint64_t>> written_;
+};
+
+}  // namespace numastream::hdf5

@@ -1,0 +1,223 @@
+"""Stream V2 series through real agents into HDF5 files, read back by h5py + hdf5plugin and held
+against the detector's own messages decoded by the reference libraries (cbor2, bitshuffle, lz4).
+
+detector-sim (replaying the real EIGER2 R 500K recordings, or a synthetic series) -> send
+--source stream2 -> receive --sink hdf5: one NXmx-style file per series.
+
+Run: NUMASTREAM_AGENT=bin/numastream-agent $(hack/pyenv.sh) -m unittest -v test/codec/stream2_hdf5_test.py
+"""
+import glob
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import unittest
+
+import bitshuffle
+import cbor2
+import h5py
+import hdf5plugin  # noqa: F401  (registers the bitshuffle and LZ4 filters with h5py)
+import lz4.block
+import numpy as np
+
+from realdata import AGENT, REAL, REQUIRE_REAL, TYPED_ARRAY
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def decode_bslz4(framed, dtype):
+    raw_bytes, block_bytes = struct.unpack(">QI", framed[:12])
+    body = np.frombuffer(framed[12:], dtype=np.uint8)
+    return bitshuffle.decompress_lz4(body, (raw_bytes // dtype.itemsize,), dtype, block_bytes // dtype.itemsize)
+
+
+def decode_lz4(framed, dtype):
+    """The HDF5 LZ4 filter's framing, block by block with the lz4 package."""
+    raw_bytes, block = struct.unpack(">QI", framed[:12])
+    out, pos = bytearray(), 12
+    while len(out) < raw_bytes:
+        n = min(block, raw_bytes - len(out))
+        (c,) = struct.unpack(">I", framed[pos:pos + 4])
+        pos += 4
+        data = framed[pos:pos + c]
+        out += data if c == n else lz4.block.decompress(data, uncompressed_size=n)
+        pos += c
+    assert pos == len(framed), "bytes after the last block"
+    return np.frombuffer(bytes(out), dtype=dtype)
+
+
+def channels_of(message):
+    """{channel: (pixels decoded by the reference libraries, the compressed bytes, algorithm)}."""
+    out = {}
+    for name, arr in message["data"].items():
+        shape, typed = arr.value
+        algorithm, elem, data = typed.value.value
+        dtype = TYPED_ARRAY[typed.tag]
+        data = bytes(data)
+        pixels = (decode_bslz4 if algorithm == "bslz4" else decode_lz4)(data, dtype)
+        out[name] = (pixels.reshape(shape), data, algorithm)
+    return out
+
+
+class Series:
+    """A detector, a sender and a gateway on loopback; stop() ends the run and returns the summaries."""
+
+    def __init__(self, tmp, sim_args, sink_path):
+        det = f"tcp://127.0.0.1:{free_port()}"
+        data = f"tcp://127.0.0.1:{free_port()}"
+        self.logs = {n: open(os.path.join(tmp, n + ".log"), "w+") for n in ("sim", "send", "receive")}
+        self.rx = subprocess.Popen([AGENT, "receive", "--endpoint", data, "--sink", "hdf5", "--sink-path", sink_path],
+                                   stdout=subprocess.PIPE, stderr=self.logs["receive"], text=True)
+        self.sim = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, "--linger-s", "30", *sim_args],
+                                    stdout=subprocess.PIPE, stderr=self.logs["sim"], text=True)
+        self.tx = subprocess.Popen([AGENT, "send", "--endpoint", data, "--source", "stream2", "--source-endpoint", det],
+                                   stdout=subprocess.PIPE, stderr=self.logs["send"], text=True)
+
+    def log(self):
+        text = ""
+        for name, f in self.logs.items():
+            f.seek(0)
+            text += f"--- {name}\n{f.read()}"
+        return text
+
+    def stop(self, until, timeout=60):
+        """Waits for `until()` (or the timeout), then ends the sender with SIGINT, as a person would."""
+        deadline = time.time() + timeout
+        while not until() and time.time() < deadline:
+            time.sleep(0.1)
+        self.tx.send_signal(signal.SIGINT)
+        tx_out, _ = self.tx.communicate(timeout=60)
+        rx_out, _ = self.rx.communicate(timeout=60)
+        self.sim.kill()
+        self.sim.communicate()
+        last = lambda out: json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        return self.tx.returncode, self.rx.returncode, last(tx_out), last(rx_out)
+
+
+class SeriesIntoHdf5(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", self.tmp])
+
+    def assertSeriesFile(self, path, messages, series_id, unique_id, filter_id):
+        """Every channel of every image message at its image_id, the chunk the detector's bytes."""
+        with h5py.File(path, "r") as f:
+            self.assertEqual(f["/entry"].attrs["NX_class"], "NXentry")
+            self.assertEqual(f["/entry/data"].attrs["NX_class"], "NXdata")
+            self.assertEqual(f["/entry/instrument/detector"].attrs["NX_class"], "NXdetector")
+            self.assertEqual(int(f["/entry"].attrs["series_id"]), series_id)
+            self.assertEqual(f["/entry"].attrs["series_unique_id"], unique_id)
+            images = [m for m in messages if m["type"] == "image"]
+            for m in images:
+                for name, (pixels, data, algorithm) in channels_of(m).items():
+                    ds = f[f"/entry/data/{name}"]
+                    self.assertEqual(ds.shape, (len(images),) + pixels.shape, name)
+                    self.assertEqual(ds.dtype, pixels.dtype, name)
+                    self.assertIn(filter_id, ds._filters, f"{name}: declared with the filter its chunks carry")
+                    i = m["image_id"]
+                    mask, stored = ds.id.read_direct_chunk((i, 0, 0))
+                    self.assertEqual((mask, stored), (0, data), f"{name} image {i}: the chunk is the detector's bytes")
+                    np.testing.assert_array_equal(ds[i], pixels, err_msg=f"{name} image {i}")
+            return f["/entry/instrument/detector/stream2_start"][()].tobytes()
+
+    def test_real_eiger2_series_land_in_nxmx_files(self):
+        folders = {"r500k_bm_bslz4_8bit": "32008", "r500k_bm_bslz4_16bit": "32008",
+                   "r500k_bm_bslz4_32bit": "32008", "r500k_bm_lz4_16bit": "32004"}
+        if not all(os.path.isdir(os.path.join(REAL, f)) for f in folders):
+            if REQUIRE_REAL:
+                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
+            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        for folder, filter_id in folders.items():
+            with self.subTest(folder=folder):
+                files = sorted(glob.glob(os.path.join(REAL, folder, "*")))
+                messages = [cbor2.loads(open(p, "rb").read()) for p in files]
+                sink = os.path.join(self.tmp, folder + ".h5")
+                run = Series(self.tmp, ["--replay", os.path.join(REAL, folder), "--start"], sink)
+                series_id, unique = messages[0]["series_id"], messages[0]["series_unique_id"]
+                final = os.path.join(self.tmp, f"{folder}_series_{series_id}.h5")
+                tx_rc, rx_rc, sent, received = run.stop(until=lambda: os.path.exists(final))
+                log = run.log()
+                self.assertEqual((tx_rc, rx_rc), (0, 0), log)
+                self.assertEqual((received["lost"], received["corrupt"], received["incomplete_files"]), (0, 0, []), log)
+                self.assertEqual(received["stream2_series"],
+                                 [{"series_id": series_id, "series_unique_id": unique, "file": final,
+                                   "images": 10, "complete": True}], log)
+                start = cbor2.loads(self.assertSeriesFile(final, messages, series_id, unique, filter_id))
+                self.assertEqual((start["type"], start["series_id"], start["number_of_images"]), ("start", series_id, 10))
+                with h5py.File(final, "r") as f:
+                    self.assertEqual(int(f["/entry/instrument/detector/number_of_images"][()]), 10)
+                    self.assertEqual(sorted(f["/entry/data"]), ["difference", "threshold_1", "threshold_2"])
+
+    def test_synthetic_series_with_their_start_metadata(self):
+        for compression, filter_id in (("bslz4", "32008"), ("lz4", "32004")):
+            with self.subTest(compression=compression):
+                sink = os.path.join(self.tmp, compression + "-{series}.h5")
+                args = ["--synthetic", "--series", "2", "--images", "6", "--shape", "64x96", "--channels", "t1,t2",
+                        "--compression", compression, "--seed", "11"]
+                run = Series(self.tmp, args, sink)
+                finals = [os.path.join(self.tmp, f"{compression}-{s}.h5") for s in (1, 2)]
+                tx_rc, rx_rc, sent, received = run.stop(until=lambda: all(os.path.exists(p) for p in finals))
+                log = run.log()
+                self.assertEqual((tx_rc, rx_rc), (0, 0), log)
+                self.assertEqual([s["complete"] for s in received["stream2_series"]], [True, True], log)
+                self.assertEqual(sent["stream2"]["series_ended"], 2, log)
+                # The pixels: projections regenerated by the agent's synth (image i, channel c: i + 5c).
+                src = os.path.join(self.tmp, "src.raw")
+                subprocess.run([AGENT, "synth", "--out", src, "--chunk-bytes", str(64 * 96 * 2), "--width", "96",
+                                "--frames", "11", "--seed", "11"], check=True, capture_output=True)
+                proj = np.fromfile(src, dtype="<u2").reshape(11, 64, 96)
+                for s, path in enumerate(finals, start=1):
+                    with h5py.File(path, "r") as f:
+                        for c, name in enumerate(("t1", "t2")):
+                            ds = f[f"/entry/data/{name}"]
+                            self.assertIn(filter_id, ds._filters)
+                            self.assertEqual(ds.shape, (6, 64, 96))
+                            for i in range(6):
+                                np.testing.assert_array_equal(ds[i], proj[i + 5 * c], err_msg=f"series {s} {name} {i}")
+                        det = f["/entry/instrument/detector"]
+                        self.assertEqual(int(f["/entry"].attrs["series_id"]), s)
+                        self.assertEqual([c.decode() if isinstance(c, bytes) else c for c in det["channels"][()]],
+                                         ["t1", "t2"])
+                        self.assertEqual((int(det["image_size_y"][()]), int(det["image_size_x"][()])), (64, 96))
+                        self.assertEqual(float(det["beam_center_x"][()]), 48.0)
+                        mask = det["pixel_mask/t2"][()]
+                        self.assertEqual((mask.shape, mask.dtype, int(mask[0, 0]), int(mask.sum())),
+                                         ((64, 96), np.dtype("<u4"), 1, 1))
+
+    def test_a_detector_gone_mid_series_leaves_its_file_incomplete_and_named(self):
+        sink = os.path.join(self.tmp, "gone.h5")
+        # A slow detector: 40 images at 20 messages/s; it is killed a few images in.
+        run = Series(self.tmp, ["--synthetic", "--images", "40", "--shape", "64x96", "--rate-hz", "20"], sink)
+        part = os.path.join(self.tmp, "gone_series_1.h5.part")
+        deadline = time.time() + 30
+        while time.time() < deadline and not os.path.exists(part):
+            time.sleep(0.05)
+        time.sleep(0.4)
+        run.sim.kill()
+        tx_rc, rx_rc, sent, received = run.stop(until=lambda: False, timeout=1.5)
+        log = run.log()
+        self.assertEqual(sent["stream2"]["series_incomplete"], 1, log)
+        self.assertNotEqual(rx_rc, 0, "a series left incomplete fails the gateway's run:\n" + log)
+        self.assertEqual(len(received["incomplete_files"]), 1, log)
+        self.assertIn("gone_series_1.h5.part (series 1", received["incomplete_files"][0])
+        self.assertIn("no end message", received["incomplete_files"][0])
+        series = received["stream2_series"][0]
+        self.assertEqual((series["complete"], series["lacks"]), (False, "no end message"), log)
+        self.assertGreater(series["images"], 0, log)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "gone_series_1.h5")), "never published as complete")
+        with h5py.File(part, "r") as f:  # what did arrive is readable
+            self.assertEqual(f["/entry/data/threshold_1"].shape[0], series["images"])
+
+
+if __name__ == "__main__":
+    unittest.main()
