@@ -235,3 +235,70 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// A consumer of the gateway's stream2 sink killed mid-series and restarted. Stream V2 has no
+// acknowledgement: the gateway cannot know what the consumer processed, and ZeroMQ drops what it
+// had queued towards it. What numastream adds: the next consumer gets the series' start message
+// again, then the last messages handed over (copies), then the rest — so nothing the first
+// consumer did not process is missing, and an image may come twice.
+TEST(Stream2, AConsumerRestartedMidSeriesGetsTheSeriesAgainAndMissesNothing) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const fs::path dir = fs::path(data) / "r500k_bm_bslz4_16bit";
+  const auto expected = expected_series(dir);
+  const int port = free_ports(3);
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
+              "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
+  // 12 messages at 8 per second: the consumer goes 5 messages in, the restarted one comes back
+  // while the series still runs.
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", dir.string(), "--start",
+                    "--rate-hz", "8", "--linger-s", "10"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
+              "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
+  std::vector<std::string> first, second;
+  {
+    Consumer consumer(ep(port + 1));
+    first = consumer.take(5, 60s);
+  }  // killed: its socket closes with what ZeroMQ had queued for it
+  ASSERT_EQ(first.size(), 5u);
+  std::this_thread::sleep_for(300ms);
+  {
+    Consumer restarted(ep(port + 1));
+    // Until the series' end message.
+    while (second.empty() || second.back() != expected.back()) {
+      auto more = restarted.take(1, 30s);
+      if (more.empty()) break;
+      second.push_back(more[0]);
+    }
+  }
+  tx.signal(SIGINT);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  ASSERT_EQ(detector.wait(30s), 0) << detector.err();
+  ASSERT_FALSE(second.empty());
+  EXPECT_TRUE(second.front() == expected.front()) << "the restarted consumer learns the series first: its start message";
+  EXPECT_TRUE(second.back() == expected.back()) << "and gets to its end";
+  std::size_t missing = 0, foreign = 0, again = 0;
+  for (const auto& m : expected) {
+    const bool in_first = std::find(first.begin(), first.end(), m) != first.end();
+    const bool in_second = std::find(second.begin(), second.end(), m) != second.end();
+    missing += !in_first && !in_second;
+    again += in_first && in_second && m != expected.front();
+  }
+  for (const auto& m : second) foreign += std::find(expected.begin(), expected.end(), m) == expected.end();
+  EXPECT_EQ(missing, 0u) << "every message reached a consumer";
+  EXPECT_EQ(foreign, 0u) << "and each came byte-identical";
+  const json r = summary(rx);
+  EXPECT_EQ(r["stream2_sink"]["consumers_gone"], 1) << rx.err();
+  EXPECT_GE(r["stream2_sink"]["redelivered"].get<int>(), 1);
+  EXPECT_NE(rx.err().find("a consumer went away"), std::string::npos) << rx.err();
+  EXPECT_EQ(r["lost"], 0);
+  std::printf("first consumer took %zu, the restarted one %zu (%zu seen again); gateway redelivered %d\n", first.size(),
+              second.size(), again, r["stream2_sink"]["redelivered"].get<int>());
+}
+
+}  // namespace
+}  // namespace numastream::testing

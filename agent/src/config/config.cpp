@@ -197,6 +197,7 @@ void parse_sink(Fields& f, Config& c) {
   Fields sf(*v, f.path("sink"));
   std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
+  if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
   if (kind == "null") {
     c.sink.kind = SinkConfig::Kind::null;
   } else if (kind == "hdf5") {
@@ -214,6 +215,7 @@ void parse_sink(Fields& f, Config& c) {
     c.sink.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.sink.endpoint, sf.path("endpoint"));
     sf.forbid("path", "only used by the file and hdf5 sinks");
+    c.sink.redeliver = static_cast<int>(sf.integer("redeliver", c.sink.redeliver, 0, 100000));
   } else {
     c.sink.kind = SinkConfig::Kind::zmq;
     c.sink.endpoint = sf.required_string("endpoint");

@@ -49,6 +49,9 @@ struct SinkConfig {
   std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
   std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to; stream2: where to bind
+  // stream2: copies of the last messages handed over, sent again after a consumer goes away
+  // (stream2_sink.hpp); 0 keeps none.
+  int redeliver = 64;
 };
 
 // Authenticated, encrypted data connections (CURVE). Key files hold one 40-character Z85 key;

@@ -3,12 +3,22 @@
 // re-emits the Stream V2 messages its stream carries byte for byte, in the order the detector
 // sent them (start, images, end), whatever order the decompressing threads finish in. Stream V2
 // has no acknowledgements: a message counts as taken (and is acknowledged to the sender) once the
-// PUSH socket accepted it; with no consumer connected, it waits. Internal to the agent.
+// PUSH socket accepted it; with no consumer connected, it waits.
+//
+// A consumer that goes away (killed, restarted) loses what ZeroMQ had queued towards it and what it
+// had read but not processed, and Stream V2 gives no way to know how much that was. The sink keeps
+// copies of the last `sink.redeliver` messages it handed over (and of the open series' start
+// message); when a consumer disconnects, the next message any consumer gets is that start message,
+// then those copies, then what comes next. A consumer restarted mid-series thus learns the series
+// again and gets again what its predecessor may not have processed; it may see an image twice
+// (same series_unique_id and image_id) and can drop it. Internal to the agent.
 #pragma once
 
 #include <zmq.h>
 
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -20,6 +30,7 @@
 #include "pipeline/chunk.hpp"
 #include "pipeline/sink.hpp"
 #include "data/seqset.hpp"
+#include "detector/stream2.hpp"
 #include "wire/tracker.hpp"
 
 namespace numastream {
@@ -39,6 +50,7 @@ class Stream2Sink final : public Sink {
     sock_.emplace(ctx_, ZMQ_PUSH);
     sock_->set_int(ZMQ_SNDHWM, cfg_.hwm);
     sock_->set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
+    mon_.emplace(ctx_, *sock_, "stream2-sink");
     sock_->bind(cfg_.sink.endpoint);
   }
 
@@ -75,7 +87,13 @@ class Stream2Sink final : public Sink {
   void close(bool aborted) override {
     if (sock_ && aborted) sock_->set_int(ZMQ_LINGER, 0);
     pending_.clear();
+    mon_.reset();
     sock_.reset();
+  }
+
+  void report(nlohmann::json& summary) const override {
+    summary["stream2_sink"] = {{"consumers_gone", consumers_gone_}, {"redelivered", redelivered_},
+                               {"redeliver", cfg_.sink.redeliver}};
   }
 
  private:
@@ -93,32 +111,92 @@ class Stream2Sink final : public Sink {
   // The detector's message (the chunk's payload, without numastream's header), zero-copy.
   bool emit(Chunk& c, StageStats& st) {
     const wire::Header h = c.header;
-    const std::size_t size = h.payload_size;
+    const std::span<const std::byte> bytes = c.payload();
+    std::vector<std::byte> copy;
+    if (cfg_.sink.redeliver > 0) copy.assign(bytes.begin(), bytes.end());
     Buffer* buf = c.buffer.release();  // ZeroMQ returns it to its pool once sent
     zmq_msg_t msg;
-    zmq_msg_init_data(&msg, buf->data + wire::kHeaderSize, size, return_to_pool, buf);
-    ScopedTimer wait(st.blocked_output_ns);
+    zmq_msg_init_data(&msg, buf->data + wire::kHeaderSize, h.payload_size, return_to_pool, buf);
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      if (!send(msg)) return false;
+    }
+    emitted_.insert(h.sequence);
+    ack_(c.via, h.stream_id, h.sequence);
+    st.chunks++;
+    st.bytes_out += h.payload_size;
+    if (!copy.empty()) keep(std::move(copy));
+    return true;
+  }
+
+  // A copy of what was handed over, for a consumer that goes away; a start message stays as long
+  // as its series.
+  void keep(std::vector<std::byte> copy) {
+    std::string error;
+    auto m = stream2::parse(copy, error);
+    if (m && m->type == stream2::Type::start) {
+      series_start_ = copy;
+      recent_.clear();  // what came before belongs to an earlier series
+    } else if (m && m->type == stream2::Type::end) {
+      series_start_.clear();
+    }
+    recent_.push_back(std::move(copy));
+    while (recent_.size() > static_cast<std::size_t>(cfg_.sink.redeliver)) recent_.pop_front();
+  }
+
+  // Sends `msg` (consumed), waiting for a consumer; first, when a consumer went away, the copies.
+  bool send(zmq_msg_t& msg) {
     while (true) {
       if (aborted_()) {
         zmq_msg_close(&msg);
         return false;
       }
-      zmq_pollitem_t item{sock_->get(), 0, ZMQ_POLLOUT, 0};
-      if (zmq_poll(&item, 1, 200) < 0 && zmq_errno() != EINTR) {
+      zmq_pollitem_t items[2] = {{sock_->get(), 0, ZMQ_POLLOUT, 0}, {mon_->get(), 0, ZMQ_POLLIN, 0}};
+      if (zmq_poll(items, 2, 200) < 0 && zmq_errno() != EINTR) {
         zmq_msg_close(&msg);
         throw std::runtime_error("stream2 sink: poll: " + zmq::last_error());
       }
-      if (!(item.revents & ZMQ_POLLOUT)) continue;  // no consumer yet, or it is behind
-      if (zmq_msg_send(&msg, sock_->get(), ZMQ_DONTWAIT) >= 0) break;
+      if (items[1].revents & ZMQ_POLLIN) watch();
+      if (!(items[0].revents & ZMQ_POLLOUT)) continue;  // no consumer yet, or it is behind
+      if (redeliver_) {
+        redeliver_ = false;
+        if (!redeliver()) {
+          zmq_msg_close(&msg);
+          return false;
+        }
+        continue;
+      }
+      if (zmq_msg_send(&msg, sock_->get(), ZMQ_DONTWAIT) >= 0) return true;
       if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
         zmq_msg_close(&msg);
         throw std::runtime_error("stream2 sink: send on " + cfg_.sink.endpoint + ": " + zmq::last_error());
       }
     }
-    emitted_.insert(h.sequence);
-    ack_(c.via, h.stream_id, h.sequence);
-    st.chunks++;
-    st.bytes_out += size;
+  }
+
+  void watch() {
+    const int before = mon_->disconnects();
+    mon_->drain();
+    if (mon_->disconnects() == before || cfg_.sink.redeliver == 0) return;
+    consumers_gone_ += static_cast<std::uint64_t>(mon_->disconnects() - before);
+    redeliver_ = !recent_.empty();
+    log_line("stream2 sink: a consumer went away; what it may not have processed (the last " +
+             std::to_string(recent_.size()) + " messages handed over" +
+             (series_start_.empty() ? "" : ", after the series' start message") + ") goes to the next consumer");
+  }
+
+  bool redeliver() {
+    const bool start_kept = !series_start_.empty() && (recent_.empty() || recent_.front() != series_start_);
+    std::vector<const std::vector<std::byte>*> out;
+    if (start_kept) out.push_back(&series_start_);
+    for (const auto& m : recent_) out.push_back(&m);
+    for (const auto* m : out) {
+      zmq_msg_t msg;
+      zmq_msg_init_size(&msg, m->size());
+      std::memcpy(zmq_msg_data(&msg), m->data(), m->size());
+      if (!send(msg)) return false;
+      ++redelivered_;
+    }
     return true;
   }
 
@@ -130,6 +208,11 @@ class Stream2Sink final : public Sink {
   FloorFn floor_;
   std::function<bool()> aborted_;
   std::optional<zmq::Socket> sock_;
+  std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
+  std::deque<std::vector<std::byte>> recent_;
+  std::vector<std::byte> series_start_;
+  bool redeliver_ = false;
+  std::uint64_t consumers_gone_ = 0, redelivered_ = 0;
   std::optional<std::uint32_t> stream_;
   std::uint64_t next_ = 0;
   std::map<std::uint64_t, Chunk> pending_;
