@@ -326,7 +326,7 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"two sources": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source.File = &v1alpha1.FileSource{Path: "/data"}
 		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
-		"no source":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
+		"no source": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
 		"synthetic and hdf5": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source.HDF5 = &v1alpha1.HDF5Dataset{Path: "/data/tomo.h5"}
 		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},

@@ -197,13 +197,17 @@ namespace numastream::testing {
 namespace {
 
 // A detector that goes away mid-series (a DCU restarted, a cable pulled): the series cannot be
-// complete, and the sender says so — in its log, its summary and its metrics — never silently.
+// complete, and the sender says so — in its log, its summary and its metrics — and sends an end
+// message of its own that says why, which the gateway reports (summary, metrics, and from there
+// the StreamPipeline's status) and its consumers get: never silently.
 TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysSo) {
   const std::string data = recordings();
   SKIP_WITHOUT_RECORDINGS(data);
   const auto files = files_of(fs::path(data) / "r500k_bm_bslz4_16bit");
-  const int port = free_ports(2);
-  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--idle-timeout", "30"});
+  const int port = free_ports(3);
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
+              "--sink-endpoint", ep(port + 2), "--idle-timeout", "30"});
+  Consumer consumer(ep(port + 2));
   void* ctx = zmq_ctx_new();
   void* push = zmq_socket(ctx, ZMQ_PUSH);
   int linger = 5000;  // what was sent reaches the sender before the socket goes
@@ -220,6 +224,9 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
   zmq_close(push);
   zmq_ctx_term(ctx);  // the detector is gone, 3 images into a series of 10
   for (int i = 0; i < 100 && tx.err().find("INCOMPLETE") == std::string::npos; ++i) std::this_thread::sleep_for(100ms);
+  // A consumer written for the detector gets the series closed: start, 3 images, and an end
+  // message of numastream's that says why (a field Stream V2 consumers ignore).
+  const auto consumed = consumer.take(5, 30s);
   tx.signal(SIGINT);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
@@ -229,8 +236,19 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
   EXPECT_EQ(s["stream2"]["images"], 3);
   EXPECT_EQ(s["stream2"]["series_ended"], 0);
   EXPECT_TRUE(s["stream2"]["series_open"].is_null());
-  EXPECT_EQ(r["chunks"], 4) << "what the detector sent before it went arrives, verified";
+  EXPECT_EQ(r["chunks"], 5) << "what the detector sent before it went arrives, verified, and the sender's end";
   EXPECT_EQ(r["lost"], 0);
+  ASSERT_EQ(consumed.size(), 5u);
+  std::string error;
+  auto end = stream2::parse(std::as_bytes(std::span(consumed.back().data(), consumed.back().size())), error);
+  ASSERT_TRUE(end) << error;
+  EXPECT_EQ(end->type, stream2::Type::end);
+  EXPECT_EQ(end->series_id, 1u);
+  EXPECT_EQ(end->series_unique_id, "01GRXWT80JSDY2FNW8SGCCDZD9");
+  EXPECT_NE(end->incomplete.find("disconnected after 3 images"), std::string::npos) << end->incomplete;
+  EXPECT_EQ(r["stream2_series_incomplete"], 1) << "the gateway names it too";
+  EXPECT_NE(r["stream2_series_incomplete_last"][0].get<std::string>().find("series 1 (01GRXWT80JSDY2FNW8SGCCDZD9): the detector"),
+            std::string::npos) << r.dump();
 }
 
 }  // namespace

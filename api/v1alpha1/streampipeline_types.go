@@ -432,6 +432,14 @@ type Observed struct {
 	ChunksLost int64 `json:"chunksLost"`
 	// ChunksCorrupt failed verification.
 	ChunksCorrupt int64 `json:"chunksCorrupt"`
+	// SeriesIncomplete counts the Stream V2 series that ended incomplete at the gateway: their
+	// detector went away before the series' end message (docs/stream2.md).
+	// +optional
+	SeriesIncomplete int64 `json:"seriesIncomplete,omitempty"`
+	// IncompleteSeries names the last of them (at most 5), and why.
+	// +kubebuilder:validation:MaxItems=5
+	// +optional
+	IncompleteSeries []string `json:"incompleteSeries,omitempty"`
 	// NICLocal reports whether the receiving threads really run on the NIC's NUMA node.
 	// +optional
 	NICLocal *bool `json:"nicLocal,omitempty"`

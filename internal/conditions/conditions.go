@@ -50,6 +50,7 @@ const (
 	ReasonJobFailed         = "JobFailed"
 	ReasonTopologyAffinity  = "TopologyAffinityError"
 	ReasonDataLoss          = "DataLoss"
+	ReasonSeriesIncomplete  = "SeriesIncomplete"
 	ReasonHealthy           = "Healthy"
 	ReasonAwaitingAgents    = "AwaitingAgentReport"
 	ReasonReceiversNICLocal = "ReceiversNICLocal"
@@ -242,6 +243,12 @@ func degraded(out *conds, f Facts, blocked []blocker) {
 	if o := f.Observed; o != nil && (o.ChunksLost > 0 || o.ChunksCorrupt > 0) {
 		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonDataLoss,
 			fmt.Sprintf("%d chunks lost and %d corrupt of %d delivered: the data at the sink is incomplete", o.ChunksLost, o.ChunksCorrupt, o.ChunksDelivered))
+		return
+	}
+	if o := f.Observed; o != nil && o.SeriesIncomplete > 0 {
+		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonSeriesIncomplete,
+			fmt.Sprintf("%d detector series ended incomplete (their detector went away before the end message): %s",
+				o.SeriesIncomplete, strings.Join(o.IncompleteSeries, "; ")))
 		return
 	}
 	if len(f.Rejected) > 0 {

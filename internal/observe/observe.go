@@ -76,6 +76,10 @@ type Receiver struct {
 	// sender tells): the stream's total is DeliveredBefore + Delivered, across pod restarts.
 	DeliveredBefore float64
 	NICLocal        *bool
+	// SeriesIncomplete: Stream V2 series its sink saw end incomplete; IncompleteSeries names the
+	// last of them (oldest first).
+	SeriesIncomplete float64
+	IncompleteSeries []string
 }
 
 // FromSamples extracts a receiver's figures: counts from the verifying receiver (role
@@ -83,6 +87,7 @@ type Receiver struct {
 // receiving container, role "relay").
 func FromSamples(samples []Sample) Receiver {
 	var r Receiver
+	var named []string
 	for _, s := range samples {
 		if s.Name == "numastream_nic_local" && (s.Labels["role"] == "receive" || s.Labels["role"] == "relay") {
 			if s.Value >= 0 {
@@ -107,6 +112,19 @@ func FromSamples(samples []Sample) Receiver {
 			r.Corrupt = s.Value
 		case "numastream_chunks_delivered_before":
 			r.DeliveredBefore = s.Value
+		case "numastream_stream2_series_incomplete_total":
+			r.SeriesIncomplete = s.Value
+		case "numastream_stream2_series_incomplete_last":
+			order, _ := strconv.Atoi(s.Labels["order"])
+			for len(named) <= order {
+				named = append(named, "")
+			}
+			named[order] = s.Labels["series"]
+		}
+	}
+	for _, n := range named {
+		if n != "" {
+			r.IncompleteSeries = append(r.IncompleteSeries, n)
 		}
 	}
 	return r
@@ -125,6 +143,9 @@ type exitSummary struct {
 	RawGbps   float64 `json:"raw_gbps"`
 	WireGbps  float64 `json:"wire_gbps"`
 	NICLocal  *bool   `json:"nic_local"`
+	// Stream V2 series that ended incomplete, and the last of them by name.
+	SeriesIncomplete float64  `json:"stream2_series_incomplete"`
+	IncompleteSeries []string `json:"stream2_series_incomplete_last"`
 }
 
 // exited reads a gateway pod whose verifying container has exited: its counts and the run's
@@ -144,7 +165,8 @@ func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
 	if !ok || v.Role != "receive" {
 		return Receiver{}, 0, 0, false
 	}
-	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, DeliveredBefore: v.Before, Lost: v.Lost, Corrupt: v.Corrupt}
+	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, DeliveredBefore: v.Before, Lost: v.Lost, Corrupt: v.Corrupt,
+		SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries}
 	if rx, ok := summaries[render.ReceiveContainer]; ok && rx.NICLocal != nil {
 		r.NICLocal = rx.NICLocal
 	}
@@ -287,6 +309,8 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		total.Delivered += r.Delivered + r.DeliveredBefore
 		total.Lost += r.Lost
 		total.Corrupt += r.Corrupt
+		total.SeriesIncomplete += r.SeriesIncomplete
+		total.IncompleteSeries = append(total.IncompleteSeries, r.IncompleteSeries...)
 		if r.NICLocal != nil {
 			anyKnown = true
 			allLocal = allLocal && *r.NICLocal
@@ -306,6 +330,10 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	}
 	if anyKnown {
 		obs.NICLocal = &allLocal
+	}
+	obs.SeriesIncomplete = int64(total.SeriesIncomplete)
+	if n := len(total.IncompleteSeries); n > 0 {
+		obs.IncompleteSeries = total.IncompleteSeries[max(0, n-5):]
 	}
 	return obs, nil
 }

@@ -48,6 +48,26 @@ func TestParseRealAgentMetrics(t *testing.T) {
 	}
 }
 
+// testdata/receiver-stream2-incomplete-metrics.txt is what a real gateway (hdf5 sink) served after
+// its detector-sim was killed 27 images into a series.
+func TestIncompleteSeriesAreReadWithTheirNames(t *testing.T) {
+	f, err := os.Open("testdata/receiver-stream2-incomplete-metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	samples, err := Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := FromSamples(samples)
+	if r.SeriesIncomplete != 1 || len(r.IncompleteSeries) != 1 ||
+		!strings.Contains(r.IncompleteSeries[0], "series 1 (detector-sim-") ||
+		!strings.Contains(r.IncompleteSeries[0], "disconnected after 27 images, before its end message") {
+		t.Fatalf("%d %q", int(r.SeriesIncomplete), r.IncompleteSeries)
+	}
+}
+
 func TestParseRejectsMalformedLines(t *testing.T) {
 	for _, bad := range []string{"novalue", `m{a="x" 1`, `m{a=x} 1`, "m{} abc"} {
 		if _, err := Parse(strings.NewReader(bad + "\n")); err == nil {

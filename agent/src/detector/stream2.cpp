@@ -20,6 +20,7 @@ constexpr std::uint64_t kSelfDescribe = 55799;
 constexpr std::uint64_t kMultiDim = 40;        // RFC 8746 row-major multi-dimensional array
 constexpr std::uint64_t kCompressed = 56500;   // DECTRIS: [algorithm, element size, bytes]
 constexpr int kMaxDepth = 8;
+constexpr const char* kOurs = "numastream";  // the field numastream's own end messages add
 
 // RFC 8746 typed array tags this reads: the little-endian ones (and the byte-sized ones).
 struct TypedTag {
@@ -143,6 +144,13 @@ std::optional<Message> parse(std::span<const std::byte> bytes, std::string& erro
     } else if (*key == "image_id") {
       image_id = unsigned_int(pairs[i].value);
       if (!image_id) error = "field image_id is not an unsigned integer";
+    } else if (*key == kOurs && cbor_isa_map(pairs[i].value) && cbor_map_is_definite(pairs[i].value)) {
+      const cbor_pair* ours = cbor_map_handle(pairs[i].value);
+      for (std::size_t j = 0; j < cbor_map_size(pairs[i].value); ++j) {
+        if (text(ours[j].key) == std::optional<std::string_view>("reason")) {
+          if (auto why = text(ours[j].value)) m.incomplete = std::string(why->substr(0, 512));
+        }
+      }
     }
     if (!error.empty()) return std::nullopt;
   }
@@ -307,8 +315,16 @@ std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& s
   return serialize(std::move(map));
 }
 
-std::vector<std::byte> build_end(std::uint64_t series_id, const std::string& series_unique_id) {
-  return serialize(header("end", series_id, series_unique_id, 0));
+std::vector<std::byte> build_end(std::uint64_t series_id, const std::string& series_unique_id,
+                                 const std::string& incomplete) {
+  Item map = header("end", series_id, series_unique_id, incomplete.empty() ? 0 : 1);
+  if (!incomplete.empty()) {
+    Item ours = owned(cbor_new_definite_map(2));
+    put(ours.get(), "incomplete", owned(cbor_build_bool(true)));
+    put(ours.get(), "reason", owned(cbor_build_string(incomplete.c_str())));
+    put(map.get(), kOurs, std::move(ours));
+  }
+  return serialize(std::move(map));
 }
 
 namespace {

@@ -22,6 +22,9 @@ struct Message {
   std::uint64_t series_id = 0;
   std::string series_unique_id;
   std::uint64_t image_id = 0;  // image messages
+  // An end message numastream's sender made for a series its detector left unfinished
+  // (build_end with a reason): why the series is incomplete. Empty otherwise.
+  std::string incomplete;
 };
 
 // The routing fields of one message, or nullopt with `error` saying what is wrong (not CBOR,
@@ -81,8 +84,12 @@ struct ChannelPixels {
 std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id, std::uint64_t image_id,
                                    const std::vector<std::uint64_t>& dims, const std::string& dtype,
                                    Compression compression, const std::vector<ChannelPixels>& channels);
-// The end message of a series.
-std::vector<std::byte> build_end(std::uint64_t series_id, const std::string& series_unique_id);
+// The end message of a series. With `incomplete` (why), the end numastream's sender sends for a
+// series whose detector went away before its end: a Stream V2 end message (a consumer closes the
+// series instead of waiting for ever) with one more field, "numastream": {"incomplete": true,
+// "reason": ...}, which Stream V2 consumers ignore and numastream's sinks report.
+std::vector<std::byte> build_end(std::uint64_t series_id, const std::string& series_unique_id,
+                                 const std::string& incomplete = "");
 
 // A start message of our own (the detector simulator's, the tests'): type, series_id,
 // series_unique_id, and the image count the series will have.

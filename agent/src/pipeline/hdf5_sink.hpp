@@ -76,6 +76,9 @@ class Hdf5Sink final : public Sink {
  void report(nlohmann::json& summary) const override {
     if (series_) series_->report(summary);
   }
+  void write_metrics(std::string& out, const std::string& labels) const override {
+    if (series_) series_->write_metrics(out, labels);
+  }
 
  private:
   // A stream of Stream V2 messages (its sender reads a stream2 source): one file per series.

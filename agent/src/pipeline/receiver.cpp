@@ -558,6 +558,7 @@ std::string Receiver::metrics_text() {
   out += "# HELP numastream_chunks_delivered_before Chunks an earlier instance of this receiver "
          "acknowledged (reported by resuming senders).\n# TYPE numastream_chunks_delivered_before gauge\n";
   metric(out, "numastream_chunks_delivered_before", r, static_cast<double>(t.delivered_before));
+  if (sink_) sink_->write_metrics(out, r);
   out += "# TYPE numastream_acks_sent_total counter\n";
   metric(out, "numastream_acks_sent_total", r, static_cast<double>(acks_sent_.load()));
   out += "# HELP numastream_connections_rejected_total Connections dropped before any frame: not a "

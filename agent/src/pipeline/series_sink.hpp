@@ -64,17 +64,24 @@ class SeriesSink {
         break;
       case stream2::Type::end:
         s.end_seq = h.sequence;
+        s.incomplete = m->incomplete;
         break;
     }
     st.chunks++;
     st.bytes_out += bytes.size();
     ack_(c.via, h.stream_id, h.sequence);
-    if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) publish(key);
+    if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) {
+      if (s.incomplete.empty()) {
+        publish(key);
+      } else {
+        give_up(key);
+      }
+    }
   }
 
   // Series still open: their files stay .part; returns them with what they lack.
   std::vector<std::string> finish() {
-    std::vector<std::string> incomplete;
+    std::vector<std::string> incomplete = given_up_;
     for (auto& [key, s] : open_) {
       s.file->close();
       std::string lacks;
@@ -88,12 +95,17 @@ class SeriesSink {
                            " images written)");
       done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path + ".part"},
                        {"images", s.images}, {"complete", false}, {"lacks", lacks}});
+      incomplete_.add(key.first, key.second, lacks);
     }
     open_.clear();
     return incomplete;
   }
 
-  void report(nlohmann::json& summary) const { summary["stream2_series"] = done_; }
+  void report(nlohmann::json& summary) const {
+    summary["stream2_series"] = done_;
+    incomplete_.report(summary);
+  }
+  void write_metrics(std::string& out, const std::string& labels) const { incomplete_.write_metrics(out, labels); }
 
  private:
   using Key = std::pair<std::uint64_t, std::string>;  // series_id, series_unique_id
@@ -103,6 +115,7 @@ class SeriesSink {
     std::optional<std::uint64_t> start_seq, end_seq;
     std::set<std::uint64_t> seqs;
     std::uint64_t images = 0;
+    std::string incomplete;  // why, from the sender's end message
   };
 
   static bool exists(const std::string& p) {
@@ -143,6 +156,20 @@ class SeriesSink {
     return open_.emplace(key, std::move(s)).first->second;
   }
 
+  // A series its detector left unfinished: the file stays .part, reported with why.
+  void give_up(const Key& key) {
+    Series& s = open_.at(key);
+    s.file->close();
+    log_line("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " + s.path + ".part holds its " +
+             std::to_string(s.images) + " images");
+    incomplete_.add(key.first, key.second, s.incomplete);
+    given_up_.push_back(s.path + ".part (series " + s.name + ": " + s.incomplete + ", " + std::to_string(s.images) +
+                        " images written)");
+    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path + ".part"},
+                     {"images", s.images}, {"complete", false}, {"lacks", s.incomplete}});
+    open_.erase(key);
+  }
+
   void publish(const Key& key) {
     Series& s = open_.at(key);
     s.file->close();
@@ -159,6 +186,8 @@ class SeriesSink {
   AckFn ack_;
   std::map<Key, Series> open_;
   nlohmann::json done_ = nlohmann::json::array();
+  std::vector<std::string> given_up_;
+  IncompleteSeries incomplete_;
 };
 
 }  // namespace numastream

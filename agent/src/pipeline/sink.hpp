@@ -95,6 +95,57 @@ class Sink {
   virtual std::vector<std::string> finish() { return {}; }
   // Adds what the sink alone knows to the run's summary.
   virtual void report(nlohmann::json& /*summary*/) const {}
+  // Adds the sink's own metrics (called from the metrics thread).
+  virtual void write_metrics(std::string& /*out*/, const std::string& /*labels*/) const {}
+};
+
+// The Stream V2 series a gateway's sink saw end incomplete (its sender's end message says why),
+// for the summary and the metrics the operator reads into the StreamPipeline's status: how many,
+// and the last five by name. Written by the sink thread, read by the metrics thread.
+class IncompleteSeries {
+ public:
+  void add(std::uint64_t series_id, const std::string& unique_id, const std::string& why) {
+    std::lock_guard lock(mu_);
+    ++count_;
+    last_.push_back("series " + std::to_string(series_id) + (unique_id.empty() ? "" : " (" + unique_id + ")") + ": " + why);
+    if (last_.size() > 5) last_.erase(last_.begin());
+  }
+  void report(nlohmann::json& summary) const {
+    std::lock_guard lock(mu_);
+    summary["stream2_series_incomplete"] = count_;
+    summary["stream2_series_incomplete_last"] = last_;
+  }
+  void write_metrics(std::string& out, const std::string& labels) const {
+    std::lock_guard lock(mu_);
+    out += "# HELP numastream_stream2_series_incomplete_total Stream V2 series that ended incomplete "
+           "(their detector went away before the end message).\n"
+           "# TYPE numastream_stream2_series_incomplete_total counter\n"
+           "numastream_stream2_series_incomplete_total{" + labels + "} " + std::to_string(count_) + "\n";
+    out += "# HELP numastream_stream2_series_incomplete_last The last series that ended incomplete, and why.\n"
+           "# TYPE numastream_stream2_series_incomplete_last gauge\n";
+    for (std::size_t i = 0; i < last_.size(); ++i) {
+      out += "numastream_stream2_series_incomplete_last{" + labels + ",order=\"" + std::to_string(i) + "\",series=\"" +
+             escaped(last_[i]) + "\"} 1\n";
+    }
+  }
+
+ private:
+  // A Prometheus label value: backslash, double quote and newline escaped.
+  static std::string escaped(const std::string& v) {
+    std::string out;
+    for (char ch : v) {
+      if (ch == '\\' || ch == '"') out += '\\';
+      if (ch == '\n') {
+        out += "\\n";
+        continue;
+      }
+      out += ch;
+    }
+    return out;
+  }
+  mutable std::mutex mu_;
+  std::uint64_t count_ = 0;
+  std::vector<std::string> last_;
 };
 
 class FileSink final : public Sink {

@@ -239,11 +239,12 @@ class PullingSource : public ReadingSource {
 
  protected:
   // The next message into `b` (its size in b.size). False when `stop` says so. `on_idle` runs
-  // when the monitor has news and no message waits. Throws on a socket error, and when a message
+  // when the monitor has news and no message waits; when it returns true, receive returns true
+  // with nothing in `b` (b.size 0) for the caller to look again. Throws on a socket error, and when a message
   // is larger than the buffer (`what` names it in the message): it was cut off and cannot be
   // sent whole, and nothing is dropped silently.
   bool receive(Buffer& b, StageStats& st, const std::function<bool()>& stop, const char* what,
-               const std::function<void()>& on_idle = {}) {
+               const std::function<bool()>& on_idle = {}) {
     if (!sock_) {
       sock_.emplace(ctx_, ZMQ_PULL);
       sock_->set_int(ZMQ_RCVHWM, cfg_.hwm);
@@ -265,7 +266,10 @@ class PullingSource : public ReadingSource {
         if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
           throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
         }
-        if (mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle) on_idle();
+        if (mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle && on_idle()) {
+          b.size = 0;
+          return true;
+        }
         continue;
       }
       if (static_cast<std::size_t>(n) > b.capacity) {
@@ -314,7 +318,19 @@ class Stream2Source final : public PullingSource {
     c.buffer = take(st);
     if (!c.buffer) return false;
     Buffer& b = *c.buffer.get();
-    while (receive(b, st, stop, "a Stream V2 message", [this] { watch_connection(); })) {
+    while (true) {
+      if (!pending_end_.empty()) {
+        // The end of a series the detector left unfinished: numastream's own (see watch_connection).
+        std::memcpy(b.data, pending_end_.data(), pending_end_.size());
+        b.size = pending_end_.size();
+        pending_end_.clear();
+        c.as_is = true;
+        c.stored = Codec::none;
+        c.raw_size = b.size;
+        return true;
+      }
+      if (!receive(b, st, stop, "a Stream V2 message", [this] { return watch_connection(); })) return false;
+      if (b.size == 0) continue;
       ScopedTimer busy(st.busy_ns);
       std::string error;
       auto m = stream2::parse({b.data, b.size}, error);
@@ -330,7 +346,6 @@ class Stream2Source final : public PullingSource {
       c.raw_size = b.size;
       return true;
     }
-    return false;
   }
   void report(nlohmann::json& summary) const override {
     summary["stream2"] = {{"series_started", started_}, {"series_ended", ended_}, {"images", images_},
@@ -348,23 +363,27 @@ class Stream2Source final : public PullingSource {
 
  private:
   // The detector's connection went down: a series it had open cannot be complete (what it had
-  // queued towards us went with the connection). Said, counted, and the series closed.
-  void watch_connection() {
+  // queued towards us went with the connection). Said, counted, the series closed, and an end
+  // message of numastream's sent for it, saying why (stream2::build_end): the gateway's sinks
+  // report the series incomplete, consumers written for the detector close it. True when that
+  // end message waits to be sent.
+  bool watch_connection() {
     const int before = mon_->disconnects();
     mon_->drain();
-    if (mon_->disconnects() == before) return;
+    if (mon_->disconnects() == before) return false;
     disconnects_ += static_cast<std::uint64_t>(mon_->disconnects() - before);
     if (!open_) {
       if (log_) log_("stream2: the detector at " + cfg_.source.endpoint + " disconnected between series");
-      return;
+      return false;
     }
     ++incomplete_;
-    if (log_) {
-      log_("stream2: series " + std::to_string(*open_) + " is INCOMPLETE: the detector at " + cfg_.source.endpoint +
-           " disconnected after " + std::to_string(series_images_) + " images, before its end message");
-    }
+    const std::string why = "the detector at " + cfg_.source.endpoint + " disconnected after " +
+                            std::to_string(series_images_) + " images, before its end message";
+    if (log_) log_("stream2: series " + std::to_string(*open_) + " is INCOMPLETE: " + why);
+    pending_end_ = stream2::build_end(*open_, open_unique_, why);
     open_.reset();
     series_images_ = 0;
+    return true;
   }
 
   // Series bookkeeping, for the log and the summary: which series is open, how many images it has.
@@ -373,6 +392,7 @@ class Stream2Source final : public PullingSource {
     if (m.type == stream2::Type::start) {
       if (open_ && log_) log_("stream2: series " + std::to_string(*open_) + " had no end message before series " + name);
       open_ = m.series_id;
+      open_unique_ = m.series_unique_id;
       series_images_ = 0;
       ++started_;
       if (log_) log_("stream2: series " + name + " started");
@@ -392,6 +412,8 @@ class Stream2Source final : public PullingSource {
   std::uint64_t disconnects_ = 0;
   std::uint64_t started_ = 0, ended_ = 0, images_ = 0, series_images_ = 0;
   std::optional<std::uint64_t> open_;
+  std::string open_unique_;
+  std::vector<std::byte> pending_end_;
 };
 
 }  // namespace

@@ -94,6 +94,10 @@ class Stream2Sink final : public Sink {
   void report(nlohmann::json& summary) const override {
     summary["stream2_sink"] = {{"consumers_gone", consumers_gone_}, {"redelivered", redelivered_},
                                {"redeliver", cfg_.sink.redeliver}};
+    incomplete_.report(summary);
+  }
+  void write_metrics(std::string& out, const std::string& labels) const override {
+    incomplete_.write_metrics(out, labels);
   }
 
  private:
@@ -112,6 +116,12 @@ class Stream2Sink final : public Sink {
   bool emit(Chunk& c, StageStats& st) {
     const wire::Header h = c.header;
     const std::span<const std::byte> bytes = c.payload();
+    std::string error;
+    const auto m = stream2::parse(bytes, error);  // the sender parsed it: it parses
+    if (m && m->type == stream2::Type::end && !m->incomplete.empty()) {
+      incomplete_.add(m->series_id, m->series_unique_id, m->incomplete);
+      log_line("stream2 sink: series " + std::to_string(m->series_id) + " is INCOMPLETE: " + m->incomplete);
+    }
     std::vector<std::byte> copy;
     if (cfg_.sink.redeliver > 0) copy.assign(bytes.begin(), bytes.end());
     Buffer* buf = c.buffer.release();  // ZeroMQ returns it to its pool once sent
@@ -125,19 +135,17 @@ class Stream2Sink final : public Sink {
     ack_(c.via, h.stream_id, h.sequence);
     st.chunks++;
     st.bytes_out += h.payload_size;
-    if (!copy.empty()) keep(std::move(copy));
+    if (!copy.empty()) keep(std::move(copy), m ? std::optional(m->type) : std::nullopt);
     return true;
   }
 
   // A copy of what was handed over, for a consumer that goes away; a start message stays as long
   // as its series.
-  void keep(std::vector<std::byte> copy) {
-    std::string error;
-    auto m = stream2::parse(copy, error);
-    if (m && m->type == stream2::Type::start) {
+  void keep(std::vector<std::byte> copy, std::optional<stream2::Type> type) {
+    if (type == stream2::Type::start) {
       series_start_ = copy;
       recent_.clear();  // what came before belongs to an earlier series
-    } else if (m && m->type == stream2::Type::end) {
+    } else if (type == stream2::Type::end) {
       series_start_.clear();
     }
     recent_.push_back(std::move(copy));
@@ -213,6 +221,7 @@ class Stream2Sink final : public Sink {
   std::vector<std::byte> series_start_;
   bool redeliver_ = false;
   std::uint64_t consumers_gone_ = 0, redelivered_ = 0;
+  IncompleteSeries incomplete_;
   std::optional<std::uint32_t> stream_;
   std::uint64_t next_ = 0;
   std::map<std::uint64_t, Chunk> pending_;
