@@ -320,7 +320,10 @@ type Sink struct {
 	// +optional
 	ZMQ *ZMQEndpoint `json:"zmq,omitempty"`
 	// HDF5 writes each stream into a dataset of frames x rows x cols, one frame per HDF5 chunk;
-	// bslz4 frames are written as they arrived (filter 32008), never decompressed.
+	// bslz4 frames are written as they arrived (filter 32008), never decompressed. With stream2
+	// sources: one NXmx-style file per detector series ("{series}" in the path is the series id;
+	// without it, "_series_<id>" is added before the extension), each channel's images as the
+	// detector compressed them (docs/stream2.md).
 	// +optional
 	HDF5 *HDF5Dataset `json:"hdf5,omitempty"`
 	// Stream2 re-emits a stream2 source's messages byte for byte, in the detector's order, on a
@@ -338,6 +341,13 @@ type Stream2Sink struct {
 	// +kubebuilder:default=31001
 	// +optional
 	Port int32 `json:"port,omitempty"`
+	// Redeliver is how many of the last messages handed to a consumer the gateway keeps, to send
+	// again (after the series' start message) when that consumer goes away: Stream V2 cannot say
+	// what a consumer processed. 0 keeps none. Memory: this many detector messages.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	Redeliver *int32 `json:"redeliver,omitempty"`
 }
 
 // StageThreads overrides the planner per stage.

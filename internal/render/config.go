@@ -46,6 +46,8 @@ type SinkConfig struct {
 	Path     string `json:"path,omitempty"`
 	Dataset  string `json:"dataset,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
+	// Redeliver: stream2 sink, messages kept for a consumer that goes away (nil: the agent's default).
+	Redeliver *int32 `json:"redeliver,omitempty"`
 }
 
 // TimeoutsConfig: idle_s fails a started stream silent for that long (0: never).
@@ -212,7 +214,7 @@ func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
 	case s != nil && s.HDF5 != nil:
 		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + baseOf(s.HDF5.Path), Dataset: datasetOf(s.HDF5)}
 	case s != nil && s.Stream2 != nil:
-		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s))}
+		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s)), Redeliver: s.Stream2.Redeliver}
 	default:
 		return &SinkConfig{Kind: "null"}
 	}

@@ -38,7 +38,8 @@ func goldenCases() map[string]*v1alpha1.StreamPipeline {
 		"stream2-stream2": pipeline("stream2-stream2", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Codec = v1alpha1.Codec("bslz4")
 			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
-			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001}}
+			redeliver := int32(128)
+			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001, Redeliver: &redeliver}}
 		}),
 		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Codec = v1alpha1.Codec("shuffle-lz4")
