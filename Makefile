@@ -195,14 +195,15 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 	NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) \
 		go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)' ; exit $${PIPESTATUS[0]}
 
-test-e2e-facility: ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
+test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
 	@if ! why=$$($(FACILITY) check); then $(SKIP_REAL); fi; \
 	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins images && \
 	trap '$(FACILITY) down >/dev/null 2>&1; $(SIM) down >/dev/null; $(FACILITY) clean || exit 1' EXIT; \
 	API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
-		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+facility_test)' ; exit $${PIPESTATUS[0]}
+		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) \
+		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

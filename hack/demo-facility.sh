@@ -13,7 +13,12 @@
 #     with bitshuffle + LZ4 and the gateway stores the frames as they arrive in an HDF5 file, which
 #     h5dump (Debian's) and h5py + hdf5plugin (tools we did not write) read back, checked against
 #     the source frames;
-#  6. everything torn down, and checked gone.
+#  6. detector data as beamlines produce it: a simulated EIGER2 (numastream-agent detector-sim in a
+#     pod on detector-a, test/facility/detector-sim.yaml) publishes two Stream V2 series; a third
+#     pipeline (test/facility/pipeline-stream2.yaml) carries its messages byte for byte across
+#     the link, and gateway-a writes one NXmx-style HDF5 file per series, the images as the
+#     detector compressed them, checked with h5py against the simulator's pixels;
+#  7. everything torn down, and checked gone.
 # Set DEMO_CHUNKS to stream more or less (default 300 projections, ~3.3 GB raw).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,18 +42,18 @@ cleanup() {
 trap cleanup EXIT
 
 echo "mode: the facility in a box: real kubelets, containerd, Multus, NFD; the pipeline runs as real pods"
-say "1/6 control plane + detector-a and gateway-a (real kubelets) + facility link"
+say "1/7 control plane + detector-a and gateway-a (real kubelets) + facility link"
 API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh up >"$SIM_DIR.log" 2>&1 ||
   { tail -20 "$SIM_DIR.log"; exit 1; }
 fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
 
-say "2/6 helm install numastream (operator + node daemon), labels from NFD"
+say "2/7 helm install numastream (operator + node daemon), labels from NFD"
 fac install
 k get nodes -l numastream.io/facility=box -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
   -L numastream.io/lz4-compress-mb-per-s -L numastream.io/bslz4-compress-mb-per-s -L numastream.io/bslz4-decompress-mb-per-s
 k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
 
-say "3/6 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
+say "3/7 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
 mkdir -p "$SINK"
 sed -e "s/chunks: 150/chunks: $CHUNKS/" -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
@@ -80,7 +85,7 @@ if [ "$reason" != Completed ]; then
   exit 1
 fi
 
-say "4/6 what the agents and the link report"
+say "4/7 what the agents and the link report"
 k logs "$tx" -c agent | grep '^{' | tail -1 >"$SINK/tx.json"
 k logs "$gw" -c decompress | grep '^{' | tail -1 >"$SINK/rx.json"
 k get streampipeline facility -o json >"$SINK/sp.json"
@@ -106,7 +111,7 @@ ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx
 sys.exit(0 if ok else 1)
 PY
 
-say "5/6 kubectl apply -f test/facility/pipeline-hdf5.yaml: bslz4 frames into an HDF5 file"
+say "5/7 kubectl apply -f test/facility/pipeline-hdf5.yaml: bslz4 frames into an HDF5 file"
 k delete streampipeline facility --wait=true --timeout=60s >/dev/null
 sed -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline-hdf5.yaml | k apply -f - >/dev/null
 reason=
@@ -153,11 +158,78 @@ print(f"h5dump    frame 59, row 1080, pixels 1280-1283: {line.split(':', 1)[1].s
 sys.exit(1 if bad or ds.shape[0] != 60 else 0)
 PY
 
-say "6/6 teardown"
+say "6/7 a detector's Stream V2 series into one HDF5 file per series (test/facility/detector-sim.yaml, pipeline-stream2.yaml)"
 k delete streampipeline facility-hdf5 --wait=true --timeout=60s >/dev/null
+k apply -f test/facility/detector-sim.yaml >/dev/null
+ip=
+for _ in $(seq 120); do
+  ip=$(k get pod eiger-sim -o jsonpath='{.status.podIP}' 2>/dev/null || true)
+  [ -n "$ip" ] && break
+  sleep 0.5
+done
+if [ -z "$ip" ]; then
+  echo "the detector pod got no address within 60 s" >&2
+  k describe pod eiger-sim >&2
+  exit 1
+fi
+echo "detector  eiger-sim on detector-a, Stream V2 at tcp://$ip:31001: 2 series of 40 images, 514x1030 uint16, 2 thresholds, bslz4"
+sed -e "s/DETECTOR_IP/$ip/" -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
+for _ in $(seq 120); do
+  [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
+  sleep 0.5
+done
+k get streampipeline facility-stream2 -o json | python3 hack/print-plan.py
+for _ in $(seq 360); do
+  [ -f "$SINK/eiger-1.h5" ] && [ -f "$SINK/eiger-2.h5" ] && break
+  sleep 0.5
+done
+tx=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=sender -o jsonpath='{.items[0].metadata.name}')
+gw=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
+k logs "$tx" -c agent | grep -E 'stream2: (series|the detector)' | sed 's/^numastream-agent: /sender    /'
+k logs "$gw" -c decompress | grep -E 'hdf5 sink: series' | sed 's/^numastream-agent: /gateway   /'
+if ! [ -f "$SINK/eiger-1.h5" ] || ! [ -f "$SINK/eiger-2.h5" ]; then
+  echo "the two series files did not appear within 180 s" >&2
+  ls -la "$SINK" >&2
+  k get streampipeline facility-stream2 -o yaml >&2
+  exit 1
+fi
+k get streampipeline facility-stream2 -o json >"$SINK/sp-stream2.json"
+python3 - "$SINK/sp-stream2.json" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))["status"]
+o = st.get("observed", {})
+print(f"status    {o.get('chunksDelivered')} messages delivered, {o.get('chunksLost')} lost, {o.get('chunksCorrupt')} corrupt, "
+      f"{o.get('seriesIncomplete', 0)} series incomplete; predicted {st['predictedGbps']} Gbit/s, bottleneck {st['bottleneck']}")
+PY
+bin/numastream-agent synth --out "$SINK/eiger-src.raw" --chunk-bytes $((514 * 1030 * 2)) --width 1030 --frames 45 --seed 7
+"$(bash hack/pyenv.sh)" - "$SINK" <<'PY'
+import sys
+import h5py, hdf5plugin, numpy as np
+d = sys.argv[1]
+src = np.fromfile(f"{d}/eiger-src.raw", dtype="<u2").reshape(45, 514, 1030)
+bad = 0
+for s in (1, 2):
+    with h5py.File(f"{d}/eiger-{s}.h5", "r") as f:
+        det = f["/entry/instrument/detector"]
+        for c, name in enumerate(("threshold_1", "threshold_2")):
+            ds = f[f"/entry/data/{name}"]
+            wrong = [i for i in range(ds.shape[0]) if not np.array_equal(ds[i], src[i + 5 * c])]
+            bad += len(wrong) + (ds.shape[0] != 40)
+            stored = sum(ds.id.get_chunk_info(i).size for i in range(ds.id.get_num_chunks()))
+            print(f"h5py      eiger-{s}.h5 /entry/data/{name} {ds.shape} {ds.dtype}, filters {sorted(ds._filters)}: "
+                  f"{ds.shape[0] - len(wrong)} of 40 images equal to the detector's pixels; "
+                  f"{stored / 1e6:.1f} MB stored for {ds.shape[0] * src[0].nbytes / 1e6:.1f} MB")
+        print(f"          series {int(f['/entry'].attrs['series_id'])} ({f['/entry'].attrs['series_unique_id']}): "
+              f"start fields {', '.join(k for k in sorted(det) if k != 'stream2_start')}")
+sys.exit(1 if bad else 0)
+PY
+k delete streampipeline facility-stream2 --wait=true --timeout=60s >/dev/null
+k delete pod eiger-sim --wait=true --timeout=60s >/dev/null
+
+say "7/7 teardown"
 # The pipelines' objects go with them (owner references); the garbage collector takes a moment.
 for _ in $(seq 60); do
-  left=$(k get pods,jobs,services,configmaps,secrets -l 'numastream.io/pipeline in (facility,facility-hdf5)' -o name | wc -l)
+  left=$(k get pods,jobs,services,configmaps,secrets -l 'numastream.io/pipeline in (facility,facility-hdf5,facility-stream2)' -o name | wc -l)
   [ "$left" -eq 0 ] && break
   sleep 0.5
 done

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -225,8 +226,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
       const auto parts = split(value("--shape"), 'x');
       if (parts.size() != 2) throw ConfigError("--shape", "must be ROWSxCOLS (got " + args[i] + ")");
       syn.dims = {std::stoull(parts[0]), std::stoull(parts[1])};
-      if (syn.dims[0] == 0 || syn.dims[1] == 0 || syn.dims[1] % 8 != 0) {
-        throw ConfigError("--shape", "rows and columns must be positive, columns a multiple of 8 (got " + args[i] + ")");
+      if (syn.dims[0] == 0 || syn.dims[1] == 0 || syn.dims[0] * syn.dims[1] > (1ull << 28)) {
+        throw ConfigError("--shape", "rows and columns must be positive, at most 2^28 pixels (got " + args[i] + ")");
       }
     } else if (args[i] == "--dtype") {
       syn.dtype = value("--dtype");
@@ -264,7 +265,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
   // Series after series: the messages of each, built (synthetic) or read (replay) once.
   std::vector<std::vector<std::vector<std::byte>>> all;
   if (synthetic) {
-    const std::string run = std::to_string(::getpid());
+    // Unique across runs and restarts, as a DCU's series_unique_id is: the start time and process.
+    const std::string run = std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
     for (long s = 1; s <= series; ++s) {
       all.push_back(synthetic_series(syn, static_cast<std::uint64_t>(s), "detector-sim-" + run + "-" + std::to_string(s)));
     }
