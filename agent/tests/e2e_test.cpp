@@ -745,3 +745,59 @@ TEST(EndToEnd, FileSinkKeepsEveryChunkWithOversubscribedDecompressors) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// placement.adaptive: a sender planned with one compressing thread, whose two sending threads
+// mostly wait for it, sets a spare compressing thread to work on a sending thread's CPU — said in
+// its log and metrics with the reason — without losing or reordering a chunk. With adaptive off,
+// the plan stays as it was.
+TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
+  const int port = free_ports(2);
+  Process rx(receiver(port, 2, {"--idle-timeout", "60"}));
+  Process tx(sender(port, 2, {"--chunks", "0", "--codec", "lz4", "--set",
+                              "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
+  const int mport = metrics_port(tx);
+  ASSERT_GT(mport, 0) << tx.err();
+  const std::string grown =
+      "numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"grow\",reason=\"codec_busy\"} 1";
+  std::string metrics;
+  for (int i = 0; i < 600 && metrics.find(grown) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    metrics = http_get(mport, "/metrics");
+  }
+  tx.signal(SIGINT);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  ASSERT_NE(metrics.find(grown), std::string::npos) << metrics << tx.err();
+  EXPECT_NE(metrics.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} 2"), std::string::npos);
+  EXPECT_NE(tx.err().find("adaptive: compress 1 -> 2 active threads: compress is the bottleneck and send has CPU to spare"),
+            std::string::npos)
+      << tx.err();
+  const json s = summary(tx), r = summary(rx);
+  EXPECT_GE(s["adaptive"]["changes"].get<int>(), 1);
+  EXPECT_EQ(s["adaptive"]["last_changes"][0]["reason"], "codec_busy");
+  EXPECT_EQ(s["adaptive"]["max"], 3) << "one planned thread and a spare per sending thread";
+  EXPECT_EQ(r["chunks"], s["chunks"]);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["corrupt"], 0);
+  EXPECT_EQ(r["complete"], true);
+}
+
+TEST(Adaptive, OffKeepsThePlan) {
+  const int port = free_ports(2);
+  Process rx(receiver(port, 2));
+  Process tx(sender(port, 2, {"--chunks", "400", "--codec", "lz4", "--set", "placement.stages.compress.threads=1",
+                              "--set", "placement.adaptive=false"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json s = summary(tx);
+  EXPECT_FALSE(s.contains("adaptive")) << s.dump();
+  EXPECT_EQ(tx.err().find("adaptive:"), std::string::npos) << tx.err();
+  EXPECT_EQ(s["stages"]["compress"]["threads"], 1) << s["stages"].dump();
+  EXPECT_EQ(summary(rx)["lost"], 0);
+}
+
+}  // namespace
+}  // namespace numastream::testing

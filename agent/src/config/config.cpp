@@ -229,6 +229,10 @@ void parse_placement(Fields& f, Config& c) {
   if (!v) return;
   Fields pf(*v, f.path("placement"));
   c.pin = pf.choice("mode", "numa-aware", {"numa-aware", "os"}) == "numa-aware";
+  if (const json* a = pf.raw("adaptive")) {
+    if (!a->is_boolean()) throw ConfigError(pf.path("adaptive"), "must be true or false");
+    c.adaptive = a->get<bool>();
+  }
   c.nic = pf.string("nic", "");
   if (pf.has("nic_numa_node")) {
     c.nic_numa_node = static_cast<int>(pf.integer("nic_numa_node", -1, 0, 4095));

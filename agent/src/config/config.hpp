@@ -78,6 +78,7 @@ struct Config {
   SourceConfig source;
   SinkConfig sink;
   bool pin = true;               // placement.mode: numa-aware (true) or os (false)
+  bool adaptive = true;          // placement.adaptive: the codec stage grows into idle CPUs (pipeline/governor.hpp)
   std::string nic;               // data NIC name (for `nic` targets and the NIC-local report)
   std::optional<int> nic_numa_node;  // overrides sysfs (virtual interfaces in pods)
   std::map<Stage, StageConfig> stages;

@@ -27,6 +27,7 @@
 #include "wire/wire.hpp"
 #include "net/link.hpp"
 #include "pipeline/chunk.hpp"
+#include "pipeline/governor.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
@@ -114,6 +115,11 @@ class Receiver {
   std::size_t reorder_window_ = 16;
   InFlight in_flight_;  // file sink only
   std::atomic<int> decompressors_left_{0};
+  // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
+  // them to work (pipeline/governor.hpp).
+  int spares_ = 0;
+  std::unique_ptr<adaptive::Governor> governor_;
+  std::unique_ptr<adaptive::Controller> controller_;
   std::atomic<std::int64_t> first_ns_{-1};
   std::atomic<std::int64_t> last_ns_{0};
   std::vector<std::string> incomplete_files_;
@@ -318,6 +324,8 @@ void Receiver::decompress_loop(StageThread& t) {
   const bool keep_bslz4 = cfg_.sink.kind == SinkConfig::Kind::hdf5;
   std::vector<std::byte> scratch;
   while (true) {
+    // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
+    if (governor_ && !governor_->wait_turn(t.index)) break;
     std::optional<Inbound> in = t.next(*wire_q_);
     if (!in) break;
     Chunk out;
@@ -532,6 +540,7 @@ std::string Receiver::metrics_text() {
   // A relay reports under its own role, so its counts are not mistaken for verified deliveries.
   const char* role = cfg_.relay ? "relay" : "receive";
   rt_.write_common_metrics(out, role);
+  if (controller_) controller_->write_metrics(out, role);
   const std::string r = std::string("role=\"") + role + "\"";
   auto t = tracker_.totals();
   out += "# TYPE numastream_raw_bytes_total counter\n";
@@ -608,6 +617,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   }
   const int receivers = rt_.threads(Stage::receive);
   const int decompressors = rt_.threads(Stage::decompress);
+  spares_ = cfg_.adaptive && !cfg_.relay && decompressors > 0 ? receivers : 0;
   // Senders put chunks on the wire in order; what arrives out of order is what several
   // connections had in flight at once (ZeroMQ queues on both ends, socket buffers of ~8 MiB, a
   // frame being decoded) plus the decompressors finishing out of order. Hold at least that much.
@@ -616,16 +626,18 @@ RunResult Receiver::run(const RunHooks& hooks) {
       static_cast<std::size_t>(2 * cfg_.hwm + 4) + (8u << 20) / wire_estimate;
   reorder_window_ = std::max<std::size_t>(
       static_cast<std::size_t>(cfg_.reorder_window),
-      static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + cfg_.queue_depth));
+      static_cast<std::size_t>(receivers) * per_connection +
+          static_cast<std::size_t>(decompressors + spares_ + cfg_.queue_depth));
   const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
   // The file sink holds up to window + slack chunks (slack: what the decompressors and the sink
   // queue can have when it waits for an in-flight chunk), plus the queues around it.
-  const std::size_t slack = static_cast<std::size_t>(decompressors + cfg_.queue_depth);
+  const std::size_t slack = static_cast<std::size_t>(decompressors + spares_ + cfg_.queue_depth);
   // The HDF5 sink writes each frame where it belongs as it comes and holds none: the queue around
   // it is all it needs. The zmq sink holds what ZeroMQ has not sent.
   const std::size_t held_by_sink = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? 0 : reorder_window_ + slack;
   const std::size_t raw_shared =
-      has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + held_by_sink : 0;
+      (has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + held_by_sink : 0) +
+      static_cast<std::size_t>(spares_);
   // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
   const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
                                                                           : cfg_.chunk_bytes;
@@ -667,8 +679,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
     log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)" : "CURVE") +
              ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
   }
+  if (spares_ > 0) {
+    adaptive::Limits limits;
+    limits.min_active = 1;
+    limits.max_active = decompressors + spares_;
+    governor_ = std::make_unique<adaptive::Governor>(limits, decompressors);
+  }
   rt_.on_abort([this] {
     stop_taking_ = true;
+    if (governor_) governor_->close();
     wire_q_->close();
     if (sink_q_) sink_q_->close();
     raw_pools_->close_all();
@@ -681,7 +700,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
   rt_.started = Clock::now();
-  decompressors_left_ = decompressors;
+  decompressors_left_ = decompressors + spares_;
+  if (governor_) {
+    controller_ = std::make_unique<adaptive::Controller>(rt_, Stage::decompress, Stage::receive, *governor_);
+  }
   {
     std::vector<std::jthread> receiving;
     {
@@ -703,6 +725,13 @@ RunResult Receiver::run(const RunHooks& hooks) {
         for (int i = 0; i < decompressors; ++i) {
           processing.emplace_back([this, i] {
             rt_.run_stage(Stage::decompress, i, "decompress: ", [this](StageThread& t) { decompress_loop(t); });
+            if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
+          });
+        }
+        for (int j = 0; j < spares_; ++j) {
+          processing.emplace_back([this, j, decompressors] {
+            rt_.run_spare(Stage::decompress, decompressors + j, Stage::receive, j, "decompress: ",
+                          [this](StageThread& t) { decompress_loop(t); });
             if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
           });
         }
@@ -735,11 +764,13 @@ RunResult Receiver::run(const RunHooks& hooks) {
       }
       // No more input: what was taken goes through to the sink (and is acknowledged) first.
       stop_taking_ = true;
+      if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
       wire_q_->close();
     }
     // The receiving threads send the last acknowledgements, then end.
     processing_done_ = true;
   }
+  if (controller_) controller_->stop();
   if (sink_) {
     try {
       incomplete_files_ = sink_->finish();
@@ -802,6 +833,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"drained", rt_.drain_requested()},
                     {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   if (sink_) sink_->report(result.summary);
+  if (controller_) controller_->report(result.summary);
   // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
   // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
   // A drained receiver whose stream did not complete exits "interrupted": resume me.

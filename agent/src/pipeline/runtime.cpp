@@ -237,7 +237,7 @@ void Runtime::pin_current(std::size_t s) {
 void Runtime::observe_cpu(std::size_t s) noexcept { observed_cpu_[s] = sched_getcpu(); }
 
 void StageThread::observe() const noexcept {
-  if (!rt.cfg.pin) rt.observe_cpu(slot);
+  if (!rt.cfg.pin && !spare) rt.observe_cpu(slot);
 }
 
 void Runtime::run_stage(Stage stage, int index, const std::string& what,
@@ -245,6 +245,30 @@ void Runtime::run_stage(Stage stage, int index, const std::string& what,
   const std::size_t s = slot(stage, index);
   pin_current(s);
   StageThread t{*this, stage, index, s, placement.threads[s].numa_node, stats(stage)};
+  try {
+    body(t);
+  } catch (const std::exception& e) {
+    fail(what + e.what());
+  }
+}
+
+void Runtime::run_spare(Stage stage, int index, Stage host, int host_index, const std::string& what,
+                        const std::function<void(StageThread&)>& body) {
+  const std::size_t s = slot(host, host_index);
+  const ThreadSlot& h = placement.threads[s];
+  const std::string name = std::string(stage_name(stage)).substr(0, 10) + "-" + std::to_string(index);
+  pthread_setname_np(pthread_self(), name.c_str());
+  if (h.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(h.cpu, &set);
+    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
+      log_line("cannot pin spare " + std::string(stage_name(stage)) + " thread " + std::to_string(index) + " to CPU " +
+               std::to_string(h.cpu) + ": error " + std::to_string(rc));
+    }
+    if (h.numa_node >= 0 && numa_supported()) numa_set_preferred(h.numa_node);
+  }
+  StageThread t{*this, stage, index, s, h.numa_node, stats(stage), true};
   try {
     body(t);
   } catch (const std::exception& e) {

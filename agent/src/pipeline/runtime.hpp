@@ -38,6 +38,7 @@ struct StageThread {
   std::size_t slot;
   int numa_node;  // -1: no preference
   StageStats& stats;
+  bool spare = false;  // an adaptive worker on another stage's CPU (placement.adaptive)
   // Records the CPU this thread runs on now (unpinned threads move; called as they work).
   void observe() const noexcept;
   // The next item of the stage's input queue, the wait counted as blocked on input.
@@ -76,6 +77,10 @@ class Runtime {
   // says (and names it), hands the body its StageThread, and turns anything it throws into the
   // run's first error, prefixed with `what` ("connection 2: "), which wakes every other stage.
   void run_stage(Stage stage, int index, const std::string& what, const std::function<void(StageThread&)>& body);
+  // The same for a spare worker of `stage` (numbered after the planned ones) that the adaptive
+  // runtime may set to work: it runs on the CPU and memory node of `host`'s thread `host_index`.
+  void run_spare(Stage stage, int index, Stage host, int host_index, const std::string& what,
+                 const std::function<void(StageThread&)>& body);
 
   // Drain request from outside (SIGTERM): stop taking new work, finish what is in flight.
   bool drain_requested() const noexcept { return external_.stop_requested(); }

@@ -26,6 +26,7 @@
 #include "wire/wire.hpp"
 #include "net/link.hpp"
 #include "pipeline/chunk.hpp"
+#include "pipeline/governor.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/sources.hpp"
 
@@ -75,6 +76,11 @@ class Sender {
   std::unique_ptr<zmq::Context> ctx_;
 
   std::atomic<int> compressors_left_{0};
+  // placement.adaptive: spare compressing threads on the sending threads' CPUs, and what sets
+  // them to work (pipeline/governor.hpp).
+  int spares_ = 0;
+  std::unique_ptr<adaptive::Governor> governor_;
+  std::unique_ptr<adaptive::Controller> controller_;
   std::atomic<std::uint64_t> produced_chunks_{0};
   std::atomic<std::uint64_t> produced_bytes_{0};
   std::atomic<std::uint64_t> wire_bytes_{0};
@@ -184,6 +190,8 @@ void Sender::compress_loop(StageThread& t) {
   Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
   BufferPool& pool = wire_pools_->for_node(node);
   while (true) {
+    // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
+    if (governor_ && !governor_->wait_turn(t.index)) break;
     std::optional<RawChunk> c = t.next(*raw_q_);
     if (!c) break;
     Chunk out;
@@ -337,6 +345,7 @@ std::string Sender::metrics_text() {
   std::string out;
   rt_.write_common_metrics(out, "send");
   const std::string r = "role=\"send\"";
+  if (controller_) controller_->write_metrics(out, "send");
   out += "# TYPE numastream_raw_bytes_total counter\n";
   metric(out, "numastream_raw_bytes_total", r, static_cast<double>(rt_.stats(Stage::compress).bytes_in.load()));
   out += "# TYPE numastream_wire_bytes_total counter\n";
@@ -390,17 +399,25 @@ RunResult Sender::run(const RunHooks& hooks) {
   prepare_source();
   const int compressors = rt_.threads(Stage::compress);
   const int senders = rt_.threads(Stage::send);
+  spares_ = cfg_.adaptive ? senders : 0;
   wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
   // Buffers held downstream of the compressors: the ordered queue, the sending threads and
   // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
   // Each connection holds up to `window` frames until they are acknowledged.
   const std::size_t downstream = static_cast<std::size_t>(
-      cfg_.queue_depth + senders * (cfg_.window + 1) + 1);
+      cfg_.queue_depth + senders * (cfg_.window + 1) + 1 + spares_);
   wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+  if (spares_ > 0) {
+    adaptive::Limits limits;
+    limits.min_active = 1;
+    limits.max_active = compressors + spares_;
+    governor_ = std::make_unique<adaptive::Governor>(limits, compressors);
+  }
   rt_.on_abort([this] {
+    if (governor_) governor_->close();
     raw_q_->close();
     wire_q_->close();
     wire_pools_->close_all();
@@ -414,7 +431,8 @@ RunResult Sender::run(const RunHooks& hooks) {
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
   rt_.started = Clock::now();
-  compressors_left_ = compressors;
+  compressors_left_ = compressors + spares_;
+  if (governor_) controller_ = std::make_unique<adaptive::Controller>(rt_, Stage::compress, Stage::send, *governor_);
   std::jthread recorder;
   if (state_) {
     recorder = std::jthread([this](std::stop_token st) {
@@ -446,13 +464,22 @@ RunResult Sender::run(const RunHooks& hooks) {
         if (--compressors_left_ == 0) wire_q_->close();
       });
     }
+    for (int j = 0; j < spares_; ++j) {
+      threads.emplace_back([this, j, compressors] {
+        rt_.run_spare(Stage::compress, compressors + j, Stage::send, j, "compress: ",
+                      [this](StageThread& t) { compress_loop(t); });
+        if (--compressors_left_ == 0) wire_q_->close();
+      });
+    }
     threads.emplace_back([this] {
       rt_.run_stage(Stage::source, 0, "source: ", [this](StageThread& t) { source_loop(t); });
       source_->end();
       source_done_ = true;
       raw_q_->close();
+      if (governor_) governor_->close();  // parked compressors leave; active ones drain the queue
     });
   }
+  if (controller_) controller_->stop();
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
   if (state_) {
@@ -498,6 +525,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"drained", rt_.drain_requested()},
       {"paused", drain_pauses() && !rt_.aborted()},
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  if (controller_) controller_->report(result.summary);
   source_->report(result.summary);
   if (rt_.aborted()) {
     result.exit_code = kExitFailure;

@@ -1,0 +1,199 @@
+#include "pipeline/governor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "pipeline/runtime.hpp"
+
+namespace numastream::adaptive {
+namespace {
+
+std::string percent(double f) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.0f%%", 100 * std::clamp(f, 0.0, 1.0));
+  return buf;
+}
+
+}  // namespace
+
+const char* move_name(Move m) noexcept {
+  switch (m) {
+    case Move::none: return "none";
+    case Move::grow: return "grow";
+    case Move::shrink: return "shrink";
+  }
+  return "?";
+}
+
+Decision decide(const Window& w, const Limits& limits, const char* codec, const char* neighbour) {
+  Decision d;
+  if (w.seconds <= 0 || w.active <= 0) return d;
+  const double capacity = w.active * w.seconds;
+  const double busy = w.busy / capacity, in = w.blocked_input / capacity, out = w.blocked_output / capacity;
+  const double spare = w.neighbour_threads > 0 ? 1 - w.neighbour_busy / (w.neighbour_threads * w.seconds) : 0;
+  const std::string figures = std::string(codec) + " busy " + percent(busy) + ", waiting on input " + percent(in) +
+                              ", on output " + percent(out) + "; " + neighbour + " idle " + percent(spare);
+  if (busy >= limits.busy_high && out <= limits.wait_output_max && spare >= limits.spare_low &&
+      w.active < limits.max_active) {
+    d.move = Move::grow;
+    d.reason = "codec_busy";
+    d.why = std::string(codec) + " is the bottleneck and " + neighbour + " has CPU to spare (" + figures + ")";
+  } else if (w.active > limits.min_active && out >= limits.wait_high) {
+    d.move = Move::shrink;
+    d.reason = "waits_downstream";
+    d.why = std::string(codec) + " waits on the stages after it (" + figures + ")";
+  } else if (w.active > limits.min_active && in >= limits.wait_high) {
+    d.move = Move::shrink;
+    d.reason = "waits_upstream";
+    d.why = std::string(codec) + " waits on the stages before it (" + figures + ")";
+  }
+  return d;
+}
+
+Governor::Governor(Limits limits, int initial, int confirm, int cooldown)
+    : limits_(limits), confirm_(std::max(1, confirm)), cooldown_(std::max(0, cooldown)),
+      active_(std::clamp(initial, limits.min_active, limits.max_active)) {}
+
+Move Governor::feed(const Decision& d) {
+  std::lock_guard lock(mu_);
+  if (cooling_ > 0) {
+    --cooling_;
+    pending_ = Move::none;
+    streak_ = 0;
+    return Move::none;
+  }
+  if (d.move == Move::none || d.move != pending_) {
+    pending_ = d.move;
+    streak_ = d.move == Move::none ? 0 : 1;
+  } else {
+    ++streak_;
+  }
+  if (pending_ == Move::none || streak_ < confirm_) return Move::none;
+  const int next = active_ + (pending_ == Move::grow ? 1 : -1);
+  const Move made = pending_;
+  pending_ = Move::none;
+  streak_ = 0;
+  if (next < limits_.min_active || next > limits_.max_active) return Move::none;
+  active_ = next;
+  cooling_ = cooldown_;
+  cv_.notify_all();
+  return made;
+}
+
+const Limits& Governor::limits() const noexcept { return limits_; }
+
+int Governor::active() const {
+  std::lock_guard lock(mu_);
+  return active_;
+}
+
+bool Governor::wait_turn(int index) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return closed_ || index < active_; });
+  return !closed_ || index < active_;
+}
+
+void Governor::close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace numastream::adaptive
+
+namespace numastream::adaptive {
+
+Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, double interval_s)
+    : rt_(rt), codec_(codec), neighbour_(neighbour), governor_(governor), interval_s_(interval_s),
+      thread_([this](std::stop_token st) { loop(st); }) {}
+
+Controller::~Controller() { stop(); }
+
+void Controller::stop() {
+  if (thread_.joinable()) {
+    thread_.request_stop();
+    thread_.join();
+  }
+}
+
+void Controller::loop(std::stop_token st) {
+  using Clock = std::chrono::steady_clock;
+  struct Snap {
+    std::uint64_t busy = 0, in = 0, out = 0, nbusy = 0;
+  };
+  auto snap = [&] {
+    const StageStats& c = rt_.stats(codec_);
+    return Snap{c.busy_ns.load(), c.blocked_input_ns.load(), c.blocked_output_ns.load(), rt_.stats(neighbour_).busy_ns.load()};
+  };
+  Snap prev = snap();
+  auto t0 = Clock::now();
+  const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s_));
+  std::mutex sleep_mu;
+  std::condition_variable_any sleep_cv;
+  while (!st.stop_requested()) {
+    {
+      std::unique_lock lock(sleep_mu);
+      sleep_cv.wait_for(lock, st, interval, [] { return false; });
+    }
+    if (st.stop_requested() || rt_.aborted()) return;
+    const auto t1 = Clock::now();
+    const Snap cur = snap();
+    Window w;
+    w.seconds = std::chrono::duration<double>(t1 - t0).count();
+    w.active = governor_.active();
+    w.busy = static_cast<double>(cur.busy - prev.busy) / 1e9;
+    w.blocked_input = static_cast<double>(cur.in - prev.in) / 1e9;
+    w.blocked_output = static_cast<double>(cur.out - prev.out) / 1e9;
+    w.neighbour_threads = rt_.threads(neighbour_);
+    w.neighbour_busy = static_cast<double>(cur.nbusy - prev.nbusy) / 1e9;
+    prev = cur;
+    t0 = t1;
+    const int before = governor_.active();
+    const Decision d = decide(w, governor_.limits(), stage_name(codec_).data(), stage_name(neighbour_).data());
+    const Move m = governor_.feed(d);
+    if (m == Move::none) continue;
+    const int after = governor_.active();
+    log_line("adaptive: " + std::string(stage_name(codec_)) + " " + std::to_string(before) + " -> " +
+             std::to_string(after) + " active threads: " + d.why);
+    std::lock_guard lock(mu_);
+    ++changes_[{move_name(m), d.reason}];
+    log_.push_back({{"at_s", std::chrono::duration<double>(t1 - rt_.started).count()},
+                    {"stage", std::string(stage_name(codec_))},
+                    {"from", before},
+                    {"to", after},
+                    {"reason", d.reason},
+                    {"why", d.why}});
+    if (log_.size() > 20) log_.erase(log_.begin());
+  }
+}
+
+void Controller::report(nlohmann::json& summary) const {
+  std::lock_guard lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& [k, n] : changes_) total += n;
+  summary["adaptive"] = {{"stage", std::string(stage_name(codec_))},
+                         {"active", governor_.active()},
+                         {"max", governor_.limits().max_active},
+                         {"changes", total},
+                         {"last_changes", log_}};
+}
+
+void Controller::write_metrics(std::string& out, const std::string& role) const {
+  std::lock_guard lock(mu_);
+  const std::string labels = "role=\"" + role + "\",stage=\"" + std::string(stage_name(codec_)) + "\"";
+  out += "# HELP numastream_adaptive_active_threads Threads of the codec stage at work now (placement.adaptive).\n"
+         "# TYPE numastream_adaptive_active_threads gauge\n";
+  metric(out, "numastream_adaptive_active_threads", labels, governor_.active());
+  out += "# HELP numastream_adaptive_changes_total Changes of the codec stage's active threads, by move and reason.\n"
+         "# TYPE numastream_adaptive_changes_total counter\n";
+  for (const char* move : {"grow", "shrink"}) {
+    for (const char* reason : {"codec_busy", "waits_downstream", "waits_upstream"}) {
+      auto it = changes_.find({move, reason});
+      metric(out, "numastream_adaptive_changes_total",
+             labels + ",move=\"" + move + "\",reason=\"" + reason + "\"", it == changes_.end() ? 0 : static_cast<double>(it->second));
+    }
+  }
+}
+
+}  // namespace numastream::adaptive

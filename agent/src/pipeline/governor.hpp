@@ -1,0 +1,114 @@
+// The adaptive runtime inside one agent (placement.adaptive): the codec stage's threads (compress
+// on a sender, decompress on a gateway) grow into the CPUs of the stage they share a node with
+// (send, receive) when the codec is the bottleneck and that stage has time to spare, and shrink back
+// when the codec waits on the rest of the pipeline. A codec stage is a pool of workers taking
+// independent chunks from one queue: a worker parks or resumes between chunks, so a change never
+// pauses the stream or touches a chunk. Decisions come from the stages' measured busy and blocked
+// times over fixed windows, with hysteresis: a move must be called for in `confirm` windows in a
+// row, and none follows another within `cooldown` windows. Internal to the agent.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "host/stage.hpp"
+
+namespace numastream::adaptive {
+
+// One window of measurements: the codec stage's workers (all of them, active ones only ever
+// accumulate time) and its neighbour stage's threads, in thread-seconds.
+struct Window {
+  double seconds = 0;
+  int active = 0;  // codec workers active in the window
+  double busy = 0, blocked_input = 0, blocked_output = 0;  // codec workers
+  int neighbour_threads = 0;
+  double neighbour_busy = 0;
+};
+
+enum class Move { none, grow, shrink };
+const char* move_name(Move m) noexcept;
+
+struct Decision {
+  Move move = Move::none;
+  const char* reason = "";  // a metric label: "codec_busy", "waits_downstream", "waits_upstream"
+  std::string why;          // for the log, with the figures
+};
+
+struct Limits {
+  int min_active = 1, max_active = 1;
+  double busy_high = 0.85;       // codec workers this busy are the bottleneck...
+  double spare_low = 0.30;       // ...when the neighbour is idle at least this much
+  double wait_high = 0.30;       // codec workers waiting on output (or input) this much: too many
+  double wait_output_max = 0.10; // a growing codec stage must not already wait on its output
+};
+
+// What the window calls for (no hysteresis: see Governor).
+Decision decide(const Window& w, const Limits& limits, const char* codec, const char* neighbour);
+
+// Hysteresis and the active count; thread-safe. Workers call wait_turn() between chunks.
+class Governor {
+ public:
+  Governor(Limits limits, int initial, int confirm = 3, int cooldown = 3);
+  // Feeds one window's decision; returns the move made (none while unconfirmed or cooling down).
+  Move feed(const Decision& d);
+  int active() const;
+  const Limits& limits() const noexcept;
+  // Blocks worker `index` while index >= active(); false once closed.
+  bool wait_turn(int index);
+  void close();
+
+ private:
+  Limits limits_;
+  int confirm_, cooldown_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int active_;
+  bool closed_ = false;
+  Move pending_ = Move::none;
+  int streak_ = 0, cooling_ = 0;
+};
+
+}  // namespace numastream::adaptive
+
+namespace numastream {
+
+class Runtime;
+
+namespace adaptive {
+
+// The control loop: every `interval`, one window of the codec stage's and its neighbour's
+// counters, a decision, the governor; each change logged with its reason and figures, counted in
+// the metrics, kept in the summary (the last 20).
+class Controller {
+ public:
+  Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, double interval_s = 1.0);
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+  void stop();
+  void report(nlohmann::json& summary) const;
+  void write_metrics(std::string& out, const std::string& role) const;
+
+ private:
+  void loop(std::stop_token st);
+
+  Runtime& rt_;
+  Stage codec_, neighbour_;
+  Governor& governor_;
+  double interval_s_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> changes_;  // (move, reason) -> count
+  nlohmann::json log_ = nlohmann::json::array();
+  std::jthread thread_;
+};
+
+}  // namespace adaptive
+}  // namespace numastream
