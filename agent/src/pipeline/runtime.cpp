@@ -217,20 +217,29 @@ std::size_t Runtime::slot(Stage stage, int index) const {
   return 0;
 }
 
+namespace {
+
+// Names the calling thread "<stage>-<index>" and pins it to `cpu` (none when -1), its memory to
+// `node` (none when -1).
+void pin_thread(Stage stage, int index, int cpu, int node) {
+  const std::string name = std::string(stage_name(stage)).substr(0, 10) + "-" + std::to_string(index);
+  pthread_setname_np(pthread_self(), name.c_str());
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
+    log_line("cannot pin " + std::string(stage_name(stage)) + " thread " + std::to_string(index) + " to CPU " +
+             std::to_string(cpu) + ": error " + std::to_string(rc));
+  }
+  if (node >= 0 && numa_supported()) numa_set_preferred(node);
+}
+
+}  // namespace
+
 void Runtime::pin_current(std::size_t s) {
   const ThreadSlot& t = placement.threads[s];
-  std::string name = std::string(stage_name(t.stage)).substr(0, 10) + "-" + std::to_string(t.index);
-  pthread_setname_np(pthread_self(), name.c_str());
-  if (t.cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(t.cpu, &set);
-    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
-      log_line("cannot pin " + t.stage + " thread " + std::to_string(t.index) + " to CPU " +
-               std::to_string(t.cpu) + ": error " + std::to_string(rc));
-    }
-    if (t.numa_node >= 0 && numa_supported()) numa_set_preferred(t.numa_node);
-  }
+  pin_thread(t.stage, t.index, t.cpu, t.numa_node);
   observe_cpu(s);
 }
 
@@ -256,18 +265,7 @@ void Runtime::run_spare(Stage stage, int index, Stage host, int host_index, cons
                         const std::function<void(StageThread&)>& body) {
   const std::size_t s = slot(host, host_index);
   const ThreadSlot& h = placement.threads[s];
-  const std::string name = std::string(stage_name(stage)).substr(0, 10) + "-" + std::to_string(index);
-  pthread_setname_np(pthread_self(), name.c_str());
-  if (h.cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(h.cpu, &set);
-    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
-      log_line("cannot pin spare " + std::string(stage_name(stage)) + " thread " + std::to_string(index) + " to CPU " +
-               std::to_string(h.cpu) + ": error " + std::to_string(rc));
-    }
-    if (h.numa_node >= 0 && numa_supported()) numa_set_preferred(h.numa_node);
-  }
+  pin_thread(stage, index, h.cpu, h.numa_node);
   StageThread t{*this, stage, index, s, h.numa_node, stats(stage), true};
   try {
     body(t);
