@@ -754,6 +754,12 @@ namespace {
 // its log and metrics with the reason — without losing or reordering a chunk. With adaptive off,
 // the plan stays as it was.
 TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The precondition is a sender limited by its compression: under AddressSanitizer the
+  // instrumented sending path is slower than the (uninstrumented) LZ4 library, so the codec is
+  // never the bottleneck here. The plain build (make test-agent) runs this test.
+  GTEST_SKIP() << "under AddressSanitizer the sending path, not compression, limits the sender";
+#endif
   const int port = free_ports(2);
   Process rx(receiver(port, 2, {"--idle-timeout", "60"}));
   Process tx(sender(port, 2, {"--chunks", "0", "--codec", "lz4", "--set",
@@ -796,6 +802,45 @@ TEST(Adaptive, OffKeepsThePlan) {
   EXPECT_FALSE(s.contains("adaptive")) << s.dump();
   EXPECT_EQ(tx.err().find("adaptive:"), std::string::npos) << tx.err();
   EXPECT_EQ(s["stages"]["compress"]["threads"], 1) << s["stages"].dump();
+  EXPECT_EQ(summary(rx)["lost"], 0);
+}
+
+}  // namespace
+}  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// A pod resized in place gets a new cpuset and quota under its running container: the agent
+// reads its cgroup every second and says so (log, metrics, summary). (Here a directory stands in
+// for the cgroup; on the facility, the kubelet writes the real one.)
+TEST(Adaptive, ACpuBudgetChangeUnderTheAgentIsNoticed) {
+  const std::string cg = temp_dir();
+  std::ofstream(cg + "/cpuset.cpus.effective") << "0\n";
+  std::ofstream(cg + "/cpu.max") << "100000 100000\n";
+  const int port = free_ports(2);
+  Process rx(receiver(port, 2));
+  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.2", "--cgroup-root", cg, "--metrics-listen", "127.0.0.1:0"}));
+  const int mport = metrics_port(tx);
+  ASSERT_GT(mport, 0) << tx.err();
+  std::this_thread::sleep_for(1500ms);
+  std::ofstream(cg + "/cpuset.cpus.effective") << "0-1\n";
+  std::ofstream(cg + "/cpu.max") << "max 100000\n";
+  const std::string changed = "numastream_cpu_budget_changes_total{role=\"send\"} 1";
+  std::string metrics;
+  for (int i = 0; i < 50 && metrics.find(changed) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    metrics = http_get(mport, "/metrics");
+  }
+  tx.signal(SIGINT);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_NE(metrics.find(changed), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("numastream_cpu_budget_cpus{role=\"send\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(tx.err().find("adaptive: the CPU budget changed: CPUs 0, quota 1.00 CPUs -> CPUs 0-1, no quota"),
+            std::string::npos)
+      << tx.err();
+  EXPECT_EQ(summary(tx)["adaptive"]["cpu_budget"], "CPUs 0-1, no quota");
   EXPECT_EQ(summary(rx)["lost"], 0);
 }
 

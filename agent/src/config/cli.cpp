@@ -39,6 +39,7 @@ const std::map<std::string, std::string>& shortcuts() {
       {"--reconnect-timeout", "timeouts.reconnect_s"},
       {"--ack-timeout", "timeouts.ack_s"},
       {"--sysfs-root", "sysfs_root"},
+      {"--cgroup-root", "cgroup_root"},
       {"--connect-timeout", "timeouts.connect_s"},
       {"--idle-timeout", "timeouts.idle_s"},
   };
@@ -133,7 +134,7 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
       static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "source.endpoint", "sink.kind",
                                        "source.dataset", "source.dtype", "sink.dataset", "verify",
                                        "sink.path", "sink.endpoint", "placement.mode",
-                                       "placement.nic", "metrics.listen", "sysfs_root"};
+                                       "placement.nic", "metrics.listen", "sysfs_root", "cgroup_root"};
       bool is_string = false;
       for (const char* s : kStrings) is_string = is_string || it->second == s;
       overrides.push_back(it->second + "=" + (is_string ? nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : value));

@@ -333,6 +333,7 @@ Config parse_config(const json& doc, Role role) {
   c.hwm = static_cast<int>(f.integer("hwm", c.hwm, 1, 1000));
   c.window = static_cast<int>(f.integer("window", c.window, 1, 4096));
   c.sysfs_root = f.string("sysfs_root", c.sysfs_root);
+  c.cgroup_root = f.string("cgroup_root", c.cgroup_root);
   c.state_dir = f.string("state_dir", "");
   if (!c.state_dir.empty() && c.state_dir.front() != '/') {
     throw ConfigError("state_dir", "must be an absolute path (got \"" + c.state_dir + "\")");

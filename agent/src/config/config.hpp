@@ -88,6 +88,7 @@ struct Config {
   int reorder_window = 16;       // file sink: chunks held to restore order
   std::string metrics_listen;    // host:port; empty = no metrics server
   std::string sysfs_root = "/sys";
+  std::string cgroup_root = "/sys/fs/cgroup";  // this process's cgroup (v2), for its CPU budget
   std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)
   SecurityConfig security;
   // receive: checksum (frames that arrived compressed are checked by their checksum over the wire

@@ -181,6 +181,11 @@ void AckedLink::finish() {
 void AckedLink::serve(int timeout_ms) { pump(timeout_ms); }
 
 bool AckedLink::write(zmq::Message& m) {
+  // A reference of our own, taken first: reading acknowledgements below may acknowledge `m` and
+  // erase it from the unacknowledged frames (a restarted receiver that already has it); sending
+  // it then is harmless, the receiver drops duplicates. (Taken inside the loop, the frame could be
+  // gone: zmq_msg_copy on a freed message, "Bad address", seen in Fault.ReceiverKilledAndRestarted.)
+  zmq::Message copy = m.share();
   while (true) {
     check_aborted();
     mon_->drain();
@@ -196,7 +201,6 @@ bool AckedLink::write(zmq::Message& m) {
       check_progress();  // blocked longer than the receiver may stay silent: a stuck peer
       continue;
     }
-    zmq::Message copy = m.share();
     if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(), ZMQ_DONTWAIT) >= 0) return true;
     if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
       throw std::runtime_error(describe() + ": send: " + zmq::last_error());

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "host/cpuset.hpp"
 #include "pipeline/runtime.hpp"
 
 namespace numastream::adaptive {
@@ -103,9 +104,24 @@ void Governor::close() {
 }  // namespace numastream::adaptive
 
 namespace numastream::adaptive {
+namespace {
+
+// The budget at start; the process's affinity when the cgroup's files cannot be read.
+CpuBudget budget_or_affinity(const std::string& root) {
+  try {
+    return read_budget(root);
+  } catch (const std::exception&) {
+    CpuBudget b;
+    b.cpus = allowed_cpus();
+    return b;
+  }
+}
+
+}  // namespace
 
 Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, double interval_s)
     : rt_(rt), codec_(codec), neighbour_(neighbour), governor_(governor), interval_s_(interval_s),
+      budget_(budget_or_affinity(rt.cfg.cgroup_root)),
       thread_([this](std::stop_token st) { loop(st); }) {}
 
 Controller::~Controller() { stop(); }
@@ -149,6 +165,7 @@ void Controller::loop(std::stop_token st) {
     w.neighbour_busy = static_cast<double>(cur.nbusy - prev.nbusy) / 1e9;
     prev = cur;
     t0 = t1;
+    watch_budget(t1);
     const int before = governor_.active();
     const Decision d = decide(w, governor_.limits(), stage_name(codec_).data(), stage_name(neighbour_).data());
     const Move m = governor_.feed(d);
@@ -168,6 +185,24 @@ void Controller::loop(std::stop_token st) {
   }
 }
 
+void Controller::watch_budget(std::chrono::steady_clock::time_point now) {
+  CpuBudget b;
+  try {
+    b = read_budget(rt_.cfg.cgroup_root);
+  } catch (const std::exception&) {
+    return;  // a file mid-write; the next window reads it again
+  }
+  std::lock_guard lock(mu_);
+  if (b == budget_) return;
+  log_line("adaptive: the CPU budget changed: " + budget_.to_string() + " -> " + b.to_string());
+  ++budget_changes_;
+  budget_log_.push_back({{"at_s", std::chrono::duration<double>(now - rt_.started).count()},
+                         {"from", budget_.to_string()},
+                         {"to", b.to_string()}});
+  if (budget_log_.size() > 20) budget_log_.erase(budget_log_.begin());
+  budget_ = std::move(b);
+}
+
 void Controller::report(nlohmann::json& summary) const {
   std::lock_guard lock(mu_);
   std::uint64_t total = 0;
@@ -176,7 +211,9 @@ void Controller::report(nlohmann::json& summary) const {
                          {"active", governor_.active()},
                          {"max", governor_.limits().max_active},
                          {"changes", total},
-                         {"last_changes", log_}};
+                         {"last_changes", log_},
+                         {"cpu_budget", budget_.to_string()},
+                         {"cpu_budget_changes", budget_log_}};
 }
 
 void Controller::write_metrics(std::string& out, const std::string& role) const {
@@ -185,6 +222,12 @@ void Controller::write_metrics(std::string& out, const std::string& role) const 
   out += "# HELP numastream_adaptive_active_threads Threads of the codec stage at work now (placement.adaptive).\n"
          "# TYPE numastream_adaptive_active_threads gauge\n";
   metric(out, "numastream_adaptive_active_threads", labels, governor_.active());
+  out += "# HELP numastream_cpu_budget_changes_total Changes of the process's CPU budget (cgroup cpuset or quota) seen while it ran.\n"
+         "# TYPE numastream_cpu_budget_changes_total counter\n";
+  metric(out, "numastream_cpu_budget_changes_total", "role=\"" + role + "\"", static_cast<double>(budget_changes_));
+  out += "# HELP numastream_cpu_budget_cpus CPUs the process's cgroup lets it use now.\n"
+         "# TYPE numastream_cpu_budget_cpus gauge\n";
+  metric(out, "numastream_cpu_budget_cpus", "role=\"" + role + "\"", static_cast<double>(budget_.cpus.size()));
   out += "# HELP numastream_adaptive_changes_total Changes of the codec stage's active threads, by move and reason.\n"
          "# TYPE numastream_adaptive_changes_total counter\n";
   for (const char* move : {"grow", "shrink"}) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host/budget.hpp"
 #include "host/stage.hpp"
 
 namespace numastream::adaptive {
@@ -86,7 +88,8 @@ namespace adaptive {
 
 // The control loop: every `interval`, one window of the codec stage's and its neighbour's
 // counters, a decision, the governor; each change logged with its reason and figures, counted in
-// the metrics, kept in the summary (the last 20).
+// the metrics, kept in the summary (the last 20). Each window also reads the process's CPU
+// budget (its cgroup's cpuset and quota, under cgroup_root) and says when it changed.
 class Controller {
  public:
   Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, double interval_s = 1.0);
@@ -99,6 +102,7 @@ class Controller {
 
  private:
   void loop(std::stop_token st);
+  void watch_budget(std::chrono::steady_clock::time_point now);
 
   Runtime& rt_;
   Stage codec_, neighbour_;
@@ -107,6 +111,9 @@ class Controller {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> changes_;  // (move, reason) -> count
   nlohmann::json log_ = nlohmann::json::array();
+  CpuBudget budget_;
+  std::uint64_t budget_changes_ = 0;
+  nlohmann::json budget_log_ = nlohmann::json::array();
   std::jthread thread_;
 };
 

@@ -1,0 +1,57 @@
+#include "host/budget.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "host/cpuset.hpp"
+
+namespace numastream {
+
+std::string CpuBudget::to_string() const {
+  std::string out = "CPUs " + format_cpulist(cpus);
+  if (quota <= 0) return out + ", no quota";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), ", quota %.2f CPUs", quota);
+  return out + buf;
+}
+
+double parse_cpu_max(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  std::string quota, period;
+  if (!(in >> quota >> period)) throw std::invalid_argument("cpu.max: \"" + std::string(text) + "\" is not \"QUOTA PERIOD\"");
+  try {
+    const double p = std::stod(period);
+    if (p <= 0) throw std::invalid_argument("period");
+    if (quota == "max") return 0;
+    const double q = std::stod(quota);
+    if (q <= 0) throw std::invalid_argument("quota");
+    return q / p;
+  } catch (const std::exception&) {
+    throw std::invalid_argument("cpu.max: \"" + std::string(text) + "\" is not \"QUOTA PERIOD\"");
+  }
+}
+
+namespace {
+
+bool read_line(const std::string& path, std::string& out) {
+  std::ifstream in(path);
+  return static_cast<bool>(std::getline(in, out));
+}
+
+}  // namespace
+
+CpuBudget read_budget(const std::string& cgroup_root) {
+  CpuBudget b;
+  std::string line;
+  if (read_line(cgroup_root + "/cpuset.cpus.effective", line) && !line.empty()) {
+    b.cpus = parse_cpulist(line);
+  } else {
+    b.cpus = allowed_cpus();
+  }
+  if (read_line(cgroup_root + "/cpu.max", line)) b.quota = parse_cpu_max(line);
+  return b;
+}
+
+}  // namespace numastream
