@@ -74,6 +74,10 @@ bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit
 bench-codecs: agent ## bslz4 vs the reference bitshuffle library per core; lz4 vs bslz4 on loopback; HDF5 pass-through CPU per GB
 	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY hack/bench-codecs.py
 
+.PHONY: bench-adaptive
+bench-adaptive: agent ## placement.adaptive false vs true alternated on one stream (a 1-compressor plan and the agent's own): raw MB/s, CPU-s per GB, ratios
+	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-adaptive.py
+
 .PHONY: bench-stream2
 bench-stream2: agent ## A simulated DECTRIS detector at fixed rates through the pipeline on loopback: highest sustained rate with 0 lost, CPU-s per GB
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-stream2.py
