@@ -19,9 +19,10 @@ import (
 	"github.com/numastream/numastream/internal/render"
 )
 
-// testdata/receiver-metrics.txt is what a real receiving agent served on /metrics.
-func TestParseRealAgentMetrics(t *testing.T) {
-	f, err := os.Open("testdata/receiver-metrics.txt")
+// parseFile parses a metrics page a real agent served (testdata).
+func parseFile(t *testing.T, path string) []Sample {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +31,12 @@ func TestParseRealAgentMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return samples
+}
+
+// testdata/receiver-metrics.txt is what a real receiving agent served on /metrics.
+func TestParseRealAgentMetrics(t *testing.T) {
+	samples := parseFile(t, "testdata/receiver-metrics.txt")
 	r := FromSamples(samples)
 	if r.Delivered != 172 || r.RawBytes != 180355072 || r.Lost != 0 || r.Corrupt != 0 {
 		t.Fatalf("%+v", r)
@@ -51,16 +58,7 @@ func TestParseRealAgentMetrics(t *testing.T) {
 // testdata/receiver-stream2-incomplete-metrics.txt is what a real gateway (hdf5 sink) served after
 // its detector-sim was killed 27 images into a series.
 func TestIncompleteSeriesAreReadWithTheirNames(t *testing.T) {
-	f, err := os.Open("testdata/receiver-stream2-incomplete-metrics.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	samples, err := Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := FromSamples(samples)
+	r := FromSamples(parseFile(t, "testdata/receiver-stream2-incomplete-metrics.txt"))
 	if r.SeriesIncomplete != 1 || len(r.IncompleteSeries) != 1 ||
 		!strings.Contains(r.IncompleteSeries[0], "series 1 (detector-sim-") ||
 		!strings.Contains(r.IncompleteSeries[0], "disconnected after 27 images, before its end message") {
