@@ -111,6 +111,10 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("conections", 2), Role::send, "conections");
   expect_refused(with("version", 2), Role::send, "version");
   expect_refused(with("timeouts.connect_s", 0), Role::send, "timeouts.connect_s");
+  expect_refused(with("spill.path", "/var/spill"), Role::send, "spill.max_bytes");
+  expect_refused(with("spill", json{{"path", "spill"}, {"max_bytes", 1000}}), Role::send, "spill.path");
+  expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 0}}), Role::send, "spill.max_bytes");
+  expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 1000}}), Role::receive, "spill");
 }
 
 TEST(Config, PortRangeMustFitTheConnections) {
@@ -233,6 +237,12 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     } else {
       EXPECT_EQ(c.stream_id, doc["stream_id"].get<std::uint32_t>());
       EXPECT_EQ(c.state_dir, doc["state_dir"].get<std::string>());
+      if (doc.contains("spill")) {
+        EXPECT_EQ(c.spill.path, doc["spill"]["path"].get<std::string>());
+        EXPECT_EQ(c.spill.max_bytes, doc["spill"]["max_bytes"].get<std::uint64_t>());
+      } else {
+        EXPECT_FALSE(c.spill.enabled());
+      }
       const std::string kinds[] = {"synthetic", "file", "zmq", "hdf5", "stream2"};
       const json& src = doc["source"];
       EXPECT_EQ(c.source.dataset, src.value("dataset", "/exchange/data"));

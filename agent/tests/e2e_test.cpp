@@ -846,3 +846,118 @@ TEST(Adaptive, ACpuBudgetChangeUnderTheAgentIsNoticed) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// An analysis program behind the gateway that takes `per_second` chunks a second: a PULL socket
+// bound at `port`, the gateway's zmq sink connected to it.
+struct SlowConsumer {
+  void* ctx = zmq_ctx_new();
+  void* pull = zmq_socket(ctx, ZMQ_PULL);
+  std::atomic<int> got{0};
+  std::atomic<bool> stop{false};
+  std::jthread reader;
+  SlowConsumer(int port, double per_second) {
+    int one = 1, timeout = 100;
+    zmq_setsockopt(pull, ZMQ_RCVHWM, &one, sizeof(one));
+    zmq_setsockopt(pull, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    if (zmq_bind(pull, ep(port).c_str()) != 0) throw std::runtime_error("consumer: cannot bind");
+    reader = std::jthread([this, per_second] {
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<char> buf(2 * kMiB);
+      while (!stop) {
+        if (zmq_recv(pull, buf.data(), buf.size(), 0) < 0) continue;
+        const int n = ++got;
+        std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                  std::chrono::duration<double>(n / per_second)));
+      }
+    });
+  }
+  ~SlowConsumer() {
+    stop = true;
+    reader.join();
+    int zero = 0;
+    zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(pull);
+    zmq_ctx_term(ctx);
+  }
+};
+
+std::uint64_t dir_bytes(const std::string& dir) {
+  std::uint64_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.file_size();
+  return n;
+}
+
+// A detector-paced source (24 chunks/s for 30 s) whose gateway hands chunks to a consumer that
+// takes 12 a second: the sender spills what the network side cannot take yet to node-local
+// storage instead of holding the source back, keeps its memory to its pools, and drains the spill
+// in order afterwards. Nothing is lost, and the consumer gets every chunk.
+TEST(Spill, APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost) {
+  const int port = free_ports(3);
+  const std::string spill = temp_dir();
+  SlowConsumer consumer(port + 2, 12);
+  Process rx(receiver(port, 2, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
+  // 1 MiB chunks at 0.2013 Gbit/s: 24 a second.
+  Process tx(sender(port, 2, {"--chunks", "720", "--rate-gbps", "0.2013", "--spill-path", spill,
+                              "--spill-max-bytes", std::to_string(1024LL * kMiB), "--metrics-listen", "127.0.0.1:0"}));
+  const int mport = metrics_port(tx);
+  ASSERT_GT(mport, 0) << tx.err();
+  std::uint64_t seen_on_disk = 0;
+  for (int i = 0; i < 300 && tx.running(); ++i) {
+    std::this_thread::sleep_for(100ms);
+    seen_on_disk = std::max(seen_on_disk, dir_bytes(spill));
+  }
+  ASSERT_EQ(tx.wait(180s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json s = summary(tx), r = summary(rx);
+  const json& sp = s["spill"];
+  EXPECT_EQ(r["chunks"], 720);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["corrupt"], 0);
+  for (int i = 0; i < 100 && consumer.got < 720; ++i) std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(consumer.got.load(), 720);
+  EXPECT_EQ(sp["lost"], 0);
+  EXPECT_EQ(s["lost"], 0);
+  EXPECT_GT(sp["spilled_chunks"].get<int>(), 150) << sp.dump();
+  EXPECT_EQ(sp["left_chunks"], 0) << "drained";
+  EXPECT_EQ(dir_bytes(spill), 0u) << "the spill files are gone once drained";
+  // The source was never held back: 720 chunks at 24 a second leave it in about 30 s, and what the
+  // consumer could not take yet waited on disk, not in memory.
+  const std::uint64_t peak = sp["peak_bytes"].get<std::uint64_t>();
+  EXPECT_LT(s["stages"]["source"]["blocked_output_s"].get<double>(), 3.0) << s["stages"].dump();
+  EXPECT_GE(seen_on_disk, 32u * kMiB);
+  EXPECT_GE(peak, seen_on_disk);
+  const std::uint64_t rss = s["max_rss_kb"].get<std::uint64_t>() * 1024;
+  EXPECT_LT(rss, 160u * kMiB) << "spilled " << peak << " bytes at most";
+  std::cerr << "spill: peak " << peak / kMiB << " MiB, sender RSS " << rss / kMiB << " MiB, spilled "
+            << sp["spilled_chunks"] << " chunks\n";
+}
+
+// A spill too small for the backlog: a source that cannot wait loses what the full spill refuses,
+// and says so: the sender's log, summary and metrics count the chunks, and the receiver reports
+// the same number missing and fails the run.
+TEST(Spill, AFullSpillCountsWhatIsLostAndTheReceiverReportsIt) {
+  const int port = free_ports(3);
+  const std::string spill = temp_dir();
+  SlowConsumer consumer(port + 2, 6);
+  Process rx(receiver(port, 1, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
+  Process tx(sender(port, 1, {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,
+                              "--spill-max-bytes", std::to_string(8 * kMiB)}));
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  EXPECT_NE(rx.wait(60s), 0) << "chunks are missing: " << rx.err();
+  const json s = summary(tx), r = summary(rx);
+  const std::uint64_t lost = s["spill"]["lost"].get<std::uint64_t>();
+  EXPECT_GT(lost, 10u) << s["spill"].dump();
+  EXPECT_EQ(s["lost"], lost);
+  EXPECT_LE(s["spill"]["peak_bytes"].get<std::uint64_t>(), 8u * kMiB);
+  EXPECT_EQ(r["lost"], lost) << "the receiver names the same chunks missing";
+  EXPECT_EQ(r["chunks"].get<std::uint64_t>() + lost, 120u);
+  EXPECT_NE(tx.err().find("spill: full ("), std::string::npos) << tx.err();
+  EXPECT_NE(tx.err().find("chunks lost: the spill (8388608 bytes) was full and the source cannot wait"), std::string::npos)
+      << tx.err();
+}
+
+}  // namespace
+}  // namespace numastream::testing

@@ -21,6 +21,17 @@ TEST(BoundedQueue, FifoWithinCapacity) {
   EXPECT_EQ(*q.pop(), 3);
 }
 
+TEST(BoundedQueue, TryPushNeverBlocks) {
+  BoundedQueue<int> q(1);
+  int a = 1, b = 2;
+  EXPECT_TRUE(q.try_push(a));
+  EXPECT_FALSE(q.try_push(b)) << "full";
+  EXPECT_EQ(b, 2) << "a refused item stays with the caller";
+  EXPECT_EQ(*q.pop(), 1);
+  q.close();
+  EXPECT_FALSE(q.try_push(b)) << "closed";
+}
+
 TEST(BoundedQueue, PushBlocksWhileFullUntilAPop) {
   BoundedQueue<int> q(1);
   int a = 1, b = 2;

@@ -40,6 +40,8 @@ const std::map<std::string, std::string>& shortcuts() {
       {"--ack-timeout", "timeouts.ack_s"},
       {"--sysfs-root", "sysfs_root"},
       {"--cgroup-root", "cgroup_root"},
+      {"--spill-path", "spill.path"},
+      {"--spill-max-bytes", "spill.max_bytes"},
       {"--connect-timeout", "timeouts.connect_s"},
       {"--idle-timeout", "timeouts.idle_s"},
   };

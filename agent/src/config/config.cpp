@@ -339,6 +339,17 @@ Config parse_config(const json& doc, Role role) {
     throw ConfigError("state_dir", "must be an absolute path (got \"" + c.state_dir + "\")");
   }
   if (!c.state_dir.empty() && !send) throw ConfigError("state_dir", "is a sender setting");
+  if (const json* sp = f.raw("spill")) {
+    if (!send) throw ConfigError("spill", "is a sender setting");
+    Fields spf(*sp, "spill");
+    c.spill.path = spf.required_string("path");
+    if (c.spill.path.front() != '/') {
+      throw ConfigError("spill.path", "must be an absolute path (got \"" + c.spill.path + "\")");
+    }
+    c.spill.max_bytes = static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1, 1LL << 50));
+    if (!spf.has("max_bytes")) throw ConfigError("spill.max_bytes", "is required: the most the spill may hold");
+    spf.finish();
+  }
   if (const json* m = f.raw("metrics")) {
     Fields mf(*m, "metrics");
     c.metrics_listen = mf.string("listen", "");

@@ -54,6 +54,14 @@ struct SinkConfig {
   int redeliver = 64;
 };
 
+// send: chunks written to node-local storage while the pipeline downstream falls behind
+// (data/spill.hpp), drained in order once it catches up.
+struct SpillConfig {
+  std::string path;             // a directory (an emptyDir or hostPath volume); empty = no spill
+  std::uint64_t max_bytes = 0;  // the most the spill files may hold
+  bool enabled() const { return !path.empty(); }
+};
+
 // Authenticated, encrypted data connections (CURVE). Key files hold one 40-character Z85 key;
 // they are read when the agent starts, never logged.
 struct SecurityConfig {
@@ -90,6 +98,7 @@ struct Config {
   std::string sysfs_root = "/sys";
   std::string cgroup_root = "/sys/fs/cgroup";  // this process's cgroup (v2), for its CPU budget
   std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)
+  SpillConfig spill;             // send
   SecurityConfig security;
   // receive: checksum (frames that arrived compressed are checked by their checksum over the wire
   // bytes and their framing; the others are decoded, as they must be to check a checksum of the

@@ -48,6 +48,17 @@ class BoundedQueue {
     return true;
   }
 
+  // Never blocks: false (and `item` left with the caller) when the queue is full or closed.
+  bool try_push(T& item) {
+    std::unique_lock lock(mu_);
+    if (count_ == slots_.size() || closed_) return false;
+    slots_[(head_ + count_) % slots_.size()] = std::move(item);
+    ++count_;
+    lock.unlock();
+    not_empty_.notify_one();
+    return true;
+  }
+
   // Blocks while empty and open. nullopt once closed and drained.
   std::optional<T> pop() {
     std::unique_lock lock(mu_);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "data/buffer_pool.hpp"
+#include "data/spill.hpp"
 #include "codec/codec.hpp"
 #include "store/hdf5_io.hpp"
 #include "obs/http.hpp"
@@ -49,6 +50,15 @@ class Sender {
   void source_loop(StageThread& t);
   void compress_loop(StageThread& t);
   void send_loop(StageThread& t);
+  // spill: between the compressors and the sending threads (see spill_loop).
+  void spill_loop();
+  bool unspill(BufferPool& pool, bool wait);
+  std::optional<Chunk> next_to_send(std::chrono::milliseconds timeout, bool& done) {
+    return send_q_ ? send_q_->pop_for(timeout, done) : wire_q_->pop_for(timeout, done);
+  }
+  // A source that can wait for the pipeline (a file or synthetic data at full speed): a full
+  // spill holds it back. Any other (a detector, a paced source) loses what a full spill refuses.
+  bool source_can_wait() const { return source_->replays() && cfg_.source.rate_gbps == 0; }
   bool wait_welcome();
   // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
   // ending it short.
@@ -73,6 +83,16 @@ class Sender {
   std::unique_ptr<NodePools> wire_pools_;
   std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
   std::unique_ptr<OrderedQueue<Chunk>> wire_q_;
+  // spill (cfg_.spill): the store on node-local storage and the queue the sending threads take
+  // from; both only with a spill.
+  std::unique_ptr<SpillStore> spill_;
+  std::unique_ptr<BoundedQueue<Chunk>> send_q_;
+  std::atomic<std::uint64_t> spilled_chunks_{0};
+  std::atomic<std::uint64_t> spilled_bytes_{0};
+  std::atomic<std::uint64_t> spill_lost_{0};
+  std::atomic<std::uint64_t> spill_disk_bytes_{0};
+  std::atomic<std::uint64_t> spill_frames_{0};
+  std::atomic<std::uint64_t> spill_peak_bytes_{0};
   std::unique_ptr<zmq::Context> ctx_;
 
   std::atomic<int> compressors_left_{0};
@@ -290,7 +310,7 @@ void Sender::send_loop(StageThread& t) {
     while (!c && !done) {
       {
         ScopedTimer wait(st.blocked_input_ns);
-        c = wire_q_->pop_for(std::chrono::milliseconds(50), done);
+        c = next_to_send(std::chrono::milliseconds(50), done);
       }
       if (!c && !done) link.serve(0);
     }
@@ -341,6 +361,69 @@ void Sender::send_loop(StageThread& t) {
   link.finish();
 }
 
+// Moves spilled frames, oldest first, to the sending threads' queue: while it has room, or (wait)
+// all of them, waiting for room. False once the run is closing.
+bool Sender::unspill(BufferPool& pool, bool wait) {
+  while (!spill_->empty()) {
+    if (!wait && send_q_->depth() >= send_q_->capacity()) return true;
+    Chunk c;
+    c.buffer = pool.take();
+    if (!c.buffer) return false;
+    const std::size_t n = spill_->read({c.buffer->data, c.buffer->capacity});
+    c.buffer->size = n;
+    if (wire::decode({c.buffer->data, n}, cfg_.chunk_bytes, c.header) != wire::DecodeError::ok) {
+      throw std::runtime_error("spill: a frame read back from " + spill_->dir() + " is damaged");
+    }
+    spill_disk_bytes_ = spill_->disk_bytes();
+    spill_frames_ = spill_->frames();
+    if (!send_q_->push(c)) return false;
+  }
+  return true;
+}
+
+// The chunks in order from the compressors to the sending threads. While the sending threads
+// keep up, a chunk goes straight on; once their queue is full (the network, the receiver or its
+// sink is behind), chunks go to the spill store instead, and every later chunk after them, until
+// the store has drained into the queue again: the order on the wire never changes, and memory
+// holds no more than the pools. A full store holds a source that can wait back; for any other,
+// the chunk is lost, counted, and reported (the receiver reports the gap too).
+void Sender::spill_loop() {
+  BufferPool& pool = wire_pools_->for_node(rt_.placement.stage(Stage::send).front().numa_node);
+  const bool can_wait = source_can_wait();
+  while (true) {
+    if (!unspill(pool, false)) return;
+    bool done = false;
+    std::optional<Chunk> c = wire_q_->pop_for(std::chrono::milliseconds(spill_->empty() ? 50 : 5), done);
+    if (!c) {
+      if (done) break;
+      continue;
+    }
+    if (spill_->empty() && send_q_->try_push(*c)) continue;
+    c->seal();
+    if (spill_->append({c->buffer->data, c->buffer->size})) {
+      if (spilled_chunks_++ == 0) log_line("spill: the sending threads fell behind; spilling to " + spill_->dir());
+      spilled_bytes_ += c->buffer->size;
+      spill_disk_bytes_ = spill_->disk_bytes();
+      spill_frames_ = spill_->frames();
+      spill_peak_bytes_ = std::max(spill_peak_bytes_.load(), spill_->disk_bytes());
+      continue;
+    }
+    if (can_wait) {
+      // Full: the source waits while the spill drains, then this chunk follows it.
+      if (!unspill(pool, true) || !send_q_->push(*c)) return;
+      continue;
+    }
+    if (spill_lost_++ == 0) {
+      log_line("spill: full (" + std::to_string(spill_->disk_bytes()) + " of " + std::to_string(spill_->max_bytes()) +
+               " bytes in " + spill_->dir() + "): chunk " + std::to_string(c->header.sequence) +
+               " lost, and every chunk the full spill refuses from now on is counted lost");
+    }
+  }
+  // The compressors are done: what is spilled follows, in order.
+  if (!unspill(pool, true)) return;
+  send_q_->close();
+}
+
 std::string Sender::metrics_text() {
   std::string out;
   rt_.write_common_metrics(out, "send");
@@ -367,6 +450,20 @@ std::string Sender::metrics_text() {
   double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
   out += "# TYPE numastream_compression_ratio gauge\n";
   metric(out, "numastream_compression_ratio", r, wire > 0 ? raw / wire : 0);
+  if (spill_) {
+    out += "# HELP numastream_spill_bytes Bytes in the spill files now.\n# TYPE numastream_spill_bytes gauge\n";
+    metric(out, "numastream_spill_bytes", r, static_cast<double>(spill_disk_bytes_.load()));
+    out += "# TYPE numastream_spill_max_bytes gauge\n";
+    metric(out, "numastream_spill_max_bytes", r, static_cast<double>(cfg_.spill.max_bytes));
+    out += "# HELP numastream_spill_chunks Chunks waiting in the spill.\n# TYPE numastream_spill_chunks gauge\n";
+    metric(out, "numastream_spill_chunks", r, static_cast<double>(spill_frames_.load()));
+    out += "# HELP numastream_spilled_chunks_total Chunks that went through the spill.\n"
+           "# TYPE numastream_spilled_chunks_total counter\n";
+    metric(out, "numastream_spilled_chunks_total", r, static_cast<double>(spilled_chunks_.load()));
+    out += "# HELP numastream_spill_lost_chunks_total Chunks lost because the spill was full.\n"
+           "# TYPE numastream_spill_lost_chunks_total counter\n";
+    metric(out, "numastream_spill_lost_chunks_total", r, static_cast<double>(spill_lost_.load()));
+  }
   source_->write_metrics(out);
   out += "# TYPE numastream_up gauge\n";
   metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
@@ -404,12 +501,21 @@ RunResult Sender::run(const RunHooks& hooks) {
   // Buffers held downstream of the compressors: the ordered queue, the sending threads and
   // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
   // Each connection holds up to `window` frames until they are acknowledged.
+  // A spill adds the sending threads' queue and the buffer its thread reads the spill into.
   const std::size_t downstream = static_cast<std::size_t>(
-      cfg_.queue_depth + senders * (cfg_.window + 1) + 1 + spares_);
+      cfg_.queue_depth + senders * (cfg_.window + 1) + 1 + spares_ +
+      (cfg_.spill.enabled() ? cfg_.queue_depth + 1 : 0));
   wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+  if (cfg_.spill.enabled()) {
+    spill_ = std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes);
+    send_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+    log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " + cfg_.spill.path +
+             (source_can_wait() ? " (the source waits when it is full)"
+                                : " (the source cannot wait: what a full spill refuses is lost and counted)"));
+  }
   if (spares_ > 0) {
     adaptive::Limits limits;
     limits.min_active = 1;
@@ -420,6 +526,7 @@ RunResult Sender::run(const RunHooks& hooks) {
     if (governor_) governor_->close();
     raw_q_->close();
     wire_q_->close();
+    if (send_q_) send_q_->close();
     wire_pools_->close_all();
     source_->close();
   });
@@ -471,6 +578,12 @@ RunResult Sender::run(const RunHooks& hooks) {
         if (--compressors_left_ == 0) wire_q_->close();
       });
     }
+    if (spill_) {
+      // On the source's CPU: a paced source sleeps most of the time, and this thread mostly waits.
+      threads.emplace_back([this] {
+        rt_.run_spare(Stage::source, 1, Stage::source, 0, "spill: ", [this](StageThread&) { spill_loop(); });
+      });
+    }
     threads.emplace_back([this] {
       rt_.run_stage(Stage::source, 0, "source: ", [this](StageThread& t) { source_loop(t); });
       source_->end();
@@ -513,7 +626,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
       {"wire_bytes", wire_bytes_.load()},
       {"ratio", wire > 0 ? raw / wire : 0},
-      {"lost", nullptr},
+      {"lost", spill_ ? nlohmann::json(spill_lost_.load()) : nlohmann::json(nullptr)},
       {"corrupt", nullptr},
       {"duplicates", nullptr},
       {"seconds", secs},
@@ -526,6 +639,19 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"paused", drain_pauses() && !rt_.aborted()},
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   if (controller_) controller_->report(result.summary);
+  if (spill_) {
+    result.summary["spill"] = {{"path", cfg_.spill.path},
+                               {"max_bytes", cfg_.spill.max_bytes},
+                               {"spilled_chunks", spilled_chunks_.load()},
+                               {"spilled_bytes", spilled_bytes_.load()},
+                               {"peak_bytes", spill_peak_bytes_.load()},
+                               {"left_chunks", spill_->frames()},
+                               {"lost", spill_lost_.load()}};
+    if (spill_lost_ > 0) {
+      log_line("spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
+               std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait");
+    }
+  }
   source_->report(result.summary);
   if (rt_.aborted()) {
     result.exit_code = kExitFailure;

@@ -1,0 +1,137 @@
+#include "data/spill.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "base/error.hpp"
+
+namespace numastream {
+namespace {
+
+constexpr std::size_t kLengthBytes = 4;  // each record: its frame's length (little-endian), then the frame
+
+bool write_all(int fd, const std::byte* p, std::size_t n, std::uint64_t off) {
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+    off += static_cast<std::uint64_t>(w);
+  }
+  return true;
+}
+
+void read_all(int fd, std::byte* p, std::size_t n, std::uint64_t off, const std::string& path) {
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw_errno("spill: reading " + path);
+    if (r == 0) throw std::runtime_error("spill: " + path + " is shorter than what was written to it");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    off += static_cast<std::uint64_t>(r);
+  }
+}
+
+}  // namespace
+
+SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes)
+    : dir_(std::move(dir)), stream_(stream), max_(max_bytes),
+      segment_bytes_(std::clamp<std::uint64_t>(max_bytes / 8, 1 << 20, 256ULL << 20)) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) throw std::runtime_error("spill: cannot create " + dir_ + ": " + ec.message());
+  // What a previous process of this stream left is not ours to send: its chunks were either
+  // acknowledged or are resent from the source (or reported missing by the receiver).
+  const std::string prefix = "spill-" + std::to_string(stream_) + "-";
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".seg") {
+      std::filesystem::remove(e.path(), ec);
+    }
+  }
+}
+
+SpillStore::~SpillStore() {
+  while (!segments_.empty()) drop_front();
+}
+
+void SpillStore::open_segment() {
+  Segment s;
+  s.path = dir_ + "/spill-" + std::to_string(stream_) + "-" + std::to_string(next_id_++) + ".seg";
+  s.fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (s.fd < 0) throw_errno("spill: creating " + s.path);
+  segments_.push_back(std::move(s));
+}
+
+void SpillStore::drop_front() {
+  Segment& s = segments_.front();
+  ::close(s.fd);
+  ::unlink(s.path.c_str());
+  disk_ -= s.write_off;
+  segments_.pop_front();
+}
+
+bool SpillStore::append(std::span<const std::byte> frame) {
+  const std::uint64_t record = kLengthBytes + frame.size();
+  if (disk_ + record > max_) return false;
+  if (segments_.empty() || segments_.back().write_off >= segment_bytes_) open_segment();
+  Segment& s = segments_.back();
+  std::byte len[kLengthBytes];
+  const auto n = static_cast<std::uint32_t>(frame.size());
+  for (std::size_t i = 0; i < kLengthBytes; ++i) len[i] = static_cast<std::byte>(n >> (8 * i));
+  if (!write_all(s.fd, len, kLengthBytes, s.write_off) ||
+      !write_all(s.fd, frame.data(), frame.size(), s.write_off + kLengthBytes)) {
+    if (errno == ENOSPC || errno == EDQUOT) {
+      // Whatever part of the record made it is overwritten by the next append.
+      return false;
+    }
+    throw_errno("spill: writing " + s.path);
+  }
+  s.write_off += record;
+  disk_ += record;
+  pending_ += frame.size();
+  ++frames_;
+  return true;
+}
+
+std::size_t SpillStore::next_size() const {
+  if (frames_ == 0) return 0;
+  const Segment& s = segments_.front();
+  std::byte len[kLengthBytes];
+  read_all(s.fd, len, kLengthBytes, s.read_off, s.path);
+  std::uint32_t n = 0;
+  for (std::size_t i = 0; i < kLengthBytes; ++i) n |= static_cast<std::uint32_t>(len[i]) << (8 * i);
+  return n;
+}
+
+std::size_t SpillStore::read(std::span<std::byte> out) {
+  NS_ASSERT(frames_ > 0);
+  const std::size_t n = next_size();
+  NS_ASSERT(out.size() >= n);
+  Segment& s = segments_.front();
+  read_all(s.fd, out.data(), n, s.read_off + kLengthBytes, s.path);
+  s.read_off += kLengthBytes + n;
+  pending_ -= n;
+  --frames_;
+  if (s.read_off == s.write_off) {
+    if (segments_.size() > 1) {
+      drop_front();
+    } else {
+      // The only segment, read through: start it again from the beginning.
+      if (::ftruncate(s.fd, 0) != 0) throw_errno("spill: truncating " + s.path);
+      disk_ -= s.write_off;
+      s.read_off = s.write_off = 0;
+    }
+  }
+  return n;
+}
+
+}  // namespace numastream

@@ -1,0 +1,66 @@
+// Spill: frames kept in order on node-local storage while the pipeline downstream of a sender
+// falls behind a source that cannot wait (HStream's spilling, for a detector that cannot pause).
+//
+// Contract:
+//  - first in, first out: read() hands frames back in the order append() took them;
+//  - the files under `dir` never hold more than `max_bytes` (whole segment files count, read or
+//    not); append() refuses a frame that would pass it, and the caller decides what that means
+//    (wait, or count the frame lost);
+//  - frames live in segment files (spill-<stream>-<n>.seg) of about max_bytes / 8 each; a segment
+//    is deleted as soon as it has been read through, so space comes back while it drains;
+//  - one thread uses an instance (no locking); the files are removed when it is destroyed;
+//  - an I/O error other than a full disk throws std::system_error naming the file; a full disk
+//    (ENOSPC) is a refused append, like the size limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+
+namespace numastream {
+
+class SpillStore {
+ public:
+  SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes);
+  ~SpillStore();
+  SpillStore(const SpillStore&) = delete;
+  SpillStore& operator=(const SpillStore&) = delete;
+
+  // Appends one frame; false (nothing written) when it would pass max_bytes or the disk is full.
+  bool append(std::span<const std::byte> frame);
+  // The size of the oldest frame (0 when empty).
+  std::size_t next_size() const;
+  // Moves the oldest frame into `out` (at least next_size() bytes); its size.
+  std::size_t read(std::span<std::byte> out);
+
+  bool empty() const noexcept { return frames_ == 0; }
+  std::uint64_t frames() const noexcept { return frames_; }
+  std::uint64_t pending_bytes() const noexcept { return pending_; }  // frames not read yet
+  std::uint64_t disk_bytes() const noexcept { return disk_; }        // segment files on disk
+  std::uint64_t max_bytes() const noexcept { return max_; }
+  const std::string& dir() const noexcept { return dir_; }
+
+ private:
+  struct Segment {
+    std::string path;
+    int fd = -1;
+    std::uint64_t write_off = 0;
+    std::uint64_t read_off = 0;
+  };
+  void open_segment();
+  void drop_front();
+
+  std::string dir_;
+  std::uint32_t stream_;
+  std::uint64_t max_;
+  std::uint64_t segment_bytes_;
+  std::deque<Segment> segments_;  // oldest first; the last one is written
+  std::uint64_t next_id_ = 0;
+  std::uint64_t frames_ = 0;
+  std::uint64_t pending_ = 0;
+  std::uint64_t disk_ = 0;
+};
+
+}  // namespace numastream
