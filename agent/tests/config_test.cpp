@@ -111,6 +111,9 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("conections", 2), Role::send, "conections");
   expect_refused(with("version", 2), Role::send, "version");
   expect_refused(with("timeouts.connect_s", 0), Role::send, "timeouts.connect_s");
+  expect_refused(with("source.change", json{{"at_chunk", 100}}), Role::send, "source.change.flat_field");
+  expect_refused(with("source.change", json{{"flat_field", 1}}), Role::send, "source.change.at_chunk");
+  expect_refused(with("source.flat_field", 0), Role::send, "source.flat_field");
   expect_refused(with("spill.path", "/var/spill"), Role::send, "spill.max_bytes");
   expect_refused(with("spill", json{{"path", "spill"}, {"max_bytes", 1000}}), Role::send, "spill.path");
   expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 0}}), Role::send, "spill.max_bytes");

@@ -140,7 +140,7 @@ void parse_source(Fields& f, Config& c) {
     if (c.source.dataset.empty() || c.source.dataset.front() != '/') {
       throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
     }
-    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
     for (const char* k : {"dtype", "shape"}) sf.forbid(k, "the HDF5 dataset says it");
     sf.forbid("endpoint", "only used by the zmq source");
     sf.finish();
@@ -151,7 +151,7 @@ void parse_source(Fields& f, Config& c) {
     c.source.kind = SourceConfig::Kind::stream2;
     c.source.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.source.endpoint, sf.path("endpoint"));
-    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
     for (const char* k : {"dtype", "shape"}) sf.forbid(k, "a Stream V2 series says it in its start message");
     sf.forbid("path", "only used by the file and hdf5 sources");
     sf.finish();
@@ -174,18 +174,27 @@ void parse_source(Fields& f, Config& c) {
     c.source.chunks = static_cast<std::uint64_t>(sf.integer("chunks", 0, 0, 1LL << 48));
     c.source.seed = static_cast<std::uint64_t>(sf.integer("seed", 1, 0, 1LL << 62));
     c.source.frames = static_cast<int>(sf.integer("frames", 4, 1, 64));
+    c.source.flat_field = sf.number("flat_field", c.source.flat_field, 0.1, 10000);
+    if (const json* ch = sf.raw("change")) {
+      Fields cf(*ch, sf.path("change"));
+      c.source.change_at = static_cast<std::uint64_t>(cf.integer("at_chunk", 0, 1, 1LL << 48));
+      c.source.change_flat_field = cf.number("flat_field", 0, 0.1, 10000);
+      if (!cf.has("at_chunk")) throw ConfigError(cf.path("at_chunk"), "is required: the chunk the change comes at");
+      if (!cf.has("flat_field")) throw ConfigError(cf.path("flat_field"), "is required: the beam's counts after the change");
+      cf.finish();
+    }
     sf.forbid("path", "only used by the file source");
     sf.forbid("endpoint", "only used by the zmq source");
   } else if (kind == "file") {
     c.source.kind = SourceConfig::Kind::file;
     c.source.path = sf.required_string("path");
-    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
     sf.forbid("endpoint", "only used by the zmq source");
   } else {
     c.source.kind = SourceConfig::Kind::zmq;
     c.source.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.source.endpoint, sf.path("endpoint"));
-    for (const char* k : {"chunks", "seed", "frames"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
     sf.forbid("path", "only used by the file source");
   }
   sf.finish();

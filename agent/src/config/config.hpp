@@ -31,6 +31,11 @@ struct SourceConfig {
   std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
   std::uint64_t seed = 1;
   int frames = 4;            // synthetic: distinct projections, cycled
+  double flat_field = 10;    // synthetic: mean photon counts of the open beam (fewer: more compressible)
+  // synthetic: from chunk change_at on (0: never), the beam gives change_flat_field counts
+  // instead: a stream whose compressibility changes halfway (an exposure or filter change).
+  std::uint64_t change_at = 0;
+  double change_flat_field = 0;
   std::string path;          // file: a file or a directory of files (sorted by name)
   std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
                              // empty message ends the stream. stream2: the detector's endpoint

@@ -48,16 +48,21 @@ class SyntheticSource final : public Source {
     params.seed = cfg_.source.seed;
     params.chunk_bytes = cfg_.chunk_bytes;
     params.frames = cfg_.source.frames;
+    params.flat_field = cfg_.source.flat_field;
+    // With a change: a second set of the same projections under the other beam.
+    const int sets = cfg_.source.change_at > 0 ? 2 : 1;
     const std::vector<Buffer*>* first = nullptr;
     for (int node : s.compress_nodes) {
       pools_.push_back(std::make_unique<BufferPool>("frames-node" + std::to_string(node),
-                                                    static_cast<std::size_t>(cfg_.source.frames), cfg_.chunk_bytes, node));
+                                                    static_cast<std::size_t>(sets * cfg_.source.frames), cfg_.chunk_bytes, node));
       std::vector<Buffer*> set;
-      for (int f = 0; f < cfg_.source.frames; ++f) {
+      for (int f = 0; f < sets * cfg_.source.frames; ++f) {
         Buffer* b = pools_.back()->acquire();
         b->size = cfg_.chunk_bytes;
         if (!first) {
-          generate_projection(params, f, {b->data, b->size});
+          SynthParams p = params;
+          if (f >= cfg_.source.frames) p.flat_field = cfg_.source.change_flat_field;
+          generate_projection(p, f % cfg_.source.frames, {b->data, b->size});
         } else {
           std::memcpy(b->data, (*first)[static_cast<std::size_t>(f)]->data, b->size);
         }
@@ -72,6 +77,7 @@ class SyntheticSource final : public Source {
   bool read(RawChunk& c, StageStats&, const std::function<bool()>&) override {
     if (cfg_.source.chunks > 0 && c.seq >= cfg_.source.chunks) return false;
     c.frame = static_cast<int>(c.seq % static_cast<std::uint64_t>(cfg_.source.frames));
+    if (cfg_.source.change_at > 0 && c.seq >= cfg_.source.change_at) c.frame += cfg_.source.frames;
     return true;
   }
   std::size_t skip(std::uint64_t seq) override {
