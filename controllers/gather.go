@@ -308,13 +308,40 @@ func older(a, b *v1alpha1.StreamPipeline) bool {
 	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 }
 
-func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
+// ReplanOff is spec.replan's value that keeps the plan made from the spec and the node labels.
+const ReplanOff = "off"
+
+// assumedRatio is the compression ratio the plan is made from: the observed one after a re-plan
+// (status.replan), else spec.expectedRatio.
+func assumedRatio(sp *v1alpha1.StreamPipeline) float64 {
+	if rp := sp.Status.Replan; rp != nil && sp.Spec.Replan != ReplanOff {
+		if r, err := strconv.ParseFloat(rp.Ratio, 64); err == nil && r > 0 {
+			return r
+		}
+	}
 	ratio, _ := strconv.ParseFloat(sp.Spec.ExpectedRatio, 64)
 	if ratio <= 0 {
 		ratio = 2
 	}
+	return ratio
+}
+
+func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
+	ratio := assumedRatio(sp)
+	gateway := f.gateway
+	if rp := sp.Status.Replan; rp != nil && sp.Spec.Replan != ReplanOff {
+		// The decompressing threads' measured speed replaces the gateway's calibration label
+		// (which is per core: the planner counts a hardware thread as its share of one).
+		if v, err := strconv.ParseFloat(rp.DecompressMBps, 64); err == nil && v > 0 {
+			share := 1.0
+			if sp.Spec.CodecCPUs != "threads" && gateway.CoresPerCPU() > 0 {
+				share = gateway.CoresPerCPU()
+			}
+			gateway.DecompressMBps = v / share
+		}
+	}
 	req := planner.Request{
-		Senders: f.senders, Gateway: f.gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
+		Senders: f.senders, Gateway: gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
 		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
 		HasSink:     sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil || sp.Spec.Sink.HDF5 != nil || sp.Spec.Sink.Stream2 != nil),
 		Port:        int(sp.Spec.Port),

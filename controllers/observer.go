@@ -2,12 +2,14 @@ package controllers
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/replan"
 )
 
 // The operator's own metrics, next to controller-runtime's on its metrics endpoint.
@@ -40,6 +43,8 @@ type Observer struct {
 	Read func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
 	// Every is the interval between two readings of a pipeline; the rates are over it.
 	Every time.Duration
+
+	replans *replan.Tracker // departures from the plan, per pipeline (only Start's goroutine)
 }
 
 // Start runs until ctx ends (a manager Runnable; only the leader observes).
@@ -92,10 +97,37 @@ func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) err
 	if err != nil || obs == nil {
 		return err
 	}
-	if equality.Semantic.DeepEqual(sp.Status.Observed, obs) {
-		return nil
-	}
 	before := sp.DeepCopy()
 	sp.Status.Observed = obs
+	o.considerReplan(sp, obs)
+	if equality.Semantic.DeepEqual(before.Status, sp.Status) {
+		return nil
+	}
 	return o.Status().Patch(ctx, sp, client.MergeFrom(before))
+}
+
+// considerReplan: when the compression ratio the gateway sees has departed from the one the plan
+// assumed (replan.Departure) in replan.Confirm readings in a row, the observed facts go into
+// status.replan, where the reconciler plans from them (and records the change). Not for
+// pipelines with spec.replan off, pass-through streams (no codec work to re-plan), or while the
+// last re-plan is not applied yet.
+func (o *Observer) considerReplan(sp *v1alpha1.StreamPipeline, obs *v1alpha1.Observed) {
+	if o.replans == nil {
+		o.replans = replan.NewTracker()
+	}
+	key := string(sp.UID)
+	if sp.Spec.Replan == ReplanOff || passThrough(sp) || sp.Status.Plan == nil {
+		o.replans.Forget(key)
+		return
+	}
+	if rp := sp.Status.Replan; rp != nil && !rp.Applied {
+		return
+	}
+	observed, _ := strconv.ParseFloat(obs.Ratio, 64)
+	why := replan.Departure(assumedRatio(sp), observed)
+	if !o.replans.Observe(key, why != "", time.Now()) {
+		return
+	}
+	sp.Status.Replan = &v1alpha1.Replan{Ratio: obs.Ratio, DecompressMBps: obs.DecompressMBps, Reason: why,
+		ObservedAt: metav1.Now()}
 }

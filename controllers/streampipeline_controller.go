@@ -149,6 +149,9 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	if err != nil {
 		return refuse(err)
 	}
+	if rp := sp.Status.Replan; rp != nil && !rp.Applied && sp.Spec.Replan != ReplanOff {
+		r.recordReplan(sp, rp, toAPIPlan(plan))
+	}
 	sp.Status.Plan = toAPIPlan(plan)
 	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
 	sp.Status.Bottleneck = plan.Bottleneck
@@ -259,6 +262,46 @@ func (r *StreamPipelineReconciler) deletePods(ctx context.Context, pods []*corev
 	return nil
 }
 
+// planHistoryLength bounds status.planHistory.
+const planHistoryLength = 10
+
+// recordReplan: the plan made from the observed facts in status.replan, against the one before,
+// in the plan history and as a Replanned event. A changed plan re-renders the agents' Jobs, and
+// apply replaces them: their streams resume where they stopped (state_dir on the sender nodes).
+func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, next *v1alpha1.Plan) {
+	rp.Applied = true
+	from, to := describePlan(sp.Status.Plan), describePlan(next)
+	change := v1alpha1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to, Applied: "re-created"}
+	if from == to {
+		change.Applied = "unchanged"
+		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan", "%s: the plan stays %s", rp.Reason, to)
+	} else {
+		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan",
+			"%s: %s -> %s; the agents' pods are re-created and their streams resume", rp.Reason, from, to)
+	}
+	sp.Status.PlanHistory = append(sp.Status.PlanHistory, change)
+	if n := len(sp.Status.PlanHistory); n > planHistoryLength {
+		sp.Status.PlanHistory = sp.Status.PlanHistory[n-planHistoryLength:]
+	}
+}
+
+// describePlan is a plan in one line: what each node runs, the prediction and its limit.
+func describePlan(p *v1alpha1.Plan) string {
+	if p == nil {
+		return "no plan"
+	}
+	var nodes []string
+	for _, n := range p.Nodes {
+		var stages []string
+		for _, s := range n.Stages {
+			stages = append(stages, fmt.Sprintf("%s %d", s.Stage, s.Threads))
+		}
+		nodes = append(nodes, fmt.Sprintf("%s %s %d CPUs (%s)", n.Role, n.Node, n.CPUs, strings.Join(stages, ", ")))
+	}
+	return fmt.Sprintf("%s; %d connections, predicted %.1f Gbit/s, bottleneck %s",
+		strings.Join(nodes, "; "), p.Connections, float64(p.PredictedTotalMbps)/1000, p.Bottleneck)
+}
+
 func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
 	out := &v1alpha1.Plan{
 		Connections: int32(p.Connections), NICNUMANode: int32(p.NICNode),
@@ -359,8 +402,8 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Complete(r)
 }
 
-// observedFactsChanged passes a status update that changes what the conditions say: chunks lost
-// or corrupt, NIC locality. The observer's rates and timestamps, and the controller's own status
+// observedFactsChanged passes a status update that changes what the conditions say (chunks lost
+// or corrupt, NIC locality) or asks for a re-plan. The observer's rates and timestamps, and the controller's own status
 // patches, pass nothing, so no pipeline reconciles itself in a loop.
 func observedFactsChanged() predicate.Funcs {
 	key := func(o client.Object) string {
@@ -372,7 +415,12 @@ func observedFactsChanged() predicate.Funcs {
 		if obs.NICLocal != nil {
 			local = strconv.FormatBool(*obs.NICLocal)
 		}
-		return fmt.Sprint(obs.ChunksLost > 0, obs.ChunksCorrupt > 0, local)
+		// A re-plan the observer asked for (status.replan, not applied yet).
+		pending := ""
+		if rp := o.(*v1alpha1.StreamPipeline).Status.Replan; rp != nil && !rp.Applied {
+			pending = rp.ObservedAt.String()
+		}
+		return fmt.Sprint(obs.ChunksLost > 0, obs.ChunksCorrupt > 0, local, pending)
 	}
 	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },

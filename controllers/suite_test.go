@@ -1,12 +1,15 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -969,4 +973,168 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 			t.Errorf("message %q does not name the Secret", c.Message)
 		}
 	}
+}
+
+// The agents see a compression ratio of 3.5 where the spec assumed 2.0, and decompression slower
+// than the gateway's label: after replan.Confirm readings the operator plans from what it saw
+// (status.replan), records the change in the plan history and a Replanned event, and re-creates
+// the agents' Jobs with the new plan. Within the cooldown it does not re-plan again; with
+// spec.replan off it never does.
+func TestAnObservedRatioThatDepartsFromThePlanReplans(t *testing.T) {
+	gatewayAndSenders(t, "lynx-20")
+	ns, ns2 := namespace(t), namespace(t)
+	sp := pipeline(ns, "replan", withGateway("lynx-20"))
+	still := pipeline(ns2, "fixed", withGateway("lynx-20"), withSenders("updraft-2"),
+		func(sp *v1alpha1.StreamPipeline) { sp.Spec.Replan = ReplanOff; sp.Spec.Port = 6555 })
+	for _, p := range []*v1alpha1.StreamPipeline{sp, still} {
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var delivered atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		d := delivered.Add(100)
+		raw := d * 11059200
+		fmt.Fprintf(w, "numastream_raw_bytes_total{role=\"receive\"} %d\n", raw)
+		fmt.Fprintf(w, "numastream_wire_bytes_total{role=\"receive\"} %d\n", raw*2/7)
+		fmt.Fprintf(w, "numastream_chunks_delivered_total{role=\"receive\"} %d\n", d)
+		fmt.Fprintf(w, "numastream_chunks_lost{role=\"receive\"} 0\nnumastream_chunks_corrupt_total{role=\"receive\"} 0\n")
+		fmt.Fprintf(w, "numastream_stage_bytes_total{role=\"receive\",stage=\"decompress\",direction=\"out\"} %d\n", raw)
+		fmt.Fprintf(w, "numastream_stage_busy_seconds_total{role=\"receive\",stage=\"decompress\"} %g\n", float64(raw)/800e6)
+	}))
+	defer srv.Close()
+	agentURL.Store(func(p *corev1.Pod) string {
+		if p.Namespace == ns || p.Namespace == ns2 {
+			return srv.URL + "/metrics"
+		}
+		return "http://127.0.0.1:1/metrics"
+	})
+	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var before batchv1.Job
+	eventually(t, "sender job", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "replan-sender-0"}, &before)
+		return err == nil, fmt.Sprint(err)
+	})
+	first := &v1alpha1.StreamPipeline{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), first)
+	runAgents(t, ns, "replan", "lynx-20")
+	runAgents(t, ns2, "fixed", "lynx-20")
+
+	cur := &v1alpha1.StreamPipeline{}
+	eventually(t, "a re-plan in the history", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return len(cur.Status.PlanHistory) == 1 && cur.Status.Replan != nil && cur.Status.Replan.Applied,
+			fmt.Sprintf("%+v %+v", cur.Status.Replan, cur.Status.PlanHistory)
+	})
+	rp, h := cur.Status.Replan, cur.Status.PlanHistory[0]
+	if rp.Ratio != "3.50" || rp.DecompressMBps != "800" {
+		t.Errorf("replan inputs %+v, want ratio 3.50 and 800 MB/s per decompressing thread", rp)
+	}
+	if !strings.Contains(h.Reason, "observed compression ratio 3.50, the plan assumed 2.00 (+75%)") {
+		t.Errorf("reason %q", h.Reason)
+	}
+	if h.From != describePlan(first.Status.Plan) || h.To != describePlan(cur.Status.Plan) || h.From == h.To || h.Applied != "re-created" {
+		t.Errorf("history %+v\nfirst plan %s", h, describePlan(first.Status.Plan))
+	}
+	t.Logf("re-plan: %s\n  from %s\n  to   %s", h.Reason, h.From, h.To)
+	eventually(t, "sender job re-created with the new plan", func() (bool, string) {
+		var after batchv1.Job
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "replan-sender-0"}, &after); err != nil {
+			return false, err.Error()
+		}
+		return after.UID != before.UID && after.Annotations[render.AnnotationPlanHash] != before.Annotations[render.AnnotationPlanHash], "same job"
+	})
+	var evs eventsv1.EventList
+	eventually(t, "a Replanned event", func() (bool, string) {
+		_ = k8s.List(ctx, &evs, client.InNamespace(ns))
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "replan" && e.Reason == "Replanned" && strings.Contains(e.Note, "-> ") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(evs.Items), " events")
+	})
+	// The same departure keeps being read: within the cooldown, no second re-plan.
+	time.Sleep(3 * time.Second)
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+	if len(cur.Status.PlanHistory) != 1 {
+		t.Errorf("re-planned again inside the cooldown: %+v", cur.Status.PlanHistory)
+	}
+	fixed := &v1alpha1.StreamPipeline{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(still), fixed)
+	if fixed.Status.Replan != nil || len(fixed.Status.PlanHistory) != 0 || fixed.Status.Observed == nil || fixed.Status.Observed.Ratio != "3.50" {
+		t.Errorf("spec.replan off: %+v %+v (observed %+v)", fixed.Status.Replan, fixed.Status.PlanHistory, fixed.Status.Observed)
+	}
+}
+
+// The real agents stream frames whose compressibility changes halfway (the synthetic beam drops
+// from 10 to 0.55 counts: lz4 ratio ~2, then ~3.5). While the ratio is what the spec expects, the
+// plan stays; once it changes, the observer reads the new ratio from the receiving agent's metrics
+// and the operator re-plans from it: the plan, its bottleneck and its history follow the stream.
+func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
+	agentBin := testenv.Agent(t)
+	gatewayAndSenders(t, "lynx-21")
+	ns := namespace(t)
+	sp := pipeline(ns, "beam", withGateway("lynx-21"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	data, metrics := testenv.FreePort(t), testenv.FreePort(t)
+	run := func(args ...string) *exec.Cmd {
+		var out bytes.Buffer
+		c := exec.Command(agentBin, args...)
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = c.Process.Signal(os.Interrupt)
+			_ = c.Wait()
+			if t.Failed() {
+				t.Logf("%s:\n%s", args[0], out.String())
+			}
+		})
+		return c
+	}
+	run("receive", "--endpoint", "tcp://127.0.0.1:"+data, "--chunk-bytes", "1048576", "--idle-timeout", "0",
+		"--metrics-listen", "127.0.0.1:"+metrics)
+	// 0.3 Gbit/s of 1 MiB chunks: ~36 a second; the beam changes at chunk 360, ~10 s in.
+	run("send", "--endpoint", "tcp://127.0.0.1:"+data, "--chunk-bytes", "1048576", "--chunks", "0",
+		"--rate-gbps", "0.3", "--set", `source.change={"at_chunk":360,"flat_field":0.55}`)
+	agentURL.Store(func(p *corev1.Pod) string {
+		if p.Namespace == ns {
+			return "http://127.0.0.1:" + metrics + "/metrics"
+		}
+		return "http://127.0.0.1:1/metrics"
+	})
+	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	runAgents(t, ns, "beam", "lynx-21")
+	first := &v1alpha1.StreamPipeline{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), first)
+
+	cur := &v1alpha1.StreamPipeline{}
+	eventually(t, "the observed ratio of the first frames", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		o := cur.Status.Observed
+		return o != nil && o.Ratio != "", fmt.Sprintf("%+v", o)
+	})
+	if r, _ := strconv.ParseFloat(cur.Status.Observed.Ratio, 64); r < 1.7 || r > 2.4 || len(cur.Status.PlanHistory) != 0 {
+		t.Fatalf("before the change: ratio %s (want ~2), plan history %+v", cur.Status.Observed.Ratio, cur.Status.PlanHistory)
+	}
+	testenv.Eventually(t, "a re-plan after the beam changed", 40*time.Second, 200*time.Millisecond, func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return len(cur.Status.PlanHistory) == 1 && cur.Status.Replan != nil && cur.Status.Replan.Applied,
+			fmt.Sprintf("observed %+v", cur.Status.Observed)
+	})
+	h := cur.Status.PlanHistory[0]
+	ratio, _ := strconv.ParseFloat(cur.Status.Replan.Ratio, 64)
+	if ratio < 3.0 || ratio > 4.0 || !strings.Contains(h.Reason, "the plan assumed 2.00") {
+		t.Errorf("re-planned from ratio %s: %q", cur.Status.Replan.Ratio, h.Reason)
+	}
+	if h.From == h.To || cur.Status.Plan.Connections >= first.Status.Plan.Connections {
+		t.Errorf("the plan should carry the same raw rate on fewer connections: %+v", h)
+	}
+	t.Logf("observed %s, then %s: %s\n  from %s\n  to   %s", "~2", cur.Status.Replan.Ratio, h.Reason, h.From, h.To)
 }

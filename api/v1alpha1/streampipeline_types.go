@@ -131,6 +131,34 @@ type StreamPipelineSpec struct {
 	// defaults (the chart's agent.pods).
 	// +optional
 	Pods *PodSettings `json:"pods,omitempty"`
+
+	// Replan: auto (default) lets the operator re-plan a running pipeline from what its agents
+	// observe (the real compression ratio, the measured decompression speed) when that departs
+	// from what the plan assumed; off keeps the plan made from the spec and the node labels
+	// (docs/adaptive.md).
+	// +kubebuilder:validation:Enum=auto;off
+	// +kubebuilder:default=auto
+	// +optional
+	Replan string `json:"replan,omitempty"`
+
+	// Spill lets the senders keep what the pipeline downstream cannot take yet on node-local
+	// storage instead of holding back (or losing) a source that cannot wait (docs/adaptive.md).
+	// +optional
+	Spill *Spill `json:"spill,omitempty"`
+}
+
+// Spill is node-local storage for a sender's backlog: an emptyDir the operator mounts (on the
+// node's disk, limited to MaxBytes), or a directory of the node (HostPath).
+type Spill struct {
+	// MaxBytes is the most the spill may hold per sender.
+	// +kubebuilder:validation:Minimum=1048576
+	MaxBytes int64 `json:"maxBytes"`
+	// HostPath is a directory on the sender node to spill into (e.g. a local NVMe); unset: an
+	// emptyDir of MaxBytes.
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	HostPath string `json:"hostPath,omitempty"`
 }
 
 // PodSettings are scheduling settings of the agent pods. The node itself is the plan's: a pod
@@ -453,6 +481,14 @@ type Observed struct {
 	// NICLocal reports whether the receiving threads really run on the NIC's NUMA node.
 	// +optional
 	NICLocal *bool `json:"nicLocal,omitempty"`
+	// Ratio is the compression ratio the gateway sees now (raw / wire bytes over the last
+	// interval).
+	// +optional
+	Ratio string `json:"ratio,omitempty"`
+	// DecompressMBps is the measured decompression speed of one gateway thread over the last
+	// interval (raw MB/s per busy thread).
+	// +optional
+	DecompressMBps string `json:"decompressMBps,omitempty"`
 	// UpdatedAt is when the agents were last read.
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
@@ -495,6 +531,47 @@ type StreamPipelineStatus struct {
 	// generation; the plans that follow ask for fewer receiving cores.
 	// +optional
 	TopologyRejection *TopologyRejection `json:"topologyRejection,omitempty"`
+	// Replan holds the observed facts the plan is made from instead of the spec's assumptions
+	// (spec.replan auto).
+	// +optional
+	Replan *Replan `json:"replan,omitempty"`
+	// PlanHistory is the last re-plans, oldest first (at most 10).
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	// +optional
+	PlanHistory []PlanChange `json:"planHistory,omitempty"`
+}
+
+// Replan is what the agents observed that the planner now uses.
+type Replan struct {
+	// Ratio: the observed compression ratio, used instead of spec.expectedRatio.
+	// +optional
+	Ratio string `json:"ratio,omitempty"`
+	// DecompressMBps: the measured decompression speed per gateway thread, used instead of the
+	// gateway's calibration label.
+	// +optional
+	DecompressMBps string `json:"decompressMBps,omitempty"`
+	// Reason says what departed from the plan, and by how much.
+	Reason string `json:"reason"`
+	// ObservedAt is when the departure was confirmed.
+	ObservedAt metav1.Time `json:"observedAt"`
+	// Applied turns true once a plan was made from it.
+	// +optional
+	Applied bool `json:"applied,omitempty"`
+}
+
+// PlanChange is one re-plan as the user sees it.
+type PlanChange struct {
+	// At is when the operator re-planned.
+	At metav1.Time `json:"at"`
+	// Reason is the observed departure.
+	Reason string `json:"reason"`
+	// From and To summarize the plan before and after (threads, predicted rate, bottleneck).
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Applied says how: "re-created" (the agents' pods were replaced; their streams resume),
+	// or "unchanged" (the new facts give the same plan).
+	Applied string `json:"applied"`
 }
 
 // StreamEndpoint is where one stream's sender connects.

@@ -80,6 +80,9 @@ type Receiver struct {
 	// last of them (oldest first).
 	SeriesIncomplete float64
 	IncompleteSeries []string
+	// DecompressBytes and DecompressBusy: the raw bytes the decompressing stage produced and the
+	// thread-seconds it worked for them (its measured speed per thread).
+	DecompressBytes, DecompressBusy float64
 }
 
 // FromSamples extracts a receiver's figures: counts from the verifying receiver (role
@@ -114,6 +117,14 @@ func FromSamples(samples []Sample) Receiver {
 			r.DeliveredBefore = s.Value
 		case "numastream_stream2_series_incomplete_total":
 			r.SeriesIncomplete = s.Value
+		case "numastream_stage_bytes_total":
+			if s.Labels["stage"] == "decompress" && s.Labels["direction"] == "out" {
+				r.DecompressBytes = s.Value
+			}
+		case "numastream_stage_busy_seconds_total":
+			if s.Labels["stage"] == "decompress" {
+				r.DecompressBusy = s.Value
+			}
 		case "numastream_stream2_series_incomplete_last":
 			order, _ := strconv.Atoi(s.Labels["order"])
 			for len(named) <= order {
@@ -192,6 +203,9 @@ type reading struct {
 	at                time.Time
 	raw, wire         float64
 	rawRate, wireRate float64
+	// the decompressing stage's counters, and what they changed by over the window
+	dBytes, dBusy         float64
+	dBytesRate, dBusyRate float64
 }
 
 // NewObserver reads agents with the given timeout per request.
@@ -238,28 +252,30 @@ func metricsPorts(p *corev1.Pod) []int32 {
 
 // scrape reads a running gateway pod's agents; the rates come from the byte counters' change
 // since the previous reading of the same pod.
-func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, float64, float64, error) {
+func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading, error) {
 	var samples []Sample
 	for _, port := range metricsPorts(p) {
 		got, err := o.fetch(ctx, o.URL(p, port))
 		if err != nil {
-			return Receiver{}, 0, 0, fmt.Errorf("agent %s:%d: %w", p.Name, port, err)
+			return Receiver{}, reading{}, fmt.Errorf("agent %s:%d: %w", p.Name, port, err)
 		}
 		samples = append(samples, got...)
 	}
 	r := FromSamples(samples)
 	now := o.now()
-	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes}
+	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes, dBytes: r.DecompressBytes, dBusy: r.DecompressBusy}
 	if prev, ok := o.prev[string(p.UID)]; ok {
 		if dt := now.Sub(prev.at); dt >= minRateWindow {
 			cur.rawRate = (r.RawBytes - prev.raw) * 8 / dt.Seconds() / 1e9
 			cur.wireRate = (r.WireBytes - prev.wire) * 8 / dt.Seconds() / 1e9
+			cur.dBytesRate = (r.DecompressBytes - prev.dBytes) / dt.Seconds()
+			cur.dBusyRate = (r.DecompressBusy - prev.dBusy) / dt.Seconds()
 		} else {
 			cur = prev // too short a window: keep the last one
 		}
 	}
 	o.prev[string(p.UID)] = cur
-	return r, cur.rawRate, cur.wireRate, nil
+	return r, cur, nil
 }
 
 // Observe reads, for each stream of the pipeline, its newest gateway pod that has something to
@@ -284,6 +300,8 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	})
 	var total Receiver
 	var rawRate, wireRate float64
+	// Running streams only: their rates over the last window give the ratio and the speed now.
+	var liveRaw, liveWire, dBytes, dBusy float64
 	done := map[string]bool{}
 	allLocal, anyKnown := true, false
 	for _, p := range gateways {
@@ -296,10 +314,15 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 				continue
 			}
-			var err error
-			if r, raw, wire, err = o.scrape(ctx, p); err != nil {
+			rr, cur, err := o.scrape(ctx, p)
+			if err != nil {
 				return nil, err
 			}
+			r, raw, wire = rr, cur.rawRate, cur.wireRate
+			liveRaw += cur.rawRate
+			liveWire += cur.wireRate
+			dBytes += cur.dBytesRate
+			dBusy += cur.dBusyRate
 		}
 		done[stream] = true
 		rawRate += raw
@@ -330,6 +353,13 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	}
 	if anyKnown {
 		obs.NICLocal = &allLocal
+	}
+	if liveWire > 0 && liveRaw > 0 {
+		obs.Ratio = fmt.Sprintf("%.2f", liveRaw/liveWire)
+	}
+	// A window in which the decompressors worked at least a tenth of a thread-second per second.
+	if dBusy >= 0.1 && dBytes > 0 {
+		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
 	obs.SeriesIncomplete = int64(total.SeriesIncomplete)
 	if n := len(total.IncompleteSeries); n > 0 {

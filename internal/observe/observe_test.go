@@ -88,6 +88,10 @@ func agentMetrics(raw, wire, delivered, lost float64, nicLocal int) string {
 		`numastream_chunks_corrupt_total{role="receive"} 0`,
 		`numastream_nic_local{role="receive",stage="receive"} ` + ftoa(float64(nicLocal)),
 		`numastream_raw_bytes_total{role="send"} 999`,
+		// the decompressing stage: its raw bytes out and the thread-seconds it worked (1.6 GB/s per thread)
+		`numastream_stage_bytes_total{role="receive",stage="decompress",direction="out"} ` + ftoa(raw),
+		`numastream_stage_bytes_total{role="receive",stage="decompress",direction="in"} ` + ftoa(wire),
+		`numastream_stage_busy_seconds_total{role="receive",stage="decompress"} ` + ftoa(raw/1.6e9),
 	}, "\n") + "\n"
 }
 
@@ -161,6 +165,10 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 	}
 	if obs.NICLocal == nil || *obs.NICLocal {
 		t.Errorf("one receiver is remote: nicLocal must be false, got %v", obs.NICLocal)
+	}
+	// What the planner is fed: the ratio over the window, and the decompressing threads' speed.
+	if obs.Ratio != "2.00" || obs.DecompressMBps != "1600" {
+		t.Errorf("ratio %q, decompression %q MB/s per thread; want 2.00 and 1600", obs.Ratio, obs.DecompressMBps)
 	}
 }
 

@@ -23,6 +23,7 @@ type AgentConfig struct {
 	Source      *SourceConfig   `json:"source,omitempty"`
 	Sink        *SinkConfig     `json:"sink,omitempty"`
 	StateDir    string          `json:"state_dir,omitempty"`
+	Spill       *SpillConfig    `json:"spill,omitempty"`
 	Timeouts    *TimeoutsConfig `json:"timeouts,omitempty"`
 	Metrics     MetricsConfig   `json:"metrics"`
 	Placement   PlacementConfig `json:"placement"`
@@ -48,6 +49,12 @@ type SinkConfig struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	// Redeliver: stream2 sink, messages kept for a consumer that goes away (nil: the agent's default).
 	Redeliver *int32 `json:"redeliver,omitempty"`
+}
+
+// SpillConfig is a sender's node-local spill (spec.spill).
+type SpillConfig struct {
+	Path     string `json:"path"`
+	MaxBytes int64  `json:"max_bytes"`
 }
 
 // TimeoutsConfig: idle_s fails a started stream silent for that long (0: never).
@@ -163,6 +170,9 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		cfg.StreamID = &stream
 		cfg.Source = sourceConfig(sp.Spec.Senders[n.Stream].Source)
 		cfg.StateDir = StateMountPath
+		if sp.Spec.Spill != nil {
+			cfg.Spill = &SpillConfig{Path: SpillMountPath, MaxBytes: sp.Spec.Spill.MaxBytes}
+		}
 		return cfg
 	}
 	cfg.Endpoint = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)

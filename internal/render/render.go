@@ -58,6 +58,9 @@ const (
 	// resumes where this one stopped (after a drain, a suspension, a replaced gateway).
 	StateMountPath = "/var/lib/numastream-state"
 	StateHostRoot  = "/var/lib/numastream/streams"
+	// SpillMountPath is a sender's spill (spec.spill): an emptyDir limited to spill.maxBytes, or
+	// spill.hostPath.
+	SpillMountPath = "/var/spill"
 	// AgentUID owns what the agents write; the prepare init container hands them new hostPath
 	// directories.
 	AgentUID         = 65532
@@ -362,6 +365,9 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	if n.Role != RoleGateway {
 		tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), MetricsPort)
 		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
+		if in.Pipeline.Spec.Spill != nil {
+			tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
+		}
 		if in.KeysSecret != "" {
 			tx.VolumeMounts = append(tx.VolumeMounts, keys)
 		}
@@ -545,6 +551,9 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 		vols = append(vols, corev1.Volume{Name: "state", VolumeSource: corev1.VolumeSource{
 			HostPath: &corev1.HostPathVolumeSource{Path: stateHostPath(sp), Type: &t},
 		}})
+		if sp.Spec.Spill != nil {
+			vols = append(vols, spillVolume(sp.Spec.Spill))
+		}
 	}
 	if !hasDataVolume(sp, n) {
 		return vols
@@ -570,6 +579,18 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 	}})
 }
 
+// spillVolume: the node's own directory when the spec names one, else an emptyDir on the node's
+// disk that the kubelet evicts the pod from if it grows past the limit (the agent stops at it).
+func spillVolume(s *v1alpha1.Spill) corev1.Volume {
+	if s.HostPath != "" {
+		t := corev1.HostPathDirectoryOrCreate
+		return corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: s.HostPath, Type: &t}}}
+	}
+	limit := resource.NewQuantity(s.MaxBytes, resource.BinarySI)
+	return corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: limit}}}
+}
+
 // stateHostPath is the pipeline's state directory on its detector nodes: one per pipeline
 // object (its UID), so a pipeline deleted and created again starts its streams afresh.
 func stateHostPath(sp *v1alpha1.StreamPipeline) string {
@@ -584,7 +605,11 @@ func stateHostPath(sp *v1alpha1.StreamPipeline) string {
 // sender's state, a gateway's file sink.
 func hostDirs(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.VolumeMount {
 	if n.Role == RoleSender {
-		return []corev1.VolumeMount{{Name: "state", MountPath: StateMountPath}}
+		dirs := []corev1.VolumeMount{{Name: "state", MountPath: StateMountPath}}
+		if sp.Spec.Spill != nil && sp.Spec.Spill.HostPath != "" {
+			dirs = append(dirs, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
+		}
+		return dirs
 	}
 	if hasDataVolume(sp, n) {
 		return []corev1.VolumeMount{{Name: "data", MountPath: DataPathMount}}

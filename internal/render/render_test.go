@@ -620,6 +620,46 @@ func TestSenderStateDirectoryOnTheNode(t *testing.T) {
 	}
 }
 
+// spec.spill: each sender spills into an emptyDir limited to maxBytes (or the node's directory),
+// mounted where its config says; without it, no spill volume and no spill config.
+func TestSendersSpillToNodeLocalStorage(t *testing.T) {
+	objs, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30}
+	}))
+	tx := objs.Jobs[0].Spec.Template.Spec
+	v := volumeNamed(tx, "spill")
+	if v == nil || v.EmptyDir == nil || v.EmptyDir.SizeLimit.Value() != 8<<30 {
+		t.Fatalf("spill volume %+v", v)
+	}
+	mounted := false
+	for _, m := range tx.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == "spill" && m.MountPath == SpillMountPath)
+	}
+	if !mounted {
+		t.Errorf("spill not mounted: %+v", tx.Containers[0].VolumeMounts)
+	}
+	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"spill": {
+    "path": "/var/spill",
+    "max_bytes": 8589934592
+  }`) {
+		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
+	}
+	objs, _ = renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, HostPath: "/nvme/spill"}
+	}))
+	tx = objs.Jobs[0].Spec.Template.Spec
+	if v := volumeNamed(tx, "spill"); v == nil || v.HostPath == nil || v.HostPath.Path != "/nvme/spill" {
+		t.Fatalf("spill volume %+v", v)
+	}
+	if ic := tx.InitContainers[0]; ic.Args[len(ic.Args)-1] != SpillMountPath {
+		t.Errorf("the node's spill directory is handed to the agent's user: %v", ic.Args)
+	}
+	objs, _ = renderFor(t, pipeline("tomo"))
+	if volumeNamed(objs.Jobs[0].Spec.Template.Spec, "spill") != nil || strings.Contains(objs.ConfigMap.Data["sender-0.json"], "spill") {
+		t.Error("no spill unless asked for")
+	}
+}
+
 // Agent pods get the operator's scheduling settings and the pipeline's on top: tolerations add
 // up, the node selector only narrows (the node stays the plan's), the pipeline's priority class
 // and pull secrets win. A change of them replaces the Jobs (their pod template is immutable).

@@ -1,0 +1,63 @@
+package replan
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDepartureBeyondTheThresholdEitherWay(t *testing.T) {
+	for _, c := range []struct {
+		assumed, observed float64
+		departs           bool
+	}{
+		{2, 2, false}, {2, 2.4, false}, {2, 1.7, false}, // within 25%
+		{2, 3.5, true}, {3.5, 2, true}, {2, 2.6, true}, {2, 1.5, true},
+		{2, 0, false}, {0, 2, false}, // unknown
+	} {
+		got := Departure(c.assumed, c.observed)
+		if (got != "") != c.departs {
+			t.Errorf("Departure(%v, %v) = %q", c.assumed, c.observed, got)
+		}
+	}
+	if got := Departure(2, 3.5); !strings.Contains(got, "observed compression ratio 3.50, the plan assumed 2.00 (+75%)") {
+		t.Errorf("%q", got)
+	}
+}
+
+func TestConfirmedThenCooledDown(t *testing.T) {
+	tr := NewTracker()
+	now := time.Unix(0, 0)
+	step := func(departed bool) bool {
+		now = now.Add(10 * time.Second)
+		return tr.Observe("p", departed, now)
+	}
+	if step(true) || step(true) {
+		t.Fatal("re-planned before three readings in a row")
+	}
+	if !step(true) {
+		t.Fatal("three departing readings should re-plan")
+	}
+	// Departing again at once: within the cooldown nothing happens, however long the streak.
+	for i := 0; i < 4; i++ {
+		if step(true) {
+			t.Fatalf("re-planned %d readings after the last one, inside the cooldown", i+1)
+		}
+	}
+	now = now.Add(Cooldown)
+	if !step(true) {
+		t.Fatal("after the cooldown, a confirmed departure re-plans again")
+	}
+	// A reading that does not depart resets the count.
+	now = now.Add(Cooldown)
+	if step(true) || step(true) || step(false) || step(true) || step(true) {
+		t.Fatal("an interrupted streak must not re-plan")
+	}
+	if !step(true) {
+		t.Fatal("three in a row after the interruption")
+	}
+	// Other pipelines have their own count.
+	if tr.Observe("q", true, now) {
+		t.Fatal("q has one reading")
+	}
+}
