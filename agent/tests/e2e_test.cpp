@@ -67,6 +67,16 @@ std::vector<std::string> sender(int port, int connections, std::vector<std::stri
   return a;
 }
 
+// The sender's compressing threads at work now, from its metrics.
+int summary_threads_now(int mport) {
+  std::smatch m;
+  const std::string text = http_get(mport, "/metrics");
+  if (std::regex_search(text, m, std::regex("numastream_adaptive_active_threads\\{role=\"send\",stage=\"compress\"\\} ([0-9]+)"))) {
+    return std::stoi(m[1]);
+  }
+  return -1;
+}
+
 int metrics_port(const Process& p) {
   std::smatch m;
   for (int i = 0; i < 100; ++i) {
@@ -812,9 +822,11 @@ namespace numastream::testing {
 namespace {
 
 // A pod resized in place gets a new cpuset and quota under its running container: the agent
-// reads its cgroup every second and says so (log, metrics, summary). (Here a directory stands in
-// for the cgroup; on the facility, the kubelet writes the real one.)
-TEST(Adaptive, ACpuBudgetChangeUnderTheAgentIsNoticed) {
+// reads its cgroup every second and uses what changed at once. When the budget grows, more
+// compressing threads start on the new capacity and go to work; when it shrinks, as many park,
+// and threads pinned on CPUs the cpuset lost move onto the ones it kept. Nothing is lost. (Here a
+// directory stands in for the cgroup; on the facility, the kubelet writes the real one.)
+TEST(Adaptive, TheAgentUsesACpuBudgetThatChangesUnderIt) {
   const std::string cg = temp_dir();
   std::ofstream(cg + "/cpuset.cpus.effective") << "0\n";
   std::ofstream(cg + "/cpu.max") << "100000 100000\n";
@@ -823,25 +835,46 @@ TEST(Adaptive, ACpuBudgetChangeUnderTheAgentIsNoticed) {
   Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.2", "--cgroup-root", cg, "--metrics-listen", "127.0.0.1:0"}));
   const int mport = metrics_port(tx);
   ASSERT_GT(mport, 0) << tx.err();
+  auto wait_for = [&](const std::string& what) {
+    std::string m;
+    for (int i = 0; i < 50 && m.find(what) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(100ms);
+      m = http_get(mport, "/metrics");
+    }
+    return m;
+  };
   std::this_thread::sleep_for(1500ms);
+  const int planned = summary_threads_now(mport);
   std::ofstream(cg + "/cpuset.cpus.effective") << "0-1\n";
   std::ofstream(cg + "/cpu.max") << "max 100000\n";
-  const std::string changed = "numastream_cpu_budget_changes_total{role=\"send\"} 1";
-  std::string metrics;
-  for (int i = 0; i < 50 && metrics.find(changed) == std::string::npos; ++i) {
-    std::this_thread::sleep_for(100ms);
-    metrics = http_get(mport, "/metrics");
-  }
+  std::string grown = wait_for("numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"grow\",reason=\"cpu_budget\"} 1");
+  EXPECT_NE(grown.find("numastream_cpu_budget_changes_total{role=\"send\"} 1"), std::string::npos) << grown;
+  EXPECT_NE(grown.find("numastream_cpu_budget_cpus{role=\"send\"} 2"), std::string::npos) << grown;
+  EXPECT_NE(grown.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} " + std::to_string(planned + 1)),
+            std::string::npos)
+      << grown;
+  // Back to one CPU: a compressing thread parks, and the threads pinned on CPU 1 move to CPU 0.
+  std::ofstream(cg + "/cpuset.cpus.effective") << "0\n";
+  std::ofstream(cg + "/cpu.max") << "100000 100000\n";
+  std::string shrunk = wait_for("numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"shrink\",reason=\"cpu_budget\"} 1");
   tx.signal(SIGINT);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-  EXPECT_NE(metrics.find(changed), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("numastream_cpu_budget_cpus{role=\"send\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(shrunk.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} " + std::to_string(planned)),
+            std::string::npos)
+      << shrunk;
   EXPECT_NE(tx.err().find("adaptive: the CPU budget changed: CPUs 0, quota 1.00 CPUs -> CPUs 0-1, no quota"),
             std::string::npos)
       << tx.err();
-  EXPECT_EQ(summary(tx)["adaptive"]["cpu_budget"], "CPUs 0-1, no quota");
-  EXPECT_EQ(summary(rx)["lost"], 0);
+  EXPECT_NE(tx.err().find("active threads: the CPU budget grew from 1 to 2 CPUs (CPUs 0-1, no quota): 1 more compress threads started"),
+            std::string::npos)
+      << tx.err();
+  EXPECT_NE(tx.err().find("pinned threads moved onto the CPUs the budget kept (0)"), std::string::npos) << tx.err();
+  const json s = summary(tx), r = summary(rx);
+  EXPECT_EQ(s["adaptive"]["cpu_budget"], "CPUs 0, quota 1.00 CPUs");
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["corrupt"], 0);
+  EXPECT_EQ(r["chunks"], s["chunks"]);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "host/budget.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -15,6 +17,12 @@ std::string CpuBudget::to_string() const {
   char buf[32];
   std::snprintf(buf, sizeof(buf), ", quota %.2f CPUs", quota);
   return out + buf;
+}
+
+int CpuBudget::capacity() const {
+  int n = static_cast<int>(cpus.size());
+  if (quota > 0) n = std::min(n, static_cast<int>(std::ceil(quota - 1e-6)));
+  return std::max(n, 1);
 }
 
 double parse_cpu_max(std::string_view text) {

@@ -14,7 +14,10 @@ struct CpuBudget {
   std::vector<int> cpus;  // cpuset.cpus.effective (the affinity of the process when absent)
   double quota = 0;       // cpu.max as CPUs (1.5 = 150000/100000); 0 = no quota
   bool operator==(const CpuBudget&) const = default;
-  std::string to_string() const;  // "CPUs 2-5, quota 1.5" / "CPUs 2-5, no quota"
+  std::string to_string() const;
+  // The CPUs' worth of threads that can run at once: the cpuset's size, capped by the quota
+  // (rounded up); at least 1.
+  int capacity() const;  // "CPUs 2-5, quota 1.5" / "CPUs 2-5, no quota"
 };
 
 // "max 100000" -> 0 (no quota); "150000 100000" -> 1.5. Throws std::invalid_argument naming the

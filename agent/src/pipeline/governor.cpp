@@ -82,7 +82,27 @@ Move Governor::feed(const Decision& d) {
   return made;
 }
 
-const Limits& Governor::limits() const noexcept { return limits_; }
+Limits Governor::limits() const {
+  std::lock_guard lock(mu_);
+  return limits_;
+}
+
+void Governor::add_workers(int n) {
+  std::lock_guard lock(mu_);
+  limits_.max_active += n;
+}
+
+int Governor::set_active(int n) {
+  {
+    std::lock_guard lock(mu_);
+    active_ = std::clamp(n, limits_.min_active, limits_.max_active);
+    pending_ = Move::none;
+    streak_ = 0;
+    cooling_ = cooldown_;
+  }
+  cv_.notify_all();
+  return active();
+}
 
 int Governor::active() const {
   std::lock_guard lock(mu_);
@@ -119,8 +139,10 @@ CpuBudget budget_or_affinity(const std::string& root) {
 
 }  // namespace
 
-Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, double interval_s)
-    : rt_(rt), codec_(codec), neighbour_(neighbour), governor_(governor), interval_s_(interval_s),
+Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, StartWorkers start_workers,
+                       double interval_s)
+    : rt_(rt), codec_(codec), neighbour_(neighbour), governor_(governor), start_workers_(std::move(start_workers)),
+      interval_s_(interval_s),
       budget_(budget_or_affinity(rt.cfg.cgroup_root)),
       thread_([this](std::stop_token st) { loop(st); }) {}
 
@@ -170,18 +192,55 @@ void Controller::loop(std::stop_token st) {
     const Decision d = decide(w, governor_.limits(), stage_name(codec_).data(), stage_name(neighbour_).data());
     const Move m = governor_.feed(d);
     if (m == Move::none) continue;
-    const int after = governor_.active();
-    log_line("adaptive: " + std::string(stage_name(codec_)) + " " + std::to_string(before) + " -> " +
-             std::to_string(after) + " active threads: " + d.why);
-    std::lock_guard lock(mu_);
-    ++changes_[{move_name(m), d.reason}];
-    log_.push_back({{"at_s", std::chrono::duration<double>(t1 - rt_.started).count()},
-                    {"stage", std::string(stage_name(codec_))},
-                    {"from", before},
-                    {"to", after},
-                    {"reason", d.reason},
-                    {"why", d.why}});
-    if (log_.size() > 20) log_.erase(log_.begin());
+    record(t1, m, d.reason, before, governor_.active(), d.why);
+  }
+}
+
+void Controller::record(std::chrono::steady_clock::time_point now, Move m, const char* reason, int before, int after,
+                        const std::string& why) {
+  log_line("adaptive: " + std::string(stage_name(codec_)) + " " + std::to_string(before) + " -> " +
+           std::to_string(after) + " active threads: " + why);
+  std::lock_guard lock(mu_);
+  ++changes_[{move_name(m), reason}];
+  log_.push_back({{"at_s", std::chrono::duration<double>(now - rt_.started).count()},
+                  {"stage", std::string(stage_name(codec_))},
+                  {"from", before},
+                  {"to", after},
+                  {"reason", reason},
+                  {"why", why}});
+  if (log_.size() > 20) log_.erase(log_.begin());
+}
+
+void Controller::use_budget(const CpuBudget& from, const CpuBudget& to, std::chrono::steady_clock::time_point now) {
+  if (rt_.cfg.pin) {
+    if (const int moved = rt_.repin(to.cpus); moved > 0) {
+      log_line("adaptive: " + std::to_string(moved) + " pinned threads moved onto the CPUs the budget kept (" +
+               format_cpulist(to.cpus) + ")");
+    }
+  }
+  const int was = from.capacity(), now_cap = to.capacity();
+  const int before = governor_.active();
+  if (now_cap > was && start_workers_) {
+    // Workers on the CPUs nothing runs on yet, then on the budget's CPUs in turn.
+    std::vector<int> cpus;
+    if (rt_.cfg.pin) {
+      cpus = rt_.unused_cpus(to.cpus);
+      for (int c : to.cpus) cpus.push_back(c);
+    }
+    const int started = start_workers_(now_cap - was, governor_.limits().max_active, cpus);
+    if (started <= 0) return;
+    governor_.add_workers(started);
+    const int after = governor_.set_active(before + started);
+    record(now, Move::grow, "cpu_budget", before, after,
+           "the CPU budget grew from " + std::to_string(was) + " to " + std::to_string(now_cap) + " CPUs (" +
+               to.to_string() + "): " + std::to_string(started) + " more " + std::string(stage_name(codec_)) +
+               " threads started");
+  } else if (now_cap < was && before > 1) {
+    const int after = governor_.set_active(before - (was - now_cap));
+    if (after == before) return;
+    record(now, Move::shrink, "cpu_budget", before, after,
+           "the CPU budget shrank from " + std::to_string(was) + " to " + std::to_string(now_cap) + " CPUs (" +
+               to.to_string() + ")");
   }
 }
 
@@ -192,15 +251,43 @@ void Controller::watch_budget(std::chrono::steady_clock::time_point now) {
   } catch (const std::exception&) {
     return;  // a file mid-write; the next window reads it again
   }
+  CpuBudget from;
+  {
+    std::lock_guard lock(mu_);
+    if (b == budget_) return;
+    log_line("adaptive: the CPU budget changed: " + budget_.to_string() + " -> " + b.to_string());
+    ++budget_changes_;
+    budget_log_.push_back({{"at_s", std::chrono::duration<double>(now - rt_.started).count()},
+                           {"from", budget_.to_string()},
+                           {"to", b.to_string()}});
+    if (budget_log_.size() > 20) budget_log_.erase(budget_log_.begin());
+    from = budget_;
+    budget_ = b;
+  }
+  use_budget(from, b, now);
+}
+
+int ExtraWorkers::start(int n, int first_index, const std::vector<int>& cpus) {
   std::lock_guard lock(mu_);
-  if (b == budget_) return;
-  log_line("adaptive: the CPU budget changed: " + budget_.to_string() + " -> " + b.to_string());
-  ++budget_changes_;
-  budget_log_.push_back({{"at_s", std::chrono::duration<double>(now - rt_.started).count()},
-                         {"from", budget_.to_string()},
-                         {"to", b.to_string()}});
-  if (budget_log_.size() > 20) budget_log_.erase(budget_log_.begin());
-  budget_ = std::move(b);
+  n = std::min(n, kMax - static_cast<int>(threads_.size()));
+  if (n <= 0 || !s_.admit(n)) return 0;
+  for (int i = 0; i < n; ++i) {
+    const int cpu = cpus.empty() ? -1 : cpus[static_cast<std::size_t>(i) % cpus.size()];
+    threads_.emplace_back([this, index = first_index + i, cpu] {
+      rt_.run_extra(s_.stage, index, cpu, std::string(stage_name(s_.stage)) + ": ", s_.body);
+      s_.ended();
+    });
+  }
+  return n;
+}
+
+void ExtraWorkers::join() {
+  std::vector<std::jthread> threads;
+  {
+    std::lock_guard lock(mu_);
+    threads.swap(threads_);
+  }
+  threads.clear();
 }
 
 void Controller::report(nlohmann::json& summary) const {
@@ -231,7 +318,7 @@ void Controller::write_metrics(std::string& out, const std::string& role) const 
   out += "# HELP numastream_adaptive_changes_total Changes of the codec stage's active threads, by move and reason.\n"
          "# TYPE numastream_adaptive_changes_total counter\n";
   for (const char* move : {"grow", "shrink"}) {
-    for (const char* reason : {"codec_busy", "waits_downstream", "waits_upstream"}) {
+    for (const char* reason : {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
       auto it = changes_.find({move, reason});
       metric(out, "numastream_adaptive_changes_total",
              labels + ",move=\"" + move + "\",reason=\"" + reason + "\"", it == changes_.end() ? 0 : static_cast<double>(it->second));

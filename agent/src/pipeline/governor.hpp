@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -62,7 +63,13 @@ class Governor {
   // Feeds one window's decision; returns the move made (none while unconfirmed or cooling down).
   Move feed(const Decision& d);
   int active() const;
-  const Limits& limits() const noexcept;
+  Limits limits() const;
+  // `n` more workers exist (started on CPUs the budget gained): the most that may be active
+  // grows by n.
+  void add_workers(int n);
+  // Sets the active count (clamped to the limits) outside the hysteresis: the CPU budget
+  // changed. Returns the new count.
+  int set_active(int n);
   // Blocks worker `index` while index >= active(); false once closed.
   bool wait_turn(int index);
   void close();
@@ -83,16 +90,25 @@ class Governor {
 namespace numastream {
 
 class Runtime;
+struct StageThread;
 
 namespace adaptive {
 
 // The control loop: every `interval`, one window of the codec stage's and its neighbour's
 // counters, a decision, the governor; each change logged with its reason and figures, counted in
 // the metrics, kept in the summary (the last 20). Each window also reads the process's CPU
-// budget (its cgroup's cpuset and quota, under cgroup_root) and says when it changed.
+// budget (its cgroup's cpuset and quota, under cgroup_root) and uses a change at once:
+//  - pinned threads on CPUs the cpuset lost move to the CPUs it kept (Runtime::repin);
+//  - when the budget's capacity (CpuBudget::capacity) grows, `start_workers(n, cpus)` starts n
+//    more codec workers (on the CPUs no thread uses, first) and they go to work;
+//  - when it shrinks, as many codec workers park (never the last).
 class Controller {
  public:
-  Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, double interval_s = 1.0);
+  // Starts `n` more codec workers numbered from `first_index`, pinned on `cpus` in turn (empty:
+  // unpinned); returns how many it started.
+  using StartWorkers = std::function<int(int n, int first_index, const std::vector<int>& cpus)>;
+  Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, StartWorkers start_workers = {},
+             double interval_s = 1.0);
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -103,10 +119,14 @@ class Controller {
  private:
   void loop(std::stop_token st);
   void watch_budget(std::chrono::steady_clock::time_point now);
+  void use_budget(const CpuBudget& from, const CpuBudget& to, std::chrono::steady_clock::time_point now);
+  void record(std::chrono::steady_clock::time_point now, Move m, const char* reason, int before, int after,
+              const std::string& why);
 
   Runtime& rt_;
   Stage codec_, neighbour_;
   Governor& governor_;
+  StartWorkers start_workers_;
   double interval_s_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> changes_;  // (move, reason) -> count
@@ -115,6 +135,30 @@ class Controller {
   std::uint64_t budget_changes_ = 0;
   nlohmann::json budget_log_ = nlohmann::json::array();
   std::jthread thread_;
+};
+
+// Codec workers started while the pipeline runs, on CPUs the budget gained: at most kMax per
+// process (the buffer pools hold room for them from the start), joined when this is destroyed.
+class ExtraWorkers {
+ public:
+  static constexpr int kMax = 4;
+  struct Stage_ {
+    Stage stage;
+    std::function<void(StageThread&)> body;  // the codec loop
+    std::function<bool(int)> admit;          // counts n more workers in; false (none) once the input is done
+    std::function<void()> ended;             // after each worker's body
+  };
+  explicit ExtraWorkers(Runtime& rt, Stage_ s) : rt_(rt), s_(std::move(s)) {}
+  ~ExtraWorkers() { join(); }
+  // A Controller::StartWorkers: starts up to n more workers; how many it started.
+  int start(int n, int first_index, const std::vector<int>& cpus);
+  void join();
+
+ private:
+  Runtime& rt_;
+  Stage_ s_;
+  std::mutex mu_;
+  std::vector<std::jthread> threads_;
 };
 
 }  // namespace adaptive

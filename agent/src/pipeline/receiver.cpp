@@ -119,6 +119,7 @@ class Receiver {
   // them to work (pipeline/governor.hpp).
   int spares_ = 0;
   std::unique_ptr<adaptive::Governor> governor_;
+  std::unique_ptr<adaptive::ExtraWorkers> extra_;  // decompressors started when the CPU budget grows
   std::unique_ptr<adaptive::Controller> controller_;
   std::atomic<std::int64_t> first_ns_{-1};
   std::atomic<std::int64_t> last_ns_{0};
@@ -618,6 +619,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
   const int receivers = rt_.threads(Stage::receive);
   const int decompressors = rt_.threads(Stage::decompress);
   spares_ = cfg_.adaptive && !cfg_.relay && decompressors > 0 ? receivers : 0;
+  // Adaptive: room for the decompressors a growing CPU budget may add, as for the spares.
+  const int room = spares_ + (spares_ > 0 ? adaptive::ExtraWorkers::kMax : 0);
   // Senders put chunks on the wire in order; what arrives out of order is what several
   // connections had in flight at once (ZeroMQ queues on both ends, socket buffers of ~8 MiB, a
   // frame being decoded) plus the decompressors finishing out of order. Hold at least that much.
@@ -627,17 +630,17 @@ RunResult Receiver::run(const RunHooks& hooks) {
   reorder_window_ = std::max<std::size_t>(
       static_cast<std::size_t>(cfg_.reorder_window),
       static_cast<std::size_t>(receivers) * per_connection +
-          static_cast<std::size_t>(decompressors + spares_ + cfg_.queue_depth));
+          static_cast<std::size_t>(decompressors + room + cfg_.queue_depth));
   const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
   // The file sink holds up to window + slack chunks (slack: what the decompressors and the sink
   // queue can have when it waits for an in-flight chunk), plus the queues around it.
-  const std::size_t slack = static_cast<std::size_t>(decompressors + spares_ + cfg_.queue_depth);
+  const std::size_t slack = static_cast<std::size_t>(decompressors + room + cfg_.queue_depth);
   // The HDF5 sink writes each frame where it belongs as it comes and holds none: the queue around
   // it is all it needs. The zmq sink holds what ZeroMQ has not sent.
   const std::size_t held_by_sink = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? 0 : reorder_window_ + slack;
   const std::size_t raw_shared =
       (has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + held_by_sink : 0) +
-      static_cast<std::size_t>(spares_);
+      static_cast<std::size_t>(room);
   // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
   const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
                                                                           : cfg_.chunk_bytes;
@@ -702,7 +705,19 @@ RunResult Receiver::run(const RunHooks& hooks) {
   rt_.started = Clock::now();
   decompressors_left_ = decompressors + spares_;
   if (governor_) {
-    controller_ = std::make_unique<adaptive::Controller>(rt_, Stage::decompress, Stage::receive, *governor_);
+    extra_ = std::make_unique<adaptive::ExtraWorkers>(
+        rt_, adaptive::ExtraWorkers::Stage_{Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
+                                            [this](int n) {
+                                              if (stop_taking_ || wire_q_->closed()) return false;
+                                              decompressors_left_ += n;
+                                              return true;
+                                            },
+                                            [this] {
+                                              if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
+                                            }});
+    controller_ = std::make_unique<adaptive::Controller>(
+        rt_, Stage::decompress, Stage::receive, *governor_,
+        [this](int n, int first, const std::vector<int>& cpus) { return extra_->start(n, first, cpus); });
   }
   {
     std::vector<std::jthread> receiving;
@@ -771,6 +786,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     processing_done_ = true;
   }
   if (controller_) controller_->stop();
+  if (extra_) extra_->join();
   if (sink_) {
     try {
       incomplete_files_ = sink_->finish();

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -240,7 +241,67 @@ void pin_thread(Stage stage, int index, int cpu, int node) {
 void Runtime::pin_current(std::size_t s) {
   const ThreadSlot& t = placement.threads[s];
   pin_thread(t.stage, t.index, t.cpu, t.numa_node);
+  pinned_here(t.cpu);
   observe_cpu(s);
+}
+
+void Runtime::pinned_here(int cpu) {
+  if (cpu < 0) return;
+  std::lock_guard lock(pinned_mu_);
+  pinned_.push_back({static_cast<int>(::gettid()), cpu});
+}
+
+void Runtime::unpinned_here() {
+  const int tid = static_cast<int>(::gettid());
+  std::lock_guard lock(pinned_mu_);
+  std::erase_if(pinned_, [&](const Pinned& p) { return p.tid == tid; });
+}
+
+int Runtime::repin(const std::vector<int>& cpus) {
+  if (cpus.empty()) return 0;
+  std::lock_guard lock(pinned_mu_);
+  std::map<int, int> load;
+  for (int c : cpus) load[c] = 0;
+  for (const Pinned& p : pinned_) {
+    if (load.count(p.cpu)) ++load[p.cpu];
+  }
+  int moved = 0;
+  for (Pinned& p : pinned_) {
+    if (load.count(p.cpu)) continue;
+    auto least = std::min_element(load.begin(), load.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(least->first, &set);
+    if (::sched_setaffinity(p.tid, sizeof(set), &set) != 0) continue;  // ended meanwhile
+    p.cpu = least->first;
+    ++least->second;
+    ++moved;
+  }
+  return moved;
+}
+
+std::vector<int> Runtime::unused_cpus(const std::vector<int>& cpus) const {
+  std::lock_guard lock(pinned_mu_);
+  std::vector<int> out;
+  for (int c : cpus) {
+    if (std::none_of(pinned_.begin(), pinned_.end(), [&](const Pinned& p) { return p.cpu == c; })) out.push_back(c);
+  }
+  return out;
+}
+
+void Runtime::run_extra(Stage stage, int index, int cpu, const std::string& what,
+                        const std::function<void(StageThread&)>& body) {
+  const int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
+  pin_thread(stage, index, cpu, node);
+  pinned_here(cpu);
+  StageThread t{*this, stage, index, slot(stage, 0), node, stats(stage), true};
+  try {
+    body(t);
+  } catch (const std::exception& e) {
+    fail(what + e.what());
+  }
+  unpinned_here();
 }
 
 void Runtime::observe_cpu(std::size_t s) noexcept { observed_cpu_[s] = sched_getcpu(); }
@@ -259,6 +320,7 @@ void Runtime::run_stage(Stage stage, int index, const std::string& what,
   } catch (const std::exception& e) {
     fail(what + e.what());
   }
+  unpinned_here();
 }
 
 void Runtime::run_spare(Stage stage, int index, Stage host, int host_index, const std::string& what,
@@ -266,12 +328,14 @@ void Runtime::run_spare(Stage stage, int index, Stage host, int host_index, cons
   const std::size_t s = slot(host, host_index);
   const ThreadSlot& h = placement.threads[s];
   pin_thread(stage, index, h.cpu, h.numa_node);
+  pinned_here(h.cpu);
   StageThread t{*this, stage, index, s, h.numa_node, stats(stage), true};
   try {
     body(t);
   } catch (const std::exception& e) {
     fail(what + e.what());
   }
+  unpinned_here();
 }
 
 void Runtime::fail(const std::string& message) {

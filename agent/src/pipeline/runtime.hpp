@@ -82,6 +82,16 @@ class Runtime {
   void run_spare(Stage stage, int index, Stage host, int host_index, const std::string& what,
                  const std::function<void(StageThread&)>& body);
 
+  // A worker of `stage` started while the pipeline runs (the CPU budget grew), on `cpu` (-1:
+  // unpinned) and its memory node; numbered `index` after the others.
+  void run_extra(Stage stage, int index, int cpu, const std::string& what,
+                 const std::function<void(StageThread&)>& body);
+  // The CPU budget changed: every pinned thread whose CPU left `cpus` moves to the CPU of `cpus`
+  // the fewest pinned threads use. Returns how many moved.
+  int repin(const std::vector<int>& cpus);
+  // The CPUs of `cpus` no pinned thread runs on.
+  std::vector<int> unused_cpus(const std::vector<int>& cpus) const;
+
   // Drain request from outside (SIGTERM): stop taking new work, finish what is in flight.
   bool drain_requested() const noexcept { return external_.stop_requested(); }
   // Abort: the first error wins; every registered closer runs once so blocked stages wake up.
@@ -108,6 +118,15 @@ class Runtime {
   mutable std::mutex mu_;
   std::string error_;
   std::vector<std::function<void()>> closers_;
+  // Running threads pinned to one CPU, by kernel thread id (repin moves them).
+  struct Pinned {
+    int tid;
+    int cpu;
+  };
+  mutable std::mutex pinned_mu_;
+  std::vector<Pinned> pinned_;
+  void pinned_here(int cpu);  // records the calling thread
+  void unpinned_here();       // forgets it (the thread is ending)
 };
 
 // The CURVE keys an agent uses, read from the files its configuration names (security.curve).

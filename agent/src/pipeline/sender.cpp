@@ -100,6 +100,7 @@ class Sender {
   // them to work (pipeline/governor.hpp).
   int spares_ = 0;
   std::unique_ptr<adaptive::Governor> governor_;
+  std::unique_ptr<adaptive::ExtraWorkers> extra_;  // compressors started when the CPU budget grows
   std::unique_ptr<adaptive::Controller> controller_;
   std::atomic<std::uint64_t> produced_chunks_{0};
   std::atomic<std::uint64_t> produced_bytes_{0};
@@ -502,8 +503,9 @@ RunResult Sender::run(const RunHooks& hooks) {
   // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
   // Each connection holds up to `window` frames until they are acknowledged.
   // A spill adds the sending threads' queue and the buffer its thread reads the spill into.
+  // Adaptive: room for the compressors a growing CPU budget may add.
   const std::size_t downstream = static_cast<std::size_t>(
-      cfg_.queue_depth + senders * (cfg_.window + 1) + 1 + spares_ +
+      cfg_.queue_depth + senders * (cfg_.window + 1) + 1 + spares_ + (spares_ > 0 ? adaptive::ExtraWorkers::kMax : 0) +
       (cfg_.spill.enabled() ? cfg_.queue_depth + 1 : 0));
   wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", downstream, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
@@ -539,7 +541,21 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   rt_.started = Clock::now();
   compressors_left_ = compressors + spares_;
-  if (governor_) controller_ = std::make_unique<adaptive::Controller>(rt_, Stage::compress, Stage::send, *governor_);
+  if (governor_) {
+    extra_ = std::make_unique<adaptive::ExtraWorkers>(
+        rt_, adaptive::ExtraWorkers::Stage_{Stage::compress, [this](StageThread& t) { compress_loop(t); },
+                                            [this](int n) {
+                                              if (raw_q_->closed()) return false;
+                                              compressors_left_ += n;
+                                              return true;
+                                            },
+                                            [this] {
+                                              if (--compressors_left_ == 0) wire_q_->close();
+                                            }});
+    controller_ = std::make_unique<adaptive::Controller>(
+        rt_, Stage::compress, Stage::send, *governor_,
+        [this](int n, int first, const std::vector<int>& cpus) { return extra_->start(n, first, cpus); });
+  }
   std::jthread recorder;
   if (state_) {
     recorder = std::jthread([this](std::stop_token st) {
@@ -593,6 +609,7 @@ RunResult Sender::run(const RunHooks& hooks) {
     });
   }
   if (controller_) controller_->stop();
+  if (extra_) extra_->join();
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
   if (state_) {
