@@ -37,6 +37,22 @@ TEST(CpuBudget, ReadFromTheCgroupAndComparedAcrossAResize) {
   const CpuBudget after = read_budget(dir.string());
   EXPECT_FALSE(after == before);
   EXPECT_EQ(after.to_string(), "CPUs 2-5, no quota");
+  EXPECT_EQ(after.capacity(), 4);
+  EXPECT_EQ(before.capacity(), 2);
+  std::filesystem::remove(dir / "cpuset.cpus.effective");
+  std::filesystem::remove(dir / "cpu.max");
+  // cgroup v1, as a container on a v1 host sees it (the facility's kubelets): a hierarchy per
+  // controller.
+  std::filesystem::create_directories(dir / "cpu");
+  std::filesystem::create_directories(dir / "cpuset");
+  std::ofstream(dir / "cpuset" / "cpuset.effective_cpus") << "0-1\n";
+  std::ofstream(dir / "cpu" / "cpu.cfs_quota_us") << "150000\n";
+  std::ofstream(dir / "cpu" / "cpu.cfs_period_us") << "100000\n";
+  const CpuBudget v1 = read_budget(dir.string());
+  EXPECT_EQ(v1.to_string(), "CPUs 0-1, quota 1.50 CPUs");
+  EXPECT_EQ(v1.capacity(), 2);
+  std::ofstream(dir / "cpu" / "cpu.cfs_quota_us") << "-1\n";
+  EXPECT_EQ(read_budget(dir.string()).to_string(), "CPUs 0-1, no quota");
   std::filesystem::remove_all(dir);
   // Without a cgroup file: the process's affinity.
   EXPECT_FALSE(read_budget("/nonexistent").cpus.empty());

@@ -53,12 +53,29 @@ bool read_line(const std::string& path, std::string& out) {
 CpuBudget read_budget(const std::string& cgroup_root) {
   CpuBudget b;
   std::string line;
-  if (read_line(cgroup_root + "/cpuset.cpus.effective", line) && !line.empty()) {
+  // cgroup v2 (one hierarchy), else v1 (a hierarchy per controller, as a container on a v1 host
+  // sees them: /sys/fs/cgroup/cpuset, /sys/fs/cgroup/cpu).
+  if ((read_line(cgroup_root + "/cpuset.cpus.effective", line) ||
+       read_line(cgroup_root + "/cpuset/cpuset.effective_cpus", line) ||
+       read_line(cgroup_root + "/cpuset/cpuset.cpus", line)) &&
+      !line.empty()) {
     b.cpus = parse_cpulist(line);
   } else {
     b.cpus = allowed_cpus();
   }
-  if (read_line(cgroup_root + "/cpu.max", line)) b.quota = parse_cpu_max(line);
+  if (read_line(cgroup_root + "/cpu.max", line)) {
+    b.quota = parse_cpu_max(line);
+    return b;
+  }
+  for (const char* dir : {"/cpu", "/cpu,cpuacct"}) {
+    std::string quota, period;
+    if (read_line(cgroup_root + dir + "/cpu.cfs_quota_us", quota) &&
+        read_line(cgroup_root + dir + "/cpu.cfs_period_us", period)) {
+      // -1: no quota
+      b.quota = quota.rfind('-', 0) == 0 ? 0 : parse_cpu_max(quota + " " + period);
+      break;
+    }
+  }
   return b;
 }
 

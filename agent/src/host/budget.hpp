@@ -24,7 +24,9 @@ struct CpuBudget {
 // text when it is neither.
 double parse_cpu_max(std::string_view text);
 
-// Reads the budget under `cgroup_root` (inside a container, /sys/fs/cgroup is its own cgroup).
+// Reads the budget under `cgroup_root` (inside a container, /sys/fs/cgroup is its own cgroup):
+// cgroup v2's cpuset.cpus.effective and cpu.max, else v1's cpuset/cpuset.effective_cpus and
+// cpu/cpu.cfs_quota_us over cpu.cfs_period_us (-1: no quota).
 CpuBudget read_budget(const std::string& cgroup_root = "/sys/fs/cgroup");
 
 }  // namespace numastream
