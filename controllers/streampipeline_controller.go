@@ -149,8 +149,10 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	if err != nil {
 		return refuse(err)
 	}
-	if rp := sp.Status.Replan; rp != nil && !rp.Applied && sp.Spec.Replan != ReplanOff {
-		r.recordReplan(sp, rp, toAPIPlan(plan))
+	// A re-plan from observed facts is recorded once it is applied (below).
+	replanned, before := sp.Status.Replan, sp.Status.Plan
+	if replanned != nil && (replanned.Applied || sp.Spec.Replan == ReplanOff) {
+		replanned = nil
 	}
 	sp.Status.Plan = toAPIPlan(plan)
 	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
@@ -174,6 +176,9 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	}
 	if cf.Replacing, err = r.apply(ctx, sp, objs); err != nil {
 		return err
+	}
+	if replanned != nil {
+		r.recordReplan(sp, replanned, before, cf.Replacing)
 	}
 	for _, j := range objs.Jobs {
 		cf.Jobs = append(cf.Jobs, conditions.Job{Name: j.Name, Object: f.jobs[j.Name], FailedCreate: f.failedCreate[j.Name]})
@@ -265,19 +270,26 @@ func (r *StreamPipelineReconciler) deletePods(ctx context.Context, pods []*corev
 // planHistoryLength bounds status.planHistory.
 const planHistoryLength = 10
 
-// recordReplan: the plan made from the observed facts in status.replan, against the one before,
-// in the plan history and as a Replanned event. A changed plan re-renders the agents' Jobs, and
-// apply replaces them: their streams resume where they stopped (state_dir on the sender nodes).
-func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, next *v1alpha1.Plan) {
+// recordReplan: the plan made from the observed facts in status.replan (now sp.Status.Plan),
+// against the one before, in the plan history and as a Replanned event. A plan that changes what
+// the agents run re-renders their Jobs, and apply replaced them (recreated): their streams resume
+// where they stopped (state_dir on the sender nodes).
+func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, before *v1alpha1.Plan, recreated bool) {
 	rp.Applied = true
-	from, to := describePlan(sp.Status.Plan), describePlan(next)
-	change := v1alpha1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to, Applied: "re-created"}
-	if from == to {
+	from, to := describePlan(before), describePlan(sp.Status.Plan)
+	change := v1alpha1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to}
+	switch {
+	case from == to:
 		change.Applied = "unchanged"
 		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan", "%s: the plan stays %s", rp.Reason, to)
-	} else {
+	case recreated:
+		change.Applied = "re-created"
 		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan",
 			"%s: %s -> %s; the agents' pods are re-created and their streams resume", rp.Reason, from, to)
+	default:
+		change.Applied = "status only"
+		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan",
+			"%s: %s -> %s; the agents already run what it asks (only the prediction changed)", rp.Reason, from, to)
 	}
 	sp.Status.PlanHistory = append(sp.Status.PlanHistory, change)
 	if n := len(sp.Status.PlanHistory); n > planHistoryLength {

@@ -570,7 +570,8 @@ type PlanChange struct {
 	From string `json:"from"`
 	To   string `json:"to"`
 	// Applied says how: "re-created" (the agents' pods were replaced; their streams resume),
-	// or "unchanged" (the new facts give the same plan).
+	// "status only" (the pods already run what the new plan asks; its prediction changed), or
+	// "unchanged" (the new facts give the same plan).
 	Applied string `json:"applied"`
 }
 
