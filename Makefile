@@ -75,7 +75,7 @@ bench-codecs: agent ## bslz4 vs the reference bitshuffle library per core; lz4 v
 	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY hack/bench-codecs.py
 
 .PHONY: bench-adaptive
-bench-adaptive: agent ## placement.adaptive false vs true alternated on one stream (a 1-compressor plan and the agent's own): raw MB/s, CPU-s per GB, ratios
+bench-adaptive: agent ## placement.adaptive false vs true alternated (a 1-compressor plan and the agent's own; a steady and a changing stream): raw MB/s, CPU-s per GB, ratios
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-adaptive.py
 
 .PHONY: bench-stream2

@@ -1,10 +1,12 @@
 """make bench-adaptive: the same stream with placement.adaptive false and true, alternated in one
 run, on loopback (docs/adaptive.md).
 
-Two plans of one lz4 stream of synthetic projections (CHUNKS chunks of 1 MiB, two connections):
+Plans of one lz4 stream of synthetic projections (CHUNKS chunks of 1 MiB, two connections):
   - "1 compressor": the plan gave compression one thread, and it is the bottleneck while the
     two sending threads idle (what a plan made from a wrong calibration or ratio looks like);
-  - "planned": the agent's own plan for this machine (the adaptive runtime must not lose there).
+  - "planned": the agent's own plan for this machine (the adaptive runtime must not lose there);
+  - the same two on a changing stream: the beam drops halfway (source.change), and the frames'
+    lz4 ratio goes from ~2.0 to ~3.5.
 For each: the gateway's raw MB/s (its summary) and the CPU-seconds per raw GB of the sender and
 the gateway (rusage of each process), medians of ROUNDS alternated rounds, and adaptive/static
 ratios from the same run. Figures, not a test: this machine is shared and noisy.
@@ -58,7 +60,9 @@ def run(adaptive, plan):
 
 
 def main():
-    plans = {"1 compressor": ["--set", "placement.stages.compress.threads=1"], "planned": []}
+    change = ["--set", f'source.change={{"at_chunk":{CHUNKS // 2},"flat_field":0.55}}']
+    one = ["--set", "placement.stages.compress.threads=1"]
+    plans = {"1 compressor": one, "planned": [], "1 compressor, changing": one + change, "planned, changing": change}
     print(f"placement.adaptive false vs true, lz4, {CHUNKS} x 1 MiB synthetic projections, 2 connections, loopback; "
           f"medians of {ROUNDS} alternated rounds")
     print("| plan | adaptive | raw MB/s | sender CPU-s/GB | gateway CPU-s/GB | compress threads at the end | first change at |")
