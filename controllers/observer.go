@@ -16,6 +16,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/replan"
 )
@@ -44,7 +45,8 @@ type Observer struct {
 	// Every is the interval between two readings of a pipeline; the rates are over it.
 	Every time.Duration
 
-	replans *replan.Tracker // departures from the plan, per pipeline (only Start's goroutine)
+	replans *replan.Tracker      // departures from the plan, per pipeline (only Start's goroutine)
+	fed     map[string]time.Time // when each pipeline's ratio last went to replans
 }
 
 // Start runs until ctx ends (a manager Runnable; only the leader observes).
@@ -86,7 +88,7 @@ func (o *Observer) observeAll(ctx context.Context) {
 func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) error {
 	var pods corev1.PodList
 	if err := o.List(ctx, &pods, client.InNamespace(sp.Namespace),
-		client.MatchingLabels{render.LabelPipeline: sp.Name, render.LabelRole: render.RoleGateway}); err != nil {
+		client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
 		return err
 	}
 	if len(pods.Items) == 0 {
@@ -113,19 +115,26 @@ func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) err
 // last re-plan is not applied yet.
 func (o *Observer) considerReplan(sp *v1alpha1.StreamPipeline, obs *v1alpha1.Observed) {
 	if o.replans == nil {
-		o.replans = replan.NewTracker()
+		o.replans, o.fed = replan.NewTracker(), map[string]time.Time{}
 	}
 	key := string(sp.UID)
 	if sp.Spec.Replan == ReplanOff || passThrough(sp) || sp.Status.Plan == nil {
 		o.replans.Forget(key)
+		delete(o.fed, key)
 		return
 	}
 	if rp := sp.Status.Replan; rp != nil && !rp.Applied {
 		return
 	}
+	// One reading per rate window: readings closer together repeat the same window's ratio.
+	now := time.Now()
+	if now.Sub(o.fed[key]) < observe.MinRateWindow {
+		return
+	}
+	o.fed[key] = now
 	observed, _ := strconv.ParseFloat(obs.Ratio, 64)
 	why := replan.Departure(assumedRatio(sp), observed)
-	if !o.replans.Observe(key, why != "", time.Now()) {
+	if !o.replans.Observe(key, why != "", observed, now) {
 		return
 	}
 	sp.Status.Replan = &v1alpha1.Replan{Ratio: obs.Ratio, DecompressMBps: obs.DecompressMBps, Reason: why,

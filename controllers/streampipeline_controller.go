@@ -178,7 +178,7 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 		return err
 	}
 	if replanned != nil {
-		r.recordReplan(sp, replanned, before, cf.Replacing)
+		r.recordReplan(sp, replanned, before)
 	}
 	for _, j := range objs.Jobs {
 		cf.Jobs = append(cf.Jobs, conditions.Job{Name: j.Name, Object: f.jobs[j.Name], FailedCreate: f.failedCreate[j.Name]})
@@ -272,17 +272,19 @@ const planHistoryLength = 10
 
 // recordReplan: the plan made from the observed facts in status.replan (now sp.Status.Plan),
 // against the one before, in the plan history and as a Replanned event. A plan that changes what
-// the agents run re-renders their Jobs, and apply replaced them (recreated): their streams resume
-// where they stopped (state_dir on the sender nodes).
-func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, before *v1alpha1.Plan, recreated bool) {
+// the agents run re-renders their Jobs, and apply replaces them: their streams resume where they
+// stopped (state_dir on the sender nodes).
+func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, before *v1alpha1.Plan) {
 	rp.Applied = true
 	from, to := describePlan(before), describePlan(sp.Status.Plan)
 	change := v1alpha1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to}
+	// What the agents run (nodes, CPUs, threads, connections) against what is only predicted.
+	runs := func(p *v1alpha1.Plan) string { return strings.SplitN(describePlan(p), ", predicted ", 2)[0] }
 	switch {
 	case from == to:
 		change.Applied = "unchanged"
 		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan", "%s: the plan stays %s", rp.Reason, to)
-	case recreated:
+	case runs(before) != runs(sp.Status.Plan):
 		change.Applied = "re-created"
 		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan",
 			"%s: %s -> %s; the agents' pods are re-created and their streams resume", rp.Reason, from, to)

@@ -1080,7 +1080,7 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	data, metrics := testenv.FreePort(t), testenv.FreePort(t)
+	data, metrics, txMetrics := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	run := func(args ...string) *exec.Cmd {
 		var out bytes.Buffer
 		c := exec.Command(agentBin, args...)
@@ -1101,9 +1101,12 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 		"--metrics-listen", "127.0.0.1:"+metrics)
 	// 0.3 Gbit/s of 1 MiB chunks: ~36 a second; the beam changes at chunk 360, ~10 s in.
 	run("send", "--endpoint", "tcp://127.0.0.1:"+data, "--chunk-bytes", "1048576", "--chunks", "0",
-		"--rate-gbps", "0.3", "--set", `source.change={"at_chunk":360,"flat_field":0.55}`)
+		"--rate-gbps", "0.3", "--set", `source.change={"at_chunk":360,"flat_field":0.55}`, "--metrics-listen", "127.0.0.1:"+txMetrics)
 	agentURL.Store(func(p *corev1.Pod) string {
-		if p.Namespace == ns {
+		switch {
+		case p.Namespace == ns && p.Labels[render.LabelRole] == render.RoleSender:
+			return "http://127.0.0.1:" + txMetrics + "/metrics"
+		case p.Namespace == ns:
 			return "http://127.0.0.1:" + metrics + "/metrics"
 		}
 		return "http://127.0.0.1:1/metrics"
@@ -1111,6 +1114,19 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
 	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	runAgents(t, ns, "beam", "lynx-21")
+	// The sender agent as its pod: the observer reads its stages too.
+	tx := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "beam-sender-0-xyz", Namespace: ns,
+			Labels: map[string]string{render.LabelPipeline: "beam", render.LabelRole: render.RoleSender, render.LabelStream: "0"}},
+		Spec: corev1.PodSpec{NodeName: "updraft-1", Containers: []corev1.Container{{Name: "agent", Image: "x"}}},
+	}
+	if err := k8s.Create(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	tx.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+	if err := k8s.Status().Update(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
 	first := &v1alpha1.StreamPipeline{}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), first)
 
@@ -1133,8 +1149,14 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 	if ratio < 3.0 || ratio > 4.0 || !strings.Contains(h.Reason, "the plan assumed 2.00") {
 		t.Errorf("re-planned from ratio %s: %q", cur.Status.Replan.Ratio, h.Reason)
 	}
+	// The plan assumed a detector as fast as the hardware; the agents show the detector's pace is
+	// the limit: the compressing threads wait for the source.
+	if o := cur.Status.Observed; o.Bottleneck != "source" {
+		t.Errorf("observed bottleneck %q (%s), want source: the sender is paced at 0.3 Gbit/s", o.Bottleneck, o.BottleneckDetail)
+	}
 	if h.From == h.To || cur.Status.Plan.Connections >= first.Status.Plan.Connections {
 		t.Errorf("the plan should carry the same raw rate on fewer connections: %+v", h)
 	}
-	t.Logf("observed %s, then %s: %s\n  from %s\n  to   %s", "~2", cur.Status.Replan.Ratio, h.Reason, h.From, h.To)
+	t.Logf("observed %s, then %s: %s\n  from %s\n  to   %s\n  observed bottleneck %q (%s)", "~2", cur.Status.Replan.Ratio,
+		h.Reason, h.From, h.To, cur.Status.Observed.Bottleneck, cur.Status.Observed.BottleneckDetail)
 }

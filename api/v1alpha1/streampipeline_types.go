@@ -489,6 +489,14 @@ type Observed struct {
 	// interval (raw MB/s per busy thread).
 	// +optional
 	DecompressMBps string `json:"decompressMBps,omitempty"`
+	// Bottleneck is the stage that limits the streams now, from the agents' busy and blocked
+	// times over the last interval (compress, decompress, sink, network or source; empty when
+	// none stands out); status.bottleneck is the plan's prediction.
+	// +optional
+	Bottleneck string `json:"bottleneck,omitempty"`
+	// BottleneckDetail gives the figures behind Bottleneck.
+	// +optional
+	BottleneckDetail string `json:"bottleneckDetail,omitempty"`
 	// UpdatedAt is when the agents were last read.
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`

@@ -186,7 +186,11 @@ func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
 
 // minRateWindow: readings closer than this (a reconcile triggered by a pod event right after a
 // scrape) keep the rate of the last longer window instead of dividing noise by a tiny interval.
-const minRateWindow = time.Second
+const minRateWindow = MinRateWindow
+
+// MinRateWindow is the shortest window rates are computed over: two readings of a pod closer
+// than this report the same rates.
+const MinRateWindow = time.Second
 
 // Observer reads the gateway agents of a pipeline and keeps the previous reading per pod to turn
 // byte counters into rates.
@@ -206,6 +210,9 @@ type reading struct {
 	// the decompressing stage's counters, and what they changed by over the window
 	dBytes, dBusy         float64
 	dBytesRate, dBusyRate float64
+	// every stage's counters, and their loads over the window
+	stages map[string]stageTimes
+	loads  map[string]Load
 }
 
 // NewObserver reads agents with the given timeout per request.
@@ -263,13 +270,15 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 	}
 	r := FromSamples(samples)
 	now := o.now()
-	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes, dBytes: r.DecompressBytes, dBusy: r.DecompressBusy}
+	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes, dBytes: r.DecompressBytes, dBusy: r.DecompressBusy,
+		stages: stageCounters(samples)}
 	if prev, ok := o.prev[string(p.UID)]; ok {
 		if dt := now.Sub(prev.at); dt >= minRateWindow {
 			cur.rawRate = (r.RawBytes - prev.raw) * 8 / dt.Seconds() / 1e9
 			cur.wireRate = (r.WireBytes - prev.wire) * 8 / dt.Seconds() / 1e9
 			cur.dBytesRate = (r.DecompressBytes - prev.dBytes) / dt.Seconds()
 			cur.dBusyRate = (r.DecompressBusy - prev.dBusy) / dt.Seconds()
+			cur.loads = loads(prev.stages, cur.stages, dt.Seconds())
 		} else {
 			cur = prev // too short a window: keep the last one
 		}
@@ -288,12 +297,16 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.forget(o.now().Add(-forgetAfter))
-	var gateways []*corev1.Pod
+	var gateways, senders []*corev1.Pod
 	for i := range pods {
-		if pods[i].Labels[render.LabelRole] == render.RoleGateway {
+		switch pods[i].Labels[render.LabelRole] {
+		case render.RoleGateway:
 			gateways = append(gateways, &pods[i])
+		case render.RoleSender:
+			senders = append(senders, &pods[i])
 		}
 	}
+	stageLoads := map[string]Load{}
 	sort.SliceStable(gateways, func(a, b int) bool {
 		ta, tb := gateways[a].CreationTimestamp, gateways[b].CreationTimestamp
 		return tb.Before(&ta)
@@ -323,6 +336,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 			liveWire += cur.wireRate
 			dBytes += cur.dBytesRate
 			dBusy += cur.dBusyRate
+			mergeLoads(stageLoads, cur.loads)
 		}
 		done[stream] = true
 		rawRate += raw
@@ -342,6 +356,16 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	if len(done) == 0 {
 		return nil, nil
 	}
+	// The senders' stages, for the bottleneck: a sender that cannot be read only leaves its
+	// stages out.
+	for _, p := range senders {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		if _, cur, err := o.scrape(ctx, p); err == nil {
+			mergeLoads(stageLoads, cur.loads)
+		}
+	}
 	t := metav1.NewTime(o.now())
 	obs := &v1alpha1.Observed{
 		RawGbps:         fmt.Sprintf("%.2f", rawRate),
@@ -357,6 +381,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	if liveWire > 0 && liveRaw > 0 {
 		obs.Ratio = fmt.Sprintf("%.2f", liveRaw/liveWire)
 	}
+	obs.Bottleneck, obs.BottleneckDetail = Bottleneck(stageLoads)
 	// A window in which the decompressors worked at least a tenth of a thread-second per second.
 	if dBusy >= 0.1 && dBytes > 0 {
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)

@@ -30,7 +30,7 @@ func TestConfirmedThenCooledDown(t *testing.T) {
 	now := time.Unix(0, 0)
 	step := func(departed bool) bool {
 		now = now.Add(10 * time.Second)
-		return tr.Observe("p", departed, now)
+		return tr.Observe("p", departed, 3.5, now)
 	}
 	if step(true) || step(true) {
 		t.Fatal("re-planned before three readings in a row")
@@ -57,7 +57,21 @@ func TestConfirmedThenCooledDown(t *testing.T) {
 		t.Fatal("three in a row after the interruption")
 	}
 	// Other pipelines have their own count.
-	if tr.Observe("q", true, now) {
+	if tr.Observe("q", true, 3.5, now) {
 		t.Fatal("q has one reading")
+	}
+}
+
+func TestAMovingValueWaitsUntilItSettles(t *testing.T) {
+	tr := NewTracker()
+	now := time.Unix(0, 0)
+	for i, v := range []float64{2.6, 2.9, 3.3, 3.7, 3.7} {
+		now = now.Add(10 * time.Second)
+		if tr.Observe("p", true, v, now) {
+			t.Fatalf("re-planned at reading %d (%.1f) while the ratio still moved", i, v)
+		}
+	}
+	if !tr.Observe("p", true, 3.65, now.Add(10*time.Second)) {
+		t.Fatal("three readings within 10% of each other should re-plan")
 	}
 }

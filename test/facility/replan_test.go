@@ -41,6 +41,10 @@ func TestARatioUnlikeTheSpecsIsReplannedAsTheUserSeesIt(t *testing.T) {
 	h := cur.Status.PlanHistory[0]
 	ratio, _ := strconv.ParseFloat(cur.Status.Replan.Ratio, 64)
 	t.Logf("re-planned %.0f s after the stream started: %s (%s)", time.Since(start).Seconds(), h.Reason, h.Applied)
+	if o := cur.Status.Observed; o != nil {
+		t.Logf("observed: %s Gbit/s raw, ratio %s, bottleneck %q (%s); the plan's: %s", o.RawGbps, o.Ratio, o.Bottleneck,
+			o.BottleneckDetail, cur.Status.Bottleneck)
+	}
 	if ratio < 1.6 || ratio > 2.5 || !strings.Contains(h.Reason, "the plan assumed 4.00") {
 		t.Errorf("re-planned from ratio %v: %q", cur.Status.Replan.Ratio, h.Reason)
 	}
