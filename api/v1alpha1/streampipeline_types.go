@@ -474,6 +474,14 @@ type Observed struct {
 	// detector went away before the series' end message (docs/stream2.md).
 	// +optional
 	SeriesIncomplete int64 `json:"seriesIncomplete,omitempty"`
+	// SpillBytes is what the senders hold in their spills now (spec.spill): the pipeline
+	// downstream of them is behind.
+	// +optional
+	SpillBytes int64 `json:"spillBytes,omitempty"`
+	// SpillLost counts the chunks the senders lost because their spill was full (their source
+	// could not wait); the gateway reports the same chunks in chunksLost.
+	// +optional
+	SpillLost int64 `json:"spillLost,omitempty"`
 	// IncompleteSeries names the last of them (at most 5), and why.
 	// +kubebuilder:validation:MaxItems=5
 	// +optional

@@ -125,6 +125,19 @@ func maxLoad(l map[string]Load, keys ...string) Load {
 	return out
 }
 
+// spill is what a sender's spill holds now and has lost (spec.spill).
+func spill(samples []Sample) (bytes, lost float64) {
+	for _, s := range samples {
+		switch s.Name {
+		case "numastream_spill_bytes":
+			bytes = s.Value
+		case "numastream_spill_lost_chunks_total":
+			lost = s.Value
+		}
+	}
+	return bytes, lost
+}
+
 // mergeLoads keeps, per stage, the most loaded agent's figures.
 func mergeLoads(into, from map[string]Load) {
 	for k, v := range from {

@@ -51,9 +51,10 @@ func stageMetrics(role, stage string, threads int, busy, in, out float64) string
 	return b.String()
 }
 
-// The observer reads the senders too, and names the stage that limits the stream from the
-// stages' busy and blocked times between two readings: here two compressing threads busy 95%
-// of a 10 s window (the adaptive runtime had grown the stage to 2 active threads).
+// The observer reads the senders too: it names the stage that limits the stream from the
+// stages' busy and blocked times between two readings (here two compressing threads busy 95% of
+// a 10 s window: the adaptive runtime had grown the stage to 2 active threads), and reports what
+// the senders' spills hold and lost.
 func TestObserverNamesTheBottleneckFromTheSendersAndTheGateway(t *testing.T) {
 	var reading atomic.Int32
 	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -67,6 +68,7 @@ func TestObserverNamesTheBottleneckFromTheSendersAndTheGateway(t *testing.T) {
 		fmt.Fprint(w, stageMetrics("send", "compress", 1, k*1.9, k*0.05, k*0.05))
 		fmt.Fprint(w, "numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} 2\n")
 		fmt.Fprint(w, stageMetrics("send", "send", 1, k*0.1, k*0.9, 0))
+		fmt.Fprint(w, "numastream_spill_bytes{role=\"send\"} 7340032\nnumastream_spill_lost_chunks_total{role=\"send\"} 3\n")
 	}))
 	defer tx.Close()
 	clock := time.Unix(1000, 0)
@@ -94,6 +96,9 @@ func TestObserverNamesTheBottleneckFromTheSendersAndTheGateway(t *testing.T) {
 		clock = clock.Add(10 * time.Second)
 		if i == 1 && (obs.Bottleneck != "compress" || !strings.Contains(obs.BottleneckDetail, "compress threads busy 95%")) {
 			t.Errorf("bottleneck %q (%s), want compress at 95%%", obs.Bottleneck, obs.BottleneckDetail)
+		}
+		if obs.SpillBytes != 7340032 || obs.SpillLost != 3 {
+			t.Errorf("spill %d bytes, %d lost; want the sender's 7340032 and 3", obs.SpillBytes, obs.SpillLost)
 		}
 	}
 }

@@ -213,6 +213,8 @@ type reading struct {
 	// every stage's counters, and their loads over the window
 	stages map[string]stageTimes
 	loads  map[string]Load
+	// a sender's spill: bytes held now, chunks lost
+	spillBytes, spillLost float64
 }
 
 // NewObserver reads agents with the given timeout per request.
@@ -272,6 +274,7 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 	now := o.now()
 	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes, dBytes: r.DecompressBytes, dBusy: r.DecompressBusy,
 		stages: stageCounters(samples)}
+	cur.spillBytes, cur.spillLost = spill(samples)
 	if prev, ok := o.prev[string(p.UID)]; ok {
 		if dt := now.Sub(prev.at); dt >= minRateWindow {
 			cur.rawRate = (r.RawBytes - prev.raw) * 8 / dt.Seconds() / 1e9
@@ -280,7 +283,9 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 			cur.dBusyRate = (r.DecompressBusy - prev.dBusy) / dt.Seconds()
 			cur.loads = loads(prev.stages, cur.stages, dt.Seconds())
 		} else {
-			cur = prev // too short a window: keep the last one
+			spillBytes, spillLost := cur.spillBytes, cur.spillLost
+			cur = prev // too short a window: keep the last one's rates
+			cur.spillBytes, cur.spillLost = spillBytes, spillLost
 		}
 	}
 	o.prev[string(p.UID)] = cur
@@ -307,6 +312,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		}
 	}
 	stageLoads := map[string]Load{}
+	var spillBytes, spillLost float64
 	sort.SliceStable(gateways, func(a, b int) bool {
 		ta, tb := gateways[a].CreationTimestamp, gateways[b].CreationTimestamp
 		return tb.Before(&ta)
@@ -364,6 +370,8 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		}
 		if _, cur, err := o.scrape(ctx, p); err == nil {
 			mergeLoads(stageLoads, cur.loads)
+			spillBytes += cur.spillBytes
+			spillLost += cur.spillLost
 		}
 	}
 	t := metav1.NewTime(o.now())
@@ -382,6 +390,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		obs.Ratio = fmt.Sprintf("%.2f", liveRaw/liveWire)
 	}
 	obs.Bottleneck, obs.BottleneckDetail = Bottleneck(stageLoads)
+	obs.SpillBytes, obs.SpillLost = int64(spillBytes), int64(spillLost)
 	// A window in which the decompressors worked at least a tenth of a thread-second per second.
 	if dBusy >= 0.1 && dBytes > 0 {
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
