@@ -77,6 +77,7 @@ type StreamPipelineReconciler struct {
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods/resize,verbs=patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
@@ -174,11 +175,13 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 			sp.Status.Endpoints = append(sp.Status.Endpoints, v1alpha1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
 		}
 	}
-	if cf.Replacing, err = r.apply(ctx, sp, objs); err != nil {
+	did, err := r.apply(ctx, sp, objs, replanned != nil && resizable(before, sp.Status.Plan))
+	if err != nil {
 		return err
 	}
+	cf.Replacing = did.replaced
 	if replanned != nil {
-		r.recordReplan(sp, replanned, before)
+		r.recordReplan(sp, replanned, before, did.resized > 0)
 	}
 	for _, j := range objs.Jobs {
 		cf.Jobs = append(cf.Jobs, conditions.Job{Name: j.Name, Object: f.jobs[j.Name], FailedCreate: f.failedCreate[j.Name]})
@@ -267,6 +270,34 @@ func (r *StreamPipelineReconciler) deletePods(ctx context.Context, pods []*corev
 	return nil
 }
 
+// resizable: the new plan runs the same pods as the one before (nodes, streams, connections,
+// stages and their NUMA targets) with other CPU counts and thread counts only, which a resize in
+// place can give them.
+func resizable(before, after *v1alpha1.Plan) bool {
+	if before == nil || after == nil || before.Connections != after.Connections || before.NICNUMANode != after.NICNUMANode ||
+		len(before.Nodes) != len(after.Nodes) {
+		return false
+	}
+	stream := func(p *int32) int32 {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	for i, a := range before.Nodes {
+		b := after.Nodes[i]
+		if a.Node != b.Node || a.Role != b.Role || stream(a.StreamID) != stream(b.StreamID) || len(a.Stages) != len(b.Stages) {
+			return false
+		}
+		for j, s := range a.Stages {
+			if s.Stage != b.Stages[j].Stage || s.NUMA != b.Stages[j].NUMA {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // planHistoryLength bounds status.planHistory.
 const planHistoryLength = 10
 
@@ -274,7 +305,7 @@ const planHistoryLength = 10
 // against the one before, in the plan history and as a Replanned event. A plan that changes what
 // the agents run re-renders their Jobs, and apply replaces them: their streams resume where they
 // stopped (state_dir on the sender nodes).
-func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, before *v1alpha1.Plan) {
+func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, before *v1alpha1.Plan, inPlace bool) {
 	rp.Applied = true
 	from, to := describePlan(before), describePlan(sp.Status.Plan)
 	change := v1alpha1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to}
@@ -284,6 +315,10 @@ func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp 
 	case from == to:
 		change.Applied = "unchanged"
 		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan", "%s: the plan stays %s", rp.Reason, to)
+	case inPlace:
+		change.Applied = "in place"
+		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan",
+			"%s: %s -> %s; the agents' pods were resized in place and their streams go on", rp.Reason, from, to)
 	case runs(before) != runs(sp.Status.Plan):
 		change.Applied = "re-created"
 		r.Recorder.Eventf(sp, nil, corev1.EventTypeNormal, "Replanned", "Replan",

@@ -1160,3 +1160,153 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 	t.Logf("observed %s, then %s: %s\n  from %s\n  to   %s\n  observed bottleneck %q (%s)", "~2", cur.Status.Replan.Ratio,
 		h.Reason, h.From, h.To, cur.Status.Observed.Bottleneck, cur.Status.Observed.BottleneckDetail)
 }
+
+// runJobPods plays the kubelet for a pipeline's Jobs: a running pod from each Job's template.
+func runJobPods(t *testing.T, ns string) map[string]*corev1.Pod {
+	t.Helper()
+	var jobs batchv1.JobList
+	eventually(t, "2 jobs", func() (bool, string) {
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		return len(jobs.Items) == 2, fmt.Sprint(len(jobs.Items))
+	})
+	out := map[string]*corev1.Pod{}
+	for _, j := range jobs.Items {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-run", Namespace: ns, Labels: map[string]string{}}, Spec: j.Spec.Template.Spec}
+		for k, v := range j.Spec.Template.Labels {
+			p.Labels[k] = v
+		}
+		p.Labels[batchv1.JobNameLabel] = j.Name
+		p.Spec.NodeName = j.Spec.Template.Spec.NodeSelector[corev1.LabelHostname]
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+		if err := k8s.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		out[j.Name] = p
+	}
+	return out
+}
+
+// A re-plan that changes only the CPUs the agents need (the connections are fixed by the spec)
+// is applied in place: the running pods are resized through pods/resize to the new plan's
+// containers, the Jobs stay (marked with the new plan), and the history says "in place". When
+// the kubelet then reports a resize Infeasible, the operator falls back to re-creating the Job.
+func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
+	gatewayAndSenders(t, "lynx-22")
+	// The API server checks a resize against the node's allocatable resources.
+	for _, name := range []string{"lynx-22", "updraft-1"} {
+		node := &corev1.Node{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"),
+			corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110")}
+		node.Status.Capacity = node.Status.Allocatable
+		if err := k8s.Status().Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := namespace(t)
+	sp := pipeline(ns, "inplace", withGateway("lynx-22"), withConnections(2))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		raw := time.Now().UnixNano() / 10
+		fmt.Fprintf(w, "numastream_raw_bytes_total{role=\"receive\"} %d\n", raw)
+		fmt.Fprintf(w, "numastream_wire_bytes_total{role=\"receive\"} %d\n", raw*2/7)
+		fmt.Fprintf(w, "numastream_chunks_delivered_total{role=\"receive\"} %d\n", raw/11059200)
+		fmt.Fprintf(w, "numastream_chunks_lost{role=\"receive\"} 0\nnumastream_chunks_corrupt_total{role=\"receive\"} 0\n")
+	}))
+	defer srv.Close()
+	agentURL.Store(func(p *corev1.Pod) string {
+		if p.Namespace == ns {
+			return srv.URL + "/metrics"
+		}
+		return "http://127.0.0.1:1/metrics"
+	})
+	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	pods := runJobPods(t, ns)
+	var jobs batchv1.JobList
+	_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+	uids := map[string]string{}
+	for _, j := range jobs.Items {
+		uids[j.Name] = string(j.UID)
+	}
+
+	cur := &v1alpha1.StreamPipeline{}
+	eventually(t, "a re-plan applied in place", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return len(cur.Status.PlanHistory) == 1, fmt.Sprintf("%+v", cur.Status.PlanHistory)
+	})
+	h := cur.Status.PlanHistory[0]
+	t.Logf("%s (%s)\n  from %s\n  to   %s", h.Reason, h.Applied, h.From, h.To)
+	if h.Applied != "in place" || h.From == h.To {
+		var evs eventsv1.EventList
+		_ = k8s.List(ctx, &evs, client.InNamespace(ns))
+		for _, e := range evs.Items {
+			t.Logf("event %s: %s", e.Reason, e.Note)
+		}
+		t.Fatalf("history %+v", h)
+	}
+	for name, p := range pods {
+		var job batchv1.Job
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &job); err != nil || string(job.UID) != uids[name] {
+			t.Errorf("job %s was replaced (%v)", name, err)
+		}
+		// The gateway's plan changed (more decompressing CPUs), the sender's did not.
+		if resized := job.Annotations[AnnotationResizedTo] != ""; resized != (name == "inplace-gateway-0") {
+			t.Errorf("job %s annotations %v", name, job.Annotations)
+		}
+		got := &corev1.Pod{}
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(p), got)
+		for i, c := range got.Spec.Containers {
+			before := p.Spec.Containers[i].Resources.Limits.Cpu()
+			t.Logf("pod %s container %s: %s -> %s CPUs", got.Name, c.Name, before, c.Resources.Limits.Cpu())
+		}
+	}
+	// The plan says how many CPUs each pod has now: the resized pods hold them.
+	for _, n := range cur.Status.Plan.Nodes {
+		for name, p := range pods {
+			if p.Spec.NodeName != n.Node {
+				continue
+			}
+			got := &corev1.Pod{}
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(p), got)
+			var cpus int64
+			for _, c := range got.Spec.Containers {
+				cpus += c.Resources.Limits.Cpu().Value()
+			}
+			if cpus != int64(n.CPUs) {
+				t.Errorf("pod of %s holds %d CPUs, the new plan gives %s %d", name, cpus, n.Node, n.CPUs)
+			}
+		}
+	}
+
+	// The kubelet refuses the gateway's resize: the Job is re-created with the new plan.
+	gw := pods["inplace-gateway-0"]
+	got := &corev1.Pod{}
+	_ = k8s.Get(ctx, client.ObjectKeyFromObject(gw), got)
+	got.Status.Conditions = append(got.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
+		Reason: corev1.PodReasonInfeasible, Message: "Node didn't have enough capacity: cpu"})
+	if err := k8s.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	// Any reconcile now replaces it; a spec-neutral nudge brings one.
+	updateSpec(t, sp, func(p *v1alpha1.StreamPipeline) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations["nudge"] = "1"
+	})
+	eventually(t, "the gateway Job re-created after an infeasible resize", func() (bool, string) {
+		var job batchv1.Job
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "inplace-gateway-0"}, &job); err != nil {
+			return false, err.Error()
+		}
+		return string(job.UID) != uids["inplace-gateway-0"] && job.Annotations[AnnotationResizedTo] == "", "same job"
+	})
+}

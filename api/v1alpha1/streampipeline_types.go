@@ -585,7 +585,8 @@ type PlanChange struct {
 	// From and To summarize the plan before and after (threads, predicted rate, bottleneck).
 	From string `json:"from"`
 	To   string `json:"to"`
-	// Applied says how: "re-created" (the agents' pods were replaced; their streams resume),
+	// Applied says how: "in place" (the agents' running pods were resized through pods/resize;
+	// their streams go on), "re-created" (the agents' pods were replaced; their streams resume),
 	// "status only" (the pods already run what the new plan asks; its prediction changed), or
 	// "unchanged" (the new facts give the same plan).
 	Applied string `json:"applied"`
