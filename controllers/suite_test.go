@@ -652,13 +652,7 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 		fmt.Fprintf(w, "numastream_nic_local{role=\"receive\",stage=\"receive\"} 1\n")
 	}))
 	defer srv.Close()
-	agentURL.Store(func(p *corev1.Pod) string {
-		if p.Namespace == ns {
-			return srv.URL + "/metrics"
-		}
-		return "http://127.0.0.1:1/metrics"
-	})
-	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	agentsServedBy(t, ns, srv.URL)
 	runAgents(t, ns, "quiet", "lynx-14")
 	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
 	condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
@@ -687,6 +681,19 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 	if o := cur.Status.Observed; o == nil || o.ChunksDelivered < int64(10*readings/2) || o.RawGbps == "0.00" {
 		t.Errorf("observed %+v", o)
 	}
+}
+
+// agentsServedBy points the observer at `url` for the agents of the pods in namespace ns until
+// the test ends (every other pod's agent cannot be reached).
+func agentsServedBy(t *testing.T, ns, url string) {
+	t.Helper()
+	agentURL.Store(func(p *corev1.Pod) string {
+		if p.Namespace == ns {
+			return url + "/metrics"
+		}
+		return "http://127.0.0.1:1/metrics"
+	})
+	t.Cleanup(func() { agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" }) })
 }
 
 // runAgents plays the kubelet for a pipeline: its Jobs report a ready pod, and its gateway pod
@@ -1221,13 +1228,7 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 		fmt.Fprintf(w, "numastream_chunks_lost{role=\"receive\"} 0\nnumastream_chunks_corrupt_total{role=\"receive\"} 0\n")
 	}))
 	defer srv.Close()
-	agentURL.Store(func(p *corev1.Pod) string {
-		if p.Namespace == ns {
-			return srv.URL + "/metrics"
-		}
-		return "http://127.0.0.1:1/metrics"
-	})
-	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
+	agentsServedBy(t, ns, srv.URL)
 	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	pods := runJobPods(t, ns)
 	var jobs batchv1.JobList
