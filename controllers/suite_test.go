@@ -988,10 +988,12 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 // the agents' Jobs with the new plan. Within the cooldown it does not re-plan again; with
 // spec.replan off it never does.
 func TestAnObservedRatioThatDepartsFromThePlanReplans(t *testing.T) {
+	// Two gateways: pipelines sharing one split its cores, and the second would re-plan the first.
 	gatewayAndSenders(t, "lynx-20")
+	gatewayAndSenders(t, "lynx-23")
 	ns, ns2 := namespace(t), namespace(t)
 	sp := pipeline(ns, "replan", withGateway("lynx-20"))
-	still := pipeline(ns2, "fixed", withGateway("lynx-20"), withSenders("updraft-2"),
+	still := pipeline(ns2, "fixed", withGateway("lynx-23"), withSenders("updraft-2"),
 		func(sp *v1alpha1.StreamPipeline) { sp.Spec.Replan = ReplanOff; sp.Spec.Port = 6555 })
 	for _, p := range []*v1alpha1.StreamPipeline{sp, still} {
 		if err := k8s.Create(ctx, p); err != nil {
@@ -1026,7 +1028,7 @@ func TestAnObservedRatioThatDepartsFromThePlanReplans(t *testing.T) {
 	first := &v1alpha1.StreamPipeline{}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), first)
 	runAgents(t, ns, "replan", "lynx-20")
-	runAgents(t, ns2, "fixed", "lynx-20")
+	runAgents(t, ns2, "fixed", "lynx-23")
 
 	cur := &v1alpha1.StreamPipeline{}
 	eventually(t, "a re-plan in the history", func() (bool, string) {
