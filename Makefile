@@ -53,8 +53,12 @@ test-faults: agent ## Fault scenarios in network namespaces (root), with their f
 	@$(AGENT_BUILD)/agent_fault_tests
 
 .PHONY: fuzz
-fuzz: deps ## libFuzzer on the frame decoder and the config parser (FUZZ_SECONDS each, default 60)
+fuzz: deps ## libFuzzer on the frame decoder, the receiving state machine, Stream V2 and the config parser (FUZZ_SECONDS each, default 60)
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-60} bash hack/fuzz.sh
+
+.PHONY: fuzz-long
+fuzz-long: deps ## A long fuzzing run (FUZZ_SECONDS each, default 1800), growing the corpora kept under ~/.cache/numastream/fuzz-corpus
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-1800} bash hack/fuzz.sh
 
 .PHONY: test-fuzz
 test-fuzz: deps ## A short fuzzing pass (10 s per target), part of make test

@@ -2,7 +2,7 @@
 // them. decode() must accept or refuse any message without reading outside it; an accepted data
 // frame is decompressed into a buffer of exactly raw_size bytes (out-of-bounds reads or writes
 // are caught by AddressSanitizer) and checksummed; ack, resume and end-of-stream payloads are
-// read as the receiver and sender read them. Each input is tried as it is and, so that mutations
+// read as the receiver and sender read them, into the receiver's own record of its streams. Each input is tried as it is and, so that mutations
 // get past the header check to the code behind it, once more with the check re-stamped.
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
 #include "data/seqset.hpp"
+#include "wire/tracker.hpp"
 #include "wire/wire.hpp"
 
 #include <xxhash.h>
@@ -62,8 +63,19 @@ void exercise(std::span<const std::byte> msg) {
     }
     case wire::FrameType::ack:
     case wire::FrameType::resume: {
+      // The floor and the list as they come: the set and the receiver's record bound themselves.
+      const auto list = wire::decode_ack_list(msg);
       SeqSet set;
-      set.merge(h.sequence % (1u << 20), wire::decode_ack_list(msg));  // bounded floor, as a bitmap would be
+      set.merge(h.sequence, list);
+      StreamTracker tracker;
+      tracker.on_resume(h.stream_id, h.sequence, list);
+      break;
+    }
+    case wire::FrameType::gap: {
+      StreamTracker tracker;
+      tracker.on_gaps(h.stream_id, wire::decode_gaps(msg));
+      volatile auto next = tracker.past_gaps(h.stream_id, 0);
+      (void)next;
       break;
     }
   }

@@ -900,7 +900,9 @@ struct SlowConsumer {
       const auto start = std::chrono::steady_clock::now();
       std::vector<char> buf(2 * kMiB);
       while (!stop) {
-        if (zmq_recv(pull, buf.data(), buf.size(), 0) < 0) continue;
+        const int size = zmq_recv(pull, buf.data(), buf.size(), 0);
+        // Chunks only: the end-of-stream frame the sink forwards last is not one.
+        if (size < static_cast<int>(wire::kHeaderSize) || buf[5] != static_cast<char>(wire::FrameType::data)) continue;
         const int n = ++got;
         std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                   std::chrono::duration<double>(n / per_second)));
@@ -987,6 +989,12 @@ TEST(Spill, AFullSpillCountsWhatIsLostAndTheReceiverReportsIt) {
   EXPECT_LE(s["spill"]["peak_bytes"].get<std::uint64_t>(), 8u * kMiB);
   EXPECT_EQ(r["lost"], lost) << "the receiver names the same chunks missing";
   EXPECT_EQ(r["chunks"].get<std::uint64_t>() + lost, 120u);
+  // Declared by the sender, not inferred: the receiver's gaps say which and why.
+  EXPECT_EQ(s["declared_missing"], lost);
+  ASSERT_EQ(r["streams"].size(), 1u);
+  EXPECT_EQ(r["streams"][0]["declared_missing"], lost) << r.dump();
+  ASSERT_GE(r["streams"][0]["gaps"].size(), 1u);
+  EXPECT_EQ(r["streams"][0]["gaps"][0]["reason"], "spill_full");
   EXPECT_NE(tx.err().find("spill: full ("), std::string::npos) << tx.err();
   EXPECT_NE(tx.err().find("chunks lost: the spill (8388608 bytes) was full and the source cannot wait"), std::string::npos)
       << tx.err();

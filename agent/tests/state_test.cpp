@@ -55,5 +55,56 @@ TEST(StreamState, ForeignOrBrokenRecordsAreNamed) {
   }
 }
 
+TEST(StreamState, KeepsTheDeclaredGaps) {
+  std::string dir = temp_dir();
+  {
+    StreamState s(dir, 4, 1);
+    s.save(30, {}, {{10, 15, wire::GapReason::sender_restarted}, {20, 21, wire::GapReason::spill_full}});
+  }
+  StreamState s(dir, 4, 1);
+  EXPECT_EQ(s.gaps(), (std::vector<wire::Gap>{{10, 15, wire::GapReason::sender_restarted},
+                                              {20, 21, wire::GapReason::spill_full}}));
+}
+
+// A live source's senders count what they took; the next one learns it exactly (same boot), or
+// as a bound when the count is from an earlier boot of the node.
+TEST(TakenRecord, CountsWhatEarlierSendersTookExactlyWithinABoot) {
+  std::string dir = temp_dir();
+  {
+    TakenRecord r(dir, 2);
+    EXPECT_FALSE(r.earlier().has_value());
+    for (std::uint64_t n = 1; n <= 1500; ++n) r.taken(n);
+  }
+  {
+    TakenRecord r(dir, 2);
+    ASSERT_TRUE(r.earlier().has_value());
+    EXPECT_EQ(r.earlier()->taken, 1500u);
+    EXPECT_EQ(r.earlier()->at_most, 1500u);
+    EXPECT_TRUE(r.earlier()->exact);
+  }
+  // The same record written on another boot: what was fsynced (the reservation) bounds it.
+  std::fstream f(dir + "/stream-2.taken", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(24);
+  f.write("00000000-0000-0000-0000-000000000000", 36);
+  f.close();
+  TakenRecord r(dir, 2);
+  ASSERT_TRUE(r.earlier().has_value());
+  EXPECT_FALSE(r.earlier()->exact);
+  EXPECT_EQ(r.earlier()->taken, 1500u);
+  EXPECT_GE(r.earlier()->at_most, 1500u) << "reserved in steps, fsynced: a bound";
+  EXPECT_LE(r.earlier()->at_most, 1500u + TakenRecord::kReserve);
+}
+
+TEST(TakenRecord, AFileThatIsNotARecordIsNamed) {
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/stream-7.taken") << "hello";
+  try {
+    TakenRecord r(dir, 7);
+    FAIL() << "accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/stream-7.taken"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace numastream

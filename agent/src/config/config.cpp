@@ -394,9 +394,13 @@ Config parse_config(const json& doc, Role role) {
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);
-    for (const char* k : {"sink", "streams", "reorder_window", "relay", "verify"}) f.forbid(k, "only used by receive");
+    for (const char* k : {"sink", "streams", "max_streams", "reorder_window", "relay", "verify"}) f.forbid(k, "only used by receive");
   } else {
     c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
+    c.max_streams = static_cast<int>(f.integer("max_streams", std::max(64, c.streams), 1, 4096));
+    if (c.max_streams < c.streams) {
+      throw ConfigError("max_streams", std::to_string(c.max_streams) + " is below streams (" + std::to_string(c.streams) + ")");
+    }
     if (const json* r = f.raw("relay")) {
       if (!r->is_boolean()) throw ConfigError("relay", "must be true or false");
       c.relay = r->get<bool>();

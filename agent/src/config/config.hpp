@@ -85,6 +85,7 @@ struct Config {
   int connections = 1;
   std::uint32_t stream_id = 0;   // send: this stream's id
   int streams = 1;               // receive: streams to expect before finishing; 0 = until stopped
+  int max_streams = 64;          // receive: streams held at most (a new stream id past it is refused)
   std::size_t chunk_bytes = 2560 * 2160 * 2;  // send: chunk size; receive: largest accepted
   Codec codec = Codec::lz4;
   int acceleration = 1;

@@ -214,6 +214,18 @@ class OrderedQueue {
     cv_.notify_all();
   }
 
+  // Nothing below `seq` will be pushed (a live source's sender numbers on after what earlier
+  // senders took): pop() starts there.
+  void start_at(std::uint64_t seq) {
+    {
+      std::lock_guard lock(mu_);
+      if (seq > next_) next_ = seq;
+      skipped_.erase(skipped_.begin(), skipped_.lower_bound(next_));
+      advance();
+    }
+    cv_.notify_all();
+  }
+
   // `seq` will never be pushed (a resumed sender skips what the receiver already has): pop()
   // does not wait for it.
   void skip(std::uint64_t seq) {

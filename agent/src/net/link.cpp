@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace numastream {
@@ -19,6 +20,42 @@ std::string seconds(double s) {
 }
 
 }  // namespace
+
+bool GapBook::add(std::uint32_t stream, std::span<const wire::Gap> gaps) {
+  std::lock_guard lock(mu_);
+  std::vector<wire::Gap> all = gaps_[stream];
+  all.insert(all.end(), gaps.begin(), gaps.end());
+  std::sort(all.begin(), all.end(), [](const wire::Gap& a, const wire::Gap& b) { return a.first < b.first; });
+  std::vector<wire::Gap> merged;
+  for (const auto& g : all) {
+    if (!merged.empty() && merged.back().end >= g.first && merged.back().reason == g.reason) {
+      merged.back().end = std::max(merged.back().end, g.end);
+    } else {
+      merged.push_back(g);
+    }
+  }
+  if (merged.size() > wire::kMaxGapRecords) return false;
+  gaps_[stream] = std::move(merged);
+  ++version_;
+  return true;
+}
+
+std::vector<wire::Gap> GapBook::of(std::uint32_t stream) const {
+  std::lock_guard lock(mu_);
+  auto it = gaps_.find(stream);
+  return it == gaps_.end() ? std::vector<wire::Gap>{} : it->second;
+}
+
+std::uint64_t GapBook::version() const {
+  std::lock_guard lock(mu_);
+  return version_;
+}
+
+std::uint64_t GapBook::chunks(std::uint32_t stream) const {
+  std::uint64_t n = 0;
+  for (const auto& g : of(stream)) n += g.size();
+  return n;
+}
 
 void AckLedger::merge(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs) {
   std::lock_guard lock(mu_);
@@ -42,13 +79,25 @@ std::pair<std::uint64_t, std::vector<std::uint64_t>> AckLedger::snapshot(std::ui
   std::lock_guard lock(mu_);
   auto it = streams_.find(stream);
   if (it == streams_.end()) return {0, {}};
-  return {it->second.floor(), it->second.above(wire::kMaxAckEntries)};
+  return {it->second.floor(), it->second.above()};
 }
 
 std::uint64_t AckLedger::acknowledged(std::uint32_t stream) const {
   std::lock_guard lock(mu_);
   auto it = streams_.find(stream);
   return it == streams_.end() ? 0 : it->second.size();
+}
+
+void AckLedger::settle(std::uint32_t stream, std::span<const wire::Gap> gaps) {
+  std::lock_guard lock(mu_);
+  SeqSet& s = streams_[stream];
+  for (const auto& g : gaps) {
+    if (g.first <= s.floor()) {
+      s.raise_floor(g.end);
+    } else {
+      for (std::uint64_t q = g.first; q < g.end && s.fits(q); ++q) s.insert(q);
+    }
+  }
 }
 
 std::uint64_t AckLedger::end(std::uint32_t stream) const {
@@ -121,11 +170,7 @@ void AckedLink::connect() {
 
 void AckedLink::announce(std::uint32_t stream) {
   announced_.insert(stream);
-  auto [floor, above] = ledger_->snapshot(stream);
-  auto bytes = wire::encode_ack(wire::FrameType::resume, stream, opts_.connection, opts_.connections,
-                                floor, 0, above);
-  zmq::Message m = zmq::Message::of(bytes);
-  if (need_resend_ || !write(m) || !write_metadata(stream)) pump(0);  // a reconnect announces every stream again
+  if (need_resend_ || !write_resume(stream) || !write_metadata(stream)) pump(0);  // a reconnect announces every stream again
 }
 
 void AckedLink::set_metadata(std::uint32_t stream, std::string text) {
@@ -134,10 +179,26 @@ void AckedLink::set_metadata(std::uint32_t stream, std::string text) {
   if (announced_.count(stream) && !need_resend_ && !write_metadata(stream)) pump(0);
 }
 
+bool AckedLink::write_resume(std::uint32_t stream) {
+  auto [floor, above] = ledger_->snapshot(stream);
+  for (auto& bytes : wire::encode_acks(wire::FrameType::resume, stream, opts_.connection, opts_.connections, floor, 0, above)) {
+    zmq::Message m = zmq::Message::of(bytes);
+    if (!write(m)) return false;
+  }
+  return true;
+}
+
 bool AckedLink::write_metadata(std::uint32_t stream) {
   auto it = metadata_.find(stream);
-  if (it == metadata_.end()) return true;
-  zmq::Message m = zmq::Message::of(wire::encode_metadata(stream, opts_.connection, opts_.connections, it->second));
+  if (it != metadata_.end()) {
+    zmq::Message m = zmq::Message::of(wire::encode_metadata(stream, opts_.connection, opts_.connections, it->second));
+    if (!write(m)) return false;
+  }
+  if (!gaps_) return true;
+  gaps_sent_ = gaps_->version();
+  const auto gaps = gaps_->of(stream);
+  if (gaps.empty()) return true;
+  zmq::Message m = zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
   return write(m);
 }
 
@@ -266,6 +327,17 @@ void AckedLink::pump(int timeout_ms) {
     }
     return;
   }
+  // Gaps declared since this connection last sent them (a spill that refused chunks).
+  if (gaps_ && gaps_->version() != gaps_sent_) {
+    const std::uint64_t version = gaps_->version();
+    for (auto stream : announced_) {
+      const auto gaps = gaps_->of(stream);
+      if (gaps.empty()) continue;
+      zmq::Message m = zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
+      if (!write(m)) return;  // dropped: the resume after the reconnect carries them
+    }
+    gaps_sent_ = version;
+  }
   check_progress();
 }
 
@@ -286,10 +358,7 @@ void AckedLink::resend_all() {
     last_progress_ = Clock::now();
     bool dropped = false;
     for (auto stream : announced_) {
-      auto [floor, above] = ledger_->snapshot(stream);
-      zmq::Message m = zmq::Message::of(wire::encode_ack(wire::FrameType::resume, stream, opts_.connection,
-                                                         opts_.connections, floor, 0, above));
-      if (!write(m) || !write_metadata(stream)) {
+      if (!write_resume(stream) || !write_metadata(stream)) {
         dropped = true;
         break;
       }

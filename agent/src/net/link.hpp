@@ -35,14 +35,33 @@ class AckLedger {
   // Records `seq`; returns the stream's floor after it (everything below is acknowledged).
   std::uint64_t insert(std::uint32_t stream, std::uint64_t seq);
   bool contains(std::uint32_t stream, std::uint64_t seq) const;
-  // Floor and the acknowledged sequences above it (bounded by the wire format).
+  // Floor and the acknowledged sequences above it (all of them: at most the set's window).
   std::pair<std::uint64_t, std::vector<std::uint64_t>> snapshot(std::uint32_t stream) const;
   std::uint64_t acknowledged(std::uint32_t stream) const;  // how many
   std::uint64_t end(std::uint32_t stream) const;           // one past the highest acknowledged
+  // Declared gaps are settled as acknowledged ones are: no one waits for them or sends them again.
+  void settle(std::uint32_t stream, std::span<const wire::Gap> gaps);
 
  private:
   mutable std::mutex mu_;
   std::map<std::uint32_t, SeqSet> streams_;
+};
+
+// The gaps a sender declared, per stream (wire::FrameType::gap), shared by its connections: each
+// sends them after every resume frame and whenever new ones are added. Thread-safe.
+class GapBook {
+ public:
+  // Adds gaps (ascending after it, adjacent ones of one reason merged). False when the stream
+  // would hold more than wire::kMaxGapRecords: the caller fails rather than declare less.
+  bool add(std::uint32_t stream, std::span<const wire::Gap> gaps);
+  std::vector<wire::Gap> of(std::uint32_t stream) const;
+  std::uint64_t version() const;
+  std::uint64_t chunks(std::uint32_t stream) const;  // how many the gaps hold
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uint32_t, std::vector<wire::Gap>> gaps_;
+  std::uint64_t version_ = 0;
 };
 
 struct LinkOptions {
@@ -76,6 +95,8 @@ class AckedLink {
   // followed by the stream's metadata frame when set_metadata gave one.
   void announce(std::uint32_t stream);
   void set_metadata(std::uint32_t stream, std::string text);
+  // Declared gaps: sent after every resume frame (after the metadata), and when the book grows.
+  void set_gaps(std::shared_ptr<GapBook> book) { gaps_ = std::move(book); }
   // Waits until the receiver answered with an acknowledgement (its state) or throws.
   void wait_welcome(double timeout_s);
   // Blocks, serving acknowledgements, until the window has room.
@@ -117,7 +138,10 @@ class AckedLink {
   std::size_t unacked_data_ = 0;
   std::set<std::uint32_t> announced_;
   std::map<std::uint32_t, std::string> metadata_;
-  bool write_metadata(std::uint32_t stream);
+  bool write_resume(std::uint32_t stream);    // as many frames as the record needs
+  bool write_metadata(std::uint32_t stream);  // and the stream's declared gaps
+  std::shared_ptr<GapBook> gaps_;
+  std::uint64_t gaps_sent_ = 0;  // the book's version last sent on this connection
   int seen_disconnects_ = 0;
   bool need_resend_ = false;
   bool welcomed_ = false;

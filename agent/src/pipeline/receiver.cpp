@@ -51,19 +51,21 @@ struct Inbound {
 class Receiver {
  public:
   Receiver(const Config& cfg, std::stop_token stop)
-      : cfg_(cfg), rt_(cfg, stop), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+      : cfg_(cfg), rt_(cfg, stop), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")),
+        tracker_(static_cast<std::size_t>(cfg.max_streams)) {}
   RunResult run(const RunHooks& hooks);
 
  private:
   // The stage threads' bodies (run by Runtime::run_stage).
   void receive_loop(StageThread& t);
   void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
+  void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::vector<std::byte>>& frames);
   void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
   void decompress_loop(StageThread& t);
   void sink_loop(StageThread& t);
   void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
-  std::vector<std::byte> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+  std::vector<std::vector<std::byte>> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                  std::uint32_t flags);
   // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
   // with the totals its sender announced; none before the sender ended the stream.
@@ -98,9 +100,11 @@ class Receiver {
   // decompressing side acknowledged to it (relay_ledger_).
   AckLedger ledger_;
   std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
+  std::shared_ptr<GapBook> relay_gaps_ = std::make_shared<GapBook>();  // declared downstream
   std::vector<std::unique_ptr<AckBox>> boxes_;
   std::atomic<std::uint64_t> acks_sent_{0};
   std::atomic<std::uint64_t> resumes_{0};
+  std::atomic<std::uint64_t> gap_frames_{0};
   std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
   std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
   std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication
@@ -132,10 +136,14 @@ void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
 }
 
 // The answer to a resume frame: everything the sink has taken of the stream.
-std::vector<std::byte> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
-                                         std::uint16_t connections, std::uint32_t flags) {
+std::vector<std::vector<std::byte>> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
+                                                      std::uint16_t connections, std::uint32_t flags) {
   const auto [floor, above] = (cfg_.relay ? *relay_ledger_ : ledger_).snapshot(stream);
-  return wire::encode_ack(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
+  return wire::encode_acks(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
+}
+
+void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::vector<std::byte>>& frames) {
+  for (const auto& f : frames) answer(sock, peer, f);
 }
 
 void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame) {
@@ -156,8 +164,8 @@ void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, z
                  p.seqs.end());
     p.seqs.erase(std::unique(p.seqs.begin(), p.seqs.end()), p.seqs.end());
     answer(sock, it->second,
-           wire::encode_ack(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
-                            static_cast<std::uint16_t>(boxes_.size()), p.floor, p.flags, p.seqs));
+           wire::encode_acks(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
+                             static_cast<std::uint16_t>(boxes_.size()), p.floor, p.flags, p.seqs));
   }
 }
 
@@ -242,21 +250,31 @@ void Receiver::receive_loop(StageThread& t) {
     wire::Header h;
     wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
     if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
-    if (err != wire::DecodeError::ok) {
-      if (malformed_[static_cast<std::size_t>(err)]++ < 3) {
-        log_line("connection " + std::to_string(index) + ": dropped a malformed frame (" +
-                 std::string(wire::decode_error_name(err)) + ", " + std::to_string(bytes.size()) +
-                 " bytes)");
+    // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
+    auto refuse = [&](wire::DecodeError why) {
+      if (malformed_[static_cast<std::size_t>(why)]++ < 3) {
+        log_line("connection " + std::to_string(index) + ": dropped a " +
+                 (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window) ? "refused" : "malformed") +
+                 " frame (" + std::string(wire::decode_error_name(why)) + ", " + std::to_string(bytes.size()) +
+                 " bytes" + (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
+                                                              ", sequence " + std::to_string(h.sequence)
+                                                        : std::string()) + ")");
       }
+    };
+    if (err != wire::DecodeError::ok) {
+      refuse(err);
       continue;
     }
     const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
     if (h.type == wire::FrameType::resume) {
+      auto seqs = wire::decode_ack_list(bytes);
+      if (auto why = tracker_.on_resume(h.stream_id, h.sequence, seqs); why != wire::DecodeError::ok) {
+        refuse(why);
+        continue;
+      }
       ++resumes_;
       if (announced.insert(peer_id).second) ++opened_;
       streams[h.stream_id] = peer.share();
-      auto seqs = wire::decode_ack_list(bytes);
-      tracker_.on_resume(h.stream_id, h.sequence, seqs);
       if (cfg_.relay) {
         relay_ledger_->merge(h.stream_id, h.sequence, seqs);
         Inbound in{h, std::move(msg), index};  // the relay announces it downstream; the answer
@@ -275,6 +293,11 @@ void Receiver::receive_loop(StageThread& t) {
       ++unannounced_;
       continue;
     }
+    // Any frame names a stream: held only while there is room for its record.
+    if (auto why = tracker_.admit_stream(h.stream_id); why != wire::DecodeError::ok) {
+      refuse(why);
+      continue;
+    }
     streams[h.stream_id] = peer.share();
     if (h.type == wire::FrameType::metadata) {
       {
@@ -287,8 +310,25 @@ void Receiver::receive_loop(StageThread& t) {
       }
       continue;
     }
+    if (h.type == wire::FrameType::gap) {
+      auto gaps = wire::decode_gaps(bytes);
+      if (auto why = tracker_.on_gaps(h.stream_id, gaps); why != wire::DecodeError::ok) {
+        refuse(why);
+        continue;
+      }
+      gap_frames_++;
+      (cfg_.relay ? *relay_ledger_ : ledger_).settle(h.stream_id, gaps);
+      if (cfg_.relay) {
+        Inbound in{h, std::move(msg), index};  // the relay declares them downstream too
+        if (!wire_q_->push(in)) break;
+      }
+      continue;
+    }
     if (h.type == wire::FrameType::end_of_stream) {
-      tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+      if (auto why = tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes)); why != wire::DecodeError::ok) {
+        refuse(why);
+        continue;
+      }
       // A relay acknowledges the end once the decompressing side acknowledged its own.
       if (!cfg_.relay) {
         answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections,
@@ -297,6 +337,10 @@ void Receiver::receive_loop(StageThread& t) {
       continue;
     }
     if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
+    if (auto why = tracker_.admit(h.stream_id, h.sequence); why != wire::DecodeError::ok) {
+      refuse(why);
+      continue;
+    }
     tracker_.on_frame(h.stream_id, bytes.size());
     if (track_in_flight_) in_flight_.add(h.stream_id, h.sequence);
     auto now_ns = (Clock::now() - rt_.started).count();
@@ -450,6 +494,7 @@ void Receiver::relay_loop(StageThread& t) {
                  [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
                    for (auto& box : boxes_) box->post(h.stream_id, h.sequence, seqs, h.raw_size);
                  });
+  link.set_gaps(relay_gaps_);
   link.connect();
   auto forward = [&](std::uint32_t stream, std::uint64_t seq, zmq::Message& msg) {
     std::size_t size = msg.bytes().size();
@@ -463,10 +508,11 @@ void Receiver::relay_loop(StageThread& t) {
   };
   // Forwards what is next in order; with `all`, everything held (gaps skipped).
   auto flush = [&](std::uint32_t stream, Order& o, bool all) {
+    o.next = tracker_.past_gaps(stream, o.next);  // declared gone: not waited for
     while (!o.pending.empty() &&
            (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
       auto it = o.pending.begin();
-      o.next = std::max(o.next, it->first + 1);
+      o.next = tracker_.past_gaps(stream, std::max(o.next, it->first + 1));
       zmq::Message m = std::move(it->second);
       std::uint64_t seq = it->first;
       o.pending.erase(it);
@@ -489,6 +535,15 @@ void Receiver::relay_loop(StageThread& t) {
     ScopedTimer busy(st.busy_ns);
     if (h.type == wire::FrameType::resume) {
       link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
+      continue;
+    }
+    if (h.type == wire::FrameType::gap) {
+      auto gaps = wire::decode_gaps(in->msg.bytes());
+      if (!relay_gaps_->add(h.stream_id, gaps)) {
+        throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
+                                 std::to_string(wire::kMaxGapRecords) + " separate gaps");
+      }
+      link.serve(0);  // declared downstream before the chunks after them
       continue;
     }
     if (h.type == wire::FrameType::metadata) {

@@ -115,6 +115,10 @@ class Sender {
   // learns there what to skip).
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
   std::unique_ptr<StreamState> state_;  // the acknowledged record on the node (state_dir)
+  std::unique_ptr<TakenRecord> taken_;  // a live source's: how many chunks its senders took
+  std::shared_ptr<GapBook> gap_book_ = std::make_shared<GapBook>();
+  std::uint64_t declared_at_start_ = 0;  // chunks of earlier senders declared missing
+  std::uint64_t start_live();
   std::uint64_t state_floor_ = 0;       // what an earlier sender recorded
   void save_state();
   std::optional<CurveSetup> curve_;
@@ -170,14 +174,9 @@ void Sender::source_loop(StageThread& t) {
       produced_chunks_ = seq;
       continue;
     }
-    if (!source_->replays() && seq == 0 && ledger_->end(stream) > 0) {
-      // A live source cannot replay: number on after what the receiver has; what the previous
-      // sender had in flight is reported missing by the receiver.
-      for (std::uint64_t s = 0; s < ledger_->end(stream); ++s) wire_q_->skip(s);
-      seq = ledger_->end(stream);
+    if (!source_->replays() && seq == 0) {
+      seq = start_live();
       c.seq = seq;
-      log_line("resuming a zmq source at chunk " + std::to_string(seq) +
-               "; unacknowledged chunks of the previous sender are lost");
     }
     // Paced from the first chunk this sender sends: skipped ones take no time.
     if (interval_s > 0) {
@@ -190,6 +189,8 @@ void Sender::source_loop(StageThread& t) {
                                                      std::chrono::duration<double>((seq - *paced_from) * interval_s)));
     }
     if (!source_->read(c, st, stop)) break;
+    // Counted taken before it enters the pipeline: if this sender dies, the next one knows.
+    if (taken_) taken_->taken(seq + 1);
     const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
     const std::size_t raw = c.as_is ? c.raw_size : size;
     {
@@ -203,6 +204,47 @@ void Sender::source_loop(StageThread& t) {
     produced_chunks_ = seq;
     t.observe();
   }
+}
+
+// A live source cannot replay. Its sender numbers on after every chunk an earlier sender of the
+// stream took (its taken record) or the receiver has, and declares what earlier senders took and
+// never had acknowledged as a gap: the receiver counts those chunks missing and names them.
+std::uint64_t Sender::start_live() {
+  const std::uint32_t stream = cfg_.stream_id;
+  auto [floor, above] = ledger_->snapshot(stream);
+  std::uint64_t start = ledger_->end(stream);
+  const auto earlier = taken_ ? taken_->earlier() : std::nullopt;
+  if (earlier) start = std::max(start, earlier->at_most);
+  if (start == 0) return 0;
+  const auto reason = earlier && !earlier->exact ? wire::GapReason::sender_restarted_bound : wire::GapReason::sender_restarted;
+  std::vector<wire::Gap> gaps;
+  std::uint64_t at = floor;
+  for (auto q : above) {  // ascending
+    if (q >= start) break;
+    if (q > at) gaps.push_back({at, q, reason});
+    at = q + 1;
+  }
+  if (at < start) gaps.push_back({at, start, reason});
+  wire_q_->start_at(start);
+  std::uint64_t missing = 0;
+  for (const auto& g : gaps) missing += g.size();
+  if (!earlier && missing > 0) {
+    // No record of what the earlier sender took: the gap is what the receiver has not, below what
+    // it has; chunks the earlier sender held above that are not known to anyone.
+    log_line("resuming a live source at chunk " + std::to_string(start) + " without a state_dir: chunks an "
+             "earlier sender took after chunk " + std::to_string(start - 1) + " are not known to anyone");
+  }
+  if (!gaps.empty()) {
+    if (!gap_book_->add(stream, gaps)) throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) + " separate gaps in stream " + std::to_string(stream));
+    ledger_->settle(stream, gaps);
+  }
+  declared_at_start_ = missing;
+  log_line("resuming a live source at chunk " + std::to_string(start) + ": " + std::to_string(missing) +
+           " chunks an earlier sender took were never acknowledged; declared missing" +
+           (reason == wire::GapReason::sender_restarted_bound ? " (at most; the node restarted since it counted them)" : "") +
+           (gaps.empty() ? std::string() : ", first " + std::to_string(gaps.front().first) + ", last " +
+                                               std::to_string(gaps.back().end - 1)));
+  return start;
 }
 
 void Sender::compress_loop(StageThread& t) {
@@ -281,6 +323,8 @@ void Sender::send_loop(StageThread& t) {
     opts.authenticate_only = curve_->authenticate_only;
   }
   AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
+  link.set_gaps(gap_book_);
+  std::uint64_t gaps_seen = gap_book_->version();
   struct Count {  // the link's counters into the sender's, however the thread ends
     AckedLink& l;
     Sender& s;
@@ -320,6 +364,10 @@ void Sender::send_loop(StageThread& t) {
     c->header.connection = static_cast<std::uint16_t>(index);
     c->seal();
     const std::size_t size = c->buffer->size;
+    if (gap_book_->version() != gaps_seen) {
+      gaps_seen = gap_book_->version();
+      link.serve(0);  // a gap declared meanwhile goes out before the chunks after it
+    }
     {
       ScopedTimer wait(st.blocked_output_ns);
       Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
@@ -414,6 +462,13 @@ void Sender::spill_loop() {
       if (!unspill(pool, true) || !send_q_->push(*c)) return;
       continue;
     }
+    // Declared: the receiver counts it missing and names it, and does not wait for it.
+    const wire::Gap gap{c->header.sequence, c->header.sequence + 1, wire::GapReason::spill_full};
+    if (!gap_book_->add(cfg_.stream_id, {&gap, 1})) {
+      throw std::runtime_error("spill: more than " + std::to_string(wire::kMaxGapRecords) +
+                               " separate runs of chunks refused by the full spill");
+    }
+    ledger_->settle(cfg_.stream_id, {&gap, 1});
     if (spill_lost_++ == 0) {
       log_line("spill: full (" + std::to_string(spill_->disk_bytes()) + " of " + std::to_string(spill_->max_bytes()) +
                " bytes in " + spill_->dir() + "): chunk " + std::to_string(c->header.sequence) +
@@ -473,7 +528,7 @@ std::string Sender::metrics_text() {
 
 void Sender::save_state() {
   auto [floor, above] = ledger_->snapshot(cfg_.stream_id);
-  state_->save(floor, above);
+  state_->save(floor, above, gap_book_->of(cfg_.stream_id));
 }
 
 RunResult Sender::run(const RunHooks& hooks) {
@@ -484,6 +539,12 @@ RunResult Sender::run(const RunHooks& hooks) {
     if (auto rec = state_->load()) {
       ledger_->merge(cfg_.stream_id, rec->first, rec->second);
       state_floor_ = rec->first;
+      // Gaps earlier senders declared go to the receiver again: one that restarted learns them.
+      const auto gaps = state_->gaps();
+      if (!gaps.empty()) {
+        gap_book_->add(cfg_.stream_id, gaps);
+        ledger_->settle(cfg_.stream_id, gaps);
+      }
       log_line("state " + state_->path() + ": an earlier sender recorded " +
                std::to_string(ledger_->acknowledged(cfg_.stream_id)) + " acknowledged chunks");
     }
@@ -495,6 +556,14 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   prepare_source();
+  if (state_ && !source_->replays()) {
+    taken_ = std::make_unique<TakenRecord>(cfg_.state_dir, cfg_.stream_id);
+    if (auto e = taken_->earlier()) {
+      log_line("state " + taken_->path() + ": earlier senders took " +
+               (e->exact ? std::to_string(e->taken) : "at most " + std::to_string(e->at_most)) +
+               " chunks from the live source");
+    }
+  }
   const int compressors = rt_.threads(Stage::compress);
   const int senders = rt_.threads(Stage::send);
   spares_ = cfg_.adaptive ? senders : 0;
@@ -635,7 +704,11 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"codec", codec_name(cfg_.codec)},
       {"curve", curve_.has_value()},
       {"chunks", sent_chunks_.load()},
-      {"acknowledged", ledger_->acknowledged(cfg_.stream_id)},
+      // Settled = acknowledged or declared missing; the declared ones are not acknowledged.
+      {"acknowledged", ledger_->acknowledged(cfg_.stream_id) -
+                           std::min(ledger_->acknowledged(cfg_.stream_id), gap_book_->chunks(cfg_.stream_id))},
+      {"declared_missing", gap_book_->chunks(cfg_.stream_id)},
+      {"declared_missing_from_earlier_senders", declared_at_start_},
       {"skipped_acknowledged", skipped_chunks_},
       {"state_floor", state_floor_},
       {"retransmitted", retransmitted_.load()},

@@ -207,12 +207,23 @@ class FileSink final : public Sink {
     drain();
     std::vector<std::string> incomplete;
     auto totals = tracker_.streams_json();
+    std::string failed;
     for (auto& [id, o] : outs_) {
-      ::fsync(o.fd);
-      ::close(o.fd);
+      const std::string part = stream_path(cfg_.sink.path, id) + ".part";
+      // A file is complete only when it is on the disk: a failed fsync or close (a full or
+      // failing filesystem, an NFS server gone) keeps it a .part, and fails the run naming it.
+      std::string error;
+      if (::fsync(o.fd) != 0) error = "fsync " + part + ": " + std::strerror(errno);
+      if (::close(o.fd) != 0 && error.empty()) error = "close " + part + ": " + std::strerror(errno);
       o.fd = -1;
-      ::close(o.index_fd);
+      if (::close(o.index_fd) != 0 && error.empty()) error = "close " + part + ".idx: " + std::strerror(errno);
       o.index_fd = -1;
+      if (!error.empty()) {
+        log_line("file sink: " + error);
+        if (failed.empty()) failed = "file sink: " + error;
+        incomplete.push_back(part);
+        continue;
+      }
       bool good = false;
       for (const auto& s : totals) {
         if (s["stream_id"] == id) {
@@ -221,12 +232,16 @@ class FileSink final : public Sink {
         }
       }
       std::string final_path = stream_path(cfg_.sink.path, id);
-      if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) {
-        ::unlink((final_path + ".part.idx").c_str());
-        continue;
+      if (good) {
+        if (::rename(part.c_str(), final_path.c_str()) == 0) {
+          ::unlink((part + ".idx").c_str());
+          continue;
+        }
+        if (failed.empty()) failed = "file sink: rename " + part + ": " + std::strerror(errno);
       }
-      incomplete.push_back(final_path + ".part");
+      incomplete.push_back(part);
     }
+    if (!failed.empty()) throw std::runtime_error(failed);
     return incomplete;
   }
 
@@ -299,6 +314,8 @@ class FileSink final : public Sink {
   }
 
   void flush(std::uint32_t stream, Out& o) {
+    // Chunks a sender declared gone are not waited for (they are counted missing and named).
+    o.next = tracker_.past_gaps(stream, o.next);
     while (!o.pending.empty() && o.pending.begin()->first == o.next) {
       Chunk c = std::move(o.pending.begin()->second);
       o.pending.erase(o.pending.begin());
@@ -310,7 +327,7 @@ class FileSink final : public Sink {
       write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx");
       o.written.insert(o.next);
       ack_(c.via, stream, o.next);
-      ++o.next;
+      o.next = tracker_.past_gaps(stream, o.next + 1);
     }
   }
 

@@ -50,6 +50,18 @@ std::string_view decode_error_name(DecodeError e) noexcept {
     case DecodeError::size_mismatch: return "size_mismatch";
     case DecodeError::oversized: return "oversized";
     case DecodeError::bad_connection: return "bad_connection";
+    case DecodeError::out_of_window: return "out_of_window";
+    case DecodeError::too_many_streams: return "too_many_streams";
+    case DecodeError::contradicts_stream: return "contradicts_stream";
+  }
+  return "unknown";
+}
+
+std::string_view gap_reason_name(GapReason r) noexcept {
+  switch (r) {
+    case GapReason::sender_restarted: return "sender_restarted";
+    case GapReason::sender_restarted_bound: return "sender_restarted_bound";
+    case GapReason::spill_full: return "spill_full";
   }
   return "unknown";
 }
@@ -89,7 +101,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   if ((flags & 0x0e) != 0 || get<std::uint32_t>(p + 44) != 0) return DecodeError::bad_version;
   std::uint8_t type = get<std::uint8_t>(p + 5);
   if (type < static_cast<std::uint8_t>(FrameType::data) ||
-      type > static_cast<std::uint8_t>(FrameType::metadata)) {
+      type > static_cast<std::uint8_t>(FrameType::gap)) {
     return DecodeError::bad_type;
   }
   std::uint8_t codec = get<std::uint8_t>(p + 6);
@@ -134,6 +146,21 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     out = h;
     return DecodeError::ok;
   }
+  if (h.type == FrameType::gap) {
+    if (h.payload_size == 0 || h.payload_size % kGapRecord != 0 || h.payload_size / kGapRecord > kMaxGapRecords ||
+        h.raw_size != h.payload_size || h.codec != Codec::none || flags != 0) {
+      return DecodeError::size_mismatch;
+    }
+    if (checksum(m.subspan(kHeaderSize)) != h.checksum) return DecodeError::bad_header_check;
+    // Every record names a non-empty range and a known reason.
+    for (std::size_t off = kHeaderSize; off < m.size(); off += kGapRecord) {
+      const auto first = get<std::uint64_t>(p + off), end = get<std::uint64_t>(p + off + 8);
+      const auto reason = get<std::uint64_t>(p + off + 16);
+      if (end <= first || reason < 1 || reason > 3) return DecodeError::bad_type;
+    }
+    out = h;
+    return DecodeError::ok;
+  }
   if (h.raw_size > max_raw) return DecodeError::oversized;
   if ((h.codec == Codec::bslz4) != (h.element_size != 0)) return DecodeError::bad_codec;
   if (h.codec == Codec::bslz4 &&
@@ -168,6 +195,19 @@ std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uin
   return out;
 }
 
+std::vector<std::vector<std::byte>> encode_acks(FrameType type, std::uint32_t stream, std::uint16_t connection,
+                                                std::uint16_t connections, std::uint64_t floor, std::uint32_t flags,
+                                                std::span<const std::uint64_t> seqs) {
+  std::vector<std::vector<std::byte>> out;
+  std::size_t at = 0;
+  do {
+    const std::size_t n = std::min(seqs.size() - at, kMaxAckEntries);
+    out.push_back(encode_ack(type, stream, connection, connections, floor, flags, seqs.subspan(at, n)));
+    at += n;
+  } while (at < seqs.size());
+  return out;
+}
+
 std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                        std::string_view text) {
   const std::size_t n = std::min(text.size(), kMaxMetadata);
@@ -182,6 +222,37 @@ std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t conne
   h.payload_size = static_cast<std::uint32_t>(n);
   h.checksum = checksum({out.data() + kHeaderSize, n});
   encode_header(h, out.data());
+  return out;
+}
+
+std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                   std::span<const Gap> gaps) {
+  const std::size_t n = std::min(gaps.size(), kMaxGapRecords);
+  std::vector<std::byte> out(kHeaderSize + kGapRecord * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::byte* r = out.data() + kHeaderSize + kGapRecord * i;
+    put<std::uint64_t>(r, gaps[i].first);
+    put<std::uint64_t>(r + 8, gaps[i].end);
+    put<std::uint64_t>(r + 16, static_cast<std::uint64_t>(gaps[i].reason));
+  }
+  Header h;
+  h.type = FrameType::gap;
+  h.stream_id = stream;
+  h.connection = connection;
+  h.connections = connections;
+  h.raw_size = static_cast<std::uint32_t>(kGapRecord * n);
+  h.payload_size = h.raw_size;
+  h.checksum = checksum({out.data() + kHeaderSize, kGapRecord * n});
+  encode_header(h, out.data());
+  return out;
+}
+
+std::vector<Gap> decode_gaps(std::span<const std::byte> m) {
+  std::vector<Gap> out((m.size() - kHeaderSize) / kGapRecord);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::byte* r = m.data() + kHeaderSize + kGapRecord * i;
+    out[i] = {get<std::uint64_t>(r), get<std::uint64_t>(r + 8), static_cast<GapReason>(get<std::uint64_t>(r + 16))};
+  }
   return out;
 }
 

@@ -23,8 +23,31 @@ inline constexpr std::size_t kEndOfStreamPayload = 24;
 // the sink has taken).
 // metadata follows every resume frame of a stream (sender to receiver): what its chunks are
 // (pixel type, frame shape) as a small JSON object, for sinks that store frames as frames.
-enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4, metadata = 5 };
+// gap declares chunks that will never be sent (sender to receiver, after every resume frame and
+// whenever the sender learns of new ones): a live source's chunks that an earlier sender took and
+// never had acknowledged, or chunks a full spill refused. A gap is data too: the receiver counts
+// the chunks missing, names them, and never waits for them.
+enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4, metadata = 5, gap = 6 };
 inline constexpr std::size_t kMaxMetadata = 65536;
+
+// Why a gap's chunks will never come (a gap frame's records carry it).
+enum class GapReason : std::uint8_t {
+  sender_restarted = 1,  // a previous sender of a live source took them and never had them acknowledged
+  sender_restarted_bound = 2,  // the same, counted from a record that may be short (its node restarted):
+                               // at most this many
+  spill_full = 3,        // a full spill refused them (a source that cannot wait)
+};
+std::string_view gap_reason_name(GapReason r) noexcept;
+// One declared gap: sequences [first, end).
+struct Gap {
+  std::uint64_t first = 0, end = 0;
+  GapReason reason = GapReason::sender_restarted;
+  std::uint64_t size() const noexcept { return end - first; }
+  bool operator==(const Gap&) const = default;
+};
+// A gap frame's payload: records of 24 bytes (first u64, end u64, reason u64), at most this many.
+inline constexpr std::size_t kGapRecord = 24;
+inline constexpr std::size_t kMaxGapRecords = 1024;
 
 // Ack and resume frames: header.sequence is a floor (every sequence below it is acknowledged)
 // and the payload lists acknowledged sequences at or above the floor, u64 each, at most this many.
@@ -66,8 +89,12 @@ enum class DecodeError : std::uint8_t {
   size_mismatch,     // payload_size disagrees with the message length or the codec
   oversized,         // raw size above the receiver's limit
   bad_connection,    // connection index outside the connection count
+  // Refused by the receiver's record of the stream, after decoding (docs/wire-format.md):
+  out_of_window,     // a sequence, floor or gap beyond the chunks a stream may have in flight
+  too_many_streams,  // a new stream id past the receiver's max_streams
+  contradicts_stream,  // end-of-stream totals below what arrived, or unlike another connection's
 };
-inline constexpr int kDecodeErrorCount = 10;
+inline constexpr int kDecodeErrorCount = 13;
 std::string_view decode_error_name(DecodeError e) noexcept;
 
 void encode_header(const Header& h, std::byte* out) noexcept;  // writes kHeaderSize bytes
@@ -79,6 +106,11 @@ DecodeError decode(std::span<const std::byte> message, std::size_t max_raw, Head
 std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
                                   std::uint16_t connections, std::uint64_t floor,
                                   std::uint32_t flags, std::span<const std::uint64_t> seqs);
+// The same as frames of at most kMaxAckEntries sequences each (at least one frame): a record
+// of any size travels whole, never cut.
+std::vector<std::vector<std::byte>> encode_acks(FrameType type, std::uint32_t stream, std::uint16_t connection,
+                                                std::uint16_t connections, std::uint64_t floor, std::uint32_t flags,
+                                                std::span<const std::uint64_t> seqs);
 // A metadata frame: `text` (at most kMaxMetadata bytes), checksummed.
 std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                        std::string_view text);
@@ -86,6 +118,12 @@ std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t conne
 std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> message);
 // Reads the end-of-stream payload of a message that decode() accepted as end_of_stream.
 EndOfStream decode_end_of_stream(std::span<const std::byte> message) noexcept;
+
+// A gap frame declaring `gaps` (at most kMaxGapRecords), checksummed.
+std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
+                                   std::span<const Gap> gaps);
+// The gaps of a message that decode() accepted as a gap frame.
+std::vector<Gap> decode_gaps(std::span<const std::byte> message);
 
 // XXH3-64 of the raw bytes.
 std::uint64_t checksum(std::span<const std::byte> raw) noexcept;
