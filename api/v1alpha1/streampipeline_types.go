@@ -470,6 +470,15 @@ type Observed struct {
 	ChunksLost int64 `json:"chunksLost"`
 	// ChunksCorrupt failed verification.
 	ChunksCorrupt int64 `json:"chunksCorrupt"`
+	// ChunksDeclaredMissing counts, of chunksLost, those their sender declared gone: chunks a
+	// restarted sender of a live source (a detector) took and never had acknowledged, or chunks a
+	// full spill refused (docs/wire-format.md, "gap").
+	// +optional
+	ChunksDeclaredMissing int64 `json:"chunksDeclaredMissing,omitempty"`
+	// MissingChunks names the last declared gaps (at most 5): stream, chunks and why.
+	// +kubebuilder:validation:MaxItems=5
+	// +optional
+	MissingChunks []string `json:"missingChunks,omitempty"`
 	// SeriesIncomplete counts the Stream V2 series that ended incomplete at the gateway: their
 	// detector went away before the series' end message (docs/stream2.md).
 	// +optional

@@ -241,8 +241,15 @@ func ready(out *conds, f Facts, blocked []blocker) {
 
 func degraded(out *conds, f Facts, blocked []blocker) {
 	if o := f.Observed; o != nil && (o.ChunksLost > 0 || o.ChunksCorrupt > 0) {
-		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonDataLoss,
-			fmt.Sprintf("%d chunks lost and %d corrupt of %d delivered: the data at the sink is incomplete", o.ChunksLost, o.ChunksCorrupt, o.ChunksDelivered))
+		msg := fmt.Sprintf("%d chunks lost and %d corrupt of %d delivered: the data at the sink is incomplete", o.ChunksLost, o.ChunksCorrupt, o.ChunksDelivered)
+		if o.ChunksDeclaredMissing > 0 {
+			// Where they went: a restarted detector sender, a full spill (docs/wire-format.md).
+			msg += fmt.Sprintf("; %d declared missing by their senders", o.ChunksDeclaredMissing)
+			if len(o.MissingChunks) > 0 {
+				msg += ": " + strings.Join(o.MissingChunks, "; ")
+			}
+		}
+		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonDataLoss, msg)
 		return
 	}
 	if o := f.Observed; o != nil && o.SeriesIncomplete > 0 {

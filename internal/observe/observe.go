@@ -80,6 +80,9 @@ type Receiver struct {
 	// last of them (oldest first).
 	SeriesIncomplete float64
 	IncompleteSeries []string
+	// DeclaredMissing: of Lost, the chunks their senders declared gone; Gaps names the last of them.
+	DeclaredMissing float64
+	Gaps            []string
 	// DecompressBytes and DecompressBusy: the raw bytes the decompressing stage produced and the
 	// thread-seconds it worked for them (its measured speed per thread).
 	DecompressBytes, DecompressBusy float64
@@ -90,7 +93,7 @@ type Receiver struct {
 // receiving container, role "relay").
 func FromSamples(samples []Sample) Receiver {
 	var r Receiver
-	var named []string
+	var named, gaps []string
 	for _, s := range samples {
 		if s.Name == "numastream_nic_local" && (s.Labels["role"] == "receive" || s.Labels["role"] == "relay") {
 			if s.Value >= 0 {
@@ -125,6 +128,14 @@ func FromSamples(samples []Sample) Receiver {
 			if s.Labels["stage"] == "decompress" {
 				r.DecompressBusy = s.Value
 			}
+		case "numastream_chunks_declared_missing":
+			r.DeclaredMissing = s.Value
+		case "numastream_gaps_last":
+			order, _ := strconv.Atoi(s.Labels["order"])
+			for len(gaps) <= order {
+				gaps = append(gaps, "")
+			}
+			gaps[order] = s.Labels["gap"]
 		case "numastream_stream2_series_incomplete_last":
 			order, _ := strconv.Atoi(s.Labels["order"])
 			for len(named) <= order {
@@ -136,6 +147,11 @@ func FromSamples(samples []Sample) Receiver {
 	for _, n := range named {
 		if n != "" {
 			r.IncompleteSeries = append(r.IncompleteSeries, n)
+		}
+	}
+	for _, g := range gaps {
+		if g != "" {
+			r.Gaps = append(r.Gaps, g)
 		}
 	}
 	return r
@@ -157,6 +173,9 @@ type exitSummary struct {
 	// Stream V2 series that ended incomplete, and the last of them by name.
 	SeriesIncomplete float64  `json:"stream2_series_incomplete"`
 	IncompleteSeries []string `json:"stream2_series_incomplete_last"`
+	// Chunks their senders declared gone, and the last declared gaps by name.
+	DeclaredMissing float64  `json:"declared_missing"`
+	Gaps            []string `json:"gaps_last"`
 }
 
 // exited reads a gateway pod whose verifying container has exited: its counts and the run's
@@ -177,7 +196,7 @@ func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
 		return Receiver{}, 0, 0, false
 	}
 	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, DeliveredBefore: v.Before, Lost: v.Lost, Corrupt: v.Corrupt,
-		SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries}
+		SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries, DeclaredMissing: v.DeclaredMissing, Gaps: v.Gaps}
 	if rx, ok := summaries[render.ReceiveContainer]; ok && rx.NICLocal != nil {
 		r.NICLocal = rx.NICLocal
 	}
@@ -354,6 +373,8 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		total.Corrupt += r.Corrupt
 		total.SeriesIncomplete += r.SeriesIncomplete
 		total.IncompleteSeries = append(total.IncompleteSeries, r.IncompleteSeries...)
+		total.DeclaredMissing += r.DeclaredMissing
+		total.Gaps = append(total.Gaps, r.Gaps...)
 		if r.NICLocal != nil {
 			anyKnown = true
 			allLocal = allLocal && *r.NICLocal
@@ -396,6 +417,10 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
 	obs.SeriesIncomplete = int64(total.SeriesIncomplete)
+	obs.ChunksDeclaredMissing = int64(total.DeclaredMissing)
+	if n := len(total.Gaps); n > 0 {
+		obs.MissingChunks = total.Gaps[max(0, n-5):]
+	}
 	if n := len(total.IncompleteSeries); n > 0 {
 		obs.IncompleteSeries = total.IncompleteSeries[max(0, n-5):]
 	}

@@ -66,6 +66,15 @@ func TestIncompleteSeriesAreReadWithTheirNames(t *testing.T) {
 	}
 }
 
+// testdata/receiver-spill-gap-metrics.txt is what a real gateway served while its sender's full
+// spill refused chunks 20-140 of a paced source (and declared them, reason spill_full).
+func TestDeclaredGapsAreReadWithTheirNames(t *testing.T) {
+	r := FromSamples(parseFile(t, "testdata/receiver-spill-gap-metrics.txt"))
+	if r.Lost != 135 || r.DeclaredMissing != 121 || len(r.Gaps) != 1 || r.Gaps[0] != "stream 0: chunks 20-140 (spill_full)" {
+		t.Fatalf("lost %v, declared %v, gaps %q", r.Lost, r.DeclaredMissing, r.Gaps)
+	}
+}
+
 func TestParseRejectsMalformedLines(t *testing.T) {
 	for _, bad := range []string{"novalue", `m{a="x" 1`, `m{a=x} 1`, "m{} abc"} {
 		if _, err := Parse(strings.NewReader(bad + "\n")); err == nil {

@@ -609,6 +609,17 @@ std::string Receiver::metrics_text() {
   out += "# HELP numastream_chunks_lost Chunks missing: announced by the sender (or below the "
          "highest sequence seen) and not delivered.\n# TYPE numastream_chunks_lost gauge\n";
   metric(out, "numastream_chunks_lost", r, static_cast<double>(t.lost));
+  out += "# HELP numastream_chunks_declared_missing Of the chunks lost, those their sender declared gone (a "
+         "restarted sender of a live source, a full spill).\n# TYPE numastream_chunks_declared_missing gauge\n";
+  metric(out, "numastream_chunks_declared_missing", r, static_cast<double>(t.declared_missing));
+  out += "# HELP numastream_gaps_last The last declared gaps (at most 5): stream, chunks and why.\n"
+         "# TYPE numastream_gaps_last gauge\n";
+  {
+    const auto gaps = tracker_.last_gaps(5);
+    for (std::size_t i = 0; i < gaps.size(); ++i) {
+      metric(out, "numastream_gaps_last", r + ",order=\"" + std::to_string(i) + "\",gap=\"" + label(gaps[i]) + "\"", 1);
+    }
+  }
   out += "# TYPE numastream_chunks_corrupt_total counter\n";
   metric(out, "numastream_chunks_corrupt_total", r, static_cast<double>(t.corrupt));
   out += "# TYPE numastream_chunks_duplicate_total counter\n";
@@ -888,6 +899,9 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"wire_bytes", t.wire_bytes},
                     {"ratio", wire > 0 ? raw / wire : 0},
                     {"lost", t.lost},
+                    {"declared_missing", t.declared_missing},
+                    {"lost_is_bound", t.bounded},
+                    {"gaps_last", tracker_.last_gaps(5)},
                     {"corrupt", t.corrupt},
                     {"duplicates", t.duplicates},
                     {"malformed", malformed},

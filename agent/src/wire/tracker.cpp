@@ -271,6 +271,20 @@ std::optional<wire::EndOfStream> StreamTracker::end_of_stream(std::uint32_t stre
   return it->second.eos;
 }
 
+std::vector<std::string> StreamTracker::last_gaps(std::size_t n) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [id, s] : streams_) {
+    for (const auto& g : s.gaps) {
+      out.push_back("stream " + std::to_string(id) + ": chunks " + std::to_string(g.first) +
+                    (g.size() > 1 ? "-" + std::to_string(g.end - 1) : std::string()) + " (" +
+                    std::string(wire::gap_reason_name(g.reason)) + ")");
+    }
+  }
+  if (out.size() > n) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(n));
+  return out;
+}
+
 std::vector<wire::Gap> StreamTracker::gaps(std::uint32_t stream) const {
   std::lock_guard lock(mu_);
   auto it = streams_.find(stream);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -82,6 +83,9 @@ class StreamTracker {
   // Per stream: counts, completion, the missing sequence ranges (first `max_ranges`) and the
   // declared gaps with their reasons.
   nlohmann::json streams_json(std::size_t max_ranges = 32) const;
+  // The last `n` declared gaps over every stream, named for people ("stream 3: chunks 116-145
+  // (sender_restarted)"), highest stream and sequence last.
+  std::vector<std::string> last_gaps(std::size_t n) const;
   // The declared gaps of a stream, ascending.
   std::vector<wire::Gap> gaps(std::uint32_t stream) const;
   // The EOS totals of a stream, once known.
