@@ -221,6 +221,34 @@ class SeriesIntoHdf5(unittest.TestCase):
         with h5py.File(part, "r") as f:  # what did arrive is readable
             self.assertEqual(f["/entry/data/threshold_1"].shape[0], series["images"])
 
+    def test_image_ids_the_detector_never_sent_are_named_and_the_series_is_not_published(self):
+        # Every message numastream carried arrives (its own sequence has no hole), but the detector
+        # never sent images 5-7 of 20: the series' own numbering says so.
+        sink = os.path.join(self.tmp, "holes.h5")
+        run = Series(self.tmp, ["--synthetic", "--images", "20", "--shape", "64x96", "--drop-images", "5-7"], sink)
+        part = os.path.join(self.tmp, "holes_series_1.h5.part")
+        tx_rc, rx_rc, sent, received = run.stop(until=lambda: any("holes_series_1" in f for f in os.listdir(self.tmp))
+                                                and received_all(run), timeout=30)
+        log = run.log()
+        self.assertEqual(received.get("lost"), 0, log)
+        self.assertNotEqual(rx_rc, 0, "a series with images missing fails the gateway's run:\n" + log)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "holes_series_1.h5")), "never published as complete")
+        series = received["stream2_series"][0]
+        self.assertFalse(series["complete"], log)
+        self.assertEqual(series["images"], 17, log)
+        self.assertIn("image ids 5-7 missing (3 of 20)", series["lacks"], log)
+        self.assertIn("image ids 5-7 missing", received["stream2_series_incomplete_last"][0], log)
+        with h5py.File(part, "r") as f:  # the file itself says what it lacks
+            self.assertIn("image ids 5-7 missing (3 of 20)", f["/entry"].attrs["incomplete"])
+            self.assertEqual(f["/entry/data/threshold_1"].shape[0], 20)
+
+
+def received_all(run):
+    """The gateway's log says the series ended (complete or not)."""
+    run.logs["receive"].flush()
+    with open(run.logs["receive"].name) as f:
+        return "INCOMPLETE" in f.read()
+
 
 if __name__ == "__main__":
     unittest.main()

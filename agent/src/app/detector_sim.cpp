@@ -45,7 +45,8 @@ constexpr const char* kUsage =
     "                 uint16), --channels a,b,... (default threshold_1), --compression bslz4|lz4\n"
     "                 (default bslz4), --seed S (default 7). Pixels of image i, channel c:\n"
     "                 projection i + 5c of `numastream-agent synth --frames IMAGES+5(CHANNELS-1)`\n"
-    "                 with that seed and shape (16-bit counts, capped at 255 for uint8)\n"
+    "                 with that seed and shape (16-bit counts, capped at 255 for uint8);\n"
+    "                 --drop-images A-B never sends those image ids (the series ends normally)\n"
     "  --series N     send the series N times (default 1)\n"
     "  --start        begin each series with a start message of our own (series id and unique id\n"
     "                 from the first recorded message that has them)\n"
@@ -64,6 +65,9 @@ std::vector<std::byte> read_file(const fs::path& p) {
 
 struct Synthetic {
   std::uint64_t images = 10, seed = 7;
+  // --drop-images A-B: image ids the detector never sends (its own buffer overran, or they were
+  // lost in ZeroMQ on the way to a sender that died); the series still ends normally.
+  std::uint64_t drop_first = 1, drop_last = 0;
   std::vector<std::uint64_t> dims = {514, 1030};
   std::string dtype = "uint16";
   std::vector<std::string> channels = {"threshold_1"};
@@ -131,6 +135,7 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
   out.push_back(stream2::build_start(info));
   bslz4::Workspace ws;
   for (std::uint64_t i = 0; i < syn.images; ++i) {
+    if (i >= syn.drop_first && i <= syn.drop_last) continue;
     std::vector<std::vector<std::byte>> frames;
     std::vector<stream2::ChannelPixels> channels;
     for (std::size_t c = 0; c < syn.channels.size(); ++c) {
@@ -220,6 +225,12 @@ int run_detector_sim(const std::vector<std::string>& args) {
       synthetic = true;
     } else if (args[i] == "--images") {
       syn.images = std::stoull(value("--images"));
+    } else if (args[i] == "--drop-images") {
+      const auto parts = split(value("--drop-images"), '-');
+      if (parts.empty() || parts.size() > 2) throw ConfigError("--drop-images", "must be ID or FIRST-LAST (got " + args[i] + ")");
+      syn.drop_first = std::stoull(parts[0]);
+      syn.drop_last = std::stoull(parts.back());
+      if (syn.drop_last < syn.drop_first) throw ConfigError("--drop-images", "FIRST-LAST with FIRST <= LAST");
     } else if (args[i] == "--seed") {
       syn.seed = std::stoull(value("--seed"));
     } else if (args[i] == "--shape") {

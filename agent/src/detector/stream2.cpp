@@ -144,6 +144,9 @@ std::optional<Message> parse(std::span<const std::byte> bytes, std::string& erro
     } else if (*key == "image_id") {
       image_id = unsigned_int(pairs[i].value);
       if (!image_id) error = "field image_id is not an unsigned integer";
+    } else if (*key == "number_of_images") {
+      m.number_of_images = unsigned_int(pairs[i].value);
+      if (!m.number_of_images) error = "field number_of_images is not an unsigned integer";
     } else if (*key == kOurs && cbor_isa_map(pairs[i].value) && cbor_map_is_definite(pairs[i].value)) {
       const cbor_pair* ours = cbor_map_handle(pairs[i].value);
       for (std::size_t j = 0; j < cbor_map_size(pairs[i].value); ++j) {

@@ -22,6 +22,9 @@ struct Message {
   std::uint64_t series_id = 0;
   std::string series_unique_id;
   std::uint64_t image_id = 0;  // image messages
+  // Start messages: the images the series will have (ids 0 .. number_of_images - 1), when the
+  // detector says.
+  std::optional<std::uint64_t> number_of_images;
   // An end message numastream's sender made for a series its detector left unfinished
   // (build_end with a reason): why the series is incomplete. Empty otherwise.
   std::string incomplete;

@@ -54,6 +54,7 @@ class SeriesSink {
     switch (m->type) {
       case stream2::Type::start:
         s.start_seq = h.sequence;
+        s.number_of_images = m->number_of_images;
         for (const auto& skipped : s.file->write_start(bytes, m->series_id, m->series_unique_id)) {
           log_line("hdf5 sink: series " + s.name + ": start field " + skipped + " not stored (no HDF5 form)");
         }
@@ -71,9 +72,13 @@ class SeriesSink {
     st.bytes_out += bytes.size();
     ack_(c.via, h.stream_id, h.sequence);
     if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) {
+      // Every message numastream carried is here; the detector's own numbering says whether every
+      // image is (frames a detector queued for a sender that died never got a sequence).
+      if (s.incomplete.empty()) s.incomplete = missing_images(s);
       if (s.incomplete.empty()) {
         publish(key);
       } else {
+        s.file->mark_missing(s.incomplete);
         give_up(key);
       }
     }
@@ -83,7 +88,6 @@ class SeriesSink {
   std::vector<std::string> finish() {
     std::vector<std::string> incomplete = given_up_;
     for (auto& [key, s] : open_) {
-      s.file->close();
       std::string lacks;
       if (!s.start_seq) lacks = "no start message";
       if (!s.end_seq) lacks += std::string(lacks.empty() ? "" : ", ") + "no end message";
@@ -91,6 +95,13 @@ class SeriesSink {
         lacks = std::to_string(*s.end_seq - *s.start_seq + 1 - s.seqs.size()) + " of " +
                 std::to_string(*s.end_seq - *s.start_seq + 1) + " messages missing";
       }
+      if (const std::string images = missing_images(s); !images.empty()) lacks += "; " + images;
+      try {
+        s.file->mark_missing(lacks);
+      } catch (const std::exception& e) {
+        log_line(std::string("hdf5 sink: ") + e.what());
+      }
+      s.file->close();
       incomplete.push_back(s.path + ".part (series " + s.name + ": " + lacks + ", " + std::to_string(s.images) +
                            " images written)");
       done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path + ".part"},
@@ -115,8 +126,50 @@ class SeriesSink {
     std::optional<std::uint64_t> start_seq, end_seq;
     std::set<std::uint64_t> seqs;
     std::uint64_t images = 0;
-    std::string incomplete;  // why, from the sender's end message
+    std::string incomplete;  // why, from the sender's end message, or the image ids missing
+    std::optional<std::uint64_t> number_of_images;  // as the start message says
   };
+
+  // The image ids a series lacks, named ("image ids 12-40, 77 missing (30 of 100)"), from the
+  // start message's number_of_images and the ids written (any channel); empty when none.
+  static std::string missing_images(const Series& s) {
+    if (!s.number_of_images) return {};
+    std::set<std::uint64_t> ids;
+    for (const auto& [channel, written] : s.file->images()) ids.insert(written.begin(), written.end());
+    const std::uint64_t n = *s.number_of_images;
+    std::string out;
+    std::uint64_t missing = 0;
+    int ranges = 0;
+    for (std::uint64_t id = 0; id < n;) {
+      auto next = ids.lower_bound(id);
+      if (next != ids.end() && *next == id) {
+        // Skip the run of ids present.
+        while (next != ids.end() && *next == id && id < n) {
+          ++next;
+          ++id;
+        }
+        continue;
+      }
+      const std::uint64_t last = std::min(n, next == ids.end() ? n : *next) - 1;
+      missing += last - id + 1;
+      if (ranges++ < 16) {
+        out += (out.empty() ? "" : ", ") + std::to_string(id) + (last > id ? "-" + std::to_string(last) : "");
+      }
+      id = last + 1;
+    }
+    if (ranges > 16) out += ", ...";
+    const auto beyond = static_cast<std::uint64_t>(std::distance(ids.lower_bound(n), ids.end()));
+    if (missing == 0 && beyond == 0) return {};
+    std::string text;
+    if (missing > 0) {
+      text = "image ids " + out + " missing (" + std::to_string(missing) + " of " + std::to_string(n) + ")";
+    }
+    if (beyond > 0) {
+      text += (text.empty() ? "" : "; ") + std::to_string(beyond) + " images with ids past number_of_images " +
+              std::to_string(n);
+    }
+    return text;
+  }
 
   static bool exists(const std::string& p) {
     struct stat sb;

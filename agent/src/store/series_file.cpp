@@ -248,6 +248,15 @@ void SeriesFile::write_image(std::span<const std::byte> message, std::uint64_t i
   if (!ok) throw std::runtime_error(path_ + ": image " + std::to_string(image_id) + ": " + error);
 }
 
+void SeriesFile::mark_missing(const std::string& missing) {
+  if (file_ < 0) return;
+  hid_t entry = H5Gopen2(file_, "/entry", H5P_DEFAULT);
+  if (entry < 0) fail(path_, "open /entry");
+  if (H5Aexists(entry, "incomplete") > 0) H5Adelete(entry, "incomplete");
+  text_attribute(entry, "incomplete", missing, path_);
+  H5Gclose(entry);
+}
+
 void SeriesFile::close() {
   for (auto& [name, c] : channels_) {
     if (c.dset >= 0) H5Dclose(c.dset);

@@ -39,6 +39,10 @@ class SeriesFile {
   void write_image(std::span<const std::byte> message, std::uint64_t image_id);
   // Images written, per channel.
   const std::map<std::string, std::set<std::uint64_t>>& images() const noexcept { return written_; }
+  // Marks the file as not complete: /entry attribute `incomplete` says what it lacks (e.g. "image
+  // ids 12-40, 77 missing (30 of 100)") or why its detector left it unfinished; what a reader
+  // checks before trusting a .part series file.
+  void mark_missing(const std::string& missing);
   void close();
 
  private:
