@@ -152,6 +152,42 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
             for i in range(40):
                 np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
 
+    def test_a_gateway_killed_mid_stream_keeps_every_frame_it_acknowledged(self):
+        # SIGKILL, not a drain: the sink acknowledges only frames it has flushed to the file, so the
+        # file opens again and a restarted gateway resumes it; nothing acknowledged is lost.
+        chunk = 2 * 256 * 512
+        port = free_port()
+        common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(chunk)]
+        out = f"{self.tmp}/killed.h5"
+        rx_args = [AGENT, "receive", *common, "--sink", "hdf5", "--sink-path", out, "--idle-timeout", "0"]
+        rx1 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", "60", "--rate-gbps", "0.05",
+                               "--set", "source.shape=[256,512]"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.2)
+        rx1.send_signal(signal.SIGKILL)
+        rx1.communicate(timeout=60)
+        self.assertEqual(rx1.returncode, -signal.SIGKILL)
+        self.assertTrue(os.path.exists(out + ".part"))
+        rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tx_out, tx_err = tx.communicate(timeout=120)
+        out2, err2 = rx2.communicate(timeout=120)
+        self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
+        second = json.loads(out2.strip().splitlines()[-1])
+        self.assertIn("hdf5 sink: resuming", err2)
+        self.assertGreater(second["delivered_before"], 0, err2)
+        self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
+        self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
+        subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(chunk), "--frames", "4"],
+                       check=True)
+        src = np.fromfile(f"{self.tmp}/src.raw", dtype="<u2").reshape(4, 256, 512)
+        with h5py.File(out, "r") as f:
+            d = f["/exchange/data"]
+            self.assertEqual(d.shape, (60, 256, 512))
+            for i in range(60):
+                np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
+
     def test_a_dataset_that_is_not_frames_is_refused_naming_it(self):
         src = f"{self.tmp}/bad.h5"
         with h5py.File(src, "w") as f:

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,13 +47,24 @@ class Hdf5Sink final : public Sink {
     hdf5::Writer& w = open(h);
     if (!w.written().count(h.sequence)) {
       w.write_frame(h.sequence, c.payload(), h.codec == Codec::bslz4 ? hdf5::Stored::bslz4 : hdf5::Stored::raw);
+      dirty_.insert(h.stream_id);
     }
-    ack_(c.via, h.stream_id, h.sequence);
+    // Acknowledged once the file holds it: after the next flush (a killed gateway's file then
+    // opens again with every acknowledged frame in it).
+    unflushed_.push_back({c.via, h.stream_id, h.sequence});
+    if (unflushed_.size() >= kFlushEvery) flush_and_acknowledge();
   }
+  void idle(StageStats& st) override {
+    if (series_) return series_->idle(st);
+    ScopedTimer busy(st.busy_ns);
+    flush_and_acknowledge();
+  }
+  void drain(StageStats& st) override { idle(st); }
 
   // Closes every file; publishes the complete ones. Returns those left incomplete.
   std::vector<std::string> finish() override {
     if (series_) return series_->finish();
+    flush_and_acknowledge();
     std::vector<std::string> incomplete;
     auto totals = tracker_.streams_json();
     for (auto& [id, w] : outs_) {
@@ -81,6 +93,21 @@ class Hdf5Sink final : public Sink {
   }
 
  private:
+  // Frames written since the last flush, acknowledged by the next one. At most this many: the
+  // senders' windows allow more in flight, and the sink thread also flushes whenever it waits.
+  static constexpr std::size_t kFlushEvery = 32;
+  struct Unflushed {
+    int via;
+    std::uint32_t stream;
+    std::uint64_t seq;
+  };
+  void flush_and_acknowledge() {
+    for (auto id : dirty_) outs_.at(id)->flush();
+    dirty_.clear();
+    for (const auto& u : unflushed_) ack_(u.via, u.stream, u.seq);
+    unflushed_.clear();
+  }
+
   // A stream of Stream V2 messages (its sender reads a stream2 source): one file per series.
   bool carries_series(std::uint32_t stream) const {
     auto meta = nlohmann::json::parse(metadata_(stream), nullptr, false);
@@ -122,6 +149,8 @@ class Hdf5Sink final : public Sink {
   AckFn ack_;
   MetadataFn metadata_;
   std::map<std::uint32_t, std::unique_ptr<hdf5::Writer>> outs_;
+  std::set<std::uint32_t> dirty_;
+  std::vector<Unflushed> unflushed_;
   std::unique_ptr<SeriesSink> series_;
 };
 

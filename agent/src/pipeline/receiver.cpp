@@ -584,8 +584,17 @@ void Receiver::sink_loop(StageThread& t) {
   StageStats& st = t.stats;
   sink_->start();
   while (true) {
-    std::optional<Chunk> c = t.next(*sink_q_);
-    if (!c) break;
+    bool done = false;
+    std::optional<Chunk> c;
+    {
+      ScopedTimer wait(st.blocked_input_ns);
+      c = sink_q_->pop_for(std::chrono::milliseconds(20), done);
+    }
+    if (!c) {
+      if (done) break;
+      sink_->idle(st);
+      continue;
+    }
     sink_->put(std::move(*c), st);
   }
   if (!rt_.aborted()) sink_->drain(st);

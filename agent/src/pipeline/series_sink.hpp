@@ -48,7 +48,7 @@ class SeriesSink {
     const Key key{m->series_id, m->series_unique_id};
     Series& s = series(key);
     if (!s.seqs.insert(h.sequence).second) {  // a retransmission of a message already written
-      ack_(c.via, h.stream_id, h.sequence);
+      unflushed_.push_back({c.via, h.stream_id, h.sequence});
       return;
     }
     switch (m->type) {
@@ -70,7 +70,9 @@ class SeriesSink {
     }
     st.chunks++;
     st.bytes_out += bytes.size();
-    ack_(c.via, h.stream_id, h.sequence);
+    // Acknowledged once flushed to the file (or the file closed).
+    unflushed_.push_back({c.via, h.stream_id, h.sequence});
+    if (unflushed_.size() >= kFlushEvery) flush_and_acknowledge();
     if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) {
       // Every message numastream carried is here; the detector's own numbering says whether every
       // image is (frames a detector queued for a sender that died never got a sequence).
@@ -81,11 +83,19 @@ class SeriesSink {
         s.file->mark_missing(s.incomplete);
         give_up(key);
       }
+      flush_and_acknowledge();  // its file is closed: what it holds is in it
     }
+  }
+
+  // Nothing came for a moment: what is written is flushed and acknowledged.
+  void idle(StageStats& st) {
+    ScopedTimer busy(st.busy_ns);
+    flush_and_acknowledge();
   }
 
   // Series still open: their files stay .part; returns them with what they lack.
   std::vector<std::string> finish() {
+    flush_and_acknowledge();
     std::vector<std::string> incomplete = given_up_;
     for (auto& [key, s] : open_) {
       std::string lacks;
@@ -119,6 +129,18 @@ class SeriesSink {
   void write_metrics(std::string& out, const std::string& labels) const { incomplete_.write_metrics(out, labels); }
 
  private:
+  static constexpr std::size_t kFlushEvery = 32;
+  struct Unflushed {
+    int via;
+    std::uint32_t stream;
+    std::uint64_t seq;
+  };
+  void flush_and_acknowledge() {
+    for (auto& [key, s] : open_) s.file->flush();
+    for (const auto& u : unflushed_) ack_(u.via, u.stream, u.seq);
+    unflushed_.clear();
+  }
+
   using Key = std::pair<std::uint64_t, std::string>;  // series_id, series_unique_id
   struct Series {
     std::string name, path;
@@ -237,6 +259,7 @@ class SeriesSink {
 
   std::string pattern_;
   AckFn ack_;
+  std::vector<Unflushed> unflushed_;  // written, not yet flushed: acknowledged by the next flush
   std::map<Key, Series> open_;
   nlohmann::json done_ = nlohmann::json::array();
   std::vector<std::string> given_up_;

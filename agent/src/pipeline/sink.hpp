@@ -88,6 +88,9 @@ class Sink {
   virtual void put(Chunk c, StageStats& st) = 0;
   // No more chunks come; the senders still read acknowledgements: write what is held.
   virtual void drain(StageStats& /*st*/) {}
+  // Nothing came for a moment (the sink thread calls it every 20 ms it waits): a sink that
+  // acknowledges in batches (what it has made durable) acknowledges what it holds now.
+  virtual void idle(StageStats& /*st*/) {}
   // The sink thread ends (`aborted`: the run failed): what the thread opened is closed here.
   virtual void close(bool /*aborted*/) {}
   // After the run: closes the outputs, publishes the complete ones, returns those left

@@ -121,7 +121,12 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
     throw std::runtime_error(what_ + ": a frame has 1 or 2 dimensions");
   }
   const int rank = static_cast<int>(shape.dims.size()) + 1;
-  if (resume && H5Fis_hdf5(path.c_str()) > 0) {
+  if (resume && H5Fis_hdf5(path.c_str()) <= 0) {
+    // The file holds frames an earlier receiver acknowledged: recreating it would destroy them.
+    throw std::runtime_error(what_ + ": cannot be resumed (not a readable HDF5 file); it holds frames an earlier "
+                             "receiver acknowledged and is left as it is: move it aside to start the stream's file anew");
+  }
+  if (resume) {
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     if (file_ >= 0 && H5Lexists(file_, dataset.c_str(), H5P_DEFAULT) > 0) {
       dset_ = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
@@ -148,6 +153,8 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
     }
     if (file_ >= 0) H5Fclose(file_);
     file_ = -1;
+    throw std::runtime_error(what_ + ": cannot be resumed (the file does not open read-write or has no such dataset); "
+                             "it holds frames an earlier receiver acknowledged and is left as it is");
   }
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) fail(what_, "create the file");

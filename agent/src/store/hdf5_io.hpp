@@ -54,7 +54,8 @@ class Reader {
 
 class Writer {
  public:
-  // Creates `path` (or, with `resume`, opens it when it exists and holds the dataset) with
+  // Creates `path` (or, with `resume`, opens it: one that does not open with the dataset throws,
+  // naming it, and is never recreated: it holds acknowledged frames) with
   // `dataset` of frames x shape, one frame per chunk, declared with the bitshuffle filter when
   // `bslz4` (frames then arrive as bslz4 chunks). Parent groups are created.
   Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4, bool resume);

@@ -257,6 +257,10 @@ void SeriesFile::mark_missing(const std::string& missing) {
   H5Gclose(entry);
 }
 
+void SeriesFile::flush() {
+  if (file_ >= 0 && H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
+}
+
 void SeriesFile::close() {
   for (auto& [name, c] : channels_) {
     if (c.dset >= 0) H5Dclose(c.dset);

@@ -43,6 +43,8 @@ class SeriesFile {
   // ids 12-40, 77 missing (30 of 100)") or why its detector left it unfinished; what a reader
   // checks before trusting a .part series file.
   void mark_missing(const std::string& missing);
+  // What is written so far reaches the file (a process killed after it leaves a file that opens).
+  void flush();
   void close();
 
  private:
