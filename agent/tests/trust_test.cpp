@@ -203,6 +203,56 @@ TEST(Trust, AFatalSinkErrorEndsTheReceiverNonZeroWithinSeconds) {
   b.signal(SIGKILL);
 }
 
+// The gateway's filesystem fills up mid-stream (a small tmpfs, root): the sink names the path,
+// acknowledges nothing it has not written, the sender is held back, and once space returns the
+// stream goes on and the file ends byte-identical to the source.
+TEST(Trust, ASinkFilesystemThatFillsUpHoldsTheSenderBackAndResumesWhenSpaceReturns) {
+  if (::geteuid() != 0) {
+    const char* real = std::getenv("NUMASTREAM_REQUIRE_REAL");
+    if (real && std::string(real) == "1") FAIL() << "NUMASTREAM_REQUIRE_REAL=1: mounting a tmpfs needs root";
+    GTEST_SKIP() << "mounting a tmpfs needs root";
+  }
+  const std::string disk = temp_dir(), src_dir = temp_dir();
+  ASSERT_EQ(std::system(("mount -t tmpfs -o size=24m numastream-full " + disk).c_str()), 0);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount -l " + dir).c_str()); }
+  } unmount{disk};
+  {
+    std::ofstream filler(disk + "/filler", std::ios::binary);
+    const std::string mib(kMiB, 'f');
+    for (int i = 0; i < 16; ++i) filler << mib;  // 8 MiB left of 24
+  }
+  std::string source(16 * kMiB, '\0');
+  for (std::size_t i = 0; i < source.size(); i += 7) source[i] = static_cast<char>(i / 4096);
+  std::ofstream(src_dir + "/in", std::ios::binary) << source;
+  int port = free_ports(3);
+  Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", disk + "/frames.raw"}));
+  Process tx(sender(port, 1, {"--source", "file", "--source-path", src_dir + "/in", "--metrics-listen",
+                              "127.0.0.1:" + std::to_string(port + 2)}));
+  for (int i = 0; i < 200 && rx.err().find("no space left") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_NE(rx.err().find("no space left for " + disk + "/frames.raw.part"), std::string::npos) << rx.err();
+  std::this_thread::sleep_for(2s);
+  EXPECT_TRUE(tx.running()) << "held back, not failed: " << tx.err();
+  std::smatch m;
+  const std::string metrics = http_get(port + 2, "/metrics");
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("numastream_chunks_acknowledged\\{[^}]*\\} ([0-9]+)"))) << metrics;
+  const auto acked = std::stoull(m[1]);
+  const auto written = fs::file_size(disk + "/frames.raw.part") / kMiB;
+  EXPECT_LE(acked, written) << "nothing acknowledged that is not in the file";
+  EXPECT_LT(written, 16u);
+  fs::remove(disk + "/filler");  // space returns
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_NE(rx.err().find("space returned"), std::string::npos) << rx.err();
+  const json r = summary(rx);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_GE(r["sink_out_of_space"].get<int>(), 1);
+  EXPECT_TRUE(read_file(disk + "/frames.raw") == source) << "byte-identical after the stall";
+  std::cout << "[trust] sink filesystem full: held at " << written << " of 16 chunks written (" << acked
+            << " acknowledged), resumed when space returned, 0 lost" << std::endl;
+}
+
 // A detector's acquisition software: PUSH bound at `port`, frames of 1 MiB whose first 8 bytes
 // are their index.
 struct Detector {

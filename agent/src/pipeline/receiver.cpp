@@ -733,7 +733,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
     case SinkConfig::Kind::null:
       break;
     case SinkConfig::Kind::file:
-      sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack, ack);
+      sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack, ack,
+                                         [this] { return rt_.aborted() || rt_.drain_requested(); });
       track_in_flight_ = true;
       break;
     case SinkConfig::Kind::hdf5:

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -153,10 +155,11 @@ class IncompleteSeries {
 
 class FileSink final : public Sink {
  public:
+  // `stopping`: the run is ending (a drain or a failure): a sink waiting for disk space gives up.
   FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
-           std::size_t slack, AckFn ack)
+           std::size_t slack, AckFn ack, std::function<bool()> stopping = [] { return false; })
       : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack),
-        ack_(std::move(ack)) {}
+        ack_(std::move(ack)), stopping_(std::move(stopping)) {}
   ~FileSink() override {
     for (auto& [id, o] : outs_) {
       if (o.fd >= 0) ::close(o.fd);
@@ -181,14 +184,25 @@ class FileSink final : public Sink {
     }
     o.pending.emplace(h.sequence, std::move(c));
     in_flight_.remove(h.stream_id, h.sequence);
-    flush(h.stream_id, o);
+    // Out of space: held (the pool bounds how many, and the senders wait for acknowledgements)
+    // and tried again now and then; nothing is given up on while the disk is full.
+    if (stalled_ && std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200)) return;
+    if (!flush(h.stream_id, o)) return;
     while (o.pending.size() > window_ &&
            (!in_flight_.contains(h.stream_id, o.next) || o.pending.size() > window_ + slack_)) {
       log_line("file sink: stream " + std::to_string(h.stream_id) + ": chunk " +
                std::to_string(o.next) + " still missing with " + std::to_string(o.pending.size()) +
                " later chunks waiting; writing on without it");
       o.next = o.pending.begin()->first;
-      flush(h.stream_id, o);
+      if (!flush(h.stream_id, o)) return;
+    }
+  }
+  // While out of space: try again.
+  void idle(StageStats& st) override {
+    if (!stalled_ || std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200)) return;
+    ScopedTimer busy(st.busy_ns);
+    for (auto& [id, o] : outs_) {
+      if (!flush(id, o)) return;
     }
   }
 
@@ -198,12 +212,17 @@ class FileSink final : public Sink {
   void drain() {
     for (auto& [id, o] : outs_) {
       while (!o.pending.empty()) {
-        o.next = o.pending.begin()->first;
-        flush(id, o);
+        if (!stalled_) o.next = o.pending.begin()->first;
+        if (flush(id, o)) continue;
+        // Out of space at the end: wait for it unless the run is ending (then what is held is
+        // neither written nor acknowledged, and the file stays .part).
+        if (stopping_()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
   }
 
+  void report(nlohmann::json& summary) const override { summary["sink_out_of_space"] = stalls_; }
   // Publishes complete files. Returns the files left incomplete (with their index, so that a
   // restarted receiver resumes them).
   std::vector<std::string> finish() override {
@@ -253,6 +272,7 @@ class FileSink final : public Sink {
     int fd = -1;
     int index_fd = -1;    // <path>.part.idx: (sequence, file length after it) per chunk written
     std::uint64_t length = 0;
+    std::uint64_t records = 0;  // index records written
     std::uint64_t next = 0;
     SeqSet written;
     std::map<std::uint64_t, Chunk> pending;
@@ -299,6 +319,7 @@ class FileSink final : public Sink {
         ::lseek(o.fd, 0, SEEK_END) < 0 || ::lseek(o.index_fd, 0, SEEK_END) < 0) {
       throw_errno("file sink: resume " + path);
     }
+    o.records = records;
     if (resume) {
       log_line("file sink: resuming " + path + ": " + std::to_string(records) + " chunks (" +
                std::to_string(o.length) + " bytes) already written");
@@ -306,32 +327,56 @@ class FileSink final : public Sink {
     return outs_.emplace(stream, std::move(o)).first->second;
   }
 
-  void write_all(int fd, const std::byte* p, std::size_t left, const std::string& what) {
+  // False when the filesystem is full (ENOSPC, EDQUOT); any other error throws, naming the file.
+  bool write_all(int fd, const std::byte* p, std::size_t left, const std::string& what) {
     while (left > 0) {
       ssize_t n = ::write(fd, p, left);
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == ENOSPC || errno == EDQUOT)) return false;
       if (n < 0) throw_errno("file sink: write " + what);
       p += n;
       left -= static_cast<std::size_t>(n);
     }
+    return true;
   }
 
-  void flush(std::uint32_t stream, Out& o) {
+  // Writes what is next in order. False when the filesystem is full: the chunk stays held,
+  // unacknowledged, the file and its index cut back to the last whole record, to be tried again.
+  bool flush(std::uint32_t stream, Out& o) {
+    last_try_ = std::chrono::steady_clock::now();
     // Chunks a sender declared gone are not waited for (they are counted missing and named).
     o.next = tracker_.past_gaps(stream, o.next);
     while (!o.pending.empty() && o.pending.begin()->first == o.next) {
+      const std::string part = stream_path(cfg_.sink.path, stream) + ".part";
+      const auto payload = o.pending.begin()->second.payload();
+      std::array<std::uint64_t, 2> rec = {o.next, o.length + payload.size()};
+      if (!write_all(o.fd, payload.data(), payload.size(), part) ||
+          !write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx")) {
+        if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 || ::lseek(o.fd, 0, SEEK_END) < 0 ||
+            ::ftruncate(o.index_fd, static_cast<off_t>(o.records * 16)) != 0 || ::lseek(o.index_fd, 0, SEEK_END) < 0) {
+          throw_errno("file sink: cut back " + part + " after running out of space");
+        }
+        if (!stalled_) {
+          log_line("file sink: no space left for " + part + " (chunk " + std::to_string(o.next) +
+                   "): holding what arrives, unacknowledged, until space returns");
+          ++stalls_;
+        }
+        stalled_ = true;
+        return false;
+      }
+      if (stalled_) {
+        log_line("file sink: space returned for " + part + ": writing on from chunk " + std::to_string(o.next));
+        stalled_ = false;
+      }
       Chunk c = std::move(o.pending.begin()->second);
       o.pending.erase(o.pending.begin());
-      const std::string part = stream_path(cfg_.sink.path, stream) + ".part";
-      const auto payload = c.payload();
-      write_all(o.fd, payload.data(), payload.size(), part);
       o.length += payload.size();
-      std::array<std::uint64_t, 2> rec = {o.next, o.length};
-      write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx");
+      ++o.records;
       o.written.insert(o.next);
       ack_(c.via, stream, o.next);
       o.next = tracker_.past_gaps(stream, o.next + 1);
     }
+    return true;
   }
 
   const Config& cfg_;
@@ -340,6 +385,10 @@ class FileSink final : public Sink {
   std::size_t window_;
   std::size_t slack_;
   AckFn ack_;
+  std::function<bool()> stopping_;
+  bool stalled_ = false;  // out of space: chunks held, tried again every 200 ms
+  std::uint64_t stalls_ = 0;
+  std::chrono::steady_clock::time_point last_try_{};
   std::map<std::uint32_t, Out> outs_;
 };
 
