@@ -118,12 +118,14 @@ operator: ## Build the operator and the node daemon into bin/
 	@go build -o $(BIN)/node-daemon ./cmd/node-daemon
 
 .PHONY: test-operator
+# The end-to-end packages (test/e2e, test/facility, test/realnode) run in their own targets, with
+# the clusters they need.
 test-operator: k8s-bins verify-generated agent operator ## Operator + node daemon tests, envtest suites (real kube-apiserver + etcd)
 	@go vet ./...
 	@$(HELM_ENV) $(HELM) lint --strict charts/numastream
 	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_REQUIRE_AGENT=1 \
-		NUMASTREAM_HELM=$(HELM) $(HELM_ENV) go test -count=1 ./...
+		NUMASTREAM_HELM=$(HELM) $(HELM_ENV) go test -count=1 $$(go list ./... | grep -vE '/test/(e2e|facility|realnode)$$')
 
 ##@ Simulated facility cluster
 
