@@ -83,6 +83,8 @@ type Receiver struct {
 	// DeclaredMissing: of Lost, the chunks their senders declared gone; Gaps names the last of them.
 	DeclaredMissing float64
 	Gaps            []string
+	// Unwritten: delivered chunks the sink could not keep (counted in Lost as well).
+	Unwritten float64
 	// DecompressBytes and DecompressBusy: the raw bytes the decompressing stage produced and the
 	// thread-seconds it worked for them (its measured speed per thread).
 	DecompressBytes, DecompressBusy float64
@@ -176,6 +178,8 @@ type exitSummary struct {
 	// Chunks their senders declared gone, and the last declared gaps by name.
 	DeclaredMissing float64  `json:"declared_missing"`
 	Gaps            []string `json:"gaps_last"`
+	// Delivered chunks the sink could not keep (in lost too).
+	Unwritten float64 `json:"unwritten"`
 }
 
 // exited reads a gateway pod whose verifying container has exited: its counts and the run's
@@ -196,7 +200,8 @@ func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
 		return Receiver{}, 0, 0, false
 	}
 	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, DeliveredBefore: v.Before, Lost: v.Lost, Corrupt: v.Corrupt,
-		SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries, DeclaredMissing: v.DeclaredMissing, Gaps: v.Gaps}
+		SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries, DeclaredMissing: v.DeclaredMissing, Gaps: v.Gaps,
+		Unwritten: v.Unwritten}
 	if rx, ok := summaries[render.ReceiveContainer]; ok && rx.NICLocal != nil {
 		r.NICLocal = rx.NICLocal
 	}
@@ -312,7 +317,8 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 }
 
 // Observe reads, for each stream of the pipeline, its newest gateway pod that has something to
-// report, and sums the streams: a running pod from its agents' metrics (rates over the interval
+// report (plus the final losses, corrupt and unwritten chunks, that earlier pods of the stream
+// left in their summaries), and sums the streams: a running pod from its agents' metrics (rates over the interval
 // since the last reading), a pod whose verifying agent has exited from the summary it left (final
 // counts, the run's mean rates). A stream's delivered count includes what earlier gateway pods of
 // the stream delivered (the resuming sender reports it), so it survives restarts and is never
@@ -345,6 +351,13 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 	for _, p := range gateways {
 		stream := p.Labels[render.LabelStream]
 		if done[stream] {
+			// An earlier gateway pod of the stream: what it delivered the newest one counts (the
+			// resuming sender reports it as delivered before), but chunks it acknowledged corrupt or
+			// could not keep are final losses the newest one cannot see. Added from its summary.
+			if r, _, _, ok := exited(p); ok {
+				total.Corrupt += r.Corrupt
+				total.Lost += r.Unwritten
+			}
 			continue
 		}
 		r, raw, wire, ok := exited(p)

@@ -216,6 +216,36 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 	}
 }
 
+// A gateway restarted after it acknowledged a corrupt chunk and one its sink could not keep: the
+// new pod counts both as delivered before (the sender's resume says so), the status still shows
+// them, from the earlier pod's summary.
+func TestObserverKeepsTheFinalLossesOfEarlierGatewayPods(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) + "numastream_chunks_delivered_before{role=\"receive\"} 30\n"))
+	}))
+	defer srv.Close()
+	o := NewObserver(time.Second)
+	o.URL = func(*corev1.Pod, int32) string { return srv.URL + "/metrics" }
+	labels := map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
+	old := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-old", UID: "old", Labels: labels, CreationTimestamp: metav1.Unix(100, 0)},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: render.DecompressContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143,
+				Message: `{"role":"receive","chunks":27,"delivered_before":0,"lost":1,"unwritten":1,"corrupt":2}`}}}}},
+	}
+	cur := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-new", UID: "new", Labels: labels, CreationTimestamp: metav1.Unix(200, 0)},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
+	}
+	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs == nil || obs.ChunksCorrupt != 2 || obs.ChunksLost != 1 {
+		t.Fatalf("observed %+v, want the earlier pod's 2 corrupt and 1 unwritten", obs)
+	}
+}
+
 func TestObserverWithoutRunningGatewaysReportsNothing(t *testing.T) {
 	o := NewObserver(time.Second)
 	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, nil)

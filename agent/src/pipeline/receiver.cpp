@@ -910,6 +910,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"ratio", wire > 0 ? raw / wire : 0},
                     {"lost", t.lost},
                     {"declared_missing", t.declared_missing},
+                    {"unwritten", t.unwritten},
                     {"lost_is_bound", t.bounded},
                     {"gaps_last", tracker_.last_gaps(5)},
                     {"corrupt", t.corrupt},
