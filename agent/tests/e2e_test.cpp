@@ -52,22 +52,6 @@ struct Detector {
   std::vector<std::string> source() const { return {"--source", "zmq", "--set", "source.endpoint=\"" + endpoint + "\""}; }
 };
 
-std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {kAgent, "receive", "--endpoint", ep(port), "--connections",
-                                std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
-                                "--idle-timeout", "20"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
-
-std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {kAgent, "send", "--endpoint", ep(port), "--connections",
-                                std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
-                                "--connect-timeout", "10"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
-
 // The sender's compressing threads at work now, from its metrics.
 int summary_threads_now(int mport) {
   std::smatch m;
@@ -597,11 +581,7 @@ TEST(EndToEnd, StateDirUnusableIsNamed) {
 // A pod's init container makes the hostPath directories the agent (uid 65532) writes: a new or
 // empty root-owned one is handed over, one in use is left alone and named.
 TEST(EndToEnd, PrepareDirHandsOverOnlyFreshDirectories) {
-  if (::geteuid() != 0) {
-    const char* real = std::getenv("NUMASTREAM_REQUIRE_REAL");
-    if (real && std::string(real) == "1") FAIL() << "NUMASTREAM_REQUIRE_REAL=1: chown needs root";
-    GTEST_SKIP() << "chown needs root";
-  }
+  if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("chown needs root");
   std::string dir = temp_dir();
   Process fresh({kAgent, "prepare-dir", "--owner", "65532:65532", dir + "/state/ns/p-1"});
   ASSERT_EQ(fresh.wait(10s), 0) << fresh.err();

@@ -17,6 +17,27 @@
 
 namespace numastream::testing {
 
+std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra) {
+  std::vector<std::string> a = {NUMASTREAM_AGENT, "receive", "--endpoint", ep(port), "--connections",
+                                std::to_string(connections), "--chunk-bytes", std::to_string(1 << 20),
+                                "--idle-timeout", "20"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra) {
+  std::vector<std::string> a = {NUMASTREAM_AGENT, "send", "--endpoint", ep(port), "--connections",
+                                std::to_string(connections), "--chunk-bytes", std::to_string(1 << 20),
+                                "--connect-timeout", "10"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+bool require_real() {
+  const char* real = std::getenv("NUMASTREAM_REQUIRE_REAL");
+  return real != nullptr && std::string(real) == "1";
+}
+
 std::string temp_dir() {
   std::string tmpl = "/tmp/numastream-test-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");

@@ -33,6 +33,21 @@ class Process {
   std::string err_path_;
 };
 
+// Whether this run must be real (NUMASTREAM_REQUIRE_REAL=1, as .ci/run sets): a test that cannot
+// run its real parts here then fails instead of skipping.
+bool require_real();
+// Skips the current test saying why, or fails it when the run must be real.
+#define NUMASTREAM_SKIP_OR_FAIL(why)                                                            \
+  do {                                                                                          \
+    if (::numastream::testing::require_real()) FAIL() << "NUMASTREAM_REQUIRE_REAL=1: " << why; \
+    GTEST_SKIP() << why;                                                                        \
+  } while (0)
+
+// The agent's command lines on 127.0.0.1 with 1 MiB chunks: a receiver (idle limit 20 s) and a
+// sender (10 s to connect), then `extra` (a flag given again in `extra` wins).
+std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {});
+std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra = {});
+
 // A base port with `count` consecutive free TCP ports on 127.0.0.1.
 int free_ports(int count);
 // GET http://127.0.0.1:port/path; returns "<status code>\n<body>" or "" when unreachable.

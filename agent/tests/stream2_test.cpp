@@ -35,17 +35,11 @@ std::string recordings() {
   return fs::exists(NUMASTREAM_STREAM2_DATA) ? NUMASTREAM_STREAM2_DATA : "";
 }
 
-bool require_real() {
-  const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL");
-  return r && std::string(r) == "1";
-}
-
-#define SKIP_WITHOUT_RECORDINGS(dir)                                                                   \
-  do {                                                                                                 \
-    if ((dir).empty()) {                                                                               \
-      if (require_real()) FAIL() << "NUMASTREAM_REQUIRE_REAL=1: the Stream V2 recordings are missing"; \
-      GTEST_SKIP() << "the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent";  \
-    }                                                                                                  \
+#define SKIP_WITHOUT_RECORDINGS(dir)                                                                  \
+  do {                                                                                                \
+    if ((dir).empty()) {                                                                              \
+      NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent"); \
+    }                                                                                                 \
   } while (0)
 
 std::string read_bytes(const fs::path& p) {

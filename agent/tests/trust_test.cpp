@@ -31,22 +31,6 @@ namespace fs = std::filesystem;
 const std::string kAgent = NUMASTREAM_AGENT;
 constexpr int kMiB = 1 << 20;
 
-std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {kAgent, "receive", "--endpoint", ep(port), "--connections",
-                                std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
-                                "--idle-timeout", "30"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
-
-std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {kAgent, "send", "--endpoint", ep(port), "--connections",
-                                std::to_string(connections), "--chunk-bytes", std::to_string(kMiB),
-                                "--connect-timeout", "10"};
-  a.insert(a.end(), extra.begin(), extra.end());
-  return a;
-}
-
 // A peer that opens a connection the way a sender does and then sends what it likes.
 class Peer {
  public:
@@ -207,11 +191,7 @@ TEST(Trust, AFatalSinkErrorEndsTheReceiverNonZeroWithinSeconds) {
 // acknowledges nothing it has not written, the sender is held back, and once space returns the
 // stream goes on and the file ends byte-identical to the source.
 TEST(Trust, ASinkFilesystemThatFillsUpHoldsTheSenderBackAndResumesWhenSpaceReturns) {
-  if (::geteuid() != 0) {
-    const char* real = std::getenv("NUMASTREAM_REQUIRE_REAL");
-    if (real && std::string(real) == "1") FAIL() << "NUMASTREAM_REQUIRE_REAL=1: mounting a tmpfs needs root";
-    GTEST_SKIP() << "mounting a tmpfs needs root";
-  }
+  if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("mounting a tmpfs needs root");
   const std::string disk = temp_dir(), src_dir = temp_dir();
   ASSERT_EQ(std::system(("mount -t tmpfs -o size=24m numastream-full " + disk).c_str()), 0);
   struct Unmount {

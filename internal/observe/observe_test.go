@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -184,24 +185,32 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 // A stream whose gateway pod was replaced (a drain, a lost pod) counts what every pod of it
 // delivered exactly once: the newest pod reports what the earlier ones delivered
 // (delivered_before, from the resuming sender), and the earlier pod's summary is not added again.
-func TestObserverCountsAResumedStreamOnce(t *testing.T) {
+// A replaced gateway of stream 0: the earlier pod exited leaving `summary`; the newest runs, its
+// agents serving 50 chunks delivered and `before` delivered before. The observer reads the latter
+// from a test server (closed with the test).
+func replacedGateway(t *testing.T, summary string, before int) (*Observer, corev1.Pod, corev1.Pod) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) + "numastream_chunks_delivered_before{role=\"receive\"} 24\n"))
+		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) +
+			fmt.Sprintf("numastream_chunks_delivered_before{role=\"receive\"} %d\n", before)))
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	o := NewObserver(time.Second)
 	o.URL = func(*corev1.Pod, int32) string { return srv.URL + "/metrics" }
 	labels := map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
 	old := corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "gw-old", UID: "old", Labels: labels, CreationTimestamp: metav1.Unix(100, 0)},
 		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: render.DecompressContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143,
-				Message: `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`}}}}},
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Message: summary}}}}},
 	}
 	cur := corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "gw-new", UID: "new", Labels: labels, CreationTimestamp: metav1.Unix(200, 0)},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
 	}
+	return o, old, cur
+}
+
+func TestObserverCountsAResumedStreamOnce(t *testing.T) {
+	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`, 24)
 	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
 	if err != nil {
 		t.Fatal(err)
@@ -220,23 +229,7 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 // new pod counts both as delivered before (the sender's resume says so), the status still shows
 // them, from the earlier pod's summary.
 func TestObserverKeepsTheFinalLossesOfEarlierGatewayPods(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) + "numastream_chunks_delivered_before{role=\"receive\"} 30\n"))
-	}))
-	defer srv.Close()
-	o := NewObserver(time.Second)
-	o.URL = func(*corev1.Pod, int32) string { return srv.URL + "/metrics" }
-	labels := map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
-	old := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw-old", UID: "old", Labels: labels, CreationTimestamp: metav1.Unix(100, 0)},
-		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: render.DecompressContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143,
-				Message: `{"role":"receive","chunks":27,"delivered_before":0,"lost":1,"unwritten":1,"corrupt":2}`}}}}},
-	}
-	cur := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw-new", UID: "new", Labels: labels, CreationTimestamp: metav1.Unix(200, 0)},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
-	}
+	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":27,"delivered_before":0,"lost":1,"unwritten":1,"corrupt":2}`, 30)
 	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
 	if err != nil {
 		t.Fatal(err)

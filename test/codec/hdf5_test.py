@@ -115,18 +115,36 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
             self.assertEqual(d.dtype, np.dtype("<u4"))
             np.testing.assert_array_equal(d[...], frames)
 
-    def test_a_restarted_gateway_resumes_its_hdf5_file(self):
-        chunk = 2 * 256 * 512
-        port = free_port()
-        common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(chunk)]
-        out = f"{self.tmp}/scan.h5"
+    CHUNK = 2 * 256 * 512
+
+    def start_paced_stream(self, out, frames):
+        """A gateway (hdf5 sink into `out`) and a sender of `frames` bslz4 frames paced at
+        0.05 Gbit/s (about 23 a second), so the gateway can be stopped mid-stream. Returns the
+        gateway's argv, the gateway and the sender."""
+        common = ["--endpoint", f"tcp://127.0.0.1:{free_port()}", "--chunk-bytes", str(self.CHUNK)]
         rx_args = [AGENT, "receive", *common, "--sink", "hdf5", "--sink-path", out, "--idle-timeout", "0"]
-        rx1 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rx = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.3)
-        # 40 frames paced at 0.05 Gbit/s: about 1.7 s, so the gateway is restarted mid-stream.
-        tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", "40", "--rate-gbps", "0.05",
+        tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", str(frames), "--rate-gbps", "0.05",
                                "--set", "source.shape=[256,512]"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return rx_args, rx, tx
+
+    def assertFramesAreTheSource(self, out, frames):
+        """Read back with h5py: every frame, the synthetic source's projection it was made from."""
+        subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(self.CHUNK), "--frames", "4"],
+                       check=True)
+        src = np.fromfile(f"{self.tmp}/src.raw", dtype="<u2").reshape(4, 256, 512)
+        with h5py.File(out, "r") as f:
+            d = f["/exchange/data"]
+            self.assertEqual(d.shape, (frames, 256, 512))
+            for i in range(frames):
+                np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
+
+    def test_a_restarted_gateway_resumes_its_hdf5_file(self):
+        out = f"{self.tmp}/scan.h5"
+        # 40 frames: about 1.7 s, so the gateway is restarted mid-stream.
+        rx_args, rx1, tx = self.start_paced_stream(out, 40)
         time.sleep(0.8)
         rx1.send_signal(signal.SIGTERM)
         out1, err1 = rx1.communicate(timeout=60)
@@ -143,28 +161,13 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         self.assertEqual(second["delivered_before"], first["chunks"], err2)
         self.assertEqual(first["chunks"] + second["chunks"], 40, err2)
         self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
-        subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(chunk), "--frames", "4"],
-                       check=True)
-        src = np.fromfile(f"{self.tmp}/src.raw", dtype="<u2").reshape(4, 256, 512)
-        with h5py.File(out, "r") as f:
-            d = f["/exchange/data"]
-            self.assertEqual(d.shape, (40, 256, 512))
-            for i in range(40):
-                np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
+        self.assertFramesAreTheSource(out, 40)
 
     def test_a_gateway_killed_mid_stream_keeps_every_frame_it_acknowledged(self):
         # SIGKILL, not a drain: the sink acknowledges only frames it has flushed to the file, so the
         # file opens again and a restarted gateway resumes it; nothing acknowledged is lost.
-        chunk = 2 * 256 * 512
-        port = free_port()
-        common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(chunk)]
         out = f"{self.tmp}/killed.h5"
-        rx_args = [AGENT, "receive", *common, "--sink", "hdf5", "--sink-path", out, "--idle-timeout", "0"]
-        rx1 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
-        tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", "60", "--rate-gbps", "0.05",
-                               "--set", "source.shape=[256,512]"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rx_args, rx1, tx = self.start_paced_stream(out, 60)
         time.sleep(1.2)
         rx1.send_signal(signal.SIGKILL)
         rx1.communicate(timeout=60)
@@ -179,14 +182,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         self.assertGreater(second["delivered_before"], 0, err2)
         self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
         self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
-        subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(chunk), "--frames", "4"],
-                       check=True)
-        src = np.fromfile(f"{self.tmp}/src.raw", dtype="<u2").reshape(4, 256, 512)
-        with h5py.File(out, "r") as f:
-            d = f["/exchange/data"]
-            self.assertEqual(d.shape, (60, 256, 512))
-            for i in range(60):
-                np.testing.assert_array_equal(d[i], src[i % 4], err_msg=f"frame {i}")
+        self.assertFramesAreTheSource(out, 60)
 
     def test_a_dataset_that_is_not_frames_is_refused_naming_it(self):
         src = f"{self.tmp}/bad.h5"

@@ -51,8 +51,8 @@ class Hdf5Sink final : public Sink {
     }
     // Acknowledged once the file holds it: after the next flush (a killed gateway's file then
     // opens again with every acknowledged frame in it).
-    unflushed_.push_back({c.via, h.stream_id, h.sequence});
-    if (unflushed_.size() >= kFlushEvery) flush_and_acknowledge();
+    held_.add(c.via, h.stream_id, h.sequence);
+    if (held_.full()) flush_and_acknowledge();
   }
   void idle(StageStats& st) override {
     if (series_) return series_->idle(st);
@@ -93,19 +93,10 @@ class Hdf5Sink final : public Sink {
   }
 
  private:
-  // Frames written since the last flush, acknowledged by the next one. At most this many: the
-  // senders' windows allow more in flight, and the sink thread also flushes whenever it waits.
-  static constexpr std::size_t kFlushEvery = 32;
-  struct Unflushed {
-    int via;
-    std::uint32_t stream;
-    std::uint64_t seq;
-  };
   void flush_and_acknowledge() {
     for (auto id : dirty_) outs_.at(id)->flush();
     dirty_.clear();
-    for (const auto& u : unflushed_) ack_(u.via, u.stream, u.seq);
-    unflushed_.clear();
+    held_.release();
   }
 
   // A stream of Stream V2 messages (its sender reads a stream2 source): one file per series.
@@ -149,8 +140,8 @@ class Hdf5Sink final : public Sink {
   AckFn ack_;
   MetadataFn metadata_;
   std::map<std::uint32_t, std::unique_ptr<hdf5::Writer>> outs_;
-  std::set<std::uint32_t> dirty_;
-  std::vector<Unflushed> unflushed_;
+  std::set<std::uint32_t> dirty_;   // streams written since the last flush
+  DeferredAcks held_{ack_};          // frames written since the last flush
   std::unique_ptr<SeriesSink> series_;
 };
 

@@ -48,7 +48,7 @@ class SeriesSink {
     const Key key{m->series_id, m->series_unique_id};
     Series& s = series(key);
     if (!s.seqs.insert(h.sequence).second) {  // a retransmission of a message already written
-      unflushed_.push_back({c.via, h.stream_id, h.sequence});
+      held_.add(c.via, h.stream_id, h.sequence);
       return;
     }
     switch (m->type) {
@@ -71,8 +71,8 @@ class SeriesSink {
     st.chunks++;
     st.bytes_out += bytes.size();
     // Acknowledged once flushed to the file (or the file closed).
-    unflushed_.push_back({c.via, h.stream_id, h.sequence});
-    if (unflushed_.size() >= kFlushEvery) flush_and_acknowledge();
+    held_.add(c.via, h.stream_id, h.sequence);
+    if (held_.full()) flush_and_acknowledge();
     if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) {
       // Every message numastream carried is here; the detector's own numbering says whether every
       // image is (frames a detector queued for a sender that died never got a sequence).
@@ -129,16 +129,9 @@ class SeriesSink {
   void write_metrics(std::string& out, const std::string& labels) const { incomplete_.write_metrics(out, labels); }
 
  private:
-  static constexpr std::size_t kFlushEvery = 32;
-  struct Unflushed {
-    int via;
-    std::uint32_t stream;
-    std::uint64_t seq;
-  };
   void flush_and_acknowledge() {
     for (auto& [key, s] : open_) s.file->flush();
-    for (const auto& u : unflushed_) ack_(u.via, u.stream, u.seq);
-    unflushed_.clear();
+    held_.release();
   }
 
   using Key = std::pair<std::uint64_t, std::string>;  // series_id, series_unique_id
@@ -259,7 +252,7 @@ class SeriesSink {
 
   std::string pattern_;
   AckFn ack_;
-  std::vector<Unflushed> unflushed_;  // written, not yet flushed: acknowledged by the next flush
+  DeferredAcks held_{ack_};  // written, not yet flushed: acknowledged by the next flush
   std::map<Key, Series> open_;
   nlohmann::json done_ = nlohmann::json::array();
   std::vector<std::string> given_up_;

@@ -76,6 +76,31 @@ class InFlight {
 // Where a chunk is acknowledged: (connection the chunk arrived on, stream, sequence).
 using AckFn = std::function<void(int, std::uint32_t, std::uint64_t)>;
 
+// Acknowledgements a sink holds back until what it wrote is durable in its file (flushed): the
+// sink adds each chunk as it writes it, and acknowledges them all after each flush. full() says
+// when enough wait that the sink should flush now (the sink also flushes whenever it waits).
+class DeferredAcks {
+ public:
+  static constexpr std::size_t kFlushEvery = 32;
+  explicit DeferredAcks(AckFn ack) : ack_(std::move(ack)) {}
+  void add(int via, std::uint32_t stream, std::uint64_t seq) { held_.push_back({via, stream, seq}); }
+  bool full() const noexcept { return held_.size() >= kFlushEvery; }
+  // After a flush: every chunk held is in the file.
+  void release() {
+    for (const auto& h : held_) ack_(h.via, h.stream, h.seq);
+    held_.clear();
+  }
+
+ private:
+  struct Held {
+    int via;
+    std::uint32_t stream;
+    std::uint64_t seq;
+  };
+  AckFn ack_;
+  std::vector<Held> held_;
+};
+
 // Where a gateway's verified chunks go (file, hdf5, zmq). The sink thread hands it each chunk
 // in the order they come; the sink acknowledges a chunk once it has it. Every call comes from
 // the sink thread.
