@@ -118,6 +118,11 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("spill", json{{"path", "spill"}, {"max_bytes", 1000}}), Role::send, "spill.path");
   expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 0}}), Role::send, "spill.max_bytes");
   expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 1000}}), Role::receive, "spill");
+  expect_refused(with("source.drain_s", 5), Role::send, "source.drain_s");  // synthetic: not live
+  expect_refused(with("source", json{{"kind", "zmq"}, {"endpoint", "tcp://d:1"}, {"drain_s", -1}}), Role::send,
+                 "source.drain_s");
+  expect_refused(with("source", json{{"kind", "stream2"}, {"endpoint", "tcp://d:1"}, {"drain_quiet_ms", 0}}),
+                 Role::send, "source.drain_quiet_ms");
 }
 
 TEST(Config, PortRangeMustFitTheConnections) {

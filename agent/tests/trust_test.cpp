@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -364,6 +365,94 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
             << "first sender took " << taken << ", in the file " << in_file.size() << ", declared missing "
             << missing_of_first << " (frames " << first_lost_by_sender << "..), lost inside ZeroMQ before any sender "
             << "took them " << first_of_second - taken << "; receiver exit " << rx_code << std::endl;
+}
+
+
+// A detector that streams in bursts (an acquisition, a pause, the next one): `bursts` of
+// `frames` frames at 100/s, `pause` between them; frames numbered on across bursts. `each`
+// runs before every send attempt with the seconds since the start.
+void stream_bursts(Detector& d, int bursts, std::uint64_t frames, std::chrono::milliseconds pause,
+                   const std::function<void(double)>& each) {
+  const auto start = std::chrono::steady_clock::now();
+  auto due = start;
+  for (std::uint64_t sent = 0; sent < bursts * frames;) {
+    each(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!d.send(sent)) continue;  // no one takes it yet: the detector waits
+    ++sent;
+    due += sent % frames == 0 ? pause : std::chrono::milliseconds(10);
+    std::this_thread::sleep_until(due);
+  }
+  for (int i = 0; i < 500 && zmq_send(d.push, "", 0, 0) != 0; ++i) {
+  }
+}
+
+// Asked to stop (SIGTERM: a drain, an eviction) while the detector is in the middle of a burst,
+// a live-source sender reads on until the detector pauses, sends and has acknowledged all it
+// read, and exits paused; the next sender takes the next burst. Every frame arrives once, in
+// order: nothing was in transit when the detector socket closed.
+TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesAndTheNextOneLosesNothing) {
+  int port = free_ports(3);
+  Detector detector(port + 2);
+  std::string dir = temp_dir(), state = temp_dir();
+  Process rx(receiver(port, 2, {"--sink", "file", "--sink-path", dir + "/frames.raw"}));
+  auto tx_argv = sender(port, 2, detector.source());
+  tx_argv.insert(tx_argv.end(), {"--set", "state_dir=\"" + state + "\""});
+  Process tx1(tx_argv);
+  std::unique_ptr<Process> tx2;
+  bool stopped = false;
+  int tx1_code = -1;
+  double tx1_exit_at = 0;
+  stream_bursts(detector, 2, 150, 2000ms, [&](double t) {
+    if (!stopped && t > 0.5) {
+      tx1.signal(SIGTERM);
+      stopped = true;
+    }
+    if (stopped && !tx2 && !tx1.running()) {
+      tx1_code = tx1.wait(1s);
+      tx1_exit_at = t;
+      tx2 = std::make_unique<Process>(tx_argv);
+    }
+  });
+  ASSERT_TRUE(tx2) << "the first sender did not exit during the pause: " << tx1.err();
+  EXPECT_EQ(tx1_code, 128 + SIGTERM) << "paused, not ended\n" << tx1.err();
+  ASSERT_EQ(tx2->wait(60s), 0) << tx2->err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json s1 = summary(tx1), r = summary(rx);
+  EXPECT_TRUE(s1["paused"].get<bool>()) << s1.dump();
+  EXPECT_NE(tx1.err().find("the detector paused: nothing was in transit"), std::string::npos) << tx1.err();
+  const auto in_file = indices(dir + "/frames.raw");
+  ASSERT_EQ(in_file.size(), 300u);
+  for (std::uint64_t i = 0; i < 300; ++i) ASSERT_EQ(in_file[i], i) << "every frame once, in order";
+  EXPECT_EQ(s1["acknowledged"], 150) << "the first sender read the whole burst after SIGTERM";
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["streams"][0]["declared_missing"], 0);
+  std::cout << "[trust] live source, SIGTERM 0.5 s into a 1.5 s burst: the first sender read on to frame "
+            << s1["acknowledged"] << " and exited " << tx1_code << " at " << tx1_exit_at
+            << " s, in the pause; the next sender took the next burst; 300 of 300 in the file, in order" << std::endl;
+}
+
+// Asked to stop while the detector streams, a live-source sender reads on; when the detector
+// ends the stream (its empty message) during the drain, the stream ends complete, not paused.
+TEST(Trust, ALiveSourceSenderAskedToStopEndsTheStreamWhenTheDetectorEndsItDuringTheDrain) {
+  int port = free_ports(3);
+  Detector detector(port + 2);
+  std::string dir = temp_dir();
+  Process rx(receiver(port, 2, {"--sink", "file", "--sink-path", dir + "/frames.raw"}));
+  Process tx(sender(port, 2, detector.source()));
+  bool stopped = false;
+  stream_bursts(detector, 1, 200, 0ms, [&](double t) {
+    if (!stopped && t > 0.5) {
+      tx.signal(SIGTERM);
+      stopped = true;
+    }
+  });
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_NE(tx.err().find("the detector ended the stream"), std::string::npos) << tx.err();
+  EXPECT_FALSE(summary(tx)["paused"].get<bool>());
+  const auto in_file = indices(dir + "/frames.raw");
+  ASSERT_EQ(in_file.size(), 200u);
+  for (std::uint64_t i = 0; i < 200; ++i) ASSERT_EQ(in_file[i], i);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@ Run: NUMASTREAM_AGENT=bin/numastream-agent $(hack/pyenv.sh) -m unittest -v test/
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -70,7 +71,7 @@ def channels_of(message):
 class Series:
     """A detector, a sender and a gateway on loopback; stop() ends the run and returns the summaries."""
 
-    def __init__(self, tmp, sim_args, sink_path):
+    def __init__(self, tmp, sim_args, sink_path, tx_args=()):
         det = f"tcp://127.0.0.1:{free_port()}"
         data = f"tcp://127.0.0.1:{free_port()}"
         self.logs = {n: open(os.path.join(tmp, n + ".log"), "w+") for n in ("sim", "send", "receive")}
@@ -78,14 +79,20 @@ class Series:
                                    stdout=subprocess.PIPE, stderr=self.logs["receive"], text=True)
         self.sim = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, "--linger-s", "30", *sim_args],
                                     stdout=subprocess.PIPE, stderr=self.logs["sim"], text=True)
-        self.tx = subprocess.Popen([AGENT, "send", "--endpoint", data, "--source", "stream2", "--source-endpoint", det],
-                                   stdout=subprocess.PIPE, stderr=self.logs["send"], text=True)
+        self.tx_argv = [AGENT, "send", "--endpoint", data, "--source", "stream2", "--source-endpoint", det, *tx_args]
+        self.tx = subprocess.Popen(self.tx_argv, stdout=subprocess.PIPE, stderr=self.logs["send"], text=True)
+
+    def restart_sender(self):
+        """A new sender of the same stream (after the last one exited), logging to the same file."""
+        self.tx = subprocess.Popen(self.tx_argv, stdout=subprocess.PIPE, stderr=self.logs["send"], text=True)
 
     def log(self):
         text = ""
         for name, f in self.logs.items():
-            f.seek(0)
-            text += f"--- {name}\n{f.read()}"
+            if not f.closed:
+                f.flush()
+            with open(f.name) as r:
+                text += f"--- {name}\n{r.read()}"
         return text
 
     def stop(self, until, timeout=60):
@@ -98,6 +105,8 @@ class Series:
         rx_out, _ = self.rx.communicate(timeout=60)
         self.sim.kill()
         self.sim.communicate()
+        for f in self.logs.values():
+            f.close()
         last = lambda out: json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         return self.tx.returncode, self.rx.returncode, last(tx_out), last(rx_out)
 
@@ -140,7 +149,7 @@ class SeriesIntoHdf5(unittest.TestCase):
         for folder, filter_id in folders.items():
             with self.subTest(folder=folder):
                 files = sorted(glob.glob(os.path.join(REAL, folder, "*")))
-                messages = [cbor2.loads(open(p, "rb").read()) for p in files]
+                messages = [load_cbor(p) for p in files]
                 sink = os.path.join(self.tmp, folder + ".h5")
                 run = Series(self.tmp, ["--replay", os.path.join(REAL, folder), "--start"], sink)
                 series_id, unique = messages[0]["series_id"], messages[0]["series_unique_id"]
@@ -243,11 +252,75 @@ class SeriesIntoHdf5(unittest.TestCase):
             self.assertEqual(f["/entry/data/threshold_1"].shape[0], 20)
 
 
+    def test_a_sender_stopped_mid_series_hands_the_series_to_the_next_sender(self):
+        # A real EIGER2 series (10 images, 11 messages) at 5 messages/s; its sender gets SIGTERM
+        # (a drain, an eviction) a few images in. By default it reads on until the detector pauses
+        # (after the series), so the series is complete before the next sender starts. With
+        # source.drain_s cut short it stops mid-series: the next sender (same state_dir) carries
+        # the rest of the series, numbered on after what the first one had acknowledged. Either
+        # way every image is in the file, or the file and the gateway name it missing.
+        folder = os.path.join(REAL, "r500k_bm_bslz4_16bit")
+        if not os.path.isdir(folder):
+            if REQUIRE_REAL:
+                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
+            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        messages = [load_cbor(p) for p in sorted(glob.glob(os.path.join(folder, "*")))]
+        series_id, unique = messages[0]["series_id"], messages[0]["series_unique_id"]
+        for case, drain, said in (("pause", [], "the detector paused"),
+                                  ("cut", ["--set", "source.drain_s=0.05"], "did not pause within")):
+            with self.subTest(case=case):
+                state = os.path.join(self.tmp, case + "-state")
+                os.makedirs(state)
+                sink = os.path.join(self.tmp, case + ".h5")
+                run = Series(self.tmp, ["--replay", folder, "--start", "--rate-hz", "5"], sink,
+                             ["--set", f'state_dir="{state}"', *drain])
+                final = os.path.join(self.tmp, f"{case}_series_{series_id}.h5")
+                deadline = time.time() + 30
+                while time.time() < deadline and not os.path.exists(final + ".part"):
+                    time.sleep(0.05)
+                time.sleep(0.6)  # a few images into the series
+                run.tx.send_signal(signal.SIGTERM)
+                first_out, _ = run.tx.communicate(timeout=60)
+                self.assertTrue(first_out.strip(), run.log())
+                first = json.loads(first_out.strip().splitlines()[-1])
+                self.assertEqual(run.tx.returncode, 128 + signal.SIGTERM, "paused, not ended:\n" + run.log())
+                self.assertIn(said, run.log())
+                run.restart_sender()
+                resumed = lambda: "resuming a live source at chunk" in run.log()
+                tx_rc, rx_rc, sent, received = run.stop(
+                    until=lambda: resumed() and (os.path.exists(final) or received_all(run)), timeout=30)
+                log = run.log()
+                self.assertEqual(tx_rc, 0, log)
+                self.assertEqual((received["lost"], received["corrupt"]), (0, 0), log)
+                self.assertEqual(received["streams"][0]["declared_missing"], 0,
+                                 "the first sender had everything it read acknowledged:\n" + log)
+                series = received["stream2_series"][0]
+                if series["complete"]:
+                    self.assertEqual(rx_rc, 0, log)
+                    self.assertSeriesFile(final, messages, series_id, unique, "32008")
+                    missing = 0
+                else:
+                    # Images in transit when the first sender's socket closed: named by image id.
+                    self.assertNotEqual(rx_rc, 0, log)
+                    named = re.search(r"image ids [0-9, -]+ missing \(([0-9]+) of 10\)", series["lacks"])
+                    self.assertIsNotNone(named, log)
+                    missing = int(named.group(1))
+                    with h5py.File(final + ".part", "r") as f:
+                        self.assertIn(named.group(0), f["/entry"].attrs["incomplete"])
+                self.assertEqual(series["images"] + missing, 10, "every image in the file or named missing:\n" + log)
+                print(f"[stream2] sender SIGTERM mid-series ({case}): the first sender read {first['chunks']} of 11 "
+                      f"messages, the next one {sent['chunks']}; series complete {series['complete']}, "
+                      f"{missing} images named missing")
+
+
+def load_cbor(path):
+    with open(path, "rb") as f:
+        return cbor2.loads(f.read())
+
+
 def received_all(run):
     """The gateway's log says the series ended (complete or not)."""
-    run.logs["receive"].flush()
-    with open(run.logs["receive"].name) as f:
-        return "INCOMPLETE" in f.read()
+    return "INCOMPLETE" in run.log().split("--- receive\n")[-1]
 
 
 if __name__ == "__main__":

@@ -133,6 +133,12 @@ void parse_source(Fields& f, Config& c) {
   Fields sf(*v, f.path("source"));
   std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5", "stream2"});
   c.source.rate_gbps = sf.number("rate_gbps", 0, 0, 1e6);
+  const bool live = kind == "zmq" || kind == "stream2";
+  if (!live) {
+    for (const char* k : {"drain_s", "drain_quiet_ms"}) sf.forbid(k, "only used by the live sources (zmq, stream2)");
+  }
+  c.source.drain_s = sf.number("drain_s", c.source.drain_s, 0, 3600);
+  c.source.drain_quiet_ms = static_cast<int>(sf.integer("drain_quiet_ms", c.source.drain_quiet_ms, 10, 600000));
   if (kind == "hdf5") {
     c.source.kind = SourceConfig::Kind::hdf5;
     c.source.path = sf.required_string("path");

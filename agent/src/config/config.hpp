@@ -40,6 +40,11 @@ struct SourceConfig {
   std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
                              // empty message ends the stream. stream2: the detector's endpoint
   double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
+  // zmq, stream2 (live): a drain (SIGTERM) reads on until the detector pauses for drain_quiet_ms,
+  // or drain_s passes: whatever is in transit when the detector socket closes is lost (PUSH/PULL
+  // has no acknowledgement), and a pause is when nothing is.
+  double drain_s = 15;
+  int drain_quiet_ms = 500;
   std::string dataset = "/exchange/data";  // hdf5: the dataset of frames (DXchange's by default)
   // The pixels of a chunk (synthetic, file, zmq; an HDF5 dataset says its own): bslz4 shuffles
   // by their size, an HDF5 sink stores them as that type.

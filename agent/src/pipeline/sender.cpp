@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fcntl.h>
@@ -37,6 +38,12 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+std::string seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", s);
+  return b;
+}
+
 class Sender {
  public:
   Sender(const Config& cfg, std::stop_token stop) : cfg_(cfg), rt_(cfg, stop),
@@ -66,8 +73,12 @@ class Sender {
   // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
   // unless a person ended an endless stream with SIGINT.
   bool drain_pauses() const {
-    return rt_.drain_requested() && (source_has_end() || drain_signal() != SIGINT);
+    return rt_.drain_requested() && !source_ended_ && (source_has_end() || drain_signal() != SIGINT);
   }
+  bool drain_done(std::optional<Clock::time_point>& from);
+  std::atomic<bool> source_ended_{false};
+  std::uint64_t drain_seq_ = 0;  // the chunks read when a drain began
+  bool drain_cut_ = false;       // the drain ended at source.drain_s, the detector still sending
   std::string metrics_text();
 
   const Config& cfg_;
@@ -158,7 +169,21 @@ void Sender::source_loop(StageThread& t) {
     log_line("resuming stream " + std::to_string(stream) + ": the receiver already has " +
              std::to_string(ledger_->acknowledged(stream)) + " chunks");
   }
-  auto stop = [this] { return rt_.aborted() || rt_.drain_requested(); };
+  // A live source numbers on after its earlier senders, before it reads anything: a stream ended
+  // before a chunk came still ends at the right total.
+  if (!source_->replays()) {
+    seq = start_live();
+    produced_chunks_ = seq;
+  }
+  // A drain stops a replaying source at once (the next sender resumes it from the source). A
+  // live one reads on until the detector pauses or source.drain_s passes (see drain_done).
+  std::optional<Clock::time_point> drain_from;
+  auto stop = [&] {
+    if (rt_.aborted()) return true;
+    if (!rt_.drain_requested()) return false;
+    if (source_->replays()) return true;
+    return drain_done(drain_from);
+  };
   while (!stop()) {
     RawChunk c;
     c.seq = seq;
@@ -174,10 +199,6 @@ void Sender::source_loop(StageThread& t) {
       produced_chunks_ = seq;
       continue;
     }
-    if (!source_->replays() && seq == 0) {
-      seq = start_live();
-      c.seq = seq;
-    }
     // Paced from the first chunk this sender sends: skipped ones take no time.
     if (interval_s > 0) {
       if (!paced_from) {
@@ -188,7 +209,12 @@ void Sender::source_loop(StageThread& t) {
       std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>((seq - *paced_from) * interval_s)));
     }
-    if (!source_->read(c, st, stop)) break;
+    if (!source_->read(c, st, stop)) {
+      // Ended by the source itself (an empty message from a zmq detector), not by a stop: the
+      // stream ends, even during a drain.
+      source_ended_ = !stop();
+      break;
+    }
     // Counted taken before it enters the pipeline: if this sender dies, the next one knows.
     if (taken_) taken_->taken(seq + 1);
     const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
@@ -204,6 +230,33 @@ void Sender::source_loop(StageThread& t) {
     produced_chunks_ = seq;
     t.observe();
   }
+  if (drain_from) {
+    const double secs = std::chrono::duration<double>(Clock::now() - *drain_from).count();
+    log_line("drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
+             seconds(secs) + " s after the stop was asked; " +
+             (source_ended_ ? std::string("the detector ended the stream")
+              : drain_cut_ ? "the detector did not pause within source.drain_s (" + seconds(cfg_.source.drain_s) +
+                                 " s): what it had in transit is lost (a stream2 gateway names the image ids)"
+                           : "the detector paused: nothing was in transit"));
+  }
+}
+
+// A live source during a drain: done once the detector has sent nothing for
+// source.drain_quiet_ms (nothing is in transit then), or source.drain_s after the drain began.
+bool Sender::drain_done(std::optional<Clock::time_point>& from) {
+  const auto now = Clock::now();
+  if (!from) {
+    from = now;
+    drain_seq_ = produced_chunks_.load();
+    log_line("drain: reading the detector until it pauses (" + std::to_string(cfg_.source.drain_quiet_ms) +
+             " ms without a message) or " + seconds(cfg_.source.drain_s) + " s pass");
+  }
+  if (now - std::max(source_->last_input(), *from) >= std::chrono::milliseconds(cfg_.source.drain_quiet_ms)) return true;
+  if (now - *from >= std::chrono::duration<double>(cfg_.source.drain_s)) {
+    drain_cut_ = true;
+    return true;
+  }
+  return false;
 }
 
 // A live source cannot replay. Its sender numbers on after every chunk an earlier sender of the

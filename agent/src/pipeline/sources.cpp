@@ -238,6 +238,7 @@ class PullingSource : public ReadingSource {
   bool has_end() const override { return false; }
   bool replays() const override { return false; }
   std::size_t skip(std::uint64_t) override { return 0; }
+  std::chrono::steady_clock::time_point last_input() const override { return last_input_; }
   void end() override {
     mon_.reset();
     sock_.reset();
@@ -263,7 +264,7 @@ class PullingSource : public ReadingSource {
       int ready;
       {
         ScopedTimer wait(st.blocked_input_ns);
-        ready = zmq_poll(items, mon_ ? 2 : 1, 100);
+        ready = zmq_poll(items, mon_ ? 2 : 1, 50);
       }
       if (ready <= 0) continue;
       // Messages sent before a disconnect are read first; then the monitor's news.
@@ -283,6 +284,7 @@ class PullingSource : public ReadingSource {
                                  " is larger than chunk_bytes (" + std::to_string(b.capacity) + "): raise chunk_bytes");
       }
       b.size = static_cast<std::size_t>(n);
+      last_input_ = std::chrono::steady_clock::now();
       return true;
     }
     return false;
@@ -293,6 +295,7 @@ class PullingSource : public ReadingSource {
   bool monitored_;
   std::optional<zmq::Socket> sock_;
   std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
+  std::chrono::steady_clock::time_point last_input_ = std::chrono::steady_clock::now();
 };
 
 // One chunk per message from an upstream PUSH socket; an empty message ends the stream.

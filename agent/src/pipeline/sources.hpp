@@ -3,6 +3,7 @@
 // stage reads the bytes it names. Internal to the agent.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -60,6 +61,8 @@ class Source {
     (void)node;
     return {c.buffer->data, c.buffer->size};
   }
+  // A live source: when its last message arrived (a drain waits for the detector to pause).
+  virtual std::chrono::steady_clock::time_point last_input() const { return {}; }
   // Shutdown: wakes whatever waits on the source's buffers.
   virtual void close() {}
   // The source thread is done with the source: what it opened for that thread (a socket) is
