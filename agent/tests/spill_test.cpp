@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -67,17 +69,88 @@ TEST(Spill, NeverHoldsMoreThanItsLimitAndFreesSpaceAsItDrains) {
   EXPECT_TRUE(s.append(frame(256 << 10, 99))) << "space comes back as segments are read";
 }
 
-TEST(Spill, ClearsWhatAnEarlierProcessOfTheStreamLeftAndRemovesItsFiles) {
+TEST(Spill, AnEmptyStoreRemovesItsFilesAndOneWithFramesLeavesThemForTheNextProcess) {
   const std::string dir = temp_dir();
-  { SpillStore first(dir, 3, 8 << 20); first.append(frame(1000, 1)); }
-  EXPECT_EQ(seg_files(dir), 0u);
   {
-    SpillStore a(dir, 3, 8 << 20);
+    SpillStore first(dir, 3, 8 << 20);
+    first.append(frame(1000, 1));
+    std::vector<std::byte> out(1000);
+    first.read(out);
+  }
+  EXPECT_EQ(seg_files(dir), 0u) << "read through: nothing left";
+  { SpillStore first(dir, 3, 8 << 20); first.append(frame(1000, 1)); }
+  EXPECT_EQ(seg_files(dir), 1u) << "a frame never read stays on disk";
+  {
+    SpillStore a(dir, 3, 8 << 20);  // no recovery: what the earlier process left is removed
+    EXPECT_TRUE(a.empty());
+    EXPECT_EQ(seg_files(dir), 0u);
     a.append(frame(1000, 1));
     SpillStore other(dir, 4, 8 << 20);  // another stream's files are not touched
     EXPECT_EQ(seg_files(dir), 1u);
   }
-  EXPECT_EQ(seg_files(dir), 0u);
+}
+
+// Every frame an earlier process left comes back first, in order across its segments (those it
+// had read out too), then what the new one appends; a record cut short by a crash mid-write ends
+// the recovery there, and the file is cut back to the last whole record.
+TEST(Spill, AnEarlierProcessesFramesAreRecoveredInOrderUpToACutRecord) {
+  const std::string dir = temp_dir();
+  {
+    SpillStore first(dir, 5, 8 << 20);  // segments of 1 MiB: 4 frames of 300 KiB fill one
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(first.append(frame(300 << 10, i)));
+    std::vector<std::byte> out(300 << 10);
+    for (int i = 0; i < 5; ++i) first.read(out);  // segment 0 read through and removed, frame 4 read out
+  }
+  // A crash while writing a ninth record: its length and half of it.
+  std::string last;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) last = std::max(last, e.path().string());
+  {
+    FILE* f = std::fopen(last.c_str(), "ab");
+    const std::uint32_t n = 300 << 10;
+    std::fwrite(&n, 4, 1, f);
+    std::vector<std::byte> half(150 << 10, std::byte{9});
+    std::fwrite(half.data(), 1, half.size(), f);
+    std::fclose(f);
+  }
+  std::vector<std::size_t> seen_sizes;
+  SpillStore s(dir, 5, 8 << 20, [&](std::span<const std::byte> head, std::size_t size) {
+    EXPECT_EQ(head.size(), SpillStore::kRecoverHead);
+    seen_sizes.push_back(size);
+    return true;
+  });
+  // Segment 0 (frames 0-3) is gone; segment 1 holds 4-7 (4 was read out, perhaps never
+  // acknowledged: it comes again) and the cut record.
+  EXPECT_EQ(s.recovered().frames, 4u);
+  EXPECT_EQ(s.recovered().dropped_bytes, 4u + (150 << 10));
+  EXPECT_NE(s.recovered().why_dropped.find("cut short"), std::string::npos) << s.recovered().why_dropped;
+  EXPECT_EQ(seen_sizes, std::vector<std::size_t>(4, 300 << 10));
+  ASSERT_TRUE(s.append(frame(1000, 42)));
+  std::vector<std::byte> out(300 << 10);
+  for (int i = 4; i < 8; ++i) {
+    ASSERT_EQ(s.read(out), std::size_t{300 << 10});
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), frame(300 << 10, i).begin())) << "frame " << i;
+  }
+  ASSERT_EQ(s.read(out), 1000u) << "then what this process appended";
+  EXPECT_TRUE(std::equal(out.begin(), out.begin() + 1000, frame(1000, 42).begin()));
+  EXPECT_TRUE(s.empty());
+}
+
+// A record the caller refuses (not a frame of the stream: damaged) ends the recovery there;
+// that segment is cut back and every later one removed.
+TEST(Spill, ARefusedRecordEndsTheRecoveryAndLaterSegmentsGo) {
+  const std::string dir = temp_dir();
+  {
+    SpillStore first(dir, 6, 8 << 20);
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(first.append(frame(300 << 10, i)));  // segments 0-3, 4-7, 8-9
+  }
+  int n = 0;
+  SpillStore s(dir, 6, 8 << 20, [&](std::span<const std::byte>, std::size_t) { return n++ < 5; });
+  EXPECT_EQ(s.recovered().frames, 5u);
+  EXPECT_NE(s.recovered().why_dropped.find("spill-6-1.seg: the record at byte"), std::string::npos)
+      << s.recovered().why_dropped;
+  EXPECT_EQ(s.recovered().dropped_bytes, 5u * (4 + (300 << 10)));
+  EXPECT_EQ(seg_files(dir), 2u);
+  EXPECT_EQ(s.disk_bytes(), 5u * (4 + (300 << 10)));
 }
 
 }  // namespace

@@ -59,6 +59,30 @@ TEST(Wire, DataHeaderRoundTrips) {
   EXPECT_EQ(out.checksum, 0x0123456789abcdefull);
 }
 
+// A data frame's header judged from its first bytes and its size (a spill's records, read back
+// without their payloads): what decode() says of the whole frame.
+TEST(Wire, ADataHeaderIsJudgedWithoutItsPayload) {
+  auto m = frame(data_header(1000, 600), 600);
+  const std::span<const std::byte> head(m.data(), 64);
+  Header out;
+  ASSERT_EQ(decode_data_header(head, m.size(), kMaxRaw, out), DecodeError::ok);
+  EXPECT_EQ(out.sequence, 123456789012ull);
+  EXPECT_EQ(decode_data_header(head, m.size() - 1, kMaxRaw, out), DecodeError::size_mismatch);
+  EXPECT_EQ(decode_data_header(head.first(kHeaderSize - 1), m.size(), kMaxRaw, out), DecodeError::truncated);
+  EXPECT_EQ(decode_data_header(head, m.size(), 999, out), DecodeError::oversized);
+  auto damaged = m;
+  damaged[20] ^= std::byte{1};
+  EXPECT_EQ(decode_data_header({damaged.data(), 64}, m.size(), kMaxRaw, out), DecodeError::bad_header_check);
+  const auto eos = frame([] {
+    Header h;
+    h.type = FrameType::end_of_stream;
+    h.connections = 1;
+    h.payload_size = kEndOfStreamPayload;
+    return h;
+  }(), kEndOfStreamPayload);
+  EXPECT_EQ(decode_data_header({eos.data(), kHeaderSize}, eos.size(), kMaxRaw, out), DecodeError::bad_type);
+}
+
 TEST(Wire, LayoutIsLittleEndianWithMagicFirst) {
   auto m = frame(data_header(1000, 600), 600);
   EXPECT_EQ(std::memcmp(m.data(), "NSTR", 4), 0);

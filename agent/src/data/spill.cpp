@@ -42,25 +42,103 @@ void read_all(int fd, std::byte* p, std::size_t n, std::uint64_t off, const std:
 
 }  // namespace
 
-SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes)
+SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes, const Recover& recover)
     : dir_(std::move(dir)), stream_(stream), max_(max_bytes),
       segment_bytes_(std::clamp<std::uint64_t>(max_bytes / 8, 1 << 20, 256ULL << 20)) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw std::runtime_error("spill: cannot create " + dir_ + ": " + ec.message());
-  // What a previous process of this stream left is not ours to send: its chunks were either
-  // acknowledged or are resent from the source (or reported missing by the receiver).
+  // What an earlier process of this stream left: its segments by number.
   const std::string prefix = "spill-" + std::to_string(stream_) + "-";
+  std::vector<std::pair<std::uint64_t, std::string>> earlier;
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".seg") {
-      std::filesystem::remove(e.path(), ec);
+    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + 4 || name.substr(name.size() - 4) != ".seg") continue;
+    const std::string number = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    if (number.find_first_not_of("0123456789") != std::string::npos || number.size() > 18) continue;
+    earlier.emplace_back(std::stoull(number), e.path().string());
+  }
+  if (ec) throw std::runtime_error("spill: cannot list " + dir_ + ": " + ec.message());
+  std::sort(earlier.begin(), earlier.end());
+  if (!recover) {
+    // Not ours to send: those chunks were acknowledged, or are resent from the source.
+    for (const auto& [n, path] : earlier) std::filesystem::remove(path, ec);
+    return;
+  }
+  this->recover(std::move(earlier), recover);
+}
+
+// Keeps the earlier segments' records, oldest first, up to the first cut or refused one; the
+// rest of that segment is cut off and every later segment removed.
+void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earlier, const Recover& accept) {
+  bool stopped = false;
+  for (const auto& [number, path] : earlier) {
+    next_id_ = std::max(next_id_, number + 1);
+    if (stopped) {
+      struct stat sb {};
+      if (::stat(path.c_str(), &sb) == 0) recovered_.dropped_bytes += static_cast<std::uint64_t>(sb.st_size);
+      ::unlink(path.c_str());
+      continue;
     }
+    Segment s;
+    s.path = path;
+    s.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (s.fd < 0) throw_errno("spill: opening " + path);
+    struct stat sb {};
+    if (::fstat(s.fd, &sb) != 0) throw_errno("spill: reading " + path);
+    const auto file_size = static_cast<std::uint64_t>(sb.st_size);
+    std::byte head[kLengthBytes + kRecoverHead];
+    std::uint64_t frames = 0, bytes = 0;
+    while (s.write_off < file_size) {
+      const std::uint64_t left = file_size - s.write_off;
+      std::uint32_t n = 0;
+      if (left >= kLengthBytes) {
+        read_all(s.fd, head, kLengthBytes, s.write_off, path);
+        for (std::size_t i = 0; i < kLengthBytes; ++i) n |= static_cast<std::uint32_t>(head[i]) << (8 * i);
+      }
+      if (left < kLengthBytes || n == 0 || kLengthBytes + std::uint64_t{n} > left) {
+        recovered_.why_dropped = path + ": a record cut short at byte " + std::to_string(s.write_off) +
+                                 " (the earlier sender stopped while writing it)";
+        stopped = true;
+        break;
+      }
+      const std::size_t h = std::min<std::size_t>(n, kRecoverHead);
+      read_all(s.fd, head + kLengthBytes, h, s.write_off + kLengthBytes, path);
+      if (!accept({head + kLengthBytes, h}, n)) {
+        recovered_.why_dropped = path + ": the record at byte " + std::to_string(s.write_off) + " is not a frame of stream " +
+                                 std::to_string(stream_);
+        stopped = true;
+        break;
+      }
+      s.write_off += kLengthBytes + n;
+      ++frames;
+      bytes += n;
+    }
+    if (s.write_off < file_size) {
+      recovered_.dropped_bytes += file_size - s.write_off;
+      if (::ftruncate(s.fd, static_cast<off_t>(s.write_off)) != 0) throw_errno("spill: truncating " + path);
+    }
+    if (frames == 0) {
+      ::close(s.fd);
+      ::unlink(path.c_str());
+      continue;
+    }
+    frames_ += frames;
+    pending_ += bytes;
+    disk_ += s.write_off;
+    recovered_.frames += frames;
+    recovered_.bytes += bytes;
+    segments_.push_back(std::move(s));
   }
 }
 
 SpillStore::~SpillStore() {
-  while (!segments_.empty()) drop_front();
+  if (frames_ == 0) {
+    while (!segments_.empty()) drop_front();
+    return;
+  }
+  // Frames not sent: kept for the next process of the stream.
+  for (auto& s : segments_) ::close(s.fd);
 }
 
 void SpillStore::open_segment() {

@@ -8,7 +8,12 @@
 //    (wait, or count the frame lost);
 //  - frames live in segment files (spill-<stream>-<n>.seg) of about max_bytes / 8 each; a segment
 //    is deleted as soon as it has been read through, so space comes back while it drains;
-//  - one thread uses an instance (no locking); the files are removed when it is destroyed;
+//  - one thread uses an instance (no locking); when it is destroyed empty its files are removed,
+//    and frames it still holds stay on disk for the next process of the stream;
+//  - an earlier process's frames are discarded, or recovered (a live source's next sender): the
+//    records of its segments, oldest first, are read again from the start of each segment (the
+//    frames it had read out and sent may come again: the caller skips what was acknowledged),
+//    up to the first record that is cut short (a crash mid-write) or that the caller refuses;
 //  - an I/O error other than a full disk throws std::system_error naming the file; a full disk
 //    (ENOSPC) is a refused append, like the size limit.
 #pragma once
@@ -16,14 +21,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace numastream {
 
 class SpillStore {
  public:
-  SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes);
+  // Decides on a frame an earlier process left: its first bytes (at most kRecoverHead) and its
+  // size. False refuses it and every frame after it.
+  using Recover = std::function<bool(std::span<const std::byte> head, std::size_t size)>;
+  static constexpr std::size_t kRecoverHead = 64;
+  struct Recovered {
+    std::uint64_t frames = 0, bytes = 0;  // kept, to be read first
+    std::uint64_t dropped_bytes = 0;      // after a cut or refused record
+    std::string why_dropped;              // what ended the recovery early, naming the file
+  };
+
+  // Without `recover`, what an earlier process of the stream left is removed.
+  SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes, const Recover& recover = {});
   ~SpillStore();
   SpillStore(const SpillStore&) = delete;
   SpillStore& operator=(const SpillStore&) = delete;
@@ -41,6 +60,7 @@ class SpillStore {
   std::uint64_t disk_bytes() const noexcept { return disk_; }        // segment files on disk
   std::uint64_t max_bytes() const noexcept { return max_; }
   const std::string& dir() const noexcept { return dir_; }
+  const Recovered& recovered() const noexcept { return recovered_; }
 
  private:
   struct Segment {
@@ -51,6 +71,7 @@ class SpillStore {
   };
   void open_segment();
   void drop_front();
+  void recover(std::vector<std::pair<std::uint64_t, std::string>> earlier, const Recover& accept);
 
   std::string dir_;
   std::uint32_t stream_;
@@ -61,6 +82,7 @@ class SpillStore {
   std::uint64_t frames_ = 0;
   std::uint64_t pending_ = 0;
   std::uint64_t disk_ = 0;
+  Recovered recovered_;
 };
 
 }  // namespace numastream

@@ -129,6 +129,7 @@ class Sender {
   std::unique_ptr<TakenRecord> taken_;  // a live source's: how many chunks its senders took
   std::shared_ptr<GapBook> gap_book_ = std::make_shared<GapBook>();
   std::uint64_t declared_at_start_ = 0;  // chunks of earlier senders declared missing
+  std::vector<std::uint64_t> recovered_seqs_;  // ascending: an earlier sender's spilled chunks, sent first
   std::uint64_t start_live();
   std::uint64_t state_floor_ = 0;       // what an earlier sender recorded
   void save_state();
@@ -259,6 +260,20 @@ bool Sender::drain_done(std::optional<Clock::time_point>& from) {
   return false;
 }
 
+// `gaps` (ascending, disjoint) without the chunks `seqs` (ascending) names.
+std::vector<wire::Gap> without(const std::vector<wire::Gap>& gaps, const std::vector<std::uint64_t>& seqs) {
+  std::vector<wire::Gap> out;
+  for (const auto& g : gaps) {
+    std::uint64_t at = g.first;
+    for (auto it = std::lower_bound(seqs.begin(), seqs.end(), g.first); it != seqs.end() && *it < g.end; ++it) {
+      if (*it > at) out.push_back({at, *it, g.reason});
+      at = *it + 1;
+    }
+    if (at < g.end) out.push_back({at, g.end, g.reason});
+  }
+  return out;
+}
+
 // A live source cannot replay. Its sender numbers on after every chunk an earlier sender of the
 // stream took (its taken record) or the receiver has, and declares what earlier senders took and
 // never had acknowledged as a gap: the receiver counts those chunks missing and names them.
@@ -268,6 +283,7 @@ std::uint64_t Sender::start_live() {
   std::uint64_t start = ledger_->end(stream);
   const auto earlier = taken_ ? taken_->earlier() : std::nullopt;
   if (earlier) start = std::max(start, earlier->at_most);
+  if (!recovered_seqs_.empty()) start = std::max(start, recovered_seqs_.back() + 1);
   if (start == 0) return 0;
   const auto reason = earlier && !earlier->exact ? wire::GapReason::sender_restarted_bound : wire::GapReason::sender_restarted;
   std::vector<wire::Gap> gaps;
@@ -278,6 +294,7 @@ std::uint64_t Sender::start_live() {
     at = q + 1;
   }
   if (at < start) gaps.push_back({at, start, reason});
+  gaps = without(gaps, recovered_seqs_);  // those come from the spill
   wire_q_->start_at(start);
   std::uint64_t missing = 0;
   for (const auto& g : gaps) missing += g.size();
@@ -478,6 +495,9 @@ bool Sender::unspill(BufferPool& pool, bool wait) {
     }
     spill_disk_bytes_ = spill_->disk_bytes();
     spill_frames_ = spill_->frames();
+    // An earlier sender's: it may have been sent and acknowledged before that sender stopped.
+    if (ledger_->contains(cfg_.stream_id, c.header.sequence)) continue;
+    c.header.connections = static_cast<std::uint16_t>(cfg_.connections);
     if (!send_q_->push(c)) return false;
   }
   return true;
@@ -492,6 +512,7 @@ bool Sender::unspill(BufferPool& pool, bool wait) {
 void Sender::spill_loop() {
   BufferPool& pool = wire_pools_->for_node(rt_.placement.stage(Stage::send).front().numa_node);
   const bool can_wait = source_can_wait();
+  if (!wait_welcome()) return;  // the receiver's answer says which recovered chunks it has
   while (true) {
     if (!unspill(pool, false)) return;
     bool done = false;
@@ -634,7 +655,31 @@ RunResult Sender::run(const RunHooks& hooks) {
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   if (cfg_.spill.enabled()) {
-    spill_ = std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes);
+    // A live source's earlier sender may have left chunks in the spill it never sent: they go
+    // first, in order, under their own sequence numbers. A replaying source sends them again
+    // from the source instead.
+    SpillStore::Recover recover;
+    if (!source_->replays()) {
+      recover = [this](std::span<const std::byte> head, std::size_t size) {
+        wire::Header h;
+        if (wire::decode_data_header(head, size, cfg_.chunk_bytes, h) != wire::DecodeError::ok ||
+            h.stream_id != cfg_.stream_id || (!recovered_seqs_.empty() && h.sequence <= recovered_seqs_.back())) {
+          return false;
+        }
+        recovered_seqs_.push_back(h.sequence);
+        return true;
+      };
+    }
+    spill_ = std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes, recover);
+    if (const auto& r = spill_->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
+      log_line("spill: " + std::to_string(r.frames) + " chunks (" + std::to_string(r.bytes) + " bytes) an earlier sender "
+               "spilled are sent first" + (r.frames > 0 ? ", chunks " + std::to_string(recovered_seqs_.front()) + ".." +
+                                                             std::to_string(recovered_seqs_.back())
+                                                       : std::string()) +
+               (r.why_dropped.empty() ? std::string()
+                                      : "; " + std::to_string(r.dropped_bytes) + " bytes after " + r.why_dropped +
+                                            " are dropped (their chunks are declared missing)"));
+    }
     send_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
     log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " + cfg_.spill.path +
              (source_can_wait() ? " (the source waits when it is full)"
@@ -789,6 +834,7 @@ RunResult Sender::run(const RunHooks& hooks) {
                                {"spilled_bytes", spilled_bytes_.load()},
                                {"peak_bytes", spill_peak_bytes_.load()},
                                {"left_chunks", spill_->frames()},
+                               {"recovered_chunks", spill_->recovered().frames},
                                {"lost", spill_lost_.load()}};
     if (spill_lost_ > 0) {
       log_line("spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +

@@ -90,14 +90,16 @@ void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept {
   put<std::uint64_t>(out + 16, eos.connection_chunks);
 }
 
-DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& out) noexcept {
-  if (m.size() < kHeaderSize) return DecodeError::truncated;
-  const std::byte* p = m.data();
+namespace {
+
+// The header of a frame of `size` bytes (p holds at least its kHeaderSize bytes): checked and
+// decoded, its flags byte into `flags`.
+DecodeError decode_header(const std::byte* p, std::size_t size, Header& h, std::uint8_t& flags) noexcept {
   if (get<std::uint32_t>(p) != kMagic) return DecodeError::bad_magic;
   if (get<std::uint8_t>(p + 4) != kVersion) return DecodeError::bad_version;
   if (get<std::uint32_t>(p + 40) != header_check(p)) return DecodeError::bad_header_check;
   // Unused flag bits and the reserved word are zero; anything else is a peer we do not understand.
-  const std::uint8_t flags = get<std::uint8_t>(p + 7);
+  flags = get<std::uint8_t>(p + 7);
   if ((flags & 0x0e) != 0 || get<std::uint32_t>(p + 44) != 0) return DecodeError::bad_version;
   std::uint8_t type = get<std::uint8_t>(p + 5);
   if (type < static_cast<std::uint8_t>(FrameType::data) ||
@@ -107,7 +109,6 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   std::uint8_t codec = get<std::uint8_t>(p + 6);
   if (!codec_known(codec)) return DecodeError::bad_codec;
 
-  Header h;
   h.type = static_cast<FrameType>(type);
   h.codec = static_cast<Codec>(codec);
   h.stream_id = get<std::uint32_t>(p + 8);
@@ -121,7 +122,46 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
   h.element_size = static_cast<std::uint8_t>(flags >> 4);
 
   if (h.connections == 0 || h.connection >= h.connections) return DecodeError::bad_connection;
-  if (h.payload_size != m.size() - kHeaderSize) return DecodeError::size_mismatch;
+  if (h.payload_size != size - kHeaderSize) return DecodeError::size_mismatch;
+  return DecodeError::ok;
+}
+
+// What a data frame's header must say beyond its own checks.
+DecodeError check_data(const Header& h, std::size_t max_raw) noexcept {
+  if (h.raw_size > max_raw) return DecodeError::oversized;
+  if ((h.codec == Codec::bslz4) != (h.element_size != 0)) return DecodeError::bad_codec;
+  if (h.codec == Codec::bslz4 &&
+      (!valid_element_size(h.element_size) || h.raw_size % h.element_size != 0)) {
+    return DecodeError::bad_codec;
+  }
+  if (h.codec == Codec::none) {
+    if (h.payload_size != h.raw_size) return DecodeError::size_mismatch;
+  } else if (h.payload_size == 0 || h.payload_size > max_encoded_size(h.raw_size)) {
+    return DecodeError::size_mismatch;
+  }
+  return DecodeError::ok;
+}
+
+}  // namespace
+
+DecodeError decode_data_header(std::span<const std::byte> head, std::size_t frame_size, std::size_t max_raw,
+                               Header& out) noexcept {
+  if (head.size() < kHeaderSize || frame_size < kHeaderSize) return DecodeError::truncated;
+  Header h;
+  std::uint8_t flags;
+  if (auto e = decode_header(head.data(), frame_size, h, flags); e != DecodeError::ok) return e;
+  if (h.type != FrameType::data) return DecodeError::bad_type;
+  if (auto e = check_data(h, max_raw); e != DecodeError::ok) return e;
+  out = h;
+  return DecodeError::ok;
+}
+
+DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& out) noexcept {
+  if (m.size() < kHeaderSize) return DecodeError::truncated;
+  const std::byte* p = m.data();
+  Header h;
+  std::uint8_t flags;
+  if (auto e = decode_header(p, m.size(), h, flags); e != DecodeError::ok) return e;
   if (h.type == FrameType::end_of_stream) {
     if (h.payload_size != kEndOfStreamPayload) return DecodeError::size_mismatch;
     out = h;
@@ -161,17 +201,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     out = h;
     return DecodeError::ok;
   }
-  if (h.raw_size > max_raw) return DecodeError::oversized;
-  if ((h.codec == Codec::bslz4) != (h.element_size != 0)) return DecodeError::bad_codec;
-  if (h.codec == Codec::bslz4 &&
-      (!valid_element_size(h.element_size) || h.raw_size % h.element_size != 0)) {
-    return DecodeError::bad_codec;
-  }
-  if (h.codec == Codec::none) {
-    if (h.payload_size != h.raw_size) return DecodeError::size_mismatch;
-  } else if (h.payload_size == 0 || h.payload_size > max_encoded_size(h.raw_size)) {
-    return DecodeError::size_mismatch;
-  }
+  if (auto e = check_data(h, max_raw); e != DecodeError::ok) return e;
   out = h;
   return DecodeError::ok;
 }

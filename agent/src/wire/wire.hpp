@@ -102,6 +102,10 @@ void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept;
 
 // Validates and decodes one whole message. `max_raw` is the largest chunk this receiver accepts.
 DecodeError decode(std::span<const std::byte> message, std::size_t max_raw, Header& out) noexcept;
+// Validates and decodes the header of a data frame of `frame_size` bytes from its first bytes
+// (`head`, at least kHeaderSize): what decode() checks of a data frame, without its payload.
+DecodeError decode_data_header(std::span<const std::byte> head, std::size_t frame_size, std::size_t max_raw,
+                               Header& out) noexcept;
 // Builds an ack or resume frame (`type` is one of the two).
 std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
                                   std::uint16_t connections, std::uint64_t floor,
