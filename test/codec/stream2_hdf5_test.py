@@ -313,6 +313,66 @@ class SeriesIntoHdf5(unittest.TestCase):
                       f"{missing} images named missing")
 
 
+    def test_a_sender_killed_mid_series_leaves_every_image_delivered_or_named(self):
+        # A detector series; the gateway pauses (busy) and meanwhile the sender is SIGKILLed and
+        # started again with its state_dir. What the dead sender took and never had acknowledged
+        # is declared missing by sequence; the series file names the image ids it lacks; every
+        # other image is in it. Never an image both absent and unnamed. The real EIGER2 series
+        # (10 images at 5/s) mostly survives (what the dead sender sent reaches the gateway once it
+        # resumes); 300 synthetic 1 MiB images at 100/s leave the dead sender holding some.
+        folder = os.path.join(REAL, "r500k_bm_bslz4_16bit")
+        if not os.path.isdir(folder):
+            if REQUIRE_REAL:
+                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
+            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        cases = (("eiger2", ["--replay", folder, "--start", "--rate-hz", "5"], 10, 0.6, False),
+                 ("synthetic", ["--synthetic", "--images", "300", "--shape", "512x1024", "--rate-hz", "100"], 300, 1.5,
+                  True))
+        for case, sim, images, pause, must_lose in cases:
+            with self.subTest(case=case):
+                state = os.path.join(self.tmp, case + "-state")
+                os.makedirs(state)
+                run = Series(self.tmp, sim, os.path.join(self.tmp, case + ".h5"),
+                             ["--set", f'state_dir="{state}"', "--chunk-bytes", str(4 << 20)])
+                final = os.path.join(self.tmp, f"{case}_series_1.h5") if case == "synthetic" else os.path.join(
+                    self.tmp, f"{case}_series_{load_cbor(sorted(glob.glob(os.path.join(folder, '*')))[0])['series_id']}.h5")
+                deadline = time.time() + 30
+                while time.time() < deadline and not os.path.exists(final + ".part"):
+                    time.sleep(0.05)
+                time.sleep(0.3)
+                run.rx.send_signal(signal.SIGSTOP)
+                time.sleep(pause)
+                run.tx.send_signal(signal.SIGKILL)
+                run.tx.communicate(timeout=30)
+                run.restart_sender()
+                time.sleep(0.3)
+                run.rx.send_signal(signal.SIGCONT)
+                resumed = lambda: "resuming a live source at chunk" in run.log()
+                tx_rc, rx_rc, sent, received = run.stop(
+                    until=lambda: resumed() and (os.path.exists(final) or received_all(run)), timeout=60)
+                log = run.log()
+                self.assertEqual(tx_rc, 0, log)
+                declared = received["streams"][0]["declared_missing"]
+                self.assertEqual(received["lost"], declared, log)
+                if must_lose:
+                    self.assertGreater(declared, 0, "the pause left the dead sender holding messages:\n" + log)
+                series = received["stream2_series"][0]
+                missing = 0
+                if series["complete"]:
+                    self.assertEqual((declared, rx_rc), (0, 0), log)
+                else:
+                    self.assertNotEqual(rx_rc, 0, log)
+                    named = re.search(r"image ids [0-9, -.]+ missing \(([0-9]+) of %d\)" % images, series["lacks"])
+                    self.assertIsNotNone(named, log)
+                    missing = int(named.group(1))
+                    with h5py.File(final + ".part", "r") as f:
+                        self.assertIn(named.group(0), f["/entry"].attrs["incomplete"])
+                self.assertEqual(series["images"] + missing, images, "every image in the file or named missing:\n" + log)
+                print(f"[stream2] {case}: sender SIGKILL mid-series during a {pause} s gateway pause: {declared} "
+                      f"messages declared missing by the next sender, {missing} image ids named missing, "
+                      f"{series['images']} of {images} images in the file")
+
+
 def load_cbor(path):
     with open(path, "rb") as f:
         return cbor2.loads(f.read())
