@@ -110,4 +110,20 @@ void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t&
   }
 }
 
+std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what) {
+  std::set<std::uint64_t> out;
+  hid_t space = H5Dget_space(dset);
+  hsize_t n = 0;
+  if (space < 0 || H5Dget_num_chunks(dset, space, &n) < 0) {
+    if (space >= 0) H5Sclose(space);
+    fail(what, "list the frames of the file being resumed");
+  }
+  for (hsize_t i = 0; i < n; ++i) {
+    hsize_t offset[3] = {};
+    if (H5Dget_chunk_info(dset, space, i, offset, nullptr, nullptr, nullptr) >= 0) out.insert(offset[0]);
+  }
+  H5Sclose(space);
+  return out;
+}
+
 }  // namespace numastream::hdf5::detail

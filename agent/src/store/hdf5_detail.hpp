@@ -4,6 +4,8 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
+#include <set>
 #include <string>
 
 namespace numastream::hdf5::detail {
@@ -19,6 +21,9 @@ hid_t file_type(const std::string& dtype);
 std::string dtype_of(hid_t type);
 // Opens every group of `path` below the root, creating the missing ones.
 void make_parents(hid_t file, const std::string& path, const std::string& what);
+// The frames a frames x ... dataset holds: the first coordinates of its allocated chunks (one
+// frame per chunk).
+std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what);
 // Writes `bytes` as the chunk of frame `index` of a frames x ... dataset of `rank` (2 or 3) with
 // direct chunk I/O, extending the dataset when `index` is past `extent`; `filter_mask` bit 0 set
 // when the chunk is stored without the dataset's filter.

@@ -136,18 +136,7 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
       hsize_t dims[3] = {};
       H5Sget_simple_extent_dims(space, dims, nullptr);
       extent_ = dims[0];
-      // The frames the file holds: its allocated chunks.
-      hsize_t n = 0;
-      if (H5Dget_num_chunks(dset_, space, &n) < 0) {
-        H5Sclose(space);
-        fail(what_, "list the frames of the file being resumed");
-      }
-      for (hsize_t i = 0; i < n; ++i) {
-        hsize_t offset[3] = {};
-        if (H5Dget_chunk_info(dset_, space, i, offset, nullptr, nullptr, nullptr) >= 0) {
-          written_.insert(offset[0]);
-        }
-      }
+      written_ = frames_written(dset_, what_);  // the frames the file holds
       H5Sclose(space);
       return;
     }
