@@ -38,7 +38,7 @@ class Hdf5Sink final : public Sink {
 
   void put(Chunk c, StageStats& st) override {
     if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
-      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, ack_);
+      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); });
       series_->put(std::move(c), st);
       return;
     }

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,7 +33,10 @@ namespace numastream {
 
 class SeriesSink {
  public:
-  SeriesSink(std::string pattern, AckFn ack) : pattern_(std::move(pattern)), ack_(std::move(ack)) {}
+  // `resumed`: whether a stream's sender reports chunks an earlier gateway acknowledged (then a
+  // series file that gateway left is this stream's to go on writing).
+  SeriesSink(std::string pattern, AckFn ack, std::function<bool(std::uint32_t)> resumed)
+      : pattern_(std::move(pattern)), ack_(std::move(ack)), resumed_(std::move(resumed)) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -46,7 +50,12 @@ class SeriesSink {
                                std::to_string(h.stream_id) + " is not Stream V2: " + error);
     }
     const Key key{m->series_id, m->series_unique_id};
-    Series& s = series(key);
+    Series* found = series(key, h);
+    if (!found) {  // already in a file an earlier gateway of the stream finished
+      held_.add(c.via, h.stream_id, h.sequence);
+      return;
+    }
+    Series& s = *found;
     if (!s.seqs.insert(h.sequence).second) {  // a retransmission of a message already written
       held_.add(c.via, h.stream_id, h.sequence);
       return;
@@ -55,7 +64,7 @@ class SeriesSink {
       case stream2::Type::start:
         s.start_seq = h.sequence;
         s.number_of_images = m->number_of_images;
-        for (const auto& skipped : s.file->write_start(bytes, m->series_id, m->series_unique_id)) {
+        for (const auto& skipped : s.file->write_start(bytes, m->series_id, m->series_unique_id, h.sequence)) {
           log_line("hdf5 sink: series " + s.name + ": start field " + skipped + " not stored (no HDF5 form)");
         }
         break;
@@ -68,6 +77,7 @@ class SeriesSink {
         s.incomplete = m->incomplete;
         break;
     }
+    s.file->record(h.sequence);
     st.chunks++;
     st.bytes_out += bytes.size();
     // Acknowledged once flushed to the file (or the file closed).
@@ -191,10 +201,11 @@ class SeriesSink {
     return ::stat(p.c_str(), &sb) == 0;
   }
 
-  // The file of a series: the sink path with {series} replaced by the series id (or the id added
-  // before the extension); never one that exists: a series id seen again (a detector restarted,
-  // a replay) gets the next free name "-2", "-3", ...
-  std::string path_for(std::uint64_t series_id) const {
+  // The files of a series id: the sink path with {series} replaced by the series id (or the id
+  // added before the extension), then "-2", "-3", ... for a series id seen again (a detector
+  // restarted, a replay). Each candidate in turn until `pick` returns true.
+  template <typename Pick>
+  std::string first_candidate(std::uint64_t series_id, Pick pick) const {
     std::string p = stream_path(pattern_, 0);
     const std::string id = std::to_string(series_id);
     if (auto pos = p.find("{series}"); pos != std::string::npos) {
@@ -205,7 +216,7 @@ class SeriesSink {
       p.insert(dot, "_series_" + id);
     }
     std::string candidate = p;
-    for (int n = 2; exists(candidate) || exists(candidate + ".part"); ++n) {
+    for (int n = 2; !pick(candidate); ++n) {
       auto dot = p.rfind('.');
       if (dot == std::string::npos || p.find('/', dot) != std::string::npos) dot = p.size();
       candidate = p.substr(0, dot) + "-" + std::to_string(n) + p.substr(dot);
@@ -213,15 +224,56 @@ class SeriesSink {
     return candidate;
   }
 
-  Series& series(const Key& key) {
+  // The open series of a message; a new one for a series this gateway has not seen. When the
+  // stream is resumed (its sender reports chunks an earlier gateway acknowledged), that gateway's
+  // files of the series are looked for: its .part is reopened and written on; a message already
+  // in a file it finished (published, or given up) is a retransmission: nullptr.
+  Series* series(const Key& key, const wire::Header& h) {
     auto it = open_.find(key);
-    if (it != open_.end()) return it->second;
+    if (it != open_.end()) return &it->second;
+    const bool resumed = resumed_ && resumed_(h.stream_id);
+    std::string reopen;
+    bool retransmission = false;
+    const std::string path = first_candidate(key.first, [&](const std::string& c) {
+      const bool done = exists(c), part = exists(c + ".part");
+      if (!done && !part) return true;  // free
+      if (!resumed) return false;
+      const auto id = hdf5::SeriesFile::identify(done ? c : c + ".part");
+      if (!id || id->series_id != key.first || id->series_unique_id != key.second ||
+          (id->stream_id && *id->stream_id != h.stream_id)) {
+        return false;
+      }
+      if (done || id->marked_incomplete) {
+        retransmission = id->sequences.count(h.sequence) > 0;
+        return retransmission;
+      }
+      reopen = c;
+      return true;
+    });
+    if (retransmission) {
+      log_line("hdf5 sink: message " + std::to_string(h.sequence) + " of series " + std::to_string(key.first) +
+               " is already in " + path + (exists(path) ? "" : ".part") + " (an earlier gateway's): acknowledged again");
+      return nullptr;
+    }
     Series s;
     s.name = std::to_string(key.first) + (key.second.empty() ? "" : " (" + key.second + ")");
-    s.path = path_for(key.first);
-    s.file = std::make_unique<hdf5::SeriesFile>(s.path + ".part");
-    log_line("hdf5 sink: series " + s.name + " -> " + s.path);
-    return open_.emplace(key, std::move(s)).first->second;
+    s.path = path;
+    if (!reopen.empty()) {
+      s.file = hdf5::SeriesFile::reopen(path + ".part");
+      s.seqs = s.file->sequences_held();
+      s.start_seq = s.file->start_sequence();
+      std::string error;
+      if (auto m = stream2::parse(s.file->start_message(), error); m && !s.file->start_message().empty()) {
+        s.number_of_images = m->number_of_images;
+      }
+      for (const auto& [channel, ids] : s.file->images()) s.images = std::max<std::uint64_t>(s.images, ids.size());
+      log_line("hdf5 sink: series " + s.name + " resumed in " + path + ".part, written by an earlier gateway (" +
+               std::to_string(s.seqs.size()) + " messages, " + std::to_string(s.images) + " images)");
+    } else {
+      s.file = std::make_unique<hdf5::SeriesFile>(path + ".part", h.stream_id);
+      log_line("hdf5 sink: series " + s.name + " -> " + s.path);
+    }
+    return &open_.emplace(key, std::move(s)).first->second;
   }
 
   // A series its detector left unfinished: the file stays .part, reported with why.
@@ -252,6 +304,7 @@ class SeriesSink {
 
   std::string pattern_;
   AckFn ack_;
+  std::function<bool(std::uint32_t)> resumed_;
   DeferredAcks held_{ack_};  // written, not yet flushed: acknowledged by the next flush
   std::map<Key, Series> open_;
   nlohmann::json done_ = nlohmann::json::array();

@@ -2,6 +2,8 @@
 
 #include <hdf5.h>
 
+#include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "codec/bitshuffle.hpp"
@@ -72,9 +74,62 @@ hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_
   return dcpl;
 }
 
+
+void u64_attribute(hid_t obj, const char* name, std::uint64_t value, const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(obj, name, H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  const bool ok = attr >= 0 && H5Awrite(attr, H5T_NATIVE_UINT64, &value) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(scalar);
+  if (!ok) fail(what, std::string("write attribute ") + name);
+}
+
+std::optional<std::uint64_t> read_u64_attribute(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return std::nullopt;
+  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+  std::uint64_t v = 0;
+  const bool ok = attr >= 0 && H5Aread(attr, H5T_NATIVE_UINT64, &v) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  return ok ? std::optional(v) : std::nullopt;
+}
+
+std::string read_text_attribute(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return {};
+  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t type = vlen_text();
+  char* p = nullptr;
+  std::string out;
+  if (attr >= 0 && H5Aread(attr, type, &p) >= 0 && p) out = p;
+  if (p) H5free_memory(p);
+  if (attr >= 0) H5Aclose(attr);
+  H5Tclose(type);
+  return out;
+}
+
+// The sequences a file holds (its /entry/numastream/sequences), or nullopt without them.
+std::optional<std::vector<std::uint64_t>> read_sequences(hid_t file) {
+  if (H5Lexists(file, "/entry/numastream", H5P_DEFAULT) <= 0 ||
+      H5Lexists(file, "/entry/numastream/sequences", H5P_DEFAULT) <= 0) {
+    return std::nullopt;
+  }
+  hid_t d = H5Dopen2(file, "/entry/numastream/sequences", H5P_DEFAULT);
+  if (d < 0) return std::nullopt;
+  hid_t space = H5Dget_space(d);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  std::vector<std::uint64_t> out(n);
+  const bool ok = n == 0 || H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0;
+  H5Sclose(space);
+  H5Dclose(d);
+  return ok ? std::optional(std::move(out)) : std::nullopt;
+}
+
+constexpr const char* kNumastream = "/entry/numastream";
+constexpr const char* kSequences = "/entry/numastream/sequences";
+
 }  // namespace
 
-SeriesFile::SeriesFile(const std::string& path) : path_(path) {
+SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id) : path_(path) {
   quiet();
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) fail(path_, "create the file");
@@ -82,6 +137,111 @@ SeriesFile::SeriesFile(const std::string& path) : path_(path) {
   group(file_, "/entry/data", "NXdata", path_);
   group(file_, "/entry/instrument", "NXinstrument", path_);
   group(file_, "/entry/instrument/detector", "NXdetector", path_);
+  group(file_, kNumastream, "NXcollection", path_);
+  hsize_t dims = 0, max = H5S_UNLIMITED, chunk = 1024;
+  hid_t space = H5Screate_simple(1, &dims, &max);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &chunk);
+  sequences_ = H5Dcreate2(file_, kSequences, H5T_STD_U64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  if (sequences_ < 0) fail(path_, std::string("create ") + kSequences);
+  hid_t g = H5Gopen2(file_, kNumastream, H5P_DEFAULT);
+  u64_attribute(g, "stream_id", stream_id, path_);
+  H5Gclose(g);
+}
+
+std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path) {
+  quiet();
+  const std::string left = " It holds messages an earlier gateway acknowledged and is left as it is: move it aside to "
+                           "write the series anew";
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw std::runtime_error(path + ": cannot be resumed (not a readable HDF5 file)." + left);
+  std::unique_ptr<SeriesFile> f(new SeriesFile());
+  f->path_ = path;
+  f->file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (f->file_ < 0) throw std::runtime_error(path + ": cannot be resumed (it does not open read-write)." + left);
+  const auto seqs = read_sequences(f->file_);
+  if (!seqs) throw std::runtime_error(path + ": cannot be resumed (no " + kSequences + ")." + left);
+  f->held_.insert(seqs->begin(), seqs->end());
+  f->stored_ = seqs->size();
+  f->sequences_ = H5Dopen2(f->file_, kSequences, H5P_DEFAULT);
+  hid_t g = H5Gopen2(f->file_, kNumastream, H5P_DEFAULT);
+  f->start_sequence_ = read_u64_attribute(g, "start_sequence");
+  H5Gclose(g);
+  const std::string start = std::string(kDetector) + "stream2_start";
+  if (H5Lexists(f->file_, start.c_str(), H5P_DEFAULT) > 0) {
+    hid_t d = H5Dopen2(f->file_, start.c_str(), H5P_DEFAULT);
+    hid_t space = H5Dget_space(d);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(space, &n, nullptr);
+    f->start_message_.resize(n);
+    const bool ok = H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->start_message_.data()) >= 0;
+    H5Sclose(space);
+    H5Dclose(d);
+    if (!ok) fail(path, "read " + start);
+  }
+  // The channels: their shape, type and compression, and the images each holds.
+  hid_t data = H5Gopen2(f->file_, "/entry/data", H5P_DEFAULT);
+  if (data < 0) fail(path, "open /entry/data");
+  H5G_info_t info{};
+  H5Gget_info(data, &info);
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    char name[256] = {};
+    if (H5Lget_name_by_idx(data, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT) < 0) continue;
+    Channel c;
+    c.dset = H5Dopen2(data, name, H5P_DEFAULT);
+    if (c.dset < 0) continue;
+    hid_t space = H5Dget_space(c.dset);
+    hsize_t dims[3] = {};
+    const int rank = H5Sget_simple_extent_dims(space, dims, nullptr);
+    H5Sclose(space);
+    c.extent = dims[0];
+    for (int r = 1; r < rank; ++r) c.dims.push_back(dims[r]);
+    hid_t type = H5Dget_type(c.dset);
+    c.dtype = dtype_of(type);
+    H5Tclose(type);
+    hid_t dcpl = H5Dget_create_plist(c.dset);
+    if (H5Pget_nfilters(dcpl) > 0) {
+      unsigned flags = 0;
+      size_t ncd = 0;
+      const H5Z_filter_t id = H5Pget_filter2(dcpl, 0, &flags, &ncd, nullptr, 0, nullptr, nullptr);
+      c.compression = id == static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId) ? stream2::Compression::bslz4
+                      : id == kLz4Filter                                     ? stream2::Compression::lz4
+                                                                             : stream2::Compression::none;
+    }
+    H5Pclose(dcpl);
+    f->written_[name] = frames_written(c.dset, path + ":/entry/data/" + name);
+    f->channels_.emplace(name, std::move(c));
+  }
+  H5Gclose(data);
+  return f;
+}
+
+std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path) {
+  quiet();
+  if (H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return std::nullopt;
+  std::optional<Identity> out;
+  hid_t entry = H5Lexists(file, "/entry", H5P_DEFAULT) > 0 ? H5Gopen2(file, "/entry", H5P_DEFAULT) : -1;
+  if (entry >= 0) {
+    if (const auto id = read_u64_attribute(entry, "series_id")) {
+      out.emplace();
+      out->series_id = *id;
+      out->series_unique_id = read_text_attribute(entry, "series_unique_id");
+      out->marked_incomplete = H5Aexists(entry, "incomplete") > 0;
+      if (const auto seqs = read_sequences(file)) {
+        out->sequences.insert(seqs->begin(), seqs->end());
+        hid_t g = H5Gopen2(file, kNumastream, H5P_DEFAULT);
+        if (const auto stream = read_u64_attribute(g, "stream_id")) out->stream_id = static_cast<std::uint32_t>(*stream);
+        H5Gclose(g);
+      }
+    }
+    H5Gclose(entry);
+  }
+  H5Fclose(file);
+  H5Eclear2(H5E_DEFAULT);
+  return out;
 }
 
 SeriesFile::~SeriesFile() {
@@ -92,7 +252,7 @@ SeriesFile::~SeriesFile() {
 }
 
 std::vector<std::string> SeriesFile::write_start(std::span<const std::byte> message, std::uint64_t series_id,
-                                                 const std::string& series_unique_id) {
+                                                 const std::string& series_unique_id, std::uint64_t sequence) {
   std::vector<std::string> skipped;
   std::string error;
   if (!stream2::walk(message, [&](const std::string& p, const stream2::Value& v) { write_field(p, v); }, skipped,
@@ -112,6 +272,11 @@ std::vector<std::string> SeriesFile::write_start(std::span<const std::byte> mess
   if (ok) text_attribute(entry, "series_unique_id", series_unique_id, path_);
   H5Gclose(entry);
   if (!ok) fail(path_, "write attribute series_id");
+  hid_t g = H5Gopen2(file_, kNumastream, H5P_DEFAULT);
+  if (H5Aexists(g, "start_sequence") > 0) H5Adelete(g, "start_sequence");
+  u64_attribute(g, "start_sequence", sequence, path_);
+  H5Gclose(g);
+  start_sequence_ = sequence;
   return skipped;
 }
 
@@ -257,11 +422,33 @@ void SeriesFile::mark_missing(const std::string& missing) {
   H5Gclose(entry);
 }
 
+// The sequences recorded since the last flush, appended to /entry/numastream/sequences.
+void SeriesFile::store_sequences() {
+  if (pending_.empty() || sequences_ < 0) return;
+  const hsize_t n = pending_.size(), size = stored_ + n;
+  if (H5Dset_extent(sequences_, &size) < 0) fail(path_, std::string("extend ") + kSequences);
+  hid_t space = H5Dget_space(sequences_);
+  const hsize_t at = stored_;
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, &at, nullptr, &n, nullptr);
+  hid_t mem = H5Screate_simple(1, &n, nullptr);
+  const bool ok = H5Dwrite(sequences_, H5T_NATIVE_UINT64, mem, space, H5P_DEFAULT, pending_.data()) >= 0;
+  H5Sclose(mem);
+  H5Sclose(space);
+  if (!ok) fail(path_, std::string("write ") + kSequences);
+  stored_ = size;
+  pending_.clear();
+}
+
 void SeriesFile::flush() {
-  if (file_ >= 0 && H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
+  if (file_ < 0) return;
+  store_sequences();
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
 }
 
 void SeriesFile::close() {
+  if (file_ >= 0) store_sequences();
+  if (sequences_ >= 0) H5Dclose(sequences_);
+  sequences_ = -1;
   for (auto& [name, c] : channels_) {
     if (c.dset >= 0) H5Dclose(c.dset);
     c.dset = -1;

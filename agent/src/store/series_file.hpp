@@ -8,11 +8,16 @@
 //   /entry/instrument/detector   NXdetector; the start message's fields (numbers, text, arrays,
 //                                nested maps as groups: pixel_mask/threshold_1, goniometer/...),
 //                                and the start message itself, byte for byte (stream2_start)
+//   /entry/numastream            NXcollection; `sequences`: numastream's sequence of every message
+//                                the file holds (flushed with it), attributes stream_id and
+//                                start_sequence: what lets a restarted gateway go on writing it
 // Only one thread of a process uses HDF5 (see hdf5_io.hpp).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -24,8 +29,22 @@ namespace numastream::hdf5 {
 
 class SeriesFile {
  public:
-  // Creates `path` (truncating it).
-  explicit SeriesFile(const std::string& path);
+  // Creates `path` (truncating it) for stream `stream_id`'s series.
+  SeriesFile(const std::string& path, std::uint32_t stream_id);
+  // Opens a series file an earlier gateway left (`path`, a .part) to go on writing it: its
+  // channels, the image ids and the sequences it holds. Throws, naming the file and saying it is
+  // left as it is, when it does not open.
+  static std::unique_ptr<SeriesFile> reopen(const std::string& path);
+  // Which series a file holds, read without writing it; nullopt when it is not a readable series
+  // file.
+  struct Identity {
+    std::uint64_t series_id = 0;
+    std::string series_unique_id;
+    std::optional<std::uint32_t> stream_id;  // absent in files of earlier versions
+    bool marked_incomplete = false;          // /entry has `incomplete`: the series was given up
+    std::set<std::uint64_t> sequences;       // the messages it holds
+  };
+  static std::optional<Identity> identify(const std::string& path);
   ~SeriesFile();
   SeriesFile(const SeriesFile&) = delete;
   SeriesFile& operator=(const SeriesFile&) = delete;
@@ -33,12 +52,18 @@ class SeriesFile {
   // The start message: its fields under /entry/instrument/detector, itself as stream2_start.
   // Returns the fields that could not be stored (named for the log).
   std::vector<std::string> write_start(std::span<const std::byte> message, std::uint64_t series_id,
-                                       const std::string& series_unique_id);
+                                       const std::string& series_unique_id, std::uint64_t sequence);
   // Every channel of an image message at `image_id`. Throws, naming the channel, when an image's
   // shape, type or compression differs from the channel's first image.
   void write_image(std::span<const std::byte> message, std::uint64_t image_id);
   // Images written, per channel.
   const std::map<std::string, std::set<std::uint64_t>>& images() const noexcept { return written_; }
+  // A message written (start, image or end), by numastream's sequence: stored at the next flush.
+  void record(std::uint64_t sequence) { pending_.push_back(sequence); }
+  // A reopened file's: the sequences it held, the start message's sequence and its bytes.
+  const std::set<std::uint64_t>& sequences_held() const noexcept { return held_; }
+  std::optional<std::uint64_t> start_sequence() const noexcept { return start_sequence_; }
+  const std::vector<std::byte>& start_message() const noexcept { return start_message_; }
   // Marks the file as not complete: /entry attribute `incomplete` says what it lacks (e.g. "image
   // ids 12-40, 77 missing (30 of 100)") or why its detector left it unfinished; what a reader
   // checks before trusting a .part series file.
@@ -57,8 +82,16 @@ class SeriesFile {
   };
   Channel& channel(const std::string& name, const stream2::Array& a);
   void write_field(const std::string& path, const stream2::Value& v);
+  void store_sequences();
 
+  SeriesFile() = default;
   std::string path_;
+  long long sequences_ = -1;  // /entry/numastream/sequences
+  std::uint64_t stored_ = 0;  // its length
+  std::vector<std::uint64_t> pending_;
+  std::set<std::uint64_t> held_;
+  std::optional<std::uint64_t> start_sequence_;
+  std::vector<std::byte> start_message_;
   long long file_ = -1;
   std::map<std::string, Channel> channels_;
   std::map<std::string, std::set<std::uint64_t>> written_;
