@@ -27,8 +27,9 @@ test=(
   # libFuzzer + ASan/UBSan with clang: the runtimes are in libclang-rt-14-dev, which clang only
   # Recommends.
   clang libclang-rt-14-dev
-  # fault tests and the facility in a box: namespaces, veth, tc, nftables drop rules
-  iproute2 nftables procps util-linux
+  # fault tests and the facility in a box: namespaces, veth, tc, nftables drop rules; a stalled
+  # filesystem (an ext4 image on a loop device, frozen with fsfreeze)
+  iproute2 nftables procps util-linux e2fsprogs
   # real kubelet nodes: container runtime, CNI plugins, a static busybox for the sandbox image
   containerd runc containernetworking-plugins busybox-static
   # images from the Dockerfile without a daemon or a registry: buildah, base root filesystems

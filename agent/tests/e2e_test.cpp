@@ -985,5 +985,38 @@ TEST(Spill, AFullSpillCountsWhatIsLostAndTheReceiverReportsIt) {
       << tx.err();
 }
 
+// The spill's filesystem fills up before max_bytes (an 8 MiB tmpfs under a 1 GiB spill): the
+// refused chunks are declared lost naming the device's lack of space and the path, the receiver
+// names the same chunks missing, and the spill takes chunks again once it has drained.
+TEST(Spill, ASpillFilesystemThatFillsUpCountsWhatIsLostNamingThePath) {
+  if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("mounting a tmpfs needs root");
+  const int port = free_ports(3);
+  const std::string spill = temp_dir();
+  ASSERT_EQ(std::system(("mount -t tmpfs -o size=8m numastream-spill " + spill).c_str()), 0);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { std::system(("umount -l " + dir).c_str()); }
+  } unmount{spill};
+  SlowConsumer consumer(port + 2, 6);
+  Process rx(receiver(port, 1, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
+  Process tx(sender(port, 1, {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,
+                              "--spill-max-bytes", std::to_string(1024LL * kMiB)}));
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  EXPECT_NE(rx.wait(60s), 0) << "chunks are missing: " << rx.err();
+  const json s = summary(tx), r = summary(rx);
+  const std::uint64_t lost = s["spill"]["lost"].get<std::uint64_t>();
+  EXPECT_GT(lost, 10u) << s["spill"].dump();
+  EXPECT_EQ(s["spill"]["lost_disk_full"], lost) << "every refusal was the device's, not max_bytes";
+  EXPECT_LE(s["spill"]["peak_bytes"].get<std::uint64_t>(), 8u * kMiB);
+  EXPECT_EQ(r["lost"], lost) << "the receiver names the same chunks missing";
+  EXPECT_EQ(r["chunks"].get<std::uint64_t>() + lost, 120u);
+  EXPECT_NE(tx.err().find("spill: no space left on the device of " + spill), std::string::npos) << tx.err();
+  EXPECT_GT(s["spill"]["spilled_bytes"].get<std::uint64_t>(), s["spill"]["peak_bytes"].get<std::uint64_t>())
+      << "spilled again once space came back: " << s["spill"].dump();
+  std::cout << "[spill] 8 MiB tmpfs under a 1 GiB spill: " << s["spill"]["spilled_chunks"] << " chunks spilled, peak "
+            << s["spill"]["peak_bytes"] << " bytes, " << lost << " lost for want of space, the receiver names " << r["lost"]
+            << std::endl;
+}
+
 }  // namespace
 }  // namespace numastream::testing

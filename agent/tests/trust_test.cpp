@@ -520,5 +520,58 @@ TEST(Trust, ALiveSourceSendersSpillSurvivesItsRestart) {
             << in_file.size() << " in the file" << std::endl;
 }
 
+// The gateway's filesystem stalls (an ext4 image on a loop device, frozen with fsfreeze: every
+// write blocks, as on a hung NFS server or a storage controller failing over): the sink
+// acknowledges nothing more, the sender is held back, and when the filesystem thaws the stream
+// goes on; the file ends byte-identical to the source.
+TEST(Trust, AStalledSinkFilesystemHoldsTheSenderBackAndTheStreamGoesOnWhenItThaws) {
+  if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("loop devices and fsfreeze need root");
+  const std::string base = temp_dir(), disk = base + "/disk", src_dir = temp_dir();
+  fs::create_directories(disk);
+  auto sh = [](const std::string& cmd) {
+    const int rc = std::system((cmd + " 2>&1").c_str());
+    return rc;
+  };
+  ASSERT_EQ(sh("truncate -s 96M " + base + "/fs.img && mkfs.ext4 -q -F " + base + "/fs.img"), 0) << "e2fsprogs";
+  if (sh("mount -o loop " + base + "/fs.img " + disk) != 0) NUMASTREAM_SKIP_OR_FAIL("this kernel gives no loop device");
+  struct Unmount {
+    std::string dir;
+    ~Unmount() {
+      std::system(("fsfreeze -u " + dir + " 2>/dev/null; umount -l " + dir).c_str());
+    }
+  } unmount{disk};
+  std::string source(24 * kMiB, '\0');
+  for (std::size_t i = 0; i < source.size(); i += 5) source[i] = static_cast<char>(i / 8192);
+  std::ofstream(src_dir + "/in", std::ios::binary) << source;
+  int port = free_ports(3);
+  Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", disk + "/frames.raw"}));
+  // 24 chunks of 1 MiB at 0.05 Gbit/s: about 4 s.
+  Process tx(sender(port, 1, {"--source", "file", "--source-path", src_dir + "/in", "--rate-gbps", "0.05",
+                              "--metrics-listen", "127.0.0.1:" + std::to_string(port + 2)}));
+  auto acknowledged = [&] {
+    std::smatch m;
+    const std::string metrics = http_get(port + 2, "/metrics");
+    return std::regex_search(metrics, m, std::regex("numastream_chunks_acknowledged\\{[^}]*\\} ([0-9]+)"))
+               ? std::stoull(m[1])
+               : 0ull;
+  };
+  for (int i = 0; i < 100 && acknowledged() < 4; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(sh("fsfreeze -f " + disk), 0);
+  std::this_thread::sleep_for(1s);
+  const auto held_at = acknowledged();
+  std::this_thread::sleep_for(3s);
+  const auto after_stall = acknowledged();
+  EXPECT_TRUE(tx.running()) << "held back, not failed: " << tx.err();
+  EXPECT_EQ(after_stall, held_at) << "nothing acknowledged while the filesystem is frozen";
+  EXPECT_LT(held_at, 24u);
+  ASSERT_EQ(sh("fsfreeze -u " + disk), 0);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_EQ(summary(rx)["lost"], 0);
+  EXPECT_TRUE(read_file(disk + "/frames.raw") == source) << "byte-identical after the stall";
+  std::cout << "[trust] sink filesystem frozen 4 s mid-stream: acknowledged held at " << held_at
+            << " of 24 chunks, the sender waited, the stream went on after the thaw; 0 lost, byte-identical" << std::endl;
+}
+
 }  // namespace
 }  // namespace numastream::testing

@@ -184,6 +184,46 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
         self.assertFramesAreTheSource(out, 60)
 
+    def test_a_gateway_whose_filesystem_fills_up_fails_naming_it_and_resumes_when_space_returns(self):
+        # The gateway's filesystem fills up mid-stream (a 4 MiB tmpfs with 2 MiB free): HDF5
+        # cannot be trusted after a failed write, so the gateway stops, naming the path and the
+        # device's error, having acknowledged only what it flushed; the sender holds the rest.
+        # Space returns and the gateway starts again (as Kubernetes restarts its container): it
+        # resumes the file and every frame arrives once.
+        if os.geteuid() != 0:
+            if os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1":
+                self.fail("NUMASTREAM_REQUIRE_REAL=1: mounting a tmpfs needs root")
+            self.skipTest("mounting a tmpfs needs root")
+        disk = f"{self.tmp}/disk"
+        os.makedirs(disk)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "numastream-h5full", disk], check=True)
+        try:
+            with open(f"{disk}/filler", "wb") as f:
+                f.write(b"\0" * (2 << 20))
+            out = f"{disk}/full.h5"
+            rx_args, rx1, tx = self.start_paced_stream(out, 60)
+            out1, err1 = rx1.communicate(timeout=60)
+            self.assertNotEqual(rx1.returncode, 0, err1)
+            self.assertIn(out + ".part", err1)
+            self.assertIn("No space left on device", err1)
+            first = json.loads(out1.strip().splitlines()[-1])
+            self.assertIsNone(tx.poll(), "the sender holds what was not acknowledged, waiting for a gateway")
+            os.remove(f"{disk}/filler")
+            rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            tx_out, tx_err = tx.communicate(timeout=120)
+            out2, err2 = rx2.communicate(timeout=120)
+            self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
+            second = json.loads(out2.strip().splitlines()[-1])
+            self.assertGreater(second["delivered_before"], 0, "the first gateway had flushed and acknowledged some:\n" + err2)
+            self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
+            self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
+            self.assertFramesAreTheSource(out, 60)
+            print(f"[hdf5] filesystem full: the first gateway took {first['chunks']} frames "
+                  f"({second['delivered_before']} flushed and acknowledged) and stopped naming the path; "
+                  f"after space returned the next one resumed the file: 60 of 60 frames, byte-identical")
+        finally:
+            subprocess.run(["umount", "-l", disk])
+
     def test_a_dataset_that_is_not_frames_is_refused_naming_it(self):
         src = f"{self.tmp}/bad.h5"
         with h5py.File(src, "w") as f:

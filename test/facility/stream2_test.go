@@ -24,6 +24,12 @@ import (
 // test/facility/detector-sim.yaml): two series of `images` synthetic images at `rate` messages/s.
 func detectorPod(t *testing.T, name string, images, rate int) *corev1.Pod {
 	t.Helper()
+	return detectorPodOn(t, name, detector, 2, images, rate)
+}
+
+// detectorPodOn is detectorPod on `node`, with `series` series.
+func detectorPodOn(t *testing.T, name, node string, series, images, rate int) *corev1.Pod {
+	t.Helper()
 	doc, err := os.ReadFile("detector-sim.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,8 @@ func detectorPod(t *testing.T, name string, images, rate int) *corev1.Pod {
 		t.Fatal(err)
 	}
 	p.Name, p.Namespace = name, ns
-	p.Spec.Containers[0].Args = []string{"detector-sim", "--endpoint", "tcp://*:31001", "--synthetic", "--series", "2",
+	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	p.Spec.Containers[0].Args = []string{"detector-sim", "--endpoint", "tcp://*:31001", "--synthetic", "--series", fmt.Sprint(series),
 		"--images", fmt.Sprint(images), "--shape", "514x1030", "--channels", "threshold_1,threshold_2",
 		"--rate-hz", fmt.Sprint(rate), "--linger-s", "300"}
 	if err := k8s.Create(ctx, p); err != nil {
@@ -121,6 +128,88 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 		}
 	}
 	verifySeriesFile(t, first, 40)
+}
+
+// The sender's node is drained in the middle of a series (kubectl drain: the sender pod is
+// evicted, SIGTERM): the sender reads the detector on until it pauses, after the series, and has
+// every message acknowledged before it exits; the series file is complete. After uncordon the
+// next sender resumes the stream and carries the next series. (The detector is a pod on
+// gateway-a here, so that the drain leaves it running, as a beamline's detector would be.)
+func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T) {
+	dir := sinkDir(t, "stream2-drain")
+	// Series 1 and 2: 60 images each at 10 messages/s (~6 s each), the second after the first.
+	det := detectorPodOn(t, "eiger-sim-drain", gateway, 2, 60, 10)
+	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
+	doc, err := os.ReadFile("pipeline-stream2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := &v1alpha1.StreamPipeline{}
+	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
+	text = strings.ReplaceAll(text, "/var/tmp/numastream-facility/", dir+"/")
+	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Name, sp.Namespace = "stream2-drain", ns
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, sp)
+	first, second := filepath.Join(dir, "eiger-1.h5"), filepath.Join(dir, "eiger-2.h5")
+	eventually(t, "series 1 under way on gateway-a", 240*time.Second, func() (bool, string) {
+		_, err := os.Stat(first + ".part")
+		return err == nil, fmt.Sprint(err)
+	})
+	time.Sleep(2 * time.Second) // mid-series
+	start := time.Now()
+	drain := exec.Command(kubectl, "--kubeconfig", kubeconfig, "drain", detector, "--ignore-daemonsets",
+		"--delete-emptydir-data", "--timeout=120s")
+	out, err := drain.CombinedOutput()
+	defer func() {
+		if out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "uncordon", detector).CombinedOutput(); err != nil {
+			t.Errorf("kubectl uncordon: %v\n%s", err, out)
+		}
+	}()
+	if err != nil {
+		t.Fatalf("kubectl drain: %v\n%s", err, out)
+	}
+	drained := time.Since(start)
+	// The evicted sender read on to the end of series 1 before it exited: the file is complete.
+	if _, err := os.Stat(first); err != nil {
+		t.Fatalf("series 1 is not complete after the drain (%v); the directory holds %v", err, listDir(dir))
+	}
+	if _, err := os.Stat(second + ".part"); err == nil {
+		t.Logf("series 2 had begun before the sender exited")
+	}
+	if out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "uncordon", detector).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl uncordon: %v\n%s", err, out)
+	}
+	eventually(t, "series 2 published complete after uncordon", 240*time.Second, func() (bool, string) {
+		_, err := os.Stat(second)
+		return err == nil, fmt.Sprint(listDir(dir))
+	})
+	cur := get(t, sp)
+	if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+		t.Errorf("Degraded: %s %s", c.Reason, c.Message)
+	}
+	o := cur.Status.Observed
+	if o.ChunksLost != 0 || o.ChunksCorrupt != 0 || o.SeriesIncomplete != 0 {
+		t.Errorf("observed %+v", o)
+	}
+	verifySeriesFile(t, first, 60)
+	verifySeriesFile(t, second, 60)
+	t.Logf("%s drained %.1f s after series 1 began on the gateway (kubectl drain took %.1f s): series 1 complete when the "+
+		"drain returned, series 2 complete after uncordon; observed %d delivered, %d lost", detector, 2.0,
+		drained.Seconds(), o.ChunksDelivered, o.ChunksLost)
+}
+
+func listDir(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // verifySeriesFile reads a series file with h5py + hdf5plugin (the oracle environment): both

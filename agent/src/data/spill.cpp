@@ -159,6 +159,7 @@ void SpillStore::drop_front() {
 
 bool SpillStore::append(std::span<const std::byte> frame) {
   const std::uint64_t record = kLengthBytes + frame.size();
+  disk_full_ = false;
   if (disk_ + record > max_) return false;
   if (segments_.empty() || segments_.back().write_off >= segment_bytes_) open_segment();
   Segment& s = segments_.back();
@@ -169,6 +170,7 @@ bool SpillStore::append(std::span<const std::byte> frame) {
       !write_all(s.fd, frame.data(), frame.size(), s.write_off + kLengthBytes)) {
     if (errno == ENOSPC || errno == EDQUOT) {
       // Whatever part of the record made it is overwritten by the next append.
+      disk_full_ = true;
       return false;
     }
     throw_errno("spill: writing " + s.path);

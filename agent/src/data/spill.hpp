@@ -54,6 +54,8 @@ class SpillStore {
   // Moves the oldest frame into `out` (at least next_size() bytes); its size.
   std::size_t read(std::span<std::byte> out);
 
+  // The last refused append was for want of disk space (ENOSPC, EDQUOT), not max_bytes.
+  bool disk_full() const noexcept { return disk_full_; }
   bool empty() const noexcept { return frames_ == 0; }
   std::uint64_t frames() const noexcept { return frames_; }
   std::uint64_t pending_bytes() const noexcept { return pending_; }  // frames not read yet
@@ -83,6 +85,7 @@ class SpillStore {
   std::uint64_t pending_ = 0;
   std::uint64_t disk_ = 0;
   Recovered recovered_;
+  bool disk_full_ = false;
 };
 
 }  // namespace numastream

@@ -101,6 +101,7 @@ class Sender {
   std::atomic<std::uint64_t> spilled_chunks_{0};
   std::atomic<std::uint64_t> spilled_bytes_{0};
   std::atomic<std::uint64_t> spill_lost_{0};
+  std::uint64_t spill_disk_full_ = 0;  // of those, refused for want of disk space
   std::atomic<std::uint64_t> spill_disk_bytes_{0};
   std::atomic<std::uint64_t> spill_frames_{0};
   std::atomic<std::uint64_t> spill_peak_bytes_{0};
@@ -543,10 +544,16 @@ void Sender::spill_loop() {
                                " separate runs of chunks refused by the full spill");
     }
     ledger_->settle(cfg_.stream_id, {&gap, 1});
-    if (spill_lost_++ == 0) {
-      log_line("spill: full (" + std::to_string(spill_->disk_bytes()) + " of " + std::to_string(spill_->max_bytes()) +
-               " bytes in " + spill_->dir() + "): chunk " + std::to_string(c->header.sequence) +
-               " lost, and every chunk the full spill refuses from now on is counted lost");
+    if (spill_->disk_full()) ++spill_disk_full_;
+    if (spill_lost_++ == 0 || (spill_->disk_full() && spill_disk_full_ == 1)) {
+      log_line("spill: " +
+               (spill_->disk_full() ? "no space left on the device of " + spill_->dir() + " (" +
+                                          std::to_string(spill_->disk_bytes()) + " bytes spilled, max_bytes " +
+                                          std::to_string(spill_->max_bytes()) + ")"
+                                    : "full (" + std::to_string(spill_->disk_bytes()) + " of " +
+                                          std::to_string(spill_->max_bytes()) + " bytes in " + spill_->dir() + ")") +
+               ": chunk " + std::to_string(c->header.sequence) +
+               " lost, and every chunk the spill refuses from now on is counted lost");
     }
   }
   // The compressors are done: what is spilled follows, in order.
@@ -835,10 +842,14 @@ RunResult Sender::run(const RunHooks& hooks) {
                                {"peak_bytes", spill_peak_bytes_.load()},
                                {"left_chunks", spill_->frames()},
                                {"recovered_chunks", spill_->recovered().frames},
-                               {"lost", spill_lost_.load()}};
+                               {"lost", spill_lost_.load()},
+                               {"lost_disk_full", spill_disk_full_}};
     if (spill_lost_ > 0) {
       log_line("spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
-               std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait");
+               std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
+               (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) + " for want of space on the device of " +
+                                           cfg_.spill.path + ")"
+                                     : std::string()));
     }
   }
   source_->report(result.summary);
