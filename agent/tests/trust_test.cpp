@@ -80,6 +80,35 @@ class Peer {
     send(f);
   }
   void gaps(std::uint32_t stream, const std::vector<wire::Gap>& g) { send(wire::encode_gaps(stream, 0, 1, g)); }
+  // A data frame whose bytes do not match its checksum (damaged on the way).
+  void corrupt(std::uint32_t stream, std::uint64_t seq) {
+    std::vector<std::byte> f(wire::kHeaderSize + 64, std::byte{7});
+    wire::Header h;
+    h.stream_id = stream;
+    h.connections = 1;
+    h.sequence = seq;
+    h.raw_size = h.payload_size = 64;
+    h.checksum = wire::checksum({f.data() + wire::kHeaderSize, 64}) ^ 1;
+    wire::encode_header(h, f.data());
+    send(f);
+  }
+  // The acknowledgement frames the receiver sent back within `wait`.
+  std::vector<std::vector<std::byte>> replies(std::chrono::milliseconds wait) {
+    std::vector<std::vector<std::byte>> out;
+    const auto until = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < until) {
+      zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 50) <= 0) continue;
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, sock_, 0) >= 0) {
+        const auto* p = static_cast<const std::byte*>(zmq_msg_data(&m));
+        out.emplace_back(p, p + zmq_msg_size(&m));
+      }
+      zmq_msg_close(&m);
+    }
+    return out;
+  }
   void metadata(std::uint32_t stream) {
     send(wire::encode_metadata(stream, 0, 1, std::string(wire::kMaxMetadata, 'm')));
   }
@@ -571,6 +600,116 @@ TEST(Trust, AStalledSinkFilesystemHoldsTheSenderBackAndTheStreamGoesOnWhenItThaw
   EXPECT_TRUE(read_file(disk + "/frames.raw") == source) << "byte-identical after the stall";
   std::cout << "[trust] sink filesystem frozen 4 s mid-stream: acknowledged held at " << held_at
             << " of 24 chunks, the sender waited, the stream went on after the thaw; 0 lost, byte-identical" << std::endl;
+}
+
+// A gateway that answers the way a receiver does, and calls chunk `bad` discarded (settled
+// without being kept, as a receiver does with a corrupt chunk).
+struct DiscardingGateway {
+  void* ctx = zmq_ctx_new();
+  void* sock = zmq_socket(ctx, ZMQ_ROUTER);
+  explicit DiscardingGateway(int port) {
+    int zero = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_bind(sock, ep(port).c_str()) != 0) throw std::runtime_error("gateway: cannot bind");
+  }
+  ~DiscardingGateway() {
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+  }
+  // Serves until `data` data frames arrived (or 30 s): resume frames get an empty answer, data
+  // frames an acknowledgement. Returns the sequences seen.
+  std::set<std::uint64_t> serve(std::size_t data, std::uint64_t bad) {
+    std::set<std::uint64_t> seen;
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (seen.size() < data && std::chrono::steady_clock::now() < until) {
+      zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 100) <= 0) continue;
+      zmq_msg_t id, body;
+      zmq_msg_init(&id);
+      zmq_msg_init(&body);
+      zmq_msg_recv(&id, sock, 0);
+      zmq_msg_recv(&body, sock, 0);
+      wire::Header h;
+      const std::span<const std::byte> bytes(static_cast<const std::byte*>(zmq_msg_data(&body)), zmq_msg_size(&body));
+      if (wire::decode(bytes, 1 << 24, h) == wire::DecodeError::ok) {
+        std::vector<std::byte> answer;
+        if (h.type == wire::FrameType::resume) {
+          answer = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, 0, 0, {});
+        } else if (h.type == wire::FrameType::data) {
+          seen.insert(h.sequence);
+          const std::uint64_t seq = h.sequence;
+          std::uint64_t floor = 0;  // every sequence below it taken, as a receiver says
+          while (seen.count(floor)) ++floor;
+          answer = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, floor,
+                                    seq == bad ? wire::kAckDiscarded : 0, {&seq, 1});
+        }
+        if (!answer.empty()) {
+          zmq_send(sock, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE);
+          zmq_send(sock, answer.data(), answer.size(), 0);
+        }
+      }
+      zmq_msg_close(&id);
+      zmq_msg_close(&body);
+    }
+    return seen;
+  }
+};
+
+// A gateway settles chunk 5 without keeping it (corrupt on arrival) and is then replaced without
+// leaving a summary (as a pod SIGKILLed or deleted): the sender declares the chunk gone to the
+// next gateway, which names it missing (gateway_discarded) and fails the run; the loss outlives
+// the gateway that saw it.
+TEST(Trust, AChunkAGatewayDiscardedIsNamedMissingByTheGatewaysAfterIt) {
+  const int port = free_ports(2);
+  const std::string state = temp_dir();
+  // 40 chunks at about 23 a second: the first gateway takes 12, the next one the rest.
+  Process tx(sender(port, 1, {"--chunks", "40", "--rate-gbps", "0.2", "--set", "state_dir=\"" + state + "\""}));
+  std::set<std::uint64_t> seen;
+  {
+    DiscardingGateway first(port);
+    seen = first.serve(12, 5);
+  }
+  ASSERT_TRUE(seen.count(5)) << "the first gateway saw chunk 5";
+  Process rx(receiver(port, 1, {}));
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  const int rx_code = rx.wait(60s);
+  const json s = summary(tx), r = summary(rx);
+  EXPECT_EQ(rx_code, 3) << "a chunk is missing: the run says so\n" << rx.err();
+  EXPECT_EQ(s["declared_missing"], 1) << s.dump();
+  EXPECT_NE(tx.err().find("the gateway discarded chunk 5"), std::string::npos) << tx.err();
+  ASSERT_EQ(r["streams"].size(), 1u);
+  const json& st = r["streams"][0];
+  EXPECT_EQ(st["declared_missing"], 1) << r.dump();
+  ASSERT_EQ(st["gaps"].size(), 1u) << r.dump();
+  EXPECT_EQ(st["gaps"][0]["reason"], "gateway_discarded");
+  EXPECT_EQ(st["gaps"][0]["first"], 5);
+  EXPECT_EQ(r["lost"], 1);
+  EXPECT_EQ(r["delivered_before"].get<std::uint64_t>() + r["chunks"].get<std::uint64_t>() + 1, 40u) << r.dump();
+}
+
+// A chunk that fails verification is settled (counted corrupt, never waited for) and named back to
+// its sender as discarded, so that the sender can declare it gone to every later gateway.
+TEST(Trust, ACorruptChunkIsAcknowledgedAsDiscarded) {
+  const int port = free_ports(1);
+  Process rx(receiver(port, 1, {}));
+  Peer p(port);
+  p.resume(3, 0);
+  p.data(3, 0);
+  p.corrupt(3, 1);
+  p.data(3, 2);
+  bool named = false;
+  for (const auto& frame : p.replies(3s)) {
+    wire::Header h;
+    if (wire::decode(frame, 0, h) != wire::DecodeError::ok || h.type != wire::FrameType::ack) continue;
+    if (h.raw_size & wire::kAckDiscarded) {
+      EXPECT_EQ(wire::decode_ack_list(frame), std::vector<std::uint64_t>{1});
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << "an acknowledgement flagged discarded names chunk 1";
+  rx.signal(SIGTERM);
+  rx.wait(10s);
+  EXPECT_EQ(summary(rx)["corrupt"], 1);
 }
 
 }  // namespace

@@ -213,7 +213,9 @@ TEST(Wire, RejectsAckFramesThatLie) {
   h.payload_size = 12;  // not a whole number of sequences
   EXPECT_EQ(decode_of(frame(h, 12)), DecodeError::size_mismatch);
   h.payload_size = 8;
-  h.raw_size = 2;  // an unknown ack flag
+  h.raw_size = kAckEndOfStream | kAckDiscarded;  // both known flags
+  EXPECT_EQ(decode_of(frame(h, 8)), DecodeError::ok);
+  h.raw_size = 4;  // an unknown ack flag
   EXPECT_EQ(decode_of(frame(h, 8)), DecodeError::bad_type);
 }
 

@@ -317,8 +317,8 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 }
 
 // Observe reads, for each stream of the pipeline, its newest gateway pod that has something to
-// report (plus the final losses, corrupt and unwritten chunks, that earlier pods of the stream
-// left in their summaries), and sums the streams: a running pod from its agents' metrics (rates over the interval
+// report (the losses of earlier pods of the stream reach it as gaps the sender declares), and sums
+// the streams: a running pod from its agents' metrics (rates over the interval
 // since the last reading), a pod whose verifying agent has exited from the summary it left (final
 // counts, the run's mean rates). A stream's delivered count includes what earlier gateway pods of
 // the stream delivered (the resuming sender reports it), so it survives restarts and is never
@@ -352,12 +352,9 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		stream := p.Labels[render.LabelStream]
 		if done[stream] {
 			// An earlier gateway pod of the stream: what it delivered the newest one counts (the
-			// resuming sender reports it as delivered before), but chunks it acknowledged corrupt or
-			// could not keep are final losses the newest one cannot see. Added from its summary.
-			if r, _, _, ok := exited(p); ok {
-				total.Corrupt += r.Corrupt
-				total.Lost += r.Unwritten
-			}
+			// resuming sender reports it as delivered before), and chunks it settled without keeping
+			// them (corrupt, or past its sink) it named to the sender as discarded, which declared
+			// them gone to the newest one: that one reports them missing, however this pod ended.
 			continue
 		}
 		r, raw, wire, ok := exited(p)

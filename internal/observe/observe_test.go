@@ -188,9 +188,13 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 // A replaced gateway of stream 0: the earlier pod exited leaving `summary`; the newest runs, its
 // agents serving 50 chunks delivered and `before` delivered before. The observer reads the latter
 // from a test server (closed with the test).
-func replacedGateway(t *testing.T, summary string, before int) (*Observer, corev1.Pod, corev1.Pod) {
+func replacedGateway(t *testing.T, summary string, before int, lost ...float64) (*Observer, corev1.Pod, corev1.Pod) {
+	newestLost := 0.0
+	if len(lost) > 0 {
+		newestLost = lost[0]
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) +
+		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, newestLost, 1) +
 			fmt.Sprintf("numastream_chunks_delivered_before{role=\"receive\"} %d\n", before)))
 	}))
 	t.Cleanup(srv.Close)
@@ -225,17 +229,18 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 	}
 }
 
-// A gateway restarted after it acknowledged a corrupt chunk and one its sink could not keep: the
-// new pod counts both as delivered before (the sender's resume says so), the status still shows
-// them, from the earlier pod's summary.
-func TestObserverKeepsTheFinalLossesOfEarlierGatewayPods(t *testing.T) {
-	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":27,"delivered_before":0,"lost":1,"unwritten":1,"corrupt":2}`, 30)
+// A gateway restarted after it discarded two corrupt chunks and one its sink could not keep: it
+// named them to the sender as discarded, the sender declared them gone to the new pod, which
+// reports them missing (lost 3). They are counted once, from the newest pod: the earlier pod's
+// summary (which a pod killed without one would not have left) is not added again.
+func TestObserverCountsAnEarlierPodsLossesOnceFromTheNewestPod(t *testing.T) {
+	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":27,"delivered_before":0,"lost":1,"unwritten":1,"corrupt":2}`, 27, 3)
 	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if obs == nil || obs.ChunksCorrupt != 2 || obs.ChunksLost != 1 {
-		t.Fatalf("observed %+v, want the earlier pod's 2 corrupt and 1 unwritten", obs)
+	if obs == nil || obs.ChunksLost != 3 || obs.ChunksCorrupt != 0 {
+		t.Fatalf("observed %+v, want the 3 chunks the newest pod names missing, counted once", obs)
 	}
 }
 

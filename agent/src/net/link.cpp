@@ -298,6 +298,7 @@ void AckedLink::read_acks() {
       auto it = unacked_.find({h.stream_id, kEnd});
       if (it != unacked_.end()) drop(it);
     }
+    if ((h.raw_size & wire::kAckDiscarded) && on_discarded_ && !seqs.empty()) on_discarded_(h.stream_id, seqs);
     if (on_ack_) on_ack_(h, seqs);
   }
 }

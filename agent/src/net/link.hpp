@@ -97,6 +97,10 @@ class AckedLink {
   void set_metadata(std::uint32_t stream, std::string text);
   // Declared gaps: sent after every resume frame (after the metadata), and when the book grows.
   void set_gaps(std::shared_ptr<GapBook> book) { gaps_ = std::move(book); }
+  // Sequences the receiver settled without keeping them (an ack flagged wire::kAckDiscarded).
+  void on_discarded(std::function<void(std::uint32_t stream, std::span<const std::uint64_t>)> fn) {
+    on_discarded_ = std::move(fn);
+  }
   // Waits until the receiver answered with an acknowledgement (its state) or throws.
   void wait_welcome(double timeout_s);
   // Blocks, serving acknowledgements, until the window has room.
@@ -132,6 +136,7 @@ class AckedLink {
   std::shared_ptr<AckLedger> ledger_;
   std::function<bool()> aborted_;
   AckFn on_ack_;
+  std::function<void(std::uint32_t, std::span<const std::uint64_t>)> on_discarded_;
   zmq::Socket sock_;
   std::unique_ptr<zmq::Monitor> mon_;
   std::map<Key, zmq::Message> unacked_;

@@ -65,6 +65,9 @@ class Receiver {
   void sink_loop(StageThread& t);
   void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
+  // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
+  // as discarded, which declares it gone to every later gateway of the stream.
+  void discard(int via, std::uint32_t stream, std::uint64_t seq);
   std::vector<std::vector<std::byte>> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
                                  std::uint32_t flags);
   // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
@@ -135,6 +138,11 @@ void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
   boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
 }
 
+void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
+  const std::uint64_t floor = ledger_.insert(stream, seq);
+  boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0, true);
+}
+
 // The answer to a resume frame: everything the sink has taken of the stream.
 std::vector<std::vector<std::byte>> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
                                                       std::uint16_t connections, std::uint32_t flags) {
@@ -166,6 +174,11 @@ void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, z
     answer(sock, it->second,
            wire::encode_acks(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
                              static_cast<std::uint16_t>(boxes_.size()), p.floor, p.flags, p.seqs));
+    if (!p.discarded.empty()) {
+      answer(sock, it->second,
+             wire::encode_acks(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
+                               static_cast<std::uint16_t>(boxes_.size()), p.floor, wire::kAckDiscarded, p.discarded));
+    }
   }
 }
 
@@ -427,7 +440,11 @@ void Receiver::decompress_loop(StageThread& t) {
       if (verdict == StreamTracker::Verdict::duplicate && forward) {
         taken = ledger_.contains(h.stream_id, h.sequence);
       }
-      if (taken) acknowledge(out.via, h.stream_id, h.sequence);
+      if (taken && verdict == StreamTracker::Verdict::corrupt) {
+        discard(out.via, h.stream_id, h.sequence);
+      } else if (taken) {
+        acknowledge(out.via, h.stream_id, h.sequence);
+      }
       continue;
     }
     // Re-framed for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
@@ -492,7 +509,11 @@ void Receiver::relay_loop(StageThread& t) {
   // Downstream acknowledgements go to every upstream connection of the stream.
   AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
                  [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
-                   for (auto& box : boxes_) box->post(h.stream_id, h.sequence, seqs, h.raw_size);
+                   // Discarded downstream: named upstream as discarded.
+                   const bool discarded = (h.raw_size & wire::kAckDiscarded) != 0;
+                   for (auto& box : boxes_) {
+                     box->post(h.stream_id, h.sequence, seqs, h.raw_size & ~wire::kAckDiscarded, discarded);
+                   }
                  });
   link.set_gaps(relay_gaps_);
   link.connect();
@@ -728,12 +749,13 @@ RunResult Receiver::run(const RunHooks& hooks) {
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
   ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
+  AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) { discard(via, stream, seq); };
   // A relay forwards frames undecoded over its own link (relay_thread): it has no Sink.
   switch (cfg_.relay ? SinkConfig::Kind::null : cfg_.sink.kind) {
     case SinkConfig::Kind::null:
       break;
     case SinkConfig::Kind::file:
-      sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack, ack,
+      sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack, ack, discarded,
                                          [this] { return rt_.aborted() || rt_.drain_requested(); });
       track_in_flight_ = true;
       break;
@@ -742,7 +764,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
       break;
     case SinkConfig::Kind::stream2:
       sink_ = std::make_unique<Stream2Sink>(
-          cfg_, *ctx_, tracker_, reorder_window_, ack,
+          cfg_, *ctx_, tracker_, reorder_window_, ack, discarded,
           [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; },
           [this] { return rt_.aborted(); });
       break;

@@ -141,6 +141,7 @@ class Sender {
   std::uint64_t skipped_chunks_ = 0;
   std::atomic<std::uint64_t> retransmitted_{0};
   std::atomic<int> reconnects_{0};
+  std::atomic<std::uint64_t> discarded_{0};  // notices of chunks the gateway discarded
 };
 
 bool Sender::wait_welcome() {
@@ -395,6 +396,20 @@ void Sender::send_loop(StageThread& t) {
   }
   AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
   link.set_gaps(gap_book_);
+  // What the gateway settled without keeping it: declared gone to every later gateway (and kept
+  // in the state record), so a loss survives the gateway pod however it ends.
+  link.on_discarded([this](std::uint32_t stream, std::span<const std::uint64_t> seqs) {
+    std::vector<wire::Gap> gaps;
+    for (auto s : seqs) gaps.push_back({s, s + 1, wire::GapReason::gateway_discarded});
+    if (!gap_book_->add(stream, gaps)) {
+      throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) + " separate gaps in stream " +
+                               std::to_string(stream));
+    }
+    if (discarded_++ == 0) {
+      log_line("the gateway discarded chunk " + std::to_string(seqs.front()) +
+               " (corrupt on arrival, or past its sink): declared gone to every later gateway");
+    }
+  });
   std::uint64_t gaps_seen = gap_book_->version();
   struct Count {  // the link's counters into the sender's, however the thread ends
     AckedLink& l;

@@ -182,9 +182,9 @@ class FileSink final : public Sink {
  public:
   // `stopping`: the run is ending (a drain or a failure): a sink waiting for disk space gives up.
   FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
-           std::size_t slack, AckFn ack, std::function<bool()> stopping = [] { return false; })
+           std::size_t slack, AckFn ack, AckFn discard, std::function<bool()> stopping = [] { return false; })
       : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack),
-        ack_(std::move(ack)), stopping_(std::move(stopping)) {}
+        ack_(std::move(ack)), discard_(std::move(discard)), stopping_(std::move(stopping)) {}
   ~FileSink() override {
     for (auto& [id, o] : outs_) {
       if (o.fd >= 0) ::close(o.fd);
@@ -204,7 +204,7 @@ class FileSink final : public Sink {
     }
     if (h.sequence < o.next || o.pending.count(h.sequence)) {
       tracker_.on_unwritten(h.stream_id, h.sequence);
-      ack_(c.via, h.stream_id, h.sequence);  // reported lost to the file; the sender may move on
+      discard_(c.via, h.stream_id, h.sequence);  // reported lost to the file; the sender declares it gone
       return;
     }
     o.pending.emplace(h.sequence, std::move(c));
@@ -410,6 +410,7 @@ class FileSink final : public Sink {
   std::size_t window_;
   std::size_t slack_;
   AckFn ack_;
+  AckFn discard_;  // settled without being kept: the sender declares it gone to later gateways
   std::function<bool()> stopping_;
   bool stalled_ = false;  // out of space: chunks held, tried again every 200 ms
   std::uint64_t stalls_ = 0;
@@ -425,6 +426,7 @@ class AckBox {
     std::uint64_t floor = 0;
     std::vector<std::uint64_t> seqs;
     std::uint32_t flags = 0;
+    std::vector<std::uint64_t> discarded;  // settled without being kept (wire::kAckDiscarded)
   };
   AckBox() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     if (fd_ < 0) throw_errno("eventfd");
@@ -434,12 +436,13 @@ class AckBox {
   AckBox& operator=(const AckBox&) = delete;
 
   void post(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs,
-            std::uint32_t flags) {
+            std::uint32_t flags, bool discarded = false) {
     {
       std::lock_guard lock(mu_);
       Pending& p = pending_[stream];
       p.floor = std::max(p.floor, floor);
-      p.seqs.insert(p.seqs.end(), seqs.begin(), seqs.end());
+      auto& to = discarded ? p.discarded : p.seqs;
+      to.insert(to.end(), seqs.begin(), seqs.end());
       p.flags |= flags;
     }
     std::uint64_t one = 1;

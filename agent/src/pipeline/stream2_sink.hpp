@@ -40,9 +40,9 @@ class Stream2Sink final : public Sink {
   // `floor(stream)`: the chunks below it an earlier gateway already emitted (a resumed stream).
   using FloorFn = std::function<std::uint64_t(std::uint32_t stream)>;
   Stream2Sink(const Config& cfg, zmq::Context& ctx, StreamTracker& tracker, std::size_t window, AckFn ack,
-              FloorFn floor, std::function<bool()> aborted)
-      : cfg_(cfg), ctx_(ctx), tracker_(tracker), window_(window), ack_(std::move(ack)), floor_(std::move(floor)),
-        aborted_(std::move(aborted)) {}
+              AckFn discard, FloorFn floor, std::function<bool()> aborted)
+      : cfg_(cfg), ctx_(ctx), tracker_(tracker), window_(window), ack_(std::move(ack)), discard_(std::move(discard)),
+        floor_(std::move(floor)), aborted_(std::move(aborted)) {}
 
   const char* name() const override { return "stream2"; }
 
@@ -68,8 +68,12 @@ class Stream2Sink final : public Sink {
     }
     if (seq < next_ || pending_.count(seq)) {
       // Emitted already (a retransmission), or passed over as missing (reported lost).
-      if (seq < next_ && !emitted_.contains(seq)) tracker_.on_unwritten(stream, seq);
-      ack_(c.via, stream, seq);
+      if (seq < next_ && !emitted_.contains(seq)) {
+        tracker_.on_unwritten(stream, seq);
+        discard_(c.via, stream, seq);
+      } else {
+        ack_(c.via, stream, seq);
+      }
       return;
     }
     pending_.emplace(seq, std::move(c));
@@ -213,6 +217,7 @@ class Stream2Sink final : public Sink {
   StreamTracker& tracker_;
   std::size_t window_;
   AckFn ack_;
+  AckFn discard_;  // settled without being emitted: the sender declares it gone to later gateways
   FloorFn floor_;
   std::function<bool()> aborted_;
   std::optional<zmq::Socket> sock_;

@@ -62,6 +62,7 @@ std::string_view gap_reason_name(GapReason r) noexcept {
     case GapReason::sender_restarted: return "sender_restarted";
     case GapReason::sender_restarted_bound: return "sender_restarted_bound";
     case GapReason::spill_full: return "spill_full";
+    case GapReason::gateway_discarded: return "gateway_discarded";
   }
   return "unknown";
 }
@@ -171,7 +172,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     if (h.payload_size % 8 != 0 || h.payload_size / 8 > kMaxAckEntries) {
       return DecodeError::size_mismatch;
     }
-    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > kAckEndOfStream || flags != 0) {
+    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > (kAckEndOfStream | kAckDiscarded) || flags != 0) {
       return DecodeError::bad_type;
     }
     out = h;
@@ -196,7 +197,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     for (std::size_t off = kHeaderSize; off < m.size(); off += kGapRecord) {
       const auto first = get<std::uint64_t>(p + off), end = get<std::uint64_t>(p + off + 8);
       const auto reason = get<std::uint64_t>(p + off + 16);
-      if (end <= first || reason < 1 || reason > 3) return DecodeError::bad_type;
+      if (end <= first || reason < 1 || reason > 4) return DecodeError::bad_type;
     }
     out = h;
     return DecodeError::ok;

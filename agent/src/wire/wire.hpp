@@ -36,6 +36,9 @@ enum class GapReason : std::uint8_t {
   sender_restarted_bound = 2,  // the same, counted from a record that may be short (its node restarted):
                                // at most this many
   spill_full = 3,        // a full spill refused them (a source that cannot wait)
+  gateway_discarded = 4,  // a gateway settled them without keeping them (corrupt on arrival, or
+                          // arrived after its sink had passed over them): declared to the
+                          // gateways after it, so their losses survive that gateway however it ends
 };
 std::string_view gap_reason_name(GapReason r) noexcept;
 // One declared gap: sequences [first, end).
@@ -54,6 +57,9 @@ inline constexpr std::size_t kMaxGapRecords = 1024;
 inline constexpr std::size_t kMaxAckEntries = 65536;
 // Ack flag, carried in header.raw_size: the end-of-stream frame of this connection was recorded.
 inline constexpr std::uint32_t kAckEndOfStream = 1;
+// Ack flag: the listed sequences were settled without being kept (corrupt, or past the sink):
+// the sender declares them gone (GapReason::gateway_discarded) to every later gateway.
+inline constexpr std::uint32_t kAckDiscarded = 2;
 
 struct Header {
   FrameType type = FrameType::data;
