@@ -50,7 +50,13 @@ func detectorPodOn(t *testing.T, name, node string, series, images, rate int) *c
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			return false, err.Error()
 		}
-		return p.Status.PodIP != "", string(p.Status.Phase)
+		why := string(p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				why += "; " + string(c.Type) + ": " + c.Message
+			}
+		}
+		return p.Status.PodIP != "", why
 	})
 	return p
 }
