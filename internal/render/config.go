@@ -171,7 +171,13 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		cfg.Source = sourceConfig(sp.Spec.Senders[n.Stream].Source)
 		cfg.StateDir = StateMountPath
 		if sp.Spec.Spill != nil {
-			cfg.Spill = &SpillConfig{Path: SpillMountPath, MaxBytes: sp.Spec.Spill.MaxBytes}
+			// A node directory is shared: each pipeline object spills under its own part of it, so
+			// that the next sender of a stream recovers its own spill and never another's.
+			path := SpillMountPath
+			if sp.Spec.Spill.HostPath != "" {
+				path += "/" + pipelineDir(sp)
+			}
+			cfg.Spill = &SpillConfig{Path: path, MaxBytes: sp.Spec.Spill.MaxBytes}
 		}
 		return cfg
 	}

@@ -594,11 +594,16 @@ func spillVolume(s *v1alpha1.Spill) corev1.Volume {
 // stateHostPath is the pipeline's state directory on its detector nodes: one per pipeline
 // object (its UID), so a pipeline deleted and created again starts its streams afresh.
 func stateHostPath(sp *v1alpha1.StreamPipeline) string {
+	return StateHostRoot + "/" + pipelineDir(sp)
+}
+
+// pipelineDir names one pipeline object under a shared node directory: <namespace>/<name>-<uid>.
+func pipelineDir(sp *v1alpha1.StreamPipeline) string {
 	dir := sp.Name
 	if sp.UID != "" {
 		dir += "-" + string(sp.UID)
 	}
-	return StateHostRoot + "/" + sp.Namespace + "/" + dir
+	return sp.Namespace + "/" + dir
 }
 
 // hostDirs are the hostPath directories, as mounted in the pod, that the agent writes: a

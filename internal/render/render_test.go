@@ -654,6 +654,16 @@ func TestSendersSpillToNodeLocalStorage(t *testing.T) {
 	if ic := tx.InitContainers[0]; ic.Args[len(ic.Args)-1] != SpillMountPath {
 		t.Errorf("the node's spill directory is handed to the agent's user: %v", ic.Args)
 	}
+	// Two pipelines naming one node directory spill apart: a sender recovers only its own.
+	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/beamline/tomo-uid-1"`) {
+		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
+	}
+	other, _ := renderFor(t, pipeline("other", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, HostPath: "/nvme/spill"}
+	}))
+	if !strings.Contains(other.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/beamline/other-uid-1"`) {
+		t.Errorf("sender config %s", other.ConfigMap.Data["sender-0.json"])
+	}
 	objs, _ = renderFor(t, pipeline("tomo"))
 	if volumeNamed(objs.Jobs[0].Spec.Template.Spec, "spill") != nil || strings.Contains(objs.ConfigMap.Data["sender-0.json"], "spill") {
 		t.Error("no spill unless asked for")
