@@ -179,6 +179,10 @@ healthzBindAddress: 127.0.0.1
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
 evictionHard: {memory.available: "100Mi"}
+# The images were imported, not pulled (no registry is reachable): the kubelet must never
+# garbage-collect them, whatever the host's disk usage (it removed the sandbox image at 85%).
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 podLogsDir: /var/log/pods
 maxPods: 30
 EOF

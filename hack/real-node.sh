@@ -107,6 +107,10 @@ healthzPort: 30248
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
 evictionHard: {memory.available: "100Mi"}
+# The images were imported, not pulled (no registry is reachable): the kubelet must never
+# garbage-collect them, whatever the host's disk usage (it removed the sandbox image at 85%).
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 EOF
   "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$WORK/kubelet-root" \
     --cert-dir "$WORK/pki" --hostname-override "$NODE" --node-ip "$NODE_IP" --v=1 >"$WORK/kubelet.log" 2>&1 &

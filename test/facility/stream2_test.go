@@ -56,6 +56,16 @@ func detectorPodOn(t *testing.T, name, node string, series, images, rate int) *c
 				why += "; " + string(c.Type) + ": " + c.Message
 			}
 		}
+		if p.Status.PodIP == "" {
+			// What the kubelet says (a sandbox that does not start, an image it cannot use).
+			if ev, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
+				for _, e := range ev.Items {
+					if e.Type != corev1.EventTypeNormal {
+						why += "; event " + e.Reason + ": " + e.Message
+					}
+				}
+			}
+		}
 		return p.Status.PodIP != "", why
 	})
 	return p
