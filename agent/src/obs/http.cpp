@@ -8,23 +8,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #include <stdexcept>
 
 #include "base/error.hpp"
 
 namespace numastream {
 namespace {
-
-void write_all(int fd, const std::string& data) {
-  std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<std::size_t>(n);
-  }
-}
 
 std::string response(int code, const char* reason, const char* type, const std::string& body) {
   return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
@@ -35,8 +27,8 @@ std::string response(int code, const char* reason, const char* type, const std::
 }  // namespace
 
 MetricsServer::MetricsServer(const std::string& listen, std::function<std::string()> metrics,
-                             std::function<bool()> healthy)
-    : metrics_(std::move(metrics)), healthy_(std::move(healthy)) {
+                             std::function<bool()> healthy, Limits limits)
+    : metrics_(std::move(metrics)), healthy_(std::move(healthy)), limits_(limits) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     throw ConfigError("metrics.listen", "must be host:port (got \"" + listen + "\")");
@@ -52,14 +44,14 @@ MetricsServer::MetricsServer(const std::string& listen, std::function<std::strin
   if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
     throw ConfigError("metrics.listen", "cannot resolve \"" + listen + "\": " + gai_strerror(rc));
   }
-  fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd_ < 0) {
     freeaddrinfo(res);
     throw_errno("metrics socket");
   }
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd_, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd_, 16) != 0) {
+  if (::bind(fd_, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd_, 128) != 0) {
     int err = errno;
     freeaddrinfo(res);
     ::close(fd_);
@@ -82,40 +74,97 @@ MetricsServer::~MetricsServer() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MetricsServer::serve(std::stop_token stop) {
-  while (!stop.stop_requested()) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    timeval tv{2, 0};
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    std::string req;
-    char buf[1024];
-    while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos &&
-           req.size() < 8192) {
-      ssize_t n = ::recv(c, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<std::size_t>(n));
-    }
-    std::string path;
-    if (req.rfind("GET ", 0) == 0) {
-      auto end = req.find(' ', 4);
-      path = req.substr(4, end == std::string::npos ? std::string::npos : end - 4);
-    }
-    if (path == "/metrics") {
-      write_all(c, response(200, "OK", "text/plain; version=0.0.4", metrics_()));
-    } else if (path == "/healthz") {
-      bool ok = healthy_();
-      write_all(c, ok ? response(200, "OK", "text/plain", "ok\n")
-                      : response(503, "Service Unavailable", "text/plain", "failing\n"));
-    } else if (path.empty()) {
-      write_all(c, response(400, "Bad Request", "text/plain", "only GET is served\n"));
-    } else {
-      write_all(c, response(404, "Not Found", "text/plain", "try /metrics or /healthz\n"));
-    }
-    ::close(c);
+std::string MetricsServer::answer(const std::string& req) const {
+  std::string path;
+  if (req.rfind("GET ", 0) == 0) {
+    auto end = req.find(' ', 4);
+    path = req.substr(4, end == std::string::npos ? std::string::npos : end - 4);
   }
+  if (path == "/metrics") return response(200, "OK", "text/plain; version=0.0.4", metrics_());
+  if (path == "/healthz") {
+    return healthy_() ? response(200, "OK", "text/plain", "ok\n")
+                      : response(503, "Service Unavailable", "text/plain", "failing\n");
+  }
+  if (path.empty()) return response(400, "Bad Request", "text/plain", "only GET is served\n");
+  return response(404, "Not Found", "text/plain", "try /metrics or /healthz\n");
+}
+
+// One thread polls the listening socket and every connection. A connection reads its request
+// (until a blank line, at most max_request_bytes), then is answered and closed; past its deadline
+// it is closed unanswered.
+void MetricsServer::serve(std::stop_token stop) {
+  using Clock = std::chrono::steady_clock;
+  struct Client {
+    int fd;
+    Clock::time_point deadline;
+    std::string in, out;
+    std::size_t sent = 0;
+    bool answering = false;
+  };
+  std::vector<Client> clients;
+  auto drop = [&](std::size_t i) {
+    ::close(clients[i].fd);
+    clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  while (!stop.stop_requested()) {
+    std::vector<pollfd> fds;
+    fds.push_back({fd_, POLLIN, 0});
+    for (const auto& c : clients) fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
+    const auto now = Clock::now();
+    // Existing connections first (their indices match fds[1..]).
+    for (std::size_t i = clients.size(); i-- > 0;) {
+      Client& c = clients[i];
+      const short ev = fds[i + 1].revents;
+      if (ev & (POLLERR | POLLNVAL)) {
+        drop(i);
+        continue;
+      }
+      if (!c.answering && (ev & (POLLIN | POLLHUP))) {
+        char buf[1024];
+        ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+        if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+        const bool whole = c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
+        if (whole || n == 0 || c.in.size() >= limits_.max_request_bytes) {
+          if (c.in.empty()) {
+            drop(i);
+            continue;
+          }
+          c.out = answer(c.in);
+          c.answering = true;
+          c.deadline = now + limits_.response_timeout;
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+          drop(i);
+          continue;
+        }
+      }
+      if (c.answering && (ev & POLLOUT || c.sent == 0)) {
+        ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+        if (n > 0) c.sent += static_cast<std::size_t>(n);
+        if (c.sent == c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          drop(i);
+          continue;
+        }
+      }
+      if (now > c.deadline) drop(i);
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    while (true) {
+      int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      if (clients.size() >= limits_.max_clients) {
+        // Full: the oldest connection still sending its request makes room; else the new one goes.
+        auto idle = std::find_if(clients.begin(), clients.end(), [](const Client& c) { return !c.answering; });
+        if (idle == clients.end()) {
+          ::close(fd);
+          continue;
+        }
+        drop(static_cast<std::size_t>(idle - clients.begin()));
+      }
+      clients.push_back({fd, Clock::now() + limits_.request_timeout, {}, {}, 0, false});
+    }
+  }
+  for (auto& c : clients) ::close(c.fd);
 }
 
 }  // namespace numastream

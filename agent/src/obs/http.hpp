@@ -1,7 +1,13 @@
-// A minimal HTTP/1.0 server for /metrics (Prometheus text format) and /healthz. One thread, one
-// request per connection, bounded request size; enough for a scraper and a kubelet probe.
+// A small HTTP/1.0 server for /metrics (Prometheus text format) and /healthz: one thread, one
+// request per connection, many connections at once (non-blocking, polled), each with a deadline,
+// and a bounded number of them. A client that connects and sends nothing, or reads slowly, holds
+// one slot until its deadline and never delays another's answer; when every slot is taken, the
+// oldest connection still sending its request is closed to admit the new one. So a kubelet's
+// liveness probe is answered whatever other clients do.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <thread>
@@ -10,10 +16,19 @@ namespace numastream {
 
 class MetricsServer {
  public:
+  struct Limits {
+    std::size_t max_clients = 64;                            // connections served at once
+    std::chrono::milliseconds request_timeout{2000};         // to send the request
+    std::chrono::milliseconds response_timeout{5000};        // to take the answer
+    std::size_t max_request_bytes = 8192;
+  };
   // `listen` is "host:port" (port 0 picks a free port). Throws std::system_error when it cannot
   // bind.
   MetricsServer(const std::string& listen, std::function<std::string()> metrics,
-                std::function<bool()> healthy);
+                std::function<bool()> healthy, Limits limits);
+  MetricsServer(const std::string& listen, std::function<std::string()> metrics,
+                std::function<bool()> healthy)
+      : MetricsServer(listen, std::move(metrics), std::move(healthy), Limits{}) {}
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -22,10 +37,12 @@ class MetricsServer {
 
  private:
   void serve(std::stop_token stop);
+  std::string answer(const std::string& request) const;
   int fd_ = -1;
   int port_ = 0;
   std::function<std::string()> metrics_;
   std::function<bool()> healthy_;
+  Limits limits_;
   std::jthread thread_;
 };
 
