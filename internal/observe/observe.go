@@ -4,6 +4,7 @@
 package observe
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -253,17 +254,32 @@ func NewObserver(timeout time.Duration) *Observer {
 	}
 }
 
+// MaxMetricsBytes bounds what the operator reads from one agent's /metrics (an agent writes a few
+// KiB; a pod answering on that port with more is not believed, and not allowed to fill the
+// operator's memory).
+const MaxMetricsBytes = 4 << 20
+
 func (o *Observer) fetch(ctx context.Context, url string) ([]Sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := o.client.Do(req)
+	resp, err := o.client.Do(req) // bounded in time by the client's timeout
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return Parse(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxMetricsBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("metrics %s: %w", url, err)
+	}
+	if len(body) > MaxMetricsBytes {
+		return nil, fmt.Errorf("metrics %s: more than %d bytes, not read", url, MaxMetricsBytes)
+	}
+	return Parse(bytes.NewReader(body))
 }
 
 // metricsPorts are the pod's container ports named "metrics" or "metrics-*"; the default

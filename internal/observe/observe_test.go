@@ -294,3 +294,43 @@ func TestObserverReadsAnExitedGatewayFromItsSummary(t *testing.T) {
 		t.Fatalf("%v %v", obs, err)
 	}
 }
+
+// What the operator reads from an agent's metrics port is bounded in size and in time: a pod
+// answering with more than MaxMetricsBytes, or too slowly, is refused with an error naming it.
+func TestObserverReadsMetricsBoundedInSizeAndTime(t *testing.T) {
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		line := []byte("numastream_up{role=\"receive\"} 1\n")
+		for n := 0; n <= MaxMetricsBytes; n += len(line) {
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+	}))
+	defer huge.Close()
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	labels := map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
+	pod := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "gw", Labels: labels},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
+	}
+	for _, c := range []struct {
+		url, want string
+	}{{huge.URL, "more than"}, {slow.URL, "Timeout"}} {
+		o := NewObserver(300 * time.Millisecond)
+		o.URL = func(*corev1.Pod, int32) string { return c.url + "/metrics" }
+		start := time.Now()
+		_, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{pod})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.url, err, c.want)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("%s: the read took %s", c.url, d)
+		}
+	}
+}
