@@ -370,6 +370,34 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"relative file path": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: "data"}}
 		}, "spec.senders[0].source.file.path"},
+		// Path escapes: a ".." or "." segment, an empty one, the root itself.
+		"sink path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data/../etc/kubernetes/manifests/x.yaml"}}
+		}, "spec.sink.file.path"},
+		"hdf5 sink path ending in ..": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/.."}}
+		}, "spec.sink.hdf5.path"},
+		"sink path with a . segment": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data/./x"}}
+		}, "spec.sink.file.path"},
+		"sink path with an empty segment": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data//x"}}
+		}, "spec.sink.file.path"},
+		"source path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: "/scratch/../../root/.ssh"}}
+		}, "spec.senders[0].source.file.path"},
+		"hdf5 source path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Path: "/scratch/../etc/shadow"}}
+		}, "spec.senders[0].source.hdf5.path"},
+		"the root as sink directory": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/"}}
+		}, "spec.sink.file.path"},
+		"the root as spill directory": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, HostPath: "/"}
+		}, "spec.spill.hostPath"},
+		"spill directory escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, HostPath: "/nvme/../var/lib/kubelet"}
+		}, "spec.spill.hostPath"},
 		"bad endpoint": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "udp://x"}}
 		}, "spec.senders[0].source.zmq.endpoint"},

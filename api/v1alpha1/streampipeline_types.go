@@ -155,7 +155,8 @@ type Spill struct {
 	MaxBytes int64 `json:"maxBytes"`
 	// HostPath is a directory on the sender node to spill into (e.g. a local NVMe); unset: an
 	// emptyDir of MaxBytes.
-	// +kubebuilder:validation:Pattern=`^/`
+	// An absolute path without "." or ".." segments or empty ones ("//"): no escapes.
+	// +kubebuilder:validation:Pattern=`^(/([^/]*[^/.][^/]*|\.\.\.+))+/?$`
 	// +kubebuilder:validation:MaxLength=4096
 	// +optional
 	HostPath string `json:"hostPath,omitempty"`
@@ -220,7 +221,8 @@ type Source struct {
 // HDF5Dataset is a dataset of frames (frames x rows x cols) in an HDF5 file on a node.
 type HDF5Dataset struct {
 	// Path of the file on the node; in a sink, "{stream}" is the stream id.
-	// +kubebuilder:validation:Pattern=`^/`
+	// An absolute path without "." or ".." segments or empty ones ("//"): no escapes.
+	// +kubebuilder:validation:Pattern=`^(/([^/]*[^/.][^/]*|\.\.\.+))+/?$`
 	// +kubebuilder:validation:MaxLength=4096
 	Path string `json:"path"`
 	// Dataset inside the file (DXchange's by default).
@@ -250,7 +252,8 @@ type SyntheticSource struct {
 // FileSource reads a file, or every file of a directory in name order, on the sender node.
 type FileSource struct {
 	// Path on the node (mounted read-only into the sender pod).
-	// +kubebuilder:validation:Pattern=`^/`
+	// An absolute path without "." or ".." segments or empty ones ("//"): no escapes.
+	// +kubebuilder:validation:Pattern=`^(/([^/]*[^/.][^/]*|\.\.\.+))+/?$`
 	// +kubebuilder:validation:MaxLength=4096
 	Path string `json:"path"`
 }
