@@ -31,6 +31,7 @@ func main() {
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
+		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods may read the gateways' metrics ports under the NetworkPolicy (the operator's and a monitoring one); empty: every namespace")
 		agentPods    = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
 	)
 	opts := zap.Options{}
@@ -73,7 +74,7 @@ func main() {
 		Client:    mgr.GetClient(),
 		Scheme:    mgr.GetScheme(),
 		Recorder:  mgr.GetEventRecorder("numastream-operator"),
-		Render:    render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, Pods: pods},
+		Render:    render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods},
 		APIReader: mgr.GetAPIReader(),
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
@@ -100,4 +101,15 @@ func main() {
 		log.Error(err, "Manager stopped")
 		os.Exit(1)
 	}
+}
+
+// splitList: the non-empty, trimmed items of a comma-separated list.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -79,6 +79,9 @@ type Options struct {
 	// NetworkPolicy: render one per pipeline so that only its sender pods reach its gateway's
 	// data ports.
 	NetworkPolicy bool
+	// MetricsFrom: the namespaces whose pods may reach the gateway's metrics ports under that
+	// NetworkPolicy (the operator's, a monitoring one); empty: every namespace.
+	MetricsFrom []string
 	// Pods are the scheduling settings of every agent pod (the chart's agent.pods); a
 	// pipeline's spec.pods adds to them.
 	Pods v1alpha1.PodSettings
@@ -155,7 +158,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
 	}
 	if opts.NetworkPolicy && !sp.Spec.HostNetwork { // NetworkPolicy does not govern host networking
-		out.NetworkPolicy = networkPolicy(in)
+		out.NetworkPolicy = networkPolicy(in, opts.MetricsFrom)
 	}
 	return out, nil
 }
@@ -496,8 +499,10 @@ func keysVolume(secret string, n planner.NodePlan) corev1.Volume {
 }
 
 // networkPolicy: a gateway's data ports accept only this pipeline's sender pods; its metrics
-// ports accept any pod (the operator's observer, Prometheus).
-func networkPolicy(in Inputs) *networkingv1.NetworkPolicy {
+// ports the pods of the namespaces `metricsFrom` names (the operator's observer, Prometheus), or
+// of every namespace when it names none. (The kubelet's probes come from the node, which
+// NetworkPolicy implementations admit.)
+func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy {
 	sp := in.Pipeline
 	tcp := corev1.ProtocolTCP
 	var data []networkingv1.NetworkPolicyPort
@@ -511,6 +516,14 @@ func networkPolicy(in Inputs) *networkingv1.NetworkPolicy {
 		}
 	}
 	metrics, dxMetrics := intstr.FromInt32(MetricsPort), intstr.FromInt32(DecompressMetricsPort)
+	readers := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}
+	if len(metricsFrom) > 0 {
+		readers = nil
+		for _, ns := range metricsFrom {
+			readers = append(readers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}})
+		}
+	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: meta(sp, sp.Name+"-gateway", "", -1),
@@ -524,7 +537,7 @@ func networkPolicy(in Inputs) *networkingv1.NetworkPolicy {
 					Ports: data,
 				},
 				{
-					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
+					From:  readers,
 					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &metrics}, {Protocol: &tcp, Port: &dxMetrics}},
 				},
 			},

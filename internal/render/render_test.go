@@ -413,7 +413,7 @@ func TestCurveKeysAreMountedPerPod(t *testing.T) {
 }
 
 // The NetworkPolicy lets only the pipeline's sender pods reach its gateway's data ports, and
-// anyone its metrics ports.
+// (by default) any namespace its metrics ports; with MetricsFrom, the namespaces it names.
 func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 	objs, plan := renderFor(t, pipeline("tomo", withStreams(2)))
 	np := objs.NetworkPolicy
@@ -444,6 +444,23 @@ func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 	}
 	if m := np.Spec.Ingress[1]; len(m.Ports) != 2 || m.Ports[0].Port.IntVal != MetricsPort || m.Ports[1].Port.IntVal != DecompressMetricsPort {
 		t.Errorf("metrics rule %+v", m)
+	}
+	// With MetricsFrom, the metrics ports admit the pods of those namespaces only.
+	in := Inputs{Pipeline: pipeline("tomo", withStreams(2)), Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{0: "10.215.0.100", 1: "10.215.0.101"}}
+	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true, MetricsFrom: []string{"numastream-system", "monitoring"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from []string
+	for _, p := range objs.NetworkPolicy.Spec.Ingress[1].From {
+		if p.PodSelector != nil || p.NamespaceSelector == nil || len(p.NamespaceSelector.MatchLabels) != 1 {
+			t.Errorf("metrics peer %+v", p)
+			continue
+		}
+		from = append(from, p.NamespaceSelector.MatchLabels[corev1.LabelMetadataName])
+	}
+	if strings.Join(from, ",") != "numastream-system,monitoring" {
+		t.Errorf("metrics ports admit namespaces %v", from)
 	}
 }
 

@@ -121,8 +121,9 @@ func TestDefaultRender(t *testing.T) {
 	if !*op.SecurityContext.RunAsNonRoot || !*op.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
 		t.Error("operator is not restricted")
 	}
-	if !strings.Contains(strings.Join(op.Containers[0].Args, " "), "--agent-image=ghcr.io/numastream/agent:0.1.0") {
-		t.Errorf("operator args %v", op.Containers[0].Args)
+	if args := strings.Join(op.Containers[0].Args, " "); !strings.Contains(args, "--agent-image=ghcr.io/numastream/agent:0.1.0") ||
+		!strings.Contains(args, "--metrics-from=numastream-system ") {
+		t.Errorf("operator args %v: the gateways' metrics ports open to the operator's namespace only", op.Containers[0].Args)
 	}
 	role := find(objs, "ClusterRole", "operator")
 	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
@@ -143,9 +144,13 @@ func TestDefaultRender(t *testing.T) {
 
 func TestValueSets(t *testing.T) {
 	objs, err := render(t, "--set", "nodeDaemon.publish=features-d", "--set", "nodeDaemon.tokensPerNic=0",
-		"--set", "crds.enabled=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "operator.replicas=2")
+		"--set", "crds.enabled=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "operator.replicas=2",
+		"--set", "operator.metricsFrom={monitoring}")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if args := strings.Join(podSpec(t, find(objs, "Deployment", "operator")).Containers[0].Args, " "); !strings.Contains(args, "--metrics-from=numastream-system,monitoring ") {
+		t.Errorf("operator args %s: metricsFrom adds a monitoring namespace", args)
 	}
 	if find(objs, "CustomResourceDefinition", "") != nil {
 		t.Error("crds.enabled=false still renders the CRD")
