@@ -122,6 +122,32 @@ class SeriesIntoHdf5(unittest.TestCase):
     def tearDown(self):
         subprocess.run(["rm", "-rf", self.tmp])
 
+    def recording(self, name):
+        """The folder of one real EIGER2 recording; fails under NUMASTREAM_REQUIRE_REAL=1, else
+        skips, when the recordings are absent."""
+        folder = os.path.join(REAL, name)
+        if not os.path.isdir(folder):
+            if REQUIRE_REAL:
+                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
+            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        return folder
+
+    def assertEveryImageInTheFileOrNamed(self, series, rx_rc, final, images, log):
+        """The series published complete, or its .part (and the gateway's summary) naming by id the
+        images it lacks: never an image both absent and unnamed. Returns how many are named."""
+        missing = 0
+        if series["complete"]:
+            self.assertEqual(rx_rc, 0, log)
+        else:
+            self.assertNotEqual(rx_rc, 0, log)
+            named = re.search(r"image ids [0-9, -.]+ missing \(([0-9]+) of %d\)" % images, series["lacks"])
+            self.assertIsNotNone(named, log)
+            missing = int(named.group(1))
+            with h5py.File(final + ".part", "r") as f:
+                self.assertIn(named.group(0), f["/entry"].attrs["incomplete"])
+        self.assertEqual(series["images"] + missing, images, "every image in the file or named missing:\n" + log)
+        return missing
+
     def assertSeriesFile(self, path, messages, series_id, unique_id, filter_id):
         """Every channel of every image message at its image_id, the chunk the detector's bytes."""
         with h5py.File(path, "r") as f:
@@ -263,11 +289,7 @@ class SeriesIntoHdf5(unittest.TestCase):
         # source.drain_s cut short it stops mid-series: the next sender (same state_dir) carries
         # the rest of the series, numbered on after what the first one had acknowledged. Either
         # way every image is in the file, or the file and the gateway name it missing.
-        folder = os.path.join(REAL, "r500k_bm_bslz4_16bit")
-        if not os.path.isdir(folder):
-            if REQUIRE_REAL:
-                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
-            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        folder = self.recording("r500k_bm_bslz4_16bit")
         messages = [load_cbor(p) for p in sorted(glob.glob(os.path.join(folder, "*")))]
         series_id, unique = messages[0]["series_id"], messages[0]["series_unique_id"]
         for case, drain, said in (("pause", [], "the detector paused"),
@@ -299,19 +321,10 @@ class SeriesIntoHdf5(unittest.TestCase):
                 self.assertEqual(received["streams"][0]["declared_missing"], 0,
                                  "the first sender had everything it read acknowledged:\n" + log)
                 series = received["stream2_series"][0]
+                # Images in transit when the first sender's socket closed would be named by image id.
+                missing = self.assertEveryImageInTheFileOrNamed(series, rx_rc, final, 10, log)
                 if series["complete"]:
-                    self.assertEqual(rx_rc, 0, log)
                     self.assertSeriesFile(final, messages, series_id, unique, "32008")
-                    missing = 0
-                else:
-                    # Images in transit when the first sender's socket closed: named by image id.
-                    self.assertNotEqual(rx_rc, 0, log)
-                    named = re.search(r"image ids [0-9, -]+ missing \(([0-9]+) of 10\)", series["lacks"])
-                    self.assertIsNotNone(named, log)
-                    missing = int(named.group(1))
-                    with h5py.File(final + ".part", "r") as f:
-                        self.assertIn(named.group(0), f["/entry"].attrs["incomplete"])
-                self.assertEqual(series["images"] + missing, 10, "every image in the file or named missing:\n" + log)
                 print(f"[stream2] sender SIGTERM mid-series ({case}): the first sender read {first['chunks']} "
                       f"messages, the next one {sent['chunks']}; series complete {series['complete']}, "
                       f"{missing} images named missing")
@@ -324,11 +337,7 @@ class SeriesIntoHdf5(unittest.TestCase):
         # other image is in it. Never an image both absent and unnamed. The real EIGER2 series
         # (10 images at 5/s) mostly survives (what the dead sender sent reaches the gateway once it
         # resumes); 300 synthetic 1 MiB images at 100/s leave the dead sender holding some.
-        folder = os.path.join(REAL, "r500k_bm_bslz4_16bit")
-        if not os.path.isdir(folder):
-            if REQUIRE_REAL:
-                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
-            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        folder = self.recording("r500k_bm_bslz4_16bit")
         cases = (("eiger2", ["--replay", folder, "--start", "--rate-hz", "5"], 10, 0.6, False),
                  ("synthetic", ["--synthetic", "--images", "300", "--shape", "512x1024", "--rate-hz", "100"], 300, 1.5,
                   True))
@@ -361,17 +370,9 @@ class SeriesIntoHdf5(unittest.TestCase):
                 if must_lose:
                     self.assertGreater(declared, 0, "the pause left the dead sender holding messages:\n" + log)
                 series = received["stream2_series"][0]
-                missing = 0
+                missing = self.assertEveryImageInTheFileOrNamed(series, rx_rc, final, images, log)
                 if series["complete"]:
-                    self.assertEqual((declared, rx_rc), (0, 0), log)
-                else:
-                    self.assertNotEqual(rx_rc, 0, log)
-                    named = re.search(r"image ids [0-9, -.]+ missing \(([0-9]+) of %d\)" % images, series["lacks"])
-                    self.assertIsNotNone(named, log)
-                    missing = int(named.group(1))
-                    with h5py.File(final + ".part", "r") as f:
-                        self.assertIn(named.group(0), f["/entry"].attrs["incomplete"])
-                self.assertEqual(series["images"] + missing, images, "every image in the file or named missing:\n" + log)
+                    self.assertEqual(declared, 0, log)
                 print(f"[stream2] {case}: sender SIGKILL mid-series during a {pause} s gateway pause: {declared} "
                       f"messages declared missing by the next sender, {missing} image ids named missing, "
                       f"{series['images']} of {images} images in the file")
@@ -382,11 +383,7 @@ class SeriesIntoHdf5(unittest.TestCase):
         # series' .part (its messages are acknowledged only once flushed there), the sender resends
         # what was not acknowledged, and the series is published complete in one file, every image
         # the detector's bytes. Real EIGER2 series (10 images at 5/s) and 60 synthetic ones at 20/s.
-        folder = os.path.join(REAL, "r500k_bm_bslz4_16bit")
-        if not os.path.isdir(folder):
-            if REQUIRE_REAL:
-                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
-            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
+        folder = self.recording("r500k_bm_bslz4_16bit")
         messages = [load_cbor(p) for p in sorted(glob.glob(os.path.join(folder, "*")))]
         cases = (("eiger2", ["--replay", folder, "--start", "--rate-hz", "5"], messages[0]["series_id"], 10),
                  ("synthetic", ["--synthetic", "--images", "60", "--shape", "64x100", "--channels", "t1,t2",
