@@ -992,11 +992,8 @@ TEST(Spill, ASpillFilesystemThatFillsUpCountsWhatIsLostNamingThePath) {
   if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("mounting a tmpfs needs root");
   const int port = free_ports(3);
   const std::string spill = temp_dir();
-  ASSERT_EQ(std::system(("mount -t tmpfs -o size=8m numastream-spill " + spill).c_str()), 0);
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { std::system(("umount -l " + dir).c_str()); }
-  } unmount{spill};
+  Tmpfs tmpfs(spill, "8m");
+  ASSERT_TRUE(tmpfs.mounted());
   SlowConsumer consumer(port + 2, 6);
   Process rx(receiver(port, 1, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
   Process tx(sender(port, 1, {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,

@@ -192,4 +192,12 @@ nlohmann::json summary(const Process& p) {
 
 std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
+Tmpfs::Tmpfs(std::string dir, const std::string& size) : dir_(std::move(dir)) {
+  mounted_ = std::system(("mount -t tmpfs -o size=" + size + " numastream-test " + dir_).c_str()) == 0;
+}
+
+Tmpfs::~Tmpfs() {
+  if (mounted_) std::system(("umount -l " + dir_).c_str());
+}
+
 }  // namespace numastream::testing

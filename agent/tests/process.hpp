@@ -52,6 +52,21 @@ std::vector<std::string> sender(int port, int connections, std::vector<std::stri
 int free_ports(int count);
 // GET http://127.0.0.1:port/path; returns "<status code>\n<body>" or "" when unreachable.
 std::string http_get(int port, const std::string& path);
+
+// A small filesystem for a disk-full test: a tmpfs of `size` (mount's syntax, e.g. "8m") mounted on
+// `dir` (root only) and unmounted, lazily, with this object. mounted() says whether mount worked.
+class Tmpfs {
+ public:
+  Tmpfs(std::string dir, const std::string& size);
+  ~Tmpfs();
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
 std::string temp_dir();
 // The run's summary: the last line an agent printed on stdout, as JSON (null when none).
 nlohmann::json summary(const Process& p);

@@ -223,11 +223,8 @@ TEST(Trust, AFatalSinkErrorEndsTheReceiverNonZeroWithinSeconds) {
 TEST(Trust, ASinkFilesystemThatFillsUpHoldsTheSenderBackAndResumesWhenSpaceReturns) {
   if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("mounting a tmpfs needs root");
   const std::string disk = temp_dir(), src_dir = temp_dir();
-  ASSERT_EQ(std::system(("mount -t tmpfs -o size=24m numastream-full " + disk).c_str()), 0);
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { std::system(("umount -l " + dir).c_str()); }
-  } unmount{disk};
+  Tmpfs tmpfs(disk, "24m");
+  ASSERT_TRUE(tmpfs.mounted());
   {
     std::ofstream filler(disk + "/filler", std::ios::binary);
     const std::string mib(kMiB, 'f');
