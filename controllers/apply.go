@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/storage"
 )
 
 // AnnotationResizedTo marks a Job whose running pod was resized in place to the plan with this
@@ -49,6 +50,9 @@ func (r *StreamPipelineReconciler) apply(ctx context.Context, sp *v1alpha1.Strea
 		if err := r.ssa(ctx, objs.NetworkPolicy); err != nil {
 			return did, err
 		}
+	}
+	if err := r.applyVolumes(ctx, sp, objs.Volumes); err != nil {
+		return did, err
 	}
 	want := map[string]bool{}
 	for _, name := range objs.Waiting { // held back, not removed: they run until replaced
@@ -193,6 +197,54 @@ func describeResources(cs []corev1.Container) string {
 		parts = append(parts, fmt.Sprintf("%s %s CPU", c.Name, c.Resources.Limits.Cpu()))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// applyVolumes makes the claims (and the volumes bound to them) the pods mount, before the Jobs;
+// those no longer wanted go: a claim when no pod uses it any more (the API server's protection),
+// its volume once the claim is gone.
+func (r *StreamPipelineReconciler) applyVolumes(ctx context.Context, sp *v1alpha1.StreamPipeline, vols []storage.Volume) error {
+	wantPV, wantClaim := map[string]bool{}, map[string]bool{}
+	for _, v := range vols {
+		if err := r.ssa(ctx, v.PV); err != nil {
+			return err
+		}
+		if err := r.ssa(ctx, v.Claim); err != nil {
+			return err
+		}
+		wantPV[v.PV.Name], wantClaim[v.Claim.Name] = true, true
+	}
+	var claims corev1.PersistentVolumeClaimList
+	if err := r.List(ctx, &claims, client.InNamespace(sp.Namespace), client.MatchingLabels{storage.LabelPipelineName: sp.Name}); err != nil {
+		return err
+	}
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		if !wantClaim[c.Name] && metav1.IsControlledBy(c, sp) && c.DeletionTimestamp == nil {
+			if err := r.Delete(ctx, c); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
+	return r.deleteVolumes(ctx, sp.Namespace, sp.Name, wantPV)
+}
+
+// deleteVolumes deletes the PersistentVolumes made for a pipeline (namespace/name) but those in
+// keep. The data under them stays: the volumes only point at host directories. A volume still
+// bound to a claim in use waits for it (the API server's protection).
+func (r *StreamPipelineReconciler) deleteVolumes(ctx context.Context, namespace, name string, keep map[string]bool) error {
+	var pvs corev1.PersistentVolumeList
+	if err := r.List(ctx, &pvs, client.MatchingLabels{storage.LabelPipelineNamespace: namespace, storage.LabelPipelineName: name}); err != nil {
+		return err
+	}
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		if !keep[pv.Name] && pv.DeletionTimestamp == nil {
+			if err := r.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (r *StreamPipelineReconciler) ssa(ctx context.Context, obj client.Object) error {

@@ -20,6 +20,7 @@ import (
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/topology"
 )
 
@@ -39,6 +40,10 @@ type facts struct {
 	pods []corev1.Pod
 	// failedCreate: the latest FailedCreate event message per Job name (admission refusals).
 	failedCreate map[string]string
+	// roots: the cluster's StorageRoots by name; pipelines: every StreamPipeline of the cluster
+	// (whose files this one's must not overwrite).
+	roots     map[string]*v1alpha1.StorageRoot
+	pipelines []v1alpha1.StreamPipeline
 }
 
 type notPlannedError struct {
@@ -76,8 +81,25 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 			f.jobs[jobs.Items[i].Name] = &jobs.Items[i]
 		}
 	}
-	f.failedCreate, err = r.failedCreates(ctx, sp, f)
-	return f, err
+	if f.failedCreate, err = r.failedCreates(ctx, sp, f); err != nil {
+		return f, err
+	}
+	var roots v1alpha1.StorageRootList
+	if err := r.List(ctx, &roots); err != nil {
+		return f, err
+	}
+	f.roots = map[string]*v1alpha1.StorageRoot{}
+	for i := range roots.Items {
+		f.roots[roots.Items[i].Name] = &roots.Items[i]
+	}
+	if len(storage.Uses(sp)) > 0 {
+		var all v1alpha1.StreamPipelineList
+		if err := r.List(ctx, &all); err != nil {
+			return f, err
+		}
+		f.pipelines = all.Items
+	}
+	return f, nil
 }
 
 // readNodes reads the sender and gateway nodes into f. A missing node or label is returned as

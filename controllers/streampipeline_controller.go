@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,6 +34,7 @@ import (
 	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/topology"
 )
 
@@ -82,6 +84,9 @@ type StreamPipelineReconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=list
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=numastream.io,resources=storageroots,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile drives one StreamPipeline towards its plan: get, gather (the only reads), plan,
@@ -90,7 +95,11 @@ type StreamPipelineReconciler struct {
 func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
 	sp := &v1alpha1.StreamPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Its claims went with it; the volumes made for them are cluster-scoped.
+			return ctrl.Result{}, r.deleteVolumes(ctx, req.Namespace, req.Name, nil)
+		}
+		return ctrl.Result{}, err
 	}
 	reconciles.WithLabelValues(sp.Namespace, sp.Name).Inc()
 	before := sp.DeepCopy()
@@ -140,6 +149,12 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	if f.nodesErr != nil {
 		return refuse(f.nodesErr)
 	}
+	if err := storage.Check(sp, f.roots); err != nil {
+		return refuse(err)
+	}
+	if err := storage.Collision(sp, f.pipelines, f.roots); err != nil {
+		return refuse(err)
+	}
 	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation && tr.ReceiveCores == 0 {
 		return refuse(&notPlannedError{reason: ReasonTopologyAffinity, err: fmt.Errorf(
 			"Topology Manager refused the gateway pod even with 1 receiving core per stream (%s): "+
@@ -165,7 +180,7 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 		return refuse(err)
 	}
 	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys,
-		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses}, r.Render)
+		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, Roots: f.roots}, r.Render)
 	if err != nil {
 		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}
@@ -204,7 +219,11 @@ func refusal(err error) (*conditions.Refusal, error) {
 	var np *notPlannedError
 	var refused *planner.RefusedError
 	var missing *topology.MissingLabelError
+	var storageRefused *storage.Refusal
 	switch {
+	case errors.As(err, &storageRefused):
+		// The admin may add the root, the older pipeline may go: retried, not stalled.
+		return &conditions.Refusal{Reason: storageRefused.Reason, Message: err.Error(), Retry: true}, nil
 	case errors.As(err, &np):
 		return &conditions.Refusal{Reason: np.reason, Message: err.Error(), Retry: np.retry}, nil
 	case errors.As(err, &missing):
@@ -445,6 +464,7 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
 		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeFactsChanged())).
 		Watches(&corev1.Pod{}, byPodLabel).
 		Watches(&v1alpha1.StreamPipeline{}, sameGateway, builder.WithPredicates(gatewayShareChanged())).

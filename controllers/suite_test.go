@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,6 +43,7 @@ import (
 	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/testenv"
 	"github.com/numastream/numastream/internal/topology"
 )
@@ -328,18 +330,18 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		want   string
 	}{
 		"two sources": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source.File = &v1alpha1.FileSource{Path: "/data"}
+			sp.Spec.Senders[0].Source.File = &v1alpha1.FileSource{Root: "scratch", Path: "data"}
 		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
 		"no source": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
 		"synthetic and hdf5": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source.HDF5 = &v1alpha1.HDF5Dataset{Path: "/data/tomo.h5"}
+			sp.Spec.Senders[0].Source.HDF5 = &v1alpha1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5"}
 		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
 		"relative dataset": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/tomo.h5", Dataset: "exchange/data"}}
+			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", Dataset: "exchange/data"}}
 		}, "spec.senders[0].source.hdf5.dataset"},
 		"several senders into one hdf5 file": {func(sp *v1alpha1.StreamPipeline) {
 			withSenders("updraft-1", "updraft-2")(sp)
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/scan.h5"}}
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "scan.h5"}}
 		}, "sink.hdf5.path must contain {stream}"},
 		"stream2 sink without a stream2 source": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{}}
@@ -367,53 +369,87 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		}, "port + connections must not run past 65535"},
 		"chunk too small": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ChunkBytes = 100 }, "spec.chunkBytes"},
 		"unknown codec":   {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Codec = "zstd" }, "spec.codec"},
-		"relative file path": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: "data"}}
-		}, "spec.senders[0].source.file.path"},
-		// Path escapes: a ".." or "." segment, an empty one, the root itself.
+		// Storage: a root or a claim, never both or neither, and a relative path that stays under it:
+		// no absolute path, no ".." or "." segment, no empty one.
+		"a path with neither root nor claim": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "x.raw"}}
+		}, "name exactly one of root (a StorageRoot) or claim"},
+		"a path with a root and a claim": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Claim: "gpfs", Path: "x.h5"}}
+		}, "name exactly one of root (a StorageRoot) or claim"},
+		"a bad claim name": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "../gpfs", Path: "x.raw"}}
+		}, "spec.sink.file.claim"},
+		"absolute sink path": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "/etc/kubernetes/manifests/x-{stream}.yaml"}}
+		}, "spec.sink.file.path"},
+		"sink path at the host's root": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "/x-{stream}"}}
+		}, "spec.sink.file.path"},
 		"sink path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data/../etc/kubernetes/manifests/x.yaml"}}
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "../etc/kubernetes/manifests/x.yaml"}}
 		}, "spec.sink.file.path"},
 		"hdf5 sink path ending in ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/.."}}
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "run/../../.."}}
+		}, "spec.sink.hdf5.path"},
+		"hdf5 sink path of .. alone": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: ".."}}
 		}, "spec.sink.hdf5.path"},
 		"sink path with a . segment": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data/./x"}}
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "./x"}}
 		}, "spec.sink.file.path"},
 		"sink path with an empty segment": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data//x"}}
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "run//x"}}
 		}, "spec.sink.file.path"},
+		"sink path ending in /": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "run/"}}
+		}, "spec.sink.file.path"},
+		"empty sink path": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: ""}}
+		}, "spec.sink.file.path"},
+		"absolute source path": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: "scratch", Path: "/scratch/data"}}
+		}, "spec.senders[0].source.file.path"},
 		"source path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: "/scratch/../../root/.ssh"}}
+			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: "scratch", Path: "../../root/.ssh"}}
 		}, "spec.senders[0].source.file.path"},
 		"hdf5 source path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Path: "/scratch/../etc/shadow"}}
+			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "scratch", Path: "scan/../../etc/shadow"}}
 		}, "spec.senders[0].source.hdf5.path"},
-		"the root as sink directory": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/"}}
-		}, "spec.sink.file.path"},
-		"the root as spill directory": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, HostPath: "/"}
-		}, "spec.spill.hostPath"},
-		"spill directory escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, HostPath: "/nvme/../var/lib/kubelet"}
-		}, "spec.spill.hostPath"},
+		"absolute spill path": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "/var/lib/kubelet"}
+		}, "spec.spill.path"},
+		"spill path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill/../../var/lib/kubelet"}
+		}, "spec.spill.path"},
+		"a spill path without a root": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Path: "spill"}
+		}, "spill.path is relative to spill.root"},
+		"files as root": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Files = &v1alpha1.Files{User: ptr.To[int64](0)}
+		}, "spec.files.user"},
+		"files as group root": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Files = &v1alpha1.Files{Group: ptr.To[int64](0)}
+		}, "spec.files.group"},
+		"files others may write":       {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Files = &v1alpha1.Files{Mode: "0666"} }, "spec.files.mode"},
+		"files the owner cannot write": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Files = &v1alpha1.Files{Mode: "0440"} }, "spec.files.mode"},
+		"executable files":             {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Files = &v1alpha1.Files{Mode: "0750"} }, "spec.files.mode"},
 		"bad endpoint": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "udp://x"}}
 		}, "spec.senders[0].source.zmq.endpoint"},
 		"bad NIC name": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.NIC = "ens1f0; rm" }, "spec.gateway.network.nic"},
 		"two sinks": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/a"}, ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://h:1"}}
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "a"}, ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://h:1"}}
 		}, "at most one of file, zmq, hdf5 or stream2"},
 		"file and hdf5 sinks": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/a"}, HDF5: &v1alpha1.HDF5Dataset{Path: "/b.h5"}}
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "a"}, HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "b.h5"}}
 		}, "at most one of file, zmq, hdf5 or stream2"},
 		"duplicate sender": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = append(sp.Spec.Senders, sp.Spec.Senders[0]) }, "spec.senders[1]"},
 		"bad ratio":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ExpectedRatio = "two" }, "spec.expectedRatio"},
 		"bad placement":    {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = "pinned" }, "spec.placement"},
 		"several senders into one file": {func(sp *v1alpha1.StreamPipeline) {
 			withSenders("updraft-1", "updraft-2")(sp)
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "/data/scan.raw"}}
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "scan.raw"}}
 		}, "sink.file.path must contain {stream}"},
 		"pods pick their own node": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Pods = &v1alpha1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
@@ -887,12 +923,17 @@ func TestSamplesAreAccepted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp := &v1alpha1.StreamPipeline{}
-		if err := yaml.UnmarshalStrict(data, sp); err != nil {
+		var obj client.Object = &v1alpha1.StreamPipeline{}
+		if strings.Contains(string(data), "\nkind: StorageRoot\n") {
+			obj = &v1alpha1.StorageRoot{} // cluster-scoped: the admin's
+		}
+		if err := yaml.UnmarshalStrict(data, obj); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		sp.Namespace = ns
-		if err := k8s.Create(ctx, sp, client.DryRunAll); err != nil {
+		if _, ok := obj.(*v1alpha1.StreamPipeline); ok {
+			obj.SetNamespace(ns)
+		}
+		if err := k8s.Create(ctx, obj, client.DryRunAll); err != nil {
 			t.Errorf("%s refused: %v", f, err)
 		}
 		accepted++
@@ -1340,4 +1381,134 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 		}
 		return string(job.UID) != uids["inplace-gateway-0"] && job.Annotations[AnnotationResizedTo] == "", "same job"
 	})
+}
+
+// StorageRoots the admin makes are checked by the API server like any manifest.
+func TestBadStorageRootsAreRefusedNamingTheField(t *testing.T) {
+	access := []v1alpha1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1alpha1.IDRange{{Min: 1000, Max: 1999}}, Groups: []v1alpha1.IDRange{{Min: 1000, Max: 1999}}}}
+	cases := map[string]struct {
+		spec v1alpha1.StorageRootSpec
+		want string
+	}{
+		"the host's root":     {v1alpha1.StorageRootSpec{Path: "/", Access: access}, "spec.path"},
+		"a relative path":     {v1alpha1.StorageRootSpec{Path: "data", Access: access}, "spec.path"},
+		"a path with ..":      {v1alpha1.StorageRootSpec{Path: "/data/../etc", Access: access}, "spec.path"},
+		"no access":           {v1alpha1.StorageRootSpec{Path: "/data"}, "spec.access"},
+		"an unknown role":     {v1alpha1.StorageRootSpec{Path: "/data", NodeRoles: []string{"analysis"}, Access: access}, "spec.nodeRoles[0]"},
+		"root's uid":          {v1alpha1.StorageRootSpec{Path: "/data", Access: []v1alpha1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1alpha1.IDRange{{Min: 0, Max: 10}}, Groups: access[0].Groups}}}, "spec.access[0].users[0].min"},
+		"a range upside down": {v1alpha1.StorageRootSpec{Path: "/data", Access: []v1alpha1.StorageAccess{{Namespaces: []string{"*"}, Users: access[0].Users, Groups: []v1alpha1.IDRange{{Min: 20, Max: 10}}}}}, "min must not exceed max"},
+		"no namespaces":       {v1alpha1.StorageRootSpec{Path: "/data", Access: []v1alpha1.StorageAccess{{Users: access[0].Users, Groups: access[0].Groups}}}, "spec.access[0].namespaces"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), "'", "")}, Spec: tc.spec}
+			err := k8s.Create(ctx, root)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error does not name %q: %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// A pipeline uses only the roots the admin admits its namespace to, with the user and group it
+// runs as; it gets bound claims of exactly those roots on its nodes; a newer pipeline that would
+// write the same files gets no pod and is told which field collides, until the older one goes.
+func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
+	ensureNode(t, facilityNode("lynx-st", []int{16, 16}, "ens1f0", 1, 200000))
+	ensureNode(t, facilityNode("updraft-st", []int{16, 16}, "ens1f0", 1, 100000))
+	ns, other := namespace(t), namespace(t)
+	root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "archive-" + ns}, Spec: v1alpha1.StorageRootSpec{
+		Path: "/archive", NodeRoles: []string{v1alpha1.StorageRoleGateway},
+		Access: []v1alpha1.StorageAccess{{Namespaces: []string{ns}, Users: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}, Groups: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}}},
+	}}
+	if err := k8s.Create(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, root) })
+	sink := func(rootName, path string) spOption {
+		return func(sp *v1alpha1.StreamPipeline) {
+			withSenders("updraft-st")(sp)
+			sp.Spec.Gateway.Node = "lynx-st"
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: rootName, Path: path}}
+			sp.Spec.Files = &v1alpha1.Files{User: ptr.To[int64](2100), Group: ptr.To[int64](2200)}
+		}
+	}
+	jobs := func(sp *v1alpha1.StreamPipeline) int {
+		var l batchv1.JobList
+		if err := k8s.List(ctx, &l, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+
+	first := pipeline(ns, "first", sink(root.Name, "run-1/scan-{stream}.h5"))
+	if err := k8s.Create(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	first = condition(t, first, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var pvs corev1.PersistentVolumeList
+	eventually(t, "a bound claim of /archive on lynx-st and of the state directory on updraft-st", func() (bool, string) {
+		if err := k8s.List(ctx, &pvs, client.MatchingLabels{"numastream.io/pipeline-uid": string(first.UID)}); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, pv := range pvs.Items {
+			claim := &corev1.PersistentVolumeClaim{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: pv.Spec.ClaimRef.Name}, claim); err != nil || claim.Spec.VolumeName != pv.Name {
+				return false, fmt.Sprintf("claim of %s: %v", pv.Name, err)
+			}
+			got[pv.Spec.HostPath.Path] = pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0]
+		}
+		want := map[string]string{"/archive": "lynx-st", "/var/lib/numastream/streams/" + ns + "/first-" + string(first.UID): "updraft-st"}
+		return reflect.DeepEqual(got, want), fmt.Sprintf("volumes %v", got)
+	})
+
+	refused := func(sp *v1alpha1.StreamPipeline, reason, field string) {
+		t.Helper()
+		if err := k8s.Create(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+		cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, reason)
+		msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned).Message
+		if !strings.HasPrefix(msg, field+": ") {
+			t.Errorf("%s: the refusal does not name %s: %s", sp.Name, field, msg)
+		}
+		if n := jobs(sp); n != 0 {
+			t.Errorf("%s: %d Jobs for a refused pipeline", sp.Name, n)
+		}
+		t.Logf("%s: %s", sp.Name, msg)
+	}
+	refused(pipeline(ns, "manifests", func(sp *v1alpha1.StreamPipeline) {
+		sink("", "")(sp)
+		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "etc-kubernetes-manifests", Path: "x-{stream}.yaml"}}
+	}), storage.ReasonNotAllowed, "spec.sink.file.root")
+	refused(pipeline(other, "tenant-b", sink(root.Name, "b-{stream}.h5")), storage.ReasonNotAllowed, "spec.sink.hdf5.root")
+	refused(pipeline(ns, "as-root-group", func(sp *v1alpha1.StreamPipeline) {
+		sink(root.Name, "c-{stream}.h5")(sp)
+		sp.Spec.Files.Group = ptr.To[int64](65532)
+	}), storage.ReasonNotAllowed, "spec.sink.hdf5.root")
+	second := pipeline(ns, "second", sink(root.Name, "run-1/scan-0.h5"))
+	refused(second, storage.ReasonPathInUse, "spec.sink.hdf5.path")
+
+	if err := k8s.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// (envtest runs no controller-manager: the volume protection finalizer that the API server
+	// adds stays, so "deleted" is a deletion timestamp here.)
+	eventually(t, "the first pipeline's volumes deleted with it", func() (bool, string) {
+		if err := k8s.List(ctx, &pvs, client.MatchingLabels{"numastream.io/pipeline-uid": string(first.UID)}); err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, pv := range pvs.Items {
+			if pv.DeletionTimestamp == nil {
+				left++
+			}
+		}
+		return left == 0, fmt.Sprintf("%d left", left)
+	})
+	condition(t, second, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }

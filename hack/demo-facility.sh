@@ -54,8 +54,11 @@ k get nodes -l numastream.io/facility=box -L numastream.io/nic.fab0.speed-mbit -
 k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
 
 say "3/7 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
-mkdir -p "$SINK"
-sed -e "s/chunks: 150/chunks: $CHUNKS/" -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline.yaml | k apply -f - >/dev/null
+# The admin's part: a directory the agents' user may write, and the StorageRoot that lets
+# pipelines use it (the pipelines name it and a path under it).
+mkdir -p "$SINK" && chown 65532:65532 "$SINK"
+sed -e "s|/var/tmp/numastream-facility|$SINK|" test/facility/storage-root.yaml | k apply -f - >/dev/null
+sed -e "s/chunks: 150/chunks: $CHUNKS/" test/facility/pipeline.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
   sleep 0.5
@@ -113,7 +116,7 @@ PY
 
 say "5/7 kubectl apply -f test/facility/pipeline-hdf5.yaml: bslz4 frames into an HDF5 file"
 k delete streampipeline facility --wait=true --timeout=60s >/dev/null
-sed -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline-hdf5.yaml | k apply -f - >/dev/null
+k apply -f test/facility/pipeline-hdf5.yaml >/dev/null
 reason=
 for _ in $(seq 240); do
   reason=$(k get streampipeline facility-hdf5 -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')
@@ -173,7 +176,7 @@ if [ -z "$ip" ]; then
   exit 1
 fi
 echo "detector  eiger-sim on detector-a, Stream V2 at tcp://$ip:31001: 2 series of 40 images, 514x1030 uint16, 2 thresholds, bslz4"
-sed -e "s/DETECTOR_IP/$ip/" -e "s|/var/tmp/numastream-facility/|$SINK/|" test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
+sed -e "s/DETECTOR_IP/$ip/" test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
   sleep 0.5

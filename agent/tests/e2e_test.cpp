@@ -379,13 +379,15 @@ TEST(EndToEnd, AuthenticateModeAcceptsOnlyTheConfiguredSenderKeys) {
   }
 }
 
-// A file sink whose directory does not exist is refused at start (exit 2, naming the field),
+// A file sink whose directory cannot be written is refused at start (exit 2, naming the field),
 // before any sender is accepted.
 TEST(EndToEnd, UnwritableSinkIsRefusedAtStart) {
-  Process p(receiver(free_ports(1), 1, {"--sink", "file", "--sink-path", "/nonexistent-dir/out.raw"}));
+  std::string dir = temp_dir();
+  std::ofstream(dir + "/plain") << "a file, not a directory";  // unwritable even for root
+  Process p(receiver(free_ports(1), 1, {"--sink", "file", "--sink-path", dir + "/plain/out.raw"}));
   EXPECT_EQ(p.wait(10s), 2);
   EXPECT_NE(p.err().find("sink.path"), std::string::npos) << p.err();
-  EXPECT_NE(p.err().find("/nonexistent-dir/"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find(dir + "/plain/"), std::string::npos) << p.err();
 }
 
 TEST(EndToEnd, CurveKeyFilesAreCheckedAtStart) {
@@ -578,24 +580,37 @@ TEST(EndToEnd, StateDirUnusableIsNamed) {
   EXPECT_NE(bad.err().find("state_dir"), std::string::npos) << bad.err();
 }
 
-// A pod's init container makes the hostPath directories the agent (uid 65532) writes: a new or
-// empty root-owned one is handed over, one in use is left alone and named.
-TEST(EndToEnd, PrepareDirHandsOverOnlyFreshDirectories) {
-  if (::geteuid() != 0) NUMASTREAM_SKIP_OR_FAIL("chown needs root");
+// A sink's files get sink.mode whatever the umask, and the directories above them are made with
+// the matching search bits; a directory that cannot be made is refused at start, naming it.
+TEST(EndToEnd, SinkFilesGetTheirModeAndTheirDirectories) {
   std::string dir = temp_dir();
-  Process fresh({kAgent, "prepare-dir", "--owner", "65532:65532", dir + "/state/ns/p-1"});
-  ASSERT_EQ(fresh.wait(10s), 0) << fresh.err();
+  ::umask(0);  // the agent inherits it; sink.mode must win anyway
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", dir + "/run42/scan-{stream}/frames.raw",
+                                "--set", "sink.mode=\"0640\""}));
+  Process tx(sender(port, 1, {"--chunks", "3"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  ::umask(022);
   struct stat st {};
-  ASSERT_EQ(::stat((dir + "/state/ns/p-1").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 65532u);
-  std::ofstream(dir + "/state/ns/x") << "in use";
-  Process used({kAgent, "prepare-dir", "--owner", "65532:65532", dir + "/state/ns"});
-  EXPECT_EQ(used.wait(10s), 1);
-  EXPECT_NE(used.err().find(dir + "/state/ns (owner 0:0"), std::string::npos) << used.err();
-  ASSERT_EQ(::stat((dir + "/state/ns").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, 0u) << "a directory in use changed owner";
-  Process usage({kAgent, "prepare-dir", dir});
-  EXPECT_EQ(usage.wait(10s), 2);
+  ASSERT_EQ(::stat((dir + "/run42").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(::stat((dir + "/run42/scan-0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(::stat((dir + "/run42/scan-0/frames.raw").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+
+  std::ofstream(dir + "/plain") << "a file, not a directory";
+  Process bad(receiver(free_ports(1), 1, {"--sink", "file", "--sink-path", dir + "/plain/sub/out.raw"}));
+  EXPECT_EQ(bad.wait(10s), 2);
+  EXPECT_NE(bad.err().find("sink.path"), std::string::npos) << bad.err();
+  EXPECT_NE(bad.err().find(dir + "/plain/sub"), std::string::npos) << bad.err();
+  for (const char* mode : {"0646", "0440", "0750", "640x", "07640"}) {
+    Process m({kAgent, "check-config", "receive", "--endpoint", "tcp://0.0.0.0:5000", "--sink", "file",
+               "--sink-path", dir + "/x.raw", "--set", std::string("sink.mode=\"") + mode + "\""});
+    EXPECT_EQ(m.wait(10s), 2) << mode;
+    EXPECT_NE(m.err().find("sink.mode"), std::string::npos) << mode << ": " << m.err();
+  }
 }
 
 TEST(EndToEnd, OsPlacementPinsNothing) {

@@ -141,6 +141,12 @@ type StreamPipelineSpec struct {
 	// +optional
 	Replan string `json:"replan,omitempty"`
 
+	// Files says as which user and group the agents run, so who owns what they write, and the
+	// permissions of the files. With a StorageRoot, the root's access must admit them for the
+	// pipeline's namespace. Unset: user and group 65532, mode 0640.
+	// +optional
+	Files *Files `json:"files,omitempty"`
+
 	// Spill lets the senders keep what the pipeline downstream cannot take yet on node-local
 	// storage instead of holding back (or losing) a source that cannot wait (docs/adaptive.md).
 	// +optional
@@ -148,18 +154,44 @@ type StreamPipelineSpec struct {
 }
 
 // Spill is node-local storage for a sender's backlog: an emptyDir the operator mounts (on the
-// node's disk, limited to MaxBytes), or a directory of the node (HostPath).
+// node's disk, limited to MaxBytes), or a directory under a StorageRoot the admin made (e.g. a
+// local NVMe).
+// +kubebuilder:validation:XValidation:rule="!has(self.path) || has(self.root)",message="spill.path is relative to spill.root: name the root"
 type Spill struct {
 	// MaxBytes is the most the spill may hold per sender.
 	// +kubebuilder:validation:Minimum=1048576
 	MaxBytes int64 `json:"maxBytes"`
-	// HostPath is a directory on the sender node to spill into (e.g. a local NVMe); unset: an
-	// emptyDir of MaxBytes.
-	// An absolute path without "." or ".." segments or empty ones ("//"): no escapes.
-	// +kubebuilder:validation:Pattern=`^(/([^/]*[^/.][^/]*|\.\.\.+))+/?$`
-	// +kubebuilder:validation:MaxLength=4096
+	// Root names a StorageRoot (role sender) to spill into; unset: an emptyDir of MaxBytes.
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
-	HostPath string `json:"hostPath,omitempty"`
+	Root string `json:"root,omitempty"`
+	// Path under the root; the pipeline's spill is <path>/<namespace>/<name>-<uid> below it, so
+	// no two pipelines share one. Relative, without "." or ".." segments or empty ones.
+	// +kubebuilder:validation:Pattern=`^([^/]*[^/.][^/]*|\.\.\.+)(/([^/]*[^/.][^/]*|\.\.\.+))*$`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
+// Files: owner and permissions of what the agents write.
+type Files struct {
+	// User (uid) the agents run as; not 0.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	// +optional
+	User *int64 `json:"user,omitempty"`
+	// Group (gid) the agents run as and the files belong to; not 0.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	// +optional
+	Group *int64 `json:"group,omitempty"`
+	// Mode of the files the sinks write, octal: the owner reads and writes (a resumed stream
+	// writes on), the group may read or write, others may only read; nothing is executable.
+	// Directories the sinks make get the matching search bits (0640: 0750).
+	// +kubebuilder:validation:Pattern=`^0?6[0246][04]$`
+	// +kubebuilder:default="0640"
+	// +optional
+	Mode string `json:"mode,omitempty"`
 }
 
 // PodSettings are scheduling settings of the agent pods. The node itself is the plan's: a pod
@@ -218,12 +250,24 @@ type Source struct {
 	Stream2 *ZMQEndpoint `json:"stream2,omitempty"`
 }
 
-// HDF5Dataset is a dataset of frames (frames x rows x cols) in an HDF5 file on a node.
+// HDF5Dataset is a dataset of frames (frames x rows x cols) in an HDF5 file under a StorageRoot
+// or on a PersistentVolumeClaim.
+// +kubebuilder:validation:XValidation:rule="(has(self.root) ? 1 : 0) + (has(self.claim) ? 1 : 0) == 1",message="name exactly one of root (a StorageRoot) or claim (a PersistentVolumeClaim)"
 type HDF5Dataset struct {
-	// Path of the file on the node; in a sink, "{stream}" is the stream id.
-	// An absolute path without "." or ".." segments or empty ones ("//"): no escapes.
-	// +kubebuilder:validation:Pattern=`^(/([^/]*[^/.][^/]*|\.\.\.+))+/?$`
-	// +kubebuilder:validation:MaxLength=4096
+	// Root names the StorageRoot the path is under (the admin's; see docs/security.md).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Root string `json:"root,omitempty"`
+	// Claim names a PersistentVolumeClaim of the pipeline's namespace the path is under (a
+	// facility filesystem through CSI; it must be mountable on the node).
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Claim string `json:"claim,omitempty"`
+	// Path of the file; in a sink, "{stream}" is the stream id.
+	// Relative to the root or the claim, without "." or ".." segments or empty ones: no escapes.
+	// +kubebuilder:validation:Pattern=`^([^/]*[^/.][^/]*|\.\.\.+)(/([^/]*[^/.][^/]*|\.\.\.+))*$`
+	// +kubebuilder:validation:MaxLength=1024
 	Path string `json:"path"`
 	// Dataset inside the file (DXchange's by default).
 	// +kubebuilder:validation:Pattern=`^/`
@@ -249,12 +293,24 @@ type SyntheticSource struct {
 	RateGbps *int32 `json:"rateGbps,omitempty"`
 }
 
-// FileSource reads a file, or every file of a directory in name order, on the sender node.
+// FileSource is a file, or every file of a directory in name order, under a StorageRoot or on a
+// PersistentVolumeClaim.
+// +kubebuilder:validation:XValidation:rule="(has(self.root) ? 1 : 0) + (has(self.claim) ? 1 : 0) == 1",message="name exactly one of root (a StorageRoot) or claim (a PersistentVolumeClaim)"
 type FileSource struct {
-	// Path on the node (mounted read-only into the sender pod).
-	// An absolute path without "." or ".." segments or empty ones ("//"): no escapes.
-	// +kubebuilder:validation:Pattern=`^(/([^/]*[^/.][^/]*|\.\.\.+))+/?$`
-	// +kubebuilder:validation:MaxLength=4096
+	// Root names the StorageRoot the path is under (the admin's; see docs/security.md).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Root string `json:"root,omitempty"`
+	// Claim names a PersistentVolumeClaim of the pipeline's namespace the path is under (a
+	// facility filesystem through CSI; it must be mountable on the node).
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Claim string `json:"claim,omitempty"`
+	// Path of the file or directory (a source's is mounted read-only).
+	// Relative to the root or the claim, without "." or ".." segments or empty ones: no escapes.
+	// +kubebuilder:validation:Pattern=`^([^/]*[^/.][^/]*|\.\.\.+)(/([^/]*[^/.][^/]*|\.\.\.+))*$`
+	// +kubebuilder:validation:MaxLength=1024
 	Path string `json:"path"`
 }
 
@@ -654,4 +710,32 @@ type StreamPipelineList struct {
 
 func init() {
 	SchemeBuilder.Register(&StreamPipeline{}, &StreamPipelineList{})
+}
+
+// DefaultAgentID is the uid and gid the agents run as when spec.files names none.
+const DefaultAgentID int64 = 65532
+
+// RunAs is the uid and gid the pipeline's agents run as.
+func (s *StreamPipelineSpec) RunAs() (uid, gid int64) {
+	uid, gid = DefaultAgentID, DefaultAgentID
+	if s.Files != nil && s.Files.User != nil {
+		uid = *s.Files.User
+	}
+	if s.Files != nil && s.Files.Group != nil {
+		gid = *s.Files.Group
+	}
+	return uid, gid
+}
+
+// FileMode is the permission bits of the files the sinks write (default 0640).
+func (s *StreamPipelineSpec) FileMode() uint32 {
+	mode := uint32(0o640)
+	if s.Files != nil && s.Files.Mode != "" {
+		var m uint32
+		for _, c := range s.Files.Mode {
+			m = m*8 + uint32(c-'0')
+		}
+		mode = m
+	}
+	return mode
 }

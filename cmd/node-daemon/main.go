@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -41,7 +43,8 @@ func main() {
 		interval    = flag.Duration("interval", time.Minute, "how often the topology is re-read")
 		benchRounds = flag.Int("bench-rounds", 3, "rounds of the start-up codec calibration")
 		addresses   = flag.Bool("publish-addresses", false, "publish each data NIC's IPv4 address (run with hostNetwork: the addresses of the host's network namespace), where hostNetwork senders reach a gateway")
-		stateRoot   = flag.String("state-root", "", "the host's sender state root (/var/lib/numastream/streams) as mounted here: directories of deleted StreamPipelines are removed (empty: never)")
+		stateRoot   = flag.String("state-root", "", "the host's sender state root (/var/lib/numastream/streams) as mounted here: each StreamPipeline with a sender on this node gets its directory there, owned by its agents' user (empty: none, so no sender pod can start)")
+		gcState     = flag.Bool("state-gc", true, "remove the state directories of deleted StreamPipelines under --state-root")
 		nicRates    = flag.String("nic-rate", "", "declared data NICs and the rate of the path behind each, NIC=MBIT[,...]: published as the NIC's speed, virtual interfaces included")
 	)
 	opts := zap.Options{}
@@ -58,7 +61,7 @@ func main() {
 	if *addresses {
 		address = ipv4Of
 	}
-	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, *stateRoot); err != nil {
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, *stateRoot, *gcState); err != nil {
 		log.Error(err, "Node daemon failed")
 		os.Exit(1)
 	}
@@ -87,6 +90,42 @@ func stateGC(root string, log logr.Logger) (*nodedaemon.StateGC, error) {
 	}}, nil
 }
 
+// prepareState makes the state directories of the StreamPipelines with a sender on this node as
+// soon as the daemon sees them (a watch), so their sender pods find them when they start.
+func prepareState(ctx context.Context, root, node string, log logr.Logger) error {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := cache.New(ctrl.GetConfigOrDie(), cache.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	inf, err := c.GetInformer(ctx, &v1alpha1.StreamPipeline{})
+	if err != nil {
+		return err
+	}
+	prep := &nodedaemon.StatePrep{Root: root, Node: node, Log: log}
+	do := func(o any) {
+		if sp, ok := o.(*v1alpha1.StreamPipeline); ok {
+			if _, err := prep.Prepare(sp); err != nil {
+				log.Error(err, "Cannot prepare a pipeline's state directory", "pipeline", sp.Namespace+"/"+sp.Name)
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: do, UpdateFunc: func(_, o any) { do(o) },
+	}); err != nil {
+		return err
+	}
+	go func() {
+		if err := c.Start(ctx); err != nil {
+			log.Error(err, "The StreamPipeline watch stopped")
+		}
+	}()
+	return nil
+}
+
 // ipv4Of is the first global unicast IPv4 address of the interface ("" when it has none).
 func ipv4Of(name string) string {
 	iface, err := net.InterfaceByName(name)
@@ -105,7 +144,7 @@ func ipv4Of(name string) string {
 	return ""
 }
 
-func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, stateRoot string) error {
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, stateRoot string, gcState bool) error {
 	if node == "" {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	}
@@ -144,6 +183,11 @@ func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featu
 		return fmt.Errorf("--publish must be nodefeature, features-d or both (got %q)", publish)
 	}
 	if stateRoot != "" {
+		if err := prepareState(ctx, stateRoot, node, log); err != nil {
+			return err
+		}
+	}
+	if stateRoot != "" && gcState {
 		gc, err := stateGC(stateRoot, log)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/planner"
+	"github.com/numastream/numastream/internal/storage"
 )
 
 // AgentConfig is one agent's JSON configuration (docs/agent-config.md). The agent's parser is
@@ -47,6 +48,8 @@ type SinkConfig struct {
 	Path     string `json:"path,omitempty"`
 	Dataset  string `json:"dataset,omitempty"`
 	Endpoint string `json:"endpoint,omitempty"`
+	// Mode: file and hdf5 sinks, the files' permission bits (octal text, spec.files.mode).
+	Mode string `json:"mode,omitempty"`
 	// Redeliver: stream2 sink, messages kept for a consumer that goes away (nil: the agent's default).
 	Redeliver *int32 `json:"redeliver,omitempty"`
 }
@@ -171,11 +174,11 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		cfg.Source = sourceConfig(sp.Spec.Senders[n.Stream].Source)
 		cfg.StateDir = StateMountPath
 		if sp.Spec.Spill != nil {
-			// A node directory is shared: each pipeline object spills under its own part of it, so
-			// that the next sender of a stream recovers its own spill and never another's.
+			// A root is shared: each pipeline object spills under its own part of it, so that the
+			// next sender of a stream recovers its own spill and never another's.
 			path := SpillMountPath
-			if sp.Spec.Spill.HostPath != "" {
-				path += "/" + pipelineDir(sp)
+			if sp.Spec.Spill.Root != "" {
+				path += "/" + storage.SpillDir(sp)
 			}
 			cfg.Spill = &SpillConfig{Path: path, MaxBytes: sp.Spec.Spill.MaxBytes}
 		}
@@ -184,6 +187,9 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 	cfg.Endpoint = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)
 	cfg.Streams = 1
 	cfg.Sink = sinkConfig(sp.Spec.Sink)
+	if cfg.Sink.Kind == "file" || cfg.Sink.Kind == "hdf5" {
+		cfg.Sink.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+	}
 	cfg.Timeouts = &TimeoutsConfig{IdleSeconds: idleSeconds(sp)}
 	// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
 	// the pod's interfaces, so the NIC's NUMA node comes from the node's labels.
@@ -204,9 +210,9 @@ func gatewayFor(p planner.Plan, stream int) planner.NodePlan {
 func sourceConfig(s v1alpha1.Source) *SourceConfig {
 	switch {
 	case s.File != nil:
-		return &SourceConfig{Kind: "file", Path: DataPathMount}
+		return &SourceConfig{Kind: "file", Path: DataPathMount + "/" + s.File.Path}
 	case s.HDF5 != nil:
-		return &SourceConfig{Kind: "hdf5", Path: DataPathMount, Dataset: datasetOf(s.HDF5)}
+		return &SourceConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5)}
 	case s.ZMQ != nil:
 		return &SourceConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s.Stream2 != nil:
@@ -224,11 +230,11 @@ func sourceConfig(s v1alpha1.Source) *SourceConfig {
 func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
 	switch {
 	case s != nil && s.File != nil:
-		return &SinkConfig{Kind: "file", Path: DataPathMount + "/" + baseOf(s.File.Path)}
+		return &SinkConfig{Kind: "file", Path: DataPathMount + "/" + s.File.Path}
 	case s != nil && s.ZMQ != nil:
 		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s != nil && s.HDF5 != nil:
-		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + baseOf(s.HDF5.Path), Dataset: datasetOf(s.HDF5)}
+		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5)}
 	case s != nil && s.Stream2 != nil:
 		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s)), Redeliver: s.Stream2.Redeliver}
 	default:

@@ -23,7 +23,7 @@ func goldenCases() map[string]*v1alpha1.StreamPipeline {
 	}
 	return map[string]*v1alpha1.StreamPipeline{
 		"synthetic-null": pipeline("synthetic-null", withStreams(2), rate),
-		"file-file":      pipeline("file-file", withFileSource("/scratch/scan"), withFileSink("/archive/s-{stream}.raw")),
+		"file-file":      pipeline("file-file", withFileSource("scan"), withFileSink("s-{stream}.raw")),
 		"zmq-zmq-os":     pipeline("zmq-zmq-os", withPlacement(v1alpha1.PlacementOS), zmqEnds),
 		"curve-endless":  pipeline("curve-endless", withCurve, endless),
 		"authenticate": pipeline("authenticate", func(sp *v1alpha1.StreamPipeline) {
@@ -31,8 +31,8 @@ func goldenCases() map[string]*v1alpha1.StreamPipeline {
 		}),
 		"hdf5-bslz4": pipeline("hdf5-bslz4", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Codec = v1alpha1.Codec("bslz4")
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Path: "/data/tomo_0001.h5"}}
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Path: "/archive/scan-{stream}.h5",
+			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "scratch", Path: "tomo_0001.h5"}}
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "scan-{stream}.h5",
 				Dataset: "/entry/data/data"}}
 		}),
 		"stream2-stream2": pipeline("stream2-stream2", func(sp *v1alpha1.StreamPipeline) {

@@ -33,6 +33,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/planner"
+	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/topology"
 )
 
@@ -53,20 +54,16 @@ const (
 	RelayDir      = "/run/numastream"
 	RelaySocket   = "ipc://" + RelayDir + "/stream.sock"
 	DataPathMount = "/data"
-	// StateMountPath is where a sender keeps its record of what the gateway acknowledged, a
-	// hostPath under StateHostRoot on the detector node, so that the next sender of the stream
-	// resumes where this one stopped (after a drain, a suspension, a replaced gateway).
+	// StateMountPath is where a sender keeps its record of what the gateway acknowledged, its
+	// pipeline's directory under storage.StateHostRoot on the detector node (a volume the
+	// operator binds to it), so that the next sender of the stream resumes where this one
+	// stopped (after a drain, a suspension, a replaced gateway).
 	StateMountPath = "/var/lib/numastream-state"
-	StateHostRoot  = "/var/lib/numastream/streams"
 	// SpillMountPath is a sender's spill (spec.spill): an emptyDir limited to spill.maxBytes, or
-	// spill.hostPath.
+	// the spill's StorageRoot.
 	SpillMountPath = "/var/spill"
-	// AgentUID owns what the agents write; the prepare init container hands them new hostPath
-	// directories.
-	AgentUID         = 65532
-	PrepareContainer = "prepare"
-	RoleSender       = "sender"
-	RoleGateway      = "gateway"
+	RoleSender     = storage.RoleSender
+	RoleGateway    = storage.RoleGateway
 	// The two containers of a gateway pod (the planner splits it).
 	ReceiveContainer    = planner.ContainerReceive
 	DecompressContainer = planner.ContainerDecompress
@@ -98,6 +95,8 @@ type Inputs struct {
 	// published it (hostNetwork senders connect to it; never the node's InternalIP, usually the
 	// management network).
 	GatewayAddress string
+	// Roots are the cluster's StorageRoots by name (storage.Check passed).
+	Roots map[string]*v1alpha1.StorageRoot
 	// DataAddresses are the gateway pods' addresses on the data network, by stream, as Multus
 	// reported them (network-status). Senders of a stream with an attachment dial that address;
 	// until it is known (or given as spec.gateway.network.address) they are not created.
@@ -110,6 +109,9 @@ type Objects struct {
 	Services      []*corev1.Service
 	Jobs          []*batchv1.Job
 	NetworkPolicy *networkingv1.NetworkPolicy // nil unless Options.NetworkPolicy
+	// Volumes are the claims the pods mount for their StorageRoots and state, with the
+	// PersistentVolumes bound to them.
+	Volumes []storage.Volume
 	// Waiting names the sender Jobs held back until their gateway's data-network address is
 	// known (the gateway pod runs and Multus reported it).
 	Waiting []string
@@ -157,6 +159,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		}
 		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
 	}
+	out.Volumes = storage.Volumes(sp, in.Roots)
 	if opts.NetworkPolicy && !sp.Spec.HostNetwork { // NetworkPolicy does not govern host networking
 		out.NetworkPolicy = networkPolicy(in, opts.MetricsFrom)
 	}
@@ -235,16 +238,17 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		// Never: a failed pod is replaced by a new one, which podFailurePolicy needs.
 		RestartPolicy:                 corev1.RestartPolicyNever,
 		TerminationGracePeriodSeconds: ptr.To[int64](30), // SIGTERM drains the stream
-		SecurityContext:               podSecurity(),
-		InitContainers:                prepare(n, opts, hostDirs(sp, n)),
+		SecurityContext:               podSecurity(sp),
 		Containers:                    containers(in, n, opts),
 		Volumes:                       volumes(in, n),
 		EnableServiceLinks:            ptr.To(false),
 	}
 	settings := schedule(&pod.Spec, n, opts.Pods, sp.Spec.Pods)
-	// The plan hash changes whenever the rendered agent config or the pod's scheduling settings
-	// do; a Job's pod template is immutable, so a changed hash means: replace the Job.
-	sum := sha256.Sum256([]byte(config + settings))
+	// The plan hash changes whenever the rendered agent config, the pod's scheduling settings or
+	// its volumes (another root under the same path, another Secret) do; a Job's pod template is
+	// immutable, so a changed hash means: replace the Job.
+	vols, _ := json.Marshal(pod.Spec.Volumes)
+	sum := sha256.Sum256([]byte(config + settings + string(vols)))
 	hash := hex.EncodeToString(sum[:8])
 	pod.Annotations = map[string]string{AnnotationPlanHash: hash}
 	withNetworkAttachment(&pod, sp, n)
@@ -442,14 +446,19 @@ func nicResource(sp *v1alpha1.StreamPipeline) string {
 	return topology.NICResource(sp.Spec.Gateway.Network.NIC)
 }
 
-// podSecurity / containerSecurity: the restricted Pod Security profile.
-func podSecurity() *corev1.PodSecurityContext {
+// podSecurity / containerSecurity: the restricted Pod Security profile, as the pipeline's user
+// and group (spec.files).
+func podSecurity(sp *v1alpha1.StreamPipeline) *corev1.PodSecurityContext {
+	uid, gid := sp.Spec.RunAs()
 	return &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To[int64](65532),
-		RunAsGroup:     ptr.To[int64](65532),
-		FSGroup:        ptr.To[int64](65532), // the key files (mode 0440) are the agent's to read
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		RunAsNonRoot: ptr.To(true),
+		RunAsUser:    ptr.To(uid),
+		RunAsGroup:   ptr.To(gid),
+		// The key files (mode 0440) and emptyDirs are the agent's group's. A claim whose root
+		// already belongs to the group is left as it is (the kubelet changes no ownership in it).
+		FSGroup:             ptr.To(gid),
+		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 
@@ -462,11 +471,12 @@ func containerSecurity() *corev1.SecurityContext {
 }
 
 func hasDataVolume(sp *v1alpha1.StreamPipeline, n planner.NodePlan) bool {
-	if n.Role == RoleSender {
-		src := senderSource(sp, n.Stream)
-		return src.File != nil || src.HDF5 != nil
+	for _, u := range podUses(sp, n) {
+		if !u.Spill {
+			return true
+		}
 	}
-	return sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.HDF5 != nil)
+	return false
 }
 
 // Key names in a pipeline's CURVE Secret.
@@ -553,6 +563,10 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 			LocalObjectReference: corev1.LocalObjectReference{Name: sp.Name + "-agent"},
 		}},
 	}}
+	claim := func(name, claim string, readOnly bool) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: claim, ReadOnly: readOnly}}}
+	}
 	if n.Role == RoleGateway {
 		vols = append(vols, corev1.Volume{Name: "relay", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
@@ -560,129 +574,35 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 		vols = append(vols, keysVolume(in.KeysSecret, n))
 	}
 	if n.Role == RoleSender {
-		t := corev1.HostPathDirectoryOrCreate
-		vols = append(vols, corev1.Volume{Name: "state", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: stateHostPath(sp), Type: &t},
-		}})
-		if sp.Spec.Spill != nil {
-			vols = append(vols, spillVolume(sp.Spec.Spill))
+		vols = append(vols, claim("state", storage.StateClaimName(sp, sp.Spec.Senders[n.Stream].Node), false))
+		if s := sp.Spec.Spill; s != nil && s.Root == "" {
+			limit := resource.NewQuantity(s.MaxBytes, resource.BinarySI)
+			vols = append(vols, corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: limit}}})
 		}
 	}
-	if !hasDataVolume(sp, n) {
-		return vols
-	}
-	var hostPath string
-	t := corev1.HostPathDirectoryOrCreate
-	if n.Role == RoleSender {
-		src := senderSource(sp, n.Stream)
-		t = corev1.HostPathUnset
-		if src.File != nil {
-			hostPath = src.File.Path
-		} else {
-			hostPath = src.HDF5.Path
-			t = corev1.HostPathFile
+	// The whole root (or claim) is mounted, never a subPath: a symbolic link in it resolves in
+	// the container, where nothing of the host above the root exists.
+	for _, u := range podUses(sp, n) {
+		name := "data"
+		if u.Spill {
+			name = "spill"
 		}
-	} else if sp.Spec.Sink.File != nil {
-		hostPath = dirOf(sp.Spec.Sink.File.Path)
-	} else {
-		hostPath = dirOf(sp.Spec.Sink.HDF5.Path)
+		vols = append(vols, claim(name, storage.ClaimName(sp, u), u.ReadOnly))
 	}
-	return append(vols, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: hostPath, Type: &t},
-	}})
+	return vols
 }
 
-// spillVolume: the node's own directory when the spec names one, else an emptyDir on the node's
-// disk that the kubelet evicts the pod from if it grows past the limit (the agent stops at it).
-func spillVolume(s *v1alpha1.Spill) corev1.Volume {
-	if s.HostPath != "" {
-		t := corev1.HostPathDirectoryOrCreate
-		return corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: s.HostPath, Type: &t}}}
-	}
-	limit := resource.NewQuantity(s.MaxBytes, resource.BinarySI)
-	return corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: limit}}}
-}
-
-// stateHostPath is the pipeline's state directory on its detector nodes: one per pipeline
-// object (its UID), so a pipeline deleted and created again starts its streams afresh.
-func stateHostPath(sp *v1alpha1.StreamPipeline) string {
-	return StateHostRoot + "/" + pipelineDir(sp)
-}
-
-// pipelineDir names one pipeline object under a shared node directory: <namespace>/<name>-<uid>.
-func pipelineDir(sp *v1alpha1.StreamPipeline) string {
-	dir := sp.Name
-	if sp.UID != "" {
-		dir += "-" + string(sp.UID)
-	}
-	return sp.Namespace + "/" + dir
-}
-
-// hostDirs are the hostPath directories, as mounted in the pod, that the agent writes: a
-// sender's state, a gateway's file sink.
-func hostDirs(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []corev1.VolumeMount {
-	if n.Role == RoleSender {
-		dirs := []corev1.VolumeMount{{Name: "state", MountPath: StateMountPath}}
-		if sp.Spec.Spill != nil && sp.Spec.Spill.HostPath != "" {
-			dirs = append(dirs, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
+// podUses are the storage uses of one pod.
+func podUses(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []storage.Use {
+	var out []storage.Use
+	for _, u := range storage.Uses(sp) {
+		if u.Role == n.Role && (n.Role == RoleGateway || u.Stream == n.Stream) {
+			out = append(out, u)
 		}
-		return dirs
 	}
-	if hasDataVolume(sp, n) {
-		return []corev1.VolumeMount{{Name: "data", MountPath: DataPathMount}}
-	}
-	return nil
-}
-
-// prepare is the init container that makes the agent's hostPath directories writable by it: the
-// kubelet creates a missing one owned by root. It runs the agent's own `prepare-dir` as root with
-// only CAP_CHOWN, and hands over a directory only while it is empty and root's.
-func prepare(n planner.NodePlan, opts Options, dirs []corev1.VolumeMount) []corev1.Container {
-	if len(dirs) == 0 {
-		return nil
-	}
-	args := []string{"prepare-dir", "--owner", fmt.Sprintf("%d:%d", AgentUID, AgentUID)}
-	for _, d := range dirs {
-		args = append(args, d.MountPath)
-	}
-	// Guaranteed like the agents (requests == limits); within what the agents request.
-	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("32Mi")}
-	return []corev1.Container{{
-		Name:            PrepareContainer,
-		Image:           opts.AgentImage,
-		ImagePullPolicy: corev1.PullIfNotPresent,
-		Args:            args,
-		Resources:       corev1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()},
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                ptr.To[int64](0),
-			RunAsNonRoot:             ptr.To(false),
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN"}},
-		},
-		VolumeMounts: dirs,
-	}}
+	return out
 }
 
 func senderSource(sp *v1alpha1.StreamPipeline, stream int) v1alpha1.Source {
 	return sp.Spec.Senders[stream].Source
-}
-
-func dirOf(path string) string {
-	for i := len(path) - 1; i > 0; i-- {
-		if path[i] == '/' {
-			return path[:i]
-		}
-	}
-	return "/"
-}
-
-func baseOf(path string) string {
-	for i := len(path) - 1; i >= 0; i-- {
-		if path[i] == '/' {
-			return path[i+1:]
-		}
-	}
-	return path
 }

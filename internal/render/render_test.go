@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	psa "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/topology"
 )
@@ -43,11 +47,26 @@ func withPlacement(m v1alpha1.PlacementMode) option {
 	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = m }
 }
 func withFileSink(p string) option {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: p}} }
+	return func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: p}}
+	}
 }
 func withFileSource(p string) option {
 	return func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: p}}
+		sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: "scratch", Path: p}}
+	}
+}
+
+// testRoots: the admin's StorageRoots the tests' pipelines use.
+func testRoots() map[string]*v1alpha1.StorageRoot {
+	root := func(name, path string, roles ...string) *v1alpha1.StorageRoot {
+		return &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.StorageRootSpec{Path: path, NodeRoles: roles}}
+	}
+	return map[string]*v1alpha1.StorageRoot{
+		"scratch": root("scratch", "/scratch", v1alpha1.StorageRoleSender),
+		"archive": root("archive", "/archive", v1alpha1.StorageRoleGateway),
+		"nvme":    root("nvme", "/nvme", v1alpha1.StorageRoleSender),
+		"tape":    root("tape", "/tape-cache", v1alpha1.StorageRoleGateway),
 	}
 }
 
@@ -98,7 +117,7 @@ func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan
 		t.Fatal(err)
 	}
 	// Each gateway pod's address on the data network, as Multus reports it once the pod runs.
-	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{}}
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{}, Roots: testRoots()}
 	for i := range sp.Spec.Senders {
 		in.DataAddresses[i] = fmt.Sprintf("10.215.0.%d", 100+i)
 	}
@@ -293,29 +312,64 @@ func TestAgentConfigsFollowThePlan(t *testing.T) {
 	}
 }
 
-func TestFileSourceAndSinkMountHostPaths(t *testing.T) {
-	objs, _ := renderFor(t, pipeline("tomo", withFileSource("/scratch/scan-42"), withFileSink("/archive/scan-{stream}.raw")))
+// Sources and sinks under StorageRoots reach the pods through claims bound to volumes of the
+// whole root on the pod's node (a source's read-only): no pod carries a hostPath volume, and the
+// agents' paths are the spec's relative paths under the mount.
+func TestStorageRootsAreMountedThroughBoundClaims(t *testing.T) {
+	sp := pipeline("tomo", withFileSource("scan-42"), withFileSink("run-7/scan-{stream}.raw"))
+	objs, _ := renderFor(t, sp)
 	tx := objs.Jobs[0].Spec.Template.Spec
 	rx := objs.Jobs[1].Spec.Template.Spec
-	if v := volumeNamed(tx, "data"); v == nil || v.HostPath.Path != "/scratch/scan-42" || !tx.Containers[0].VolumeMounts[1].ReadOnly {
+	txClaim := volumeNamed(tx, "data").PersistentVolumeClaim
+	rxClaim := volumeNamed(rx, "data").PersistentVolumeClaim
+	if txClaim == nil || !txClaim.ReadOnly || !tx.Containers[0].VolumeMounts[1].ReadOnly {
 		t.Errorf("sender data volume %+v %+v", tx.Volumes, tx.Containers[0].VolumeMounts)
 	}
-	// The init container hands the sink directory to the agent, not the source (read-only).
-	if len(rx.InitContainers) != 1 || rx.InitContainers[0].Args[len(rx.InitContainers[0].Args)-1] != DataPathMount {
-		t.Errorf("gateway init containers %+v", rx.InitContainers)
-	}
-	var hostPath string
-	for _, v := range rx.Volumes {
-		if v.Name == "data" {
-			hostPath = v.HostPath.Path
-		}
-	}
 	dx := rx.Containers[1]
-	if hostPath != "/archive" || dx.VolumeMounts[len(dx.VolumeMounts)-2].Name != "data" || dx.VolumeMounts[len(dx.VolumeMounts)-2].ReadOnly {
+	if rxClaim == nil || rxClaim.ReadOnly || dx.VolumeMounts[len(dx.VolumeMounts)-2].Name != "data" || dx.VolumeMounts[len(dx.VolumeMounts)-2].ReadOnly {
 		t.Errorf("gateway data volume %+v mounts %+v", rx.Volumes, dx.VolumeMounts)
 	}
-	if !strings.Contains(objs.ConfigMap.Data["gateway-0.json"], `"path": "/data/scan-{stream}.raw"`) {
-		t.Errorf("sink config %s", objs.ConfigMap.Data["gateway-0.json"])
+	for _, job := range objs.Jobs {
+		for _, v := range job.Spec.Template.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("%s mounts the host's %s directly", job.Name, v.HostPath.Path)
+			}
+		}
+		if len(job.Spec.Template.Spec.InitContainers) != 0 {
+			t.Errorf("%s has init containers", job.Name)
+		}
+	}
+	pvs := map[string]*corev1.PersistentVolume{}
+	for _, v := range objs.Volumes {
+		if v.PV.Spec.ClaimRef.Name != v.Claim.Name || v.Claim.Spec.VolumeName != v.PV.Name || v.Claim.Namespace != "beamline" {
+			t.Errorf("claim %s and volume %s are not bound to each other", v.Claim.Name, v.PV.Name)
+		}
+		pvs[v.Claim.Name] = v.PV
+	}
+	for claim, want := range map[string]struct{ path, node string }{
+		txClaim.ClaimName: {"/scratch", "det-a"}, rxClaim.ClaimName: {"/archive", "lynx-1"},
+		volumeNamed(tx, "state").PersistentVolumeClaim.ClaimName: {"/var/lib/numastream/streams/beamline/tomo-uid-1", "det-a"},
+	} {
+		pv := pvs[claim]
+		if pv == nil || pv.Spec.HostPath.Path != want.path || *pv.Spec.HostPath.Type != corev1.HostPathDirectory ||
+			pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0] != want.node ||
+			pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+			t.Errorf("claim %s: volume %+v, want %s on %s, retained", claim, pv, want.path, want.node)
+		}
+	}
+	if !strings.Contains(objs.ConfigMap.Data["gateway-0.json"], `"path": "/data/run-7/scan-{stream}.raw"`) ||
+		!strings.Contains(objs.ConfigMap.Data["gateway-0.json"], `"mode": "0640"`) ||
+		!strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"path": "/data/scan-42"`) {
+		t.Errorf("configs %v", objs.ConfigMap.Data)
+	}
+	// A pipeline's own claim is mounted as it is: no volume is made for it.
+	sp.Spec.Sink.File = &v1alpha1.FileSource{Claim: "gpfs-beamline", Path: "x-{stream}.raw"}
+	objs, _ = renderFor(t, sp)
+	if c := volumeNamed(objs.Jobs[1].Spec.Template.Spec, "data").PersistentVolumeClaim; c == nil || c.ClaimName != "gpfs-beamline" {
+		t.Errorf("gateway data volume %+v", objs.Jobs[1].Spec.Template.Spec.Volumes)
+	}
+	if len(objs.Volumes) != 2 { // the source's root, the state
+		t.Errorf("volumes %d, want 2", len(objs.Volumes))
 	}
 }
 
@@ -387,7 +441,7 @@ func TestCurveKeysAreMountedPerPod(t *testing.T) {
 				t.Errorf("%s/%s keys mounted: %v", j.Name, c.Name, mounted)
 			}
 		}
-		if *pod.SecurityContext.FSGroup != 65532 {
+		if *pod.SecurityContext.FSGroup != v1alpha1.DefaultAgentID {
 			t.Errorf("%s: fsGroup %v: the agent could not read its keys", j.Name, pod.SecurityContext.FSGroup)
 		}
 	}
@@ -607,33 +661,80 @@ func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
 	return nil
 }
 
-// A sender keeps its acknowledged record in a per-pipeline hostPath on its node, which its init
-// container (root, CAP_CHOWN only) hands to the agent's user; the agent itself stays non-root.
+// A sink moved to another root under the same relative path renders the same agent config, but
+// another volume: the gateway's Job is replaced (its pod template is immutable), the sender's not.
+func TestAnotherRootReplacesTheJobThatMountsIt(t *testing.T) {
+	a, _ := renderFor(t, pipeline("tomo", withFileSink("x-{stream}.raw")))
+	b, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "tape", Path: "x-{stream}.raw"}}
+	}))
+	if a.ConfigMap.Data["gateway-0.json"] != b.ConfigMap.Data["gateway-0.json"] {
+		t.Fatal("the agent config changed too: this test needs a change of volume alone")
+	}
+	if a.Jobs[1].Annotations[AnnotationPlanHash] == b.Jobs[1].Annotations[AnnotationPlanHash] {
+		t.Error("the gateway's Job keeps its hash: it would keep writing into the old root")
+	}
+	if a.Jobs[0].Annotations[AnnotationPlanHash] != b.Jobs[0].Annotations[AnnotationPlanHash] {
+		t.Error("the sender's Job changed hash for a change of the gateway's volume")
+	}
+}
+
+// A sender keeps its acknowledged record in its pipeline's directory on its node, mounted through
+// a claim; no init container, and the agent runs as the pipeline's user (spec.files) without
+// any capability.
 func TestSenderStateDirectoryOnTheNode(t *testing.T) {
-	objs, _ := renderFor(t, pipeline("tomo"))
+	uid, gid := int64(2345), int64(2400)
+	objs, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Files = &v1alpha1.Files{User: &uid, Group: &gid}
+	}))
 	tx := objs.Jobs[0].Spec.Template.Spec
 	v := volumeNamed(tx, "state")
-	if v == nil || v.HostPath == nil || v.HostPath.Path != "/var/lib/numastream/streams/beamline/tomo-uid-1" ||
-		*v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+	if v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ReadOnly {
 		t.Fatalf("state volume %+v", v)
 	}
 	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"state_dir": "`+StateMountPath+`"`) {
 		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
 	}
-	if len(tx.InitContainers) != 1 {
+	if len(tx.InitContainers) != 0 {
 		t.Fatalf("init containers %+v", tx.InitContainers)
 	}
-	ic := tx.InitContainers[0]
-	sc := ic.SecurityContext
-	if ic.Args[0] != "prepare-dir" || ic.Args[len(ic.Args)-1] != StateMountPath || *sc.RunAsUser != 0 ||
-		len(sc.Capabilities.Add) != 1 || sc.Capabilities.Add[0] != "CHOWN" || *sc.AllowPrivilegeEscalation {
-		t.Errorf("prepare container %+v", ic)
-	}
-	if !ic.Resources.Requests.Cpu().Equal(*ic.Resources.Limits.Cpu()) {
-		t.Error("the init container keeps the pod Guaranteed")
+	if *tx.SecurityContext.RunAsUser != uid || *tx.SecurityContext.RunAsGroup != gid || *tx.SecurityContext.FSGroup != gid {
+		t.Errorf("pod security %+v", tx.SecurityContext)
 	}
 	if len(tx.Containers[0].SecurityContext.Capabilities.Add) != 0 || tx.Containers[0].SecurityContext.RunAsUser != nil {
 		t.Errorf("the agent container runs as the pod's non-root user: %+v", tx.Containers[0].SecurityContext)
+	}
+}
+
+// Every agent pod passes Pod Security "restricted" as the API server evaluates it (the
+// admission library's own checks); with spec.hostNetwork only the host namespace is refused,
+// which no level but privileged admits.
+func TestAgentPodsPassPodSecurityRestricted(t *testing.T) {
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, sp := range goldenCases() {
+		objs, _ := renderFor(t, sp)
+		for _, j := range objs.Jobs {
+			pod := j.Spec.Template
+			res := policy.AggregateCheckResults(eval.EvaluatePod(psa.LevelVersion{Level: psa.LevelRestricted, Version: psa.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
+			if !res.Allowed {
+				t.Errorf("%s/%s: restricted refuses: %v %v", name, j.Name, res.ForbiddenReasons, res.ForbiddenDetails)
+			}
+		}
+	}
+	hostNet := pipeline("dtn", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.HostNetwork = true
+		sp.Spec.Gateway.Network.Address = "10.20.0.1"
+	})
+	objs, _ := renderFor(t, hostNet)
+	for _, j := range objs.Jobs {
+		pod := j.Spec.Template
+		res := policy.AggregateCheckResults(eval.EvaluatePod(psa.LevelVersion{Level: psa.LevelRestricted, Version: psa.LatestVersion()}, &pod.ObjectMeta, &pod.Spec))
+		if res.Allowed || !slices.Equal(res.ForbiddenReasons, []string{"host namespaces"}) {
+			t.Errorf("hostNetwork %s: restricted says %v %v; want only host namespaces", j.Name, res.ForbiddenReasons, res.ForbiddenDetails)
+		}
 	}
 }
 
@@ -662,23 +763,20 @@ func TestSendersSpillToNodeLocalStorage(t *testing.T) {
 		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
 	}
 	objs, _ = renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, HostPath: "/nvme/spill"}
+		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
 	}))
 	tx = objs.Jobs[0].Spec.Template.Spec
-	if v := volumeNamed(tx, "spill"); v == nil || v.HostPath == nil || v.HostPath.Path != "/nvme/spill" {
+	if v := volumeNamed(tx, "spill"); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ReadOnly {
 		t.Fatalf("spill volume %+v", v)
 	}
-	if ic := tx.InitContainers[0]; ic.Args[len(ic.Args)-1] != SpillMountPath {
-		t.Errorf("the node's spill directory is handed to the agent's user: %v", ic.Args)
-	}
-	// Two pipelines naming one node directory spill apart: a sender recovers only its own.
-	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/beamline/tomo-uid-1"`) {
+	// Two pipelines naming one directory spill apart: a sender recovers only its own.
+	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/spill/beamline/tomo-uid-1"`) {
 		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
 	}
 	other, _ := renderFor(t, pipeline("other", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, HostPath: "/nvme/spill"}
+		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
 	}))
-	if !strings.Contains(other.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/beamline/other-uid-1"`) {
+	if !strings.Contains(other.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/spill/beamline/other-uid-1"`) {
 		t.Errorf("sender config %s", other.ConfigMap.Data["sender-0.json"])
 	}
 	objs, _ = renderFor(t, pipeline("tomo"))

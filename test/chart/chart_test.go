@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -114,8 +115,8 @@ func TestDefaultRender(t *testing.T) {
 	}
 	c := ds.Containers[0].SecurityContext
 	if *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" ||
-		len(c.Capabilities.Add) != 1 || c.Capabilities.Add[0] != "DAC_OVERRIDE" {
-		t.Errorf("node daemon security context %+v: every capability dropped but DAC_OVERRIDE (removing the agents' state files)", c)
+		strings.Join(capNames(c.Capabilities.Add), ",") != "CHOWN,DAC_OVERRIDE,FOWNER" {
+		t.Errorf("node daemon security context %+v: every capability dropped but CHOWN, FOWNER (the pipelines' state directories, made for their users) and DAC_OVERRIDE (removing them)", c)
 	}
 	op := podSpec(t, find(objs, "Deployment", "operator"))
 	if !*op.SecurityContext.RunAsNonRoot || !*op.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
@@ -142,6 +143,14 @@ func TestDefaultRender(t *testing.T) {
 	}
 }
 
+func capNames(cs []corev1.Capability) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, string(c))
+	}
+	return out
+}
+
 func TestValueSets(t *testing.T) {
 	objs, err := render(t, "--set", "nodeDaemon.publish=features-d", "--set", "nodeDaemon.tokensPerNic=0",
 		"--set", "crds.enabled=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "operator.replicas=2",
@@ -159,14 +168,17 @@ func TestValueSets(t *testing.T) {
 		t.Error("no ServiceMonitor")
 	}
 	ds := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
-	if hostPaths := hostPathsOf(ds); strings.Join(hostPaths, ",") != "/sys,/etc/kubernetes/node-feature-discovery/features.d" {
+	if hostPaths := hostPathsOf(ds); strings.Join(hostPaths, ",") != "/sys,/var/lib/numastream/streams,/etc/kubernetes/node-feature-discovery/features.d" {
 		t.Errorf("features-d mode mounts %v", hostPaths)
 	}
-	if *ds.AutomountServiceAccountToken {
-		t.Error("features-d mode needs no API access")
-	}
 	if find(objs, "Role", "node-daemon") != nil {
-		t.Error("features-d mode grants API permissions")
+		t.Error("features-d mode grants NodeFeature permissions")
+	}
+	// Every mode reads StreamPipelines, and nothing else cluster-wide: their senders' state
+	// directories are the daemon's to make.
+	rules, _, _ := unstructured.NestedSlice(find(objs, "ClusterRole", "node-daemon-pipelines").Object, "rules")
+	if len(rules) != 1 || fmt.Sprint(rules[0]) != "map[apiGroups:[numastream.io] resources:[streampipelines] verbs:[list watch]]" {
+		t.Errorf("node daemon cluster rules %v", rules)
 	}
 	objs, err = render(t, "--set", "crds.keep=false", "--set", "nodeDaemon.enabled=false")
 	if err != nil {

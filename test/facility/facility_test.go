@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,9 +53,11 @@ var (
 const (
 	detector = "detector-a"
 	gateway  = "gateway-a"
-	// The sink's directory on the host (the nodes share the host's /var/tmp).
+	// The directory of the tests' StorageRoot on the host (the nodes share the host's /var/tmp).
 	sinkRoot = "/var/tmp/numastream-facility-e2e"
-	agentUID = 65532
+	// storageRoot lets every namespace use sinkRoot as the agents' default user and group.
+	storageRoot = "facility-e2e"
+	agentUID    = 65532
 )
 
 func TestMain(m *testing.M) {
@@ -72,6 +75,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	if cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		panic(err)
+	}
+	if err := ensureStorageRoot(storageRoot, sinkRoot, []string{"*"}, agentUID); err != nil {
 		panic(err)
 	}
 	os.Exit(m.Run())
@@ -287,7 +293,8 @@ func deleteAndCheckGone(t *testing.T, sp *v1alpha1.StreamPipeline) {
 	eventually(t, "everything the pipeline owned deleted", 120*time.Second, func() (bool, string) {
 		var left []string
 		lists := map[string]client.ObjectList{"pod": &corev1.PodList{}, "service": &corev1.ServiceList{},
-			"configmap": &corev1.ConfigMapList{}, "secret": &corev1.SecretList{}, "job": &batchv1.JobList{}}
+			"configmap": &corev1.ConfigMapList{}, "secret": &corev1.SecretList{}, "job": &batchv1.JobList{},
+			"persistentvolumeclaim": &corev1.PersistentVolumeClaimList{}}
 		for kind, l := range lists {
 			if err := k8s.List(ctx, l, client.InNamespace(sp.Namespace), sel); err != nil {
 				return false, err.Error()
@@ -296,15 +303,46 @@ func deleteAndCheckGone(t *testing.T, sp *v1alpha1.StreamPipeline) {
 				left = append(left, fmt.Sprintf("%d %s", n, kind))
 			}
 		}
+		// The volumes made for its claims are cluster-scoped (the data under them stays).
+		var pvs corev1.PersistentVolumeList
+		if err := k8s.List(ctx, &pvs, client.MatchingLabels{"numastream.io/pipeline-namespace": sp.Namespace, "numastream.io/pipeline": sp.Name}); err != nil {
+			return false, err.Error()
+		}
+		if len(pvs.Items) > 0 {
+			left = append(left, fmt.Sprintf("%d persistentvolume", len(pvs.Items)))
+		}
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), &v1alpha1.StreamPipeline{})
 		if !apierrors.IsNotFound(err) {
 			left = append(left, "the StreamPipeline")
 		}
 		return len(left) == 0, "left: " + strings.Join(left, ", ")
 	})
-	t.Logf("deleted: no pod, Job, Service, ConfigMap or Secret of %s is left", sp.Name)
+	t.Logf("deleted: no pod, Job, Service, ConfigMap, Secret, claim or volume of %s is left", sp.Name)
 }
 
+// ensureStorageRoot is the admin's part: a host directory the agents' user owns and a StorageRoot
+// admitting these namespaces with that user and group to it, on both node roles.
+func ensureStorageRoot(name, dir string, namespaces []string, id int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, int(id), int(id)); err != nil {
+		return err
+	}
+	root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.StorageRootSpec{
+		Path: dir,
+		Access: []v1alpha1.StorageAccess{{Namespaces: namespaces,
+			Users: []v1alpha1.IDRange{{Min: id, Max: id}}, Groups: []v1alpha1.IDRange{{Min: id, Max: id}}}},
+	}}
+	cur := &v1alpha1.StorageRoot{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(root), cur); err == nil {
+		cur.Spec.Access = root.Spec.Access
+		return k8s.Update(ctx, cur)
+	}
+	return k8s.Create(ctx, root)
+}
+
+// sinkDir is a fresh directory <name> under the tests' StorageRoot, on the host.
 func sinkDir(t *testing.T, name string) string {
 	t.Helper()
 	dir := filepath.Join(sinkRoot, name)
@@ -329,7 +367,7 @@ func sinkDir(t *testing.T, name string) string {
 func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 	const chunks = 150
 	dir := sinkDir(t, "finite")
-	sp := pipeline(t, ns, "finite", chunks, "  sink: {file: {path: \""+dir+"/finite-{stream}.raw\"}}")
+	sp := pipeline(t, ns, "finite", chunks, "  sink: {file: {root: "+storageRoot+", path: \"finite/finite-{stream}.raw\"}}")
 	rx0 := linkRx(t)
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
@@ -391,7 +429,10 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("sink file %s: %d bytes", files[0], st.Size())
+	t.Logf("sink file %s: %d bytes, %v", files[0], st.Size(), st.Mode().Perm())
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != agentUID || sys.Gid != agentUID || st.Mode().Perm() != 0o640 {
+		t.Errorf("sink file owned %d:%d mode %v; want the agents' %d:%d, 0640 (spec.files' default)", sys.Uid, sys.Gid, st.Mode().Perm(), agentUID, agentUID)
+	}
 	if float64(st.Size()) != num(got, "raw_bytes") {
 		t.Errorf("file holds %d bytes, the stream %.0f", st.Size(), num(got, "raw_bytes"))
 	}
@@ -583,7 +624,7 @@ func TestFailuresShowUpWithTheirReason(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(empty) })
 	bad := pipeline(t, ns, "no-files", 10, "")
-	bad.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Path: empty}}
+	bad.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: storageRoot, Path: "empty-source"}}
 	if err := k8s.Create(ctx, bad); err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,8 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	}
 	sp := &v1alpha1.StreamPipeline{}
 	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
-	text = strings.ReplaceAll(text, "/var/tmp/numastream-facility/", dir+"/")
+	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
+	text = strings.ReplaceAll(text, "path: eiger-", "path: "+filepath.Base(dir)+"/eiger-")
 	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,8 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	}
 	sp := &v1alpha1.StreamPipeline{}
 	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
-	text = strings.ReplaceAll(text, "/var/tmp/numastream-facility/", dir+"/")
+	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
+	text = strings.ReplaceAll(text, "path: eiger-", "path: "+filepath.Base(dir)+"/eiger-")
 	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
 		t.Fatal(err)
 	}

@@ -44,9 +44,6 @@ constexpr const char* kUsage =
     "  synth      synthetic tomography projections into a file: --out F [--chunk-bytes N]\n"
     "             [--width W] [--frames K] [--seed S]\n"
     "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
-    "  prepare-dir --owner UID:GID DIR...  make directories the agent writes (a pod's init\n"
-    "             container, as root): created if missing, handed to UID:GID when empty and\n"
-    "             root's; fails naming a directory UID still cannot write\n"
     "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
     "  detector-sim  a DECTRIS Stream V2 detector: --endpoint tcp://*:31001 --replay DIR\n"
     "             [--series N] [--start] [--rate-hz R] (recorded messages, one per file)\n"
@@ -116,82 +113,6 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
   return r.exit_code;
 }
 
-// Whether uid:gid may create files in a directory with this owner and mode.
-bool writable_by(const struct stat& st, uid_t uid, gid_t gid) {
-  const mode_t wx_u = S_IWUSR | S_IXUSR, wx_g = S_IWGRP | S_IXGRP, wx_o = S_IWOTH | S_IXOTH;
-  if (st.st_uid == uid) return (st.st_mode & wx_u) == wx_u;
-  if (st.st_gid == gid) return (st.st_mode & wx_g) == wx_g;
-  return (st.st_mode & wx_o) == wx_o;
-}
-
-bool empty_dir(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return false;
-  bool empty = true;
-  while (dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-      empty = false;
-      break;
-    }
-  }
-  ::closedir(d);
-  return empty;
-}
-
-int run_prepare_dir(const std::vector<std::string>& args) {
-  long uid = -1, gid = -1;
-  std::vector<std::string> dirs;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--owner" && i + 1 < args.size()) {
-      if (std::sscanf(args[++i].c_str(), "%ld:%ld", &uid, &gid) != 2 || uid < 0 || gid < 0) {
-        std::fprintf(stderr, "numastream-agent prepare-dir: --owner must be UID:GID (got '%s')\n", args[i].c_str());
-        return kExitUsage;
-      }
-    } else if (args[i].rfind("--", 0) == 0) {
-      std::fprintf(stderr, "numastream-agent prepare-dir: unknown flag '%s'\n", args[i].c_str());
-      return kExitUsage;
-    } else {
-      dirs.push_back(args[i]);
-    }
-  }
-  if (uid < 0 || dirs.empty()) {
-    std::fprintf(stderr, "usage: numastream-agent prepare-dir --owner UID:GID DIR...\n");
-    return kExitUsage;
-  }
-  int rc = kExitOk;
-  for (const auto& dir : dirs) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    struct stat st {};
-    if (ec || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      std::fprintf(stderr, "numastream-agent prepare-dir: %s: %s\n", dir.c_str(),
-                   ec ? ec.message().c_str() : "not a directory");
-      rc = kExitFailure;
-      continue;
-    }
-    // Only a directory nobody uses yet (the kubelet just made it for a hostPath volume) is
-    // handed over; anything else keeps its owner and must already let the agent write.
-    if (!writable_by(st, static_cast<uid_t>(uid), static_cast<gid_t>(gid)) && st.st_uid == 0 && empty_dir(dir)) {
-      if (::chown(dir.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid)) != 0) {
-        std::fprintf(stderr, "numastream-agent prepare-dir: %s: chown %ld:%ld: %s\n", dir.c_str(), uid, gid,
-                     std::strerror(errno));
-        rc = kExitFailure;
-        continue;
-      }
-      ::stat(dir.c_str(), &st);
-      std::fprintf(stderr, "numastream-agent prepare-dir: %s: handed to %ld:%ld\n", dir.c_str(), uid, gid);
-    }
-    if (!writable_by(st, static_cast<uid_t>(uid), static_cast<gid_t>(gid))) {
-      std::fprintf(stderr,
-                   "numastream-agent prepare-dir: %s (owner %u:%u, mode %03o) is not writable by %ld:%ld and "
-                   "is not empty, so it is left as it is: let %ld:%ld write it\n",
-                   dir.c_str(), st.st_uid, st.st_gid, st.st_mode & 0777, uid, gid, uid, gid);
-      rc = kExitFailure;
-    }
-  }
-  return rc;
-}
-
 int run_topology(const std::vector<std::string>& args) {
   std::string root = "/sys";
   bool pretty = false;
@@ -245,7 +166,6 @@ int main(int argc, char** argv) {
     if (cmd == "send") return run_pipeline(Role::send, args);
     if (cmd == "receive") return run_pipeline(Role::receive, args);
     if (cmd == "topology") return run_topology(args);
-    if (cmd == "prepare-dir") return run_prepare_dir(args);
     if (cmd == "check-config") {
       if (args.empty() || (args[0] != "send" && args[0] != "receive")) {
         std::fprintf(stderr, "usage: numastream-agent check-config send|receive [flags]\n");

@@ -1,4 +1,6 @@
 #include "config/config.hpp"
+
+#include "base/files.hpp"
 #include "codec/dtype.hpp"
 
 #include <charconv>
@@ -213,6 +215,15 @@ void parse_sink(Fields& f, Config& c) {
   std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
+  if (kind != "file" && kind != "hdf5") sf.forbid("mode", "only used by the file and hdf5 sinks");
+  if (const json* m = sf.raw("mode")) {
+    if (!m->is_string()) throw ConfigError(sf.path("mode"), "must be a string of octal digits, like \"0640\"");
+    try {
+      c.sink.mode = parse_file_mode(m->get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(sf.path("mode"), e.what());
+    }
+  }
   if (kind == "null") {
     c.sink.kind = SinkConfig::Kind::null;
   } else if (kind == "hdf5") {

@@ -58,6 +58,9 @@ struct SinkConfig {
   enum class Kind { null, file, zmq, hdf5, stream2 } kind = Kind::null;
   std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
   std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
+  // file, hdf5: permission bits of the files written (and, with the search bits, of the
+  // directories made above them); the owner reads and writes, others never write.
+  unsigned mode = 0640;
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to; stream2: where to bind
   // stream2: copies of the last messages handed over, sent again after a consumer goes away
   // (stream2_sink.hpp); 0 keeps none.

@@ -38,7 +38,7 @@ class Hdf5Sink final : public Sink {
 
   void put(Chunk c, StageStats& st) override {
     if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
-      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); });
+      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, cfg_.sink.mode, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); });
       series_->put(std::move(c), st);
       return;
     }
@@ -128,6 +128,7 @@ class Hdf5Sink final : public Sink {
     }
     const std::string path = stream_path(cfg_.sink.path, h.stream_id) + ".part";
     const bool resume = tracker_.resumed(h.stream_id) && ::access(path.c_str(), F_OK) == 0;
+    make_parent_dirs(path, cfg_.sink.mode);
     auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4, resume);
     if (resume) {
       log_line("hdf5 sink: resuming " + path + ": " + std::to_string(w->written().size()) + " frames already written");

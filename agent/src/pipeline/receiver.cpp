@@ -1,4 +1,5 @@
 // The receive pipeline: receive xR -> decompress xD -> sink.
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "data/buffer_pool.hpp"
 #include "codec/codec.hpp"
 #include "obs/http.hpp"
+#include "base/files.hpp"
 #include "pipeline/pipeline.hpp"
 #include "data/queue.hpp"
 #include "data/seqset.hpp"
@@ -706,8 +708,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
   if (cfg_.sink.kind == SinkConfig::Kind::file || cfg_.sink.kind == SinkConfig::Kind::hdf5) {
     // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
     // its senders until their reconnect timeout.
-    std::string dir = cfg_.sink.path.substr(0, cfg_.sink.path.find_last_of('/') + 1);
-    if (dir.empty()) dir = ".";
+    // The directories above the files are made now, as far as no placeholder names them.
+    const std::string& path = cfg_.sink.path;
+    std::string dir = path.substr(0, path.find_last_of('/', path.find('{')) + 1);
+    if (dir.empty()) dir = "./";
+    try {
+      make_parent_dirs(dir, cfg_.sink.mode);
+    } catch (const std::system_error& e) {
+      throw ConfigError("sink.path", std::string("cannot make the directories of ") + path + ": " + e.what());
+    }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
       throw ConfigError("sink.path", "cannot write in " + dir + ": " + std::strerror(errno));
     }
@@ -969,6 +978,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
 }  // namespace
 
 RunResult run_receiver(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
+  if (cfg.sink.kind == SinkConfig::Kind::file || cfg.sink.kind == SinkConfig::Kind::hdf5) {
+    // Every file the sink creates (data, index, HDF5) gets sink.mode, whoever creates it.
+    ::umask(0777u & ~cfg.sink.mode);
+  }
   Receiver r(cfg, stop);
   return r.run(hooks);
 }

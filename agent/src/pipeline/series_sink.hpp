@@ -35,8 +35,8 @@ class SeriesSink {
  public:
   // `resumed`: whether a stream's sender reports chunks an earlier gateway acknowledged (then a
   // series file that gateway left is this stream's to go on writing).
-  SeriesSink(std::string pattern, AckFn ack, std::function<bool(std::uint32_t)> resumed)
-      : pattern_(std::move(pattern)), ack_(std::move(ack)), resumed_(std::move(resumed)) {}
+  SeriesSink(std::string pattern, unsigned mode, AckFn ack, std::function<bool(std::uint32_t)> resumed)
+      : pattern_(std::move(pattern)), mode_(mode), ack_(std::move(ack)), resumed_(std::move(resumed)) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -270,6 +270,7 @@ class SeriesSink {
       log_line("hdf5 sink: series " + s.name + " resumed in " + path + ".part, written by an earlier gateway (" +
                std::to_string(s.seqs.size()) + " messages, " + std::to_string(s.images) + " images)");
     } else {
+      make_parent_dirs(path, mode_);
       s.file = std::make_unique<hdf5::SeriesFile>(path + ".part", h.stream_id);
       log_line("hdf5 sink: series " + s.name + " -> " + s.path);
     }
@@ -303,6 +304,7 @@ class SeriesSink {
   }
 
   std::string pattern_;
+  unsigned mode_;
   AckFn ack_;
   std::function<bool(std::uint32_t)> resumed_;
   DeferredAcks held_{ack_};  // written, not yet flushed: acknowledged by the next flush

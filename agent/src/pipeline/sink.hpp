@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "data/buffer_pool.hpp"
+#include "base/files.hpp"
 #include "config/config.hpp"
 #include "base/error.hpp"
 #include <nlohmann/json.hpp>
@@ -312,6 +313,7 @@ class FileSink final : public Sink {
     }
     const std::string path = stream_path(cfg_.sink.path, stream) + ".part";
     const std::string index = path + ".idx";
+    make_parent_dirs(path, cfg_.sink.mode);
     Out o;
     // A resumed stream (its sender reports chunks acknowledged by an earlier receiver) continues
     // the earlier file: the index says which chunks it holds and how long it validly is.

@@ -1,0 +1,391 @@
+// Package storage decides where a StreamPipeline may read and write on its nodes: the
+// StorageRoots the facility's admin made (host directories, per node role, per namespace, with
+// the users and groups allowed there) and the pipeline's own PersistentVolumeClaims. It checks a
+// pipeline against the roots, finds pipelines that would write the same files, and builds the
+// PersistentVolumes and claims through which the agent pods mount what they use (so the pods
+// themselves carry no hostPath volume and pass Pod Security "restricted"). Pure functions.
+package storage
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+)
+
+const (
+	// Roles of the nodes, as in the plan.
+	RoleSender  = v1alpha1.StorageRoleSender
+	RoleGateway = v1alpha1.StorageRoleGateway
+
+	// StateHostRoot is where senders keep what their gateway acknowledged, one directory per
+	// pipeline object (<namespace>/<name>-<uid>), made by the node daemon for the pipeline's user.
+	StateHostRoot = "/var/lib/numastream/streams"
+
+	// Labels of the PersistentVolumes made for a pipeline (cluster-scoped: no owner reference).
+	LabelPipelineNamespace = "numastream.io/pipeline-namespace"
+	LabelPipelineName      = "numastream.io/pipeline"
+	LabelPipelineUID       = "numastream.io/pipeline-uid"
+	managedBy              = "numastream-operator"
+
+	// Reasons a pipeline is refused.
+	ReasonNotAllowed = "StorageNotAllowed"
+	ReasonPathInUse  = "PathInUse"
+)
+
+// Use is one place a pipeline reads or writes, on one node.
+type Use struct {
+	// Field of the spec, for messages: spec.sink.hdf5, spec.senders[0].source.file, spec.spill.
+	Field string
+	Role  string
+	Node  string
+	// Stream of a sender; -1 for the gateway.
+	Stream int
+	Root   string
+	Claim  string
+	// Path relative to the root or the claim.
+	Path     string
+	ReadOnly bool
+	// Spill: the sender's spill directory (Path/<namespace>/<name>-<uid> under the root).
+	Spill bool
+}
+
+// Uses lists every place the pipeline's pods read or write, senders first.
+func Uses(sp *v1alpha1.StreamPipeline) []Use {
+	var uses []Use
+	for i, s := range sp.Spec.Senders {
+		field := fmt.Sprintf("spec.senders[%d].source", i)
+		if f := s.Source.File; f != nil {
+			uses = append(uses, Use{Field: field + ".file", Role: RoleSender, Node: s.Node, Stream: i, Root: f.Root, Claim: f.Claim, Path: f.Path, ReadOnly: true})
+		}
+		if h := s.Source.HDF5; h != nil {
+			uses = append(uses, Use{Field: field + ".hdf5", Role: RoleSender, Node: s.Node, Stream: i, Root: h.Root, Claim: h.Claim, Path: h.Path, ReadOnly: true})
+		}
+		if sp.Spec.Spill != nil && sp.Spec.Spill.Root != "" {
+			uses = append(uses, Use{Field: "spec.spill", Role: RoleSender, Node: s.Node, Stream: i, Root: sp.Spec.Spill.Root, Path: sp.Spec.Spill.Path, Spill: true})
+		}
+	}
+	if k := sp.Spec.Sink; k != nil {
+		gw := sp.Spec.Gateway.Node
+		if k.File != nil {
+			uses = append(uses, Use{Field: "spec.sink.file", Role: RoleGateway, Node: gw, Stream: -1, Root: k.File.Root, Claim: k.File.Claim, Path: k.File.Path})
+		}
+		if k.HDF5 != nil {
+			uses = append(uses, Use{Field: "spec.sink.hdf5", Role: RoleGateway, Node: gw, Stream: -1, Root: k.HDF5.Root, Claim: k.HDF5.Claim, Path: k.HDF5.Path})
+		}
+	}
+	return uses
+}
+
+// Refusal says why a pipeline may not use its storage, naming the field.
+type Refusal struct {
+	Reason, Field, Message string
+}
+
+func (r *Refusal) Error() string { return r.Field + ": " + r.Message }
+
+// Check refuses a use of a root that does not exist, does not serve the node's role, is
+// read-only where the pipeline writes, or does not admit the pipeline's namespace with the
+// user and group its agents run as. A claim is the namespace's own: nothing to check here.
+func Check(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) error {
+	uid, gid := sp.Spec.RunAs()
+	for _, u := range Uses(sp) {
+		if u.Root == "" {
+			continue
+		}
+		field := u.Field + ".root"
+		root, ok := roots[u.Root]
+		if !ok {
+			return &Refusal{ReasonNotAllowed, field, fmt.Sprintf("no StorageRoot %q: storage on the nodes is the admin's to allow (kubectl get storageroots)", u.Root)}
+		}
+		if !slices.Contains(root.Spec.NodeRoles, u.Role) && len(root.Spec.NodeRoles) > 0 {
+			return &Refusal{ReasonNotAllowed, field, fmt.Sprintf("StorageRoot %q serves %s nodes, not %s nodes",
+				u.Root, strings.Join(root.Spec.NodeRoles, " and "), u.Role)}
+		}
+		if root.Spec.ReadOnly && !u.ReadOnly {
+			return &Refusal{ReasonNotAllowed, field, fmt.Sprintf("StorageRoot %q is read-only: sources only", u.Root)}
+		}
+		if !admits(root, sp.Namespace, uid, gid) {
+			return &Refusal{ReasonNotAllowed, field, fmt.Sprintf(
+				"StorageRoot %q does not admit namespace %s with user %d and group %d (spec.files): ask the admin, or use one of your PersistentVolumeClaims",
+				u.Root, sp.Namespace, uid, gid)}
+		}
+	}
+	return nil
+}
+
+func admits(root *v1alpha1.StorageRoot, namespace string, uid, gid int64) bool {
+	in := func(rs []v1alpha1.IDRange, id int64) bool {
+		return slices.ContainsFunc(rs, func(r v1alpha1.IDRange) bool { return r.Contains(id) })
+	}
+	for _, a := range root.Spec.Access {
+		if (slices.Contains(a.Namespaces, namespace) || slices.Contains(a.Namespaces, "*")) && in(a.Users, uid) && in(a.Groups, gid) {
+			return true
+		}
+	}
+	return false
+}
+
+// Written is a set of files a pipeline writes: Pattern is an absolute path on a node (under a
+// root) or a path on a claim, with at most one "*" (any text).
+type Written struct {
+	Field   string
+	Node    string // "" on a claim (its volume is the same from every node)
+	Claim   string // namespace/name
+	Pattern string
+}
+
+// Writes lists what the pipeline writes: its sink's files (each stream's, the .part and .idx
+// beside them; a series sink's files for every series id) and its spill directories. Uses of
+// roots that do not exist are left out (Check refuses them).
+func Writes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) []Written {
+	var out []Written
+	for _, u := range Uses(sp) {
+		if u.ReadOnly {
+			continue
+		}
+		w := Written{Field: u.Field + ".path", Node: u.Node}
+		base := u.Path
+		if u.Claim != "" {
+			w.Node, w.Claim = "", sp.Namespace+"/"+u.Claim
+		} else if root, ok := roots[u.Root]; ok {
+			base = path.Join(root.Spec.Path, u.Path)
+		} else {
+			continue
+		}
+		var patterns []string
+		switch {
+		case u.Spill:
+			patterns = []string{path.Join(base, pipelineDir(sp)) + "/*"}
+		case sp.Spec.Sink.HDF5 != nil && seriesSink(sp):
+			patterns = []string{seriesPattern(base)}
+		default:
+			for stream := range len(sp.Spec.Senders) {
+				p := strings.ReplaceAll(base, "{stream}", fmt.Sprint(stream))
+				patterns = append(patterns, p, p+".part", p+".part.idx")
+			}
+		}
+		for _, p := range patterns {
+			w.Pattern = p
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// seriesSink: an HDF5 sink of Stream V2 sources writes one file per detector series.
+func seriesSink(sp *v1alpha1.StreamPipeline) bool {
+	for _, s := range sp.Spec.Senders {
+		if s.Source.Stream2 == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// seriesPattern covers every file a series sink may write: the series id replaces "{series}"
+// (or goes before the extension as _series_<id>), a series seen again adds -2, -3, ... before
+// the extension, and each file is first a .part.
+func seriesPattern(p string) string {
+	p = strings.ReplaceAll(p, "{stream}", "0")
+	if i := strings.Index(p, "{series}"); i >= 0 {
+		return p[:i] + "*"
+	}
+	dot := strings.LastIndex(p, ".")
+	if dot < 0 || strings.Contains(p[dot:], "/") {
+		dot = len(p)
+	}
+	return p[:dot] + "_series_*"
+}
+
+// Overlap says whether two written sets can name the same file.
+func Overlap(a, b Written) bool {
+	if a.Node != b.Node || a.Claim != b.Claim {
+		return false
+	}
+	return patternsMeet(a.Pattern, b.Pattern)
+}
+
+// patternsMeet: some string matches both patterns (each with at most one "*").
+func patternsMeet(p, q string) bool {
+	pa, pb, pStar := strings.Cut(p, "*")
+	qa, qb, qStar := strings.Cut(q, "*")
+	switch {
+	case !pStar && !qStar:
+		return p == q
+	case !pStar:
+		return len(p) >= len(qa)+len(qb) && strings.HasPrefix(p, qa) && strings.HasSuffix(p, qb)
+	case !qStar:
+		return patternsMeet(q, p)
+	}
+	prefixes := strings.HasPrefix(pa, qa) || strings.HasPrefix(qa, pa)
+	suffixes := strings.HasSuffix(pb, qb) || strings.HasSuffix(qb, pb)
+	return prefixes && suffixes
+}
+
+// Collision finds the first file the pipeline would write that an older pipeline (earlier
+// creation, then namespace/name) already writes. Others are every pipeline of the cluster.
+func Collision(sp *v1alpha1.StreamPipeline, others []v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) error {
+	mine := Writes(sp, roots)
+	if len(mine) == 0 {
+		return nil
+	}
+	for i := range others {
+		o := &others[i]
+		if o.UID == sp.UID || !older(o, sp) || o.DeletionTimestamp != nil {
+			continue
+		}
+		for _, theirs := range Writes(o, roots) {
+			for _, w := range mine {
+				if !Overlap(w, theirs) {
+					continue
+				}
+				who := "a StreamPipeline of another namespace"
+				if o.Namespace == sp.Namespace {
+					who = "StreamPipeline " + o.Name
+				}
+				where := "on node " + w.Node
+				if w.Claim != "" {
+					where = "on claim " + w.Claim
+				}
+				return &Refusal{ReasonPathInUse, w.Field, fmt.Sprintf("%s %s is written by %s (%s), created earlier: two pipelines never write the same file; choose another path",
+					w.Pattern, where, who, theirs.Pattern)}
+			}
+		}
+	}
+	return nil
+}
+
+func older(a, b *v1alpha1.StreamPipeline) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+// pipelineDir names one pipeline object under a shared directory: <namespace>/<name>-<uid>.
+func pipelineDir(sp *v1alpha1.StreamPipeline) string {
+	dir := sp.Name
+	if sp.UID != "" {
+		dir += "-" + string(sp.UID)
+	}
+	return sp.Namespace + "/" + dir
+}
+
+// SpillDir is a sender's spill directory relative to its root: no two pipelines share one.
+func SpillDir(sp *v1alpha1.StreamPipeline) string {
+	return path.Join(sp.Spec.Spill.Path, pipelineDir(sp))
+}
+
+// StateDir is the pipeline's state directory on its sender nodes.
+func StateDir(sp *v1alpha1.StreamPipeline) string { return StateHostRoot + "/" + pipelineDir(sp) }
+
+// Volume is one PersistentVolumeClaim an agent pod mounts, and the PersistentVolume the
+// operator makes for it (nil for the pipeline's own claims).
+type Volume struct {
+	Claim *corev1.PersistentVolumeClaim
+	PV    *corev1.PersistentVolume
+}
+
+// ClaimName is the claim a pod of this role, stream and node mounts for a use: the pipeline's
+// own, or the one made for the root on that node.
+func ClaimName(sp *v1alpha1.StreamPipeline, u Use) string {
+	if u.Claim != "" {
+		return u.Claim
+	}
+	return fmt.Sprintf("%s-%s-%s", sp.Name, "storage", hash(u.Root, u.Node, fmt.Sprint(u.ReadOnly))[:10])
+}
+
+// StateClaimName is the claim of a sender node's state directory.
+func StateClaimName(sp *v1alpha1.StreamPipeline, node string) string {
+	return fmt.Sprintf("%s-state-%s", sp.Name, hash(node)[:10])
+}
+
+// Volumes are the claims and volumes the operator makes for the pipeline: one per root and node
+// it uses (read-only apart), and one per sender node for its state. Each volume is bound to its
+// claim from the start and holds the whole root: the pods never see the host above it.
+func Volumes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) []Volume {
+	var out []Volume
+	seen := map[string]bool{}
+	add := func(claim, node, hostPath string, hostType corev1.HostPathType, readOnly bool) {
+		if seen[claim] {
+			return
+		}
+		seen[claim] = true
+		out = append(out, volume(sp, claim, node, hostPath, hostType, readOnly))
+	}
+	for _, s := range sp.Spec.Senders {
+		add(StateClaimName(sp, s.Node), s.Node, StateDir(sp), corev1.HostPathDirectory, false)
+	}
+	for _, u := range Uses(sp) {
+		root, ok := roots[u.Root]
+		if u.Claim != "" || !ok {
+			continue
+		}
+		add(ClaimName(sp, u), u.Node, root.Spec.Path, corev1.HostPathDirectory, u.ReadOnly)
+	}
+	return out
+}
+
+func volume(sp *v1alpha1.StreamPipeline, claim, node, hostPath string, hostType corev1.HostPathType, readOnly bool) Volume {
+	labels := map[string]string{
+		"app.kubernetes.io/name":       "numastream",
+		"app.kubernetes.io/managed-by": managedBy,
+		LabelPipelineNamespace:         sp.Namespace,
+		LabelPipelineName:              sp.Name,
+		LabelPipelineUID:               string(sp.UID),
+	}
+	access := corev1.ReadWriteOnce
+	if readOnly {
+		access = corev1.ReadOnlyMany
+	}
+	// Nominal: a host directory has no size of its own; the spill's limit is the agent's.
+	size := corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	pvName := "numastream-" + hash(string(sp.UID), sp.Namespace, sp.Name, claim)[:20]
+	pv := &corev1.PersistentVolume{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolume"},
+		ObjectMeta: metav1.ObjectMeta{Name: pvName, Labels: labels},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      size,
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{access},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain, // the data is never the operator's to delete
+			StorageClassName:              "",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: hostPath, Type: ptr.To(hostType)},
+			},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}}},
+			ClaimRef: &corev1.ObjectReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: sp.Namespace, Name: claim},
+		},
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: sp.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: v1alpha1.GroupVersion.String(), Kind: "StreamPipeline", Name: sp.Name, UID: sp.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{access},
+			StorageClassName: ptr.To(""),
+			VolumeName:       pvName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: size},
+		},
+	}
+	return Volume{Claim: pvc, PV: pv}
+}
+
+func hash(parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(h[:])
+}

@@ -1,0 +1,197 @@
+package storage
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+)
+
+func roots() map[string]*v1alpha1.StorageRoot {
+	access := []v1alpha1.StorageAccess{{
+		Namespaces: []string{"beamline-7"},
+		Users:      []v1alpha1.IDRange{{Min: 2000, Max: 2999}},
+		Groups:     []v1alpha1.IDRange{{Min: 2000, Max: 2999}},
+	}, {
+		Namespaces: []string{"*"},
+		Users:      []v1alpha1.IDRange{{Min: 65532, Max: 65532}},
+		Groups:     []v1alpha1.IDRange{{Min: 65532, Max: 65532}},
+	}}
+	mk := func(name, path string, readOnly bool, roles ...string) *v1alpha1.StorageRoot {
+		return &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.StorageRootSpec{Path: path, NodeRoles: roles, ReadOnly: readOnly, Access: access}}
+	}
+	return map[string]*v1alpha1.StorageRoot{
+		"archive":   mk("archive", "/archive", false, RoleGateway),
+		"archive-2": mk("archive-2", "/archive/run", false, RoleGateway), // another name for a part of it
+		"raw":       mk("raw", "/detector/raw", true, RoleSender),
+		"nvme":      mk("nvme", "/nvme", false, RoleSender),
+		"tenant-only": {ObjectMeta: metav1.ObjectMeta{Name: "tenant-only"}, Spec: v1alpha1.StorageRootSpec{
+			Path: "/tenant", NodeRoles: []string{RoleGateway}, Access: access[:1]}},
+	}
+}
+
+func pipeline(ns, name string, created int, edit func(*v1alpha1.StreamPipeline)) *v1alpha1.StreamPipeline {
+	sp := &v1alpha1.StreamPipeline{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"),
+			CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 25, 10, created, 0, 0, time.UTC))},
+		Spec: v1alpha1.StreamPipelineSpec{
+			Senders: []v1alpha1.Sender{{Node: "det-a", Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{}}}},
+			Gateway: v1alpha1.Gateway{Node: "gw-1"},
+		},
+	}
+	if edit != nil {
+		edit(sp)
+	}
+	return sp
+}
+
+func fileSink(root, path string) func(*v1alpha1.StreamPipeline) {
+	return func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: root, Path: path}}
+	}
+}
+
+func ids(uid, gid int64) *v1alpha1.Files { return &v1alpha1.Files{User: &uid, Group: &gid} }
+
+// Every way a pipeline can ask for storage the admin did not give it is refused, naming the field.
+func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
+	cases := map[string]struct {
+		ns    string
+		edit  func(*v1alpha1.StreamPipeline)
+		field string // "" allowed
+		says  string
+	}{
+		"no storage":          {"beamline-7", nil, "", ""},
+		"default ids, any ns": {"other", fileSink("archive", "x-{stream}.raw"), "", ""},
+		"admitted range": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+			fileSink("tenant-only", "x.raw")(sp)
+			sp.Spec.Files = ids(2345, 2000)
+		}, "", ""},
+		"a claim is the namespace's own": {"other", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Claim: "gpfs", Path: "x.h5"}}
+			sp.Spec.Files = ids(1, 1)
+		}, "", ""},
+		"no such root":          {"beamline-7", fileSink("etc-kubernetes", "manifests/x.yaml"), "spec.sink.file.root", `no StorageRoot "etc-kubernetes"`},
+		"sender root as a sink": {"beamline-7", fileSink("nvme", "x.raw"), "spec.sink.file.root", "serves sender nodes, not gateway nodes"},
+		"gateway root as a source": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "a.h5"}}
+		}, "spec.senders[0].source.hdf5.root", "serves gateway nodes, not sender nodes"},
+		"read-only root as a spill": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "raw"}
+		}, "spec.spill.root", "read-only"},
+		"namespace not admitted": {"other", fileSink("tenant-only", "x.raw"), "spec.sink.file.root", "does not admit namespace other with user 65532 and group 65532"},
+		"user out of range": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+			fileSink("tenant-only", "x.raw")(sp)
+			sp.Spec.Files = ids(3000, 2000)
+		}, "spec.sink.file.root", "user 3000"},
+		"group out of range": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+			fileSink("archive", "x.raw")(sp)
+			sp.Spec.Files = ids(2000, 65532)
+		}, "spec.sink.file.root", "group 65532"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := Check(pipeline(c.ns, "p", 0, c.edit), roots())
+			var r *Refusal
+			switch {
+			case c.field == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.field == "":
+			case !errors.As(err, &r):
+				t.Fatalf("got %v, want a refusal of %s", err, c.field)
+			case r.Field != c.field || r.Reason != ReasonNotAllowed || !strings.Contains(r.Message, c.says):
+				t.Errorf("got %s %s: %s; want %s saying %q", r.Reason, r.Field, r.Message, c.field, c.says)
+			}
+		})
+	}
+}
+
+// Two pipelines never write the same file: the newer is refused, naming its field, whatever the
+// roots or placeholders through which they name it.
+func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
+	stream2 := func(path string) func(*v1alpha1.StreamPipeline) {
+		return func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: path}}
+		}
+	}
+	twoStreams := func(edit func(*v1alpha1.StreamPipeline)) func(*v1alpha1.StreamPipeline) {
+		return func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: "det-b", Source: sp.Spec.Senders[0].Source})
+			edit(sp)
+		}
+	}
+	cases := map[string]struct {
+		older, newer func(*v1alpha1.StreamPipeline)
+		newerNS      string
+		field        string // "" no collision
+	}{
+		"same file":                       {fileSink("archive", "x.raw"), fileSink("archive", "x.raw"), "ns", "spec.sink.file.path"},
+		"other file":                      {fileSink("archive", "x.raw"), fileSink("archive", "y.raw"), "ns", ""},
+		"the same through two roots":      {fileSink("archive", "run/x.raw"), fileSink("archive-2", "x.raw"), "ns", "spec.sink.file.path"},
+		"another namespace":               {fileSink("archive", "x.raw"), fileSink("archive", "x.raw"), "other", "spec.sink.file.path"},
+		"{stream} meets a literal":        {twoStreams(fileSink("archive", "s-{stream}.raw")), fileSink("archive", "s-1.raw"), "ns", "spec.sink.file.path"},
+		"{stream} beyond the streams":     {twoStreams(fileSink("archive", "s-{stream}.raw")), fileSink("archive", "s-2.raw"), "ns", ""},
+		"a final name is another's .part": {fileSink("archive", "x.raw"), fileSink("archive", "x.raw.part"), "ns", "spec.sink.file.path"},
+		"series files meet a literal":     {stream2("eiger-{series}.h5"), fileSink("archive", "eiger-12.h5"), "ns", "spec.sink.file.path"},
+		"series without {series}":         {stream2("eiger.h5"), stream2("eiger_series_4.h5"), "ns", "spec.sink.hdf5.path"},
+		"series patterns meet":            {stream2("scan/{series}.h5"), stream2("scan/{series}-b.h5"), "ns", "spec.sink.hdf5.path"},
+		"series patterns apart":           {stream2("a-{series}.h5"), stream2("b-{series}.h5"), "ns", ""},
+		"the same path on a claim": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		}, func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		}, "ns", "spec.sink.file.path"},
+		"same claim name, other namespace": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		}, func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		}, "other", ""},
+		"spills never meet": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		}, func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		}, "ns", ""},
+		"a sink into another's spill": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		}, func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Gateway.Node = "det-a"
+			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "nvme", Path: "spill/ns/old-old-uid/stream-0.spill"}}
+		}, "ns", "spec.sink.file.path"},
+		"same path, other gateway": {fileSink("archive", "x.raw"), func(sp *v1alpha1.StreamPipeline) {
+			fileSink("archive", "x.raw")(sp)
+			sp.Spec.Gateway.Node = "gw-2"
+		}, "ns", ""},
+	}
+	all := roots()
+	all["nvme"].Spec.NodeRoles = []string{RoleSender, RoleGateway}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			old := pipeline("ns", "old", 0, c.older)
+			young := pipeline(c.newerNS, "young", 1, c.newer)
+			others := []v1alpha1.StreamPipeline{*old, *young}
+			if err := Collision(old, others, all); err != nil {
+				t.Errorf("the older pipeline is refused: %v", err)
+			}
+			err := Collision(young, others, all)
+			var r *Refusal
+			switch {
+			case c.field == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.field == "":
+			case !errors.As(err, &r):
+				t.Fatalf("got %v, want a refusal of %s", err, c.field)
+			case r.Field != c.field || r.Reason != ReasonPathInUse:
+				t.Errorf("got %s %s: %s", r.Reason, r.Field, r.Message)
+			case c.newerNS != "ns" && strings.Contains(r.Message, "old"):
+				t.Errorf("names a pipeline of another namespace: %s", r.Message)
+			}
+		})
+	}
+}

@@ -1,0 +1,130 @@
+package facility
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/storage"
+)
+
+// A tenant's namespace enforces Pod Security "restricted": the tenant's pipeline runs to
+// completion there (no root step, no host path in its pods), its files on the gateway belong to
+// the user and group it asked for, within what the admin's StorageRoot admits, with the mode it
+// asked for; the host's /etc/kubernetes/manifests is out of its reach whichever way it asks.
+func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
+	const tenant, uid, gid = "tenant-a", 2345, 2400
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	if err := k8s.Create(ctx, nsObj); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// The admin's part: the tenant's directory on the gateway, and a root admitting only this
+	// namespace, with the experiment's range of users and groups.
+	hostDir := "/var/tmp/numastream-facility-tenant-a"
+	if err := os.RemoveAll(hostDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(hostDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(hostDir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostDir) })
+	root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "tenant-a-data"}, Spec: v1alpha1.StorageRootSpec{
+		Path: hostDir, NodeRoles: []string{v1alpha1.StorageRoleGateway},
+		Access: []v1alpha1.StorageAccess{{Namespaces: []string{tenant},
+			Users: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}, Groups: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}}},
+	}}
+	if err := k8s.Create(ctx, root); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, root) })
+
+	tenantPipeline := func(name, sink string) *v1alpha1.StreamPipeline {
+		sp := pipeline(t, tenant, name, 20, sink+fmt.Sprintf("\n  files: {user: %d, group: %d, mode: \"0640\"}", uid, gid))
+		// The data network's attachments live in the default namespace.
+		sp.Spec.Gateway.Network.Attachment = "default/data-gateway"
+		sp.Spec.Gateway.Network.SenderAttachment = "default/data-detector"
+		return sp
+	}
+
+	// The manifests directory: refused by the API server as a path, and no pod as a root.
+	abs := tenantPipeline("manifests-path", "  sink: {file: {root: tenant-a-data, path: \"/etc/kubernetes/manifests/x-{stream}.yaml\"}}")
+	if err := k8s.Create(ctx, abs); err == nil || !strings.Contains(err.Error(), "spec.sink.file.path") {
+		t.Fatalf("an absolute sink path: %v", err)
+	}
+	escape := tenantPipeline("manifests-escape", "  sink: {file: {root: tenant-a-data, path: \"../../../etc/kubernetes/manifests/x-{stream}.yaml\"}}")
+	if err := k8s.Create(ctx, escape); err == nil || !strings.Contains(err.Error(), "spec.sink.file.path") {
+		t.Fatalf("a sink path escaping its root: %v", err)
+	}
+	noRoot := tenantPipeline("manifests-root", "  sink: {file: {root: etc-kubernetes-manifests, path: \"x-{stream}.yaml\"}}")
+	if err := k8s.Create(ctx, noRoot); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, noRoot)
+
+	sp := tenantPipeline("scan", "  sink: {file: {root: tenant-a-data, path: \"run-1/scan-{stream}.raw\"}}")
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, sp)
+	var cur *v1alpha1.StreamPipeline
+	eventually(t, "the tenant's pipeline Ready=True Completed under Pod Security restricted", 240*time.Second, func() (bool, string) {
+		cur = get(t, sp)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionTrue && ready.Reason == "Completed", fmt.Sprintf("Ready %v", ready)
+	})
+	file := filepath.Join(hostDir, "run-1", "scan-0.raw")
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	t.Logf("%s: %d bytes, owner %d:%d, mode %v", file, st.Size(), sys.Uid, sys.Gid, st.Mode().Perm())
+	if sys.Uid != uid || sys.Gid != gid || st.Mode().Perm() != 0o640 || st.Size() != 20*11059200 {
+		t.Errorf("%s: owner %d:%d mode %v size %d; want %d:%d 0640 %d", file, sys.Uid, sys.Gid, st.Mode().Perm(), st.Size(), uid, gid, 20*11059200)
+	}
+	if d, err := os.Stat(filepath.Dir(file)); err != nil || d.Mode().Perm() != 0o750 {
+		t.Errorf("the run directory the agent made: %v %v, want 0750", d.Mode().Perm(), err)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(tenant), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, v := range p.Spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("pod %s mounts the host's %s", p.Name, v.HostPath.Path)
+			}
+		}
+	}
+
+	// The root that does not exist: refused with the field named, and never a pod.
+	cur = get(t, noRoot)
+	planned := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned)
+	if planned == nil || planned.Reason != storage.ReasonNotAllowed || !strings.HasPrefix(planned.Message, "spec.sink.file.root: ") {
+		t.Errorf("a root the admin did not make: Planned %v", planned)
+	}
+	if err := k8s.List(ctx, &pods, client.InNamespace(tenant), client.MatchingLabels{render.LabelPipeline: noRoot.Name}); err != nil || len(pods.Items) != 0 {
+		t.Errorf("a refused pipeline has pods: %d %v", len(pods.Items), err)
+	}
+	if _, err := os.Stat("/etc/kubernetes/manifests/x-0.yaml"); err == nil {
+		t.Error("a file appeared in /etc/kubernetes/manifests")
+	}
+}
