@@ -215,7 +215,7 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) \
-		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant)_test)' ; exit $${PIPESTATUS[0]}
+		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

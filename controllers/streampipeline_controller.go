@@ -118,7 +118,8 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	cf := conditions.Facts{Generation: sp.Generation, Suspended: sp.Spec.Suspend, Pods: f.pods, Observed: sp.Status.Observed}
 	rejected := r.recordTopologyRejections(sp, f.pods)
-	if err := r.converge(ctx, sp, f, &cf); err != nil {
+	var rotation time.Duration
+	if err := r.converge(ctx, sp, f, &cf, &rotation); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.deletePods(ctx, rejected); err != nil {
@@ -129,18 +130,20 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	r.setConditions(sp, conditions.Compute(cf))
 	sp.Status.ObservedGeneration = sp.Generation
+	after := rotation
 	switch {
 	case cf.Replacing:
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	case meta.IsStatusConditionTrue(sp.Status.Conditions, conditions.Reconciling):
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+		after = 2 * time.Second
+	case meta.IsStatusConditionTrue(sp.Status.Conditions, conditions.Reconciling) && (after == 0 || after > 10*time.Second):
+		after = 10 * time.Second
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // converge plans, renders and applies. A pipeline that cannot be planned is a fact for the
 // conditions (cf.Refusal), not an error: the watches bring the change that lets it plan.
-func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.StreamPipeline, f facts, cf *conditions.Facts) error {
+// next is set to when the next scheduled key rotation is due (0: none).
+func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.StreamPipeline, f facts, cf *conditions.Facts, next *time.Duration) error {
 	refuse := func(err error) error {
 		ref, apiErr := refusal(err)
 		cf.Refusal = ref
@@ -179,7 +182,8 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	if err != nil {
 		return refuse(err)
 	}
-	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys,
+	*next = keys.nextRotation
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.secret, KeysHash: keys.hash,
 		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, Roots: f.roots}, r.Render)
 	if err != nil {
 		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
@@ -459,7 +463,7 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.StreamPipeline{}, builder.WithPredicates(predicate.Or[client.Object](
-			predicate.GenerationChangedPredicate{}, observedFactsChanged()))).
+			predicate.GenerationChangedPredicate{}, observedFactsChanged(), rotationAsked()))).
 		Owns(&batchv1.Job{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
@@ -469,6 +473,18 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Watches(&corev1.Pod{}, byPodLabel).
 		Watches(&v1alpha1.StreamPipeline{}, sameGateway, builder.WithPredicates(gatewayShareChanged())).
 		Complete(r)
+}
+
+// rotationAsked passes a new value of the numastream.io/rotate-keys annotation.
+func rotationAsked() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetAnnotations()[v1alpha1.AnnotationRotateKeys] != e.ObjectNew.GetAnnotations()[v1alpha1.AnnotationRotateKeys]
+		},
+	}
 }
 
 // observedFactsChanged passes a status update that changes what the conditions say (chunks lost

@@ -425,6 +425,12 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"a spill path without a root": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Path: "spill"}
 		}, "spill.path is relative to spill.root"},
+		"keys rotated too often": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{RotateEvery: &metav1.Duration{Duration: 30 * time.Second}}
+		}, "rotateEvery must be at least 1m"},
+		"a keysSecret rotated by the operator": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{KeysSecret: "mine", RotateEvery: &metav1.Duration{Duration: time.Hour}}
+		}, "rotate a keysSecret of your own yourself"},
 		"files as root": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Files = &v1alpha1.Files{User: ptr.To[int64](0)}
 		}, "spec.files.user"},
@@ -992,8 +998,8 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 	gatewayAndSenders(t, "lynx-12")
 	ns := namespace(t)
+	// No spec.security: CURVE, with keys the operator makes.
 	sp := pipeline(ns, "secure", withGateway("lynx-12"), withSenders("updraft-1", "updraft-2"))
-	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityCurve}
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -1030,6 +1036,44 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-gateway"}, &np)
 		return err == nil, fmt.Sprint(err)
 	})
+	// Keys rotated on demand: all pairs new, and every agent's Job replaced by one whose pods
+	// carry the new keys (each stream drains and resumes); the next reconcile keeps them.
+	before := job.Spec.Template.Annotations[render.AnnotationKeys]
+	if before == "" {
+		t.Fatal("the gateway's pods do not say which keys they hold")
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1alpha1.StreamPipeline{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1alpha1.AnnotationRotateKeys, "2026-11-25")
+		return k8s.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "new keys in the Secret and in every Job's pods", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&sec), &sec); err != nil {
+			return false, err.Error()
+		}
+		if string(sec.Data["gateway.secret"]) == first || string(sec.Data["sender-1.public"]) == "" {
+			return false, "the Secret holds the old keys"
+		}
+		for _, name := range []string{"secure-gateway-0", "secure-gateway-1", "secure-sender-0", "secure-sender-1"} {
+			var j batchv1.Job
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
+				return false, name + ": " + err.Error()
+			}
+			if got := j.Spec.Template.Annotations[render.AnnotationKeys]; got == before || got == "" {
+				return false, name + " still runs the old keys"
+			}
+		}
+		return true, ""
+	})
+	if sec.Annotations[AnnotationKeysRotatedFor] != "2026-11-25" {
+		t.Errorf("Secret annotations %v", sec.Annotations)
+	}
+	first = string(sec.Data["gateway.secret"])
 	// Reconciling again keeps the keys.
 	updateSpec(t, sp, func(s *v1alpha1.StreamPipeline) { s.Spec.Suspend = true })
 	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)

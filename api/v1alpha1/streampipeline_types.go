@@ -25,6 +25,7 @@ type Codec string
 // StreamPipelineSpec is what a user means: which nodes stream to which gateway over which
 // network, and where the data goes. How threads are pinned is the operator's job.
 // +kubebuilder:validation:XValidation:rule="!has(self.connections) || self.port + self.connections <= 65536",message="port + connections must not run past 65535"
+// +kubebuilder:validation:XValidation:rule="!(has(self.security) && has(self.security.rotateEvery) && has(self.security.keysSecret))",message="security.rotateEvery rotates the operator's keys: rotate a keysSecret of your own yourself"
 // +kubebuilder:validation:XValidation:rule="!(has(self.hostNetwork) && self.hostNetwork && has(self.gateway.network.attachment))",message="hostNetwork pods use the host's NICs: leave gateway.network.attachment unset"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.hdf5) && !self.sink.hdf5.path.contains('{stream}'))",message="sink.hdf5.path must contain {stream} when there are several senders: each stream writes its own file"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.stream2)) || self.senders.all(s, has(s.source.stream2))",message="sink.stream2 re-emits Stream V2 messages: every sender's source must be stream2"
@@ -82,7 +83,7 @@ type StreamPipelineSpec struct {
 	// +optional
 	Threads *StageThreads `json:"threads,omitempty"`
 
-	// Security of the data connections. Unset: plain TCP.
+	// Security of the data connections. Unset: CURVE with keys the operator makes.
 	// +optional
 	Security *Security `json:"security,omitempty"`
 
@@ -342,24 +343,42 @@ const (
 	SecurityAuthenticate SecurityMode = "authenticate"
 )
 
-// Security: with mode curve every data connection is authenticated and encrypted (ZeroMQ
-// CURVE); with mode authenticate the same keys only prove who connects and frames travel
-// unencrypted (no cost per byte; see docs/security.md). Either way each gateway stream accepts
-// only its own sender's key.
+// Security: with mode curve (the default) every data connection is authenticated and encrypted
+// (ZeroMQ CURVE); with mode authenticate the same keys only prove who connects and frames travel
+// unencrypted (no cost per byte; see docs/security.md); none is plain TCP, an opt-out. Either
+// way each gateway stream accepts only its own sender's key.
 type Security struct {
-	// Mode: none, curve or authenticate.
-	// +kubebuilder:default=none
+	// Mode: curve (default), authenticate or none.
+	// +kubebuilder:default=curve
 	// +optional
 	Mode SecurityMode `json:"mode,omitempty"`
 
 	// KeysSecret names a Secret in the pipeline's namespace with the keys: gateway.secret,
 	// gateway.public, and sender-<i>.secret / sender-<i>.public per stream (Z85, as
 	// `numastream-agent keygen` writes them). Unset: the operator creates <name>-curve-keys,
-	// owned by the pipeline, and fills in missing keys.
+	// owned by the pipeline, and fills in missing keys. When the keys in it change, the agents
+	// are replaced with the new keys (each stream drains and resumes: no chunk is lost).
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	KeysSecret string `json:"keysSecret,omitempty"`
+
+	// RotateEvery replaces the operator's keys (no keysSecret) this often, e.g. "720h". On
+	// demand: set the annotation numastream.io/rotate-keys on the pipeline to a new value.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="rotateEvery must be at least 1m"
+	// +optional
+	RotateEvery *metav1.Duration `json:"rotateEvery,omitempty"`
 }
+
+// SecurityMode is the pipeline's mode: curve unless spec.security says otherwise.
+func (s *StreamPipelineSpec) SecurityMode() SecurityMode {
+	if s.Security == nil || s.Security.Mode == "" {
+		return SecurityCurve
+	}
+	return s.Security.Mode
+}
+
+// AnnotationRotateKeys on a StreamPipeline asks for new keys whenever its value changes.
+const AnnotationRotateKeys = "numastream.io/rotate-keys"
 
 // DataNetwork names the Multus attachment and the host NIC behind it.
 type DataNetwork struct {

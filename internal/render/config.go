@@ -141,7 +141,7 @@ func placedStages(stages []planner.Stage) map[string]StageConfig {
 
 // securityMode is the agent's security.curve.mode for the pipeline's security mode.
 func securityMode(in Inputs) string {
-	if s := in.Pipeline.Spec.Security; s != nil && s.Mode == v1alpha1.SecurityAuthenticate {
+	if in.Pipeline.Spec.SecurityMode() == v1alpha1.SecurityAuthenticate {
 		return "authenticate"
 	}
 	return "encrypt"

@@ -53,6 +53,7 @@ func zmqEnds(sp *v1alpha1.StreamPipeline) {
 	sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
 	sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
 	sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 64 << 30}
+	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone} // the opt-out: plain TCP
 }
 
 func endless(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source.Synthetic.Chunks = 0 }

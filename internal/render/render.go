@@ -43,10 +43,12 @@ const (
 	LabelRole          = "numastream.io/role"
 	LabelStream        = "numastream.io/stream"
 	AnnotationPlanHash = "numastream.io/plan-hash"
-	MultusAnnotation   = "k8s.v1.cni.cncf.io/networks"
-	ConfigMountPath    = "/etc/numastream"
-	KeysMountPath      = "/etc/numastream/keys"
-	MetricsPort        = 9100
+	// AnnotationKeys on an agent pod identifies the CURVE keys it was started with.
+	AnnotationKeys   = "numastream.io/keys"
+	MultusAnnotation = "k8s.v1.cni.cncf.io/networks"
+	ConfigMountPath  = "/etc/numastream"
+	KeysMountPath    = "/etc/numastream/keys"
+	MetricsPort      = 9100
 	// DecompressMetricsPort is the decompressing container's metrics port in a gateway pod.
 	DecompressMetricsPort = 9101
 	// RelaySocket is where a gateway pod's receiving container hands frames to its decompressing
@@ -91,6 +93,8 @@ type Inputs struct {
 	Gateway  topology.Node
 	// KeysSecret holds the pipeline's CURVE keys (security mode curve); empty: plain TCP.
 	KeysSecret string
+	// KeysHash identifies the keys in it (their public halves): new keys, new pods.
+	KeysHash string
 	// GatewayAddress is the address of the gateway's data NIC on its node, as the node daemon
 	// published it (hostNetwork senders connect to it; never the node's InternalIP, usually the
 	// management network).
@@ -248,9 +252,12 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 	// its volumes (another root under the same path, another Secret) do; a Job's pod template is
 	// immutable, so a changed hash means: replace the Job.
 	vols, _ := json.Marshal(pod.Spec.Volumes)
-	sum := sha256.Sum256([]byte(config + settings + string(vols)))
+	sum := sha256.Sum256([]byte(config + settings + string(vols) + in.KeysHash))
 	hash := hex.EncodeToString(sum[:8])
 	pod.Annotations = map[string]string{AnnotationPlanHash: hash}
+	if in.KeysHash != "" {
+		pod.Annotations[AnnotationKeys] = in.KeysHash
+	}
 	withNetworkAttachment(&pod, sp, n)
 	if sp.Spec.HostNetwork {
 		pod.Spec.HostNetwork = true
@@ -534,7 +541,7 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 				MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}})
 		}
 	}
-	return &networkingv1.NetworkPolicy{
+	np := &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: meta(sp, sp.Name+"-gateway", "", -1),
 		Spec: networkingv1.NetworkPolicySpec{
@@ -553,6 +560,7 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 			},
 		},
 	}
+	return np
 }
 
 func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {

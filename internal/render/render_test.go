@@ -105,6 +105,17 @@ func sender(name string) topology.Node {
 
 func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan) {
 	t.Helper()
+	in := inputsFor(t, sp)
+	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs, in.Plan
+}
+
+// inputsFor plans the pipeline on the tests' nodes and gives render what the operator would.
+func inputsFor(t *testing.T, sp *v1alpha1.StreamPipeline) Inputs {
+	t.Helper()
 	var senders []topology.Node
 	for _, s := range sp.Spec.Senders {
 		senders = append(senders, sender(s.Node))
@@ -121,14 +132,10 @@ func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan
 	for i := range sp.Spec.Senders {
 		in.DataAddresses[i] = fmt.Sprintf("10.215.0.%d", 100+i)
 	}
-	if sp.Spec.Security != nil && sp.Spec.Security.Mode != v1alpha1.SecurityNone {
-		in.KeysSecret = sp.Name + "-curve-keys"
+	if sp.Spec.SecurityMode() != v1alpha1.SecurityNone {
+		in.KeysSecret, in.KeysHash = sp.Name+"-curve-keys", "k1"
 	}
-	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs, plan
+	return in
 }
 
 func TestRenderedPodsAreGuaranteedAndPinnedToTheirNode(t *testing.T) {
@@ -460,9 +467,11 @@ func TestCurveKeysAreMountedPerPod(t *testing.T) {
 		!strings.Contains(auth.ConfigMap.Data["gateway-0-relay.json"], `"mode": "authenticate"`) {
 		t.Errorf("authenticate configs %v", auth.ConfigMap.Data)
 	}
-	plain, _ := renderFor(t, pipeline("tomo"))
+	plain, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+	}))
 	if strings.Contains(plain.ConfigMap.Data["sender-0.json"], "security") {
-		t.Error("no security configured, none rendered")
+		t.Error("security mode none, still rendered")
 	}
 }
 
@@ -676,6 +685,36 @@ func TestAnotherRootReplacesTheJobThatMountsIt(t *testing.T) {
 	}
 	if a.Jobs[0].Annotations[AnnotationPlanHash] != b.Jobs[0].Annotations[AnnotationPlanHash] {
 		t.Error("the sender's Job changed hash for a change of the gateway's volume")
+	}
+}
+
+// CURVE is the default; new keys (rotated) give every agent a new plan hash, so every Job is
+// replaced and its pods start with them; security mode none is the opt-out.
+func TestNewKeysReplaceEveryAgent(t *testing.T) {
+	sp := pipeline("tomo", withStreams(2))
+	in := inputsFor(t, sp)
+	a, err := Render(in, Options{AgentImage: "numastream/agent:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.KeysHash = "k2"
+	b, err := Render(in, Options{AgentImage: "numastream/agent:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.Jobs {
+		pa, pb := a.Jobs[i].Spec.Template, b.Jobs[i].Spec.Template
+		if volumeNamed(pa.Spec, "keys") == nil || !strings.Contains(a.ConfigMap.Data["sender-0.json"], `"mode": "encrypt"`) {
+			t.Fatalf("%s: no CURVE by default", a.Jobs[i].Name)
+		}
+		if pa.Annotations[AnnotationPlanHash] == pb.Annotations[AnnotationPlanHash] || pb.Annotations[AnnotationKeys] != "k2" {
+			t.Errorf("%s: new keys, same plan hash %s (keys %q)", a.Jobs[i].Name, pa.Annotations[AnnotationPlanHash], pb.Annotations[AnnotationKeys])
+		}
+	}
+	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+	plain, _ := renderFor(t, sp)
+	if volumeNamed(plain.Jobs[0].Spec.Template.Spec, "keys") != nil || strings.Contains(plain.ConfigMap.Data["sender-0.json"], "curve") {
+		t.Error("security mode none still uses keys")
 	}
 }
 

@@ -1,0 +1,52 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+)
+
+// The operator's keys are made again when a new rotate-keys value is asked for, or when
+// rotateEvery has passed since they were made; never otherwise, and the next rotation is
+// scheduled for when it falls due.
+func TestKeyRotationFallsDueOnDemandAndOnSchedule(t *testing.T) {
+	made := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		AnnotationKeysRotatedAt: made.Format(time.RFC3339), AnnotationKeysRotatedFor: "a"}}}
+	sp := func(asked string, every time.Duration) *v1alpha1.StreamPipeline {
+		p := &v1alpha1.StreamPipeline{}
+		if asked != "" {
+			p.Annotations = map[string]string{v1alpha1.AnnotationRotateKeys: asked}
+		}
+		if every > 0 {
+			p.Spec.Security = &v1alpha1.Security{RotateEvery: &metav1.Duration{Duration: every}}
+		}
+		return p
+	}
+	cases := []struct {
+		name string
+		sp   *v1alpha1.StreamPipeline
+		now  time.Time
+		due  bool
+		next time.Duration
+	}{
+		{"nothing asked", sp("", 0), made.Add(1000 * time.Hour), false, 0},
+		{"the value they were made for", sp("a", 0), made.Add(time.Hour), false, 0},
+		{"a new value", sp("b", 0), made.Add(time.Minute), true, 0},
+		{"not yet due", sp("a", 24*time.Hour), made.Add(23 * time.Hour), false, time.Hour},
+		{"due", sp("a", 24*time.Hour), made.Add(24 * time.Hour), true, time.Second},
+	}
+	for _, c := range cases {
+		why := rotationDue(c.sp, sec, c.now)
+		if (why != "") != c.due {
+			t.Errorf("%s: due %q, want %v", c.name, why, c.due)
+		}
+		if got := nextRotation(c.sp, sec, c.now); got != c.next {
+			t.Errorf("%s: next rotation in %v, want %v", c.name, got, c.next)
+		}
+	}
+}
