@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -454,6 +455,12 @@ type Stream2Sink struct {
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
 	Redeliver *int32 `json:"redeliver,omitempty"`
+	// Consumers may connect to the port, as NetworkPolicy peers (pods, namespaces, address
+	// blocks) in the gateway's NetworkPolicy; unset: the pods of the pipeline's namespace.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Consumers []networkingv1.NetworkPolicyPeer `json:"consumers,omitempty"`
 }
 
 // StageThreads overrides the planner per stage.

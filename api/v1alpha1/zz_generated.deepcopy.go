@@ -12,6 +12,7 @@ package v1alpha1
 
 import (
 	"k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
@@ -572,6 +573,13 @@ func (in *Stream2Sink) DeepCopyInto(out *Stream2Sink) {
 		in, out := &in.Redeliver, &out.Redeliver
 		*out = new(int32)
 		**out = **in
+	}
+	if in.Consumers != nil {
+		in, out := &in.Consumers, &out.Consumers
+		*out = make([]networkingv1.NetworkPolicyPeer, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 }
 

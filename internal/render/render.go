@@ -517,7 +517,8 @@ func keysVolume(secret string, n planner.NodePlan) corev1.Volume {
 
 // networkPolicy: a gateway's data ports accept only this pipeline's sender pods; its metrics
 // ports the pods of the namespaces `metricsFrom` names (the operator's observer, Prometheus), or
-// of every namespace when it names none. (The kubelet's probes come from the node, which
+// of every namespace when it names none; a stream2 sink's port the consumers the spec names, or
+// the pods of the pipeline's namespace. (The kubelet's probes come from the node, which
 // NetworkPolicy implementations admit.)
 func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy {
 	sp := in.Pipeline
@@ -559,6 +560,16 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 				},
 			},
 		},
+	}
+	if port := stream2Port(sp.Spec.Sink); port > 0 {
+		// The Stream V2 consumers the spec names, else the pods of the pipeline's namespace.
+		consumers := sp.Spec.Sink.Stream2.Consumers
+		if len(consumers) == 0 {
+			consumers = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+		}
+		p := intstr.FromInt32(port)
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+			From: consumers, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}})
 	}
 	return np
 }

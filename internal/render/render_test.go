@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -668,6 +669,42 @@ func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
 		}
 	}
 	return nil
+}
+
+// A stream2 sink's port admits the consumers the spec names, else the pods of the pipeline's own
+// namespace; without a stream2 sink the policy has no third rule.
+func TestNetworkPolicyAdmitsTheStream2Consumers(t *testing.T) {
+	stream2 := func(consumers ...networkingv1.NetworkPolicyPeer) option {
+		return func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Codec = "bslz4"
+			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001, Consumers: consumers}}
+		}
+	}
+	rule := func(objs Objects) *networkingv1.NetworkPolicyIngressRule {
+		in := objs.NetworkPolicy.Spec.Ingress
+		if len(in) != 3 || len(in[2].Ports) != 1 || in[2].Ports[0].Port.IntVal != 31001 {
+			t.Fatalf("ingress %+v", in)
+		}
+		return &in[2]
+	}
+	objs, _ := renderFor(t, pipeline("eiger", stream2()))
+	if r := rule(objs); len(r.From) != 1 || r.From[0].PodSelector == nil || len(r.From[0].PodSelector.MatchLabels) != 0 || r.From[0].NamespaceSelector != nil {
+		t.Errorf("default stream2 consumers %+v: the pipeline's namespace", r.From)
+	}
+	dials := networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "mx-analysis"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "dials"}},
+	}
+	objs, _ = renderFor(t, pipeline("eiger", stream2(dials)))
+	if r := rule(objs); len(r.From) != 1 || r.From[0].PodSelector.MatchLabels["app"] != "dials" ||
+		r.From[0].NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "mx-analysis" {
+		t.Errorf("named stream2 consumers %+v", r.From)
+	}
+	objs, _ = renderFor(t, pipeline("tomo"))
+	if len(objs.NetworkPolicy.Spec.Ingress) != 2 {
+		t.Errorf("no stream2 sink, yet %d rules", len(objs.NetworkPolicy.Spec.Ingress))
+	}
 }
 
 // A sink moved to another root under the same relative path renders the same agent config, but
