@@ -44,6 +44,8 @@ type Observer struct {
 	Read func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
 	// Every is the interval between two readings of a pipeline; the rates are over it.
 	Every time.Duration
+	// Namespaces the operator drives (nil: every namespace).
+	Namespaces Namespaces
 
 	replans *replan.Tracker      // departures from the plan, per pipeline (only Start's goroutine)
 	fed     map[string]time.Time // when each pipeline's ratio last went to replans
@@ -74,7 +76,7 @@ func (o *Observer) observeAll(ctx context.Context) {
 	}
 	for i := range list.Items {
 		sp := &list.Items[i]
-		if sp.Spec.Suspend || sp.DeletionTimestamp != nil ||
+		if !o.Namespaces.Watches(sp.Namespace) || sp.Spec.Suspend || sp.DeletionTimestamp != nil ||
 			!meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionPlanned) {
 			continue
 		}

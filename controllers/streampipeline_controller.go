@@ -72,6 +72,9 @@ type StreamPipelineReconciler struct {
 	// APIReader reads what the operator does not cache (Secrets, Events): the manager's API
 	// reader. Nil: the client for Secrets, and no admission refusals from Events.
 	APIReader client.Reader
+	// Namespaces the operator drives (nil: every namespace). It reads the pipelines of all
+	// namespaces (they share gateways and storage) and writes in these only.
+	Namespaces Namespaces
 }
 
 // +kubebuilder:rbac:groups=numastream.io,resources=streampipelines,verbs=get;list;watch
@@ -93,6 +96,9 @@ type StreamPipelineReconciler struct {
 // render, apply, then the conditions from what was gathered and done. The status is patched
 // once, on the way out, when it changed.
 func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
+	if !r.Namespaces.Watches(req.Namespace) {
+		return ctrl.Result{}, nil // another namespace's (it shares a gateway or storage with one of ours)
+	}
 	sp := &v1alpha1.StreamPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
 		if apierrors.IsNotFound(err) {

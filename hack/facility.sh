@@ -263,12 +263,17 @@ up() {
   nfd_master
 }
 
-# The operator and the node daemon, from the chart (test/facility/values.yaml: the images above,
-# the API server's management address); done when nfd-master has labelled both nodes from the
+# The operator (namespace-scoped) and the node daemon, from the chart (test/facility/values.yaml:
+# the images above, the API server's management address); done when nfd-master has labelled both nodes from the
 # node daemon's NodeFeature objects.
 install() {
   local helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm"
   mkdir -p "$hh"
+  # The box's tenant namespace, as a facility's admin makes one: Pod Security restricted. The
+  # operator is installed namespace-scoped (values.yaml watchNamespaces): default and tenant-a.
+  k create namespace tenant-a --dry-run=client -o yaml | k apply -f - >/dev/null
+  k label --overwrite namespace tenant-a pod-security.kubernetes.io/enforce=restricted \
+    pod-security.kubernetes.io/enforce-version=latest >/dev/null
   HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade --install numastream charts/numastream \
     -n numastream-system --create-namespace -f test/facility/values.yaml --wait --timeout 120s >"$FAC/helm.log" 2>&1 ||
     { cat "$FAC/helm.log"; return 1; }

@@ -32,6 +32,7 @@ func main() {
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods may read the gateways' metrics ports under the NetworkPolicy (the operator's and a monitoring one); empty: every namespace")
+		watchNS      = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
 		agentPods    = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
 	)
 	opts := zap.Options{}
@@ -58,8 +59,10 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
+	namespaces := controllers.ParseNamespaces(splitList(*watchNS))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
+		Cache:                  namespaces.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: *probeAddr,
 		LeaderElection:         *leaderElect,
@@ -71,18 +74,19 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	r := &controllers.StreamPipelineReconciler{
-		Client:    mgr.GetClient(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder("numastream-operator"),
-		Render:    render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods},
-		APIReader: mgr.GetAPIReader(),
+		Client:     mgr.GetClient(),
+		Scheme:     mgr.GetScheme(),
+		Recorder:   mgr.GetEventRecorder("numastream-operator"),
+		Render:     render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods},
+		APIReader:  mgr.GetAPIReader(),
+		Namespaces: namespaces,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Cannot set up the StreamPipeline controller")
 		os.Exit(1)
 	}
 	if *observeEvery > 0 {
-		obs := &controllers.Observer{Client: mgr.GetClient(), Read: observe.NewObserver(5 * time.Second).Observe, Every: *observeEvery}
+		obs := &controllers.Observer{Client: mgr.GetClient(), Read: observe.NewObserver(5 * time.Second).Observe, Every: *observeEvery, Namespaces: namespaces}
 		if err := mgr.Add(obs); err != nil {
 			log.Error(err, "Cannot add the observer")
 			os.Exit(1)

@@ -277,3 +277,70 @@ func TestServerSideDryRun(t *testing.T) {
 		t.Errorf("the chart installs %s that kustomize does not", k)
 	}
 }
+
+// A namespace-scoped install: the operator writes (Jobs, Secrets, claims, status...) only in the
+// namespaces it watches, through a Role in each; cluster-wide it only reads nodes, pods and
+// pipelines and makes StorageRoots' volumes. Between them the two grant every permission the
+// reconciler's markers ask for, and nothing else cluster-wide.
+func TestNamespaceScopedInstallWritesOnlyInItsNamespaces(t *testing.T) {
+	objs, err := render(t, "--set", "operator.watchNamespaces={beamline-7,beamline-8}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Join(podSpec(t, find(objs, "Deployment", "operator")).Containers[0].Args, " "); !strings.Contains(args, "--watch-namespaces=beamline-7,beamline-8") {
+		t.Errorf("operator args %s", args)
+	}
+	type grant struct{ group, resource, verb string }
+	grants := func(o *unstructured.Unstructured) map[grant]bool {
+		out := map[grant]bool{}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			m := r.(map[string]any)
+			for _, g := range m["apiGroups"].([]any) {
+				for _, res := range m["resources"].([]any) {
+					for _, v := range m["verbs"].([]any) {
+						out[grant{g.(string), res.(string), v.(string)}] = true
+					}
+				}
+			}
+		}
+		return out
+	}
+	cluster := grants(find(objs, "ClusterRole", "numastream-operator"))
+	for g := range cluster {
+		write := g.verb != "get" && g.verb != "list" && g.verb != "watch"
+		if (write && g.resource != "persistentvolumes") || g.resource == "secrets" {
+			t.Errorf("cluster-wide: %s %s/%s", g.verb, g.group, g.resource)
+		}
+	}
+	roles := map[string]map[grant]bool{}
+	for _, o := range objs {
+		if o.GetKind() == "Role" && o.GetName() == "numastream-operator" {
+			roles[o.GetNamespace()] = grants(o)
+		}
+	}
+	bindings := 0
+	for _, o := range objs {
+		if o.GetKind() == "RoleBinding" && o.GetName() == "numastream-operator" {
+			bindings++
+		}
+	}
+	if len(roles) != 2 || bindings != 2 || !roles["beamline-7"][grant{"", "secrets", "get"}] {
+		t.Fatalf("roles %v, %d bindings", roles, bindings)
+	}
+	all, err := render(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterScoped := map[string]bool{"nodes": true, "persistentvolumes": true, "storageroots": true}
+	for g := range grants(find(all, "ClusterRole", "numastream-operator")) {
+		if clusterScoped[g.resource] && !cluster[g] {
+			t.Errorf("the namespace-scoped install lacks %s %s/%s", g.verb, g.group, g.resource)
+		}
+		for ns, r := range roles {
+			if !clusterScoped[g.resource] && !r[g] {
+				t.Errorf("%s lacks %s %s/%s", ns, g.verb, g.group, g.resource)
+			}
+		}
+	}
+}

@@ -30,8 +30,13 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 		"pod-security.kubernetes.io/enforce":         "restricted",
 		"pod-security.kubernetes.io/enforce-version": "latest",
 	}}}
+	// hack/facility.sh makes it (the operator's install watches it); the labels are checked here.
 	if err := k8s.Create(ctx, nsObj); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
+	}
+	cur := &corev1.Namespace{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: tenant}, cur); err != nil || cur.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Fatalf("namespace %s does not enforce restricted: %v %v", tenant, cur.Labels, err)
 	}
 	// The admin's part: the tenant's directory on the gateway, and a root admitting only this
 	// namespace, with the experiment's range of users and groups.
@@ -84,10 +89,10 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer deleteAndCheckGone(t, sp)
-	var cur *v1alpha1.StreamPipeline
+	var got *v1alpha1.StreamPipeline
 	eventually(t, "the tenant's pipeline Ready=True Completed under Pod Security restricted", 240*time.Second, func() (bool, string) {
-		cur = get(t, sp)
-		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		got = get(t, sp)
+		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 		return ready != nil && ready.Status == metav1.ConditionTrue && ready.Reason == "Completed", fmt.Sprintf("Ready %v", ready)
 	})
 	file := filepath.Join(hostDir, "run-1", "scan-0.raw")
@@ -116,8 +121,8 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	}
 
 	// The root that does not exist: refused with the field named, and never a pod.
-	cur = get(t, noRoot)
-	planned := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned)
+	got = get(t, noRoot)
+	planned := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionPlanned)
 	if planned == nil || planned.Reason != storage.ReasonNotAllowed || !strings.HasPrefix(planned.Message, "spec.sink.file.root: ") {
 		t.Errorf("a root the admin did not make: Planned %v", planned)
 	}
@@ -126,5 +131,23 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	}
 	if _, err := os.Stat("/etc/kubernetes/manifests/x-0.yaml"); err == nil {
 		t.Error("a file appeared in /etc/kubernetes/manifests")
+	}
+
+	// The operator is installed for default and tenant-a only (values.yaml watchNamespaces): a
+	// pipeline in another namespace is left alone, and its Roles would not let it write there.
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-b"}}
+	if err := k8s.Create(ctx, other); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	stray := pipeline(t, "tenant-b", "stray", 5, "")
+	stray.Spec.Gateway.Network.Attachment, stray.Spec.Gateway.Network.SenderAttachment = "default/data-gateway", "default/data-detector"
+	if err := k8s.Create(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = k8s.Delete(ctx, stray) }()
+	time.Sleep(10 * time.Second)
+	got = get(t, stray)
+	if err := k8s.List(ctx, &pods, client.InNamespace("tenant-b")); err != nil || len(pods.Items) != 0 || len(got.Status.Conditions) != 0 {
+		t.Errorf("a pipeline outside the watched namespaces was driven: %d pods, conditions %v (%v)", len(pods.Items), got.Status.Conditions, err)
 	}
 }
