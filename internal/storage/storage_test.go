@@ -59,6 +59,25 @@ func fileSink(root, path string) func(*v1alpha1.StreamPipeline) {
 
 func ids(uid, gid int64) *v1alpha1.Files { return &v1alpha1.Files{User: &uid, Group: &gid} }
 
+// refusal checks err: nil when field is "" (allowed), else a Refusal of that field and reason,
+// which it returns (nil after a failure).
+func refusal(t *testing.T, err error, reason, field string) *Refusal {
+	t.Helper()
+	var r *Refusal
+	switch {
+	case field == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case field == "":
+		return nil
+	case !errors.As(err, &r):
+		t.Fatalf("got %v, want a refusal of %s", err, field)
+	case r.Field != field || r.Reason != reason:
+		t.Errorf("got %s %s: %s; want %s %s", r.Reason, r.Field, r.Message, reason, field)
+		return nil
+	}
+	return r
+}
+
 // Every way a pipeline can ask for storage the admin did not give it is refused, naming the field.
 func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 	cases := map[string]struct {
@@ -97,16 +116,9 @@ func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := Check(pipeline(c.ns, "p", 0, c.edit), roots())
-			var r *Refusal
-			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case c.field == "":
-			case !errors.As(err, &r):
-				t.Fatalf("got %v, want a refusal of %s", err, c.field)
-			case r.Field != c.field || r.Reason != ReasonNotAllowed || !strings.Contains(r.Message, c.says):
-				t.Errorf("got %s %s: %s; want %s saying %q", r.Reason, r.Field, r.Message, c.field, c.says)
+			r := refusal(t, Check(pipeline(c.ns, "p", 0, c.edit), roots()), ReasonNotAllowed, c.field)
+			if r != nil && !strings.Contains(r.Message, c.says) {
+				t.Errorf("%s: %s; want it to say %q", r.Field, r.Message, c.says)
 			}
 		})
 	}
@@ -179,17 +191,8 @@ func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
 			if err := Collision(old, others, all); err != nil {
 				t.Errorf("the older pipeline is refused: %v", err)
 			}
-			err := Collision(young, others, all)
-			var r *Refusal
-			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case c.field == "":
-			case !errors.As(err, &r):
-				t.Fatalf("got %v, want a refusal of %s", err, c.field)
-			case r.Field != c.field || r.Reason != ReasonPathInUse:
-				t.Errorf("got %s %s: %s", r.Reason, r.Field, r.Message)
-			case c.newerNS != "ns" && strings.Contains(r.Message, "old"):
+			r := refusal(t, Collision(young, others, all), ReasonPathInUse, c.field)
+			if r != nil && c.newerNS != "ns" && strings.Contains(r.Message, "old") {
 				t.Errorf("names a pipeline of another namespace: %s", r.Message)
 			}
 		})
