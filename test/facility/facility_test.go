@@ -342,6 +342,20 @@ func ensureStorageRoot(name, dir string, namespaces []string, id int64) error {
 	return k8s.Create(ctx, root)
 }
 
+// completed waits until the pipeline is Ready=True Completed with every chunk delivered.
+func completed(t *testing.T, sp *v1alpha1.StreamPipeline, chunks int64, what string) *v1alpha1.StreamPipeline {
+	t.Helper()
+	var cur *v1alpha1.StreamPipeline
+	eventually(t, what, 240*time.Second, func() (bool, string) {
+		cur = get(t, sp)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		o := cur.Status.Observed
+		return ready != nil && ready.Status == metav1.ConditionTrue && ready.Reason == "Completed" && o != nil && o.ChunksDelivered == chunks,
+			fmt.Sprintf("Ready %v, observed %+v", ready, o)
+	})
+	return cur
+}
+
 // sinkDir is a fresh directory <name> under the tests' StorageRoot, on the host.
 func sinkDir(t *testing.T, name string) string {
 	t.Helper()

@@ -1,14 +1,12 @@
 package facility
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,14 +48,7 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	}
 	t.Logf("keys rotated after %s delivered %.0f of %d chunks", gw.Name, n, chunks)
 
-	var cur *v1alpha1.StreamPipeline
-	eventually(t, "Ready=True Completed after the rotation", 240*time.Second, func() (bool, string) {
-		cur = get(t, sp)
-		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
-		o := cur.Status.Observed
-		return ready != nil && ready.Reason == "Completed" && o != nil && o.ChunksDelivered == chunks,
-			fmt.Sprintf("Ready %v, observed %+v", ready, o)
-	})
+	cur := completed(t, sp, chunks, "Ready=True Completed after the rotation")
 	if after := secret(); after == before || after == "" {
 		t.Errorf("the gateway's key did not change: %q", after)
 	}

@@ -89,12 +89,7 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer deleteAndCheckGone(t, sp)
-	var got *v1alpha1.StreamPipeline
-	eventually(t, "the tenant's pipeline Ready=True Completed under Pod Security restricted", 240*time.Second, func() (bool, string) {
-		got = get(t, sp)
-		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
-		return ready != nil && ready.Status == metav1.ConditionTrue && ready.Reason == "Completed", fmt.Sprintf("Ready %v", ready)
-	})
+	completed(t, sp, 20, "the tenant's pipeline Ready=True Completed under Pod Security restricted")
 	file := filepath.Join(hostDir, "run-1", "scan-0.raw")
 	st, err := os.Stat(file)
 	if err != nil {
@@ -121,7 +116,7 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	}
 
 	// The root that does not exist: refused with the field named, and never a pod.
-	got = get(t, noRoot)
+	got := get(t, noRoot)
 	planned := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionPlanned)
 	if planned == nil || planned.Reason != storage.ReasonNotAllowed || !strings.HasPrefix(planned.Message, "spec.sink.file.root: ") {
 		t.Errorf("a root the admin did not make: Planned %v", planned)
