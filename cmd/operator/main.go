@@ -31,7 +31,7 @@ func main() {
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
-		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods may read the gateways' metrics ports under the NetworkPolicy (the operator's and a monitoring one); empty: every namespace")
+		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
 		watchNS      = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
 		agentPods    = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
 	)
@@ -41,6 +41,10 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
+	if err := render.ParseMetricsFrom(splitList(*metricsFrom)); err != nil {
+		log.Error(err, "--metrics-from takes namespace names and address blocks")
+		os.Exit(2)
+	}
 	var pods v1alpha1.PodSettings
 	if *agentPods != "" {
 		dec := json.NewDecoder(strings.NewReader(*agentPods))

@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
@@ -78,8 +80,9 @@ type Options struct {
 	// NetworkPolicy: render one per pipeline so that only its sender pods reach its gateway's
 	// data ports.
 	NetworkPolicy bool
-	// MetricsFrom: the namespaces whose pods may reach the gateway's metrics ports under that
-	// NetworkPolicy (the operator's, a monitoring one); empty: every namespace.
+	// MetricsFrom: who may reach the gateway's metrics ports under that NetworkPolicy: namespace
+	// names (the operator's, a monitoring one: their pods) and address blocks in CIDR notation (a
+	// Prometheus outside the cluster); empty: every namespace. ParseMetricsFrom checks them.
 	MetricsFrom []string
 	// Pods are the scheduling settings of every agent pod (the chart's agent.pods); a
 	// pipeline's spec.pods adds to them.
@@ -536,11 +539,7 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 	metrics, dxMetrics := intstr.FromInt32(MetricsPort), intstr.FromInt32(DecompressMetricsPort)
 	readers := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}
 	if len(metricsFrom) > 0 {
-		readers = nil
-		for _, ns := range metricsFrom {
-			readers = append(readers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}})
-		}
+		readers = metricsPeers(metricsFrom)
 	}
 	np := &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
@@ -572,6 +571,37 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 			From: consumers, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}})
 	}
 	return np
+}
+
+// ParseMetricsFrom checks the entries of Options.MetricsFrom: each a namespace name (a DNS label)
+// or an address block in CIDR notation; the error names the first that is neither.
+func ParseMetricsFrom(entries []string) error {
+	for _, e := range entries {
+		if strings.Contains(e, "/") {
+			if _, _, err := net.ParseCIDR(e); err != nil {
+				return fmt.Errorf("%q is not an address block (CIDR such as 10.0.0.0/24): %v", e, err)
+			}
+			continue
+		}
+		if errs := validation.IsDNS1123Label(e); len(errs) > 0 {
+			return fmt.Errorf("%q is neither a namespace name nor an address block: %s", e, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// metricsPeers: a namespace's pods for a name, the block itself for an address block.
+func metricsPeers(entries []string) []networkingv1.NetworkPolicyPeer {
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, e := range entries {
+		if strings.Contains(e, "/") {
+			peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: e}})
+			continue
+		}
+		peers = append(peers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelMetadataName: e}}})
+	}
+	return peers
 }
 
 func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {

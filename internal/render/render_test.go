@@ -526,6 +526,33 @@ func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 	if strings.Join(from, ",") != "numastream-system,monitoring" {
 		t.Errorf("metrics ports admit namespaces %v", from)
 	}
+	// An address block (a Prometheus outside the cluster) is admitted as that block, beside a
+	// namespace's pods.
+	objs, err = Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true, MetricsFrom: []string{"numastream-system", "10.212.0.1/32"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := objs.NetworkPolicy.Spec.Ingress[1].From
+	if len(peers) != 2 || peers[0].NamespaceSelector == nil || peers[1].IPBlock == nil || peers[1].IPBlock.CIDR != "10.212.0.1/32" ||
+		peers[1].NamespaceSelector != nil || peers[1].PodSelector != nil {
+		t.Errorf("metrics peers for a namespace and a block: %+v", peers)
+	}
+}
+
+// What the operator's --metrics-from takes: namespace names and address blocks; anything else is
+// refused naming the entry.
+func TestParseMetricsFromNamesWhatIsNeitherANamespaceNorABlock(t *testing.T) {
+	for _, ok := range [][]string{nil, {"monitoring"}, {"numastream-system", "10.0.0.0/8", "fd00::/64", "192.168.1.7/32"}} {
+		if err := ParseMetricsFrom(ok); err != nil {
+			t.Errorf("%v: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/33", "10.0.0/8", "Monitoring", "monitoring_ns", "-x", "10.0.0.1", strings.Repeat("a", 64), "a/b"} {
+		err := ParseMetricsFrom([]string{"monitoring", bad})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
 }
 
 // With hostNetwork the pods use their nodes' network namespaces and the senders connect to the

@@ -154,12 +154,18 @@ func capNames(cs []corev1.Capability) []string {
 func TestValueSets(t *testing.T) {
 	objs, err := render(t, "--set", "nodeDaemon.publish=features-d", "--set", "nodeDaemon.tokensPerNic=0",
 		"--set", "crds.enabled=false", "--set", "metrics.serviceMonitor.enabled=true", "--set", "operator.replicas=2",
-		"--set", "operator.metricsFrom={monitoring}")
+		"--set", "operator.metricsFrom={monitoring,10.1.2.3/32}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if args := strings.Join(podSpec(t, find(objs, "Deployment", "operator")).Containers[0].Args, " "); !strings.Contains(args, "--metrics-from=numastream-system,monitoring ") {
-		t.Errorf("operator args %s: metricsFrom adds a monitoring namespace", args)
+	if args := strings.Join(podSpec(t, find(objs, "Deployment", "operator")).Containers[0].Args, " "); !strings.Contains(args, "--metrics-from=numastream-system,monitoring,10.1.2.3/32 ") {
+		t.Errorf("operator args %s: metricsFrom adds a monitoring namespace and an address block", args)
+	}
+	// The schema refuses what is neither a namespace nor an address block.
+	for _, bad := range []string{"Monitoring", "10.1.2.3", "mon/itoring"} {
+		if _, err := render(t, "--set", "operator.metricsFrom={"+bad+"}"); err == nil || !strings.Contains(err.Error(), "metricsFrom") {
+			t.Errorf("metricsFrom %q: %v", bad, err)
+		}
 	}
 	if find(objs, "CustomResourceDefinition", "") != nil {
 		t.Error("crds.enabled=false still renders the CRD")
