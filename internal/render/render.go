@@ -250,14 +250,8 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		Volumes:                       volumes(in, n),
 		EnableServiceLinks:            ptr.To(false),
 	}
-	settings := schedule(&pod.Spec, n, opts.Pods, sp.Spec.Pods)
-	// The plan hash changes whenever the rendered agent config, the pod's scheduling settings or
-	// its volumes (another root under the same path, another Secret) do; a Job's pod template is
-	// immutable, so a changed hash means: replace the Job.
-	vols, _ := json.Marshal(pod.Spec.Volumes)
-	sum := sha256.Sum256([]byte(config + settings + string(vols) + in.KeysHash))
-	hash := hex.EncodeToString(sum[:8])
-	pod.Annotations = map[string]string{AnnotationPlanHash: hash}
+	schedule(&pod.Spec, n, opts.Pods, sp.Spec.Pods)
+	pod.Annotations = map[string]string{}
 	if in.KeysHash != "" {
 		pod.Annotations[AnnotationKeys] = in.KeysHash
 	}
@@ -266,6 +260,17 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		pod.Spec.HostNetwork = true
 		pod.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 	}
+	// The plan hash covers the agent config the pod reads (from the ConfigMap) and everything the
+	// pod is made of: image, host network, attachments, volumes, scheduling, keys. A Job's pod
+	// template is immutable, so whatever changes the pod changes the hash, and a changed hash
+	// means: replace the Job (never apply a changed template onto it).
+	tmpl, err := json.Marshal(pod)
+	if err != nil {
+		panic(fmt.Sprintf("render: a pod template that does not marshal: %v", err)) // only plain API types here
+	}
+	sum := sha256.Sum256(append([]byte(config), tmpl...))
+	hash := hex.EncodeToString(sum[:8])
+	pod.Annotations[AnnotationPlanHash] = hash
 	j := &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: meta(sp, name, n.Role, n.Stream),
@@ -284,8 +289,8 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 
 // schedule sets the pod's node selection (the plan names the node; the settings may only
 // narrow it), tolerations, priority class and image pull secrets: the operator's, then the
-// pipeline's. It returns the settings in a canonical form for the plan hash.
-func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1alpha1.PodSettings, own *v1alpha1.PodSettings) string {
+// pipeline's.
+func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1alpha1.PodSettings, own *v1alpha1.PodSettings) {
 	s := *defaults.DeepCopy()
 	if own != nil {
 		s.Tolerations = append(s.Tolerations, own.Tolerations...)
@@ -310,8 +315,6 @@ func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1alpha1.PodSet
 	spec.Tolerations = s.Tolerations
 	spec.PriorityClassName = s.PriorityClassName
 	spec.ImagePullSecrets = s.ImagePullSecrets
-	canonical, _ := json.Marshal(s) // maps marshal with sorted keys
-	return string(canonical)
 }
 
 // Agent exit codes (docs/agent-config.md) as the Job controller must read them.

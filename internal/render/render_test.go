@@ -395,6 +395,54 @@ func TestPlanHashChangesWithTheConfig(t *testing.T) {
 	}
 }
 
+// Whatever changes a pod changes its plan hash, so the Job is replaced rather than patched with a
+// pod template the API server refuses (a Job's template is immutable): a new agent image (helm
+// upgrade), host networking switched, another data network attachment.
+func TestPlanHashCoversTheWholePod(t *testing.T) {
+	_, plan := renderFor(t, pipeline("tomo", withStreams(2)))
+	render := func(edit func(*v1alpha1.StreamPipeline, *Inputs, *Options)) []*batchv1.Job {
+		t.Helper()
+		sp := pipeline("tomo", withStreams(2))
+		in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), GatewayAddress: "10.40.0.7",
+			DataAddresses: map[int]string{0: "10.215.0.100", 1: "10.215.0.101"}}
+		opts := Options{AgentImage: "numastream/agent:1.0"}
+		edit(sp, &in, &opts)
+		objs, err := Render(in, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs.Jobs
+	}
+	base := render(func(*v1alpha1.StreamPipeline, *Inputs, *Options) {})
+	for what, edit := range map[string]func(*v1alpha1.StreamPipeline, *Inputs, *Options){
+		"a new agent image": func(_ *v1alpha1.StreamPipeline, _ *Inputs, o *Options) { o.AgentImage = "numastream/agent:1.1" },
+		"host networking":   func(sp *v1alpha1.StreamPipeline, _ *Inputs, _ *Options) { sp.Spec.HostNetwork = true },
+		"another attachment": func(sp *v1alpha1.StreamPipeline, _ *Inputs, _ *Options) {
+			sp.Spec.Gateway.Network.Attachment = "data-b"
+		},
+		"another sender's keys": func(_ *v1alpha1.StreamPipeline, in *Inputs, _ *Options) { in.KeysHash = "k2" },
+		"an operator toleration": func(_ *v1alpha1.StreamPipeline, _ *Inputs, o *Options) {
+			o.Pods.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		},
+	} {
+		got := render(edit)
+		for i := range base {
+			if base[i].Annotations[AnnotationPlanHash] == got[i].Annotations[AnnotationPlanHash] {
+				t.Errorf("%s keeps the plan hash of %s: the Job would be patched, not replaced", what, base[i].Name)
+			}
+			if got[i].Annotations[AnnotationPlanHash] != got[i].Spec.Template.Annotations[AnnotationPlanHash] {
+				t.Errorf("%s: Job and pod template carry different hashes", what)
+			}
+		}
+	}
+	again := render(func(*v1alpha1.StreamPipeline, *Inputs, *Options) {})
+	for i := range base {
+		if base[i].Annotations[AnnotationPlanHash] != again[i].Annotations[AnnotationPlanHash] {
+			t.Errorf("%s: the same inputs give another hash", base[i].Name)
+		}
+	}
+}
+
 func TestSuspendSuspendsTheJobs(t *testing.T) {
 	sp := pipeline("tomo")
 	sp.Spec.Suspend = true
