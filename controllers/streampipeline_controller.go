@@ -126,6 +126,11 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	rejected := r.recordTopologyRejections(sp, f.pods)
 	var rotation time.Duration
 	if err := r.converge(ctx, sp, f, &cf, &rotation); err != nil {
+		if cf.ApplyError != "" {
+			// Said in status, not only retried: a refused write never leaves a stale status.
+			r.setConditions(sp, conditions.Compute(cf))
+			sp.Status.ObservedGeneration = sp.Generation
+		}
 		return ctrl.Result{}, err
 	}
 	if err := r.deletePods(ctx, rejected); err != nil {
@@ -202,6 +207,7 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	}
 	did, err := r.apply(ctx, sp, objs, replanned != nil && resizable(before, sp.Status.Plan))
 	if err != nil {
+		cf.ApplyError = err.Error()
 		return err
 	}
 	cf.Replacing = did.replaced

@@ -1556,3 +1556,45 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 	})
 	condition(t, second, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }
+
+// A write the API server refuses (here a namespace's quota on Jobs) is said in status with its
+// reason, not only retried behind a status that no longer says what happens; once the quota
+// goes, the Jobs are written and the condition clears.
+func TestARefusedWriteIsACondition(t *testing.T) {
+	ensureNode(t, facilityNode("lynx-31", []int{16, 16}, "ens1f0", 1, 200000))
+	ensureNode(t, facilityNode("updraft-31", []int{16, 16}, "ens1f0", 1, 100000))
+	ns := namespace(t)
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-jobs", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/jobs.batch": resource.MustParse("0")}}}
+	if err := k8s.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	// No quota controller runs here: say what it would (nothing used yet).
+	quota.Status = corev1.ResourceQuotaStatus{Hard: quota.Spec.Hard, Used: corev1.ResourceList{"count/jobs.batch": resource.MustParse("0")}}
+	if err := k8s.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	sp := pipeline(ns, "quota", withGateway("lynx-31"), withSenders("updraft-31"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	cur := condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, conditions.ReasonApplyFailed)
+	ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+	if !strings.Contains(ready.Message, "exceeded quota") || !strings.Contains(ready.Message, "no-jobs") {
+		t.Errorf("Ready says %q: the quota is not named", ready.Message)
+	}
+	if rc := meta.FindStatusCondition(cur.Status.Conditions, conditions.Reconciling); rc == nil || rc.Status != metav1.ConditionTrue || rc.Reason != conditions.ReasonApplyFailed {
+		t.Errorf("Reconciling %+v", rc)
+	}
+	if err := k8s.Delete(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Jobs written once the quota went", func() (bool, string) {
+		var jobs batchv1.JobList
+		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
+		cur := &v1alpha1.StreamPipeline{}
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		r := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		return len(jobs.Items) == 2 && r != nil && r.Reason != conditions.ReasonApplyFailed, fmt.Sprintf("%d jobs, Ready %+v", len(jobs.Items), r)
+	})
+}

@@ -57,6 +57,7 @@ const (
 	ReasonReceiversRemote   = "ReceiversNotNICLocal"
 	ReasonProgressing       = "Progressing"
 	ReasonConverged         = "Converged"
+	ReasonApplyFailed       = "ApplyFailed"
 )
 
 // Facts is everything the conditions depend on.
@@ -76,6 +77,9 @@ type Facts struct {
 	Rejected []string
 	// Observed are the agents' figures (nil: not read yet).
 	Observed *v1alpha1.Observed
+	// ApplyError: the API server refused writing the pipeline's objects in this pass (a quota, an
+	// admission webhook, a conflict); "" when they were written.
+	ApplyError string
 }
 
 // Refusal is a reason and message for Planned=False.
@@ -119,6 +123,12 @@ func Compute(f Facts) []metav1.Condition {
 	ready(&out, f, blocked)
 	degraded(&out, f, blocked)
 	nicLocal(&out, f.Observed)
+	if f.ApplyError != "" {
+		// What runs may be an older plan: not Ready for this one until the objects are written.
+		msg := "the operator cannot write the pipeline's objects, and retries: " + f.ApplyError
+		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonApplyFailed, msg)
+		out.progress(ReasonApplyFailed, msg)
+	}
 	return out.list
 }
 
