@@ -145,9 +145,9 @@ FACILITY_BIN ?= $(HOME)/.cache/numastream/facility-nfd0.17.3-multus4.2.2
 FACILITY := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) FACILITY_BIN=$(FACILITY_BIN) bash hack/facility.sh
 
 .PHONY: facility-bins
-facility-bins: ## Build nfd-master and the Multus thin plugin from the Go module proxy (cached)
+facility-bins: ## Build nfd-master, the Multus thin plugin and kube-network-policies (+ its image) from the Go module proxy (cached)
 	@BIN_DIR=$(FACILITY_BIN) bash hack/build-facility-bins.sh
-	@test -x $(FACILITY_BIN)/nfd-master && test -x $(FACILITY_BIN)/multus
+	@test -x $(FACILITY_BIN)/nfd-master && test -x $(FACILITY_BIN)/multus && test -f $(FACILITY_BIN)/kube-network-policies.tar
 
 .PHONY: images
 images: ## Container images for the real nodes from the Dockerfile (buildah), as archives in build/images
@@ -215,7 +215,7 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) \
-		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys)_test)' ; exit $${PIPESTATUS[0]}
+		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

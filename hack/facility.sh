@@ -15,6 +15,13 @@
 #     NetworkAttachmentDefinitions data-detector and data-gateway put pods on the link (macvlan
 #     on fab0, host-local IPAM, one address range per side).
 #   nfd-master (built from the module proxy) turns NodeFeature objects into node labels.
+#   NetworkPolicy is enforced on the pod network by kube-network-policies (built from the module
+#   proxy, a DaemonSet on both nodes): its nfqueue handler decides each new connection. This
+#   kernel lacks nftables' `queue` expression, so the rule that hands new pod connections to its
+#   queue is an iptables NFQUEUE rule each node sets up (`netpol_divert`), in place of the
+#   nftables table it would write itself (which the kernel refuses). The data network is closed
+#   to other namespaces by Multus (namespaceIsolation): a pod attaches only to the
+#   NetworkAttachmentDefinitions of its own namespace, which the admin makes (default, tenant-a).
 #
 #   facility.sh up | install | down | check | clean | link-bytes | exec NODE CMD...
 #
@@ -38,6 +45,10 @@ HOST_IP=10.212.0.1
 declare -A MGMT_IP=([detector-a]=10.212.0.11 [gateway-a]=10.212.0.12)
 declare -A POD_NET=([detector-a]=10.244.11 [gateway-a]=10.244.12)
 BRIDGE=nsfac0
+# The namespaces on the data network (each gets the attachments; Multus isolates the others).
+DATA_NAMESPACES="${DATA_NAMESPACES:-default tenant-a}"
+KNP_VERSION=v0.8.0
+KNP_IMAGE=local.numastream/kube-network-policies:$KNP_VERSION
 AGENT_IMAGE="${AGENT_IMAGE:-numastream/agent:facility}"
 OPERATOR_IMAGE="${OPERATOR_IMAGE:-numastream/operator:facility}"
 k() { "$KUBECTL" "$@"; }
@@ -80,6 +91,7 @@ for m in var-lib-kubelet:/var/lib/kubelet var-lib-cni:/var/lib/cni net.d:/etc/cn
   mount --bind "$d/\${m%%:*}" "\${m#*:}"
 done
 sysctl -qw net.ipv4.ip_forward=1
+$(netpol_divert)
 containerd --config "$d/containerd.toml" >"$d/containerd.log" 2>&1 &
 echo \$! >"$d/containerd.pid"
 for _ in \$(seq 80); do ctr --address "$d/containerd.sock" version >/dev/null 2>&1 && break; sleep 0.25; done
@@ -87,6 +99,76 @@ for img in "$FAC"/images/*.tar; do ctr --address "$d/containerd.sock" -n k8s.io 
 exec "$KUBELET" --config "$d/kubelet.yaml" --kubeconfig "$FAC/kubelet.kubeconfig" --root-dir /var/lib/kubelet \
   --cert-dir "$d/pki" --hostname-override "$n" --node-ip "${MGMT_IP[$n]}" --v=1 >"$d/kubelet.log" 2>&1
 EOF
+}
+
+# The NetworkPolicy enforcer's share of the node's netfilter: kube-network-policies' rules, as
+# iptables (legacy: its NFQUEUE target is the kernel's xt one, not nftables' queue). After routing
+# and bridging (bridged packets pass iptables too), the first packet of every connection from or
+# to a pod goes to queue $NETPOL_QUEUE, where the enforcer accepts or drops it; with no enforcer
+# listening it is dropped (fail closed, kube-network-policies' default). Established connections
+# and the node's own root processes (the kubelet's probes) pass, as in its own rules.
+NETPOL_QUEUE=100
+netpol_divert() {
+  cat <<EOF
+sysctl -qw net.bridge.bridge-nf-call-iptables=1
+iptables-legacy -t mangle -N NETPOL-DIVERT
+iptables-legacy -t mangle -A NETPOL-DIVERT -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+iptables-legacy -t mangle -A NETPOL-DIVERT -m owner --uid-owner 0 -j RETURN
+iptables-legacy -t mangle -A NETPOL-DIVERT -s 10.244.0.0/16 -j NFQUEUE --queue-num $NETPOL_QUEUE
+iptables-legacy -t mangle -A NETPOL-DIVERT -d 10.244.0.0/16 -j NFQUEUE --queue-num $NETPOL_QUEUE
+iptables-legacy -t mangle -A POSTROUTING -j NETPOL-DIVERT
+EOF
+}
+
+# kube-network-policies on both nodes, as its own DaemonSet runs it (host network, NET_ADMIN, a
+# service account that reads pods, namespaces and NetworkPolicies); done when both are Ready.
+network_policies() {
+  k apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: kube-network-policies, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kube-network-policies}
+rules:
+  - {apiGroups: [""], resources: [pods, namespaces, nodes], verbs: [get, list, watch]}
+  - {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kube-network-policies}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-network-policies}
+subjects: [{kind: ServiceAccount, name: kube-network-policies, namespace: kube-system}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: kube-network-policies, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: kube-network-policies}}
+  template:
+    metadata: {labels: {app: kube-network-policies}}
+    spec:
+      hostNetwork: true
+      serviceAccountName: kube-network-policies
+      nodeSelector: {numastream.io/facility: box}
+      tolerations: [{operator: Exists}]
+      containers:
+        - name: kube-network-policies
+          image: $KNP_IMAGE
+          imagePullPolicy: Never
+          args: ["--hostname-override=\$(NODE_NAME)", --nfqueue-id=$NETPOL_QUEUE, --disable-nri, --netfilter-bug-1766-fix=false,
+                 --metrics-bind-address=127.0.0.1:9080, --v=2]
+          env:
+            - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+            - {name: KUBERNETES_SERVICE_HOST, value: "$HOST_IP"}
+            - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
+          securityContext: {capabilities: {add: [NET_ADMIN]}}
+EOF
+  k -n kube-system rollout status ds/kube-network-policies --timeout=120s >/dev/null ||
+    { echo "facility: kube-network-policies did not become ready" >&2; k -n kube-system get pods -o wide >&2
+      k -n kube-system logs ds/kube-network-policies --tail=20 >&2; return 1; }
+  log "NetworkPolicy: kube-network-policies $KNP_VERSION on ${NODES[*]} (iptables NFQUEUE $NETPOL_QUEUE diverts new pod connections to it)"
 }
 
 # Runs a command in a node's network and mount namespaces (those of its containerd).
@@ -137,6 +219,7 @@ cni_config() { # node
 {"cniVersion":"0.4.0","name":"multus-cni-network","type":"multus",
  "kubeconfig":"$FAC/multus.kubeconfig","binDir":"$FAC/cni-bin","cniDir":"/var/lib/cni/multus",
  "logFile":"$d/multus.log","logLevel":"error",
+ "namespaceIsolation":true,"globalNamespaces":"kube-system",
  "delegates":[{"cniVersion":"0.4.0","name":"facility-pods","plugins":[
    {"type":"bridge","bridge":"cni0","isGateway":true,"ipMasq":false,
     "ipam":{"type":"host-local","ranges":[[{"subnet":"${POD_NET[$n]}.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
@@ -207,20 +290,25 @@ cni_bin() {
 attachments() {
   k apply -f config/facility/network-attachment-definition-crd.yaml >/dev/null
   k wait --for condition=established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
-  local side range
-  for side in detector gateway; do
-    [[ $side == detector ]] && range="10.215.0.10 10.215.0.99" || range="10.215.0.100 10.215.0.199"
-    k apply -f - >/dev/null <<EOF
+  local side range ns
+  # Multus admits a pod only to the attachments of its own namespace (namespaceIsolation): the
+  # namespaces the admin puts on the data network each get theirs.
+  for ns in $DATA_NAMESPACES; do
+    k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
+    for side in detector gateway; do
+      [[ $side == detector ]] && range="10.215.0.10 10.215.0.99" || range="10.215.0.100 10.215.0.199"
+      k apply -f - >/dev/null <<EOF
 apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
 metadata:
   name: data-$side
-  namespace: ${DATA_NAMESPACE:-default}
+  namespace: $ns
 spec:
   config: '{"cniVersion":"0.4.0","name":"data-$side","type":"macvlan","master":"fab0","mode":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"10.215.0.0/24","rangeStart":"${range% *}","rangeEnd":"${range#* }"}]]}}'
 EOF
+    done
   done
-  log "NetworkAttachmentDefinitions data-detector (10.215.0.10-99) and data-gateway (10.215.0.100-199) on fab0"
+  log "NetworkAttachmentDefinitions data-detector (10.215.0.10-99) and data-gateway (10.215.0.100-199) on fab0 in $DATA_NAMESPACES (Multus namespace isolation)"
 }
 
 nfd_master() {
@@ -238,12 +326,15 @@ up() {
   for f in "$KUBELET" "$FAC_BIN/multus" "$FAC_BIN/nfd-master"; do
     [[ -x "$f" ]] || { echo "facility: $f is missing (make k8s-bins-node facility-bins)" >&2; exit 1; }
   done
+  [[ -f "$FAC_BIN/kube-network-policies.tar" ]] ||
+    { echo "facility: $FAC_BIN/kube-network-policies.tar is missing (make facility-bins)" >&2; exit 1; }
   ls "$FAC"/images/*.tar >/dev/null 2>&1 || [[ -n "${IMAGES_DIR:-}" ]] ||
     { echo "facility: no images in $FAC/images (hack/images.sh builds them)" >&2; exit 1; }
   (down) >/dev/null 2>&1 || true
   bash hack/install-deps.sh test
   mkdir -p "$FAC/images"
   [[ -n "${IMAGES_DIR:-}" ]] && cp "$IMAGES_DIR"/*.tar "$FAC/images/"
+  cp "$FAC_BIN/kube-network-policies.tar" "$FAC/images/"
   network
   kubeconfigs
   cni_bin
@@ -260,6 +351,7 @@ up() {
     k label node "$n" numastream.io/facility=box --overwrite >/dev/null
     log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"
   done
+  network_policies
   nfd_master
 }
 
@@ -271,7 +363,7 @@ install() {
   mkdir -p "$hh"
   # The box's tenant namespace, as a facility's admin makes one: Pod Security restricted. The
   # operator is installed namespace-scoped (values.yaml watchNamespaces): default and tenant-a.
-  k create namespace tenant-a --dry-run=client -o yaml | k apply -f - >/dev/null
+  k get namespace tenant-a >/dev/null 2>&1 || k create namespace tenant-a >/dev/null
   k label --overwrite namespace tenant-a pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null
   HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade --install numastream charts/numastream \

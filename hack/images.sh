@@ -18,23 +18,12 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-image() { # rootfs-dir config-json output-tar tag...
-  local dir=$1 config=$2 tarball=$3; shift 3
-  local img="$work/img"; rm -rf "$img"; mkdir -p "$img"
-  tar -C "$dir" --owner=0 --group=0 -cf "$img/layer.tar" .
-  local diff; diff=$(sha256sum "$img/layer.tar" | cut -d' ' -f1)
-  sed "s/@DIFF@/$diff/" <<<"$config" >"$img/config.json"
-  local tags; tags=$(printf '"%s",' "$@"); tags="[${tags%,}]"
-  printf '[{"Config":"config.json","RepoTags":%s,"Layers":["layer.tar"]}]' "$tags" >"$img/manifest.json"
-  tar -C "$img" -cf "$tarball" manifest.json config.json layer.tar
-}
-
 sandbox=$(containerd config default | sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p')
 bb="$work/rootfs-busybox"
 mkdir -p "$bb/bin"
 cp /bin/busybox "$bb/bin/"
 for x in sh sleep cat env grep ls ip wc; do ln -sf busybox "$bb/bin/$x"; done
-image "$bb" '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/bin/sleep","2147483647"],"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
+bash hack/image-archive.sh "$bb" '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/bin/sleep","2147483647"],"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
   "$out/sandbox.tar" "$sandbox" local.numastream/busybox:1
 
 store=${BUILDAH_ROOT:-$HOME/.cache/numastream/buildah}

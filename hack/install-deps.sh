@@ -30,6 +30,8 @@ test=(
   # fault tests and the facility in a box: namespaces, veth, tc, nftables drop rules; a stalled
   # filesystem (an ext4 image on a loop device, frozen with fsfreeze)
   iproute2 nftables procps util-linux e2fsprogs
+  # the facility's NetworkPolicy enforcer: its NFQUEUE diversion rules (iptables-legacy)
+  iptables
   # real kubelet nodes: container runtime, CNI plugins, a static busybox for the sandbox image
   containerd runc containernetworking-plugins busybox-static
   # images from the Dockerfile without a daemon or a registry: buildah, base root filesystems

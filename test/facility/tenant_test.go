@@ -63,9 +63,6 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 
 	tenantPipeline := func(name, sink string) *v1alpha1.StreamPipeline {
 		sp := pipeline(t, tenant, name, 20, sink+fmt.Sprintf("\n  files: {user: %d, group: %d, mode: \"0640\"}", uid, gid))
-		// The data network's attachments live in the default namespace.
-		sp.Spec.Gateway.Network.Attachment = "default/data-gateway"
-		sp.Spec.Gateway.Network.SenderAttachment = "default/data-detector"
 		return sp
 	}
 
@@ -142,7 +139,7 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	defer func() { _ = k8s.Delete(ctx, stray) }()
 	time.Sleep(10 * time.Second)
 	got = get(t, stray)
-	if err := k8s.List(ctx, &pods, client.InNamespace("tenant-b")); err != nil || len(pods.Items) != 0 || len(got.Status.Conditions) != 0 {
+	if err := k8s.List(ctx, &pods, client.InNamespace("tenant-b"), client.MatchingLabels{render.LabelPipeline: stray.Name}); err != nil || len(pods.Items) != 0 || len(got.Status.Conditions) != 0 {
 		t.Errorf("a pipeline outside the watched namespaces was driven: %d pods, conditions %v (%v)", len(pods.Items), got.Status.Conditions, err)
 	}
 }
