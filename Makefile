@@ -15,6 +15,10 @@ HELM := $(K8S_BIN)/helm
 # Helm keeps no state outside the build tree.
 HELM_ENV := HELM_CACHE_HOME=$(CURDIR)/$(BUILD)/helm/cache HELM_CONFIG_HOME=$(CURDIR)/$(BUILD)/helm/config HELM_DATA_HOME=$(CURDIR)/$(BUILD)/helm/data
 
+# One version for every binary and the chart (test/chart checks Chart.yaml against it).
+VERSION := $(shell cat VERSION)
+GO_LDFLAGS := -X github.com/numastream/numastream/internal/version.Version=$(VERSION)
+
 AGENT_BUILD := $(BUILD)/agent
 AGENT_ASAN_BUILD := $(BUILD)/agent-asan
 AGENT := $(BIN)/numastream-agent
@@ -114,8 +118,8 @@ verify-generated: generate manifests ## Fail when generated files are not commit
 
 .PHONY: operator
 operator: ## Build the operator and the node daemon into bin/
-	@go build -o $(BIN)/operator ./cmd/operator
-	@go build -o $(BIN)/node-daemon ./cmd/node-daemon
+	@go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/operator ./cmd/operator
+	@go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/node-daemon ./cmd/node-daemon
 
 .PHONY: test-operator
 # The end-to-end packages (test/e2e, test/facility, test/realnode) run in their own targets, with

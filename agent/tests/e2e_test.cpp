@@ -149,6 +149,26 @@ TEST(EndToEnd, SenderFailsWhenTheReceiverDoesNotComeBack) {
   EXPECT_FALSE(summary(tx)["error"].is_null());
 }
 
+// `version` and `--version` print the repository's VERSION (the chart's and the Go binaries' too)
+// and exit 0; every command answers --help on stdout with exit 0; an unknown flag exits 2 naming it.
+TEST(EndToEnd, VersionIsTheRepositorysHelpExits0AndUnknownFlagsExit2) {
+  for (const char* cmd : {"send", "receive", "topology", "bench", "codec", "synth", "check-config", "keygen",
+                          "detector-sim", "version"}) {
+    Process p({NUMASTREAM_AGENT, cmd, "--help"});
+    EXPECT_EQ(p.wait(10s), 0) << cmd << " --help: " << p.err();
+    EXPECT_NE(p.out().find(std::string("numastream-agent ") + cmd), std::string::npos) << cmd << ": " << p.out();
+  }
+  for (const char* flag : {"version", "--version"}) {
+    Process p({NUMASTREAM_AGENT, flag});
+    EXPECT_EQ(p.wait(10s), 0) << flag;
+    EXPECT_EQ(p.out().rfind(std::string("numastream-agent ") + NUMASTREAM_VERSION + " (wire format ", 0), 0u)
+        << flag << ": " << p.out();
+  }
+  Process bad({NUMASTREAM_AGENT, "--versoin"});
+  EXPECT_EQ(bad.wait(10s), 2);
+  EXPECT_NE(bad.err().find("unknown command '--versoin'"), std::string::npos) << bad.err();
+}
+
 TEST(EndToEnd, SenderWithoutAReceiverSaysSoAndExits) {
   int port = free_ports(1);
   Process tx(sender(port, 1, {"--connect-timeout", "1", "--chunks", "5"}));

@@ -27,6 +27,7 @@ import (
 	"github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/nodedaemon"
 	"github.com/numastream/numastream/internal/nodelabels"
+	"github.com/numastream/numastream/internal/version"
 )
 
 func main() {
@@ -49,7 +50,12 @@ func main() {
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.String("numastream-node-daemon"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("node-daemon")
 	rates, err := nodelabels.ParseRates(*nicRates)

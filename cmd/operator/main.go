@@ -4,6 +4,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/numastream/numastream/controllers"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/version"
 )
 
 func main() {
@@ -37,7 +39,12 @@ func main() {
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.String("numastream-operator"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -47,7 +49,7 @@ constexpr const char* kUsage =
     "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
     "  detector-sim  a DECTRIS Stream V2 detector: --endpoint tcp://*:31001 --replay DIR\n"
     "             [--series N] [--start] [--rate-hz R] (recorded messages, one per file)\n"
-    "  version    print the agent and wire-format versions\n";
+    "  version    print the agent and wire-format versions (also --version)\n";
 
 // SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
 class SignalDrain {
@@ -152,6 +154,25 @@ int run_keygen(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+// `COMMAND --help` (or -h) for the commands without flags of their own to describe: the command's
+// lines of the usage text, on stdout. False when kUsage has no such command.
+bool print_command_help(const std::string& cmd) {
+  std::istringstream in(kUsage);
+  std::string line, text;
+  bool on = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("  " + cmd + " ", 0) == 0) {
+      on = true;
+    } else if (on && line.rfind("             ", 0) != 0) {
+      break;  // the next command (its continuation lines are indented further)
+    }
+    if (on) text += line + "\n";
+  }
+  if (text.empty()) return false;
+  std::cout << "usage: numastream-agent " << cmd << " [flags]\n" << text;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +183,9 @@ int main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   args.erase(args.begin());
+  const bool help = std::find(args.begin(), args.end(), "--help") != args.end() ||
+                    std::find(args.begin(), args.end(), "-h") != args.end();
+  if (help && cmd != "send" && cmd != "receive" && print_command_help(cmd)) return kExitOk;
   try {
     if (cmd == "send") return run_pipeline(Role::send, args);
     if (cmd == "receive") return run_pipeline(Role::receive, args);
@@ -182,8 +206,8 @@ int main(int argc, char** argv) {
     if (cmd == "synth") return run_synth_tool(args);
     if (cmd == "keygen") return run_keygen(args);
     if (cmd == "detector-sim") return run_detector_sim(args);
-    if (cmd == "version") {
-      std::cout << "numastream-agent 0.1.0 (wire format " << static_cast<int>(wire::kVersion) << ")\n";
+    if (cmd == "version" || cmd == "--version") {
+      std::cout << "numastream-agent " NUMASTREAM_VERSION " (wire format " << static_cast<int>(wire::kVersion) << ")\n";
       return kExitOk;
     }
   } catch (const ConfigError& e) {
