@@ -405,7 +405,10 @@ void stream_bursts(Detector& d, int bursts, std::uint64_t frames, std::chrono::m
     each(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!d.send(sent)) continue;  // no one takes it yet: the detector waits
     ++sent;
-    due += sent % frames == 0 ? pause : std::chrono::milliseconds(10);
+    // Frames keep their 10 ms schedule; a pause is a real one, measured from the burst's last
+    // frame: a detector that fell behind (a slow sender under a sanitizer) must not catch up
+    // through it.
+    due = sent % frames == 0 ? std::chrono::steady_clock::now() + pause : due + std::chrono::milliseconds(10);
     std::this_thread::sleep_until(due);
   }
   for (int i = 0; i < 500 && zmq_send(d.push, "", 0, 0) != 0; ++i) {
@@ -428,7 +431,9 @@ TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesAndTheNextOne
   bool stopped = false;
   int tx1_code = -1;
   double tx1_exit_at = 0;
-  stream_bursts(detector, 2, 150, 2000ms, [&](double t) {
+  // A pause long enough for a sender slowed down by a sanitizer on a loaded machine (46 frames/s
+  // seen against the detector's 100/s) to read its backlog and still see 500 ms of silence.
+  stream_bursts(detector, 2, 150, 4000ms, [&](double t) {
     if (!stopped && t > 0.5) {
       tx1.signal(SIGTERM);
       stopped = true;
