@@ -369,6 +369,7 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 		Port:        int(sp.Spec.Port),
 		ChunkBytes:  sp.Spec.ChunkBytes,
 		PassThrough: passThrough(sp),
+		Encrypt:     sp.Spec.SecurityMode() == v1alpha1.SecurityCurve,
 	}
 	if sp.Spec.Placement == v1alpha1.PlacementOS {
 		req.Mode = planner.OS

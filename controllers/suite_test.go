@@ -160,6 +160,11 @@ func withGateway(node string) spOption {
 func withConnections(n int32) spOption {
 	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = &n }
 }
+// withSecurity sets the pipeline's security mode (tests whose subject is CPU arithmetic run
+// plain: with curve the planner also budgets cipher cores).
+func withSecurity(m v1alpha1.SecurityMode) spOption {
+	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Security = &v1alpha1.Security{Mode: m} }
+}
 func withDecompress(n int32) spOption {
 	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Threads = &v1alpha1.StageThreads{Decompress: &n} }
 }
@@ -825,7 +830,7 @@ func TestOtherPodsOnANodeAreNotPlanned(t *testing.T) {
 	}
 	other("node-daemon-x", "1")
 	other("log-shipper", "500m")
-	sp := pipeline(ns, "crowded", withGateway("lynx-15"), withSenders("updraft-9"))
+	sp := pipeline(ns, "crowded", withGateway("lynx-15"), withSenders("updraft-9"), withSecurity(v1alpha1.SecurityNone))
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -1331,7 +1336,7 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 		}
 	}
 	ns := namespace(t)
-	sp := pipeline(ns, "inplace", withGateway("lynx-22"), withConnections(2))
+	sp := pipeline(ns, "inplace", withGateway("lynx-22"), withConnections(2), withSecurity(v1alpha1.SecurityNone))
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,10 @@ const (
 	SenderOverheadCPUs = 1
 	// MaxConnections caps the connections the planner picks on its own.
 	MaxConnections = 16
+	// CipherMbitPerCore is the wire rate one core encrypts or decrypts with CURVE
+	// (XSalsa20-Poly1305): 1.7 GB/s, measured by `numastream-agent bench curve`
+	// (docs/security.md). ZeroMQ's I/O threads do it, on the cores of the connection stages.
+	CipherMbitPerCore = 13600.0
 )
 
 // Mode is numa-aware or os.
@@ -45,6 +49,8 @@ const (
 	StageDecompress = "decompress"
 	StageSink       = "sink"
 	StageTarget     = "target"
+	// StageEncrypt is the sender's CURVE encryption (security mode curve): its own cores.
+	StageEncrypt = "encrypt"
 )
 
 // Request is one pipeline to plan.
@@ -83,6 +89,10 @@ type Request struct {
 	// Topology Manager refused a gateway pod, the operator plans with fewer than it asked for
 	// (0: no cap).
 	ReceiveCoresLimit int
+	// Encrypt: every data connection is encrypted (CURVE). The sender budgets cores for
+	// encrypting what it sends, and each receiving core also decrypts what it receives.
+	// (authenticate mode costs nothing per byte: leave it false.)
+	Encrypt bool
 }
 
 // Stage is one stage group on one node.
@@ -180,14 +190,13 @@ func Make(r Request) (Plan, error) {
 	capToAllocatable(gw, nic.NUMANode, free, r.Held)
 	shareMbit := float64(nic.SpeedMbit) / float64(streams+r.HeldStreams)
 	rcvMbit := ReceiveMbitPerThread * r.Ratio // raw-equivalent per receiving thread
+	if r.Encrypt {
+		// One core receives and decrypts: the two costs per byte add up.
+		rcvMbit = r.Ratio / (1/ReceiveMbitPerThread + 1/CipherMbitPerCore)
+	}
 	decompressMbit := gw.DecompressMBps * 8 * r.codecShare(gw)
 
 	// Per sender: compression up to the cores available and no further.
-	type senderSide struct {
-		compress int
-		rate     float64
-		link     float64
-	}
 	sides := make([]senderSide, streams)
 	wantConnections := 1
 	for i, s := range r.Senders {
@@ -211,7 +220,13 @@ func Make(r Request) (Plan, error) {
 			link = math.Min(link, float64(fastest))
 		}
 		sides[i] = senderSide{compress: n, rate: float64(n) * perCore, link: link}
+		if r.Encrypt {
+			sides[i] = withCipher(r, sides[i].link, perCore, n, avail, r.PassThrough || r.CompressThreads > 0)
+		}
 		want := math.Min(sides[i].rate, link*r.Ratio)
+		if r.Encrypt {
+			want = math.Min(want, sides[i].encrypt)
+		}
 		if r.TargetMbit > 0 {
 			want = math.Min(want, r.TargetMbit)
 		}
@@ -307,6 +322,9 @@ func Make(r Request) (Plan, error) {
 			delete(st, StageCompress)
 			delete(st, StageDecompress)
 		}
+		if r.Encrypt {
+			st[StageEncrypt] = sides[i].encrypt
+		}
 		if r.TargetMbit > 0 {
 			st[StageTarget] = r.TargetMbit
 		}
@@ -316,13 +334,17 @@ func Make(r Request) (Plan, error) {
 		if rate < plan.RateMbit {
 			plan.RateMbit, plan.Bottleneck = rate, neck
 		}
+		stages := []Stage{
+			{Name: StageSource, Threads: 1, NUMA: "any"},
+			{Name: StageCompress, Threads: sides[i].compress, NUMA: "any", RateMbit: codecRate(r, sides[i].rate)},
+			{Name: StageSend, Threads: conns, NUMA: "any", RateMbit: sides[i].link * r.Ratio},
+		}
+		if r.Encrypt {
+			stages = append(stages, Stage{Name: StageEncrypt, Threads: sides[i].cipher, NUMA: "any", RateMbit: sides[i].encrypt})
+		}
 		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: s.Name, Role: "sender", Stream: i, CPUs: sides[i].compress + SenderOverheadCPUs,
-			Stages: []Stage{
-				{Name: StageSource, Threads: 1, NUMA: "any"},
-				{Name: StageCompress, Threads: sides[i].compress, NUMA: "any", RateMbit: codecRate(r, sides[i].rate)},
-				{Name: StageSend, Threads: conns, NUMA: "any", RateMbit: sides[i].link * r.Ratio},
-			},
+			Node: s.Name, Role: "sender", Stream: i, CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher,
+			Stages: stages,
 		})
 	}
 	for i := range r.Senders {
@@ -343,6 +365,42 @@ func Make(r Request) (Plan, error) {
 		plan.Nodes[i].Containers = containers(plan.Nodes[i], conns, r.ChunkBytes)
 	}
 	return plan, nil
+}
+
+// senderSide is what a sender can do: its compressing threads and their rate, its share of the
+// link, and its encryption (Encrypt).
+type senderSide struct {
+	compress int
+	rate     float64
+	link     float64
+	cipher   int     // cores encrypting; 0: it shares the source-and-send core
+	encrypt  float64 // the raw-equivalent rate they sustain
+}
+
+// withCipher sizes a sender's encryption: enough cores to encrypt what it can send (the slower of
+// its compression and its link), taken from compression's cores when they are the planner's to
+// choose (fixed: an explicit thread count or pass-through). Where no core is left the encryption
+// shares the source-and-send core and is rated at half a core.
+func withCipher(r Request, link, perCore float64, n, avail int, fixed bool) (side senderSide) {
+	need := func(n int) int {
+		wire := link
+		if !math.IsInf(perCore, 1) {
+			wire = math.Min(float64(n)*perCore/r.Ratio, link)
+		}
+		if r.TargetMbit > 0 {
+			wire = math.Min(wire, r.TargetMbit/r.Ratio)
+		}
+		return int(math.Ceil(wire / CipherMbitPerCore))
+	}
+	c := need(n)
+	for !fixed && n > 1 && n+c > avail {
+		n--
+		c = need(n)
+	}
+	c = max(0, min(c, avail-n))
+	side.compress, side.rate, side.link, side.cipher = n, float64(n)*perCore, link, c
+	side.encrypt = math.Max(float64(c), 0.5) * CipherMbitPerCore * r.Ratio
+	return side
 }
 
 // codecRate is a codec stage's predicted rate; 0 when the stage has no codec work (pass-through).

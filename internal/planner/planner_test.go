@@ -524,3 +524,71 @@ func TestPassThroughSourcesPlanNoCodecWork(t *testing.T) {
 		t.Errorf("sender pod asks %d CPUs, want %d", p.Nodes[0].CPUs, got)
 	}
 }
+
+// With CURVE the sender budgets cores for encrypting what it sends (taken from compression)
+// and each receiving core also decrypts, so more connections are planned for the same rate.
+func TestEncryptionBudgetsCipherCores(t *testing.T) {
+	plain, err := Make(request(updraft1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request(updraft1)
+	r.Encrypt = true
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := stage(t, p, "sender", 0, StageEncrypt)
+	comp := stage(t, p, "sender", 0, StageCompress)
+	// 27 compress threads make 27 x 3520 = 95040 Mbit/s raw, 47520 on the wire at ratio 2:
+	// 3.5 cores of a 13600 Mbit/s cipher, so 4; 27 + 4 + 1 is the sender's 32.
+	if comp.Threads != 27 || enc.Threads != 4 || p.Nodes[0].CPUs != 32 {
+		t.Errorf("compress %d, encrypt %d, sender CPUs %d; want 27, 4, 32", comp.Threads, enc.Threads, p.Nodes[0].CPUs)
+	}
+	if _, ok := plain.Streams[0].Stages[StageEncrypt]; ok {
+		t.Errorf("an unencrypted plan predicts an encrypt stage: %v", plain.Streams[0].Stages)
+	}
+	if !near(p.Streams[0].Stages[StageEncrypt], 4*CipherMbitPerCore*2, 1) {
+		t.Errorf("encrypt stage predicted at %.0f Mbit/s raw", p.Streams[0].Stages[StageEncrypt])
+	}
+	// Receiving and decrypting 47520 Mbit/s at 6513 per core takes 8 NIC-local cores (5 plain).
+	recv := stage(t, p, "gateway", 0, StageReceive)
+	if plainRecv := stage(t, plain, "gateway", 0, StageReceive); plainRecv.Threads != 5 || recv.Threads != 8 || recv.NUMA != "nic" {
+		t.Errorf("receive threads plain %d, encrypted %+v; want 5 and 8 NIC-local", plainRecv.Threads, recv)
+	}
+	if p.Bottleneck != StageCompress || !near(p.RateMbit, 27*440*8, 1) || p.RateMbit >= plain.RateMbit {
+		t.Errorf("encrypted: %.0f Mbit/s limited by %s; plain %.0f", p.RateMbit, p.Bottleneck, plain.RateMbit)
+	}
+	if p.Holds[1] != 8 {
+		t.Errorf("holds %v, want 8 on the NIC's node", p.Holds)
+	}
+}
+
+// A sender with no core to spare encrypts on its source-and-send core, rated at half a core;
+// an explicit compress thread count is kept and the cipher gets what is left.
+func TestEncryptionOnASmallSender(t *testing.T) {
+	small := node("small", []int{2}, map[string][2]int64{"eth0": {0, 100000}}, 440, 1600)
+	r := request(small)
+	r.Encrypt = true
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Nodes[0].CPUs != 2 || stage(t, p, "sender", 0, StageEncrypt).Threads != 0 {
+		t.Errorf("sender %d CPUs, encrypt %+v; want 2 CPUs and no core of its own", p.Nodes[0].CPUs, stage(t, p, "sender", 0, StageEncrypt))
+	}
+	if !near(p.Streams[0].Stages[StageEncrypt], 0.5*CipherMbitPerCore*2, 1) {
+		t.Errorf("encrypt predicted %.0f", p.Streams[0].Stages[StageEncrypt])
+	}
+	big := node("big", []int{16}, map[string][2]int64{"eth0": {0, 100000}}, 440, 1600)
+	r = request(big)
+	r.Encrypt, r.CompressThreads = true, 12
+	p, err = Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 12 x 3520 / 2 = 21120 Mbit/s on the wire: 2 cipher cores; 12 + 2 + 1 = 15 of 16.
+	if c, e := stage(t, p, "sender", 0, StageCompress), stage(t, p, "sender", 0, StageEncrypt); c.Threads != 12 || e.Threads != 2 || p.Nodes[0].CPUs != 15 {
+		t.Errorf("compress %d, encrypt %d, CPUs %d", c.Threads, e.Threads, p.Nodes[0].CPUs)
+	}
+}
