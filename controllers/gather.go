@@ -29,6 +29,8 @@ type facts struct {
 	senders           []topology.Node
 	gateway           topology.Node
 	gatewayNICAddress string
+	// senderAddresses: each stream's sender node's addresses (host networking admits only them).
+	senderAddresses map[int][]string
 	// nodesErr: a node is missing or lacks a label the planner needs (a refusal, not an API error).
 	nodesErr error
 	// dataAddresses: each running gateway pod's address on the data network, by stream.
@@ -105,6 +107,7 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 // readNodes reads the sender and gateway nodes into f. A missing node or label is returned as
 // the first result (the pipeline cannot be planned), an API error as the second.
 func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.StreamPipeline, f *facts) (error, error) {
+	addresses := map[string][]string{}
 	read := func(name string) (topology.Node, error, error) {
 		node := &corev1.Node{}
 		if err := r.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
@@ -131,18 +134,38 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 		if name == sp.Spec.Gateway.Node {
 			f.gatewayNICAddress = t.NICs[sp.Spec.Gateway.Network.NIC].Address
 		}
+		addresses[name] = nodeAddresses(t, node)
 		return t, nil, nil
 	}
-	for _, s := range sp.Spec.Senders {
+	f.senderAddresses = map[int][]string{}
+	for i, s := range sp.Spec.Senders {
 		t, refused, err := read(s.Node)
 		if refused != nil || err != nil {
 			return refused, err
 		}
 		f.senders = append(f.senders, t)
+		f.senderAddresses[i] = addresses[s.Node]
 	}
 	gw, refused, err := read(sp.Spec.Gateway.Node)
 	f.gateway = gw
 	return refused, err
+}
+
+// nodeAddresses are the addresses a host-network pod on the node may connect from: its NICs'
+// (as the node daemon published them) and its InternalIP and ExternalIP.
+func nodeAddresses(t topology.Node, node *corev1.Node) []string {
+	var out []string
+	for _, nic := range t.NICs {
+		if nic.Address != "" {
+			out = append(out, nic.Address)
+		}
+	}
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			out = append(out, a.Address)
+		}
+	}
+	return out
 }
 
 // otherPodsMilliCPU sums what the pods on a node that are not the pipeline's request, in

@@ -195,7 +195,8 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 	}
 	*next = keys.nextRotation
 	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.secret, KeysHash: keys.hash,
-		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, Roots: f.roots}, r.Render)
+		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, SenderAddresses: f.senderAddresses,
+		Roots: f.roots}, r.Render)
 	if err != nil {
 		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}

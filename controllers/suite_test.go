@@ -3,6 +3,7 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -160,6 +162,7 @@ func withGateway(node string) spOption {
 func withConnections(n int32) spOption {
 	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = &n }
 }
+
 // withSecurity sets the pipeline's security mode (tests whose subject is CPU arithmetic run
 // plain: with curve the planner also budgets cipher cores).
 func withSecurity(m v1alpha1.SecurityMode) spOption {
@@ -436,6 +439,18 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"a keysSecret rotated by the operator": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Security = &v1alpha1.Security{KeysSecret: "mine", RotateEvery: &metav1.Duration{Duration: time.Hour}}
 		}, "rotate a keysSecret of your own yourself"},
+		"allowFrom not an address block": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.40.0.0/24", "detector-1.beamline"}}
+		}, "spec.security.allowFrom[1]"},
+		"allowFrom prefix past the address": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.40.0.0/33"}}
+		}, "spec.security.allowFrom[0]"},
+		"allowFrom host bits past the prefix": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.40.0.7/8"}}
+		}, "no bits set past its prefix"},
+		"allowFrom a bare address": {func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"fd00::7"}}
+		}, "spec.security.allowFrom[0]"},
 		"files as root": {func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Files = &v1alpha1.Files{User: ptr.To[int64](0)}
 		}, "spec.files.user"},
@@ -1602,4 +1617,46 @@ func TestARefusedWriteIsACondition(t *testing.T) {
 		r := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
 		return len(jobs.Items) == 2 && r != nil && r.Reason != conditions.ReasonApplyFailed, fmt.Sprintf("%d jobs, Ready %+v", len(jobs.Items), r)
 	})
+}
+
+// With host networking no NetworkPolicy applies: the gateway's receiving agent admits connections
+// only from its own sender node, by the addresses the operator reads from that node (the data NIC
+// the node daemon published, InternalIP, ExternalIP; not the hostname), and spec.security.allowFrom.
+func TestHostNetworkGatewaysAdmitOnlyTheirSenderNode(t *testing.T) {
+	withAddress := func(ip string) nodeOption {
+		return func(n *corev1.Node) { n.Labels[topology.NICAddressLabel("ens1f0")] = ip }
+	}
+	ensureNode(t, facilityNode("hn-gw", []int{16, 16}, "ens1f0", 1, 100000, withAddress("10.40.0.7")))
+	ensureNode(t, facilityNode("hn-det", []int{16, 16}, "ens1f0", 1, 100000, withAddress("10.40.0.21")))
+	det := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "hn-det"}, det); err != nil {
+		t.Fatal(err)
+	}
+	det.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.7.21"},
+		{Type: corev1.NodeExternalIP, Address: "203.0.113.21"}, {Type: corev1.NodeHostName, Address: "hn-det"}}
+	if err := k8s.Status().Update(ctx, det); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t)
+	sp := pipeline(ns, "dtn", withGateway("hn-gw"), withSenders("hn-det"), func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.HostNetwork = true
+		sp.Spec.Gateway.Network.Attachment = ""
+		sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.99.0.0/16"}}
+	})
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var cfg render.AgentConfig
+	eventually(t, "the gateway's configuration", func() (bool, string) {
+		cm := &corev1.ConfigMap{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "dtn-agent"}, cm); err != nil {
+			return false, err.Error()
+		}
+		return json.Unmarshal([]byte(cm.Data["gateway-0-relay.json"]), &cfg) == nil, cm.Data["gateway-0-relay.json"]
+	})
+	want := []string{"10.40.0.21/32", "10.99.0.0/16", "192.168.7.21/32", "203.0.113.21/32"}
+	if cfg.Security == nil || cfg.Security.Curve == nil || !slices.Equal(cfg.Security.AllowFrom, want) {
+		t.Errorf("gateway security %+v, want curve and allow_from %v", cfg.Security, want)
+	}
 }

@@ -123,6 +123,15 @@ TEST(Config, EveryProblemNamesItsField) {
                  "source.drain_s");
   expect_refused(with("source", json{{"kind", "stream2"}, {"endpoint", "tcp://d:1"}, {"drain_quiet_ms", 0}}),
                  Role::send, "source.drain_quiet_ms");
+  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8"})), Role::send, "security.allow_from");
+  expect_refused(with("security.allow_from", json::array()), Role::receive, "security.allow_from");
+  expect_refused(with("security.allow_from", "10.0.0.0/8"), Role::receive, "security.allow_from");
+  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8", "10.0.0.0/33"})), Role::receive,
+                 "security.allow_from[1]");
+  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8", 10})), Role::receive,
+                 "security.allow_from[1]");
+  expect_refused(with("security.allow_from", json(std::vector<std::string>(257, "10.0.0.0/8"))), Role::receive,
+                 "security.allow_from");
 }
 
 TEST(Config, PortRangeMustFitTheConnections) {
@@ -260,14 +269,19 @@ TEST(Config, GoldenConfigsFromTheOperator) {
       EXPECT_EQ(c.source.path, src.value("path", ""));
       EXPECT_EQ(c.source.endpoint, src.value("endpoint", ""));
     }
-    if (doc.contains("security")) {
-      const json& curve = doc["security"]["curve"];
+    const json sec = doc.value("security", json::object());
+    if (sec.contains("curve")) {
+      const json& curve = sec["curve"];
       EXPECT_EQ(c.security.secret_key_file, curve["secret_key_file"].get<std::string>());
       EXPECT_EQ(c.security.server_key_file, curve.value("server_key_file", ""));
       EXPECT_EQ(c.security.allowed_keys_file, curve.value("allowed_keys_file", ""));
       EXPECT_EQ(c.security.mode == SecurityConfig::Mode::authenticate, curve["mode"] == "authenticate");
     } else {
       EXPECT_FALSE(c.security.curve());
+    }
+    EXPECT_EQ(c.security.allow_from, sec.value("allow_from", std::vector<std::string>{}));
+    if (name.find("hostnetwork") != std::string::npos && name.find("relay") != std::string::npos) {
+      EXPECT_FALSE(c.security.allow_from.empty()) << name << ": a host-network gateway checks addresses";
     }
   }
   EXPECT_GE(files, 12) << "golden configurations in " << NUMASTREAM_GOLDEN;

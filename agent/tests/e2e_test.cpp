@@ -1050,5 +1050,66 @@ TEST(Spill, ASpillFilesystemThatFillsUpCountsWhatIsLostNamingThePath) {
             << std::endl;
 }
 
+
+// security.allow_from: a receiver admits connections only from the address blocks it lists,
+// checked before any key. A sender from elsewhere is refused at once and told why (with the right
+// key too), the receiver counts it (reason="address") and logs the address; a sender from a
+// listed address streams.
+TEST(EndToEnd, AllowFromAdmitsOnlyTheListedAddresses) {
+  std::string dir = temp_dir();
+  for (const char* name : {"gateway", "sender"}) {
+    Process k({kAgent, "keygen", "--out", dir + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir + "/allowed") << read_file(dir + "/sender.public");
+  const std::vector<std::string> curve_rx = {"--set", "security.curve.secret_key_file=" + dir + "/gateway.secret",
+                                             "--set", "security.curve.allowed_keys_file=" + dir + "/allowed"};
+  const std::vector<std::string> curve_tx = {"--set", "security.curve.secret_key_file=" + dir + "/sender.secret",
+                                             "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::string elsewhere = R"(security.allow_from=["192.0.2.0/24","2001:db8::/32"])";
+  for (bool curve : {false, true}) {
+    SCOPED_TRACE(curve ? "curve" : "plain");
+    int port = free_ports(1);
+    Process rx(receiver(port, 1, with({"--streams", "1", "--metrics-listen", "127.0.0.1:0", "--set", elsewhere},
+                                      curve ? curve_rx : std::vector<std::string>{})));
+    int rport = metrics_port(rx);
+    ASSERT_GT(rport, 0) << rx.err();
+    Process tx(sender(port, 1, with({"--chunks", "5"}, curve ? curve_tx : std::vector<std::string>{})));
+    EXPECT_EQ(tx.wait(20s), 1) << tx.err();
+    EXPECT_NE(tx.err().find("security.allow_from"), std::string::npos) << tx.err();
+    const std::string m = http_get(rport, "/metrics");
+    const std::string counted = "numastream_connections_rejected_total{role=\"receive\",reason=\"address\"} ";
+    const auto at = m.find(counted);
+    ASSERT_NE(at, std::string::npos) << m;
+    EXPECT_GE(std::stoi(m.substr(at + counted.size())), 1) << m;
+    EXPECT_NE(m.find("numastream_connections_rejected_total{role=\"receive\",reason=\"auth\"} 0"), std::string::npos)
+        << "an address refusal is not a key refusal\n" << m;
+    EXPECT_NE(rx.err().find("refused a connection from 127.0.0.1: not in security.allow_from"), std::string::npos)
+        << rx.err();
+    rx.signal(SIGKILL);
+    rx.wait(10s);
+  }
+  // Listed: the loopback block (and a bare address) admit the same senders.
+  for (bool curve : {false, true}) {
+    SCOPED_TRACE(curve ? "curve" : "plain");
+    int port = free_ports(1);
+    Process rx(receiver(port, 1, with({"--streams", "1", "--set", R"(security.allow_from=["192.0.2.0/24","127.0.0.0/8"])"},
+                                      curve ? curve_rx : std::vector<std::string>{})));
+    Process tx(sender(port, 1, with({"--chunks", "40"}, curve ? curve_tx : std::vector<std::string>{})));
+    ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+    ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+    json r = summary(rx);
+    EXPECT_EQ(r["chunks"], 40);
+    EXPECT_EQ(r["lost"], 0);
+    EXPECT_EQ(r["rejected_connections"]["address"], 0) << r.dump();
+    EXPECT_NE(rx.err().find("accepting connections only from 192.0.2.0/24, 127.0.0.0/8"), std::string::npos) << rx.err();
+  }
+}
+
+
 }  // namespace
 }  // namespace numastream::testing

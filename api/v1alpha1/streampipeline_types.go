@@ -368,6 +368,20 @@ type Security struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="rotateEvery must be at least 1m"
 	// +optional
 	RotateEvery *metav1.Duration `json:"rotateEvery,omitempty"`
+
+	// AllowFrom lists the address blocks (CIDR, e.g. "10.40.0.0/24", "fd00:40::/64") senders may
+	// connect from: each gateway refuses any other peer before its key is looked at. With
+	// hostNetwork, where no NetworkPolicy applies, the operator already admits each stream's own
+	// sender node (its data NIC's address and its InternalIP and ExternalIP) and nothing else;
+	// list here the addresses a sender's traffic comes from besides those (NAT, a second NIC).
+	// Without hostNetwork senders connect from their pods' addresses: list the data network's
+	// or the pod network's blocks. Empty: no address check beyond the NetworkPolicy.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="must be an address block in CIDR notation with no bits set past its prefix, e.g. 10.40.0.0/24"
+	// +listType=set
+	// +optional
+	AllowFrom []string `json:"allowFrom,omitempty"`
 }
 
 // SecurityMode is the pipeline's mode: curve unless spec.security says otherwise.

@@ -2,6 +2,8 @@ package render
 
 import (
 	"fmt"
+	"net/netip"
+	"sort"
 	"strconv"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
@@ -83,9 +85,11 @@ type StageConfig struct {
 	NUMA    string `json:"numa"`
 }
 
-// SecurityConfig holds the CURVE settings.
+// SecurityConfig holds the CURVE settings and, for a gateway, the addresses senders may
+// connect from.
 type SecurityConfig struct {
-	Curve CurveConfig `json:"curve"`
+	Curve     *CurveConfig `json:"curve,omitempty"`
+	AllowFrom []string     `json:"allow_from,omitempty"`
 }
 
 // CurveConfig names the key files the agent reads.
@@ -103,7 +107,7 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 	if n.Role != RoleGateway {
 		tx := agentConfig(in, n)
 		if in.KeysSecret != "" {
-			tx.Security = &SecurityConfig{Curve: CurveConfig{Mode: securityMode(in),
+			tx.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
 				SecretKeyFile: KeysMountPath + "/secret", ServerKeyFile: KeysMountPath + "/server.public"}}
 		}
 		return map[string]AgentConfig{configKey(n): tx}
@@ -111,8 +115,14 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 	relay := agentConfig(in, n)
 	relay.Relay = true
 	if in.KeysSecret != "" {
-		relay.Security = &SecurityConfig{Curve: CurveConfig{Mode: securityMode(in),
+		relay.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
 			SecretKeyFile: KeysMountPath + "/secret", AllowedKeysFile: KeysMountPath + "/allowed"}}
+	}
+	if allow := allowFrom(in, n.Stream); len(allow) > 0 {
+		if relay.Security == nil {
+			relay.Security = &SecurityConfig{}
+		}
+		relay.Security.AllowFrom = allow
 	}
 	relay.Sink = &SinkConfig{Kind: "zmq", Endpoint: RelaySocket}
 	relay.Placement.Stages = placedStages(n.Containers[0].Stages)
@@ -124,6 +134,31 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 	decompress.Placement.NICNUMANode = nil
 	decompress.Placement.Stages = placedStages(n.Containers[1].Stages)
 	return map[string]AgentConfig{relayKey(n): relay, configKey(n): decompress}
+}
+
+// allowFrom is where a gateway stream admits its sender from: spec.security.allowFrom and, with
+// host networking (no NetworkPolicy applies), the sender node's own addresses, one host each.
+// Sorted and without repeats, so the pod template changes only when the addresses do.
+func allowFrom(in Inputs, stream int) []string {
+	seen := map[string]bool{}
+	if sec := in.Pipeline.Spec.Security; sec != nil {
+		for _, b := range sec.AllowFrom {
+			seen[b] = true
+		}
+	}
+	if in.Pipeline.Spec.HostNetwork {
+		for _, a := range in.SenderAddresses[stream] {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				seen[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()).String()] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for b := range seen {
+		out = append(out, b)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // placedStages are the stages an agent pins (the source, send and sink threads follow the

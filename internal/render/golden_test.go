@@ -41,6 +41,10 @@ func goldenCases() map[string]*v1alpha1.StreamPipeline {
 			redeliver := int32(128)
 			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001, Redeliver: &redeliver}}
 		}),
+		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1alpha1.StreamPipeline) {
+			sp.Spec.HostNetwork = true
+			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone, AllowFrom: []string{"10.50.0.0/16"}}
+		}),
 		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Codec = v1alpha1.Codec("shuffle-lz4")
 			idle := int32(120)

@@ -108,6 +108,10 @@ type Inputs struct {
 	// reported them (network-status). Senders of a stream with an attachment dial that address;
 	// until it is known (or given as spec.gateway.network.address) they are not created.
 	DataAddresses map[int]string
+	// SenderAddresses are each stream's sender node's addresses (its NICs' as the node daemon
+	// published them, its InternalIP and ExternalIP): with host networking its gateway admits
+	// connections only from them (and spec.security.allowFrom).
+	SenderAddresses map[int][]string
 }
 
 // Objects is everything one pipeline owns.

@@ -129,9 +129,15 @@ func inputsFor(t *testing.T, sp *v1alpha1.StreamPipeline) Inputs {
 		t.Fatal(err)
 	}
 	// Each gateway pod's address on the data network, as Multus reports it once the pod runs.
-	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{}, Roots: testRoots()}
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), DataAddresses: map[int]string{}, Roots: testRoots(),
+		SenderAddresses: map[int][]string{}}
 	for i := range sp.Spec.Senders {
 		in.DataAddresses[i] = fmt.Sprintf("10.215.0.%d", 100+i)
+		// The sender node's data NIC and InternalIP, as the operator reads them from the node.
+		in.SenderAddresses[i] = []string{fmt.Sprintf("10.40.0.%d", 20+i), fmt.Sprintf("192.168.7.%d", 20+i)}
+	}
+	if sp.Spec.HostNetwork {
+		in.GatewayAddress = "10.40.0.7"
 	}
 	if sp.Spec.SecurityMode() != v1alpha1.SecurityNone {
 		in.KeysSecret, in.KeysHash = sp.Name+"-curve-keys", "k1"
@@ -866,6 +872,9 @@ func TestAgentPodsPassPodSecurityRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, sp := range goldenCases() {
+		if sp.Spec.HostNetwork {
+			continue // below
+		}
 		objs, _ := renderFor(t, sp)
 		for _, j := range objs.Jobs {
 			pod := j.Spec.Template
@@ -1003,6 +1012,57 @@ func TestStream2SinkIsReachableThroughTheGatewayService(t *testing.T) {
 	for key, cfg := range objs.ConfigMap.Data {
 		if strings.HasPrefix(key, "gateway-0.json") && !strings.Contains(cfg, `"endpoint": "tcp://*:31001"`) {
 			t.Errorf("%s does not bind the stream2 sink on port 31001:\n%s", key, cfg)
+		}
+	}
+}
+
+// With host networking no NetworkPolicy applies: each gateway stream admits connections only
+// from its own sender node's addresses and spec.security.allowFrom; another stream's sender is
+// not admitted. Without host networking only spec.security.allowFrom is checked.
+func TestHostNetworkGatewaysAdmitOnlyTheirOwnSender(t *testing.T) {
+	relayConfig := func(objs Objects, stream int) AgentConfig {
+		t.Helper()
+		var cfg AgentConfig
+		if err := json.Unmarshal([]byte(objs.ConfigMap.Data[fmt.Sprintf("gateway-%d-relay.json", stream)]), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	hostNet := func(sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }
+	allow := func(sp *v1alpha1.StreamPipeline) {
+		if sp.Spec.Security == nil {
+			sp.Spec.Security = &v1alpha1.Security{}
+		}
+		sp.Spec.Security.AllowFrom = []string{"10.50.0.0/16", "fd00:50::/64"}
+	}
+	objs, _ := renderFor(t, pipeline("tomo", withStreams(2), hostNet, allow))
+	for stream, want := range map[int][]string{
+		0: {"10.40.0.20/32", "10.50.0.0/16", "192.168.7.20/32", "fd00:50::/64"},
+		1: {"10.40.0.21/32", "10.50.0.0/16", "192.168.7.21/32", "fd00:50::/64"},
+	} {
+		cfg := relayConfig(objs, stream)
+		if cfg.Security == nil || cfg.Security.Curve == nil || !reflect.DeepEqual(cfg.Security.AllowFrom, want) {
+			t.Errorf("stream %d relay security %+v, want curve and allow_from %v", stream, cfg.Security, want)
+		}
+	}
+	objs, _ = renderFor(t, pipeline("tomo", hostNet, func(sp *v1alpha1.StreamPipeline) {
+		sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+	}))
+	if cfg := relayConfig(objs, 0); cfg.Security == nil || cfg.Security.Curve != nil ||
+		!reflect.DeepEqual(cfg.Security.AllowFrom, []string{"10.40.0.20/32", "192.168.7.20/32"}) {
+		t.Errorf("plain host-network relay security %+v, want no curve and its sender's two addresses", cfg.Security)
+	}
+	objs, _ = renderFor(t, pipeline("tomo", allow))
+	if cfg := relayConfig(objs, 0); !reflect.DeepEqual(cfg.Security.AllowFrom, []string{"10.50.0.0/16", "fd00:50::/64"}) {
+		t.Errorf("pod-network relay allow_from %v, want only spec.security.allowFrom", cfg.Security.AllowFrom)
+	}
+	objs, _ = renderFor(t, pipeline("tomo"))
+	if cfg := relayConfig(objs, 0); cfg.Security.AllowFrom != nil {
+		t.Errorf("pod-network relay without allowFrom checks addresses: %v", cfg.Security.AllowFrom)
+	}
+	for key, text := range objs.ConfigMap.Data {
+		if strings.Contains(key, "sender") && strings.Contains(text, "allow_from") {
+			t.Errorf("%s: a sender has no allow_from", key)
 		}
 	}
 }

@@ -1,5 +1,6 @@
 #include "config/config.hpp"
 
+#include "base/address.hpp"
 #include "base/files.hpp"
 #include "codec/dtype.hpp"
 
@@ -405,6 +406,22 @@ Config parse_config(const json& doc, Role role) {
         cf.forbid("server_key_file", "only used by send (the receiver's public key)");
       }
       cf.finish();
+    }
+    if (const json* af = secf.raw("allow_from")) {
+      if (send) throw ConfigError(secf.path("allow_from"), "only used by receive (the addresses senders connect from)");
+      if (!af->is_array() || af->empty() || af->size() > 256) {
+        throw ConfigError(secf.path("allow_from"), "must be a list of 1 to 256 address blocks (got " + show(*af) + ")");
+      }
+      for (std::size_t i = 0; i < af->size(); ++i) {
+        const std::string at = secf.path("allow_from") + "[" + std::to_string(i) + "]";
+        if (!(*af)[i].is_string()) throw ConfigError(at, "must be a string (got " + show((*af)[i]) + ")");
+        try {
+          AddressBlocks::parse({(*af)[i].get<std::string>()});
+        } catch (const std::invalid_argument& e) {
+          throw ConfigError(at, e.what());
+        }
+        c.security.allow_from.push_back((*af)[i].get<std::string>());
+      }
     }
     secf.finish();
   }

@@ -85,6 +85,10 @@ struct SecurityConfig {
   // PLAIN with a token both ends derive from them); frames travel unencrypted, at no cost per byte.
   enum class Mode { encrypt, authenticate } mode = Mode::encrypt;
   bool curve() const { return !secret_key_file.empty(); }
+  // receive: the address blocks (CIDR) senders may connect from, checked before any key (with
+  // or without curve); empty = any address. Where no NetworkPolicy applies (host networking)
+  // the operator lists the senders' nodes.
+  std::vector<std::string> allow_from;
 };
 
 struct Config {

@@ -140,8 +140,13 @@ void AckedLink::check_aborted() const {
 // A receiver that refuses this sender will refuse it again: fail at once, saying why.
 void AckedLink::check_handshake() const {
   if (mon_->auth_failures() > 0) {
-    throw std::runtime_error(describe() + ": the receiver refused this sender's key; add its public key " +
-                             opts_.curve_public + " to the receiver's allowed keys");
+    if (opts_.curve_public.empty()) {
+      throw std::runtime_error(describe() + ": the receiver refused the address this sender connects from; add it "
+                                            "to the receiver's security.allow_from");
+    }
+    throw std::runtime_error(describe() + ": the receiver refused this sender's key (or the address it connects "
+                                          "from); add its public key " + opts_.curve_public +
+                             " to the receiver's allowed keys (or its address to security.allow_from)");
   }
   if (mon_->protocol_failures() > 0) {
     throw std::runtime_error(describe() + ": the handshake with the receiver failed: " +

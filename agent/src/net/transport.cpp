@@ -291,8 +291,17 @@ void plain_server(Socket& sock) {
   }
 }
 
-ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed, std::string server_secret)
-    : rep_(ctx, ZMQ_REP), allowed_(std::move(allowed)), server_secret_(std::move(server_secret)) {
+void address_checked_server(Socket& sock) {
+  if (zmq_setsockopt(sock.get(), ZMQ_ZAP_DOMAIN, "numastream", 10) != 0) fail("address-checked server");
+}
+
+ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed, std::string server_secret,
+                                   AddressBlocks allow_from, std::function<void(const std::string&)> on_address_refused)
+    : rep_(ctx, ZMQ_REP),
+      allowed_(std::move(allowed)),
+      server_secret_(std::move(server_secret)),
+      allow_from_(std::move(allow_from)),
+      on_address_refused_(std::move(on_address_refused)) {
   rep_.set_int(ZMQ_LINGER, 0);
   rep_.bind("inproc://zeromq.zap.01");
   thread_ = std::thread([this] { serve(); });
@@ -303,11 +312,37 @@ ZapAuthenticator::~ZapAuthenticator() {
   if (thread_.joinable()) thread_.join();
 }
 
+// Request: version, request id, domain, address, routing id, mechanism, credentials...
+ZapAuthenticator::Verdict ZapAuthenticator::judge(const std::vector<std::string>& parts) const {
+  if (parts.size() < 6 || parts[0] != "1.0") return Verdict::key;
+  if (parts[2] != "numastream") return Verdict::accepted;  // a socket without our check (a Stream V2 sink's)
+  if (!allow_from_.empty() && !allow_from_.contains(parts[3])) return Verdict::address;
+  const std::string& mechanism = parts[5];
+  if (allowed_.empty() && server_secret_.empty()) {  // no keys: the address was the check
+    return mechanism == "NULL" ? Verdict::accepted : Verdict::key;
+  }
+  if (mechanism == "CURVE" && parts.size() >= 7 && parts[6].size() == 32) {
+    char z85[41];
+    if (!zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(parts[6].data()), 32)) return Verdict::key;
+    return allowed_.count(z85) > 0 ? Verdict::accepted : Verdict::key;
+  }
+  if (mechanism == "PLAIN" && parts.size() >= 8 && !server_secret_.empty() && allowed_.count(parts[6]) > 0) {
+    // Username: the sender's public key; password: the token only its key pair can derive.
+    try {
+      const std::string want = pair_token(server_secret_, parts[6]);
+      const bool match = parts[7].size() == want.size() && sodium_memcmp(parts[7].data(), want.data(), want.size()) == 0;
+      return match ? Verdict::accepted : Verdict::key;
+    } catch (const std::invalid_argument&) {
+      return Verdict::key;
+    }
+  }
+  return Verdict::key;
+}
+
 void ZapAuthenticator::serve() {
   while (!stop_) {
     zmq_pollitem_t item{rep_.get(), 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, 100) <= 0) continue;
-    // Request: version, request id, domain, address, routing id, mechanism, credentials...
     std::vector<std::string> parts;
     while (true) {
       zmq_msg_t m;
@@ -321,25 +356,18 @@ void ZapAuthenticator::serve() {
       zmq_msg_close(&m);
       if (!more) break;
     }
-    bool ok = false;
-    if (parts.size() >= 7 && parts[0] == "1.0" && parts[5] == "CURVE" && parts[6].size() == 32) {
-      char z85[41];
-      if (zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(parts[6].data()), 32)) {
-        ok = allowed_.count(z85) > 0;
-      }
-    } else if (parts.size() >= 8 && parts[0] == "1.0" && parts[5] == "PLAIN" && !server_secret_.empty() &&
-               allowed_.count(parts[6]) > 0) {
-      // Username: the sender's public key; password: the token only its key pair can derive.
-      try {
-        const std::string want = pair_token(server_secret_, parts[6]);
-        ok = parts[7].size() == want.size() && sodium_memcmp(parts[7].data(), want.data(), want.size()) == 0;
-      } catch (const std::invalid_argument&) {
-        ok = false;
-      }
+    const Verdict v = judge(parts);
+    const bool ok = v == Verdict::accepted;
+    if (ok) {
+      accepted_++;
+    } else if (v == Verdict::address) {
+      if (refused_address_++ < 3 && on_address_refused_) on_address_refused_(parts[3]);
+    } else {
+      refused_++;
     }
-    (ok ? accepted_ : refused_)++;
     const std::string id = parts.size() > 1 ? parts[1] : "";
-    const std::string reply[] = {"1.0", id, ok ? "200" : "400", ok ? "OK" : "key not allowed", "", ""};
+    const std::string reply[] = {"1.0", id, ok ? "200" : "400",
+                                 ok ? "OK" : v == Verdict::address ? "address not allowed" : "key not allowed", "", ""};
     for (std::size_t i = 0; i < 6; ++i) {
       zmq_send(rep_.get(), reply[i].data(), reply[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
     }

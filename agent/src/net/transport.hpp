@@ -2,14 +2,17 @@
 // sender when its receiver goes away.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <span>
-#include <atomic>
+#include <functional>
 #include <set>
+#include <span>
 #include <thread>
 #include <string>
 #include <vector>
+
+#include "base/address.hpp"
 
 namespace numastream::zmq {
 
@@ -141,22 +144,36 @@ void plain_server(Socket& sock);
 // Decides which clients a context's listening sockets accept (the ZAP protocol, RFC 27): only
 // the listed public keys, proven by CURVE or, in authenticate mode, by a PLAIN pair token
 // checked against `server_secret`. Runs a thread until destroyed; destroy it before the context.
+// A listening socket without keys whose peers' addresses the ZapAuthenticator checks.
+void address_checked_server(Socket& sock);
+
+// Answers ZeroMQ's authentication requests (ZAP) for the sockets above: a peer must connect from
+// an address in allow_from (when it is not empty) and, on a CURVE or PLAIN socket, prove one of
+// the allowed keys. A socket with no such check (another domain) is not its business.
 class ZapAuthenticator {
  public:
-  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys, std::string server_secret = "");
+  // allowed_public_keys empty and no server_secret: the sockets have no keys (NULL mechanism),
+  // only the address is checked. on_address_refused hears each peer refused for its address.
+  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys, std::string server_secret = "",
+                   AddressBlocks allow_from = {}, std::function<void(const std::string&)> on_address_refused = {});
   ~ZapAuthenticator();
   ZapAuthenticator(const ZapAuthenticator&) = delete;
   ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
   std::uint64_t accepted() const noexcept { return accepted_.load(); }
-  std::uint64_t refused() const noexcept { return refused_.load(); }
+  std::uint64_t refused() const noexcept { return refused_.load(); }  // for a key
+  std::uint64_t refused_address() const noexcept { return refused_address_.load(); }
 
  private:
+  enum class Verdict { accepted, key, address };
+  Verdict judge(const std::vector<std::string>& parts) const;
   void serve();
   Socket rep_;
   std::set<std::string> allowed_;
   std::string server_secret_;
+  AddressBlocks allow_from_;
+  std::function<void(const std::string&)> on_address_refused_;
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> accepted_{0}, refused_{0};
+  std::atomic<std::uint64_t> accepted_{0}, refused_{0}, refused_address_{0};
   std::thread thread_;
 };
 

@@ -112,7 +112,10 @@ class Receiver {
   std::atomic<std::uint64_t> gap_frames_{0};
   std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
   std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
-  std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication
+  std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication (key or address)
+  std::uint64_t zap_refused_key_ = 0, zap_refused_address_ = 0;  // its counts, once it has gone
+  std::uint64_t refused_key() const { return zap_ ? zap_->refused() : zap_refused_key_; }
+  std::uint64_t refused_address() const { return zap_ ? zap_->refused_address() : zap_refused_address_; }
   std::atomic<std::uint64_t> accepted_{0};            // connections accepted on the data ports
   std::atomic<std::uint64_t> opened_{0};              // of them, those that opened a stream
   std::atomic<bool> processing_done_{false};   // sink side finished: last acknowledgements out
@@ -200,6 +203,8 @@ void Receiver::receive_loop(StageThread& t) {
     zmq::plain_server(sock);
   } else if (curve_) {
     zmq::curve_server(sock, curve_->secret_key);
+  } else if (!cfg_.security.allow_from.empty()) {
+    zmq::address_checked_server(sock);
   }
   // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
   sock.set_int64(ZMQ_MAXMSGSIZE,
@@ -245,7 +250,7 @@ void Receiver::receive_loop(StageThread& t) {
       }
       if (mon.auth_failures() > before_auth) {
         if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
-          log_line("connection " + std::to_string(index) + ": refused a peer whose key is not allowed");
+          log_line("connection " + std::to_string(index) + ": refused a peer whose key or address is not allowed");
         }
       }
     }
@@ -670,11 +675,13 @@ std::string Receiver::metrics_text() {
   out += "# TYPE numastream_acks_sent_total counter\n";
   metric(out, "numastream_acks_sent_total", r, static_cast<double>(acks_sent_.load()));
   out += "# HELP numastream_connections_rejected_total Connections dropped before any frame: not a "
-         "ZeroMQ peer (handshake) or a key that is not allowed (auth).\n"
+         "ZeroMQ peer (handshake), a key that is not allowed (auth), an address outside "
+         "security.allow_from (address).\n"
          "# TYPE numastream_connections_rejected_total counter\n";
   metric(out, "numastream_connections_rejected_total", r + ",reason=\"handshake\"",
          static_cast<double>(rejected_handshake_.load()));
-  metric(out, "numastream_connections_rejected_total", r + ",reason=\"auth\"", static_cast<double>(rejected_auth_.load()));
+  metric(out, "numastream_connections_rejected_total", r + ",reason=\"auth\"", static_cast<double>(refused_key()));
+  metric(out, "numastream_connections_rejected_total", r + ",reason=\"address\"", static_cast<double>(refused_address()));
   out += "# HELP numastream_connections_accepted_total Connections accepted on the data ports.\n"
          "# TYPE numastream_connections_accepted_total counter\n";
   metric(out, "numastream_connections_accepted_total", r, static_cast<double>(accepted_.load()));
@@ -783,11 +790,24 @@ RunResult Receiver::run(const RunHooks& hooks) {
           [this] { return rt_.aborted(); });
       break;
   }
-  if (curve_) {
-    zap_ = std::make_unique<zmq::ZapAuthenticator>(*ctx_, curve_->allowed,
-                                                   curve_->authenticate_only ? curve_->secret_key : "");
-    log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)" : "CURVE") +
-             ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
+  if (curve_ || !cfg_.security.allow_from.empty()) {
+    const AddressBlocks allow_from = AddressBlocks::parse(cfg_.security.allow_from);
+    zap_ = std::make_unique<zmq::ZapAuthenticator>(
+        *ctx_, curve_ ? curve_->allowed : std::set<std::string>{},
+        curve_ && curve_->authenticate_only ? curve_->secret_key : "", allow_from,
+        [](const std::string& address) {
+          log_line("refused a connection from " + (address.empty() ? std::string("an unknown address") : address) +
+                   ": not in security.allow_from");
+        });
+    if (curve_) {
+      log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)" : "CURVE") +
+               ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
+    }
+    if (!allow_from.empty()) {
+      std::string blocks;
+      for (const auto& b : cfg_.security.allow_from) blocks += (blocks.empty() ? "" : ", ") + b;
+      log_line("accepting connections only from " + blocks);
+    }
   }
   if (spares_ > 0) {
     adaptive::Limits limits;
@@ -904,6 +924,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
       log_line(std::string(sink_->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
     }
   }
+  server.reset();  // nothing reads metrics_text() once the authenticator goes
+  if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
   zap_.reset();
   ctx_.reset();
 
@@ -931,7 +953,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"acks_sent", acks_sent_.load()},
                     {"resumes", resumes_.load()},
                     {"dropped_before_resume", unannounced_.load()},
-                    {"rejected_connections", {{"handshake", rejected_handshake_.load()}, {"auth", rejected_auth_.load()}}},
+                    {"rejected_connections",
+                     {{"handshake", rejected_handshake_.load()}, {"auth", refused_key()}, {"address", refused_address()}}},
                     // Connections that never opened a stream (no resume frame): noise, scanners,
                     // other protocols, refused keys.
                     {"connections_accepted", accepted_.load()},
