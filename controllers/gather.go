@@ -138,13 +138,14 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.S
 		return t, nil, nil
 	}
 	f.senderAddresses = map[int][]string{}
+	ids := sp.StreamIDs()
 	for i, s := range sp.Spec.Senders {
 		t, refused, err := read(s.Node)
 		if refused != nil || err != nil {
 			return refused, err
 		}
 		f.senders = append(f.senders, t)
-		f.senderAddresses[i] = addresses[s.Node]
+		f.senderAddresses[ids[i]] = addresses[s.Node]
 	}
 	gw, refused, err := read(sp.Spec.Gateway.Node)
 	f.gateway = gw
@@ -393,6 +394,7 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 		ChunkBytes:  sp.Spec.ChunkBytes,
 		PassThrough: passThrough(sp),
 		Encrypt:     sp.Spec.SecurityMode() == v1alpha1.SecurityCurve,
+		StreamIDs:   sp.StreamIDs(),
 	}
 	if sp.Spec.Placement == v1alpha1.PlacementOS {
 		req.Mode = planner.OS

@@ -57,8 +57,8 @@ func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.S
 		name, managed = sp.Name+"-curve-keys", true
 	}
 	pairs := [][2]string{{render.GatewaySecretKey, render.GatewayPublicKey}}
-	for i := range sp.Spec.Senders {
-		pairs = append(pairs, [2]string{render.SenderSecretKey(i), render.SenderPublicKey(i)})
+	for _, stream := range sp.StreamIDs() {
+		pairs = append(pairs, [2]string{render.SenderSecretKey(stream), render.SenderPublicKey(stream)})
 	}
 	reader := r.APIReader
 	if reader == nil {

@@ -117,6 +117,16 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}()
 	sp.Status.Streams = int32(len(sp.Spec.Senders))
+	sp.AssignStreams()
+	if !equality.Semantic.DeepEqual(before.Status.Senders, sp.Status.Senders) || before.Status.NextStream != sp.Status.NextStream {
+		// New stream ids are recorded before anything is named after them, and only on the
+		// latest pipeline: a reconcile of a stale copy fails here (conflict) and runs again,
+		// so no Job, key or file ever gets an id another sender had.
+		if err := r.Status().Patch(ctx, sp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, err
+		}
+		before = sp.DeepCopy()
+	}
 
 	f, err := r.gather(ctx, sp)
 	if err != nil {
@@ -201,7 +211,7 @@ func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.St
 		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
 	}
 	sp.Status.Endpoints = nil
-	for stream := range len(sp.Spec.Senders) {
+	for _, stream := range sp.StreamIDs() {
 		if ep, ok := objs.Endpoints[stream]; ok {
 			sp.Status.Endpoints = append(sp.Status.Endpoints, v1alpha1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
 		}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -907,20 +908,18 @@ func TestSuspendStopsTheAgents(t *testing.T) {
 	})
 }
 
-func TestRemovedSenderRemovesItsJob(t *testing.T) {
+// A stream's identity is its sender, not its position in spec.senders (a GitOps edit removes or
+// reorders them): removing the first sender removes its stream's Jobs and keys; the other keeps
+// its stream id, Job names, keys and source (nothing of one detector goes into another's stream);
+// a sender added later gets an id no sender had.
+func TestRemovingTheFirstSenderKeepsTheOtherStream(t *testing.T) {
 	gatewayAndSenders(t, "lynx-5")
 	ns := namespace(t)
 	sp := pipeline(ns, "shrink", withGateway("lynx-5"), withSenders("updraft-1", "updraft-2"))
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "4 jobs", func() (bool, string) {
-		var jobs batchv1.JobList
-		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
-		return len(jobs.Items) == 4, fmt.Sprint(len(jobs.Items))
-	})
-	updateSpec(t, sp, withSenders("updraft-1"))
-	eventually(t, "stream 1's jobs gone", func() (bool, string) {
+	jobsNow := func() []string {
 		var jobs batchv1.JobList
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
 		names := []string{}
@@ -929,8 +928,68 @@ func TestRemovedSenderRemovesItsJob(t *testing.T) {
 				names = append(names, j.Name)
 			}
 		}
-		return len(names) == 2, strings.Join(names, ",")
+		sort.Strings(names)
+		return names
+	}
+	waitJobs := func(want ...string) {
+		t.Helper()
+		eventually(t, strings.Join(want, ","), func() (bool, string) {
+			got := jobsNow()
+			return slices.Equal(got, want), strings.Join(got, ",")
+		})
+	}
+	waitJobs("shrink-gateway-0", "shrink-gateway-1", "shrink-sender-0", "shrink-sender-1")
+	updateSpec(t, sp, withSenders("updraft-2"))
+	waitJobs("shrink-gateway-1", "shrink-sender-1")
+	senderConfig := func(stream int) render.AgentConfig {
+		t.Helper()
+		var cfg render.AgentConfig
+		eventually(t, "the sender's configuration", func() (bool, string) {
+			cm := &corev1.ConfigMap{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shrink-agent"}, cm); err != nil {
+				return false, err.Error()
+			}
+			text := cm.Data[fmt.Sprintf("sender-%d.json", stream)]
+			keys := []string{}
+			for k := range cm.Data {
+				keys = append(keys, k)
+			}
+			return json.Unmarshal([]byte(text), &cfg) == nil && cfg.StreamID != nil && *cfg.StreamID == stream, strings.Join(keys, ",") + ": " + text
+		})
+		return cfg
+	}
+	senderConfig(1)
+	job := &batchv1.Job{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shrink-sender-1"}, job); err != nil {
+		t.Fatal(err)
+	}
+	if node := job.Spec.Template.Spec.NodeSelector[corev1.LabelHostname]; node != "updraft-2" {
+		t.Errorf("stream 1's sender runs on %s, want updraft-2 (its own detector)", node)
+	}
+	cur := &v1alpha1.StreamPipeline{}
+	eventually(t, "status names the remaining stream", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return reflect.DeepEqual(cur.Status.Senders, []v1alpha1.SenderStream{{Node: "updraft-2", Stream: 1}}) && cur.Status.NextStream == 2,
+			fmt.Sprintf("%+v next %d", cur.Status.Senders, cur.Status.NextStream)
 	})
+	sec := &corev1.Secret{}
+	eventually(t, "keys of stream 1 only", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shrink-curve-keys"}, sec); err != nil {
+			return false, err.Error()
+		}
+		_, has1 := sec.Data[render.SenderPublicKey(1)]
+		return has1, fmt.Sprint(len(sec.Data))
+	})
+	// A sender added now gets stream 2, never 0: stream 0's files and keys were another detector's.
+	updateSpec(t, sp, withSenders("polaris-1", "updraft-2"))
+	waitJobs("shrink-gateway-1", "shrink-gateway-2", "shrink-sender-1", "shrink-sender-2")
+	senderConfig(2)
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shrink-sender-2"}, job); err != nil {
+		t.Fatal(err)
+	}
+	if node := job.Spec.Template.Spec.NodeSelector[corev1.LabelHostname]; node != "polaris-1" {
+		t.Errorf("stream 2's sender runs on %s, want polaris-1", node)
+	}
 }
 
 // The samples in config/samples are valid StreamPipelines (the API server's own validation).

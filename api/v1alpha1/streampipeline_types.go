@@ -618,6 +618,59 @@ type Observed struct {
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
 }
 
+// SenderStream is one sender's stream id.
+type SenderStream struct {
+	// Node is the sender's node (its key in spec.senders).
+	Node string `json:"node"`
+	// Stream is its stream id.
+	// +kubebuilder:validation:Minimum=0
+	Stream int32 `json:"stream"`
+}
+
+// StreamIDs are the senders' stream ids in spec order: each keeps the id status.senders gave
+// it; a sender without one gets the next id no sender had (status.nextStream, and past every id
+// given), in spec order. A new pipeline's senders get 0, 1, 2, ...
+func (sp *StreamPipeline) StreamIDs() []int {
+	given := map[string]int{}
+	next := int(sp.Status.NextStream)
+	for _, s := range sp.Status.Senders {
+		given[s.Node] = int(s.Stream)
+		next = max(next, int(s.Stream)+1)
+	}
+	ids := make([]int, len(sp.Spec.Senders))
+	for i, s := range sp.Spec.Senders {
+		if id, ok := given[s.Node]; ok {
+			ids[i] = id
+		} else {
+			ids[i] = next
+			next++
+		}
+	}
+	return ids
+}
+
+// AssignStreams records StreamIDs in status: the ids of the current senders, and the next id.
+func (sp *StreamPipeline) AssignStreams() {
+	ids := sp.StreamIDs()
+	next := int(sp.Status.NextStream)
+	sp.Status.Senders = make([]SenderStream, len(ids))
+	for i, id := range ids {
+		sp.Status.Senders[i] = SenderStream{Node: sp.Spec.Senders[i].Node, Stream: int32(id)}
+		next = max(next, id+1)
+	}
+	sp.Status.NextStream = int32(next)
+}
+
+// SenderOfStream is the index in spec.senders of the sender with stream id, or -1.
+func (sp *StreamPipeline) SenderOfStream(id int) int {
+	for i, s := range sp.StreamIDs() {
+		if s == id {
+			return i
+		}
+	}
+	return -1
+}
+
 // StreamPipelineStatus is what the operator observed and decided.
 type StreamPipelineStatus struct {
 	// ObservedGeneration is the generation the status describes.
@@ -632,6 +685,17 @@ type StreamPipelineStatus struct {
 	// Streams is the number of streams (senders).
 	// +optional
 	Streams int32 `json:"streams,omitempty"`
+	// Senders gives each sender its stream id for the pipeline's life: the id names its stream's
+	// Jobs, keys and files ({stream} in sink paths). Removing or reordering senders never
+	// renumbers the others, and a new sender gets an id no earlier sender had (NextStream).
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Senders []SenderStream `json:"senders,omitempty"`
+	// NextStream is the id the next new sender gets.
+	// +optional
+	NextStream int32 `json:"nextStream,omitempty"`
 	// PredictedGbps is the predicted raw rate of all streams, for display.
 	// +optional
 	PredictedGbps string `json:"predictedGbps,omitempty"`

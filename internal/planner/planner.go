@@ -89,6 +89,9 @@ type Request struct {
 	// Topology Manager refused a gateway pod, the operator plans with fewer than it asked for
 	// (0: no cap).
 	ReceiveCoresLimit int
+	// StreamIDs are the senders' stream ids, in order (nil: 0, 1, 2, ...). A stream's id names
+	// its plan entries; its position only decides its ports.
+	StreamIDs []int
 	// Encrypt: every data connection is encrypted (CURVE). The sender budgets cores for
 	// encrypting what it sends, and each receiving core also decrypts what it receives.
 	// (authenticate mode costs nothing per byte: leave it false.)
@@ -107,7 +110,7 @@ type Stage struct {
 type NodePlan struct {
 	Node   string
 	Role   string // "sender" or "gateway"
-	Stream int
+	Stream int    // the stream's id (Request.StreamIDs)
 	CPUs   int
 	Port   int // gateway: first data port of this stream
 	Stages []Stage
@@ -183,6 +186,15 @@ func Make(r Request) (Plan, error) {
 		return Plan{}, &topology.MissingLabelError{Node: gw.Name, Label: topology.NICSpeedLabel(nic.Name), Why: "the gateway NIC's speed bounds every stream"}
 	}
 	streams := len(r.Senders)
+	if r.StreamIDs != nil && len(r.StreamIDs) != streams {
+		return Plan{}, refuse("%d stream ids for %d senders", len(r.StreamIDs), streams)
+	}
+	id := func(i int) int {
+		if r.StreamIDs == nil {
+			return i
+		}
+		return r.StreamIDs[i]
+	}
 	free := map[int]int{}
 	for _, nn := range gw.NUMANodes {
 		free[nn.ID] = nn.CPUs - r.Held[nn.ID]
@@ -329,7 +341,7 @@ func Make(r Request) (Plan, error) {
 			st[StageTarget] = r.TargetMbit
 		}
 		rate, neck := slowest(st)
-		plan.Streams = append(plan.Streams, StreamPrediction{Stream: i, RateMbit: rate, Bottleneck: neck, Stages: st})
+		plan.Streams = append(plan.Streams, StreamPrediction{Stream: id(i), RateMbit: rate, Bottleneck: neck, Stages: st})
 		plan.TotalMbit += rate
 		if rate < plan.RateMbit {
 			plan.RateMbit, plan.Bottleneck = rate, neck
@@ -343,7 +355,7 @@ func Make(r Request) (Plan, error) {
 			stages = append(stages, Stage{Name: StageEncrypt, Threads: sides[i].cipher, NUMA: "any", RateMbit: sides[i].encrypt})
 		}
 		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: s.Name, Role: "sender", Stream: i, CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher,
+			Node: s.Name, Role: "sender", Stream: id(i), CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher,
 			Stages: stages,
 		})
 	}
@@ -356,7 +368,7 @@ func Make(r Request) (Plan, error) {
 			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: "any"})
 		}
 		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: gw.Name, Role: "gateway", Stream: i, CPUs: conns + decompress + sinkCores,
+			Node: gw.Name, Role: "gateway", Stream: id(i), CPUs: conns + decompress + sinkCores,
 			Port: r.Port + i*conns, Stages: stages,
 		})
 	}

@@ -206,7 +206,7 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		stream := n.Stream
 		cfg.Endpoint = senderEndpoint(in, n)
 		cfg.StreamID = &stream
-		cfg.Source = sourceConfig(sp.Spec.Senders[n.Stream].Source)
+		cfg.Source = sourceConfig(sp.Spec.Senders[sp.SenderOfStream(n.Stream)].Source)
 		cfg.StateDir = StateMountPath
 		if sp.Spec.Spill != nil {
 			// A root is shared: each pipeline object spills under its own part of it, so that the

@@ -630,7 +630,7 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 		vols = append(vols, keysVolume(in.KeysSecret, n))
 	}
 	if n.Role == RoleSender {
-		vols = append(vols, claim("state", storage.StateClaimName(sp, sp.Spec.Senders[n.Stream].Node), false))
+		vols = append(vols, claim("state", storage.StateClaimName(sp, n.Node), false))
 		if s := sp.Spec.Spill; s != nil && s.Root == "" {
 			limit := resource.NewQuantity(s.MaxBytes, resource.BinarySI)
 			vols = append(vols, corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: limit}}})
@@ -659,6 +659,3 @@ func podUses(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []storage.Use {
 	return out
 }
 
-func senderSource(sp *v1alpha1.StreamPipeline, stream int) v1alpha1.Source {
-	return sp.Spec.Senders[stream].Source
-}

@@ -62,16 +62,17 @@ type Use struct {
 // Uses lists every place the pipeline's pods read or write, senders first.
 func Uses(sp *v1alpha1.StreamPipeline) []Use {
 	var uses []Use
+	ids := sp.StreamIDs()
 	for i, s := range sp.Spec.Senders {
 		field := fmt.Sprintf("spec.senders[%d].source", i)
 		if f := s.Source.File; f != nil {
-			uses = append(uses, Use{Field: field + ".file", Role: RoleSender, Node: s.Node, Stream: i, Root: f.Root, Claim: f.Claim, Path: f.Path, ReadOnly: true})
+			uses = append(uses, Use{Field: field + ".file", Role: RoleSender, Node: s.Node, Stream: ids[i], Root: f.Root, Claim: f.Claim, Path: f.Path, ReadOnly: true})
 		}
 		if h := s.Source.HDF5; h != nil {
-			uses = append(uses, Use{Field: field + ".hdf5", Role: RoleSender, Node: s.Node, Stream: i, Root: h.Root, Claim: h.Claim, Path: h.Path, ReadOnly: true})
+			uses = append(uses, Use{Field: field + ".hdf5", Role: RoleSender, Node: s.Node, Stream: ids[i], Root: h.Root, Claim: h.Claim, Path: h.Path, ReadOnly: true})
 		}
 		if sp.Spec.Spill != nil && sp.Spec.Spill.Root != "" {
-			uses = append(uses, Use{Field: "spec.spill", Role: RoleSender, Node: s.Node, Stream: i, Root: sp.Spec.Spill.Root, Path: sp.Spec.Spill.Path, Spill: true})
+			uses = append(uses, Use{Field: "spec.spill", Role: RoleSender, Node: s.Node, Stream: ids[i], Root: sp.Spec.Spill.Root, Path: sp.Spec.Spill.Path, Spill: true})
 		}
 	}
 	if k := sp.Spec.Sink; k != nil {
@@ -169,7 +170,7 @@ func Writes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot)
 		case sp.Spec.Sink.HDF5 != nil && seriesSink(sp):
 			patterns = []string{seriesPattern(base)}
 		default:
-			for stream := range len(sp.Spec.Senders) {
+			for _, stream := range sp.StreamIDs() {
 				p := strings.ReplaceAll(base, "{stream}", fmt.Sprint(stream))
 				patterns = append(patterns, p, p+".part", p+".part.idx")
 			}
