@@ -658,4 +658,3 @@ func podUses(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []storage.Use {
 	}
 	return out
 }
-
