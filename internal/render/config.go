@@ -130,7 +130,8 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 	decompress := agentConfig(in, n)
 	decompress.Endpoint = RelaySocket
 	decompress.Connections = 1
-	decompress.Metrics.Listen = fmt.Sprintf("0.0.0.0:%d", DecompressMetricsPort)
+	_, dxMetrics := metricsPorts(in, n)
+	decompress.Metrics.Listen = fmt.Sprintf("0.0.0.0:%d", dxMetrics)
 	decompress.Placement.NICNUMANode = nil
 	decompress.Placement.Stages = placedStages(n.Containers[1].Stages)
 	return map[string]AgentConfig{relayKey(n): relay, configKey(n): decompress}
@@ -194,12 +195,13 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		mode = string(v1alpha1.PlacementNUMAAware)
 	}
 	stages := placedStages(n.Stages)
+	agentMetrics, _ := metricsPorts(in, n)
 	cfg := AgentConfig{
 		Version:     1,
 		Connections: in.Plan.Connections,
 		ChunkBytes:  sp.Spec.ChunkBytes,
 		Codec:       codec,
-		Metrics:     MetricsConfig{Listen: fmt.Sprintf("0.0.0.0:%d", MetricsPort)},
+		Metrics:     MetricsConfig{Listen: fmt.Sprintf("0.0.0.0:%d", agentMetrics)},
 		Placement:   PlacementConfig{Mode: mode, Stages: stages},
 	}
 	if n.Role == RoleSender {

@@ -138,6 +138,10 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		return Objects{}, fmt.Errorf("hostNetwork: gateway node %s publishes no address for its data NIC %s (label %s, which the node daemon publishes when it runs with hostNetwork): set spec.gateway.network.address",
 			sp.Spec.Gateway.Node, sp.Spec.Gateway.Network.NIC, topology.NICAddressLabel(sp.Spec.Gateway.Network.NIC))
 	}
+	if sp.Spec.HostNetwork && lastHostPort(in) > 65535 {
+		return Objects{}, fmt.Errorf("hostNetwork: the data and metrics ports of %d streams run from %d to %d, past 65535: lower spec.port",
+			len(sp.Spec.Senders), sp.Spec.Port, lastHostPort(in))
+	}
 	out := Objects{Endpoints: map[int]string{}}
 	configs := map[string]string{}
 	for _, n := range in.Plan.Nodes {
@@ -164,7 +168,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	}
 	for _, n := range in.Plan.Nodes {
 		if n.Role == RoleGateway {
-			out.Services = append(out.Services, service(sp, n, in.Plan.Connections))
+			out.Services = append(out.Services, service(in, n))
 		} else if _, ok := configs[configKey(n)]; !ok {
 			continue // waiting for the gateway's data-network address
 		}
@@ -175,6 +179,30 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		out.NetworkPolicy = networkPolicy(in, opts.MetricsFrom)
 	}
 	return out, nil
+}
+
+// metricsPorts are a plan entry's metrics ports: its agent's (a sender's, or a gateway's
+// receiving container's) and, for a gateway, the decompressing container's. On the pod network
+// every pod has its own address: 9100 and 9101. With host networking pods share their node's
+// ports, so each stream gets its own, past the data ports: two streams into one gateway never
+// collide, and none is 9100 (node-exporter's).
+func metricsPorts(in Inputs, n planner.NodePlan) (agent, decompress int) {
+	sp := in.Pipeline
+	if !sp.Spec.HostNetwork {
+		return MetricsPort, DecompressMetricsPort
+	}
+	streams, slot := len(sp.Spec.Senders), max(sp.SenderOfStream(n.Stream), 0)
+	base := int(sp.Spec.Port) + streams*in.Plan.Connections
+	if n.Role == RoleGateway {
+		return base + 2*slot, base + 2*slot + 1
+	}
+	return base + 2*streams + slot, 0
+}
+
+// lastHostPort is the highest port a host-network pipeline uses (data, then metrics).
+func lastHostPort(in Inputs) int {
+	streams := len(in.Pipeline.Spec.Senders)
+	return int(in.Pipeline.Spec.Port) + streams*in.Plan.Connections + 3*streams - 1
 }
 
 // Name of the Job / Service for a plan entry.
@@ -215,7 +243,9 @@ func meta(sp *v1alpha1.StreamPipeline, name, role string, stream int) metav1.Obj
 }
 
 // service exposes one gateway stream's data ports and metrics.
-func service(sp *v1alpha1.StreamPipeline, n planner.NodePlan, conns int) *corev1.Service {
+func service(in Inputs, n planner.NodePlan) *corev1.Service {
+	sp, conns := in.Pipeline, in.Plan.Connections
+	rxMetrics, dxMetrics := metricsPorts(in, n)
 	name := Name(sp, n)
 	svc := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
@@ -231,8 +261,8 @@ func service(sp *v1alpha1.StreamPipeline, n planner.NodePlan, conns int) *corev1
 		})
 	}
 	svc.Spec.Ports = append(svc.Spec.Ports,
-		corev1.ServicePort{Name: "metrics", Port: MetricsPort, TargetPort: intstr.FromInt32(MetricsPort)},
-		corev1.ServicePort{Name: "metrics-dx", Port: DecompressMetricsPort, TargetPort: intstr.FromInt32(DecompressMetricsPort)})
+		corev1.ServicePort{Name: "metrics", Port: int32(rxMetrics), TargetPort: intstr.FromInt32(int32(rxMetrics))},
+		corev1.ServicePort{Name: "metrics-dx", Port: int32(dxMetrics), TargetPort: intstr.FromInt32(int32(dxMetrics))})
 	if port := stream2Port(sp.Spec.Sink); port > 0 {
 		// Consumers written for the detector connect here, as they would to the detector.
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "stream2", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)})
@@ -386,8 +416,9 @@ func senderEndpoint(in Inputs, n planner.NodePlan) string {
 // resource, the data ports) and the decompressing container.
 func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container {
 	keys := corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
+	agentMetrics, dxMetrics := metricsPorts(in, n)
 	if n.Role != RoleGateway {
-		tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), MetricsPort)
+		tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), agentMetrics, "metrics")
 		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
 		if in.Pipeline.Spec.Spill != nil {
 			tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
@@ -397,7 +428,7 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 		}
 		return []corev1.Container{tx}
 	}
-	rx := agent(in, n, opts, n.Containers[0], "receive", relayKey(n), MetricsPort)
+	rx := agent(in, n, opts, n.Containers[0], "receive", relayKey(n), agentMetrics, "metrics")
 	sp := in.Pipeline
 	if sp.Spec.Placement != v1alpha1.PlacementOS {
 		rx.Resources.Requests[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
@@ -406,7 +437,7 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	for p := 0; p < in.Plan.Connections; p++ {
 		rx.Ports = append(rx.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(n.Port + p)})
 	}
-	dx := agent(in, n, opts, n.Containers[1], "receive", configKey(n), DecompressMetricsPort)
+	dx := agent(in, n, opts, n.Containers[1], "receive", configKey(n), dxMetrics, "metrics-dx") // at most 15 characters
 	if hasDataVolume(sp, n) {
 		dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount})
 	}
@@ -421,16 +452,12 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 
 // agent is one agent container: Guaranteed QoS with integer CPUs (requests == limits) so the
 // kubelet's static CPU manager gives it exclusive cores.
-func agent(in Inputs, n planner.NodePlan, opts Options, plan planner.Container, cmd, config string, metrics int) corev1.Container {
+func agent(in Inputs, n planner.NodePlan, opts Options, plan planner.Container, cmd, config string, metrics int, portName string) corev1.Container {
 	sp := in.Pipeline
 	name := plan.Name
 	cpu := resource.MustParse(fmt.Sprint(plan.CPUs))
 	mem := resource.MustParse(fmt.Sprintf("%dMi", plan.MemoryBytes>>20))
 	res := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
-	portName := "metrics"
-	if metrics != MetricsPort {
-		portName = "metrics-dx" // port names: at most 15 characters
-	}
 	c := corev1.Container{
 		Name:            name,
 		Image:           opts.AgentImage,

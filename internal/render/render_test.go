@@ -1066,3 +1066,65 @@ func TestHostNetworkGatewaysAdmitOnlyTheirOwnSender(t *testing.T) {
 		}
 	}
 }
+
+// Host-network pods share their node's ports: two streams into one gateway (and their senders)
+// get data and metrics ports that never collide, none of them node-exporter's 9100; each
+// agent listens where its container port, liveness probe and Service say.
+func TestHostNetworkStreamsGetTheirOwnPorts(t *testing.T) {
+	sp := pipeline("dtn", withStreams(2), func(sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true })
+	objs, plan := renderFor(t, sp)
+	gatewayPorts := map[int32]string{}
+	for _, j := range objs.Jobs {
+		pod := j.Spec.Template.Spec
+		for _, c := range pod.Containers {
+			var metrics int32
+			for _, p := range c.Ports {
+				if p.ContainerPort == 9100 || p.ContainerPort == 9101 {
+					t.Errorf("%s/%s uses port %d on the host", j.Name, c.Name, p.ContainerPort)
+				}
+				if j.Labels[LabelRole] == RoleGateway {
+					if other, dup := gatewayPorts[p.ContainerPort]; dup {
+						t.Errorf("%s/%s and %s both use port %d on the gateway", j.Name, c.Name, other, p.ContainerPort)
+					}
+					gatewayPorts[p.ContainerPort] = j.Name + "/" + c.Name
+				}
+				if strings.HasPrefix(p.Name, "metrics") {
+					metrics = p.ContainerPort
+				}
+			}
+			if got := c.LivenessProbe.HTTPGet.Port.IntValue(); int32(got) != metrics {
+				t.Errorf("%s/%s: liveness probe on %d, metrics port %d", j.Name, c.Name, got, metrics)
+			}
+			var cfg AgentConfig
+			key := strings.TrimPrefix(c.Args[2], ConfigMountPath+"/")
+			if err := json.Unmarshal([]byte(objs.ConfigMap.Data[key]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Metrics.Listen != fmt.Sprintf("0.0.0.0:%d", metrics) {
+				t.Errorf("%s/%s: agent listens on %s, container port %d", j.Name, c.Name, cfg.Metrics.Listen, metrics)
+			}
+		}
+	}
+	// 2 streams x 5 connections of data from 5555, then 2 metrics ports per gateway stream.
+	if len(gatewayPorts) != 2*plan.Connections+4 {
+		t.Errorf("gateway ports %v", gatewayPorts)
+	}
+	for _, svc := range objs.Services {
+		for _, p := range svc.Spec.Ports {
+			if p.Port == 9100 || p.Port == 9101 {
+				t.Errorf("service %s exposes %d", svc.Name, p.Port)
+			}
+		}
+	}
+	// Ports past 65535 are refused, naming the field.
+	in := inputsFor(t, pipeline("dtn", withStreams(2), func(sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }))
+	in.Pipeline.Spec.Port = 65525 // data up to 65534, metrics past 65535
+	if _, err := Render(in, Options{AgentImage: "x"}); err == nil || !strings.Contains(err.Error(), "spec.port") {
+		t.Errorf("ports past 65535: %v", err)
+	}
+	// On the pod network every pod has its own address: the usual ports.
+	objs, _ = renderFor(t, pipeline("pods", withStreams(2)))
+	if p := objs.Jobs[0].Spec.Template.Spec.Containers[0].Ports[0]; p.ContainerPort != MetricsPort {
+		t.Errorf("pod-network sender metrics port %d", p.ContainerPort)
+	}
+}
