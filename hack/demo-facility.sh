@@ -188,8 +188,8 @@ for _ in $(seq 360); do
 done
 tx=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=sender -o jsonpath='{.items[0].metadata.name}')
 gw=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
-k logs "$tx" -c agent | grep -E 'stream2: (series|the detector)' | sed 's/^numastream-agent: /sender    /'
-k logs "$gw" -c decompress | grep -E 'hdf5 sink: series' | sed 's/^numastream-agent: /gateway   /'
+k logs "$tx" -c agent | grep -E 'stream2: (series|the detector)' | sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /sender    /'
+k logs "$gw" -c decompress | grep -E 'hdf5 sink: series' | sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /gateway   /'
 if ! [ -f "$SINK/eiger-1.h5" ] || ! [ -f "$SINK/eiger-2.h5" ]; then
   echo "the two series files did not appear within 180 s" >&2
   ls -la "$SINK" >&2

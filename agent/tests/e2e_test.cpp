@@ -16,6 +16,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "wire/wire.hpp"
@@ -1088,8 +1089,16 @@ TEST(EndToEnd, AllowFromAdmitsOnlyTheListedAddresses) {
     EXPECT_GE(std::stoi(m.substr(at + counted.size())), 1) << m;
     EXPECT_NE(m.find("numastream_connections_rejected_total{role=\"receive\",reason=\"auth\"} 0"), std::string::npos)
         << "an address refusal is not a key refusal\n" << m;
-    EXPECT_NE(rx.err().find("refused a connection from 127.0.0.1: not in security.allow_from"), std::string::npos)
+    EXPECT_NE(rx.err().find(" WARN numastream-agent: refused a connection from 127.0.0.1: not in security.allow_from"),
+              std::string::npos)
         << rx.err();
+    // Every line of the log: UTC time to the millisecond, a level, the agent's name.
+    const std::regex line(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARN|ERROR) numastream-agent: .+)");
+    std::istringstream lines(rx.err() + tx.err());
+    int n = 0;
+    for (std::string l; std::getline(lines, l); ++n) EXPECT_TRUE(std::regex_match(l, line)) << l;
+    EXPECT_GE(n, 3);
+    EXPECT_NE(tx.err().find(" ERROR numastream-agent: "), std::string::npos) << "the refused sender's last line\n" << tx.err();
     rx.signal(SIGKILL);
     rx.wait(10s);
   }

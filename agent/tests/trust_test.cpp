@@ -147,7 +147,9 @@ TEST(Trust, HostileFramesAreRefusedByNameWithBoundedMemoryAndAnHonestStreamIsDel
   {
     // The honest sender streams first (a hostile peer that claims every stream slot first is
     // what authentication is for: docs/security.md), the barrage comes while it streams.
-    Process tx(sender(port, 1, {"--chunks", "50", "--rate-gbps", "0.05"}));  // 8 s
+    // Its answer to the resume frame may queue behind the barrage when the machine is slow (an
+    // AddressSanitizer build on a loaded machine took more than 10 s): it waits up to 60 s.
+    Process tx(sender(port, 1, {"--chunks", "50", "--rate-gbps", "0.05", "--set", "timeouts.connect_s=60"}));  // 8 s
     std::this_thread::sleep_for(1s);
     Peer hostile(port);
     barrage(hostile);

@@ -26,6 +26,7 @@
 #include "app/detector_sim.hpp"
 #include "host/cpuset.hpp"
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "pipeline/pipeline.hpp"
 #include "host/topology.hpp"
 #include "net/transport.hpp"
@@ -64,7 +65,7 @@ class SignalDrain {
       while (!st.stop_requested()) {
         int sig = sigtimedwait(&set_, nullptr, &tick);
         if (sig == SIGINT || sig == SIGTERM) {
-          std::fprintf(stderr, "numastream-agent: signal %d: draining\n", sig);
+          log_info("signal " + std::to_string(sig) + ": draining");
           set_drain_signal(sig);
           source_.request_stop();
         }
@@ -95,7 +96,7 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
     summary_file = take_summary_file(rest);
     cfg = parse_config(config_from_args(rest), role);
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    log_error(e.what());
     return kExitUsage;
   }
   SignalDrain signals;
@@ -108,8 +109,7 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
     std::ofstream f(summary_file, std::ios::trunc);
     f << termination_summary(r.summary) << '\n';
     if (!f.flush()) {
-      std::fprintf(stderr, "numastream-agent: cannot write the summary to %s: %s\n", summary_file.c_str(),
-                   std::strerror(errno));
+      log_warn("cannot write the summary to " + summary_file + ": " + std::strerror(errno));
     }
   }
   return r.exit_code;
@@ -211,10 +211,10 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    log_error(e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "numastream-agent: %s\n", e.what());
+    log_error(e.what());
     return kExitFailure;
   }
   std::fprintf(stderr, "numastream-agent: unknown command '%s'\n%s", cmd.c_str(), kUsage);

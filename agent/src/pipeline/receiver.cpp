@@ -245,12 +245,12 @@ void Receiver::receive_loop(StageThread& t) {
       accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
       if (mon.handshake_failures() > before_handshake) {
         if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
-          log_line("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
+          log_warn("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
         }
       }
       if (mon.auth_failures() > before_auth) {
         if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
-          log_line("connection " + std::to_string(index) + ": refused a peer whose key or address is not allowed");
+          log_warn("connection " + std::to_string(index) + ": refused a peer whose key or address is not allowed");
         }
       }
     }
@@ -273,7 +273,7 @@ void Receiver::receive_loop(StageThread& t) {
     // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
     auto refuse = [&](wire::DecodeError why) {
       if (malformed_[static_cast<std::size_t>(why)]++ < 3) {
-        log_line("connection " + std::to_string(index) + ": dropped a " +
+        log_warn("connection " + std::to_string(index) + ": dropped a " +
                  (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window) ? "refused" : "malformed") +
                  " frame (" + std::string(wire::decode_error_name(why)) + ", " + std::to_string(bytes.size()) +
                  " bytes" + (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
@@ -428,7 +428,7 @@ void Receiver::decompress_loop(StageThread& t) {
       in.reset();  // frees ZeroMQ's message
       verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
       if (verdict == StreamTracker::Verdict::corrupt) {
-        log_line("stream " + std::to_string(h.stream_id) + ": chunk " + std::to_string(h.sequence) +
+        log_warn("stream " + std::to_string(h.stream_id) + ": chunk " + std::to_string(h.sequence) +
                  " failed verification (decode or checksum)");
       }
     }
@@ -796,7 +796,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
         *ctx_, curve_ ? curve_->allowed : std::set<std::string>{},
         curve_ && curve_->authenticate_only ? curve_->secret_key : "", allow_from,
         [](const std::string& address) {
-          log_line("refused a connection from " + (address.empty() ? std::string("an unknown address") : address) +
+          log_warn("refused a connection from " + (address.empty() ? std::string("an unknown address") : address) +
                    ": not in security.allow_from");
         });
     if (curve_) {
@@ -921,7 +921,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
       rt_.fail(e.what());
     }
     for (const auto& f : incomplete_files_) {
-      log_line(std::string(sink_->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
+      log_warn(std::string(sink_->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
     }
   }
   server.reset();  // nothing reads metrics_text() once the authenticator goes

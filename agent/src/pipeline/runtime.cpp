@@ -85,10 +85,7 @@ std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
   return out;
 }
 
-void log_line(const std::string& msg) {
-  std::fprintf(stderr, "numastream-agent: %s\n", msg.c_str());
-  std::fflush(stderr);
-}
+void log_line(const std::string& msg) { log_info(msg); }
 
 std::string label(const std::string& v) {
   std::string out;
@@ -173,7 +170,7 @@ void NodePools::close_all() {
 
 Runtime::Runtime(const Config& c, std::stop_token external) : cfg(c), external_(external) {
   if (!numa_supported()) {
-    log_line("libnuma reports no NUMA support on this machine: buffers are allocated without a "
+    log_warn("libnuma reports no NUMA support on this machine: buffers are allocated without a "
              "node binding");
   }
   topo = read_topology(cfg.sysfs_root);
@@ -183,17 +180,17 @@ Runtime::Runtime(const Config& c, std::stop_token external) : cfg(c), external_(
   } else if (!cfg.nic.empty()) {
     const Nic* nic = topo.find_nic(cfg.nic);
     if (!nic) {
-      log_line("NIC '" + cfg.nic + "' is not in " + cfg.sysfs_root +
+      log_warn("NIC '" + cfg.nic + "' is not in " + cfg.sysfs_root +
                "/class/net; its NUMA node is unknown");
     } else if (nic->numa_node < 0) {
-      log_line("NIC '" + cfg.nic + "' reports no NUMA node (numa_node = -1)");
+      log_warn("NIC '" + cfg.nic + "' reports no NUMA node (numa_node = -1)");
     } else {
       nic_node = nic->numa_node;
     }
   }
   auto requests = stage_requests(cfg, allowed.size());
   placement = cfg.pin ? place(topo, allowed, nic_node, requests) : place_os(requests, nic_node);
-  for (const auto& w : placement.warnings) log_line("placement: " + w);
+  for (const auto& w : placement.warnings) log_warn("placement: " + w);
   observed_cpu_ = std::make_unique<std::atomic<int>[]>(placement.threads.size());
   for (std::size_t i = 0; i < placement.threads.size(); ++i) {
     observed_cpu_[i] = placement.threads[i].cpu;
@@ -230,7 +227,7 @@ void pin_thread(Stage stage, int index, int cpu, int node) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
-    log_line("cannot pin " + std::string(stage_name(stage)) + " thread " + std::to_string(index) + " to CPU " +
+    log_warn("cannot pin " + std::string(stage_name(stage)) + " thread " + std::to_string(index) + " to CPU " +
              std::to_string(cpu) + ": error " + std::to_string(rc));
   }
   if (node >= 0 && numa_supported()) numa_set_preferred(node);
@@ -346,7 +343,7 @@ void Runtime::fail(const std::string& message) {
     error_ = message;
     closers.swap(closers_);
   }
-  log_line("error: " + message);
+  log_error(message);
   for (auto& c : closers) c();
 }
 

@@ -3,6 +3,8 @@
 // the placement / stage parts of the metrics and the summary. Internal to the agent.
 #pragma once
 
+#include "base/log.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -25,6 +27,7 @@
 
 namespace numastream {
 
+// An INFO line of the agent's log (base/log.hpp: log_warn, log_error for the others).
 void log_line(const std::string& msg);
 
 class Runtime;

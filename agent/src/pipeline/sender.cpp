@@ -303,7 +303,7 @@ std::uint64_t Sender::start_live() {
   if (!earlier && missing > 0) {
     // No record of what the earlier sender took: the gap is what the receiver has not, below what
     // it has; chunks the earlier sender held above that are not known to anyone.
-    log_line("resuming a live source at chunk " + std::to_string(start) + " without a state_dir: chunks an "
+    log_warn("resuming a live source at chunk " + std::to_string(start) + " without a state_dir: chunks an "
              "earlier sender took after chunk " + std::to_string(start - 1) + " are not known to anyone");
   }
   if (!gaps.empty()) {
@@ -311,7 +311,7 @@ std::uint64_t Sender::start_live() {
     ledger_->settle(stream, gaps);
   }
   declared_at_start_ = missing;
-  log_line("resuming a live source at chunk " + std::to_string(start) + ": " + std::to_string(missing) +
+  log_warn("resuming a live source at chunk " + std::to_string(start) + ": " + std::to_string(missing) +
            " chunks an earlier sender took were never acknowledged; declared missing" +
            (reason == wire::GapReason::sender_restarted_bound ? " (at most; the node restarted since it counted them)" : "") +
            (gaps.empty() ? std::string() : ", first " + std::to_string(gaps.front().first) + ", last " +
@@ -406,7 +406,7 @@ void Sender::send_loop(StageThread& t) {
                                std::to_string(stream));
     }
     if (discarded_++ == 0) {
-      log_line("the gateway discarded chunk " + std::to_string(seqs.front()) +
+      log_warn("the gateway discarded chunk " + std::to_string(seqs.front()) +
                " (corrupt on arrival, or past its sink): declared gone to every later gateway");
     }
   });
@@ -540,7 +540,7 @@ void Sender::spill_loop() {
     if (spill_->empty() && send_q_->try_push(*c)) continue;
     c->seal();
     if (spill_->append({c->buffer->data, c->buffer->size})) {
-      if (spilled_chunks_++ == 0) log_line("spill: the sending threads fell behind; spilling to " + spill_->dir());
+      if (spilled_chunks_++ == 0) log_warn("spill: the sending threads fell behind; spilling to " + spill_->dir());
       spilled_bytes_ += c->buffer->size;
       spill_disk_bytes_ = spill_->disk_bytes();
       spill_frames_ = spill_->frames();
@@ -860,7 +860,7 @@ RunResult Sender::run(const RunHooks& hooks) {
                                {"lost", spill_lost_.load()},
                                {"lost_disk_full", spill_disk_full_}};
     if (spill_lost_ > 0) {
-      log_line("spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
+      log_error("spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
                std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
                (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) + " for want of space on the device of " +
                                            cfg_.spill.path + ")"

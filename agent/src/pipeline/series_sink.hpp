@@ -119,7 +119,7 @@ class SeriesSink {
       try {
         s.file->mark_missing(lacks);
       } catch (const std::exception& e) {
-        log_line(std::string("hdf5 sink: ") + e.what());
+        log_error(std::string("hdf5 sink: ") + e.what());
       }
       s.file->close();
       incomplete.push_back(s.path + ".part (series " + s.name + ": " + lacks + ", " + std::to_string(s.images) +
@@ -281,7 +281,7 @@ class SeriesSink {
   void give_up(const Key& key) {
     Series& s = open_.at(key);
     s.file->close();
-    log_line("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " + s.path + ".part holds its " +
+    log_warn("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " + s.path + ".part holds its " +
              std::to_string(s.images) + " images");
     incomplete_.add(key.first, key.second, s.incomplete);
     given_up_.push_back(s.path + ".part (series " + s.name + ": " + s.incomplete + ", " + std::to_string(s.images) +

@@ -216,7 +216,7 @@ class FileSink final : public Sink {
     if (!flush(h.stream_id, o)) return;
     while (o.pending.size() > window_ &&
            (!in_flight_.contains(h.stream_id, o.next) || o.pending.size() > window_ + slack_)) {
-      log_line("file sink: stream " + std::to_string(h.stream_id) + ": chunk " +
+      log_warn("file sink: stream " + std::to_string(h.stream_id) + ": chunk " +
                std::to_string(o.next) + " still missing with " + std::to_string(o.pending.size()) +
                " later chunks waiting; writing on without it");
       o.next = o.pending.begin()->first;
@@ -267,7 +267,7 @@ class FileSink final : public Sink {
       if (::close(o.index_fd) != 0 && error.empty()) error = "close " + part + ".idx: " + std::strerror(errno);
       o.index_fd = -1;
       if (!error.empty()) {
-        log_line("file sink: " + error);
+        log_error("file sink: " + error);
         if (failed.empty()) failed = "file sink: " + error;
         incomplete.push_back(part);
         continue;
@@ -384,7 +384,7 @@ class FileSink final : public Sink {
           throw_errno("file sink: cut back " + part + " after running out of space");
         }
         if (!stalled_) {
-          log_line("file sink: no space left for " + part + " (chunk " + std::to_string(o.next) +
+          log_warn("file sink: no space left for " + part + " (chunk " + std::to_string(o.next) +
                    "): holding what arrives, unacknowledged, until space returns");
           ++stalls_;
         }

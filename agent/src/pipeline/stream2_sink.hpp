@@ -79,7 +79,7 @@ class Stream2Sink final : public Sink {
     pending_.emplace(seq, std::move(c));
     flush(st, false);
     while (pending_.size() > window_) {
-      log_line("stream2 sink: stream " + std::to_string(stream) + ": message " + std::to_string(next_) +
+      log_warn("stream2 sink: stream " + std::to_string(stream) + ": message " + std::to_string(next_) +
                " still missing with " + std::to_string(pending_.size()) + " later messages waiting; emitting on without it");
       next_ = pending_.begin()->first;
       flush(st, false);
@@ -124,7 +124,7 @@ class Stream2Sink final : public Sink {
     const auto m = stream2::parse(bytes, error);  // the sender parsed it: it parses
     if (m && m->type == stream2::Type::end && !m->incomplete.empty()) {
       incomplete_.add(m->series_id, m->series_unique_id, m->incomplete);
-      log_line("stream2 sink: series " + std::to_string(m->series_id) + " is INCOMPLETE: " + m->incomplete);
+      log_warn("stream2 sink: series " + std::to_string(m->series_id) + " is INCOMPLETE: " + m->incomplete);
     }
     std::vector<std::byte> copy;
     if (cfg_.sink.redeliver > 0) copy.assign(bytes.begin(), bytes.end());
@@ -192,7 +192,7 @@ class Stream2Sink final : public Sink {
     if (mon_->disconnects() == before || cfg_.sink.redeliver == 0) return;
     consumers_gone_ += static_cast<std::uint64_t>(mon_->disconnects() - before);
     redeliver_ = !recent_.empty();
-    log_line("stream2 sink: a consumer went away; what it may not have processed (the last " +
+    log_warn("stream2 sink: a consumer went away; what it may not have processed (the last " +
              std::to_string(recent_.size()) + " messages handed over" +
              (series_start_.empty() ? "" : ", after the series' start message") + ") goes to the next consumer");
   }
