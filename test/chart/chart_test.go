@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/numastream/numastream/internal/testenv"
 )
@@ -346,6 +348,37 @@ func TestNamespaceScopedInstallWritesOnlyInItsNamespaces(t *testing.T) {
 		for ns, r := range roles {
 			if !clusterScoped[g.resource] && !r[g] {
 				t.Errorf("%s lacks %s %s/%s", ns, g.verb, g.group, g.resource)
+			}
+		}
+	}
+}
+
+// The chart's README documents every value a user can set (each key of values.yaml, to the
+// second level).
+func TestTheReadmeNamesEveryValue(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := sigsyaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	for top, v := range values {
+		keys := []string{top}
+		if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			keys = nil
+			for k := range m {
+				keys = append(keys, top+"."+k)
+			}
+		}
+		for _, k := range keys {
+			if !strings.Contains(string(readme), "`"+k+"`") {
+				t.Errorf("charts/numastream/README.md does not document %s", k)
 			}
 		}
 	}
