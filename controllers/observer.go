@@ -46,9 +46,6 @@ type Observer struct {
 	Every time.Duration
 	// Namespaces the operator drives (nil: every namespace).
 	Namespaces Namespaces
-
-	replans *replan.Tracker      // departures from the plan, per pipeline (only Start's goroutine)
-	fed     map[string]time.Time // when each pipeline's ratio last went to replans
 }
 
 // Start runs until ctx ends (a manager Runnable; only the leader observes).
@@ -111,34 +108,60 @@ func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) err
 }
 
 // considerReplan: when the compression ratio the gateway sees has departed from the one the plan
-// assumed (replan.Departure) in replan.Confirm readings in a row, the observed facts go into
+// assumed (replan.Departure) in replan.Confirm readings in a row (counted in status.departure,
+// so a new leader goes on counting), the observed facts go into
 // status.replan, where the reconciler plans from them (and records the change). Not for
 // pipelines with spec.replan off, pass-through streams (no codec work to re-plan), or while the
 // last re-plan is not applied yet.
 func (o *Observer) considerReplan(sp *v1alpha1.StreamPipeline, obs *v1alpha1.Observed) {
-	if o.replans == nil {
-		o.replans, o.fed = replan.NewTracker(), map[string]time.Time{}
-	}
-	key := string(sp.UID)
 	if sp.Spec.Replan == ReplanOff || passThrough(sp) || sp.Status.Plan == nil {
-		o.replans.Forget(key)
-		delete(o.fed, key)
+		sp.Status.Departure = nil
 		return
 	}
 	if rp := sp.Status.Replan; rp != nil && !rp.Applied {
 		return
 	}
+	w := watchOf(sp.Status.Departure)
 	// One reading per rate window: readings closer together repeat the same window's ratio.
 	now := time.Now()
-	if now.Sub(o.fed[key]) < observe.MinRateWindow {
+	if now.Sub(w.LastReading) < observe.MinRateWindow {
 		return
 	}
-	o.fed[key] = now
 	observed, _ := strconv.ParseFloat(obs.Ratio, 64)
 	why := replan.Departure(assumedRatio(sp), observed)
-	if !o.replans.Observe(key, why != "", observed, now) {
+	w, replanNow := w.Observe(why != "", observed, now)
+	sp.Status.Departure = departureOf(w)
+	if !replanNow {
 		return
 	}
 	sp.Status.Replan = &v1alpha1.Replan{Ratio: obs.Ratio, DecompressMBps: obs.DecompressMBps, Reason: why,
 		ObservedAt: metav1.Now()}
+}
+
+// watchOf / departureOf: the re-plan watch as status keeps it.
+func watchOf(d *v1alpha1.Departure) replan.Watch {
+	var w replan.Watch
+	if d == nil {
+		return w
+	}
+	w.Readings = int(d.Readings)
+	w.First, _ = strconv.ParseFloat(d.FirstRatio, 64)
+	if d.LastReadingAt != nil {
+		w.LastReading = d.LastReadingAt.Time
+	}
+	if d.LastReplanAt != nil {
+		w.LastReplan = d.LastReplanAt.Time
+	}
+	return w
+}
+
+func departureOf(w replan.Watch) *v1alpha1.Departure {
+	d := &v1alpha1.Departure{Readings: int32(w.Readings), FirstRatio: strconv.FormatFloat(w.First, 'f', 4, 64)}
+	if !w.LastReading.IsZero() {
+		d.LastReadingAt = &metav1.MicroTime{Time: w.LastReading}
+	}
+	if !w.LastReplan.IsZero() {
+		d.LastReplanAt = &metav1.MicroTime{Time: w.LastReplan}
+	}
+	return d
 }

@@ -2,8 +2,12 @@ package controllers
 
 import (
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/observe"
 )
 
 // Only curve costs cores per byte: the planner budgets them for it (the default), not for
@@ -19,5 +23,43 @@ func TestThePlannerBudgetsEncryptionOnlyForCurve(t *testing.T) {
 		if got := request(sp, facts{}).Encrypt; got != want {
 			t.Errorf("security mode %q: planner Encrypt = %v, want %v", mode, got, want)
 		}
+	}
+}
+
+// The re-plan watch lives in status: a new leader (a fresh Observer) goes on counting the
+// departing readings the last one counted, and re-plans at the third, not at its own third.
+func TestANewLeaderGoesOnCountingDeparturesFromStatus(t *testing.T) {
+	sp := &v1alpha1.StreamPipeline{}
+	sp.Spec.ExpectedRatio = "2.0"
+	sp.Spec.Senders = []v1alpha1.Sender{{Node: "det-a", Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 100}}}}
+	sp.Status.Plan = &v1alpha1.Plan{}
+	obs := &v1alpha1.Observed{Ratio: "3.50", DecompressMBps: "900"}
+	for reading := 1; reading <= 3; reading++ {
+		(&Observer{}).considerReplan(sp, obs) // each reading by another leader
+		d := sp.Status.Departure
+		if reading < 3 {
+			if d == nil || d.Readings != int32(reading) || sp.Status.Replan != nil {
+				t.Fatalf("reading %d: departure %+v, replan %+v", reading, d, sp.Status.Replan)
+			}
+		} else if sp.Status.Replan == nil || sp.Status.Replan.Ratio != "3.50" || d.Readings != 0 || d.LastReplanAt == nil {
+			t.Fatalf("the third reading in a row should re-plan: departure %+v, replan %+v", d, sp.Status.Replan)
+		}
+		// The next reading comes a rate window later.
+		back := metav1.NewMicroTime(d.LastReadingAt.Add(-2 * observe.MinRateWindow))
+		d.LastReadingAt = &back
+	}
+	// Within the same rate window a reading is not counted again, by any leader.
+	now := metav1.NewMicroTime(time.Now())
+	sp.Status.Replan.Applied = true
+	sp.Status.Departure = &v1alpha1.Departure{Readings: 1, FirstRatio: "3.5000", LastReadingAt: &now}
+	(&Observer{}).considerReplan(sp, obs)
+	if sp.Status.Departure.Readings != 1 {
+		t.Errorf("a reading inside the rate window counted: %+v", sp.Status.Departure)
+	}
+	// Re-planning turned off: the watch is dropped.
+	sp.Spec.Replan = ReplanOff
+	(&Observer{}).considerReplan(sp, obs)
+	if sp.Status.Departure != nil {
+		t.Errorf("watch kept with re-planning off: %+v", sp.Status.Departure)
 	}
 }

@@ -723,6 +723,11 @@ type StreamPipelineStatus struct {
 	// (spec.replan auto).
 	// +optional
 	Replan *Replan `json:"replan,omitempty"`
+	// Departure counts the agents' readings in a row that departed from the plan's assumptions
+	// (spec.replan auto): kept here so that a restarted operator or a new leader goes on
+	// counting where the last one stopped.
+	// +optional
+	Departure *Departure `json:"departure,omitempty"`
 	// PlanHistory is the last re-plans, oldest first (at most 10).
 	// +kubebuilder:validation:MaxItems=10
 	// +listType=atomic
@@ -746,6 +751,21 @@ type Replan struct {
 	// Applied turns true once a plan was made from it.
 	// +optional
 	Applied bool `json:"applied,omitempty"`
+}
+
+// Departure is the re-plan watch of a pipeline.
+type Departure struct {
+	// Readings: departing readings in a row that agree with FirstRatio.
+	Readings int32 `json:"readings"`
+	// FirstRatio is the compression ratio the streak started at.
+	// +optional
+	FirstRatio string `json:"firstRatio,omitempty"`
+	// LastReadingAt is when the last reading was counted (one per rate window).
+	// +optional
+	LastReadingAt *metav1.MicroTime `json:"lastReadingAt,omitempty"`
+	// LastReplanAt is when the watch last called for a re-plan (the cooldown counts from it).
+	// +optional
+	LastReplanAt *metav1.MicroTime `json:"lastReplanAt,omitempty"`
 }
 
 // PlanChange is one re-plan as the user sees it.

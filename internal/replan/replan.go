@@ -36,46 +36,35 @@ func Departure(assumed, observed float64) string {
 		observed, assumed, (observed/assumed-1)*100)
 }
 
-// Tracker counts, per pipeline, the readings in a row that departed, and when it last called
-// for a re-plan.
-type Tracker struct {
-	streak map[string]int
-	first  map[string]float64 // the value the streak started at
-	last   map[string]time.Time
+// Watch is one pipeline's count of departing readings in a row and when it last called for a
+// re-plan. It is a value the caller keeps in the pipeline's status, so that a restarted operator
+// or a new leader goes on counting where the last one stopped.
+type Watch struct {
+	Readings    int       // departing readings in a row that agree with First
+	First       float64   // the value the streak started at
+	LastReading time.Time // when the last reading was counted
+	LastReplan  time.Time // when it last called for a re-plan (zero: never)
 }
 
-// NewTracker starts with no history.
-func NewTracker() *Tracker {
-	return &Tracker{streak: map[string]int{}, first: map[string]float64{}, last: map[string]time.Time{}}
-}
-
-// Observe records one reading of pipeline `key`: whether it departed, and the value read. True
-// when this reading completes Confirm departing readings in a row that agree with each other and
-// the last re-plan is at least Cooldown ago; the count then starts again.
-func (t *Tracker) Observe(key string, departed bool, value float64, now time.Time) bool {
+// Observe records one reading: whether it departed, and the value read. It returns the next Watch
+// and true when this reading completes Confirm departing readings in a row that agree with each
+// other and the last re-plan is at least Cooldown ago; the count then starts again.
+func (w Watch) Observe(departed bool, value float64, now time.Time) (Watch, bool) {
+	w.LastReading = now
 	if !departed {
-		delete(t.streak, key)
-		return false
+		w.Readings = 0
+		return w, false
 	}
-	if f, ok := t.first[key]; !ok || t.streak[key] == 0 || math.Abs(value-f) > Agree*f {
-		t.streak[key] = 0
-		t.first[key] = value
+	if w.Readings == 0 || math.Abs(value-w.First) > Agree*w.First {
+		w.Readings, w.First = 0, value
 	}
-	t.streak[key]++
-	if t.streak[key] < Confirm {
-		return false
+	w.Readings++
+	if w.Readings < Confirm {
+		return w, false
 	}
-	if last, ok := t.last[key]; ok && now.Sub(last) < Cooldown {
-		return false
+	if !w.LastReplan.IsZero() && now.Sub(w.LastReplan) < Cooldown {
+		return w, false
 	}
-	delete(t.streak, key)
-	t.last[key] = now
-	return true
-}
-
-// Forget drops a pipeline's history (deleted, or re-planning turned off).
-func (t *Tracker) Forget(key string) {
-	delete(t.streak, key)
-	delete(t.first, key)
-	delete(t.last, key)
+	w.Readings, w.LastReplan = 0, now
+	return w, true
 }

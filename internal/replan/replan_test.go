@@ -26,11 +26,13 @@ func TestDepartureBeyondTheThresholdEitherWay(t *testing.T) {
 }
 
 func TestConfirmedThenCooledDown(t *testing.T) {
-	tr := NewTracker()
+	var w Watch
 	now := time.Unix(0, 0)
 	step := func(departed bool) bool {
 		now = now.Add(10 * time.Second)
-		return tr.Observe("p", departed, 3.5, now)
+		var replan bool
+		w, replan = w.Observe(departed, 3.5, now)
+		return replan
 	}
 	if step(true) || step(true) {
 		t.Fatal("re-planned before three readings in a row")
@@ -56,22 +58,29 @@ func TestConfirmedThenCooledDown(t *testing.T) {
 	if !step(true) {
 		t.Fatal("three in a row after the interruption")
 	}
-	// Other pipelines have their own count.
-	if tr.Observe("q", true, 3.5, now) {
-		t.Fatal("q has one reading")
+	// A Watch carried over (from status, by another operator) goes on counting.
+	w, _ = w.Observe(true, 3.5, now.Add(Cooldown))
+	carried := w
+	if _, replan := carried.Observe(true, 3.5, now.Add(Cooldown+time.Second)); replan {
+		t.Fatal("two readings re-planned")
+	}
+	carried, _ = carried.Observe(true, 3.5, now.Add(Cooldown+time.Second))
+	if _, replan := carried.Observe(true, 3.5, now.Add(Cooldown+2*time.Second)); !replan {
+		t.Fatal("the third reading, counted by whoever holds the Watch, re-plans")
 	}
 }
 
 func TestAMovingValueWaitsUntilItSettles(t *testing.T) {
-	tr := NewTracker()
+	var w Watch
 	now := time.Unix(0, 0)
 	for i, v := range []float64{2.6, 2.9, 3.3, 3.7, 3.7} {
 		now = now.Add(10 * time.Second)
-		if tr.Observe("p", true, v, now) {
+		var replan bool
+		if w, replan = w.Observe(true, v, now); replan {
 			t.Fatalf("re-planned at reading %d (%.1f) while the ratio still moved", i, v)
 		}
 	}
-	if !tr.Observe("p", true, 3.65, now.Add(10*time.Second)) {
+	if _, replan := w.Observe(true, 3.65, now.Add(10*time.Second)); !replan {
 		t.Fatal("three readings within 10% of each other should re-plan")
 	}
 }
