@@ -218,8 +218,8 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 	API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
-		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) \
-		go test -count=1 -v -timeout 15m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network)_test)' ; exit $${PIPESTATUS[0]}
+		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) \
+		go test -count=1 -v -timeout 20m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 
@@ -234,7 +234,7 @@ test: check-deps test-agent test-agent-asan test-oracles test-fuzz test-operator
 .PHONY: demo
 demo: agent operator k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated
 	@if why=$$($(FACILITY) check); then \
-		$(MAKE) --no-print-directory k8s-bins-node facility-bins images >/dev/null && \
+		$(MAKE) --no-print-directory k8s-bins-node facility-bins images && \
 		IMAGES_DIR=$(BUILD)/images HELM=$(HELM) KUBELET_BIN=$(K8S_NODE_BIN) FACILITY_BIN=$(FACILITY_BIN) \
 			SIM_BIN=$(K8S_SIM_BIN) bash hack/demo-facility.sh; \
 	else DEMO_FALLBACK="$$why" K8S_SIM_BIN=$(K8S_SIM_BIN) bash hack/demo.sh; fi

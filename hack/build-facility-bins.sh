@@ -18,6 +18,7 @@ GO="${GO:-go}"
 export CGO_ENABLED=0
 mkdir -p "$BIN_DIR"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
+HB="$(cd "$(dirname "$0")" && pwd)/heartbeat.sh"  # a line a minute while a step compiles
 moddir() { $GO mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'; }
 
 # `go install pkg@version` asks the proxy for the module's version list (refused here), so
@@ -39,7 +40,7 @@ nfd_and_multus() {
   log "go build gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus v$MULTUS_VERSION"
   wrapper "$BIN_DIR/.wrapper-multus" gopkg.in/k8snetworkplumbingwg/multus-cni.v4 "v$MULTUS_VERSION" \
     gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus
-  (cd "$BIN_DIR/.wrapper-multus" && $GO mod tidy && $GO build -trimpath -ldflags "-s -w" -o "$BIN_DIR/multus" \
+  (cd "$BIN_DIR/.wrapper-multus" && $GO mod tidy && "$HB" "go build" -- $GO build -trimpath -ldflags "-s -w" -o "$BIN_DIR/multus" \
     gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus)
 
   local nfd wrap
@@ -70,7 +71,7 @@ GO
   log "go mod tidy (NFD wrapper module in $wrap)"
   (cd "$wrap" && $GO mod tidy)
   log "go build nfd-master v$NFD_VERSION"
-  (cd "$wrap" && $GO build -trimpath -ldflags "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=v$NFD_VERSION" \
+  (cd "$wrap" && "$HB" "go build" -- $GO build -trimpath -ldflags "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=v$NFD_VERSION" \
     -o "$BIN_DIR/nfd-master" sigs.k8s.io/node-feature-discovery/cmd/nfd-master)
   cp "$nfd/deployment/base/nfd-crds/nfd-api-crds.yaml" "$BIN_DIR/nfd-crds.yaml"
   chmod u+w "$BIN_DIR/nfd-crds.yaml"
@@ -88,7 +89,7 @@ network_policies() {
   fi
   log "go build sigs.k8s.io/kube-network-policies/cmd v$KNP_VERSION"
   wrapper "$BIN_DIR/.wrapper-knp" sigs.k8s.io/kube-network-policies "v$KNP_VERSION" sigs.k8s.io/kube-network-policies/cmd
-  (cd "$BIN_DIR/.wrapper-knp" && $GO mod tidy && $GO build -trimpath -ldflags "-s -w" -o "$BIN_DIR/kube-network-policies" \
+  (cd "$BIN_DIR/.wrapper-knp" && $GO mod tidy && "$HB" "go build" -- $GO build -trimpath -ldflags "-s -w" -o "$BIN_DIR/kube-network-policies" \
     sigs.k8s.io/kube-network-policies/cmd)
   local root; root=$(mktemp -d)
   install -m 0755 "$BIN_DIR/kube-network-policies" "$root/kube-network-policies"

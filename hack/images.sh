@@ -34,7 +34,8 @@ for target in agent operator; do
   tag=$agent_tag; [[ $target == operator ]] && tag=$operator_tag
   log="$work/buildah-$target.log"
   start=$SECONDS
-  "${B[@]}" bud --layers --pull=false --target "$target" -t "$tag" -f Dockerfile . >"$log" 2>&1 ||
+  hack/heartbeat.sh "images: buildah bud --target $target" --log "$log" -- \
+    "${B[@]}" bud --layers --pull=false --target "$target" -t "$tag" -f Dockerfile . ||
     { tail -40 "$log"; echo "images: buildah bud --target $target FAILED (last lines above)" >&2; exit 1; }
   rm -f "$out/$target.tar"
   "${B[@]}" push -q "$tag" "docker-archive:$out/$target.tar:$tag" >>"$log" 2>&1 ||
