@@ -23,7 +23,7 @@
 #   to other namespaces by Multus (namespaceIsolation): a pod attaches only to the
 #   NetworkAttachmentDefinitions of its own namespace, which the admin makes (default, tenant-a).
 #
-#   facility.sh up | install | down | check | clean | link-bytes | exec NODE CMD...
+#   facility.sh up | install | upgrade-agent TAG | down | check | clean | link-bytes | exec NODE CMD...
 #
 # `up` needs the simulated control plane started with API_BIND=0.0.0.0 and
 # API_ADVERTISE=10.212.0.1 (make test-e2e-real and make demo do that) and leaves the cluster
@@ -199,6 +199,10 @@ network() {
   ip link add fab-d netns "$(ns detector-a)" type veth peer name fab-g netns "$(ns gateway-a)"
   ip -n "$(ns detector-a)" link set fab-d name fab0
   ip -n "$(ns gateway-a)" link set fab-g name fab0
+  # Each node's own address on the link, for host-network pipelines (the node daemon publishes
+  # it as numastream.io/nic.fab0.ipv4); the pods' macvlan attachments use 10.215.0.10-199.
+  ip -n "$(ns detector-a)" addr add 10.215.0.1/24 dev fab0
+  ip -n "$(ns gateway-a)" addr add 10.215.0.2/24 dev fab0
   for n in "${NODES[@]}"; do
     local N; N=$(ns "$n")
     ip -n "$N" link set fab0 up
@@ -209,7 +213,7 @@ network() {
       ip netns exec "$N" nft add rule inet facility out oifname fab0 numgen random mod 1000 \< "$((${LINK_LOSS%.*} * 10))" drop
     fi
   done
-  log "networks: management $BRIDGE $HOST_IP/24; facility link fab0 $LINK_RATE (loss ${LINK_LOSS}%)"
+  log "networks: management $BRIDGE $HOST_IP/24; facility link fab0 $LINK_RATE (loss ${LINK_LOSS}%), detector-a 10.215.0.1, gateway-a 10.215.0.2"
 }
 
 cni_config() { # node
@@ -381,6 +385,21 @@ install() {
   log "helm: numastream installed (operator $(k -n numastream-system get pods -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].spec.nodeName}'), node daemon on ${NODES[*]}); NFD labels: $(k get node gateway-a --show-labels | tr ',' '\n' | grep -c numastream.io/) on gateway-a"
 }
 
+# `helm upgrade` to another agent image, as a facility does after building one: the agent image
+# gets tag $1 in each node's containerd (the same bytes: a rebuild here would give them too), and
+# the release is upgraded to it with its other values kept.
+upgrade_agent() {
+  local tag=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" n
+  for n in "${NODES[@]}"; do
+    node_exec "$n" ctr --address "$FAC/$n/containerd.sock" -n k8s.io images tag --force \
+      docker.io/numastream/agent:facility "docker.io/numastream/agent:$tag" >/dev/null
+  done
+  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream charts/numastream \
+    -n numastream-system --reuse-values --set "agentImage.tag=$tag" --wait --timeout 120s >"$FAC/helm-upgrade.log" 2>&1 ||
+    { cat "$FAC/helm-upgrade.log"; return 1; }
+  log "helm upgrade: agent image numastream/agent:$tag"
+}
+
 # The facility link's byte counters, as seen from each node.
 link_bytes() {
   for n in "${NODES[@]}"; do
@@ -469,6 +488,7 @@ case "${1:-}" in
   clean) check_clean ;;
   link-bytes) link_bytes ;;
   install) install ;;
+  upgrade-agent) upgrade_agent "$2" ;;
   exec) shift; node_exec "$@" ;;
   *) echo "usage: $0 up|install|down|check|clean|link-bytes|exec NODE CMD..." >&2; exit 2 ;;
 esac

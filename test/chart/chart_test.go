@@ -198,6 +198,17 @@ func TestValueSets(t *testing.T) {
 	if find(objs, "DaemonSet", "") != nil {
 		t.Error("nodeDaemon.enabled=false renders the DaemonSet")
 	}
+	// Without leader election an upgrade stops the old operator before the new one starts;
+	// with it, the new one waits for the lease, so the Deployment may roll.
+	for elect, want := range map[string]string{"false": "Recreate", "true": ""} {
+		objs, err := render(t, "--set", "operator.leaderElect="+elect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _, _ := unstructured.NestedString(find(objs, "Deployment", "operator").Object, "spec", "strategy", "type"); got != want {
+			t.Errorf("leaderElect=%s: the operator's Deployment strategy is %q, want %q", elect, got, want)
+		}
+	}
 }
 
 func TestSchemaRefusesBadValues(t *testing.T) {

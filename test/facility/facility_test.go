@@ -248,7 +248,7 @@ func num(m map[string]any, key string) float64 {
 func delivered(t *testing.T, p *corev1.Pod) (float64, float64, float64) {
 	t.Helper()
 	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(render.DecompressMetricsPort)) + "/metrics")
+	resp, err := c.Get("http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(containerPort(p, "metrics-dx", render.DecompressMetricsPort))) + "/metrics")
 	if err != nil {
 		return -1, 0, 0
 	}
@@ -265,6 +265,18 @@ func delivered(t *testing.T, p *corev1.Pod) (float64, float64, float64) {
 	}
 	r := observe.FromSamples(samples)
 	return r.Delivered, r.Lost, dup
+}
+
+// containerPort is the pod's port of that name (a host-network pod's are its own), else def.
+func containerPort(p *corev1.Pod, name string, def int) int {
+	for _, c := range p.Spec.Containers {
+		for _, port := range c.Ports {
+			if port.Name == name {
+				return int(port.ContainerPort)
+			}
+		}
+	}
+	return def
 }
 
 // flowing waits until the running gateway pod has delivered more chunks than from.

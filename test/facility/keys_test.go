@@ -61,18 +61,26 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	if renewed == "" {
 		t.Error("no gateway pod finished the stream with the new keys")
 	}
+	size := wholeAndNothingLost(t, cur, filepath.Join(dir, "rotate-0.raw"), chunks)
+	t.Logf("after the rotation: Completed, %d chunks delivered, lost %d; rotate-0.raw holds %d bytes; gateway pod %s finished with the new keys",
+		cur.Status.Observed.ChunksDelivered, cur.Status.Observed.ChunksLost, size, renewed)
+}
+
+// wholeAndNothingLost checks that a completed pipeline's status counts nothing lost or corrupt and
+// that its file holds every chunk once (chunks of 11059200 bytes); it returns the file's size.
+func wholeAndNothingLost(t *testing.T, cur *v1alpha1.StreamPipeline, file string, chunks int64) int64 {
+	t.Helper()
 	if o := cur.Status.Observed; o.ChunksLost != 0 || o.ChunksCorrupt != 0 {
 		t.Errorf("observed %+v", o)
 	}
-	st, err := os.Stat(filepath.Join(dir, "rotate-0.raw"))
+	st, err := os.Stat(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Size() != chunks*11059200 {
-		t.Errorf("file holds %d bytes, want %d chunks of 11059200", st.Size(), chunks)
+		t.Errorf("%s holds %d bytes, want %d chunks of 11059200, each once", file, st.Size(), chunks)
 	}
-	t.Logf("after the rotation: Completed, %d chunks delivered, lost %d; %s holds %d bytes; gateway pod %s finished with the new keys",
-		cur.Status.Observed.ChunksDelivered, cur.Status.Observed.ChunksLost, st.Name(), st.Size(), renewed)
+	return st.Size()
 }
 
 func ptrInt32(v int32) *int32 { return &v }
