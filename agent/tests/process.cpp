@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -149,7 +150,15 @@ bool port_free(int port) {
 }  // namespace
 
 int free_ports(int count) {
-  static std::mt19937 rng(static_cast<unsigned>(getpid()) ^ static_cast<unsigned>(time(nullptr)));
+  // Seeded from the kernel's entropy, the pid and the clock together: pid ^ seconds gave two test
+  // processes started a second apart with consecutive pids the same seed, so the same ports (a
+  // sender then streamed into another test's receiver).
+  static std::mt19937 rng = [] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), static_cast<unsigned>(getpid()),
+                      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())};
+    return std::mt19937(seq);
+  }();
   for (int attempt = 0; attempt < 200; ++attempt) {
     int base = 20000 + static_cast<int>(rng() % 30000);
     bool ok = true;
