@@ -46,6 +46,11 @@ type facts struct {
 	// (whose files this one's must not overwrite).
 	roots     map[string]*v1alpha1.StorageRoot
 	pipelines []v1alpha1.StreamPipeline
+	// keysSecret: the Secret with the pipeline's CURVE keys (nil: none, or not needed).
+	keysSecret *corev1.Secret
+	// claims and volumes: the claims and PersistentVolumes made for the pipeline.
+	claims  []corev1.PersistentVolumeClaim
+	volumes []corev1.PersistentVolume
 }
 
 type notPlannedError struct {
@@ -57,7 +62,8 @@ type notPlannedError struct {
 func (e *notPlannedError) Error() string { return e.err.Error() }
 
 // gather reads every fact of one pass: the nodes, what other pipelines hold on the gateway,
-// the pipeline's Jobs, pods and the Job controller's refusals. Only API errors are returned.
+// the pipeline's Jobs, pods, claims, volumes and key Secret, the StorageRoots and the Job
+// controller's refusals. Only API errors are returned.
 func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.StreamPipeline) (facts, error) {
 	var f facts
 	var err error
@@ -101,7 +107,25 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 		}
 		f.pipelines = all.Items
 	}
+	if f.keysSecret, err = r.readKeysSecret(ctx, sp); err != nil {
+		return f, err
+	}
+	var claims corev1.PersistentVolumeClaimList
+	if err := r.List(ctx, &claims, client.InNamespace(sp.Namespace), client.MatchingLabels{storage.LabelPipelineName: sp.Name}); err != nil {
+		return f, err
+	}
+	f.claims = claims.Items
+	if f.volumes, err = r.pipelineVolumes(ctx, sp.Namespace, sp.Name); err != nil {
+		return f, err
+	}
 	return f, nil
+}
+
+// pipelineVolumes are the PersistentVolumes made for the pipeline namespace/name.
+func (r *StreamPipelineReconciler) pipelineVolumes(ctx context.Context, namespace, name string) ([]corev1.PersistentVolume, error) {
+	var pvs corev1.PersistentVolumeList
+	err := r.List(ctx, &pvs, client.MatchingLabels{storage.LabelPipelineNamespace: namespace, storage.LabelPipelineName: name})
+	return pvs.Items, err
 }
 
 // readNodes reads the sender and gateway nodes into f. A missing node or label is returned as

@@ -38,45 +38,78 @@ type pipelineKeys struct {
 	nextRotation time.Duration
 }
 
-// curveKeys makes sure the Secret with the pipeline's CURVE keys holds a key pair for the gateway
-// and for every sender. A Secret the user names is only checked; the operator's own
-// (<name>-curve-keys, owned by the pipeline) gets the pairs it lacks, and all new pairs when a
-// rotation is due (spec.security.rotateEvery) or asked for (a new value of the pipeline's
-// numastream.io/rotate-keys annotation). Secrets are read uncached: the operator never lists or
-// watches them.
-func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.StreamPipeline) (pipelineKeys, error) {
+// keysSecretName is the Secret that holds the pipeline's CURVE keys: the one the user names, or
+// the operator's own (<name>-curve-keys, owned by the pipeline; managed).
+func keysSecretName(sp *v1alpha1.StreamPipeline) (name string, managed bool) {
+	if sp.Spec.Security != nil && sp.Spec.Security.KeysSecret != "" {
+		return sp.Spec.Security.KeysSecret, false
+	}
+	return sp.Name + "-curve-keys", true
+}
+
+// needsKeys: the pipeline's agents authenticate with CURVE keys.
+func needsKeys(sp *v1alpha1.StreamPipeline) bool {
 	mode := sp.Spec.SecurityMode()
-	if mode != v1alpha1.SecurityCurve && mode != v1alpha1.SecurityAuthenticate {
-		return pipelineKeys{}, nil
+	return mode == v1alpha1.SecurityCurve || mode == v1alpha1.SecurityAuthenticate
+}
+
+// readKeysSecret reads the Secret keysSecretName names (nil when it does not exist). Secrets
+// are read uncached: the operator never lists or watches them.
+func (r *StreamPipelineReconciler) readKeysSecret(ctx context.Context, sp *v1alpha1.StreamPipeline) (*corev1.Secret, error) {
+	if !needsKeys(sp) {
+		return nil, nil
 	}
-	name, managed := "", false
-	if sp.Spec.Security != nil {
-		name = sp.Spec.Security.KeysSecret
-	}
-	if name == "" {
-		name, managed = sp.Name+"-curve-keys", true
-	}
-	pairs := [][2]string{{render.GatewaySecretKey, render.GatewayPublicKey}}
-	for _, stream := range sp.StreamIDs() {
-		pairs = append(pairs, [2]string{render.SenderSecretKey(stream), render.SenderPublicKey(stream)})
-	}
+	name, _ := keysSecretName(sp)
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
 	}
 	sec := &corev1.Secret{}
-	err := reader.Get(ctx, client.ObjectKey{Namespace: sp.Namespace, Name: name}, sec)
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return pipelineKeys{}, err
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: sp.Namespace, Name: name}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
 	}
+	return sec, nil
+}
+
+// keysDecision is what decideKeys decided: the keys render uses and the Secret to write.
+type keysDecision struct {
+	keys pipelineKeys
+	// write is the Secret to create (create) or update; nil when it stays as it is.
+	write  *corev1.Secret
+	create bool
+	// rotated says why all pairs were made again ("" when they were not).
+	rotated string
+}
+
+// decideKeys makes sure the Secret with the pipeline's CURVE keys (sec as read; nil when it does
+// not exist) holds a key pair for the gateway and for every sender. A Secret the user names is
+// only checked; the operator's own gets the pairs it lacks, and all new pairs when a rotation is
+// due (spec.security.rotateEvery) or asked for (a new value of the pipeline's
+// numastream.io/rotate-keys annotation). newPair makes a key pair (curvekeys.New).
+func decideKeys(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time, newPair func() (curvekeys.KeyPair, error)) (keysDecision, error) {
+	if !needsKeys(sp) {
+		return keysDecision{}, nil
+	}
+	name, managed := keysSecretName(sp)
+	pairs := [][2]string{{render.GatewaySecretKey, render.GatewayPublicKey}}
+	for _, stream := range sp.StreamIDs() {
+		pairs = append(pairs, [2]string{render.SenderSecretKey(stream), render.SenderPublicKey(stream)})
+	}
+	exists := sec != nil
 	if !exists && !managed {
-		return pipelineKeys{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("spec.security.keysSecret: Secret %s/%s does not exist", sp.Namespace, name)}
+		return keysDecision{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("spec.security.keysSecret: Secret %s/%s does not exist", sp.Namespace, name)}
+	}
+	if exists {
+		sec = sec.DeepCopy()
+	} else {
+		sec = &corev1.Secret{}
 	}
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	now := time.Now()
 	why := ""
 	if managed && exists {
 		why = rotationDue(sp, sec, now)
@@ -87,7 +120,7 @@ func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.S
 		secret, public := string(sec.Data[p[0]]), string(sec.Data[p[1]])
 		if secret != "" && public != "" && why == "" {
 			if derived, err := curvekeys.PublicOf(trimKey(secret)); err != nil || derived != trimKey(public) {
-				return pipelineKeys{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("Secret %s: %s is not the public key of %s", name, p[1], p[0])}
+				return keysDecision{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("Secret %s: %s is not the public key of %s", name, p[1], p[0])}
 			}
 			continue
 		}
@@ -95,16 +128,16 @@ func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.S
 			missing = append(missing, p[0], p[1])
 			continue
 		}
-		kp, err := curvekeys.New()
+		kp, err := newPair()
 		if err != nil {
-			return pipelineKeys{}, err
+			return keysDecision{}, err
 		}
 		sec.Data[p[0]], sec.Data[p[1]] = []byte(kp.Secret+"\n"), []byte(kp.Public+"\n")
 		changed = true
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
-		return pipelineKeys{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("Secret %s lacks %v (numastream-agent keygen makes key pairs)", name, missing)}
+		return keysDecision{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("Secret %s lacks %v (numastream-agent keygen makes key pairs)", name, missing)}
 	}
 	if managed && (!exists || why != "") {
 		if sec.Annotations == nil {
@@ -113,28 +146,37 @@ func (r *StreamPipelineReconciler) curveKeys(ctx context.Context, sp *v1alpha1.S
 		sec.Annotations[AnnotationKeysRotatedAt] = now.UTC().Format(time.RFC3339)
 		sec.Annotations[AnnotationKeysRotatedFor] = sp.Annotations[v1alpha1.AnnotationRotateKeys]
 	}
-	keys := pipelineKeys{secret: name, hash: publicKeysHash(sec, pairs), nextRotation: nextRotation(sp, sec, now)}
-	switch {
-	case !changed:
-		return keys, nil
-	case !exists:
+	d := keysDecision{keys: pipelineKeys{secret: name, hash: publicKeysHash(sec, pairs), nextRotation: nextRotation(sp, sec, now)}}
+	if !changed {
+		return d, nil
+	}
+	d.write, d.create, d.rotated = sec, !exists, why
+	if !exists {
 		sec.ObjectMeta.Name, sec.ObjectMeta.Namespace = name, sp.Namespace
 		sec.ObjectMeta.Labels = map[string]string{render.LabelPipeline: sp.Name, "app.kubernetes.io/managed-by": FieldOwner}
 		sec.Type = corev1.SecretTypeOpaque
-		if err := controllerutil.SetControllerReference(sp, sec, r.Scheme); err != nil {
-			return pipelineKeys{}, err
+	}
+	return d, nil
+}
+
+// writeKeys writes the Secret decideKeys decided (the operator's own is owned by the pipeline).
+func (r *StreamPipelineReconciler) writeKeys(ctx context.Context, sp *v1alpha1.StreamPipeline, d keysDecision) error {
+	switch {
+	case d.write == nil:
+		return nil
+	case d.create:
+		if err := controllerutil.SetControllerReference(sp, d.write, r.Scheme); err != nil {
+			return err
 		}
-		return keys, r.Create(ctx, sec)
+		return r.Create(ctx, d.write)
 	}
-	if err := r.Update(ctx, sec); err != nil {
-		return pipelineKeys{}, err
+	if err := r.Update(ctx, d.write); err != nil {
+		return err
 	}
-	if why != "" {
-		ctrl.LoggerFrom(ctx).Info("Rotated the pipeline's CURVE keys", "secret", name, "why", why)
-		r.Recorder.Eventf(sp, sec, corev1.EventTypeNormal, "KeysRotated", "Rotate",
-			"new CURVE keys in Secret %s (%s): the agents are replaced with them, each stream drains and resumes", name, why)
+	if d.rotated != "" {
+		ctrl.LoggerFrom(ctx).Info("Rotated the pipeline's CURVE keys", "secret", d.write.Name, "why", d.rotated)
 	}
-	return keys, nil
+	return nil
 }
 
 // rotationDue says why the operator's keys must be made again ("" when they need not).

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +31,7 @@ import (
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/conditions"
+	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/storage"
@@ -103,7 +103,11 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Its claims went with it; the volumes made for them are cluster-scoped.
-			return ctrl.Result{}, r.deleteVolumes(ctx, req.Namespace, req.Name, nil)
+			pvs, err := r.pipelineVolumes(ctx, req.Namespace, req.Name)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{}, r.deleteAll(ctx, unwantedPVs(pvs, nil))
 		}
 		return ctrl.Result{}, err
 	}
@@ -132,28 +136,30 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	cf := conditions.Facts{Generation: sp.Generation, Suspended: sp.Spec.Suspend, Pods: f.pods, Observed: sp.Status.Observed}
-	rejected := r.recordTopologyRejections(sp, f.pods)
-	var rotation time.Duration
-	if err := r.converge(ctx, sp, f, &cf, &rotation); err != nil {
-		if cf.ApplyError != "" {
-			// Said in status, not only retried: a refused write never leaves a stale status.
-			r.setConditions(sp, conditions.Compute(cf))
-			sp.Status.ObservedGeneration = sp.Generation
+	d, err := Decide(sp, f, decideOptions{Render: r.Render, Now: time.Now(), NewPair: curvekeys.New})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	sp.Status = d.Status
+	for _, e := range d.Events {
+		r.record(sp, e)
+	}
+	did, err := r.execute(ctx, sp, d)
+	if err != nil {
+		// Said in status, not only retried: a refused write never leaves a stale status.
+		d.Facts.ApplyError = err.Error()
+		r.conclude(sp, d, did)
+		return ctrl.Result{}, err
+	}
+	for _, p := range d.DeletePods {
+		if err := r.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, err
 	}
-	if err := r.deletePods(ctx, rejected); err != nil {
-		return ctrl.Result{}, err
-	}
-	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation {
-		cf.Rejected = tr.Pods
-	}
-	r.setConditions(sp, conditions.Compute(cf))
-	sp.Status.ObservedGeneration = sp.Generation
-	after := rotation
+	r.conclude(sp, d, did)
+	after := d.NextRotation
 	switch {
-	case cf.Replacing:
+	case d.Facts.Replacing:
 		after = 2 * time.Second
 	case meta.IsStatusConditionTrue(sp.Status.Conditions, conditions.Reconciling) && (after == 0 || after > 10*time.Second):
 		after = 10 * time.Second
@@ -161,83 +167,15 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return ctrl.Result{RequeueAfter: after}, nil
 }
 
-// converge plans, renders and applies. A pipeline that cannot be planned is a fact for the
-// conditions (cf.Refusal), not an error: the watches bring the change that lets it plan.
-// next is set to when the next scheduled key rotation is due (0: none).
-func (r *StreamPipelineReconciler) converge(ctx context.Context, sp *v1alpha1.StreamPipeline, f facts, cf *conditions.Facts, next *time.Duration) error {
-	refuse := func(err error) error {
-		ref, apiErr := refusal(err)
-		cf.Refusal = ref
-		return apiErr
+// conclude sets what the writes' outcome decides: a re-plan's record (resized in place or not)
+// and the conditions.
+func (r *StreamPipelineReconciler) conclude(sp *v1alpha1.StreamPipeline, d Decision, did executed) {
+	d.Facts.Replacing = d.Facts.Replacing || did.replaced
+	if d.Replan != nil && d.Facts.ApplyError == "" {
+		r.recordReplan(sp, d.Replan, d.PlanBefore, did.resized > 0)
 	}
-	if f.nodesErr != nil {
-		return refuse(f.nodesErr)
-	}
-	if err := storage.Check(sp, f.roots); err != nil {
-		return refuse(err)
-	}
-	if err := storage.Collision(sp, f.pipelines, f.roots); err != nil {
-		return refuse(err)
-	}
-	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation && tr.ReceiveCores == 0 {
-		return refuse(&notPlannedError{reason: ReasonTopologyAffinity, err: fmt.Errorf(
-			"Topology Manager refused the gateway pod even with 1 receiving core per stream (%s): "+
-				"the NIC's NUMA node has no CPU left to align with it; free cores there or lower the number of streams",
-			strings.Join(tr.Pods, ", "))})
-	}
-	plan, err := planner.Make(request(sp, f))
-	if err != nil {
-		return refuse(err)
-	}
-	// A re-plan from observed facts is recorded once it is applied (below).
-	replanned, before := sp.Status.Replan, sp.Status.Plan
-	if replanned != nil && (replanned.Applied || sp.Spec.Replan == ReplanOff) {
-		replanned = nil
-	}
-	sp.Status.Plan = toAPIPlan(plan)
-	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
-	sp.Status.Bottleneck = plan.Bottleneck
-	cf.PlanMessage = fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
-		len(sp.Spec.Senders), plan.Connections, plan.TotalMbit/1000, plan.RateMbit/1000, plan.Bottleneck)
-	keys, err := r.curveKeys(ctx, sp)
-	if err != nil {
-		return refuse(err)
-	}
-	*next = keys.nextRotation
-	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.secret, KeysHash: keys.hash,
-		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, SenderAddresses: f.senderAddresses,
-		Roots: f.roots}, r.Render)
-	if err != nil {
-		return refuse(&notPlannedError{reason: ReasonInvalidSpec, err: err})
-	}
-	sp.Status.Endpoints = nil
-	for _, stream := range sp.StreamIDs() {
-		if ep, ok := objs.Endpoints[stream]; ok {
-			sp.Status.Endpoints = append(sp.Status.Endpoints, v1alpha1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
-		}
-	}
-	did, err := r.apply(ctx, sp, objs, replanned != nil && resizable(before, sp.Status.Plan))
-	if err != nil {
-		cf.ApplyError = err.Error()
-		return err
-	}
-	cf.Replacing = did.replaced
-	if replanned != nil {
-		r.recordReplan(sp, replanned, before, did.resized > 0)
-	}
-	for _, j := range objs.Jobs {
-		cf.Jobs = append(cf.Jobs, conditions.Job{Name: j.Name, Object: f.jobs[j.Name], FailedCreate: f.failedCreate[j.Name]})
-	}
-	// A sender held back for its gateway's data address may exist from before (and may have
-	// finished): it counts like the others.
-	for _, name := range objs.Waiting {
-		j := conditions.Job{Name: name, Object: f.jobs[name]}
-		if j.Object == nil {
-			j.HeldBack = "waiting for the gateway's data-network address"
-		}
-		cf.Jobs = append(cf.Jobs, j)
-	}
-	return nil
+	r.setConditions(sp, conditions.Compute(d.Facts))
+	sp.Status.ObservedGeneration = sp.Generation
 }
 
 // refusal turns a planning failure into the Planned=False facts; an API error is returned as
@@ -261,59 +199,12 @@ func refusal(err error) (*conditions.Refusal, error) {
 	return nil, err
 }
 
-// recordTopologyRejections finds the pods the kubelet's Topology Manager refused (Failed,
-// reason TopologyAffinityError: Kubernetes never reschedules them) and records them in status.
-// A refused gateway pod lowers the receiving cores the next plan asks for by one, so the plan
-// that follows is one the NIC's NUMA node can still align, never the same one again. The pods
-// are returned to be deleted once the new plan is applied, so the Job makes new ones.
-func (r *StreamPipelineReconciler) recordTopologyRejections(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) []*corev1.Pod {
-	var out []*corev1.Pod
-	for i := range pods {
-		p := &pods[i]
-		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonTopologyAffinity || p.DeletionTimestamp != nil {
-			continue
-		}
-		out = append(out, p)
-		tr := sp.Status.TopologyRejection
-		if tr == nil || tr.Generation != sp.Generation {
-			tr = &v1alpha1.TopologyRejection{Generation: sp.Generation, ReceiveCores: -1}
-			sp.Status.TopologyRejection = tr
-		}
-		what := p.Name + " on " + p.Spec.NodeName
-		if slices.Contains(tr.Pods, what) {
-			continue
-		}
-		tr.Pods = append(tr.Pods, what)
-		if len(tr.Pods) > 5 {
-			tr.Pods = tr.Pods[len(tr.Pods)-5:]
-		}
-		if p.Labels[render.LabelRole] == render.RoleGateway {
-			asked := receiveCoresOf(sp)
-			if tr.ReceiveCores < 0 || int(tr.ReceiveCores) > asked-1 {
-				tr.ReceiveCores = int32(max(asked-1, 0))
-			}
-		}
-		r.Recorder.Eventf(sp, p, corev1.EventTypeWarning, ReasonTopologyAffinity, "Replan",
-			"Topology Manager refused %s; planning again with at most %d receiving cores per stream", what, tr.ReceiveCores)
-	}
-	return out
-}
-
 // receiveCoresOf is what the current plan asks of the NIC's NUMA node per stream.
 func receiveCoresOf(sp *v1alpha1.StreamPipeline) int {
 	if sp.Status.Plan == nil {
 		return 1
 	}
 	return int(sp.Status.Plan.Connections)
-}
-
-func (r *StreamPipelineReconciler) deletePods(ctx context.Context, pods []*corev1.Pod) error {
-	for _, p := range pods {
-		if err := r.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // resizable: the new plan runs the same pods as the one before (nodes, streams, connections,

@@ -1,0 +1,358 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/conditions"
+	"github.com/numastream/numastream/internal/curvekeys"
+	"github.com/numastream/numastream/internal/planner"
+	"github.com/numastream/numastream/internal/render"
+	"github.com/numastream/numastream/internal/storage"
+)
+
+// JobAction is what one pass does to one of the pipeline's Jobs.
+type JobAction string
+
+const (
+	// JobCreate: the Job does not exist: it is created with the plan.
+	JobCreate JobAction = "create"
+	// JobKeep: the Job runs the plan: applied again as it is (labels, owner).
+	JobKeep JobAction = "keep"
+	// JobResize: the plan changed only the containers' CPUs and memory and the Job's one running
+	// pod is resized in place (pods/resize); the Job stays. Should the API server refuse the
+	// resize, the Job is replaced.
+	JobResize JobAction = "resize"
+	// JobResized: resized in place to the plan by an earlier pass: left as it is.
+	JobResized JobAction = "resized"
+	// JobReplace: the Job runs an older plan (another config, image, network, keys): deleted now
+	// and created with the plan on a later pass; its stream drains and resumes where it stopped.
+	JobReplace JobAction = "replace"
+	// JobDeleting: the Job is being deleted (replaced): created again once it is gone.
+	JobDeleting JobAction = "deleting"
+	// JobHold: a sender held back until its gateway's data-network address is known; one that
+	// exists runs on until then.
+	JobHold JobAction = "hold"
+	// JobDelete: the Job's stream is no longer in the pipeline.
+	JobDelete JobAction = "delete"
+)
+
+// JobStep is the action decided for one Job.
+type JobStep struct {
+	Name   string
+	Action JobAction
+	// Desired is the Job as rendered for the plan (nil for JobDelete); Existing as it is (nil
+	// when it does not exist).
+	Desired, Existing *batchv1.Job
+	// Pod is the running pod JobResize resizes.
+	Pod *corev1.Pod
+	// Event says what the step does, recorded when it is done ("" for none).
+	Event *Event
+}
+
+// Event is an event to record about the pipeline.
+type Event struct {
+	Related                       runtime.Object // nil: the pipeline itself
+	Type, Reason, Action, Message string
+}
+
+// Decision is everything one pass does, decided from the pipeline and the facts gathered for it
+// (Decide). execute performs its writes; nothing after gather reads and nothing but execute
+// writes.
+type Decision struct {
+	// Status is the pipeline's status after the pass, but for the conditions (conclude sets
+	// them from Facts once the writes are done).
+	Status v1alpha1.StreamPipelineStatus
+	// Facts are what the conditions are computed from.
+	Facts conditions.Facts
+	// Plan is the plan applied (nil when the pipeline is refused: Facts.Refusal says why).
+	Plan *planner.Plan
+	// Keys is the CURVE key Secret to write before anything that uses it.
+	Keys keysDecision
+	// Objects are applied as rendered (ConfigMap, Services, NetworkPolicy, volumes); their Jobs
+	// go through Jobs.
+	Objects render.Objects
+	Jobs    []JobStep
+	// DeleteClaims and DeleteVolumes are the pipeline's claims and volumes no pod needs any
+	// more; DeletePods the pods the Topology Manager refused (their Jobs make new ones).
+	DeleteClaims  []*corev1.PersistentVolumeClaim
+	DeleteVolumes []*corev1.PersistentVolume
+	DeletePods    []*corev1.Pod
+	// Replan is the re-plan from observed facts this pass applies (nil: none), against the plan
+	// before it; recorded once written (conclude), knowing whether pods were resized.
+	Replan     *v1alpha1.Replan
+	PlanBefore *v1alpha1.Plan
+	// Events are the pass's decisions (topology refusals) to record whatever the writes do.
+	Events []Event
+	// NextRotation is when the next scheduled key rotation is due (0: none).
+	NextRotation time.Duration
+}
+
+// decideOptions are Decide's inputs that are not facts of the cluster.
+type decideOptions struct {
+	Render  render.Options
+	Now     time.Time
+	NewPair func() (curvekeys.KeyPair, error)
+}
+
+// Decide is the whole decision of one pass over a pipeline, from the pipeline and the facts
+// gather read: what to plan, render and write, what to do with each Job, and the status. It
+// reads nothing and writes nothing (sp is not changed). A pipeline that cannot be planned is a
+// decision (Facts.Refusal), not an error; an error is one no pass can decide around (the key
+// generator failing).
+func Decide(in *v1alpha1.StreamPipeline, f facts, opts decideOptions) (Decision, error) {
+	sp := in.DeepCopy()
+	d := Decision{Facts: conditions.Facts{Generation: sp.Generation, Suspended: sp.Spec.Suspend, Pods: f.pods, Observed: sp.Status.Observed}}
+	d.DeletePods, d.Events = topologyRejections(sp, f.pods)
+	if err := decidePlan(sp, f, opts, &d); err != nil {
+		ref, other := refusal(err)
+		if other != nil {
+			return d, other
+		}
+		d.Facts.Refusal = ref
+	}
+	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation {
+		d.Facts.Rejected = tr.Pods
+	}
+	d.Status = sp.Status
+	return d, nil
+}
+
+// decidePlan plans, renders and decides each Job's action, into d and sp's status. A refusal
+// is returned as an error refusal() knows.
+func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Decision) error {
+	if f.nodesErr != nil {
+		return f.nodesErr
+	}
+	if err := storage.Check(sp, f.roots); err != nil {
+		return err
+	}
+	if err := storage.Collision(sp, f.pipelines, f.roots); err != nil {
+		return err
+	}
+	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation && tr.ReceiveCores == 0 {
+		return &notPlannedError{reason: ReasonTopologyAffinity, err: fmt.Errorf(
+			"Topology Manager refused the gateway pod even with 1 receiving core per stream (%s): "+
+				"the NIC's NUMA node has no CPU left to align with it; free cores there or lower the number of streams",
+			strings.Join(tr.Pods, ", "))}
+	}
+	plan, err := planner.Make(request(sp, f))
+	if err != nil {
+		return err
+	}
+	// A re-plan from observed facts is recorded once it is applied (conclude).
+	replanned, before := sp.Status.Replan, sp.Status.Plan
+	if replanned != nil && (replanned.Applied || sp.Spec.Replan == ReplanOff) {
+		replanned = nil
+	}
+	sp.Status.Plan = toAPIPlan(plan)
+	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
+	sp.Status.Bottleneck = plan.Bottleneck
+	d.Facts.PlanMessage = fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
+		len(sp.Spec.Senders), plan.Connections, plan.TotalMbit/1000, plan.RateMbit/1000, plan.Bottleneck)
+	keys, err := decideKeys(sp, f.keysSecret, opts.Now, opts.NewPair)
+	if err != nil {
+		return err
+	}
+	d.NextRotation = keys.keys.nextRotation
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.keys.secret, KeysHash: keys.keys.hash,
+		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, SenderAddresses: f.senderAddresses,
+		Roots: f.roots}, opts.Render)
+	if err != nil {
+		return &notPlannedError{reason: ReasonInvalidSpec, err: err}
+	}
+	if keys.rotated != "" {
+		d.Events = append(d.Events, Event{Related: keys.write, Type: corev1.EventTypeNormal, Reason: "KeysRotated", Action: "Rotate",
+			Message: fmt.Sprintf("new CURVE keys in Secret %s (%s): the agents are replaced with them, each stream drains and resumes", keys.keys.secret, keys.rotated)})
+	}
+	d.Plan, d.Keys, d.Objects = &plan, keys, objs
+	sp.Status.Endpoints = nil
+	for _, stream := range sp.StreamIDs() {
+		if ep, ok := objs.Endpoints[stream]; ok {
+			sp.Status.Endpoints = append(sp.Status.Endpoints, v1alpha1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
+		}
+	}
+	if replanned != nil {
+		d.Replan, d.PlanBefore = replanned, before
+	}
+	d.Jobs = decideJobs(sp, f, objs, replanned != nil && resizable(before, sp.Status.Plan))
+	d.DeleteClaims, d.DeleteVolumes = unwantedVolumes(sp, f, objs.Volumes)
+	for _, s := range d.Jobs {
+		switch s.Action {
+		case JobReplace, JobDeleting:
+			d.Facts.Replacing = true
+		case JobDelete:
+			continue
+		case JobHold:
+			j := conditions.Job{Name: s.Name, Object: s.Existing}
+			if j.Object == nil {
+				j.HeldBack = "waiting for the gateway's data-network address"
+			}
+			d.Facts.Jobs = append(d.Facts.Jobs, j)
+			continue
+		}
+		d.Facts.Jobs = append(d.Facts.Jobs, conditions.Job{Name: s.Name, Object: s.Existing, FailedCreate: f.failedCreate[s.Name]})
+	}
+	return nil
+}
+
+// decideJobs decides each Job's action: the rendered ones (created, kept, resized in place when
+// inPlace allows it, or replaced when they run an older plan), the held-back senders, and the
+// Jobs of streams that are gone.
+func decideJobs(sp *v1alpha1.StreamPipeline, f facts, objs render.Objects, inPlace bool) []JobStep {
+	var steps []JobStep
+	want := map[string]bool{}
+	for _, j := range objs.Jobs {
+		want[j.Name] = true
+		steps = append(steps, decideJob(sp, j, f.jobs[j.Name], f.pods, inPlace))
+	}
+	for _, name := range objs.Waiting { // held back, not removed: they run until replaced
+		want[name] = true
+		steps = append(steps, JobStep{Name: name, Action: JobHold, Existing: f.jobs[name]})
+	}
+	var gone []string
+	for name, j := range f.jobs {
+		if !want[name] && j.DeletionTimestamp == nil {
+			gone = append(gone, name)
+		}
+	}
+	slices.Sort(gone)
+	for _, name := range gone {
+		steps = append(steps, JobStep{Name: name, Action: JobDelete, Existing: f.jobs[name]})
+	}
+	return steps
+}
+
+// decideJob: a Job's pod template is immutable, so a Job whose plan hash (its agent config and
+// whole pod template) changed is replaced, unless only its containers' CPUs and memory changed
+// and its one running pod can be resized in place.
+func decideJob(sp *v1alpha1.StreamPipeline, desired, existing *batchv1.Job, pods []corev1.Pod, inPlace bool) JobStep {
+	step := JobStep{Name: desired.Name, Desired: desired, Existing: existing}
+	want := desired.Annotations[render.AnnotationPlanHash]
+	switch {
+	case existing == nil:
+		step.Action = JobCreate
+		return step
+	case existing.DeletionTimestamp != nil:
+		step.Action = JobDeleting
+		return step
+	case existing.Annotations[render.AnnotationPlanHash] == want:
+		step.Action = JobKeep
+		return step
+	}
+	running := runningPods(existing.Name, pods)
+	if existing.Annotations[AnnotationResizedTo] == want {
+		// Kept whatever its pod does now (a finished stream stays finished), unless the kubelet
+		// refused the resize (PodResizePending, Infeasible: e.g. exclusive CPUs under the static
+		// CPU manager without KEP-5554).
+		for _, p := range running {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodResizePending && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonInfeasible {
+					step.Action = JobReplace
+					step.Event = &Event{Related: existing, Type: corev1.EventTypeWarning, Reason: "ResizeInfeasible", Action: "Apply",
+						Message: fmt.Sprintf("the kubelet cannot resize pod %s in place (%s): re-creating Job %s with the new plan", p.Name, c.Message, existing.Name)}
+					return step
+				}
+			}
+		}
+		step.Action = JobResized
+		return step
+	}
+	if inPlace && len(running) == 1 {
+		step.Action, step.Pod = JobResize, running[0]
+		step.Event = &Event{Related: running[0], Type: corev1.EventTypeNormal, Reason: "ResizedInPlace", Action: "Apply",
+			Message: fmt.Sprintf("pod %s resized in place to the new plan (%s): its agents use the new CPUs as they run", running[0].Name, describeResources(desired.Spec.Template.Spec.Containers))}
+		return step
+	}
+	step.Action = JobReplace
+	step.Event = &Event{Related: existing, Type: corev1.EventTypeNormal, Reason: "Replacing", Action: "Apply",
+		Message: fmt.Sprintf("Job %s runs an older plan: replacing it (its stream resumes where it stopped)", existing.Name)}
+	return step
+}
+
+// runningPods are the Job's pods that run and are not being deleted.
+func runningPods(job string, pods []corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[batchv1.JobNameLabel] == job && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// unwantedVolumes are the pipeline's claims and volumes no pod of the plan mounts: a claim goes
+// when no pod uses it any more (the API server's protection), its volume once the claim is gone.
+func unwantedVolumes(sp *v1alpha1.StreamPipeline, f facts, vols []storage.Volume) ([]*corev1.PersistentVolumeClaim, []*corev1.PersistentVolume) {
+	wantPV, wantClaim := map[string]bool{}, map[string]bool{}
+	for _, v := range vols {
+		wantPV[v.PV.Name], wantClaim[v.Claim.Name] = true, true
+	}
+	var claims []*corev1.PersistentVolumeClaim
+	for i := range f.claims {
+		c := &f.claims[i]
+		if !wantClaim[c.Name] && metav1.IsControlledBy(c, sp) && c.DeletionTimestamp == nil {
+			claims = append(claims, c)
+		}
+	}
+	return claims, unwantedPVs(f.volumes, wantPV)
+}
+
+// unwantedPVs are the volumes but those in keep that are not being deleted already.
+func unwantedPVs(pvs []corev1.PersistentVolume, keep map[string]bool) []*corev1.PersistentVolume {
+	var out []*corev1.PersistentVolume
+	for i := range pvs {
+		if pv := &pvs[i]; !keep[pv.Name] && pv.DeletionTimestamp == nil {
+			out = append(out, pv)
+		}
+	}
+	return out
+}
+
+// topologyRejections finds the pods the kubelet's Topology Manager refused (Failed, reason
+// TopologyAffinityError: Kubernetes never reschedules them) and records them in sp's status.
+// A refused gateway pod lowers the receiving cores the next plan asks for by one, so the plan
+// that follows is one the NIC's NUMA node can still align, never the same one again. The pods
+// are returned to be deleted once the new plan is applied, so the Job makes new ones.
+func topologyRejections(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) ([]*corev1.Pod, []Event) {
+	var out []*corev1.Pod
+	var events []Event
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonTopologyAffinity || p.DeletionTimestamp != nil {
+			continue
+		}
+		out = append(out, p)
+		tr := sp.Status.TopologyRejection
+		if tr == nil || tr.Generation != sp.Generation {
+			tr = &v1alpha1.TopologyRejection{Generation: sp.Generation, ReceiveCores: -1}
+			sp.Status.TopologyRejection = tr
+		}
+		what := p.Name + " on " + p.Spec.NodeName
+		if slices.Contains(tr.Pods, what) {
+			continue
+		}
+		tr.Pods = append(tr.Pods, what)
+		if len(tr.Pods) > 5 {
+			tr.Pods = tr.Pods[len(tr.Pods)-5:]
+		}
+		if p.Labels[render.LabelRole] == render.RoleGateway {
+			asked := receiveCoresOf(sp)
+			if tr.ReceiveCores < 0 || int(tr.ReceiveCores) > asked-1 {
+				tr.ReceiveCores = int32(max(asked-1, 0))
+			}
+		}
+		events = append(events, Event{Related: p, Type: corev1.EventTypeWarning, Reason: ReasonTopologyAffinity, Action: "Replan",
+			Message: fmt.Sprintf("Topology Manager refused %s; planning again with at most %d receiving cores per stream", what, tr.ReceiveCores)})
+	}
+	return out, events
+}
