@@ -155,7 +155,7 @@ func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Dec
 	}
 	sp.Status.Plan = toAPIPlan(plan)
 	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
-	sp.Status.Bottleneck = plan.Bottleneck
+	sp.Status.Bottleneck = string(plan.Bottleneck)
 	d.Facts.PlanMessage = fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
 		len(sp.Spec.Senders), plan.Connections, plan.TotalMbit/1000, plan.RateMbit/1000, plan.Bottleneck)
 	keys, err := decideKeys(sp, f.keysSecret, opts.Now, opts.NewPair)

@@ -291,7 +291,7 @@ func describePlan(p *v1alpha1.Plan) string {
 func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
 	out := &v1alpha1.Plan{
 		Connections: int32(p.Connections), NICNUMANode: int32(p.NICNode),
-		PredictedMbps: int64(p.RateMbit), PredictedTotalMbps: int64(p.TotalMbit), Bottleneck: p.Bottleneck,
+		PredictedMbps: int64(p.RateMbit), PredictedTotalMbps: int64(p.TotalMbit), Bottleneck: string(p.Bottleneck),
 	}
 	ids := make([]int, 0, len(p.Holds))
 	for id := range p.Holds {
@@ -304,11 +304,11 @@ func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
 		}
 	}
 	for _, n := range p.Nodes {
-		np := v1alpha1.NodePlan{Node: n.Node, Role: n.Role, CPUs: int32(n.CPUs)}
+		np := v1alpha1.NodePlan{Node: n.Node, Role: string(n.Role), CPUs: int32(n.CPUs)}
 		np.StreamID = new(int32)
 		*np.StreamID = int32(n.Stream)
 		for _, s := range n.Stages {
-			np.Stages = append(np.Stages, v1alpha1.StagePlan{Stage: s.Name, Threads: int32(s.Threads), NUMA: s.NUMA, RateMbps: int64(s.RateMbit)})
+			np.Stages = append(np.Stages, v1alpha1.StagePlan{Stage: string(s.Name), Threads: int32(s.Threads), NUMA: string(s.NUMA), RateMbps: int64(s.RateMbit)})
 		}
 		out.Nodes = append(out.Nodes, np)
 	}

@@ -8,6 +8,7 @@ package planner
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -39,18 +40,21 @@ const (
 	OS        Mode = "os"
 )
 
+// StageName names a stage of a stream.
+type StageName string
+
 // Stage names.
 const (
-	StageSource     = "source"
-	StageCompress   = "compress"
-	StageSend       = "send"
-	StageNetwork    = "network"
-	StageReceive    = "receive"
-	StageDecompress = "decompress"
-	StageSink       = "sink"
-	StageTarget     = "target"
+	StageSource     StageName = "source"
+	StageCompress   StageName = "compress"
+	StageSend       StageName = "send"
+	StageNetwork    StageName = "network"
+	StageReceive    StageName = "receive"
+	StageDecompress StageName = "decompress"
+	StageSink       StageName = "sink"
+	StageTarget     StageName = "target"
 	// StageEncrypt is the sender's CURVE encryption (security mode curve): its own cores.
-	StageEncrypt = "encrypt"
+	StageEncrypt StageName = "encrypt"
 )
 
 // Request is one pipeline to plan.
@@ -98,19 +102,45 @@ type Request struct {
 	Encrypt bool
 }
 
+// Role is what a pod does in a pipeline.
+type Role string
+
+const (
+	// RoleSender reads a detector's data, compresses (or passes it through) and sends it.
+	RoleSender Role = "sender"
+	// RoleGateway receives one stream next to the NIC, decompresses it and feeds the sink.
+	RoleGateway Role = "gateway"
+)
+
+// NUMATarget is where a stage's threads run: a NUMA node's id ("0", "1", ...), or one of the
+// targets below.
+type NUMATarget string
+
+const (
+	// NUMAAny: wherever the OS runs them (the pod's CPUs).
+	NUMAAny NUMATarget = "any"
+	// NUMANIC: the data NIC's NUMA node.
+	NUMANIC NUMATarget = "nic"
+	// NUMASpread: spread over the NUMA nodes with free cores.
+	NUMASpread NUMATarget = "spread"
+)
+
+// NUMANode is the target of one NUMA node.
+func NUMANode(id int) NUMATarget { return NUMATarget(strconv.Itoa(id)) }
+
 // Stage is one stage group on one node.
 type Stage struct {
-	Name     string
+	Name     StageName
 	Threads  int
-	NUMA     string // node id, "nic", "spread" or "any"
+	NUMA     NUMATarget
 	RateMbit float64
 }
 
 // NodePlan is one pod's worth of work.
 type NodePlan struct {
 	Node   string
-	Role   string // "sender" or "gateway"
-	Stream int    // the stream's id (Request.StreamIDs)
+	Role   Role
+	Stream int // the stream's id (Request.StreamIDs)
 	CPUs   int
 	Port   int // gateway: first data port of this stream
 	Stages []Stage
@@ -139,8 +169,8 @@ type Container struct {
 type StreamPrediction struct {
 	Stream     int
 	RateMbit   float64
-	Bottleneck string
-	Stages     map[string]float64 // stage -> raw Mbit/s it can sustain
+	Bottleneck StageName
+	Stages     map[StageName]float64 // stage -> raw Mbit/s it can sustain
 }
 
 // Plan is the decision for the whole pipeline.
@@ -151,7 +181,7 @@ type Plan struct {
 	// RateMbit is the slowest stream's predicted raw rate; TotalMbit the sum over streams.
 	RateMbit   float64
 	TotalMbit  float64
-	Bottleneck string
+	Bottleneck StageName
 	// Holds is what this plan takes on the gateway: cores per NUMA node.
 	Holds   map[int]int
 	NICNode int
@@ -266,9 +296,9 @@ func Make(r Request) (Plan, error) {
 		return Plan{}, refuse("ports %d..%d run past 65535: lower spec.port", r.Port, r.Port+streams*conns-1)
 	}
 	receiveRate := float64(conns) * rcvMbit
-	receiveNUMA := "nic"
+	receiveNUMA := NUMANIC
 	if r.Mode == OS {
-		receiveNUMA = "any"
+		receiveNUMA = NUMAAny
 		frac := float64(nodeCPUs(gw, nic.NUMANode)) / float64(gw.TotalCPUs())
 		receiveRate *= frac + (1-frac)*RemoteReceiveFactor
 	}
@@ -317,13 +347,13 @@ func Make(r Request) (Plan, error) {
 	}
 	decompressNUMA := decompressTarget(gw, nic.NUMANode, free, decompress*streams)
 	if r.Mode == OS {
-		decompressNUMA = "any"
+		decompressNUMA = NUMAAny
 	}
 
 	plan := Plan{Connections: conns, NICNode: nic.NUMANode, Holds: map[int]int{}}
 	plan.RateMbit = math.Inf(1)
 	for i, s := range r.Senders {
-		st := map[string]float64{
+		st := map[StageName]float64{
 			StageCompress:   sides[i].rate,
 			StageNetwork:    sides[i].link * r.Ratio,
 			StageReceive:    receiveRate,
@@ -347,15 +377,15 @@ func Make(r Request) (Plan, error) {
 			plan.RateMbit, plan.Bottleneck = rate, neck
 		}
 		stages := []Stage{
-			{Name: StageSource, Threads: 1, NUMA: "any"},
-			{Name: StageCompress, Threads: sides[i].compress, NUMA: "any", RateMbit: codecRate(r, sides[i].rate)},
-			{Name: StageSend, Threads: conns, NUMA: "any", RateMbit: sides[i].link * r.Ratio},
+			{Name: StageSource, Threads: 1, NUMA: NUMAAny},
+			{Name: StageCompress, Threads: sides[i].compress, NUMA: NUMAAny, RateMbit: codecRate(r, sides[i].rate)},
+			{Name: StageSend, Threads: conns, NUMA: NUMAAny, RateMbit: sides[i].link * r.Ratio},
 		}
 		if r.Encrypt {
-			stages = append(stages, Stage{Name: StageEncrypt, Threads: sides[i].cipher, NUMA: "any", RateMbit: sides[i].encrypt})
+			stages = append(stages, Stage{Name: StageEncrypt, Threads: sides[i].cipher, NUMA: NUMAAny, RateMbit: sides[i].encrypt})
 		}
 		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: s.Name, Role: "sender", Stream: id(i), CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher,
+			Node: s.Name, Role: RoleSender, Stream: id(i), CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher,
 			Stages: stages,
 		})
 	}
@@ -365,10 +395,10 @@ func Make(r Request) (Plan, error) {
 			{Name: StageDecompress, Threads: decompress, NUMA: decompressNUMA, RateMbit: codecRate(r, float64(decompress)*decompressMbit)},
 		}
 		if r.HasSink {
-			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: "any"})
+			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: NUMAAny})
 		}
 		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: gw.Name, Role: "gateway", Stream: id(i), CPUs: conns + decompress + sinkCores,
+			Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns + decompress + sinkCores,
 			Port: r.Port + i*conns, Stages: stages,
 		})
 	}
@@ -434,7 +464,7 @@ func containers(n NodePlan, conns int, chunk int64) []Container {
 	if chunk <= 0 {
 		chunk = DefaultChunkBytes
 	}
-	if n.Role != "gateway" {
+	if n.Role != RoleGateway {
 		return []Container{{Name: ContainerAgent, CPUs: n.CPUs, MemoryBytes: memoryFor(chunk, n.CPUs, conns), Stages: n.Stages}}
 	}
 	rx := Container{Name: ContainerReceive, CPUs: conns, MemoryBytes: memoryFor(chunk, conns, conns)}
@@ -509,7 +539,7 @@ func capToAllocatable(gw topology.Node, nicNode int, free, held map[int]int) {
 
 // decompressTarget: off the NIC's node when the cores there suffice (one node: its id; several:
 // spread over them), else spread over every node (the paper: decompression gains from it).
-func decompressTarget(gw topology.Node, nicNode int, free map[int]int, need int) string {
+func decompressTarget(gw topology.Node, nicNode int, free map[int]int, need int) NUMATarget {
 	var others []int
 	otherFree := 0
 	for _, nn := range gw.NUMANodes {
@@ -520,11 +550,11 @@ func decompressTarget(gw topology.Node, nicNode int, free map[int]int, need int)
 	}
 	switch {
 	case len(gw.NUMANodes) == 1:
-		return "any"
+		return NUMAAny
 	case len(others) == 1 && need <= otherFree:
-		return strconv.Itoa(others[0])
+		return NUMANode(others[0])
 	default:
-		return "spread"
+		return NUMASpread
 	}
 }
 
@@ -553,13 +583,13 @@ func holds(gw topology.Node, nicNode int, free map[int]int, receivers, rest int)
 	return h
 }
 
-func slowest(stages map[string]float64) (float64, string) {
-	names := make([]string, 0, len(stages))
+func slowest(stages map[StageName]float64) (float64, StageName) {
+	names := make([]StageName, 0, len(stages))
 	for k := range stages {
 		names = append(names, k)
 	}
-	sort.Strings(names)
-	best, neck := math.Inf(1), ""
+	slices.Sort(names)
+	best, neck := math.Inf(1), StageName("")
 	for _, k := range names {
 		if stages[k] < best {
 			best, neck = stages[k], k

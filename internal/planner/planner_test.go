@@ -35,7 +35,7 @@ func request(senders ...topology.Node) Request {
 	return Request{Senders: senders, Gateway: lynx, GatewayNIC: "ens1f0", Ratio: 2, Mode: NUMAAware, Port: 5555}
 }
 
-func stage(t *testing.T, p Plan, role string, stream int, name string) Stage {
+func stage(t *testing.T, p Plan, role Role, stream int, name StageName) Stage {
 	t.Helper()
 	for _, n := range p.Nodes {
 		if n.Role != role || n.Stream != stream {
@@ -192,7 +192,7 @@ func TestNUMALayouts(t *testing.T) {
 		name       string
 		gw         topology.Node
 		nic        string
-		decompress string
+		decompress NUMATarget
 	}{
 		{"1 node", node("vm", []int{32}, map[string][2]int64{"eth0": {0, 100000}}, 440, 1600), "eth0", "any"},
 		{"2 nodes, NIC on node 0", node("g", []int{16, 16}, map[string][2]int64{"ens": {0, 100000}}, 440, 1600), "ens", "1"},

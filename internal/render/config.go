@@ -104,7 +104,7 @@ type CurveConfig struct {
 // or a gateway's two (the receiving container relays to the decompressing one). The planner has
 // decided every figure; this only translates.
 func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
-	if n.Role != RoleGateway {
+	if n.Role != planner.RoleGateway {
 		tx := agentConfig(in, n)
 		if in.KeysSecret != "" {
 			tx.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
@@ -169,7 +169,7 @@ func placedStages(stages []planner.Stage) map[string]StageConfig {
 	for _, s := range stages {
 		switch s.Name {
 		case planner.StageCompress, planner.StageReceive, planner.StageDecompress:
-			out[s.Name] = StageConfig{Threads: s.Threads, NUMA: s.NUMA}
+			out[string(s.Name)] = StageConfig{Threads: s.Threads, NUMA: string(s.NUMA)}
 		}
 	}
 	return out
@@ -204,7 +204,7 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		Metrics:     MetricsConfig{Listen: fmt.Sprintf("0.0.0.0:%d", agentMetrics)},
 		Placement:   PlacementConfig{Mode: mode, Stages: stages},
 	}
-	if n.Role == RoleSender {
+	if n.Role == planner.RoleSender {
 		stream := n.Stream
 		cfg.Endpoint = senderEndpoint(in, n)
 		cfg.StreamID = &stream
@@ -237,7 +237,7 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 
 func gatewayFor(p planner.Plan, stream int) planner.NodePlan {
 	for _, n := range p.Nodes {
-		if n.Role == RoleGateway && n.Stream == stream {
+		if n.Role == planner.RoleGateway && n.Stream == stream {
 			return n
 		}
 	}

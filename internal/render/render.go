@@ -66,8 +66,9 @@ const (
 	// SpillMountPath is a sender's spill (spec.spill): an emptyDir limited to spill.maxBytes, or
 	// the spill's StorageRoot.
 	SpillMountPath = "/var/spill"
-	RoleSender     = storage.RoleSender
-	RoleGateway    = storage.RoleGateway
+	// The values of LabelRole.
+	RoleSender  = string(planner.RoleSender)
+	RoleGateway = string(planner.RoleGateway)
 	// The two containers of a gateway pod (the planner splits it).
 	ReceiveContainer    = planner.ContainerReceive
 	DecompressContainer = planner.ContainerDecompress
@@ -145,7 +146,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	out := Objects{Endpoints: map[int]string{}}
 	configs := map[string]string{}
 	for _, n := range in.Plan.Nodes {
-		if n.Role == RoleSender {
+		if n.Role == planner.RoleSender {
 			ep := senderEndpoint(in, n)
 			if ep == "" {
 				out.Waiting = append(out.Waiting, Name(sp, n))
@@ -167,7 +168,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		Data:       configs,
 	}
 	for _, n := range in.Plan.Nodes {
-		if n.Role == RoleGateway {
+		if n.Role == planner.RoleGateway {
 			out.Services = append(out.Services, service(in, n))
 		} else if _, ok := configs[configKey(n)]; !ok {
 			continue // waiting for the gateway's data-network address
@@ -193,7 +194,7 @@ func metricsPorts(in Inputs, n planner.NodePlan) (agent, decompress int) {
 	}
 	streams, slot := len(sp.Spec.Senders), max(sp.SenderOfStream(n.Stream), 0)
 	base := int(sp.Spec.Port) + streams*in.Plan.Connections
-	if n.Role == RoleGateway {
+	if n.Role == planner.RoleGateway {
 		return base + 2*slot, base + 2*slot + 1
 	}
 	return base + 2*streams + slot, 0
@@ -249,9 +250,9 @@ func service(in Inputs, n planner.NodePlan) *corev1.Service {
 	name := Name(sp, n)
 	svc := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: meta(sp, name, n.Role, n.Stream),
+		ObjectMeta: meta(sp, name, string(n.Role), n.Stream),
 		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{LabelPipeline: sp.Name, LabelRole: n.Role, LabelStream: fmt.Sprint(n.Stream)},
+			Selector: map[string]string{LabelPipeline: sp.Name, LabelRole: string(n.Role), LabelStream: fmt.Sprint(n.Stream)},
 		},
 	}
 	for c := 0; c < conns; c++ {
@@ -273,7 +274,7 @@ func service(in Inputs, n planner.NodePlan) *corev1.Service {
 func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Job {
 	sp := in.Pipeline
 	name := Name(sp, n)
-	pod := corev1.PodTemplateSpec{ObjectMeta: meta(sp, "", n.Role, n.Stream)}
+	pod := corev1.PodTemplateSpec{ObjectMeta: meta(sp, "", string(n.Role), n.Stream)}
 	pod.ObjectMeta.OwnerReferences = nil
 	pod.Spec = corev1.PodSpec{
 		// Never: a failed pod is replaced by a new one, which podFailurePolicy needs.
@@ -307,7 +308,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 	pod.Annotations[AnnotationPlanHash] = hash
 	j := &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: meta(sp, name, n.Role, n.Stream),
+		ObjectMeta: meta(sp, name, string(n.Role), n.Stream),
 		Spec: batchv1.JobSpec{
 			BackoffLimit:     ptr.To[int32](10),
 			PodFailurePolicy: podFailurePolicy(),
@@ -380,9 +381,9 @@ func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1alpha1.StreamPipel
 	}
 }
 
-func attachmentOf(sp *v1alpha1.StreamPipeline, role string) string {
+func attachmentOf(sp *v1alpha1.StreamPipeline, role planner.Role) string {
 	net := sp.Spec.Gateway.Network
-	if role == RoleSender && net.SenderAttachment != "" {
+	if role == planner.RoleSender && net.SenderAttachment != "" {
 		return net.SenderAttachment
 	}
 	return net.Attachment
@@ -417,7 +418,7 @@ func senderEndpoint(in Inputs, n planner.NodePlan) string {
 func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container {
 	keys := corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
 	agentMetrics, dxMetrics := metricsPorts(in, n)
-	if n.Role != RoleGateway {
+	if n.Role != planner.RoleGateway {
 		tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), agentMetrics, "metrics")
 		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
 		if in.Pipeline.Spec.Spill != nil {
@@ -475,7 +476,7 @@ func agent(in Inputs, n planner.NodePlan, opts Options, plan planner.Container, 
 			PeriodSeconds: 10, FailureThreshold: 3,
 		},
 	}
-	if n.Role == RoleSender && hasDataVolume(sp, n) {
+	if n.Role == planner.RoleSender && hasDataVolume(sp, n) {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount, ReadOnly: true})
 	}
 	return c
@@ -541,7 +542,7 @@ func keysVolume(secret string, n planner.NodePlan) corev1.Volume {
 		{Key: SenderSecretKey(n.Stream), Path: "secret"},
 		{Key: GatewayPublicKey, Path: "server.public"},
 	}
-	if n.Role == RoleGateway {
+	if n.Role == planner.RoleGateway {
 		items = []corev1.KeyToPath{
 			{Key: GatewaySecretKey, Path: "secret"},
 			{Key: SenderPublicKey(n.Stream), Path: "allowed"},
@@ -562,7 +563,7 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 	tcp := corev1.ProtocolTCP
 	var data []networkingv1.NetworkPolicyPort
 	for _, n := range in.Plan.Nodes {
-		if n.Role != RoleGateway {
+		if n.Role != planner.RoleGateway {
 			continue
 		}
 		for c := 0; c < in.Plan.Connections; c++ {
@@ -650,13 +651,13 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 			ClaimName: claim, ReadOnly: readOnly}}}
 	}
-	if n.Role == RoleGateway {
+	if n.Role == planner.RoleGateway {
 		vols = append(vols, corev1.Volume{Name: "relay", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
 	if in.KeysSecret != "" {
 		vols = append(vols, keysVolume(in.KeysSecret, n))
 	}
-	if n.Role == RoleSender {
+	if n.Role == planner.RoleSender {
 		vols = append(vols, claim("state", storage.StateClaimName(sp, n.Node), false))
 		if s := sp.Spec.Spill; s != nil && s.Root == "" {
 			limit := resource.NewQuantity(s.MaxBytes, resource.BinarySI)
@@ -679,7 +680,7 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 func podUses(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []storage.Use {
 	var out []storage.Use
 	for _, u := range storage.Uses(sp) {
-		if u.Role == n.Role && (n.Role == RoleGateway || u.Stream == n.Stream) {
+		if u.Role == string(n.Role) && (n.Role == planner.RoleGateway || u.Stream == n.Stream) {
 			out = append(out, u)
 		}
 	}

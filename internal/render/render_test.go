@@ -551,7 +551,7 @@ func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 		ports[p.Port.IntVal] = true
 	}
 	for _, n := range plan.Nodes {
-		for c := 0; n.Role == RoleGateway && c < plan.Connections; c++ {
+		for c := 0; n.Role == planner.RoleGateway && c < plan.Connections; c++ {
 			if !ports[int32(n.Port+c)] {
 				t.Errorf("data port %d of stream %d not in the policy", n.Port+c, n.Stream)
 			}
