@@ -163,7 +163,7 @@ func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Dec
 		return err
 	}
 	d.NextRotation = keys.keys.nextRotation
-	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.keys.secret, KeysHash: keys.keys.hash,
+	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.keys.secret, KeysHashes: keys.keys.hashes,
 		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, SenderAddresses: f.senderAddresses,
 		Roots: f.roots}, opts.Render)
 	if err != nil {

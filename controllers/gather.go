@@ -419,6 +419,10 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 		PassThrough: passThrough(sp),
 		Encrypt:     sp.Spec.SecurityMode() == v1alpha1.SecurityCurve,
 		StreamIDs:   sp.StreamIDs(),
+		Slots:       sp.StreamSlots(),
+	}
+	if sp.Spec.HostNetwork {
+		req.ExtraPortsPerStream = render.HostMetricsPortsPerStream
 	}
 	if sp.Spec.Placement == v1alpha1.PlacementOS {
 		req.Mode = planner.OS

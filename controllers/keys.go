@@ -33,7 +33,10 @@ const (
 // pipelineKeys are the pipeline's CURVE keys as render needs them.
 type pipelineKeys struct {
 	secret string // the Secret's name; "" for plain TCP
-	hash   string // of the public keys: it changes when the keys do, which replaces the agents
+	// hashes identify each stream's keys (by stream id): the public halves of the gateway's
+	// pair and the stream's sender's. They change when those keys do, which replaces the
+	// stream's agents, and only its: a sender added or removed restarts no other stream.
+	hashes map[int]string
 	// nextRotation is when the next scheduled rotation is due (0: none scheduled).
 	nextRotation time.Duration
 }
@@ -146,7 +149,10 @@ func decideKeys(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time, 
 		sec.Annotations[AnnotationKeysRotatedAt] = now.UTC().Format(time.RFC3339)
 		sec.Annotations[AnnotationKeysRotatedFor] = sp.Annotations[v1alpha1.AnnotationRotateKeys]
 	}
-	d := keysDecision{keys: pipelineKeys{secret: name, hash: publicKeysHash(sec, pairs), nextRotation: nextRotation(sp, sec, now)}}
+	d := keysDecision{keys: pipelineKeys{secret: name, hashes: map[int]string{}, nextRotation: nextRotation(sp, sec, now)}}
+	for _, stream := range sp.StreamIDs() {
+		d.keys.hashes[stream] = streamKeysHash(sec, stream)
+	}
 	if !changed {
 		return d, nil
 	}
@@ -205,11 +211,12 @@ func nextRotation(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time
 	return max(time.Second, at.Add(sp.Spec.Security.RotateEvery.Duration).Sub(now))
 }
 
-// publicKeysHash identifies the keys the agents use: the public keys of every pair.
-func publicKeysHash(sec *corev1.Secret, pairs [][2]string) string {
+// streamKeysHash identifies the keys one stream's agents use: the public keys of the gateway's
+// pair and of the stream's sender's.
+func streamKeysHash(sec *corev1.Secret, stream int) string {
 	h := sha256.New()
-	for _, p := range pairs {
-		h.Write([]byte(trimKey(string(sec.Data[p[1]])) + "\n"))
+	for _, key := range []string{render.GatewayPublicKey, render.SenderPublicKey(stream)} {
+		h.Write([]byte(trimKey(string(sec.Data[key])) + "\n"))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
@@ -939,6 +941,18 @@ func TestRemovingTheFirstSenderKeepsTheOtherStream(t *testing.T) {
 		})
 	}
 	waitJobs("shrink-gateway-0", "shrink-gateway-1", "shrink-sender-0", "shrink-sender-1")
+	uids := func() map[string]types.UID {
+		out := map[string]types.UID{}
+		for _, name := range []string{"shrink-gateway-1", "shrink-sender-1"} {
+			j := &batchv1.Job{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, j); err != nil {
+				t.Fatal(err)
+			}
+			out[name] = j.UID
+		}
+		return out
+	}
+	before := uids()
 	updateSpec(t, sp, withSenders("updraft-2"))
 	waitJobs("shrink-gateway-1", "shrink-sender-1")
 	senderConfig := func(stream int) render.AgentConfig {
@@ -969,9 +983,13 @@ func TestRemovingTheFirstSenderKeepsTheOtherStream(t *testing.T) {
 	cur := &v1alpha1.StreamPipeline{}
 	eventually(t, "status names the remaining stream", func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
-		return reflect.DeepEqual(cur.Status.Senders, []v1alpha1.SenderStream{{Node: "updraft-2", Stream: 1}}) && cur.Status.NextStream == 2,
+		return reflect.DeepEqual(cur.Status.Senders, []v1alpha1.SenderStream{{Node: "updraft-2", Stream: 1, Slot: new(int32(1))}}) && cur.Status.NextStream == 2,
 			fmt.Sprintf("%+v next %d", cur.Status.Senders, cur.Status.NextStream)
 	})
+	// The remaining stream's Jobs were never replaced: same ports, same keys, same pods.
+	if after := uids(); !maps.Equal(before, after) {
+		t.Errorf("the remaining stream's Jobs were replaced: %v -> %v", before, after)
+	}
 	sec := &corev1.Secret{}
 	eventually(t, "keys of stream 1 only", func() (bool, string) {
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shrink-curve-keys"}, sec); err != nil {

@@ -625,6 +625,13 @@ type SenderStream struct {
 	// Stream is its stream id.
 	// +kubebuilder:validation:Minimum=0
 	Stream int32 `json:"stream"`
+	// Slot is the stream's place among the gateway's ports: its data ports are spec.port +
+	// slot x connections (with host networking its metrics ports follow the data ports). Kept
+	// for the stream's life, so removing or reordering senders moves no other stream's ports
+	// (which would replace its pods); a new stream takes the lowest slot no current stream has.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Slot *int32 `json:"slot,omitempty"`
 }
 
 // StreamIDs are the senders' stream ids in spec order: each keeps the id status.senders gave
@@ -649,13 +656,63 @@ func (sp *StreamPipeline) StreamIDs() []int {
 	return ids
 }
 
-// AssignStreams records StreamIDs in status: the ids of the current senders, and the next id.
+// StreamSlots are the senders' port slots in spec order (SenderStream.Slot): each keeps the
+// slot status.senders gave it; the others take the lowest slots no sender has, in spec order.
+// A new pipeline's senders get 0, 1, 2, ...; so do those of a pipeline whose status has ids but
+// no slots yet (they then keep the ports their positions gave them).
+func (sp *StreamPipeline) StreamSlots() []int {
+	given := map[string]int{}
+	for _, s := range sp.Status.Senders {
+		if s.Slot != nil {
+			given[s.Node] = int(*s.Slot)
+		}
+	}
+	slots := make([]int, len(sp.Spec.Senders))
+	used := map[int]bool{}
+	for i, s := range sp.Spec.Senders {
+		slots[i] = -1
+		if slot, ok := given[s.Node]; ok && !used[slot] {
+			slots[i], used[slot] = slot, true
+		}
+	}
+	free := 0
+	for i := range slots {
+		if slots[i] < 0 {
+			for used[free] {
+				free++
+			}
+			slots[i], used[free] = free, true
+		}
+	}
+	return slots
+}
+
+// SlotSpan is the number of port slots the streams span: one past the highest slot (at least
+// the number of senders).
+func (sp *StreamPipeline) SlotSpan() int {
+	span := 0
+	for _, s := range sp.StreamSlots() {
+		span = max(span, s+1)
+	}
+	return span
+}
+
+// StreamSlot is the port slot of the stream with id (-1: no sender has it).
+func (sp *StreamPipeline) StreamSlot(id int) int {
+	if i := sp.SenderOfStream(id); i >= 0 {
+		return sp.StreamSlots()[i]
+	}
+	return -1
+}
+
+// AssignStreams records StreamIDs and StreamSlots in status: the ids and slots of the current
+// senders, and the next id.
 func (sp *StreamPipeline) AssignStreams() {
-	ids := sp.StreamIDs()
+	ids, slots := sp.StreamIDs(), sp.StreamSlots()
 	next := int(sp.Status.NextStream)
 	sp.Status.Senders = make([]SenderStream, len(ids))
 	for i, id := range ids {
-		sp.Status.Senders[i] = SenderStream{Node: sp.Spec.Senders[i].Node, Stream: int32(id)}
+		sp.Status.Senders[i] = SenderStream{Node: sp.Spec.Senders[i].Node, Stream: int32(id), Slot: new(int32(slots[i]))}
 		next = max(next, id+1)
 	}
 	sp.Status.NextStream = int32(next)

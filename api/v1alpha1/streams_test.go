@@ -20,14 +20,17 @@ func TestStreamIDsSurviveEveryEditOfTheSenders(t *testing.T) {
 		nodes []string
 		want  []int
 		next  int32
+		// slots: each stream keeps its port slot; a new one takes the lowest free slot.
+		slots []int
+		span  int
 	}{
-		{"a new pipeline numbers its senders in order", []string{"det-a", "det-b", "det-c"}, []int{0, 1, 2}, 3},
-		{"the first sender removed", []string{"det-b", "det-c"}, []int{1, 2}, 3},
-		{"reordered", []string{"det-c", "det-b"}, []int{2, 1}, 3},
-		{"a sender added in front", []string{"det-d", "det-c", "det-b"}, []int{3, 2, 1}, 4},
-		{"a removed sender comes back with a new id", []string{"det-d", "det-c", "det-b", "det-a"}, []int{3, 2, 1, 4}, 5},
-		{"all but one removed", []string{"det-a"}, []int{4}, 5},
-		{"then two added", []string{"det-x", "det-a", "det-y"}, []int{5, 4, 6}, 7},
+		{"a new pipeline numbers its senders in order", []string{"det-a", "det-b", "det-c"}, []int{0, 1, 2}, 3, []int{0, 1, 2}, 3},
+		{"the first sender removed", []string{"det-b", "det-c"}, []int{1, 2}, 3, []int{1, 2}, 3},
+		{"reordered", []string{"det-c", "det-b"}, []int{2, 1}, 3, []int{2, 1}, 3},
+		{"a sender added in front", []string{"det-d", "det-c", "det-b"}, []int{3, 2, 1}, 4, []int{0, 2, 1}, 3},
+		{"a removed sender comes back with a new id", []string{"det-d", "det-c", "det-b", "det-a"}, []int{3, 2, 1, 4}, 5, []int{0, 2, 1, 3}, 4},
+		{"all but one removed", []string{"det-a"}, []int{4}, 5, []int{3}, 4},
+		{"then two added", []string{"det-x", "det-a", "det-y"}, []int{5, 4, 6}, 7, []int{0, 3, 1}, 4},
 	}
 	for _, s := range steps {
 		set(s.nodes...)
@@ -37,6 +40,14 @@ func TestStreamIDsSurviveEveryEditOfTheSenders(t *testing.T) {
 		sp.AssignStreams()
 		if got := sp.StreamIDs(); !reflect.DeepEqual(got, s.want) || sp.Status.NextStream != s.next {
 			t.Fatalf("%s: ids %v next %d, want %v next %d", s.edit, got, sp.Status.NextStream, s.want, s.next)
+		}
+		if got := sp.StreamSlots(); !reflect.DeepEqual(got, s.slots) || sp.SlotSpan() != s.span {
+			t.Fatalf("%s: slots %v span %d, want %v span %d", s.edit, got, sp.SlotSpan(), s.slots, s.span)
+		}
+		for i, id := range s.want {
+			if sp.StreamSlot(id) != s.slots[i] || *sp.Status.Senders[i].Slot != int32(s.slots[i]) {
+				t.Errorf("%s: stream %d's slot %d, recorded %d, want %d", s.edit, id, sp.StreamSlot(id), *sp.Status.Senders[i].Slot, s.slots[i])
+			}
 		}
 		for i, id := range s.want {
 			if sp.SenderOfStream(id) != i {
@@ -53,5 +64,13 @@ func TestStreamIDsSurviveEveryEditOfTheSenders(t *testing.T) {
 	lost.Spec.Senders = []Sender{{Node: "det-a"}, {Node: "det-b"}}
 	if got := lost.StreamIDs(); !reflect.DeepEqual(got, []int{0, 1}) {
 		t.Errorf("without status: %v", got)
+	}
+	// A pipeline whose status has ids but no slots (written by the release before slots) keeps
+	// the ports its senders' positions gave them: slots in spec order, whatever the ids.
+	older := &StreamPipeline{}
+	older.Spec.Senders = []Sender{{Node: "det-b"}, {Node: "det-c"}}
+	older.Status.Senders = []SenderStream{{Node: "det-b", Stream: 1}, {Node: "det-c", Stream: 2}}
+	if got := older.StreamSlots(); !reflect.DeepEqual(got, []int{0, 1}) {
+		t.Errorf("ids without slots: slots %v, want their positions", got)
 	}
 }

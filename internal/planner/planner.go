@@ -96,6 +96,12 @@ type Request struct {
 	// StreamIDs are the senders' stream ids, in order (nil: 0, 1, 2, ...). A stream's id names
 	// its plan entries; its position only decides its ports.
 	StreamIDs []int
+	// Slots are the streams' port slots, in order (nil: 0, 1, 2, ...): a gateway's data ports
+	// are Port + slot x connections, so a stream keeps its ports when others come and go.
+	Slots []int
+	// ExtraPortsPerStream are ports each stream's slot holds past its data ports (host
+	// networking: the metrics ports), so a slot's ports never depend on the other streams.
+	ExtraPortsPerStream int
 	// Encrypt: every data connection is encrypted (CURVE). The sender budgets cores for
 	// encrypting what it sends, and each receiving core also decrypts what it receives.
 	// (authenticate mode costs nothing per byte: leave it false.)
@@ -225,6 +231,16 @@ func Make(r Request) (Plan, error) {
 		}
 		return r.StreamIDs[i]
 	}
+	if r.Slots != nil && len(r.Slots) != streams {
+		return Plan{}, refuse("%d port slots for %d senders", len(r.Slots), streams)
+	}
+	slot, span := func(i int) int { return i }, streams
+	if r.Slots != nil {
+		slot = func(i int) int { return r.Slots[i] }
+		for _, s := range r.Slots {
+			span = max(span, s+1)
+		}
+	}
 	free := map[int]int{}
 	for _, nn := range gw.NUMANodes {
 		free[nn.ID] = nn.CPUs - r.Held[nn.ID]
@@ -292,8 +308,9 @@ func Make(r Request) (Plan, error) {
 		}
 		conns = nicFree / streams
 	}
-	if r.Port > 0 && r.Port+streams*conns > 65536 {
-		return Plan{}, refuse("ports %d..%d run past 65535: lower spec.port", r.Port, r.Port+streams*conns-1)
+	stride := conns + r.ExtraPortsPerStream
+	if r.Port > 0 && r.Port+span*stride > 65536 {
+		return Plan{}, refuse("ports %d..%d run past 65535: lower spec.port", r.Port, r.Port+span*stride-1)
 	}
 	receiveRate := float64(conns) * rcvMbit
 	receiveNUMA := NUMANIC
@@ -399,7 +416,7 @@ func Make(r Request) (Plan, error) {
 		}
 		plan.Nodes = append(plan.Nodes, NodePlan{
 			Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns + decompress + sinkCores,
-			Port: r.Port + i*conns, Stages: stages,
+			Port: r.Port + slot(i)*stride, Stages: stages,
 		})
 	}
 	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)

@@ -97,8 +97,9 @@ type Inputs struct {
 	Gateway  topology.Node
 	// KeysSecret holds the pipeline's CURVE keys (security mode curve); empty: plain TCP.
 	KeysSecret string
-	// KeysHash identifies the keys in it (their public halves): new keys, new pods.
-	KeysHash string
+	// KeysHashes identify each stream's keys in it (by stream id; from their public halves):
+	// new keys, new pods for that stream.
+	KeysHashes map[int]string
 	// GatewayAddress is the address of the gateway's data NIC on its node, as the node daemon
 	// published it (hostNetwork senders connect to it; never the node's InternalIP, usually the
 	// management network).
@@ -182,28 +183,33 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	return out, nil
 }
 
+// HostMetricsPortsPerStream: with host networking each stream's slot holds, past its data
+// ports, its gateway's two metrics ports (receiving, decompressing container) and its sender's.
+const HostMetricsPortsPerStream = 3
+
 // metricsPorts are a plan entry's metrics ports: its agent's (a sender's, or a gateway's
 // receiving container's) and, for a gateway, the decompressing container's. On the pod network
 // every pod has its own address: 9100 and 9101. With host networking pods share their node's
-// ports, so each stream gets its own, past the data ports: two streams into one gateway never
-// collide, and none is 9100 (node-exporter's).
+// ports, so each stream's slot holds its own, right after its data ports: two streams into one
+// gateway never collide, none is 9100 (node-exporter's), and a stream keeps its ports when others
+// come and go.
 func metricsPorts(in Inputs, n planner.NodePlan) (agent, decompress int) {
 	sp := in.Pipeline
 	if !sp.Spec.HostNetwork {
 		return MetricsPort, DecompressMetricsPort
 	}
-	streams, slot := len(sp.Spec.Senders), max(sp.SenderOfStream(n.Stream), 0)
-	base := int(sp.Spec.Port) + streams*in.Plan.Connections
+	conns := in.Plan.Connections
+	first := int(sp.Spec.Port) + max(sp.StreamSlot(n.Stream), 0)*(conns+HostMetricsPortsPerStream) + conns
 	if n.Role == planner.RoleGateway {
-		return base + 2*slot, base + 2*slot + 1
+		return first, first + 1
 	}
-	return base + 2*streams + slot, 0
+	return first + 2, 0
 }
 
-// lastHostPort is the highest port a host-network pipeline uses (data, then metrics).
+// lastHostPort is the highest port a host-network pipeline uses (the last slot's sender
+// metrics port).
 func lastHostPort(in Inputs) int {
-	streams := len(in.Pipeline.Spec.Senders)
-	return int(in.Pipeline.Spec.Port) + streams*in.Plan.Connections + 3*streams - 1
+	return int(in.Pipeline.Spec.Port) + in.Pipeline.SlotSpan()*(in.Plan.Connections+HostMetricsPortsPerStream) - 1
 }
 
 // Name of the Job / Service for a plan entry.
@@ -287,8 +293,8 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 	}
 	schedule(&pod.Spec, n, opts.Pods, sp.Spec.Pods)
 	pod.Annotations = map[string]string{}
-	if in.KeysHash != "" {
-		pod.Annotations[AnnotationKeys] = in.KeysHash
+	if h := in.KeysHashes[n.Stream]; h != "" {
+		pod.Annotations[AnnotationKeys] = h
 	}
 	withNetworkAttachment(&pod, sp, n)
 	if sp.Spec.HostNetwork {

@@ -123,7 +123,8 @@ func inputsFor(t *testing.T, sp *v1alpha1.StreamPipeline) Inputs {
 	}
 	plan, err := planner.Make(planner.Request{
 		Senders: senders, Gateway: gateway(), GatewayNIC: "ens1f0", Ratio: 2, Port: 5555,
-		Mode: planner.Mode(sp.Spec.Placement), HasSink: sp.Spec.Sink != nil,
+		Mode: planner.Mode(sp.Spec.Placement), HasSink: sp.Spec.Sink != nil, Slots: sp.StreamSlots(),
+		ExtraPortsPerStream: map[bool]int{true: HostMetricsPortsPerStream}[sp.Spec.HostNetwork],
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +141,10 @@ func inputsFor(t *testing.T, sp *v1alpha1.StreamPipeline) Inputs {
 		in.GatewayAddress = "10.40.0.7"
 	}
 	if sp.Spec.SecurityMode() != v1alpha1.SecurityNone {
-		in.KeysSecret, in.KeysHash = sp.Name+"-curve-keys", "k1"
+		in.KeysSecret, in.KeysHashes = sp.Name+"-curve-keys", map[int]string{}
+		for _, id := range sp.StreamIDs() {
+			in.KeysHashes[id] = "k1"
+		}
 	}
 	return in
 }
@@ -426,7 +430,9 @@ func TestPlanHashCoversTheWholePod(t *testing.T) {
 		"another attachment": func(sp *v1alpha1.StreamPipeline, _ *Inputs, _ *Options) {
 			sp.Spec.Gateway.Network.Attachment = "data-b"
 		},
-		"another sender's keys": func(_ *v1alpha1.StreamPipeline, in *Inputs, _ *Options) { in.KeysHash = "k2" },
+		"new keys": func(_ *v1alpha1.StreamPipeline, in *Inputs, _ *Options) {
+			in.KeysHashes = map[int]string{0: "k2", 1: "k2"}
+		},
 		"an operator toleration": func(_ *v1alpha1.StreamPipeline, _ *Inputs, o *Options) {
 			o.Pods.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 		},
@@ -815,7 +821,9 @@ func TestNewKeysReplaceEveryAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.KeysHash = "k2"
+	for id := range in.KeysHashes {
+		in.KeysHashes[id] = "k2"
+	}
 	b, err := Render(in, Options{AgentImage: "numastream/agent:test"})
 	if err != nil {
 		t.Fatal(err)
@@ -1105,7 +1113,7 @@ func TestHostNetworkStreamsGetTheirOwnPorts(t *testing.T) {
 			}
 		}
 	}
-	// 2 streams x 5 connections of data from 5555, then 2 metrics ports per gateway stream.
+	// 2 streams, each 5 connections of data then 2 metrics ports on the gateway.
 	if len(gatewayPorts) != 2*plan.Connections+4 {
 		t.Errorf("gateway ports %v", gatewayPorts)
 	}
