@@ -124,10 +124,10 @@ operator: ## Build the operator and the node daemon into bin/
 .PHONY: test-operator
 # The end-to-end packages (test/e2e, test/facility, test/realnode) run in their own targets, with
 # the clusters they need.
-test-operator: k8s-bins verify-generated agent operator ## Operator + node daemon tests, envtest suites (real kube-apiserver + etcd)
+test-operator: k8s-bins monitoring-bins verify-generated agent operator ## Operator + node daemon tests, envtest suites (real kube-apiserver + etcd)
 	@go vet ./...
 	@$(HELM_ENV) $(HELM) lint --strict charts/numastream
-	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 \
+	@KUBEBUILDER_ASSETS=$(K8S_BIN) NUMASTREAM_REQUIRE_ENVTEST=1 NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_REQUIRE_AGENT=1 \
 		NUMASTREAM_HELM=$(HELM) $(HELM_ENV) go test -count=1 $$(go list ./... | grep -vE '/test/(e2e|facility|realnode)$$')
 
@@ -146,6 +146,12 @@ k8s-bins-node: ## Build a real kubelet (cached; for the real node)
 	@test -x $(K8S_NODE_BIN)/kubelet
 
 FACILITY_BIN ?= $(HOME)/.cache/numastream/facility-nfd0.17.3-multus4.2.2
+MONITORING_BIN ?= $(HOME)/.cache/numastream/monitoring-prometheus0.316.0-operator0.95.2
+
+.PHONY: monitoring-bins
+monitoring-bins: k8s-bins ## Build Prometheus and promtool, and the Prometheus Operator's CRDs, from the Go module proxy (cached; ~10 min cold)
+	@BIN_DIR=$(MONITORING_BIN) CONTROLLER_GEN=$(K8S_BIN)/controller-gen bash hack/build-monitoring-bins.sh
+	@test -x $(MONITORING_BIN)/prometheus && test -x $(MONITORING_BIN)/promtool && test -f $(MONITORING_BIN)/crds/monitoring.coreos.com_podmonitors.yaml
 FACILITY := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) FACILITY_BIN=$(FACILITY_BIN) bash hack/facility.sh
 
 .PHONY: facility-bins
@@ -213,13 +219,13 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 
 test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
 	@if ! why=$$($(FACILITY) check); then $(SKIP_REAL); fi; \
-	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins images && \
+	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins monitoring-bins images && \
 	trap '$(FACILITY) down >/dev/null 2>&1; $(SIM) down >/dev/null; $(FACILITY) clean || exit 1' EXIT; \
 	API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
-		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) \
-		go test -count=1 -v -timeout 20m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet)_test)' ; exit $${PIPESTATUS[0]}
+		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) \
+		go test -count=1 -v -timeout 25m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet|monitoring|failover)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

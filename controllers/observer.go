@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,27 +12,12 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/replan"
 )
-
-// The operator's own metrics, next to controller-runtime's on its metrics endpoint.
-var (
-	reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "numastream_operator_reconciles_total", Help: "Reconciles of a StreamPipeline."}, []string{"namespace", "name"})
-	observations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "numastream_operator_observations_total", Help: "Times a StreamPipeline's agents were read."}, []string{"namespace", "name"})
-	observeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "numastream_operator_observation_errors_total", Help: "Readings of a StreamPipeline's agents that failed."}, []string{"namespace", "name"})
-)
-
-func init() {
-	ctrlmetrics.Registry.MustRegister(reconciles, observations, observeErrors)
-}
 
 // Observer reads the agents of every running pipeline at its own interval, apart from
 // Reconcile, and patches only status.observed. Reconcile reacts to what it writes only when the
@@ -78,7 +62,7 @@ func (o *Observer) observeAll(ctx context.Context) {
 			continue
 		}
 		if err := o.observe(ctx, sp); err != nil {
-			observeErrors.WithLabelValues(sp.Namespace, sp.Name).Inc()
+			observeErrors.WithLabelValues(sp.Namespace).Inc()
 			ctrl.LoggerFrom(ctx).V(1).Info("Cannot read the agents", "pipeline", klog.KObj(sp), "error", err)
 		}
 	}
@@ -93,7 +77,7 @@ func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) err
 	if len(pods.Items) == 0 {
 		return nil
 	}
-	observations.WithLabelValues(sp.Namespace, sp.Name).Inc()
+	observations.WithLabelValues(sp.Namespace).Inc()
 	obs, err := o.Read(ctx, sp, pods.Items)
 	if err != nil || obs == nil {
 		return err
@@ -128,6 +112,11 @@ func (o *Observer) considerReplan(sp *v1alpha1.StreamPipeline, obs *v1alpha1.Obs
 		return
 	}
 	observed, _ := strconv.ParseFloat(obs.Ratio, 64)
+	if observed <= 0 {
+		// No ratio over a window yet (a new leader's first reading has nothing to take a rate
+		// from, or nothing flowed): neither a departure nor a return to the plan.
+		return
+	}
 	why := replan.Departure(assumedRatio(sp), observed)
 	w, replanNow := w.Observe(why != "", observed, now)
 	sp.Status.Departure = departureOf(w)

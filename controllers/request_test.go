@@ -48,6 +48,18 @@ func TestANewLeaderGoesOnCountingDeparturesFromStatus(t *testing.T) {
 		back := metav1.NewMicroTime(d.LastReadingAt.Add(-2 * observe.MinRateWindow))
 		d.LastReadingAt = &back
 	}
+	// A new leader's first reading has no rate window to take a ratio from: it neither counts
+	// nor starts the count again.
+	sp.Status.Replan = nil
+	sp.Status.Departure = &v1alpha1.Departure{Readings: 2, FirstRatio: "3.5000"}
+	(&Observer{}).considerReplan(sp, &v1alpha1.Observed{Ratio: ""})
+	if d := sp.Status.Departure; d.Readings != 2 || sp.Status.Replan != nil {
+		t.Errorf("a reading without a ratio changed the count: %+v", d)
+	}
+	(&Observer{}).considerReplan(sp, obs)
+	if sp.Status.Replan == nil {
+		t.Errorf("the third departing reading after one without a ratio did not re-plan: %+v", sp.Status.Departure)
+	}
 	// Within the same rate window a reading is not counted again, by any leader.
 	now := metav1.NewMicroTime(time.Now())
 	sp.Status.Replan.Applied = true

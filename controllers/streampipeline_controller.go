@@ -102,6 +102,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	sp := &v1alpha1.StreamPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
 		if apierrors.IsNotFound(err) {
+			forgetPipelineMetrics(req.Namespace, req.Name)
 			// Its claims went with it; the volumes made for them are cluster-scoped.
 			pvs, err := r.pipelineVolumes(ctx, req.Namespace, req.Name)
 			if err != nil {
@@ -111,7 +112,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 		return ctrl.Result{}, err
 	}
-	reconciles.WithLabelValues(sp.Namespace, sp.Name).Inc()
+	reconciles.WithLabelValues(sp.Namespace).Inc()
 	before := sp.DeepCopy()
 	defer func() {
 		if !equality.Semantic.DeepEqual(before.Status, sp.Status) {
@@ -176,6 +177,7 @@ func (r *StreamPipelineReconciler) conclude(sp *v1alpha1.StreamPipeline, d Decis
 	}
 	r.setConditions(sp, conditions.Compute(d.Facts))
 	sp.Status.ObservedGeneration = sp.Generation
+	setPipelineMetrics(sp)
 }
 
 // refusal turns a planning failure into the Planned=False facts; an API error is returned as

@@ -752,7 +752,7 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 
 	count := func(c *prometheus.CounterVec) float64 {
 		var m dto.Metric
-		if err := c.WithLabelValues(ns, "quiet").Write(&m); err != nil {
+		if err := c.WithLabelValues(ns).Write(&m); err != nil { // the test namespace has this one pipeline
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()

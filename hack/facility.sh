@@ -23,7 +23,7 @@
 #   to other namespaces by Multus (namespaceIsolation): a pod attaches only to the
 #   NetworkAttachmentDefinitions of its own namespace, which the admin makes (default, tenant-a).
 #
-#   facility.sh up | install | upgrade-agent TAG | down | check | clean | link-bytes | exec NODE CMD...
+#   facility.sh up | install | upgrade-agent TAG | operator-replicas N | down | check | clean | link-bytes | exec NODE CMD...
 #
 # `up` needs the simulated control plane started with API_BIND=0.0.0.0 and
 # API_ADVERTISE=10.212.0.1 (make test-e2e-real and make demo do that) and leaves the cluster
@@ -400,6 +400,17 @@ upgrade_agent() {
   log "helm upgrade: agent image numastream/agent:$tag"
 }
 
+# helm upgrade to N operator replicas: with more than one, leader election (a Lease in the
+# release namespace); with one, none (and the Deployment is replaced with Recreate).
+operator_replicas() {
+  local n=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" elect=false
+  [[ $n -gt 1 ]] && elect=true
+  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream charts/numastream \
+    -n numastream-system --reuse-values --set "operator.replicas=$n" --set "operator.leaderElect=$elect" --wait --timeout 180s \
+    >"$FAC/helm-upgrade.log" 2>&1 || { cat "$FAC/helm-upgrade.log"; return 1; }
+  log "helm upgrade: $n operator replicas (leader election $elect)"
+}
+
 # The facility link's byte counters, as seen from each node.
 link_bytes() {
   for n in "${NODES[@]}"; do
@@ -489,6 +500,7 @@ case "${1:-}" in
   link-bytes) link_bytes ;;
   install) install ;;
   upgrade-agent) upgrade_agent "$2" ;;
+  operator-replicas) operator_replicas "$2" ;;
   exec) shift; node_exec "$@" ;;
   *) echo "usage: $0 up|install|down|check|clean|link-bytes|exec NODE CMD..." >&2; exit 2 ;;
 esac

@@ -8,10 +8,12 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +48,13 @@ func Agent(t testing.TB) string {
 // Helm is the path of the helm binary.
 func Helm(t testing.TB) string {
 	return need(t, "NUMASTREAM_HELM", "NUMASTREAM_REQUIRE_ENVTEST", "helm built by hack/build-k8s-bins.sh")
+}
+
+// Monitoring is the directory hack/build-monitoring-bins.sh fills: prometheus, promtool and the
+// Prometheus Operator's CRDs (crds/).
+func Monitoring(t testing.TB) string {
+	return need(t, "NUMASTREAM_MONITORING_BIN", "NUMASTREAM_REQUIRE_ENVTEST",
+		"Prometheus, promtool and the Prometheus Operator's CRDs built by hack/build-monitoring-bins.sh (make monitoring-bins)")
 }
 
 // Envtest makes sure envtest can find kube-apiserver and etcd.
@@ -116,4 +125,23 @@ func ClusterClient(kubeconfig string) (client.Client, *rest.Config, error) {
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	return c, cfg, err
+}
+
+// DashboardQueries are a Grafana dashboard's queries with its variables given values a plain
+// Prometheus takes: every namespace and pipeline, a 1m rate interval.
+func DashboardQueries(dashboard []byte) ([]string, error) {
+	var d struct {
+		Panels []struct{ Targets []struct{ Expr string } }
+	}
+	if err := json.Unmarshal(dashboard, &d); err != nil {
+		return nil, err
+	}
+	r := strings.NewReplacer("$namespace", ".*", "$pipeline", ".*", "$__rate_interval", "1m")
+	var out []string
+	for _, p := range d.Panels {
+		for _, q := range p.Targets {
+			out = append(out, r.Replace(q.Expr))
+		}
+	}
+	return out, nil
 }

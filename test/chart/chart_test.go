@@ -200,13 +200,18 @@ func TestValueSets(t *testing.T) {
 	}
 	// Without leader election an upgrade stops the old operator before the new one starts;
 	// with it, the new one waits for the lease, so the Deployment may roll.
-	for elect, want := range map[string]string{"false": "Recreate", "true": ""} {
+	for elect, want := range map[string]string{"false": "Recreate", "true": "RollingUpdate"} {
 		objs, err := render(t, "--set", "operator.leaderElect="+elect)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got, _, _ := unstructured.NestedString(find(objs, "Deployment", "operator").Object, "spec", "strategy", "type"); got != want {
 			t.Errorf("leaderElect=%s: the operator's Deployment strategy is %q, want %q", elect, got, want)
+		}
+		// Recreate says rollingUpdate: null, so an upgrade from leader election drops the
+		// rolling settings the API server gave the Deployment (it refuses Recreate with them).
+		if v, found, _ := unstructured.NestedFieldNoCopy(find(objs, "Deployment", "operator").Object, "spec", "strategy", "rollingUpdate"); (want == "Recreate") != (found && v == nil) {
+			t.Errorf("leaderElect=%s: strategy.rollingUpdate %v (set: %v)", elect, v, found)
 		}
 	}
 }

@@ -36,3 +36,59 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "numastream.operatorImage" -}}
 {{ .Values.operator.image.repository }}:{{ .Values.operator.image.tag | default .Chart.AppVersion }}
 {{- end }}
+
+{{/* numastream's alert rules (PrometheusRule spec; also a plain Prometheus rule file). */}}
+{{- define "numastream.alertGroups" -}}
+{{- $r := .Values.metrics.prometheusRule -}}
+groups:
+  - name: numastream
+    rules:
+      - alert: NumastreamDataMissing
+        # chunks_lost counts chunks announced (or below the highest sequence seen) and not
+        # delivered, including those a sender declared gone (spill full, a live source restarted).
+        expr: max by (namespace, pipeline, stream) (numastream_chunks_lost{role="receive"}) > 0
+        labels: {severity: critical}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} stream {{`{{ $labels.stream }}`}}: {{`{{ $value }}`}} chunks missing"
+          description: "The gateway is missing chunks of the stream; status.observed.missingChunks and the DataLoss condition name them and why."
+      - alert: NumastreamDataCorrupt
+        expr: max by (namespace, pipeline, stream) (increase(numastream_chunks_corrupt_total{role="receive"}[5m])) > 0
+        labels: {severity: critical}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} stream {{`{{ $labels.stream }}`}}: chunks failed verification"
+          description: "Chunks arrived whose checksum did not match; they were not written. See docs/troubleshooting.md."
+      - alert: NumastreamStreamStalled
+        # A gateway that has not finished its stream and received nothing over the window.
+        expr: |-
+          sum by (namespace, pipeline, stream) (rate(numastream_raw_bytes_total{role="receive"}[2m])) == 0
+            and on (namespace, pipeline, stream) max by (namespace, pipeline, stream) (numastream_streams_complete{role="receive"}) == 0
+        for: {{ $r.for }}
+        labels: {severity: warning}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} stream {{`{{ $labels.stream }}`}} has received nothing for {{ $r.for }}"
+          description: "The sender is not sending (its source is quiet or it is not running) or the data network is down."
+      - alert: NumastreamRateBelowPlan
+        # The observed raw rate of all of a pipeline's streams against the plan's prediction
+        # (the operator's numastream_pipeline_predicted_raw_bits_per_second).
+        expr: |-
+          sum by (namespace, pipeline) (rate(numastream_raw_bytes_total{role="receive"}[2m])) * 8
+            < on (namespace, pipeline) {{ $r.rateBelowPlan }} * max by (namespace, pipeline) (numastream_pipeline_predicted_raw_bits_per_second > 0)
+        for: {{ $r.for }}
+        labels: {severity: info}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} runs below {{ mulf $r.rateBelowPlan 100 }}% of its plan"
+          description: "A paced or quiet source explains it; else see the pipeline's status.observed.bottleneck against status.bottleneck."
+      - alert: NumastreamTopologyRefused
+        expr: max by (namespace, pipeline) (numastream_pipeline_topology_refusals) > 0
+        labels: {severity: warning}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}}: the kubelet's Topology Manager refused {{`{{ $value }}`}} pods"
+          description: "The operator plans again with fewer receiving cores; status.topologyRejection names the pods."
+      - alert: NumastreamSpillFilling
+        expr: max by (namespace, pipeline, stream) (numastream_spill_bytes{role="send"} / (numastream_spill_max_bytes{role="send"} > 0)) > {{ $r.spillFull }}
+        for: 1m
+        labels: {severity: warning}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} stream {{`{{ $labels.stream }}`}}: the spill is {{`{{ $value | humanizePercentage }}`}} full"
+          description: "Chunks are lost when it is full and the source cannot wait: the gateway or the network is slower than the source."
+{{- end }}

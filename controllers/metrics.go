@@ -1,0 +1,50 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+)
+
+// The operator's own metrics, next to controller-runtime's on its metrics endpoint. Counters are
+// per namespace; the per-pipeline gauges are the plan's figures the dashboard and the alerts set
+// the agents' figures against, and go when their pipeline goes, so the series stay as many as
+// the pipelines there are (docs/monitoring.md).
+var (
+	reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_reconciles_total", Help: "Reconciles of the StreamPipelines of a namespace."}, []string{"namespace"})
+	observations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_observations_total", Help: "Readings of the agents of a namespace's StreamPipelines."}, []string{"namespace"})
+	observeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_observation_errors_total", Help: "Readings of a namespace's StreamPipelines' agents that failed."}, []string{"namespace"})
+	predictedBits = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "numastream_pipeline_predicted_raw_bits_per_second",
+		Help: "The plan's predicted raw rate of all of a pipeline's streams (0: not planned)."}, []string{"namespace", "pipeline"})
+	topologyRefusals = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "numastream_pipeline_topology_refusals",
+		Help: "Pods of the pipeline's current generation the kubelet's Topology Manager refused (status.topologyRejection)."}, []string{"namespace", "pipeline"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(reconciles, observations, observeErrors, predictedBits, topologyRefusals)
+}
+
+// setPipelineMetrics sets a pipeline's gauges from its status.
+func setPipelineMetrics(sp *v1alpha1.StreamPipeline) {
+	var predicted, refused float64
+	if p := sp.Status.Plan; p != nil && !sp.Spec.Suspend {
+		predicted = float64(p.PredictedTotalMbps) * 1e6
+	}
+	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation {
+		refused = float64(len(tr.Pods))
+	}
+	predictedBits.WithLabelValues(sp.Namespace, sp.Name).Set(predicted)
+	topologyRefusals.WithLabelValues(sp.Namespace, sp.Name).Set(refused)
+}
+
+// forgetPipelineMetrics drops a deleted pipeline's gauges.
+func forgetPipelineMetrics(namespace, name string) {
+	predictedBits.DeleteLabelValues(namespace, name)
+	topologyRefusals.DeleteLabelValues(namespace, name)
+}

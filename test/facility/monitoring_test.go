@@ -1,0 +1,435 @@
+package facility
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/internal/testenv"
+)
+
+// A real Prometheus scrapes the facility's agents the way the chart's PodMonitor asks (its
+// selector, ports and relabelings, turned into Prometheus's configuration as the Prometheus
+// Operator does) and the operator as its ServiceMonitor asks, and evaluates the chart's alert
+// rules: every dashboard query and every metric an alert reads returns series from the running
+// pipeline, and chunks lost for real (the gateway stopped while a paced sender's 1 MiB spill
+// overflows) fire NumastreamDataMissing for that stream.
+func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
+	mon := testenv.Monitoring(t)
+	objs := chartObjects(t, "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
+		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "metrics.prometheusRule.for=10s")
+	dir := t.TempDir()
+	writeYAMLFile(t, filepath.Join(dir, "rules.yaml"), objs["PrometheusRule"].Object["spec"])
+	config := map[string]any{
+		"global":     map[string]any{"scrape_interval": "2s", "evaluation_interval": "2s"},
+		"rule_files": []any{"rules.yaml"},
+		"scrape_configs": append(podMonitorJobs(t, objs["PodMonitor"], kubeconfig),
+			serviceMonitorJob(t, objs["ServiceMonitor"], kubeconfig)),
+	}
+	writeYAMLFile(t, filepath.Join(dir, "prometheus.yml"), config)
+	prom := startPrometheus(t, mon, dir)
+
+	sp := pipeline(t, ns, "watched", 0, "")
+	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)
+	sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 20} // an emptyDir
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, sp)
+	gw, _ := flowing(t, sp, "the paced stream flowing", 5)
+
+	// Every dashboard query returns series from the live pipeline.
+	dashboard := objs["ConfigMap"].Object["data"].(map[string]any)["numastream.json"].(string)
+	queries, err := testenv.DashboardQueries([]byte(dashboard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queries {
+		eventually(t, "series for the dashboard's "+q, 90*time.Second, func() (bool, string) {
+			n, err := prom.count(q)
+			return n > 0, fmt.Sprint(n, " series ", err)
+		})
+	}
+	// Every rule is loaded and evaluates; every metric an alert reads has series.
+	rules := prom.rules(t)
+	for name, health := range rules {
+		if health != "ok" {
+			t.Errorf("rule %s: %s", name, health)
+		}
+	}
+	if len(rules) != 6 {
+		t.Errorf("%d rules loaded: %v", len(rules), rules)
+	}
+	ruleText, _ := yaml.Marshal(objs["PrometheusRule"].Object["spec"])
+	for _, metric := range uniq(regexp.MustCompile(`numastream_[a-z_]+`).FindAllString(string(ruleText), -1)) {
+		eventually(t, "series of "+metric, 30*time.Second, func() (bool, string) {
+			n, err := prom.count(metric)
+			return n > 0, fmt.Sprint(n, " series ", err)
+		})
+	}
+	if firing := prom.firing(t, "NumastreamDataMissing"); len(firing) > 0 {
+		t.Fatalf("data missing before anything was lost: %v", firing)
+	}
+
+	// The gateway's receiving agent stops for 6 s (SIGSTOP: a gateway busy elsewhere); the paced
+	// sender cannot wait, its 1 MiB spill overflows, and it declares the chunks it lost.
+	pid := agentProcess(t, gw, "-relay.json")
+	t.Logf("stopping the gateway's receiving agent (pid %d in pod %s) for 6 s", pid, gw.Name)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var alert map[string]string
+	eventually(t, "NumastreamDataMissing firing for the stream", 90*time.Second, func() (bool, string) {
+		for _, a := range prom.firing(t, "NumastreamDataMissing") {
+			if a["namespace"] == ns && a["pipeline"] == sp.Name && a["stream"] == "0" {
+				alert = a
+				return true, ""
+			}
+		}
+		lost, _ := prom.value(`max(numastream_chunks_lost{pipeline="watched"})`)
+		return false, fmt.Sprintf("chunks lost %s", lost)
+	})
+	lost, _ := prom.value(`max(numastream_chunks_lost{pipeline="watched"})`)
+	cur := get(t, sp)
+	t.Logf("alert %v: %s chunks lost; the pipeline's status: lost %d, missing %v", alert, lost, cur.Status.Observed.ChunksLost, cur.Status.Observed.MissingChunks)
+}
+
+// chartObjects renders the chart with the facility's values and extra flags, by kind.
+func chartObjects(t *testing.T, args ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		t.Fatal("HELM is not set (make test-e2e-facility sets it)")
+	}
+	cmd := exec.Command(helm, append([]string{"template", "numastream", filepath.Join("..", "..", "charts", "numastream"),
+		"--namespace", "numastream-system", "-f", "values.yaml"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		switch k := u.GetKind(); {
+		case k == "ConfigMap" && !strings.HasSuffix(u.GetName(), "-dashboard"):
+		case k != "":
+			objs[k] = u
+		}
+	}
+	for _, k := range []string{"PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap"} {
+		if objs[k] == nil {
+			t.Fatalf("the chart rendered no %s", k)
+		}
+	}
+	return objs
+}
+
+// podMonitorJobs is a PodMonitor as Prometheus configuration, as the Prometheus Operator writes
+// it: pod discovery in the namespaces it selects, the pods its selector matches (running ones),
+// the container ports it names, the namespace/pod/container labels, then its own relabelings.
+func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig string) []any {
+	t.Helper()
+	var spec struct {
+		NamespaceSelector struct{ Any bool } `json:"namespaceSelector"`
+		Selector          struct {
+			MatchLabels      map[string]string `json:"matchLabels"`
+			MatchExpressions []struct{ Key, Operator string }
+		} `json:"selector"`
+		Endpoints []struct {
+			Port        string           `json:"port"`
+			Interval    string           `json:"interval"`
+			Relabelings []map[string]any `json:"relabelings"`
+		} `json:"podMetricsEndpoints"`
+	}
+	convert(t, pm.Object["spec"], &spec)
+	if !spec.NamespaceSelector.Any {
+		t.Fatal("the PodMonitor does not select every namespace: translate its namespaces")
+	}
+	var jobs []any
+	for _, ep := range spec.Endpoints {
+		relabel := []any{
+			map[string]any{"source_labels": []any{"__meta_kubernetes_pod_phase"}, "regex": "(Failed|Succeeded)", "action": "drop"},
+			map[string]any{"source_labels": []any{"__meta_kubernetes_pod_container_port_name"}, "regex": ep.Port, "action": "keep"},
+		}
+		for k, v := range spec.Selector.MatchLabels {
+			relabel = append(relabel, map[string]any{"source_labels": []any{"__meta_kubernetes_pod_label_" + sdName(k)}, "regex": v, "action": "keep"})
+		}
+		for _, e := range spec.Selector.MatchExpressions {
+			if e.Operator != "Exists" {
+				t.Fatalf("PodMonitor selector operator %s: translate it", e.Operator)
+			}
+			relabel = append(relabel, map[string]any{"source_labels": []any{"__meta_kubernetes_pod_labelpresent_" + sdName(e.Key)}, "regex": "true", "action": "keep"})
+		}
+		relabel = append(relabel,
+			map[string]any{"source_labels": []any{"__meta_kubernetes_namespace"}, "target_label": "namespace"},
+			map[string]any{"source_labels": []any{"__meta_kubernetes_pod_name"}, "target_label": "pod"},
+			map[string]any{"source_labels": []any{"__meta_kubernetes_pod_container_name"}, "target_label": "container"})
+		for _, r := range ep.Relabelings {
+			out := map[string]any{}
+			for k, v := range r {
+				out[snake(k)] = v
+			}
+			relabel = append(relabel, out)
+		}
+		jobs = append(jobs, map[string]any{"job_name": "podMonitor/" + pm.GetName() + "/" + ep.Port, "scrape_interval": "2s",
+			"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": kubeconfig}},
+			"relabel_configs":       relabel})
+	}
+	return jobs
+}
+
+// serviceMonitorJob scrapes the operator's pods behind its ServiceMonitor's Service port
+// (honouring the pipelines' labels as it asks).
+func serviceMonitorJob(t *testing.T, sm *unstructured.Unstructured, kubeconfig string) any {
+	t.Helper()
+	var spec struct {
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
+		Endpoints []struct {
+			Port        string `json:"port"`
+			HonorLabels bool   `json:"honorLabels"`
+		} `json:"endpoints"`
+	}
+	convert(t, sm.Object["spec"], &spec)
+	relabel := []any{
+		map[string]any{"source_labels": []any{"__meta_kubernetes_pod_container_port_name"}, "regex": spec.Endpoints[0].Port, "action": "keep"},
+	}
+	for k, v := range spec.Selector.MatchLabels {
+		relabel = append(relabel, map[string]any{"source_labels": []any{"__meta_kubernetes_pod_label_" + sdName(k)}, "regex": v, "action": "keep"})
+	}
+	return map[string]any{"job_name": "serviceMonitor/" + sm.GetName(), "scrape_interval": "2s", "honor_labels": spec.Endpoints[0].HonorLabels,
+		"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": kubeconfig,
+			"namespaces": map[string]any{"names": []any{sm.GetNamespace()}}}},
+		"relabel_configs": relabel}
+}
+
+// sdName is a Kubernetes label name as Prometheus's service discovery spells it.
+func sdName(label string) string {
+	return regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(label, "_")
+}
+
+// snake turns a PodMonitor's relabeling keys (sourceLabels) into Prometheus's (source_labels).
+func snake(s string) string {
+	return strings.ToLower(regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(s, "${1}_${2}"))
+}
+
+func convert(t *testing.T, in, out any) {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err == nil {
+		err = json.Unmarshal(b, out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeYAMLFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func uniq(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// prometheus is a running Prometheus's HTTP API.
+type prometheus struct{ url string }
+
+func startPrometheus(t *testing.T, bin, dir string) prometheus {
+	t.Helper()
+	addr := "127.0.0.1:" + testenv.FreePort(t)
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "prometheus"), "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+			t.Logf("prometheus log:\n%s", tail(string(b), 40))
+		}
+	})
+	p := prometheus{url: "http://" + addr}
+	eventually(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
+		r, err := http.Get(p.url + "/-/ready")
+		if err != nil {
+			return false, err.Error()
+		}
+		r.Body.Close()
+		return r.StatusCode == 200, r.Status
+	})
+	return p
+}
+
+func (p prometheus) get(path string, q url.Values, out any) error {
+	r, err := http.Get(p.url + path + "?" + q.Encode())
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
+		return err
+	}
+	if env.Status != "success" {
+		return fmt.Errorf("%s: %s", path, env.Error)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+// query is an instant query's series: labels and value.
+func (p prometheus) query(q string) ([]struct {
+	Metric map[string]string
+	Value  []any
+}, error) {
+	var data struct {
+		Result []struct {
+			Metric map[string]string
+			Value  []any
+		}
+	}
+	err := p.get("/api/v1/query", url.Values{"query": {q}}, &data)
+	return data.Result, err
+}
+
+func (p prometheus) count(q string) (int, error) {
+	r, err := p.query(q)
+	return len(r), err
+}
+
+// value is a one-series query's value ("" when it has none).
+func (p prometheus) value(q string) (string, error) {
+	r, err := p.query(q)
+	if err != nil || len(r) == 0 || len(r[0].Value) != 2 {
+		return "", err
+	}
+	return fmt.Sprint(r[0].Value[1]), nil
+}
+
+// rules are the loaded rules' health by name.
+func (p prometheus) rules(t *testing.T) map[string]string {
+	t.Helper()
+	var data struct {
+		Groups []struct {
+			Rules []struct{ Name, Health, LastError string }
+		}
+	}
+	if err := p.get("/api/v1/rules", nil, &data); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, g := range data.Groups {
+		for _, r := range g.Rules {
+			out[r.Name] = r.Health + " " + r.LastError
+			if r.Health == "ok" {
+				out[r.Name] = "ok"
+			}
+		}
+	}
+	return out
+}
+
+// firing are the labels of the alerts of that name firing now.
+func (p prometheus) firing(t *testing.T, name string) []map[string]string {
+	t.Helper()
+	var data struct {
+		Alerts []struct {
+			Labels map[string]string
+			State  string
+		}
+	}
+	if err := p.get("/api/v1/alerts", nil, &data); err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]string
+	for _, a := range data.Alerts {
+		if a.Labels["alertname"] == name && a.State == "firing" {
+			out = append(out, a.Labels)
+		}
+	}
+	return out
+}
+
+// agentProcess is the pid of the pod's agent whose command line names a configuration ending in
+// suffix: found through the pod's cgroup, since the box's containers run on this host.
+func agentProcess(t *testing.T, p *corev1.Pod, suffix string) int {
+	t.Helper()
+	uid := string(p.UID)
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range procs {
+		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil || !(strings.Contains(string(cg), uid) || strings.Contains(string(cg), strings.ReplaceAll(uid, "-", "_"))) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) > 0 && strings.HasSuffix(args[0], "numastream-agent") && strings.Contains(string(cmd), suffix) {
+			var pid int
+			fmt.Sscan(filepath.Base(dir), &pid)
+			return pid
+		}
+	}
+	t.Fatalf("no numastream-agent process with %q in pod %s (uid %s)", suffix, p.Name, uid)
+	return 0
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
