@@ -149,7 +149,7 @@ FACILITY_BIN ?= $(HOME)/.cache/numastream/facility-nfd0.17.3-multus4.2.2
 MONITORING_BIN ?= $(HOME)/.cache/numastream/monitoring-prometheus0.316.0-operator0.95.2
 
 .PHONY: monitoring-bins
-monitoring-bins: k8s-bins ## Build Prometheus and promtool, and the Prometheus Operator's CRDs, from the Go module proxy (cached; ~10 min cold)
+monitoring-bins: k8s-bins ## Build Prometheus and promtool (Kubernetes discovery only), and the Prometheus Operator's CRDs, from the Go module proxy (cached; ~6 min cold)
 	@BIN_DIR=$(MONITORING_BIN) CONTROLLER_GEN=$(K8S_BIN)/controller-gen bash hack/build-monitoring-bins.sh
 	@test -x $(MONITORING_BIN)/prometheus && test -x $(MONITORING_BIN)/promtool && test -f $(MONITORING_BIN)/crds/monitoring.coreos.com_podmonitors.yaml
 FACILITY := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) FACILITY_BIN=$(FACILITY_BIN) bash hack/facility.sh

@@ -32,9 +32,12 @@ printf 'module local.build/prometheus-bins\n\ngo 1.25\n\nrequire github.com/prom
 printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "github.com/prometheus/prometheus/cmd/prometheus"\n\t_ "github.com/prometheus/prometheus/cmd/promtool"\n)\n' >"$wrap/tools.go"
 log "go mod tidy (prometheus v$PROMETHEUS_VERSION wrapper module)"
 (cd "$wrap" && $GO mod tidy)
+# Service discovery: Kubernetes only (the tests discover the box's pods through its API server);
+# leaving out the cloud providers' SDKs halves the cold build (about 5 min instead of 8 here).
 for cmd in prometheus promtool; do
-  log "go build github.com/prometheus/prometheus/cmd/$cmd v$PROMETHEUS_VERSION"
-  (cd "$wrap" && "$HB" "go build $cmd" -- $GO build -trimpath -ldflags "-s -w" -o "$BIN_DIR/$cmd" "github.com/prometheus/prometheus/cmd/$cmd")
+  log "go build github.com/prometheus/prometheus/cmd/$cmd v$PROMETHEUS_VERSION (service discovery: kubernetes)"
+  (cd "$wrap" && "$HB" "go build $cmd" -- $GO build -trimpath -tags remove_all_sd,enable_kubernetes_sd -ldflags "-s -w" \
+    -o "$BIN_DIR/$cmd" "github.com/prometheus/prometheus/cmd/$cmd")
 done
 
 # The operator's CRDs from its API module (the module zip is read-only: generate from a copy).
