@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +45,9 @@ const (
 	JobHold JobAction = "hold"
 	// JobDelete: the Job's stream is no longer in the pipeline.
 	JobDelete JobAction = "delete"
+	// JobRoll: the Job runs an older plan and waits its turn to be replaced (spec.rollout: other
+	// streams are being replaced); its stream goes on meanwhile.
+	JobRoll JobAction = "roll"
 )
 
 // JobStep is the action decided for one Job.
@@ -183,11 +188,11 @@ func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Dec
 	if replanned != nil {
 		d.Replan, d.PlanBefore = replanned, before
 	}
-	d.Jobs = decideJobs(sp, f, objs, replanned != nil && resizable(before, sp.Status.Plan))
+	d.Jobs = rollout(sp, f, before, decideJobs(sp, f, objs, replanned != nil && resizable(before, sp.Status.Plan)))
 	d.DeleteClaims, d.DeleteVolumes = unwantedVolumes(sp, f, objs.Volumes)
 	for _, s := range d.Jobs {
 		switch s.Action {
-		case JobReplace, JobDeleting:
+		case JobReplace, JobDeleting, JobRoll:
 			d.Facts.Replacing = true
 		case JobDelete:
 			continue
@@ -276,6 +281,94 @@ func decideJob(sp *v1alpha1.StreamPipeline, desired, existing *batchv1.Job, pods
 	step.Event = &Event{Related: existing, Type: corev1.EventTypeNormal, Reason: "Replacing", Action: "Apply",
 		Message: fmt.Sprintf("Job %s runs an older plan: replacing it (its stream resumes where it stopped)", existing.Name)}
 	return step
+}
+
+// rollout replaces at most spec.rollout.maxStreams streams at once, lowest stream id first. A
+// stream is busy while one of its Jobs is being deleted, not made yet, or made without a pod of
+// its own running (or finished); a Replace of another stream waits (JobRoll, its stream going on
+// with its older plan) while maxStreams streams are busy. The facts decide it on every pass, so
+// a stale copy of the status cannot start two streams at once. status.rollPending names the
+// streams waiting their turn. A suspended pipeline runs no pods to wait for, and host-network
+// streams whose connections change move their ports into each other's: those are replaced all
+// at once.
+func rollout(sp *v1alpha1.StreamPipeline, f facts, before *v1alpha1.Plan, steps []JobStep) []JobStep {
+	limit := sp.Spec.RolloutMaxStreams()
+	if sp.Spec.Suspend || (sp.Spec.HostNetwork && before != nil && before.Connections != sp.Status.Plan.Connections) {
+		limit = 0
+	}
+	byStream := map[int][]int{} // stream -> indexes of its steps
+	for i, s := range steps {
+		if id, ok := stepStream(s); ok && s.Action != JobDelete {
+			byStream[id] = append(byStream[id], i)
+		}
+	}
+	busy := map[int]bool{}
+	for id, idx := range byStream {
+		for _, i := range idx {
+			switch s := steps[i]; s.Action {
+			case JobDeleting, JobCreate:
+				busy[id] = true
+			case JobReplace:
+			default:
+				if !jobRuns(s.Existing, f.pods) {
+					busy[id] = true
+				}
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(byStream)) {
+		if !slices.ContainsFunc(byStream[id], func(i int) bool { return steps[i].Action == JobReplace }) {
+			continue
+		}
+		if limit == 0 || busy[id] || len(busy) < limit {
+			busy[id] = true
+			continue
+		}
+		for _, i := range byStream[id] {
+			if steps[i].Action == JobReplace {
+				steps[i].Action, steps[i].Event = JobRoll, nil
+			}
+		}
+	}
+	sp.Status.RollPending = nil
+	for _, id := range slices.Sorted(maps.Keys(byStream)) {
+		if slices.ContainsFunc(byStream[id], func(i int) bool { return steps[i].Action == JobRoll }) {
+			sp.Status.RollPending = append(sp.Status.RollPending, int32(id))
+		}
+	}
+	return steps
+}
+
+// stepStream is the stream a JobStep's Job belongs to (its stream label).
+func stepStream(s JobStep) (int, bool) {
+	j := s.Desired
+	if j == nil {
+		j = s.Existing
+	}
+	if j == nil {
+		return 0, false
+	}
+	id, err := strconv.Atoi(j.Labels[render.LabelStream])
+	return id, err == nil
+}
+
+// jobRuns: the Job has a pod of its own running (not being deleted), or has finished.
+func jobRuns(j *batchv1.Job, pods []corev1.Pod) bool {
+	if j == nil {
+		return false
+	}
+	if j.Status.Succeeded > 0 || j.Status.Failed > 0 && j.Status.Active == 0 {
+		return true
+	}
+	for i := range pods {
+		// Its own pods (by owner), not those of the Job of the same name it replaced.
+		p := &pods[i]
+		if owner := metav1.GetControllerOf(p); owner != nil && owner.UID == j.UID && p.DeletionTimestamp == nil &&
+			(p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded) {
+			return true
+		}
+	}
+	return false
 }
 
 // runningPods are the Job's pods that run and are not being deleted.

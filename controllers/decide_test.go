@@ -25,6 +25,7 @@ import (
 type decideWorld struct {
 	nodes  map[string]topology.Node
 	jobs   map[string]*batchv1.Job
+	pods   []corev1.Pod // one running pod per Job
 	secret *corev1.Secret
 	opts   decideOptions
 }
@@ -52,7 +53,7 @@ func newDecideWorld(t *testing.T) *decideWorld {
 
 // facts are what gather would read for sp in this world.
 func (w *decideWorld) facts(sp *v1alpha1.StreamPipeline) facts {
-	f := facts{gateway: w.nodes[sp.Spec.Gateway.Node], jobs: w.jobs, keysSecret: w.secret, senderAddresses: map[int][]string{}}
+	f := facts{gateway: w.nodes[sp.Spec.Gateway.Node], jobs: w.jobs, pods: w.pods, keysSecret: w.secret, senderAddresses: map[int][]string{}}
 	for _, s := range sp.Spec.Senders {
 		f.senders = append(f.senders, w.nodes[s.Node])
 	}
@@ -79,7 +80,8 @@ func (w *decideWorld) decide(t *testing.T, sp *v1alpha1.StreamPipeline) (Decisio
 	return d, actions
 }
 
-// run applies a decision to the world: the Jobs it creates exist, with their plan hash.
+// run applies a decision to the world: the Jobs it creates exist, with their plan hash, and
+// run a pod each (the kubelet's part); those it deletes are gone with their pods.
 func (w *decideWorld) run(d Decision) {
 	for _, s := range d.Jobs {
 		switch s.Action {
@@ -87,8 +89,12 @@ func (w *decideWorld) run(d Decision) {
 			j := s.Desired.DeepCopy()
 			j.UID = types.UID("uid-" + j.Name)
 			w.jobs[j.Name] = j
+			w.pods = append(w.pods, corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-pod", Labels: map[string]string{batchv1.JobNameLabel: j.Name},
+				OwnerReferences: []metav1.OwnerReference{{Kind: "Job", Name: j.Name, UID: j.UID, Controller: new(true)}}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning}})
 		case JobDelete, JobReplace:
 			delete(w.jobs, s.Name)
+			w.pods = slices.DeleteFunc(w.pods, func(p corev1.Pod) bool { return p.Labels[batchv1.JobNameLabel] == s.Name })
 		}
 	}
 	if d.Keys.write != nil {
@@ -122,6 +128,8 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 	all := func(a JobAction) map[string]JobAction {
 		return map[string]JobAction{s0: a, s1: a, g0: a, g1: a}
 	}
+	// rolled: stream 0 is replaced first; stream 1 runs on and waits its turn (spec.rollout).
+	rolled := map[string]JobAction{s0: JobReplace, g0: JobReplace, s1: JobRoll, g1: JobRoll}
 	userKeys := func(w *decideWorld, sp *v1alpha1.StreamPipeline) {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "facility-keys", Namespace: sp.Namespace}, Data: map[string][]byte{}}
 		pairs := [][2]string{{render.GatewaySecretKey, render.GatewayPublicKey}, {render.SenderSecretKey(0), render.SenderPublicKey(0)},
@@ -146,7 +154,7 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 		{"nothing changes", func(*decideWorld, *v1alpha1.StreamPipeline) {}, all(JobKeep), []int{0, 1}},
 		{"the operator is upgraded with a new agent image", func(w *decideWorld, _ *v1alpha1.StreamPipeline) {
 			w.opts.Render.AgentImage = "numastream/agent:1.1"
-		}, all(JobReplace), []int{0, 1}},
+		}, rolled, []int{0, 1}},
 		{"a sender is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: "det-c", Source: sp.Spec.Senders[0].Source})
 		}, map[string]JobAction{s0: JobKeep, s1: JobKeep, g0: JobKeep, g1: JobKeep, s2: JobCreate, g2: JobCreate}, []int{0, 1, 2}},
@@ -165,21 +173,33 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 		{"one sender's source changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Senders[1].Source.Synthetic.Chunks = 5000
 		}, map[string]JobAction{s0: JobKeep, g0: JobKeep, s1: JobReplace, g1: JobKeep}, []int{0, 1}},
-		{"the codec changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Codec = "zstd" }, all(JobReplace), []int{0, 1}},
-		{"the connections change", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = new(int32(3)) }, all(JobReplace), []int{0, 1}},
+		{"the codec changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Codec = "zstd" }, rolled, []int{0, 1}},
+		{"the connections change", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = new(int32(3)) }, rolled, []int{0, 1}},
 		{"a sink is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:9000"}}
-		}, map[string]JobAction{s0: JobKeep, s1: JobKeep, g0: JobReplace, g1: JobReplace}, []int{0, 1}},
+		}, map[string]JobAction{s0: JobKeep, s1: JobKeep, g0: JobReplace, g1: JobRoll}, []int{0, 1}},
 		{"a spill is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30}
-		}, map[string]JobAction{s0: JobReplace, s1: JobReplace, g0: JobKeep, g1: JobKeep}, []int{0, 1}},
-		{"turning host networking on", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }, all(JobReplace), []int{0, 1}},
+		}, map[string]JobAction{s0: JobReplace, s1: JobRoll, g0: JobKeep, g1: JobKeep}, []int{0, 1}},
+		{"turning host networking on", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }, rolled, []int{0, 1}},
 		{"the data network's attachment changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			sp.Spec.Gateway.Network.Attachment = "hsn-2"
-		}, all(JobReplace), []int{0, 1}},
-		{"the keys move to a Secret the user names", userKeys, all(JobReplace), []int{0, 1}},
+		}, rolled, []int{0, 1}},
+		{"the keys move to a Secret the user names", userKeys, rolled, []int{0, 1}},
 		{"a key rotation is asked for", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			sp.Annotations = map[string]string{v1alpha1.AnnotationRotateKeys: "now"}
+		}, rolled, []int{0, 1}},
+		{"the operator is upgraded, the pipeline rolls every stream at once", func(w *decideWorld, sp *v1alpha1.StreamPipeline) {
+			w.opts.Render.AgentImage = "numastream/agent:1.1"
+			sp.Spec.Rollout = &v1alpha1.Rollout{MaxStreams: new(int32(0))}
+		}, all(JobReplace), []int{0, 1}},
+		{"the operator is upgraded, the pipeline rolls two streams at a time", func(w *decideWorld, sp *v1alpha1.StreamPipeline) {
+			w.opts.Render.AgentImage = "numastream/agent:1.1"
+			sp.Spec.Rollout = &v1alpha1.Rollout{MaxStreams: new(int32(2))}
+		}, all(JobReplace), []int{0, 1}},
+		// The streams' port blocks move into each other's on the nodes: all at once.
+		{"host networking: the connections change", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+			sp.Spec.Connections = new(int32(3))
 		}, all(JobReplace), []int{0, 1}},
 		// Kept, and applied suspended: the Job controller stops the pods and the agents drain.
 		{"host networking: a sender is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
@@ -191,7 +211,7 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 		{"host networking: the senders are reordered", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
 			slices.Reverse(sp.Spec.Senders)
 		}, all(JobKeep), []int{1, 0}},
-		{"host networking: turned off", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = false }, all(JobReplace), []int{0, 1}},
+		{"host networking: turned off", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = false }, rolled, []int{0, 1}},
 		{"the pipeline is suspended", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Suspend = true }, all(JobKeep), []int{0, 1}},
 	}
 	for _, tc := range cases {
@@ -224,37 +244,43 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 					t.Errorf("%s suspended %v, the pipeline %v", s.Name, ptr.Deref(s.Desired.Spec.Suspend, false), sp.Spec.Suspend)
 				}
 			}
-			// A replaced Job's stream resumes: nothing replaced is left replaced on the next
-			// pass, which creates it again with the new plan and then keeps it.
-			w.run(d)
-			sp.Status = d.Status
-			_, next := w.decide(t, sp)
-			for name, a := range next {
-				if a != JobCreate && a != JobKeep {
-					t.Errorf("the pass after: %s %s", name, a)
+			// Then the passes that follow: a replaced Job is created again with the new plan on
+			// the next pass and its pod runs; a stream waiting its turn is replaced once the one
+			// before runs; never more streams replaced at once than spec.rollout allows.
+			limit := sp.Spec.RolloutMaxStreams()
+			if sp.Spec.Suspend || strings.Contains(tc.name, "connections change") && sp.Spec.HostNetwork {
+				limit = 0
+			}
+			for pass := 1; ; pass++ {
+				if d.Facts.Replacing != slices.ContainsFunc(slices.Collect(maps.Values(got)), func(a JobAction) bool {
+					return a == JobReplace || a == JobRoll || a == JobDeleting
+				}) {
+					t.Errorf("pass %d: Replacing %v with actions %v", pass, d.Facts.Replacing, got)
 				}
-			}
-			w.run(Decision{Jobs: jobSteps(next, w, sp)})
-			if _, settled := w.decide(t, sp); slices.ContainsFunc(slices.Collect(maps.Values(settled)), func(a JobAction) bool { return a != JobKeep }) {
-				t.Errorf("not settled after two passes: %v", settled)
-			}
-			if d.Facts.Replacing != slices.Contains(slices.Collect(maps.Values(got)), JobReplace) {
-				t.Errorf("Replacing %v with actions %v", d.Facts.Replacing, got)
+				replacing := map[string]bool{}
+				for name, a := range got {
+					if a == JobReplace {
+						replacing[name[strings.LastIndex(name, "-")+1:]] = true
+					}
+				}
+				if limit > 0 && len(replacing) > limit {
+					t.Errorf("pass %d: streams %v replaced at once, spec.rollout allows %d", pass, slices.Collect(maps.Keys(replacing)), limit)
+				}
+				if !slices.ContainsFunc(slices.Collect(maps.Values(got)), func(a JobAction) bool { return a != JobKeep }) {
+					if len(d.Status.RollPending) > 0 {
+						t.Errorf("settled, streams still waiting their turn: %v", d.Status.RollPending)
+					}
+					break
+				}
+				if pass > 8 {
+					t.Fatalf("not settled after %d passes: %v", pass, got)
+				}
+				w.run(d)
+				sp.Status = d.Status
+				d, got = w.decide(t, sp)
 			}
 		})
 	}
-}
-
-// jobSteps re-decides sp to get the Desired Jobs of a pass's actions.
-func jobSteps(actions map[string]JobAction, w *decideWorld, sp *v1alpha1.StreamPipeline) []JobStep {
-	d, _ := Decide(sp, w.facts(sp), w.opts)
-	var out []JobStep
-	for _, s := range d.Jobs {
-		if actions[s.Name] == s.Action {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // A Job being deleted is waited for (its stream drains), a sender waiting for its gateway's

@@ -1095,8 +1095,10 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 	gatewayAndSenders(t, "lynx-12")
 	ns := namespace(t)
-	// No spec.security: CURVE, with keys the operator makes.
-	sp := pipeline(ns, "secure", withGateway("lynx-12"), withSenders("updraft-1", "updraft-2"))
+	// No spec.security: CURVE, with keys the operator makes. All streams at once: envtest runs
+	// no pods for a roll to wait for (TestNewKeysRollOneStreamAtATime rolls).
+	sp := pipeline(ns, "secure", withGateway("lynx-12"), withSenders("updraft-1", "updraft-2"),
+		func(sp *v1alpha1.StreamPipeline) { sp.Spec.Rollout = &v1alpha1.Rollout{MaxStreams: ptr.To[int32](0)} })
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -1736,4 +1738,96 @@ func TestHostNetworkGatewaysAdmitOnlyTheirSenderNode(t *testing.T) {
 	if cfg.Security == nil || cfg.Security.Curve == nil || !slices.Equal(cfg.Security.AllowFrom, want) {
 		t.Errorf("gateway security %+v, want curve and allow_from %v", cfg.Security, want)
 	}
+}
+
+// runPodsOf makes a running pod for each named Job, owned by it, as the Job controller and a
+// kubelet would (envtest runs neither).
+func runPodsOf(t *testing.T, ns string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		j := &batchv1.Job{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, j); err != nil {
+			t.Fatal(err)
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: ns, Labels: map[string]string{batchv1.JobNameLabel: name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: j.UID, Controller: ptr.To(true)}}},
+			Spec: j.Spec.Template.Spec}
+		for k, v := range j.Spec.Template.Labels {
+			p.Labels[k] = v
+		}
+		p.Spec.NodeName = j.Spec.Template.Spec.NodeSelector[corev1.LabelHostname]
+		if err := k8s.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
+		if err := k8s.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// New keys for a two-stream pipeline roll one stream at a time (spec.rollout unset): stream 0's
+// Jobs are replaced while stream 1's run on; stream 1 is replaced only once stream 0's new pods
+// run; status.rollPending names stream 1 while it waits its turn.
+func TestNewKeysRollOneStreamAtATime(t *testing.T) {
+	// Nodes of its own: other tests leave running pods on the shared senders, whose CPUs the
+	// planner counts.
+	ensureNode(t, facilityNode("lynx-31", []int{16, 16}, "ens1f0", 1, 200000))
+	for _, n := range []string{"roll-det-1", "roll-det-2"} {
+		ensureNode(t, facilityNode(n, []int{16, 16}, "ens1f0", 1, 100000))
+	}
+	ns := namespace(t)
+	sp := pipeline(ns, "roll", withGateway("lynx-31"), withSenders("roll-det-1", "roll-det-2"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	stream := func(id int) []string {
+		return []string{fmt.Sprintf("roll-sender-%d", id), fmt.Sprintf("roll-gateway-%d", id)}
+	}
+	uids := func(names []string) map[string]types.UID {
+		out := map[string]types.UID{}
+		for _, name := range names {
+			j := &batchv1.Job{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, j); err == nil && j.DeletionTimestamp == nil {
+				out[name] = j.UID
+			}
+		}
+		return out
+	}
+	eventually(t, "4 Jobs", func() (bool, string) { n := len(uids(append(stream(0), stream(1)...))); return n == 4, fmt.Sprint(n) })
+	runPodsOf(t, ns, append(stream(0), stream(1)...)...)
+	first0, first1 := uids(stream(0)), uids(stream(1))
+	rolling := func() []int32 {
+		cur := &v1alpha1.StreamPipeline{}
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		return cur.Status.RollPending
+	}
+	updateSpec(t, sp, func(p *v1alpha1.StreamPipeline) {
+		p.Annotations = map[string]string{v1alpha1.AnnotationRotateKeys: "now"}
+	})
+	replaced := func(before map[string]types.UID, names []string) func() (bool, string) {
+		return func() (bool, string) {
+			now := uids(names)
+			for _, n := range names {
+				if now[n] == "" || now[n] == before[n] {
+					return false, fmt.Sprintf("%v, rolling %v", now, rolling())
+				}
+			}
+			return true, ""
+		}
+	}
+	eventually(t, "stream 0 replaced with the new keys", replaced(first0, stream(0)))
+	// Stream 1 runs on meanwhile, for as long as stream 0's new pods do not run.
+	for range 5 {
+		if got := uids(stream(1)); !maps.Equal(got, first1) {
+			t.Fatalf("stream 1 replaced while stream 0 rolls: %v -> %v", first1, got)
+		}
+		if r := rolling(); !slices.Equal(r, []int32{1}) {
+			t.Errorf("status.rollPending %v while stream 0 rolls", r)
+		}
+		time.Sleep(time.Second)
+	}
+	runPodsOf(t, ns, stream(0)...)
+	eventually(t, "stream 1 replaced once stream 0 runs", replaced(first1, stream(1)))
+	eventually(t, "nothing waits its turn", func() (bool, string) { r := rolling(); return len(r) == 0, fmt.Sprint(r) })
 }

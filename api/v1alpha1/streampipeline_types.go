@@ -112,6 +112,12 @@ type StreamPipelineSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
+	// Rollout is how a change that replaces running agents (a new agent image, new keys, a new
+	// plan) reaches a running pipeline: a few streams at a time, each drained and resumed where it
+	// stopped, the others streaming on their current pods meanwhile.
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
+
 	// HostNetwork runs the agent pods in their nodes' network namespaces, as data transfer nodes
 	// usually do: the gateway receives on the host's NIC directly and senders connect to the
 	// address of the gateway's data NIC (spec.gateway.network.address, else the address the node
@@ -618,6 +624,23 @@ type Observed struct {
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
 }
 
+// Rollout limits how many streams are replaced at once.
+type Rollout struct {
+	// MaxStreams is how many streams are replaced at once: a stream is replaced until its new
+	// pods run (or have finished). Unset: 1, one stream at a time; 0: every stream at once.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxStreams *int32 `json:"maxStreams,omitempty"`
+}
+
+// RolloutMaxStreams is spec.rollout.maxStreams with its default (0: no limit).
+func (s *StreamPipelineSpec) RolloutMaxStreams() int {
+	if s.Rollout == nil || s.Rollout.MaxStreams == nil {
+		return 1
+	}
+	return int(*s.Rollout.MaxStreams)
+}
+
 // SenderStream is one sender's stream id.
 type SenderStream struct {
 	// Node is the sender's node (its key in spec.senders).
@@ -772,6 +795,10 @@ type StreamPipelineStatus struct {
 	// Observed figures from the agents.
 	// +optional
 	Observed *Observed `json:"observed,omitempty"`
+	// RollPending are the streams that need replacing (a new agent image, new keys, a new plan)
+	// and wait their turn on their current pods while others are replaced (spec.rollout).
+	// +optional
+	RollPending []int32 `json:"rollPending,omitempty"`
 	// TopologyRejection: the kubelet's Topology Manager refused a gateway pod of this
 	// generation; the plans that follow ask for fewer receiving cores.
 	// +optional
