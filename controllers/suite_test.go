@@ -1390,24 +1390,11 @@ func runJobPods(t *testing.T, ns string) map[string]*corev1.Pod {
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
 		return len(jobs.Items) == 2, fmt.Sprint(len(jobs.Items))
 	})
-	out := map[string]*corev1.Pod{}
+	var names []string
 	for _, j := range jobs.Items {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-run", Namespace: ns, Labels: map[string]string{}}, Spec: j.Spec.Template.Spec}
-		for k, v := range j.Spec.Template.Labels {
-			p.Labels[k] = v
-		}
-		p.Labels[batchv1.JobNameLabel] = j.Name
-		p.Spec.NodeName = j.Spec.Template.Spec.NodeSelector[corev1.LabelHostname]
-		if err := k8s.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}
-		if err := k8s.Status().Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		out[j.Name] = p
+		names = append(names, j.Name)
 	}
-	return out
+	return runPodsOf(t, ns, names...)
 }
 
 // A re-plan that changes only the CPUs the agents need (the connections are fixed by the spec)
@@ -1741,9 +1728,10 @@ func TestHostNetworkGatewaysAdmitOnlyTheirSenderNode(t *testing.T) {
 }
 
 // runPodsOf makes a running pod for each named Job, owned by it, as the Job controller and a
-// kubelet would (envtest runs neither).
-func runPodsOf(t *testing.T, ns string, names ...string) {
+// kubelet would (envtest runs neither); the pods by Job name.
+func runPodsOf(t *testing.T, ns string, names ...string) map[string]*corev1.Pod {
 	t.Helper()
+	out := map[string]*corev1.Pod{}
 	for _, name := range names {
 		j := &batchv1.Job{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, j); err != nil {
@@ -1763,7 +1751,9 @@ func runPodsOf(t *testing.T, ns string, names ...string) {
 		if err := k8s.Status().Update(ctx, p); err != nil {
 			t.Fatal(err)
 		}
+		out[name] = p
 	}
+	return out
 }
 
 // New keys for a two-stream pipeline roll one stream at a time (spec.rollout unset): stream 0's

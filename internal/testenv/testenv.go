@@ -127,6 +127,19 @@ func ClusterClient(kubeconfig string) (client.Client, *rest.Config, error) {
 	return c, cfg, err
 }
 
+// Convert turns in into out through JSON (e.g. an unstructured object's field into a typed
+// struct).
+func Convert(t testing.TB, in, out any) {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err == nil {
+		err = json.Unmarshal(b, out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // DashboardQueries are a Grafana dashboard's queries with its variables given values a plain
 // Prometheus takes: every namespace and pipeline, a 1m rate interval.
 func DashboardQueries(dashboard []byte) ([]string, error) {

@@ -42,6 +42,26 @@ func render(t *testing.T, args ...string) ([]*unstructured.Unstructured, error) 
 	return decode(t, out), nil
 }
 
+// apiServer starts env (a real kube-apiserver and etcd, stopped when the test ends) and makes
+// the release's namespace in it.
+func apiServer(t *testing.T, env *envtest.Environment) client.Client {
+	t.Helper()
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "numastream-system"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
@@ -254,21 +274,8 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 	kustomizeObjs := decode(t, kyaml)
 
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := apiServer(t, &envtest.Environment{})
 	ctx := context.Background()
-	if err := c.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "numastream-system"}}}); err != nil {
-		t.Fatal(err)
-	}
 	for name, objs := range map[string][]*unstructured.Unstructured{"helm template": helmObjs, "kustomize config/default": kustomizeObjs} {
 		accepted := 0
 		for _, o := range objs {

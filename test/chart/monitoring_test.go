@@ -61,7 +61,7 @@ func TestMonitoringObjectsAreLabelledAndAcceptedByThePrometheusOperatorsCRDs(t *
 		} `json:"selector"`
 		Endpoints []struct{ Port string } `json:"podMetricsEndpoints"`
 	}
-	fromMap(t, pm.Object["spec"], &spec)
+	testenv.Convert(t, pm.Object["spec"], &spec)
 	if !spec.NamespaceSelector.Any || spec.Selector.MatchLabels["app.kubernetes.io/managed-by"] != "numastream-operator" ||
 		len(spec.Selector.MatchExpressions) != 1 || spec.Selector.MatchExpressions[0].Key != agentrender.LabelRole {
 		t.Errorf("PodMonitor selects %+v", spec)
@@ -73,21 +73,8 @@ func TestMonitoringObjectsAreLabelledAndAcceptedByThePrometheusOperatorsCRDs(t *
 		t.Errorf("dashboard ConfigMap %v", cm)
 	}
 
-	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{crds}, ErrorIfPathMissing: true}}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := apiServer(t, &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{crds}, ErrorIfPathMissing: true}})
 	ctx := context.Background()
-	if err := c.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "numastream-system"}}}); err != nil {
-		t.Fatal(err)
-	}
 	strict := client.FieldValidation("Strict")
 	for _, o := range mon {
 		if err := c.Create(ctx, o.DeepCopy(), client.DryRunAll, strict); err != nil {
@@ -271,15 +258,4 @@ func toJSON(t *testing.T, o *unstructured.Unstructured) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func fromMap(t *testing.T, in any, out any) {
-	t.Helper()
-	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -167,7 +167,7 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig stri
 			Relabelings []map[string]any `json:"relabelings"`
 		} `json:"podMetricsEndpoints"`
 	}
-	convert(t, pm.Object["spec"], &spec)
+	testenv.Convert(t, pm.Object["spec"], &spec)
 	if !spec.NamespaceSelector.Any {
 		t.Fatal("the PodMonitor does not select every namespace: translate its namespaces")
 	}
@@ -217,7 +217,7 @@ func serviceMonitorJob(t *testing.T, sm *unstructured.Unstructured, kubeconfig s
 			HonorLabels bool   `json:"honorLabels"`
 		} `json:"endpoints"`
 	}
-	convert(t, sm.Object["spec"], &spec)
+	testenv.Convert(t, sm.Object["spec"], &spec)
 	relabel := []any{
 		map[string]any{"source_labels": []any{"__meta_kubernetes_pod_container_port_name"}, "regex": spec.Endpoints[0].Port, "action": "keep"},
 	}
@@ -238,17 +238,6 @@ func sdName(label string) string {
 // snake turns a PodMonitor's relabeling keys (sourceLabels) into Prometheus's (source_labels).
 func snake(s string) string {
 	return strings.ToLower(regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(s, "${1}_${2}"))
-}
-
-func convert(t *testing.T, in, out any) {
-	t.Helper()
-	b, err := json.Marshal(in)
-	if err == nil {
-		err = json.Unmarshal(b, out)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func writeYAMLFile(t *testing.T, path string, v any) {
