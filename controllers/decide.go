@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/planner"
@@ -75,7 +75,7 @@ type Event struct {
 type Decision struct {
 	// Status is the pipeline's status after the pass, but for the conditions (conclude sets
 	// them from Facts once the writes are done).
-	Status v1alpha1.StreamPipelineStatus
+	Status v1beta1.StreamPipelineStatus
 	// Facts are what the conditions are computed from.
 	Facts conditions.Facts
 	// Plan is the plan applied (nil when the pipeline is refused: Facts.Refusal says why).
@@ -93,8 +93,8 @@ type Decision struct {
 	DeletePods    []*corev1.Pod
 	// Replan is the re-plan from observed facts this pass applies (nil: none), against the plan
 	// before it; recorded once written (conclude), knowing whether pods were resized.
-	Replan     *v1alpha1.Replan
-	PlanBefore *v1alpha1.Plan
+	Replan     *v1beta1.Replan
+	PlanBefore *v1beta1.Plan
 	// Events are the pass's decisions (topology refusals) to record whatever the writes do.
 	Events []Event
 	// NextRotation is when the next scheduled key rotation is due (0: none).
@@ -113,7 +113,7 @@ type decideOptions struct {
 // reads nothing and writes nothing (sp is not changed). A pipeline that cannot be planned is a
 // decision (Facts.Refusal), not an error; an error is one no pass can decide around (the key
 // generator failing).
-func Decide(in *v1alpha1.StreamPipeline, f facts, opts decideOptions) (Decision, error) {
+func Decide(in *v1beta1.StreamPipeline, f facts, opts decideOptions) (Decision, error) {
 	sp := in.DeepCopy()
 	d := Decision{Facts: conditions.Facts{Generation: sp.Generation, Suspended: sp.Spec.Suspend, Pods: f.pods, Observed: sp.Status.Observed}}
 	d.DeletePods, d.Events = topologyRejections(sp, f.pods)
@@ -133,7 +133,7 @@ func Decide(in *v1alpha1.StreamPipeline, f facts, opts decideOptions) (Decision,
 
 // decidePlan plans, renders and decides each Job's action, into d and sp's status. A refusal
 // is returned as an error refusal() knows.
-func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Decision) error {
+func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Decision) error {
 	if f.nodesErr != nil {
 		return f.nodesErr
 	}
@@ -182,7 +182,7 @@ func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Dec
 	sp.Status.Endpoints = nil
 	for _, stream := range sp.StreamIDs() {
 		if ep, ok := objs.Endpoints[stream]; ok {
-			sp.Status.Endpoints = append(sp.Status.Endpoints, v1alpha1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
+			sp.Status.Endpoints = append(sp.Status.Endpoints, v1beta1.StreamEndpoint{Stream: int32(stream), Endpoint: ep})
 		}
 	}
 	if replanned != nil {
@@ -212,7 +212,7 @@ func decidePlan(sp *v1alpha1.StreamPipeline, f facts, opts decideOptions, d *Dec
 // decideJobs decides each Job's action: the rendered ones (created, kept, resized in place when
 // inPlace allows it, or replaced when they run an older plan), the held-back senders, and the
 // Jobs of streams that are gone.
-func decideJobs(sp *v1alpha1.StreamPipeline, f facts, objs render.Objects, inPlace bool) []JobStep {
+func decideJobs(sp *v1beta1.StreamPipeline, f facts, objs render.Objects, inPlace bool) []JobStep {
 	var steps []JobStep
 	want := map[string]bool{}
 	for _, j := range objs.Jobs {
@@ -239,7 +239,7 @@ func decideJobs(sp *v1alpha1.StreamPipeline, f facts, objs render.Objects, inPla
 // decideJob: a Job's pod template is immutable, so a Job whose plan hash (its agent config and
 // whole pod template) changed is replaced, unless only its containers' CPUs and memory changed
 // and its one running pod can be resized in place.
-func decideJob(sp *v1alpha1.StreamPipeline, desired, existing *batchv1.Job, pods []corev1.Pod, inPlace bool) JobStep {
+func decideJob(sp *v1beta1.StreamPipeline, desired, existing *batchv1.Job, pods []corev1.Pod, inPlace bool) JobStep {
 	step := JobStep{Name: desired.Name, Desired: desired, Existing: existing}
 	want := desired.Annotations[render.AnnotationPlanHash]
 	switch {
@@ -291,7 +291,7 @@ func decideJob(sp *v1alpha1.StreamPipeline, desired, existing *batchv1.Job, pods
 // streams waiting their turn. A suspended pipeline runs no pods to wait for, and host-network
 // streams whose connections change move their ports into each other's: those are replaced all
 // at once.
-func rollout(sp *v1alpha1.StreamPipeline, f facts, before *v1alpha1.Plan, steps []JobStep) []JobStep {
+func rollout(sp *v1beta1.StreamPipeline, f facts, before *v1beta1.Plan, steps []JobStep) []JobStep {
 	limit := sp.Spec.RolloutMaxStreams()
 	if sp.Spec.Suspend || (sp.Spec.HostNetwork && before != nil && before.Connections != sp.Status.Plan.Connections) {
 		limit = 0
@@ -385,7 +385,7 @@ func runningPods(job string, pods []corev1.Pod) []*corev1.Pod {
 
 // unwantedVolumes are the pipeline's claims and volumes no pod of the plan mounts: a claim goes
 // when no pod uses it any more (the API server's protection), its volume once the claim is gone.
-func unwantedVolumes(sp *v1alpha1.StreamPipeline, f facts, vols []storage.Volume) ([]*corev1.PersistentVolumeClaim, []*corev1.PersistentVolume) {
+func unwantedVolumes(sp *v1beta1.StreamPipeline, f facts, vols []storage.Volume) ([]*corev1.PersistentVolumeClaim, []*corev1.PersistentVolume) {
 	wantPV, wantClaim := map[string]bool{}, map[string]bool{}
 	for _, v := range vols {
 		wantPV[v.PV.Name], wantClaim[v.Claim.Name] = true, true
@@ -416,7 +416,7 @@ func unwantedPVs(pvs []corev1.PersistentVolume, keep map[string]bool) []*corev1.
 // A refused gateway pod lowers the receiving cores the next plan asks for by one, so the plan
 // that follows is one the NIC's NUMA node can still align, never the same one again. The pods
 // are returned to be deleted once the new plan is applied, so the Job makes new ones.
-func topologyRejections(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) ([]*corev1.Pod, []Event) {
+func topologyRejections(sp *v1beta1.StreamPipeline, pods []corev1.Pod) ([]*corev1.Pod, []Event) {
 	var out []*corev1.Pod
 	var events []Event
 	for i := range pods {
@@ -427,7 +427,7 @@ func topologyRejections(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) ([]*core
 		out = append(out, p)
 		tr := sp.Status.TopologyRejection
 		if tr == nil || tr.Generation != sp.Generation {
-			tr = &v1alpha1.TopologyRejection{Generation: sp.Generation, ReceiveCores: -1}
+			tr = &v1beta1.TopologyRejection{Generation: sp.Generation, ReceiveCores: -1}
 			sp.Status.TopologyRejection = tr
 		}
 		what := p.Name + " on " + p.Spec.NodeName

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/topology"
@@ -52,7 +52,7 @@ func newDecideWorld(t *testing.T) *decideWorld {
 }
 
 // facts are what gather would read for sp in this world.
-func (w *decideWorld) facts(sp *v1alpha1.StreamPipeline) facts {
+func (w *decideWorld) facts(sp *v1beta1.StreamPipeline) facts {
 	f := facts{gateway: w.nodes[sp.Spec.Gateway.Node], jobs: w.jobs, pods: w.pods, keysSecret: w.secret, senderAddresses: map[int][]string{}}
 	for _, s := range sp.Spec.Senders {
 		f.senders = append(f.senders, w.nodes[s.Node])
@@ -63,7 +63,7 @@ func (w *decideWorld) facts(sp *v1alpha1.StreamPipeline) facts {
 // decide runs one pass over sp (stream ids assigned first, as Reconcile does) and, as execute
 // would, makes the world what it decided: Jobs created (replaced ones stay until a later pass),
 // deleted, and the key Secret written.
-func (w *decideWorld) decide(t *testing.T, sp *v1alpha1.StreamPipeline) (Decision, map[string]JobAction) {
+func (w *decideWorld) decide(t *testing.T, sp *v1beta1.StreamPipeline) (Decision, map[string]JobAction) {
 	t.Helper()
 	sp.AssignStreams()
 	d, err := Decide(sp, w.facts(sp), w.opts)
@@ -102,16 +102,16 @@ func (w *decideWorld) run(d Decision) {
 	}
 }
 
-func twoSenders() *v1alpha1.StreamPipeline {
-	sp := &v1alpha1.StreamPipeline{
+func twoSenders() *v1beta1.StreamPipeline {
+	sp := &v1beta1.StreamPipeline{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "beamline", UID: "uid-p", Generation: 1},
-		Spec: v1alpha1.StreamPipelineSpec{
-			Gateway: v1alpha1.Gateway{Node: "gw", Network: v1alpha1.DataNetwork{NIC: "ens1f0", Attachment: "hsn", Address: "10.215.0.100"}},
+		Spec: v1beta1.StreamPipelineSpec{
+			Gateway: v1beta1.Gateway{Node: "gw", Network: v1beta1.DataNetwork{NIC: "ens1f0", Attachment: "hsn", Address: "10.215.0.100"}},
 			Codec:   "lz4", Port: 5555, ExpectedRatio: "2.0",
 		},
 	}
 	for _, n := range []string{"det-a", "det-b"} {
-		sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: n, Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 1000}}})
+		sp.Spec.Senders = append(sp.Spec.Senders, v1beta1.Sender{Node: n, Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{Chunks: 1000}}})
 	}
 	return sp
 }
@@ -130,7 +130,7 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 	}
 	// rolled: stream 0 is replaced first; stream 1 runs on and waits its turn (spec.rollout).
 	rolled := map[string]JobAction{s0: JobReplace, g0: JobReplace, s1: JobRoll, g1: JobRoll}
-	userKeys := func(w *decideWorld, sp *v1alpha1.StreamPipeline) {
+	userKeys := func(w *decideWorld, sp *v1beta1.StreamPipeline) {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "facility-keys", Namespace: sp.Namespace}, Data: map[string][]byte{}}
 		pairs := [][2]string{{render.GatewaySecretKey, render.GatewayPublicKey}, {render.SenderSecretKey(0), render.SenderPublicKey(0)},
 			{render.SenderSecretKey(1), render.SenderPublicKey(1)}}
@@ -142,77 +142,77 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 			sec.Data[p[0]], sec.Data[p[1]] = []byte(kp.Secret), []byte(kp.Public)
 		}
 		w.secret = sec
-		sp.Spec.Security = &v1alpha1.Security{KeysSecret: sec.Name}
+		sp.Spec.Security = &v1beta1.Security{KeysSecret: sec.Name}
 	}
 	cases := []struct {
 		name string
-		edit func(w *decideWorld, sp *v1alpha1.StreamPipeline)
+		edit func(w *decideWorld, sp *v1beta1.StreamPipeline)
 		want map[string]JobAction
 		// streams are the stream ids of spec.senders after the edit.
 		streams []int
 	}{
-		{"nothing changes", func(*decideWorld, *v1alpha1.StreamPipeline) {}, all(JobKeep), []int{0, 1}},
-		{"the operator is upgraded with a new agent image", func(w *decideWorld, _ *v1alpha1.StreamPipeline) {
+		{"nothing changes", func(*decideWorld, *v1beta1.StreamPipeline) {}, all(JobKeep), []int{0, 1}},
+		{"the operator is upgraded with a new agent image", func(w *decideWorld, _ *v1beta1.StreamPipeline) {
 			w.opts.Render.AgentImage = "numastream/agent:1.1"
 		}, rolled, []int{0, 1}},
-		{"a sender is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: "det-c", Source: sp.Spec.Senders[0].Source})
+		{"a sender is added", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders = append(sp.Spec.Senders, v1beta1.Sender{Node: "det-c", Source: sp.Spec.Senders[0].Source})
 		}, map[string]JobAction{s0: JobKeep, s1: JobKeep, g0: JobKeep, g1: JobKeep, s2: JobCreate, g2: JobCreate}, []int{0, 1, 2}},
-		{"the first sender is removed", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"the first sender is removed", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders = sp.Spec.Senders[1:]
 		}, map[string]JobAction{s0: JobDelete, g0: JobDelete, s1: JobKeep, g1: JobKeep}, []int{1}},
-		{"the last sender is removed", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"the last sender is removed", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders = sp.Spec.Senders[:1]
 		}, map[string]JobAction{s0: JobKeep, g0: JobKeep, s1: JobDelete, g1: JobDelete}, []int{0}},
-		{"the senders are reordered", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"the senders are reordered", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			slices.Reverse(sp.Spec.Senders)
 		}, all(JobKeep), []int{1, 0}},
-		{"one sender is replaced by another node", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"one sender is replaced by another node", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders[0].Node = "det-c"
 		}, map[string]JobAction{s0: JobDelete, g0: JobDelete, s2: JobCreate, g2: JobCreate, s1: JobKeep, g1: JobKeep}, []int{2, 1}},
-		{"one sender's source changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"one sender's source changes", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders[1].Source.Synthetic.Chunks = 5000
 		}, map[string]JobAction{s0: JobKeep, g0: JobKeep, s1: JobReplace, g1: JobKeep}, []int{0, 1}},
-		{"the codec changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Codec = "zstd" }, rolled, []int{0, 1}},
-		{"the connections change", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = new(int32(3)) }, rolled, []int{0, 1}},
-		{"a sink is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:9000"}}
+		{"the codec changes", func(_ *decideWorld, sp *v1beta1.StreamPipeline) { sp.Spec.Codec = "zstd" }, rolled, []int{0, 1}},
+		{"the connections change", func(_ *decideWorld, sp *v1beta1.StreamPipeline) { sp.Spec.Connections = new(int32(3)) }, rolled, []int{0, 1}},
+		{"a sink is added", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://analysis:9000"}}
 		}, map[string]JobAction{s0: JobKeep, s1: JobKeep, g0: JobReplace, g1: JobRoll}, []int{0, 1}},
-		{"a spill is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30}
+		{"a spill is added", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30}
 		}, map[string]JobAction{s0: JobReplace, s1: JobRoll, g0: JobKeep, g1: JobKeep}, []int{0, 1}},
-		{"turning host networking on", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }, rolled, []int{0, 1}},
-		{"the data network's attachment changes", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"turning host networking on", func(_ *decideWorld, sp *v1beta1.StreamPipeline) { sp.Spec.HostNetwork = true }, rolled, []int{0, 1}},
+		{"the data network's attachment changes", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Gateway.Network.Attachment = "hsn-2"
 		}, rolled, []int{0, 1}},
 		{"the keys move to a Secret the user names", userKeys, rolled, []int{0, 1}},
-		{"a key rotation is asked for", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
-			sp.Annotations = map[string]string{v1alpha1.AnnotationRotateKeys: "now"}
+		{"a key rotation is asked for", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
+			sp.Annotations = map[string]string{v1beta1.AnnotationRotateKeys: "now"}
 		}, rolled, []int{0, 1}},
-		{"the operator is upgraded, the pipeline rolls every stream at once", func(w *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"the operator is upgraded, the pipeline rolls every stream at once", func(w *decideWorld, sp *v1beta1.StreamPipeline) {
 			w.opts.Render.AgentImage = "numastream/agent:1.1"
-			sp.Spec.Rollout = &v1alpha1.Rollout{MaxStreams: new(int32(0))}
+			sp.Spec.Rollout = &v1beta1.Rollout{MaxStreams: new(int32(0))}
 		}, all(JobReplace), []int{0, 1}},
-		{"the operator is upgraded, the pipeline rolls two streams at a time", func(w *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"the operator is upgraded, the pipeline rolls two streams at a time", func(w *decideWorld, sp *v1beta1.StreamPipeline) {
 			w.opts.Render.AgentImage = "numastream/agent:1.1"
-			sp.Spec.Rollout = &v1alpha1.Rollout{MaxStreams: new(int32(2))}
+			sp.Spec.Rollout = &v1beta1.Rollout{MaxStreams: new(int32(2))}
 		}, all(JobReplace), []int{0, 1}},
 		// The streams' port blocks move into each other's on the nodes: all at once.
-		{"host networking: the connections change", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"host networking: the connections change", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Connections = new(int32(3))
 		}, all(JobReplace), []int{0, 1}},
 		// Kept, and applied suspended: the Job controller stops the pods and the agents drain.
-		{"host networking: a sender is added", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: "det-c", Source: sp.Spec.Senders[0].Source})
+		{"host networking: a sender is added", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders = append(sp.Spec.Senders, v1beta1.Sender{Node: "det-c", Source: sp.Spec.Senders[0].Source})
 		}, map[string]JobAction{s0: JobKeep, s1: JobKeep, g0: JobKeep, g1: JobKeep, s2: JobCreate, g2: JobCreate}, []int{0, 1, 2}},
-		{"host networking: the first sender is removed", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"host networking: the first sender is removed", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders = sp.Spec.Senders[1:]
 		}, map[string]JobAction{s0: JobDelete, g0: JobDelete, s1: JobKeep, g1: JobKeep}, []int{1}},
-		{"host networking: the senders are reordered", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) {
+		{"host networking: the senders are reordered", func(_ *decideWorld, sp *v1beta1.StreamPipeline) {
 			slices.Reverse(sp.Spec.Senders)
 		}, all(JobKeep), []int{1, 0}},
-		{"host networking: turned off", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = false }, rolled, []int{0, 1}},
-		{"the pipeline is suspended", func(_ *decideWorld, sp *v1alpha1.StreamPipeline) { sp.Spec.Suspend = true }, all(JobKeep), []int{0, 1}},
+		{"host networking: turned off", func(_ *decideWorld, sp *v1beta1.StreamPipeline) { sp.Spec.HostNetwork = false }, rolled, []int{0, 1}},
+		{"the pipeline is suspended", func(_ *decideWorld, sp *v1beta1.StreamPipeline) { sp.Spec.Suspend = true }, all(JobKeep), []int{0, 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -322,12 +322,12 @@ func TestDecideWaitsHoldsAndResizes(t *testing.T) {
 		// Two connections and plain TCP: a higher ratio changes the compressing threads only.
 		w := newDecideWorld(t)
 		sp := twoSenders()
-		sp.Spec.Connections, sp.Spec.Security = new(int32(2)), &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+		sp.Spec.Connections, sp.Spec.Security = new(int32(2)), &v1beta1.Security{Mode: v1beta1.SecurityNone}
 		d, _ := w.decide(t, sp)
 		w.run(d)
 		sp.Status = d.Status
 		replanned := sp.DeepCopy()
-		replanned.Status.Replan = &v1alpha1.Replan{Reason: "observed ratio 3.5", Ratio: "3.5", ObservedAt: metav1.Now()}
+		replanned.Status.Replan = &v1beta1.Replan{Reason: "observed ratio 3.5", Ratio: "3.5", ObservedAt: metav1.Now()}
 		pods := []corev1.Pod{}
 		for name := range w.jobs {
 			p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-x", Labels: map[string]string{batchv1.JobNameLabel: name}},

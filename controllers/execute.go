@@ -15,7 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -32,7 +32,7 @@ type executed struct {
 // execute performs a Decision's writes, in order: the key Secret, the ConfigMap, Services and
 // NetworkPolicy, the claims and volumes, each Job's action, then what is no longer wanted. It
 // decides nothing but one thing: a resize the API server refuses replaces the Job instead.
-func (r *StreamPipelineReconciler) execute(ctx context.Context, sp *v1alpha1.StreamPipeline, d Decision) (executed, error) {
+func (r *StreamPipelineReconciler) execute(ctx context.Context, sp *v1beta1.StreamPipeline, d Decision) (executed, error) {
 	var did executed
 	if d.Plan == nil {
 		return did, nil // refused: nothing to write
@@ -72,7 +72,7 @@ func (r *StreamPipelineReconciler) execute(ctx context.Context, sp *v1alpha1.Str
 }
 
 // executeJob performs one JobStep.
-func (r *StreamPipelineReconciler) executeJob(ctx context.Context, sp *v1alpha1.StreamPipeline, s JobStep, did *executed) error {
+func (r *StreamPipelineReconciler) executeJob(ctx context.Context, sp *v1beta1.StreamPipeline, s JobStep, did *executed) error {
 	background := client.PropagationPolicy(metav1.DeletePropagationBackground)
 	switch s.Action {
 	case JobCreate, JobKeep:
@@ -115,7 +115,7 @@ func (r *StreamPipelineReconciler) executeJob(ctx context.Context, sp *v1alpha1.
 // to what the new plan's pod template asks, and marks the Job with the new plan's hash
 // (AnnotationResizedTo). False when the API server refuses the resize (said in an event): the
 // Job is then replaced.
-func (r *StreamPipelineReconciler) resize(ctx context.Context, sp *v1alpha1.StreamPipeline, s JobStep) (bool, error) {
+func (r *StreamPipelineReconciler) resize(ctx context.Context, sp *v1beta1.StreamPipeline, s JobStep) (bool, error) {
 	want := s.Desired.Annotations[render.AnnotationPlanHash]
 	patch, err := resizePatch(s.Desired.Spec.Template.Spec.Containers)
 	if err == nil {
@@ -136,7 +136,7 @@ func (r *StreamPipelineReconciler) resize(ctx context.Context, sp *v1alpha1.Stre
 }
 
 // record records an event about the pipeline.
-func (r *StreamPipelineReconciler) record(sp *v1alpha1.StreamPipeline, e Event) {
+func (r *StreamPipelineReconciler) record(sp *v1beta1.StreamPipeline, e Event) {
 	r.Recorder.Eventf(sp, e.Related, e.Type, e.Reason, e.Action, "%s", e.Message)
 }
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/storage"
@@ -44,8 +44,8 @@ type facts struct {
 	failedCreate map[string]string
 	// roots: the cluster's StorageRoots by name; pipelines: every StreamPipeline of the cluster
 	// (whose files this one's must not overwrite).
-	roots     map[string]*v1alpha1.StorageRoot
-	pipelines []v1alpha1.StreamPipeline
+	roots     map[string]*v1beta1.StorageRoot
+	pipelines []v1beta1.StreamPipeline
 	// keysSecret: the Secret with the pipeline's CURVE keys (nil: none, or not needed).
 	keysSecret *corev1.Secret
 	// claims and volumes: the claims and PersistentVolumes made for the pipeline.
@@ -64,7 +64,7 @@ func (e *notPlannedError) Error() string { return e.err.Error() }
 // gather reads every fact of one pass: the nodes, what other pipelines hold on the gateway,
 // the pipeline's Jobs, pods, claims, volumes and key Secret, the StorageRoots and the Job
 // controller's refusals. Only API errors are returned.
-func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.StreamPipeline) (facts, error) {
+func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1beta1.StreamPipeline) (facts, error) {
 	var f facts
 	var err error
 	if f.nodesErr, err = r.readNodes(ctx, sp, &f); err != nil {
@@ -92,16 +92,16 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1alpha1.Stre
 	if f.failedCreate, err = r.failedCreates(ctx, sp, f); err != nil {
 		return f, err
 	}
-	var roots v1alpha1.StorageRootList
+	var roots v1beta1.StorageRootList
 	if err := r.List(ctx, &roots); err != nil {
 		return f, err
 	}
-	f.roots = map[string]*v1alpha1.StorageRoot{}
+	f.roots = map[string]*v1beta1.StorageRoot{}
 	for i := range roots.Items {
 		f.roots[roots.Items[i].Name] = &roots.Items[i]
 	}
 	if len(storage.Uses(sp)) > 0 {
-		var all v1alpha1.StreamPipelineList
+		var all v1beta1.StreamPipelineList
 		if err := r.List(ctx, &all); err != nil {
 			return f, err
 		}
@@ -130,7 +130,7 @@ func (r *StreamPipelineReconciler) pipelineVolumes(ctx context.Context, namespac
 
 // readNodes reads the sender and gateway nodes into f. A missing node or label is returned as
 // the first result (the pipeline cannot be planned), an API error as the second.
-func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1alpha1.StreamPipeline, f *facts) (error, error) {
+func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1beta1.StreamPipeline, f *facts) (error, error) {
 	addresses := map[string][]string{}
 	read := func(name string) (topology.Node, error, error) {
 		node := &corev1.Node{}
@@ -199,7 +199,7 @@ func nodeAddresses(t topology.Node, node *corev1.Node) []string {
 // Once a pod of the pipeline runs on the node, pods that came after it are left out too: they
 // were scheduled into what the pipeline left, so they must not shrink a running plan (which
 // would replace the pipeline's Jobs whenever an unrelated pod starts there).
-func (r *StreamPipelineReconciler) otherPodsMilliCPU(ctx context.Context, sp *v1alpha1.StreamPipeline, node string) (int64, error) {
+func (r *StreamPipelineReconciler) otherPodsMilliCPU(ctx context.Context, sp *v1beta1.StreamPipeline, node string) (int64, error) {
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.MatchingFields{indexPodNode: node}); err != nil {
 		return 0, err
@@ -256,7 +256,7 @@ func podMilliCPU(p *corev1.Pod) int64 {
 // failedCreates reads the Job controller's FailedCreate events for the pipeline's Jobs that
 // have no pod: what an admission webhook or Pod Security said when it refused the pod. Events
 // are read uncached (the operator does not watch them), and only when such a Job exists.
-func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1alpha1.StreamPipeline, f facts) (map[string]string, error) {
+func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1beta1.StreamPipeline, f facts) (map[string]string, error) {
 	if r.APIReader == nil {
 		return nil, nil
 	}
@@ -297,7 +297,7 @@ func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1alph
 
 // gatewayDataAddresses is, from each running gateway pod, the address Multus gave it on the
 // data network (k8s.v1.cni.cncf.io/network-status).
-func gatewayDataAddresses(sp *v1alpha1.StreamPipeline, pods []corev1.Pod) map[int]string {
+func gatewayDataAddresses(sp *v1beta1.StreamPipeline, pods []corev1.Pod) map[int]string {
 	attachment := sp.Spec.Gateway.Network.Attachment
 	if attachment == "" || sp.Spec.Gateway.Network.Address != "" {
 		return nil
@@ -340,8 +340,8 @@ func networkStatusAddress(p *corev1.Pod, namespace, attachment string) string {
 
 // heldOnGateway sums the gateway cores that older pipelines hold. Age decides who keeps cores
 // when they run out, so a plan never flips back and forth between two pipelines.
-func (r *StreamPipelineReconciler) heldOnGateway(ctx context.Context, sp *v1alpha1.StreamPipeline) (map[int]int, int, error) {
-	var list v1alpha1.StreamPipelineList
+func (r *StreamPipelineReconciler) heldOnGateway(ctx context.Context, sp *v1beta1.StreamPipeline) (map[int]int, int, error) {
+	var list v1beta1.StreamPipelineList
 	if err := r.List(ctx, &list, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node}); err != nil {
 		return nil, 0, err
 	}
@@ -349,7 +349,7 @@ func (r *StreamPipelineReconciler) heldOnGateway(ctx context.Context, sp *v1alph
 	for i := range list.Items {
 		o := &list.Items[i]
 		if o.UID == sp.UID || o.Spec.Suspend || o.Status.Plan == nil || !older(o, sp) ||
-			!meta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionPlanned) {
+			!meta.IsStatusConditionTrue(o.Status.Conditions, v1beta1.ConditionPlanned) {
 			continue
 		}
 		for _, c := range o.Status.Plan.GatewayCores {
@@ -362,7 +362,7 @@ func (r *StreamPipelineReconciler) heldOnGateway(ctx context.Context, sp *v1alph
 
 // passThrough: every sender carries a detector's messages as they came (Stream V2): no codec
 // work to plan on either side.
-func passThrough(sp *v1alpha1.StreamPipeline) bool {
+func passThrough(sp *v1beta1.StreamPipeline) bool {
 	for _, s := range sp.Spec.Senders {
 		if s.Source.Stream2 == nil {
 			return false
@@ -371,7 +371,7 @@ func passThrough(sp *v1alpha1.StreamPipeline) bool {
 	return len(sp.Spec.Senders) > 0
 }
 
-func older(a, b *v1alpha1.StreamPipeline) bool {
+func older(a, b *v1beta1.StreamPipeline) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
@@ -383,7 +383,7 @@ const ReplanOff = "off"
 
 // assumedRatio is the compression ratio the plan is made from: the observed one after a re-plan
 // (status.replan), else spec.expectedRatio.
-func assumedRatio(sp *v1alpha1.StreamPipeline) float64 {
+func assumedRatio(sp *v1beta1.StreamPipeline) float64 {
 	if rp := sp.Status.Replan; rp != nil && sp.Spec.Replan != ReplanOff {
 		if r, err := strconv.ParseFloat(rp.Ratio, 64); err == nil && r > 0 {
 			return r
@@ -396,7 +396,7 @@ func assumedRatio(sp *v1alpha1.StreamPipeline) float64 {
 	return ratio
 }
 
-func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
+func request(sp *v1beta1.StreamPipeline, f facts) planner.Request {
 	ratio := assumedRatio(sp)
 	gateway := f.gateway
 	if rp := sp.Status.Replan; rp != nil && sp.Spec.Replan != ReplanOff {
@@ -417,14 +417,14 @@ func request(sp *v1alpha1.StreamPipeline, f facts) planner.Request {
 		Port:        int(sp.Spec.Port),
 		ChunkBytes:  sp.Spec.ChunkBytes,
 		PassThrough: passThrough(sp),
-		Encrypt:     sp.Spec.SecurityMode() == v1alpha1.SecurityCurve,
+		Encrypt:     sp.Spec.SecurityMode() == v1beta1.SecurityCurve,
 		StreamIDs:   sp.StreamIDs(),
 		Slots:       sp.StreamSlots(),
 	}
 	if sp.Spec.HostNetwork {
 		req.ExtraPortsPerStream = render.HostMetricsPortsPerStream
 	}
-	if sp.Spec.Placement == v1alpha1.PlacementOS {
+	if sp.Spec.Placement == v1beta1.PlacementOS {
 		req.Mode = planner.OS
 	}
 	req.CountHardwareThreads = sp.Spec.CodecCPUs == "threads"

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/render"
 )
@@ -43,7 +43,7 @@ type pipelineKeys struct {
 
 // keysSecretName is the Secret that holds the pipeline's CURVE keys: the one the user names, or
 // the operator's own (<name>-curve-keys, owned by the pipeline; managed).
-func keysSecretName(sp *v1alpha1.StreamPipeline) (name string, managed bool) {
+func keysSecretName(sp *v1beta1.StreamPipeline) (name string, managed bool) {
 	if sp.Spec.Security != nil && sp.Spec.Security.KeysSecret != "" {
 		return sp.Spec.Security.KeysSecret, false
 	}
@@ -51,14 +51,14 @@ func keysSecretName(sp *v1alpha1.StreamPipeline) (name string, managed bool) {
 }
 
 // needsKeys: the pipeline's agents authenticate with CURVE keys.
-func needsKeys(sp *v1alpha1.StreamPipeline) bool {
+func needsKeys(sp *v1beta1.StreamPipeline) bool {
 	mode := sp.Spec.SecurityMode()
-	return mode == v1alpha1.SecurityCurve || mode == v1alpha1.SecurityAuthenticate
+	return mode == v1beta1.SecurityCurve || mode == v1beta1.SecurityAuthenticate
 }
 
 // readKeysSecret reads the Secret keysSecretName names (nil when it does not exist). Secrets
 // are read uncached: the operator never lists or watches them.
-func (r *StreamPipelineReconciler) readKeysSecret(ctx context.Context, sp *v1alpha1.StreamPipeline) (*corev1.Secret, error) {
+func (r *StreamPipelineReconciler) readKeysSecret(ctx context.Context, sp *v1beta1.StreamPipeline) (*corev1.Secret, error) {
 	if !needsKeys(sp) {
 		return nil, nil
 	}
@@ -92,7 +92,7 @@ type keysDecision struct {
 // only checked; the operator's own gets the pairs it lacks, and all new pairs when a rotation is
 // due (spec.security.rotateEvery) or asked for (a new value of the pipeline's
 // numastream.io/rotate-keys annotation). newPair makes a key pair (curvekeys.New).
-func decideKeys(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time, newPair func() (curvekeys.KeyPair, error)) (keysDecision, error) {
+func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, newPair func() (curvekeys.KeyPair, error)) (keysDecision, error) {
 	if !needsKeys(sp) {
 		return keysDecision{}, nil
 	}
@@ -147,7 +147,7 @@ func decideKeys(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time, 
 			sec.Annotations = map[string]string{}
 		}
 		sec.Annotations[AnnotationKeysRotatedAt] = now.UTC().Format(time.RFC3339)
-		sec.Annotations[AnnotationKeysRotatedFor] = sp.Annotations[v1alpha1.AnnotationRotateKeys]
+		sec.Annotations[AnnotationKeysRotatedFor] = sp.Annotations[v1beta1.AnnotationRotateKeys]
 	}
 	d := keysDecision{keys: pipelineKeys{secret: name, hashes: map[int]string{}, nextRotation: nextRotation(sp, sec, now)}}
 	for _, stream := range sp.StreamIDs() {
@@ -166,7 +166,7 @@ func decideKeys(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time, 
 }
 
 // writeKeys writes the Secret decideKeys decided (the operator's own is owned by the pipeline).
-func (r *StreamPipelineReconciler) writeKeys(ctx context.Context, sp *v1alpha1.StreamPipeline, d keysDecision) error {
+func (r *StreamPipelineReconciler) writeKeys(ctx context.Context, sp *v1beta1.StreamPipeline, d keysDecision) error {
 	switch {
 	case d.write == nil:
 		return nil
@@ -186,9 +186,9 @@ func (r *StreamPipelineReconciler) writeKeys(ctx context.Context, sp *v1alpha1.S
 }
 
 // rotationDue says why the operator's keys must be made again ("" when they need not).
-func rotationDue(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time) string {
-	if asked := sp.Annotations[v1alpha1.AnnotationRotateKeys]; asked != "" && asked != sec.Annotations[AnnotationKeysRotatedFor] {
-		return fmt.Sprintf("asked for: %s=%s", v1alpha1.AnnotationRotateKeys, asked)
+func rotationDue(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time) string {
+	if asked := sp.Annotations[v1beta1.AnnotationRotateKeys]; asked != "" && asked != sec.Annotations[AnnotationKeysRotatedFor] {
+		return fmt.Sprintf("asked for: %s=%s", v1beta1.AnnotationRotateKeys, asked)
 	}
 	if sp.Spec.Security != nil && sp.Spec.Security.RotateEvery != nil {
 		at, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationKeysRotatedAt])
@@ -200,7 +200,7 @@ func rotationDue(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time)
 }
 
 // nextRotation is how long until the next scheduled rotation (0: none scheduled).
-func nextRotation(sp *v1alpha1.StreamPipeline, sec *corev1.Secret, now time.Time) time.Duration {
+func nextRotation(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time) time.Duration {
 	if sp.Spec.Security == nil || sp.Spec.Security.RotateEvery == nil {
 		return 0
 	}

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // The operator's keys are made again when a new rotate-keys value is asked for, or when
@@ -17,19 +17,19 @@ func TestKeyRotationFallsDueOnDemandAndOnSchedule(t *testing.T) {
 	made := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
 		AnnotationKeysRotatedAt: made.Format(time.RFC3339), AnnotationKeysRotatedFor: "a"}}}
-	sp := func(asked string, every time.Duration) *v1alpha1.StreamPipeline {
-		p := &v1alpha1.StreamPipeline{}
+	sp := func(asked string, every time.Duration) *v1beta1.StreamPipeline {
+		p := &v1beta1.StreamPipeline{}
 		if asked != "" {
-			p.Annotations = map[string]string{v1alpha1.AnnotationRotateKeys: asked}
+			p.Annotations = map[string]string{v1beta1.AnnotationRotateKeys: asked}
 		}
 		if every > 0 {
-			p.Spec.Security = &v1alpha1.Security{RotateEvery: &metav1.Duration{Duration: every}}
+			p.Spec.Security = &v1beta1.Security{RotateEvery: &metav1.Duration{Duration: every}}
 		}
 		return p
 	}
 	cases := []struct {
 		name string
-		sp   *v1alpha1.StreamPipeline
+		sp   *v1beta1.StreamPipeline
 		now  time.Time
 		due  bool
 		next time.Duration

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // The operator's own metrics, next to controller-runtime's on its metrics endpoint. Counters are
@@ -31,7 +31,7 @@ func init() {
 }
 
 // setPipelineMetrics sets a pipeline's gauges from its status.
-func setPipelineMetrics(sp *v1alpha1.StreamPipeline) {
+func setPipelineMetrics(sp *v1beta1.StreamPipeline) {
 	var predicted, refused float64
 	if p := sp.Status.Plan; p != nil && !sp.Spec.Suspend {
 		predicted = float64(p.PredictedTotalMbps) * 1e6

@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // Namespaces are the namespaces whose StreamPipelines the operator drives (a namespace-scoped
@@ -29,7 +29,7 @@ func (n Namespaces) CacheOptions() cache.Options {
 		opts.DefaultNamespaces[ns] = cache.Config{}
 	}
 	all := map[string]cache.Config{cache.AllNamespaces: {}}
-	opts.ByObject[&v1alpha1.StreamPipeline{}] = cache.ByObject{Namespaces: all}
+	opts.ByObject[&v1beta1.StreamPipeline{}] = cache.ByObject{Namespaces: all}
 	opts.ByObject[&corev1.Pod{}] = cache.ByObject{Namespaces: all}
 	return opts
 }

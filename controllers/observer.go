@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/replan"
@@ -25,7 +25,7 @@ import (
 type Observer struct {
 	client.Client
 	// Read reads one pipeline's agents from its pods (nil result: nothing to report yet).
-	Read func(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error)
+	Read func(ctx context.Context, sp *v1beta1.StreamPipeline, pods []corev1.Pod) (*v1beta1.Observed, error)
 	// Every is the interval between two readings of a pipeline; the rates are over it.
 	Every time.Duration
 	// Namespaces the operator drives (nil: every namespace).
@@ -50,7 +50,7 @@ func (o *Observer) Start(ctx context.Context) error {
 func (o *Observer) NeedLeaderElection() bool { return true }
 
 func (o *Observer) observeAll(ctx context.Context) {
-	var list v1alpha1.StreamPipelineList
+	var list v1beta1.StreamPipelineList
 	if err := o.List(ctx, &list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Observer cannot list pipelines")
 		return
@@ -58,7 +58,7 @@ func (o *Observer) observeAll(ctx context.Context) {
 	for i := range list.Items {
 		sp := &list.Items[i]
 		if !o.Namespaces.Watches(sp.Namespace) || sp.Spec.Suspend || sp.DeletionTimestamp != nil ||
-			!meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionPlanned) {
+			!meta.IsStatusConditionTrue(sp.Status.Conditions, v1beta1.ConditionPlanned) {
 			continue
 		}
 		if err := o.observe(ctx, sp); err != nil {
@@ -68,7 +68,7 @@ func (o *Observer) observeAll(ctx context.Context) {
 	}
 }
 
-func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) error {
+func (o *Observer) observe(ctx context.Context, sp *v1beta1.StreamPipeline) error {
 	var pods corev1.PodList
 	if err := o.List(ctx, &pods, client.InNamespace(sp.Namespace),
 		client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
@@ -97,7 +97,7 @@ func (o *Observer) observe(ctx context.Context, sp *v1alpha1.StreamPipeline) err
 // status.replan, where the reconciler plans from them (and records the change). Not for
 // pipelines with spec.replan off, pass-through streams (no codec work to re-plan), or while the
 // last re-plan is not applied yet.
-func (o *Observer) considerReplan(sp *v1alpha1.StreamPipeline, obs *v1alpha1.Observed) {
+func (o *Observer) considerReplan(sp *v1beta1.StreamPipeline, obs *v1beta1.Observed) {
 	if sp.Spec.Replan == ReplanOff || passThrough(sp) || sp.Status.Plan == nil {
 		sp.Status.Departure = nil
 		return
@@ -123,12 +123,12 @@ func (o *Observer) considerReplan(sp *v1alpha1.StreamPipeline, obs *v1alpha1.Obs
 	if !replanNow {
 		return
 	}
-	sp.Status.Replan = &v1alpha1.Replan{Ratio: obs.Ratio, DecompressMBps: obs.DecompressMBps, Reason: why,
+	sp.Status.Replan = &v1beta1.Replan{Ratio: obs.Ratio, DecompressMBps: obs.DecompressMBps, Reason: why,
 		ObservedAt: metav1.Now()}
 }
 
 // watchOf / departureOf: the re-plan watch as status keeps it.
-func watchOf(d *v1alpha1.Departure) replan.Watch {
+func watchOf(d *v1beta1.Departure) replan.Watch {
 	var w replan.Watch
 	if d == nil {
 		return w
@@ -144,8 +144,8 @@ func watchOf(d *v1alpha1.Departure) replan.Watch {
 	return w
 }
 
-func departureOf(w replan.Watch) *v1alpha1.Departure {
-	d := &v1alpha1.Departure{Readings: int32(w.Readings), FirstRatio: strconv.FormatFloat(w.First, 'f', 4, 64)}
+func departureOf(w replan.Watch) *v1beta1.Departure {
+	d := &v1beta1.Departure{Readings: int32(w.Readings), FirstRatio: strconv.FormatFloat(w.First, 'f', 4, 64)}
 	if !w.LastReading.IsZero() {
 		d.LastReadingAt = &metav1.MicroTime{Time: w.LastReading}
 	}

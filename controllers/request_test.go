@@ -6,19 +6,19 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/observe"
 )
 
 // Only curve costs cores per byte: the planner budgets them for it (the default), not for
 // authenticate (frames travel as they are) or none.
 func TestThePlannerBudgetsEncryptionOnlyForCurve(t *testing.T) {
-	for mode, want := range map[v1alpha1.SecurityMode]bool{
-		"": true, v1alpha1.SecurityCurve: true, v1alpha1.SecurityAuthenticate: false, v1alpha1.SecurityNone: false,
+	for mode, want := range map[v1beta1.SecurityMode]bool{
+		"": true, v1beta1.SecurityCurve: true, v1beta1.SecurityAuthenticate: false, v1beta1.SecurityNone: false,
 	} {
-		sp := &v1alpha1.StreamPipeline{}
+		sp := &v1beta1.StreamPipeline{}
 		if mode != "" {
-			sp.Spec.Security = &v1alpha1.Security{Mode: mode}
+			sp.Spec.Security = &v1beta1.Security{Mode: mode}
 		}
 		if got := request(sp, facts{}).Encrypt; got != want {
 			t.Errorf("security mode %q: planner Encrypt = %v, want %v", mode, got, want)
@@ -29,11 +29,11 @@ func TestThePlannerBudgetsEncryptionOnlyForCurve(t *testing.T) {
 // The re-plan watch lives in status: a new leader (a fresh Observer) goes on counting the
 // departing readings the last one counted, and re-plans at the third, not at its own third.
 func TestANewLeaderGoesOnCountingDeparturesFromStatus(t *testing.T) {
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	sp.Spec.ExpectedRatio = "2.0"
-	sp.Spec.Senders = []v1alpha1.Sender{{Node: "det-a", Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 100}}}}
-	sp.Status.Plan = &v1alpha1.Plan{}
-	obs := &v1alpha1.Observed{Ratio: "3.50", DecompressMBps: "900"}
+	sp.Spec.Senders = []v1beta1.Sender{{Node: "det-a", Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{Chunks: 100}}}}
+	sp.Status.Plan = &v1beta1.Plan{}
+	obs := &v1beta1.Observed{Ratio: "3.50", DecompressMBps: "900"}
 	for reading := 1; reading <= 3; reading++ {
 		(&Observer{}).considerReplan(sp, obs) // each reading by another leader
 		d := sp.Status.Departure
@@ -51,8 +51,8 @@ func TestANewLeaderGoesOnCountingDeparturesFromStatus(t *testing.T) {
 	// A new leader's first reading has no rate window to take a ratio from: it neither counts
 	// nor starts the count again.
 	sp.Status.Replan = nil
-	sp.Status.Departure = &v1alpha1.Departure{Readings: 2, FirstRatio: "3.5000"}
-	(&Observer{}).considerReplan(sp, &v1alpha1.Observed{Ratio: ""})
+	sp.Status.Departure = &v1beta1.Departure{Readings: 2, FirstRatio: "3.5000"}
+	(&Observer{}).considerReplan(sp, &v1beta1.Observed{Ratio: ""})
 	if d := sp.Status.Departure; d.Readings != 2 || sp.Status.Replan != nil {
 		t.Errorf("a reading without a ratio changed the count: %+v", d)
 	}
@@ -63,7 +63,7 @@ func TestANewLeaderGoesOnCountingDeparturesFromStatus(t *testing.T) {
 	// Within the same rate window a reading is not counted again, by any leader.
 	now := metav1.NewMicroTime(time.Now())
 	sp.Status.Replan.Applied = true
-	sp.Status.Departure = &v1alpha1.Departure{Readings: 1, FirstRatio: "3.5000", LastReadingAt: &now}
+	sp.Status.Departure = &v1beta1.Departure{Readings: 1, FirstRatio: "3.5000", LastReadingAt: &now}
 	(&Observer{}).considerReplan(sp, obs)
 	if sp.Status.Departure.Readings != 1 {
 		t.Errorf("a reading inside the rate window counted: %+v", sp.Status.Departure)

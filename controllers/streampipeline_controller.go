@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/planner"
@@ -99,7 +99,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if !r.Namespaces.Watches(req.Namespace) {
 		return ctrl.Result{}, nil // another namespace's (it shares a gateway or storage with one of ours)
 	}
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, sp); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetPipelineMetrics(req.Namespace, req.Name)
@@ -170,7 +170,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 // conclude sets what the writes' outcome decides: a re-plan's record (resized in place or not)
 // and the conditions.
-func (r *StreamPipelineReconciler) conclude(sp *v1alpha1.StreamPipeline, d Decision, did executed) {
+func (r *StreamPipelineReconciler) conclude(sp *v1beta1.StreamPipeline, d Decision, did executed) {
 	d.Facts.Replacing = d.Facts.Replacing || did.replaced
 	if d.Replan != nil && d.Facts.ApplyError == "" {
 		r.recordReplan(sp, d.Replan, d.PlanBefore, did.resized > 0)
@@ -202,7 +202,7 @@ func refusal(err error) (*conditions.Refusal, error) {
 }
 
 // receiveCoresOf is what the current plan asks of the NIC's NUMA node per stream.
-func receiveCoresOf(sp *v1alpha1.StreamPipeline) int {
+func receiveCoresOf(sp *v1beta1.StreamPipeline) int {
 	if sp.Status.Plan == nil {
 		return 1
 	}
@@ -212,7 +212,7 @@ func receiveCoresOf(sp *v1alpha1.StreamPipeline) int {
 // resizable: the new plan runs the same pods as the one before (nodes, streams, connections,
 // stages and their NUMA targets) with other CPU counts and thread counts only, which a resize in
 // place can give them.
-func resizable(before, after *v1alpha1.Plan) bool {
+func resizable(before, after *v1beta1.Plan) bool {
 	if before == nil || after == nil || before.Connections != after.Connections || before.NICNUMANode != after.NICNUMANode ||
 		len(before.Nodes) != len(after.Nodes) {
 		return false
@@ -244,12 +244,12 @@ const planHistoryLength = 10
 // against the one before, in the plan history and as a Replanned event. A plan that changes what
 // the agents run re-renders their Jobs, and apply replaces them: their streams resume where they
 // stopped (state_dir on the sender nodes).
-func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp *v1alpha1.Replan, before *v1alpha1.Plan, inPlace bool) {
+func (r *StreamPipelineReconciler) recordReplan(sp *v1beta1.StreamPipeline, rp *v1beta1.Replan, before *v1beta1.Plan, inPlace bool) {
 	rp.Applied = true
 	from, to := describePlan(before), describePlan(sp.Status.Plan)
-	change := v1alpha1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to}
+	change := v1beta1.PlanChange{At: metav1.Now(), Reason: rp.Reason, From: from, To: to}
 	// What the agents run (nodes, CPUs, threads, connections) against what is only predicted.
-	runs := func(p *v1alpha1.Plan) string { return strings.SplitN(describePlan(p), ", predicted ", 2)[0] }
+	runs := func(p *v1beta1.Plan) string { return strings.SplitN(describePlan(p), ", predicted ", 2)[0] }
 	switch {
 	case from == to:
 		change.Applied = "unchanged"
@@ -274,7 +274,7 @@ func (r *StreamPipelineReconciler) recordReplan(sp *v1alpha1.StreamPipeline, rp 
 }
 
 // describePlan is a plan in one line: what each node runs, the prediction and its limit.
-func describePlan(p *v1alpha1.Plan) string {
+func describePlan(p *v1beta1.Plan) string {
 	if p == nil {
 		return "no plan"
 	}
@@ -290,8 +290,8 @@ func describePlan(p *v1alpha1.Plan) string {
 		strings.Join(nodes, "; "), p.Connections, float64(p.PredictedTotalMbps)/1000, p.Bottleneck)
 }
 
-func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
-	out := &v1alpha1.Plan{
+func toAPIPlan(p planner.Plan) *v1beta1.Plan {
+	out := &v1beta1.Plan{
 		Connections: int32(p.Connections), NICNUMANode: int32(p.NICNode),
 		PredictedMbps: int64(p.RateMbit), PredictedTotalMbps: int64(p.TotalMbit), Bottleneck: string(p.Bottleneck),
 	}
@@ -302,15 +302,15 @@ func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
 	sort.Ints(ids)
 	for _, id := range ids {
 		if p.Holds[id] > 0 {
-			out.GatewayCores = append(out.GatewayCores, v1alpha1.NUMACores{NUMANode: int32(id), Cores: int32(p.Holds[id])})
+			out.GatewayCores = append(out.GatewayCores, v1beta1.NUMACores{NUMANode: int32(id), Cores: int32(p.Holds[id])})
 		}
 	}
 	for _, n := range p.Nodes {
-		np := v1alpha1.NodePlan{Node: n.Node, Role: string(n.Role), CPUs: int32(n.CPUs)}
+		np := v1beta1.NodePlan{Node: n.Node, Role: string(n.Role), CPUs: int32(n.CPUs)}
 		np.StreamID = new(int32)
 		*np.StreamID = int32(n.Stream)
 		for _, s := range n.Stages {
-			np.Stages = append(np.Stages, v1alpha1.StagePlan{Stage: string(s.Name), Threads: int32(s.Threads), NUMA: string(s.NUMA), RateMbps: int64(s.RateMbit)})
+			np.Stages = append(np.Stages, v1beta1.StagePlan{Stage: string(s.Name), Threads: int32(s.Threads), NUMA: string(s.NUMA), RateMbps: int64(s.RateMbit)})
 		}
 		out.Nodes = append(out.Nodes, np)
 	}
@@ -319,11 +319,11 @@ func toAPIPlan(p planner.Plan) *v1alpha1.Plan {
 
 // setConditions writes the computed conditions and records an event for each decision and
 // refusal: a new plan, and every change of a condition's status or reason.
-func (r *StreamPipelineReconciler) setConditions(sp *v1alpha1.StreamPipeline, computed []metav1.Condition) {
+func (r *StreamPipelineReconciler) setConditions(sp *v1beta1.StreamPipeline, computed []metav1.Condition) {
 	for _, c := range computed {
 		old := meta.FindStatusCondition(sp.Status.Conditions, c.Type)
 		changed := old == nil || old.Status != c.Status || old.Reason != c.Reason ||
-			(c.Type == v1alpha1.ConditionPlanned && old.Message != c.Message)
+			(c.Type == v1beta1.ConditionPlanned && old.Message != c.Message)
 		meta.SetStatusCondition(&sp.Status.Conditions, c)
 		if !changed || c.Type == conditions.Reconciling {
 			continue
@@ -343,8 +343,8 @@ func (r *StreamPipelineReconciler) setConditions(sp *v1alpha1.StreamPipeline, co
 // re-plans), the agent pods, and the other pipelines on the same gateway.
 func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &v1alpha1.StreamPipeline{}, indexNodeNames, func(o client.Object) []string {
-		sp := o.(*v1alpha1.StreamPipeline)
+	if err := idx.IndexField(ctx, &v1beta1.StreamPipeline{}, indexNodeNames, func(o client.Object) []string {
+		sp := o.(*v1beta1.StreamPipeline)
 		names := []string{sp.Spec.Gateway.Node}
 		for _, s := range sp.Spec.Senders {
 			names = append(names, s.Node)
@@ -353,8 +353,8 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	}); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &v1alpha1.StreamPipeline{}, indexGateway, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.StreamPipeline).Spec.Gateway.Node}
+	if err := idx.IndexField(ctx, &v1beta1.StreamPipeline{}, indexGateway, func(o client.Object) []string {
+		return []string{o.(*v1beta1.StreamPipeline).Spec.Gateway.Node}
 	}); err != nil {
 		return err
 	}
@@ -374,11 +374,11 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
 	sameGateway := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		sp := o.(*v1alpha1.StreamPipeline)
+		sp := o.(*v1beta1.StreamPipeline)
 		return r.pipelinesMatching(ctx, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node})
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.StreamPipeline{}, builder.WithPredicates(predicate.Or[client.Object](
+		For(&v1beta1.StreamPipeline{}, builder.WithPredicates(predicate.Or[client.Object](
 			predicate.GenerationChangedPredicate{}, observedFactsChanged(), rotationAsked()))).
 		Owns(&batchv1.Job{}).
 		Owns(&corev1.ConfigMap{}).
@@ -387,7 +387,7 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Owns(&corev1.PersistentVolumeClaim{}).
 		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeFactsChanged())).
 		Watches(&corev1.Pod{}, byPodLabel).
-		Watches(&v1alpha1.StreamPipeline{}, sameGateway, builder.WithPredicates(gatewayShareChanged())).
+		Watches(&v1beta1.StreamPipeline{}, sameGateway, builder.WithPredicates(gatewayShareChanged())).
 		Complete(r)
 }
 
@@ -398,7 +398,7 @@ func rotationAsked() predicate.Funcs {
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
-			return e.ObjectOld.GetAnnotations()[v1alpha1.AnnotationRotateKeys] != e.ObjectNew.GetAnnotations()[v1alpha1.AnnotationRotateKeys]
+			return e.ObjectOld.GetAnnotations()[v1beta1.AnnotationRotateKeys] != e.ObjectNew.GetAnnotations()[v1beta1.AnnotationRotateKeys]
 		},
 	}
 }
@@ -408,7 +408,7 @@ func rotationAsked() predicate.Funcs {
 // patches, pass nothing, so no pipeline reconciles itself in a loop.
 func observedFactsChanged() predicate.Funcs {
 	key := func(o client.Object) string {
-		obs := o.(*v1alpha1.StreamPipeline).Status.Observed
+		obs := o.(*v1beta1.StreamPipeline).Status.Observed
 		if obs == nil {
 			return "none"
 		}
@@ -418,7 +418,7 @@ func observedFactsChanged() predicate.Funcs {
 		}
 		// A re-plan the observer asked for (status.replan, not applied yet).
 		pending := ""
-		if rp := o.(*v1alpha1.StreamPipeline).Status.Replan; rp != nil && !rp.Applied {
+		if rp := o.(*v1beta1.StreamPipeline).Status.Replan; rp != nil && !rp.Applied {
 			pending = rp.ObservedAt.String()
 		}
 		return fmt.Sprint(obs.ChunksLost > 0, obs.ChunksCorrupt > 0, local, pending)
@@ -435,12 +435,12 @@ func observedFactsChanged() predicate.Funcs {
 // its creation and deletion, a new spec, a new plan, its Planned condition.
 func gatewayShareChanged() predicate.Funcs {
 	share := func(o client.Object) string {
-		sp := o.(*v1alpha1.StreamPipeline)
-		var cores []v1alpha1.NUMACores
+		sp := o.(*v1beta1.StreamPipeline)
+		var cores []v1beta1.NUMACores
 		if sp.Status.Plan != nil {
 			cores = sp.Status.Plan.GatewayCores
 		}
-		return fmt.Sprint(sp.Generation, cores, meta.IsStatusConditionTrue(sp.Status.Conditions, v1alpha1.ConditionPlanned))
+		return fmt.Sprint(sp.Generation, cores, meta.IsStatusConditionTrue(sp.Status.Conditions, v1beta1.ConditionPlanned))
 	}
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return share(e.ObjectOld) != share(e.ObjectNew) }}
 }
@@ -457,7 +457,7 @@ func nodeFactsChanged() predicate.Funcs {
 }
 
 func (r *StreamPipelineReconciler) pipelinesMatching(ctx context.Context, sel client.MatchingFields) []reconcile.Request {
-	var list v1alpha1.StreamPipelineList
+	var list v1beta1.StreamPipelineList
 	if err := r.List(ctx, &list, sel); err != nil {
 		return nil
 	}

@@ -43,7 +43,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/curvekeys"
 	"github.com/numastream/numastream/internal/observe"
@@ -87,7 +87,7 @@ func TestMain(m *testing.M) {
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	utilruntime.Must(v1beta1.AddToScheme(scheme))
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		panic(err)
@@ -149,37 +149,37 @@ func facilityNode(name string, numaCPUs []int, nic string, nicNUMA int, speedMbi
 
 func withoutLabel(key string) nodeOption { return func(n *corev1.Node) { delete(n.Labels, key) } }
 
-type spOption func(*v1alpha1.StreamPipeline)
+type spOption func(*v1beta1.StreamPipeline)
 
 func withSenders(nodes ...string) spOption {
-	return func(sp *v1alpha1.StreamPipeline) {
+	return func(sp *v1beta1.StreamPipeline) {
 		sp.Spec.Senders = nil
 		for _, n := range nodes {
-			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: n, Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 1000}}})
+			sp.Spec.Senders = append(sp.Spec.Senders, v1beta1.Sender{Node: n, Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{Chunks: 1000}}})
 		}
 	}
 }
 func withGateway(node string) spOption {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Node = node }
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Gateway.Node = node }
 }
 func withConnections(n int32) spOption {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = &n }
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Connections = &n }
 }
 
 // withSecurity sets the pipeline's security mode (tests whose subject is CPU arithmetic run
 // plain: with curve the planner also budgets cipher cores).
-func withSecurity(m v1alpha1.SecurityMode) spOption {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Security = &v1alpha1.Security{Mode: m} }
+func withSecurity(m v1beta1.SecurityMode) spOption {
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Security = &v1beta1.Security{Mode: m} }
 }
 func withDecompress(n int32) spOption {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Threads = &v1alpha1.StageThreads{Decompress: &n} }
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Threads = &v1beta1.StageThreads{Decompress: &n} }
 }
 
-func pipeline(ns, name string, opts ...spOption) *v1alpha1.StreamPipeline {
-	sp := &v1alpha1.StreamPipeline{
+func pipeline(ns, name string, opts ...spOption) *v1beta1.StreamPipeline {
+	sp := &v1beta1.StreamPipeline{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.StreamPipelineSpec{
-			Gateway: v1alpha1.Gateway{Node: "lynx-1", Network: v1alpha1.DataNetwork{NIC: "ens1f0", Attachment: "hsn-200g",
+		Spec: v1beta1.StreamPipelineSpec{
+			Gateway: v1beta1.Gateway{Node: "lynx-1", Network: v1beta1.DataNetwork{NIC: "ens1f0", Attachment: "hsn-200g",
 				// envtest runs no pods, so no network-status: the gateway's data address is given.
 				Address: "10.215.0.100"}},
 		},
@@ -217,10 +217,10 @@ func ensureNode(t *testing.T, n *corev1.Node) {
 
 // updateSpec changes a pipeline's spec as a user would, on the latest version: the operator
 // writes its status meanwhile, so a conflict is retried.
-func updateSpec(t *testing.T, sp *v1alpha1.StreamPipeline, change func(*v1alpha1.StreamPipeline)) {
+func updateSpec(t *testing.T, sp *v1beta1.StreamPipeline, change func(*v1beta1.StreamPipeline)) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.StreamPipeline{}
+		cur := &v1beta1.StreamPipeline{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	testenv.Eventually(t, what, 20*time.Second, 100*time.Millisecond, cond)
 }
 
-func condition(t *testing.T, sp *v1alpha1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1alpha1.StreamPipeline {
+func condition(t *testing.T, sp *v1beta1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1beta1.StreamPipeline {
 	t.Helper()
 	return testenv.Condition(ctx, t, k8s, sp, ctype, status, reason, 20*time.Second, 100*time.Millisecond)
 }
@@ -261,7 +261,7 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	cur := condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	if cur.Status.Plan == nil || cur.Status.Plan.Connections != 4 || cur.Status.Bottleneck != "decompress" {
 		t.Fatalf("plan %+v bottleneck %s", cur.Status.Plan, cur.Status.Bottleneck)
 	}
@@ -278,7 +278,7 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 			cur.Status.Endpoints[1].Endpoint == "tcp://10.215.0.100:5559", fmt.Sprintf("%+v", cur.Status.Endpoints)
 	})
 	// Defaults from the schema.
-	if cur.Spec.Codec != "lz4" || cur.Spec.ChunkBytes != 11059200 || cur.Spec.Port != 5555 || cur.Spec.Placement != v1alpha1.PlacementNUMAAware {
+	if cur.Spec.Codec != "lz4" || cur.Spec.ChunkBytes != 11059200 || cur.Spec.Port != 5555 || cur.Spec.Placement != v1beta1.PlacementNUMAAware {
 		t.Errorf("defaults %+v", cur.Spec)
 	}
 	var jobs batchv1.JobList
@@ -331,157 +331,157 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 		t.Errorf("%d services", len(svcs.Items))
 	}
 	// No pods run in envtest: Ready stays False with the Jobs named.
-	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPending)
+	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionFalse, ReasonPending)
 }
 
 func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 	ns := namespace(t)
 	cases := map[string]struct {
-		mutate func(*v1alpha1.StreamPipeline)
+		mutate func(*v1beta1.StreamPipeline)
 		want   string
 	}{
-		"two sources": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source.File = &v1alpha1.FileSource{Root: "scratch", Path: "data"}
+		"two sources": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source.File = &v1beta1.FileSource{Root: "scratch", Path: "data"}
 		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
-		"no source": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source = v1alpha1.Source{} }, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
-		"synthetic and hdf5": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source.HDF5 = &v1alpha1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5"}
+		"no source": {func(sp *v1beta1.StreamPipeline) { sp.Spec.Senders[0].Source = v1beta1.Source{} }, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
+		"synthetic and hdf5": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source.HDF5 = &v1beta1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5"}
 		}, "exactly one of synthetic, file, zmq, hdf5 or stream2"},
-		"relative dataset": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", Dataset: "exchange/data"}}
+		"relative dataset": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", Dataset: "exchange/data"}}
 		}, "spec.senders[0].source.hdf5.dataset"},
-		"several senders into one hdf5 file": {func(sp *v1alpha1.StreamPipeline) {
+		"several senders into one hdf5 file": {func(sp *v1beta1.StreamPipeline) {
 			withSenders("updraft-1", "updraft-2")(sp)
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "scan.h5"}}
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan.h5"}}
 		}, "sink.hdf5.path must contain {stream}"},
-		"stream2 sink without a stream2 source": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{}}
+		"stream2 sink without a stream2 source": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{}}
 		}, "every sender's source must be stream2"},
-		"stream2 sink for two detectors": {func(sp *v1alpha1.StreamPipeline) {
+		"stream2 sink for two detectors": {func(sp *v1beta1.StreamPipeline) {
 			withSenders("updraft-1", "updraft-2")(sp)
 			for i := range sp.Spec.Senders {
-				sp.Spec.Senders[i].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+				sp.Spec.Senders[i].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
 			}
-			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{}}
+			sp.Spec.Sink = &v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{}}
 		}, "one sender per StreamPipeline"},
-		"no senders":       {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = nil }, "spec.senders"},
-		"zero connections": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Connections = ptr.To[int32](0) }, "spec.connections"},
-		"hostNetwork with an attachment": {func(sp *v1alpha1.StreamPipeline) {
+		"no senders":       {func(sp *v1beta1.StreamPipeline) { sp.Spec.Senders = nil }, "spec.senders"},
+		"zero connections": {func(sp *v1beta1.StreamPipeline) { sp.Spec.Connections = ptr.To[int32](0) }, "spec.connections"},
+		"hostNetwork with an attachment": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.HostNetwork = true
 			sp.Spec.Gateway.Network.Attachment = "hsn-200g"
 		}, "leave gateway.network.attachment unset"},
-		"too many threads": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](5000)}
+		"too many threads": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Threads = &v1beta1.StageThreads{Compress: ptr.To[int32](5000)}
 		}, "spec.threads.compress"},
-		"port out of range": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Port = 70000 }, "spec.port"},
-		"ports run past 65535": {func(sp *v1alpha1.StreamPipeline) {
+		"port out of range": {func(sp *v1beta1.StreamPipeline) { sp.Spec.Port = 70000 }, "spec.port"},
+		"ports run past 65535": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Port = 65530
 			sp.Spec.Connections = ptr.To[int32](10)
 		}, "port + connections must not run past 65535"},
-		"chunk too small": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ChunkBytes = 100 }, "spec.chunkBytes"},
-		"unknown codec":   {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Codec = "zstd" }, "spec.codec"},
+		"chunk too small": {func(sp *v1beta1.StreamPipeline) { sp.Spec.ChunkBytes = 100 }, "spec.chunkBytes"},
+		"unknown codec":   {func(sp *v1beta1.StreamPipeline) { sp.Spec.Codec = "zstd" }, "spec.codec"},
 		// Storage: a root or a claim, never both or neither, and a relative path that stays under it:
 		// no absolute path, no ".." or "." segment, no empty one.
-		"a path with neither root nor claim": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Path: "x.raw"}}
+		"a path with neither root nor claim": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Path: "x.raw"}}
 		}, "name exactly one of root (a StorageRoot) or claim"},
-		"a path with a root and a claim": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Claim: "gpfs", Path: "x.h5"}}
+		"a path with a root and a claim": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Claim: "gpfs", Path: "x.h5"}}
 		}, "name exactly one of root (a StorageRoot) or claim"},
-		"a bad claim name": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "../gpfs", Path: "x.raw"}}
+		"a bad claim name": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "../gpfs", Path: "x.raw"}}
 		}, "spec.sink.file.claim"},
-		"absolute sink path": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "/etc/kubernetes/manifests/x-{stream}.yaml"}}
+		"absolute sink path": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "/etc/kubernetes/manifests/x-{stream}.yaml"}}
 		}, "spec.sink.file.path"},
-		"sink path at the host's root": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "/x-{stream}"}}
+		"sink path at the host's root": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "/x-{stream}"}}
 		}, "spec.sink.file.path"},
-		"sink path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "../etc/kubernetes/manifests/x.yaml"}}
+		"sink path escaping with ..": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "../etc/kubernetes/manifests/x.yaml"}}
 		}, "spec.sink.file.path"},
-		"hdf5 sink path ending in ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "run/../../.."}}
+		"hdf5 sink path ending in ..": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "run/../../.."}}
 		}, "spec.sink.hdf5.path"},
-		"hdf5 sink path of .. alone": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: ".."}}
+		"hdf5 sink path of .. alone": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: ".."}}
 		}, "spec.sink.hdf5.path"},
-		"sink path with a . segment": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "./x"}}
+		"sink path with a . segment": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "./x"}}
 		}, "spec.sink.file.path"},
-		"sink path with an empty segment": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "run//x"}}
+		"sink path with an empty segment": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "run//x"}}
 		}, "spec.sink.file.path"},
-		"sink path ending in /": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "run/"}}
+		"sink path ending in /": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "run/"}}
 		}, "spec.sink.file.path"},
-		"empty sink path": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: ""}}
+		"empty sink path": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: ""}}
 		}, "spec.sink.file.path"},
-		"absolute source path": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: "scratch", Path: "/scratch/data"}}
+		"absolute source path": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Root: "scratch", Path: "/scratch/data"}}
 		}, "spec.senders[0].source.file.path"},
-		"source path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: "scratch", Path: "../../root/.ssh"}}
+		"source path escaping with ..": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Root: "scratch", Path: "../../root/.ssh"}}
 		}, "spec.senders[0].source.file.path"},
-		"hdf5 source path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "scratch", Path: "scan/../../etc/shadow"}}
+		"hdf5 source path escaping with ..": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "scan/../../etc/shadow"}}
 		}, "spec.senders[0].source.hdf5.path"},
-		"absolute spill path": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "/var/lib/kubelet"}
+		"absolute spill path": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "/var/lib/kubelet"}
 		}, "spec.spill.path"},
-		"spill path escaping with ..": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill/../../var/lib/kubelet"}
+		"spill path escaping with ..": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill/../../var/lib/kubelet"}
 		}, "spec.spill.path"},
-		"a spill path without a root": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Path: "spill"}
+		"a spill path without a root": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Path: "spill"}
 		}, "spill.path is relative to spill.root"},
-		"keys rotated too often": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{RotateEvery: &metav1.Duration{Duration: 30 * time.Second}}
+		"keys rotated too often": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{RotateEvery: &metav1.Duration{Duration: 30 * time.Second}}
 		}, "rotateEvery must be at least 1m"},
-		"a keysSecret rotated by the operator": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{KeysSecret: "mine", RotateEvery: &metav1.Duration{Duration: time.Hour}}
+		"a keysSecret rotated by the operator": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{KeysSecret: "mine", RotateEvery: &metav1.Duration{Duration: time.Hour}}
 		}, "rotate a keysSecret of your own yourself"},
-		"allowFrom not an address block": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.40.0.0/24", "detector-1.beamline"}}
+		"allowFrom not an address block": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{AllowFrom: []string{"10.40.0.0/24", "detector-1.beamline"}}
 		}, "spec.security.allowFrom[1]"},
-		"allowFrom prefix past the address": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.40.0.0/33"}}
+		"allowFrom prefix past the address": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{AllowFrom: []string{"10.40.0.0/33"}}
 		}, "spec.security.allowFrom[0]"},
-		"allowFrom host bits past the prefix": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.40.0.7/8"}}
+		"allowFrom host bits past the prefix": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{AllowFrom: []string{"10.40.0.7/8"}}
 		}, "no bits set past its prefix"},
-		"allowFrom a bare address": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"fd00::7"}}
+		"allowFrom a bare address": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{AllowFrom: []string{"fd00::7"}}
 		}, "spec.security.allowFrom[0]"},
-		"files as root": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Files = &v1alpha1.Files{User: ptr.To[int64](0)}
+		"files as root": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Files = &v1beta1.Files{User: ptr.To[int64](0)}
 		}, "spec.files.user"},
-		"files as group root": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Files = &v1alpha1.Files{Group: ptr.To[int64](0)}
+		"files as group root": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Files = &v1beta1.Files{Group: ptr.To[int64](0)}
 		}, "spec.files.group"},
-		"files others may write":       {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Files = &v1alpha1.Files{Mode: "0666"} }, "spec.files.mode"},
-		"files the owner cannot write": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Files = &v1alpha1.Files{Mode: "0440"} }, "spec.files.mode"},
-		"executable files":             {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Files = &v1alpha1.Files{Mode: "0750"} }, "spec.files.mode"},
-		"bad endpoint": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "udp://x"}}
+		"files others may write":       {func(sp *v1beta1.StreamPipeline) { sp.Spec.Files = &v1beta1.Files{Mode: "0666"} }, "spec.files.mode"},
+		"files the owner cannot write": {func(sp *v1beta1.StreamPipeline) { sp.Spec.Files = &v1beta1.Files{Mode: "0440"} }, "spec.files.mode"},
+		"executable files":             {func(sp *v1beta1.StreamPipeline) { sp.Spec.Files = &v1beta1.Files{Mode: "0750"} }, "spec.files.mode"},
+		"bad endpoint": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "udp://x"}}
 		}, "spec.senders[0].source.zmq.endpoint"},
-		"bad NIC name": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.NIC = "ens1f0; rm" }, "spec.gateway.network.nic"},
-		"two sinks": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "a"}, ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://h:1"}}
+		"bad NIC name": {func(sp *v1beta1.StreamPipeline) { sp.Spec.Gateway.Network.NIC = "ens1f0; rm" }, "spec.gateway.network.nic"},
+		"two sinks": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a"}, ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://h:1"}}
 		}, "at most one of file, zmq, hdf5 or stream2"},
-		"file and hdf5 sinks": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "a"}, HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "b.h5"}}
+		"file and hdf5 sinks": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a"}, HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "b.h5"}}
 		}, "at most one of file, zmq, hdf5 or stream2"},
-		"duplicate sender": {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders = append(sp.Spec.Senders, sp.Spec.Senders[0]) }, "spec.senders[1]"},
-		"bad ratio":        {func(sp *v1alpha1.StreamPipeline) { sp.Spec.ExpectedRatio = "two" }, "spec.expectedRatio"},
-		"bad placement":    {func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = "pinned" }, "spec.placement"},
-		"several senders into one file": {func(sp *v1alpha1.StreamPipeline) {
+		"duplicate sender": {func(sp *v1beta1.StreamPipeline) { sp.Spec.Senders = append(sp.Spec.Senders, sp.Spec.Senders[0]) }, "spec.senders[1]"},
+		"bad ratio":        {func(sp *v1beta1.StreamPipeline) { sp.Spec.ExpectedRatio = "two" }, "spec.expectedRatio"},
+		"bad placement":    {func(sp *v1beta1.StreamPipeline) { sp.Spec.Placement = "pinned" }, "spec.placement"},
+		"several senders into one file": {func(sp *v1beta1.StreamPipeline) {
 			withSenders("updraft-1", "updraft-2")(sp)
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: "scan.raw"}}
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "scan.raw"}}
 		}, "sink.file.path must contain {stream}"},
-		"pods pick their own node": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Pods = &v1alpha1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
+		"pods pick their own node": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Pods = &v1beta1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
 		}, "kubernetes.io/hostname is set by the plan"},
 	}
 	for name, tc := range cases {
@@ -522,14 +522,14 @@ func TestMissingLabelThenLabelledNodeReplans(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonMissingNodeLabels)
-	c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned)
+	cur := condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionFalse, ReasonMissingNodeLabels)
+	c := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPlanned)
 	if !strings.Contains(c.Message, topology.LabelDecompressMBps) || !strings.Contains(c.Message, "bare-gw") {
 		t.Errorf("message does not name the label: %s", c.Message)
 	}
 	// The node daemon publishes the label: the operator re-plans by itself.
 	ensureNode(t, facilityNode("bare-gw", []int{8, 8}, "ens2", 0, 100000))
-	cur = condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	cur = condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	if cur.Status.Plan.NICNUMANode != 0 {
 		t.Errorf("NIC node %d", cur.Status.Plan.NICNUMANode)
 	}
@@ -561,15 +561,15 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 		if err := k8s.Create(ctx, sp); err != nil {
 			t.Fatal(err)
 		}
-		condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+		condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 		time.Sleep(1100 * time.Millisecond) // distinct creation timestamps: age decides
 	}
 	fifth := pipeline(ns, "beam-4", withGateway("shared-gw"), withConnections(4))
 	if err := k8s.Create(ctx, fifth); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, fifth, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonNoCapacity)
-	msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned).Message
+	cur := condition(t, fifth, v1beta1.ConditionPlanned, metav1.ConditionFalse, ReasonNoCapacity)
+	msg := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPlanned).Message
 	for _, want := range []string{"shared-gw", "NUMA node 1", "ens1f0", "0 free cores", "hold 16"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("reason %q lacks %q", msg, want)
@@ -577,13 +577,13 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 	}
 	// The older four keep their plans.
 	for i := 0; i < 4; i++ {
-		condition(t, pipeline(ns, fmt.Sprintf("beam-%d", i)), v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+		condition(t, pipeline(ns, fmt.Sprintf("beam-%d", i)), v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	}
 	// Deleting one frees its cores: the fifth fits.
 	if err := k8s.Delete(ctx, pipeline(ns, "beam-0")); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, fifth, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, fifth, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }
 
 func TestTopologyAffinityErrorReplansWithFewerReceivingCores(t *testing.T) {
@@ -593,7 +593,7 @@ func TestTopologyAffinityErrorReplansWithFewerReceivingCores(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	cur := condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	asked := cur.Status.Plan.Connections
 	if asked < 2 {
 		t.Fatalf("the first plan asks for %d receiving cores; the test needs at least 2", asked)
@@ -617,8 +617,8 @@ func TestTopologyAffinityErrorReplansWithFewerReceivingCores(t *testing.T) {
 		return pod
 	}
 	pod := reject("rejected-gateway-0-abcde")
-	cur = condition(t, sp, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity)
-	msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded).Message
+	cur = condition(t, sp, v1beta1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity)
+	msg := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionDegraded).Message
 	if !strings.Contains(msg, pod.Name) || !strings.Contains(msg, "lynx-3") {
 		t.Errorf("message %q", msg)
 	}
@@ -642,14 +642,14 @@ func TestTopologyAffinityErrorReplansWithFewerReceivingCores(t *testing.T) {
 			return tr != nil && tr.ReceiveCores == want, fmt.Sprintf("%+v", tr)
 		})
 	}
-	cur = condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonTopologyAffinity)
+	cur = condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionFalse, ReasonTopologyAffinity)
 	if c := meta.FindStatusCondition(cur.Status.Conditions, conditions.Stalled); c == nil || c.Status != metav1.ConditionTrue ||
 		!strings.Contains(c.Message, "even with 1 receiving core") {
 		t.Errorf("Stalled: %+v", c)
 	}
 	// A changed spec plans afresh.
-	updateSpec(t, sp, func(s *v1alpha1.StreamPipeline) { s.Spec.ExpectedRatio = "2.5" })
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	updateSpec(t, sp, func(s *v1beta1.StreamPipeline) { s.Spec.ExpectedRatio = "2.5" })
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }
 
 // What stops a pipeline's pods shows up as a condition with its reason: the scheduler's
@@ -662,7 +662,7 @@ func TestUnschedulableAndRefusedPodsStallWithTheirReason(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	var jobs batchv1.JobList
 	eventually(t, "2 jobs", func() (bool, string) {
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
@@ -690,8 +690,8 @@ func TestUnschedulableAndRefusedPodsStallWithTheirReason(t *testing.T) {
 	if err := k8s.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, conditions.ReasonUnschedulable)
-	if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "Insufficient cpu") {
+	cur := condition(t, sp, v1beta1.ConditionReady, metav1.ConditionFalse, conditions.ReasonUnschedulable)
+	if c := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady); !strings.Contains(c.Message, "Insufficient cpu") {
 		t.Errorf("Ready message %q lacks the scheduler's", c.Message)
 	}
 	condition(t, sp, conditions.Stalled, metav1.ConditionTrue, conditions.ReasonUnschedulable)
@@ -709,8 +709,8 @@ func TestUnschedulableAndRefusedPodsStallWithTheirReason(t *testing.T) {
 	if err := k8s.Create(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
-	cur = condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, conditions.ReasonAdmission)
-	if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "PodSecurity") {
+	cur = condition(t, sp, v1beta1.ConditionReady, metav1.ConditionFalse, conditions.ReasonAdmission)
+	if c := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady); !strings.Contains(c.Message, "PodSecurity") {
 		t.Errorf("Ready message %q", c.Message)
 	}
 	var evs corev1.EventList
@@ -747,8 +747,8 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 	defer srv.Close()
 	agentsServedBy(t, ns, srv.URL)
 	runAgents(t, ns, "quiet", "lynx-14")
-	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
-	condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
+	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
+	condition(t, sp, v1beta1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
 
 	count := func(c *prometheus.CounterVec) float64 {
 		var m dto.Metric
@@ -769,7 +769,7 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 	if r1-r0 > 6 {
 		t.Errorf("%.0f reconciles of a pipeline whose spec and agents did not change", r1-r0)
 	}
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
 	if o := cur.Status.Observed; o == nil || o.ChunksDelivered < int64(10*readings/2) || o.RawGbps == "0.00" {
 		t.Errorf("observed %+v", o)
@@ -848,11 +848,11 @@ func TestOtherPodsOnANodeAreNotPlanned(t *testing.T) {
 	}
 	other("node-daemon-x", "1")
 	other("log-shipper", "500m")
-	sp := pipeline(ns, "crowded", withGateway("lynx-15"), withSenders("updraft-9"), withSecurity(v1alpha1.SecurityNone))
+	sp := pipeline(ns, "crowded", withGateway("lynx-15"), withSenders("updraft-9"), withSecurity(v1beta1.SecurityNone))
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	cur := condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	if n := cur.Status.Plan.Nodes[0]; n.Node != "updraft-9" || n.CPUs != 28 {
 		t.Fatalf("sender plan %+v: 30 allocatable less 1.5 requested by others leaves 28 CPUs", n)
 	}
@@ -894,7 +894,7 @@ func TestSuspendStopsTheAgents(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
+	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
 	var jobs batchv1.JobList
 	eventually(t, "suspended jobs", func() (bool, string) {
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
@@ -980,10 +980,10 @@ func TestRemovingTheFirstSenderKeepsTheOtherStream(t *testing.T) {
 	if node := job.Spec.Template.Spec.NodeSelector[corev1.LabelHostname]; node != "updraft-2" {
 		t.Errorf("stream 1's sender runs on %s, want updraft-2 (its own detector)", node)
 	}
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	eventually(t, "status names the remaining stream", func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
-		return reflect.DeepEqual(cur.Status.Senders, []v1alpha1.SenderStream{{Node: "updraft-2", Stream: 1, Slot: new(int32(1))}}) && cur.Status.NextStream == 2,
+		return reflect.DeepEqual(cur.Status.Senders, []v1beta1.SenderStream{{Node: "updraft-2", Stream: 1, Slot: new(int32(1))}}) && cur.Status.NextStream == 2,
 			fmt.Sprintf("%+v next %d", cur.Status.Senders, cur.Status.NextStream)
 	})
 	// The remaining stream's Jobs were never replaced: same ports, same keys, same pods.
@@ -1026,14 +1026,14 @@ func TestSamplesAreAccepted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var obj client.Object = &v1alpha1.StreamPipeline{}
+		var obj client.Object = &v1beta1.StreamPipeline{}
 		if strings.Contains(string(data), "\nkind: StorageRoot\n") {
-			obj = &v1alpha1.StorageRoot{} // cluster-scoped: the admin's
+			obj = &v1beta1.StorageRoot{} // cluster-scoped: the admin's
 		}
 		if err := yaml.UnmarshalStrict(data, obj); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if _, ok := obj.(*v1alpha1.StreamPipeline); ok {
+		if _, ok := obj.(*v1beta1.StreamPipeline); ok {
 			obj.SetNamespace(ns)
 		}
 		if err := k8s.Create(ctx, obj, client.DryRunAll); err != nil {
@@ -1057,7 +1057,7 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	var delivered atomic.Int64
 	nicLocal := atomic.Int32{}
 	nicLocal.Store(1)
@@ -1074,8 +1074,8 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
 
 	runAgents(t, ns, "observed", "lynx-6")
-	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
-	cur := condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
+	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
+	cur := condition(t, sp, v1beta1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
 	eventually(t, "observed rate", func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
 		o := cur.Status.Observed
@@ -1083,8 +1083,8 @@ func TestObservedFiguresAndNICLocalityFromTheAgents(t *testing.T) {
 	})
 	// The agent reports a receiving thread off the NIC's node: NICLocal turns False, saying why.
 	nicLocal.Store(0)
-	cur = condition(t, sp, v1alpha1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote)
-	if !strings.Contains(meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionNICLocal).Message, "Topology Manager") {
+	cur = condition(t, sp, v1beta1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote)
+	if !strings.Contains(meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionNICLocal).Message, "Topology Manager") {
 		t.Error("the message should point at the Topology Manager policy")
 	}
 }
@@ -1098,11 +1098,11 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 	// No spec.security: CURVE, with keys the operator makes. All streams at once: envtest runs
 	// no pods for a roll to wait for (TestNewKeysRollOneStreamAtATime rolls).
 	sp := pipeline(ns, "secure", withGateway("lynx-12"), withSenders("updraft-1", "updraft-2"),
-		func(sp *v1alpha1.StreamPipeline) { sp.Spec.Rollout = &v1alpha1.Rollout{MaxStreams: ptr.To[int32](0)} })
+		func(sp *v1beta1.StreamPipeline) { sp.Spec.Rollout = &v1beta1.Rollout{MaxStreams: ptr.To[int32](0)} })
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	var sec corev1.Secret
 	eventually(t, "the keys Secret", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "secure-curve-keys"}, &sec)
@@ -1142,11 +1142,11 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 		t.Fatal("the gateway's pods do not say which keys they hold")
 	}
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1alpha1.StreamPipeline{}
+		cur := &v1beta1.StreamPipeline{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
 			return err
 		}
-		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1alpha1.AnnotationRotateKeys, "2026-11-25")
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, "2026-11-25")
 		return k8s.Update(ctx, cur)
 	}); err != nil {
 		t.Fatal(err)
@@ -1174,21 +1174,21 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 	}
 	first = string(sec.Data["gateway.secret"])
 	// Reconciling again keeps the keys.
-	updateSpec(t, sp, func(s *v1alpha1.StreamPipeline) { s.Spec.Suspend = true })
-	condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
+	updateSpec(t, sp, func(s *v1beta1.StreamPipeline) { s.Spec.Suspend = true })
+	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionFalse, ReasonSuspended)
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(&sec), &sec)
 	if string(sec.Data["gateway.secret"]) != first {
 		t.Error("the gateway key changed on a reconcile")
 	}
 
 	named := pipeline(ns, "named", withGateway("lynx-12"), withSenders("polaris-1"))
-	named.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityCurve, KeysSecret: "beamline-keys"}
+	named.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityCurve, KeysSecret: "beamline-keys"}
 	if err := k8s.Create(ctx, named); err != nil {
 		t.Fatal(err)
 	}
-	got := condition(t, named, v1alpha1.ConditionPlanned, metav1.ConditionFalse, ReasonKeys)
+	got := condition(t, named, v1beta1.ConditionPlanned, metav1.ConditionFalse, ReasonKeys)
 	for _, c := range got.Status.Conditions {
-		if c.Type == v1alpha1.ConditionPlanned && !strings.Contains(c.Message, "beamline-keys") {
+		if c.Type == v1beta1.ConditionPlanned && !strings.Contains(c.Message, "beamline-keys") {
 			t.Errorf("message %q does not name the Secret", c.Message)
 		}
 	}
@@ -1206,8 +1206,8 @@ func TestAnObservedRatioThatDepartsFromThePlanReplans(t *testing.T) {
 	ns, ns2 := namespace(t), namespace(t)
 	sp := pipeline(ns, "replan", withGateway("lynx-20"))
 	still := pipeline(ns2, "fixed", withGateway("lynx-23"), withSenders("updraft-2"),
-		func(sp *v1alpha1.StreamPipeline) { sp.Spec.Replan = ReplanOff; sp.Spec.Port = 6555 })
-	for _, p := range []*v1alpha1.StreamPipeline{sp, still} {
+		func(sp *v1beta1.StreamPipeline) { sp.Spec.Replan = ReplanOff; sp.Spec.Port = 6555 })
+	for _, p := range []*v1beta1.StreamPipeline{sp, still} {
 		if err := k8s.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -1231,18 +1231,18 @@ func TestAnObservedRatioThatDepartsFromThePlanReplans(t *testing.T) {
 		return "http://127.0.0.1:1/metrics"
 	})
 	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	var before batchv1.Job
 	eventually(t, "sender job", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "replan-sender-0"}, &before)
 		return err == nil, fmt.Sprint(err)
 	})
-	first := &v1alpha1.StreamPipeline{}
+	first := &v1beta1.StreamPipeline{}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), first)
 	runAgents(t, ns, "replan", "lynx-20")
 	runAgents(t, ns2, "fixed", "lynx-23")
 
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	eventually(t, "a re-plan in the history", func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
 		return len(cur.Status.PlanHistory) == 1 && cur.Status.Replan != nil && cur.Status.Replan.Applied,
@@ -1282,7 +1282,7 @@ func TestAnObservedRatioThatDepartsFromThePlanReplans(t *testing.T) {
 	if len(cur.Status.PlanHistory) != 1 {
 		t.Errorf("re-planned again inside the cooldown: %+v", cur.Status.PlanHistory)
 	}
-	fixed := &v1alpha1.StreamPipeline{}
+	fixed := &v1beta1.StreamPipeline{}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(still), fixed)
 	if fixed.Status.Replan != nil || len(fixed.Status.PlanHistory) != 0 || fixed.Status.Observed == nil || fixed.Status.Observed.Ratio != "3.50" {
 		t.Errorf("spec.replan off: %+v %+v (observed %+v)", fixed.Status.Replan, fixed.Status.PlanHistory, fixed.Status.Observed)
@@ -1333,7 +1333,7 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 		return "http://127.0.0.1:1/metrics"
 	})
 	defer agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	runAgents(t, ns, "beam", "lynx-21")
 	// The sender agent as its pod: the observer reads its stages too.
 	tx := &corev1.Pod{
@@ -1348,10 +1348,10 @@ func TestAStreamWhoseCompressibilityChangesHalfwayIsReplanned(t *testing.T) {
 	if err := k8s.Status().Update(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	first := &v1alpha1.StreamPipeline{}
+	first := &v1beta1.StreamPipeline{}
 	_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), first)
 
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	eventually(t, "the observed ratio of the first frames", func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
 		o := cur.Status.Observed
@@ -1417,7 +1417,7 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 		}
 	}
 	ns := namespace(t)
-	sp := pipeline(ns, "inplace", withGateway("lynx-22"), withConnections(2), withSecurity(v1alpha1.SecurityNone))
+	sp := pipeline(ns, "inplace", withGateway("lynx-22"), withConnections(2), withSecurity(v1beta1.SecurityNone))
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -1430,7 +1430,7 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 	}))
 	defer srv.Close()
 	agentsServedBy(t, ns, srv.URL)
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	pods := runJobPods(t, ns)
 	var jobs batchv1.JobList
 	_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
@@ -1439,7 +1439,7 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 		uids[j.Name] = string(j.UID)
 	}
 
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	eventually(t, "a re-plan applied in place", func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
 		return len(cur.Status.PlanHistory) == 1, fmt.Sprintf("%+v", cur.Status.PlanHistory)
@@ -1498,7 +1498,7 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Any reconcile now replaces it; a spec-neutral nudge brings one.
-	updateSpec(t, sp, func(p *v1alpha1.StreamPipeline) {
+	updateSpec(t, sp, func(p *v1beta1.StreamPipeline) {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
@@ -1515,23 +1515,23 @@ func TestAReplanThatOnlyChangesCpusResizesThePodsInPlace(t *testing.T) {
 
 // StorageRoots the admin makes are checked by the API server like any manifest.
 func TestBadStorageRootsAreRefusedNamingTheField(t *testing.T) {
-	access := []v1alpha1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1alpha1.IDRange{{Min: 1000, Max: 1999}}, Groups: []v1alpha1.IDRange{{Min: 1000, Max: 1999}}}}
+	access := []v1beta1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1beta1.IDRange{{Min: 1000, Max: 1999}}, Groups: []v1beta1.IDRange{{Min: 1000, Max: 1999}}}}
 	cases := map[string]struct {
-		spec v1alpha1.StorageRootSpec
+		spec v1beta1.StorageRootSpec
 		want string
 	}{
-		"the host's root":     {v1alpha1.StorageRootSpec{Path: "/", Access: access}, "spec.path"},
-		"a relative path":     {v1alpha1.StorageRootSpec{Path: "data", Access: access}, "spec.path"},
-		"a path with ..":      {v1alpha1.StorageRootSpec{Path: "/data/../etc", Access: access}, "spec.path"},
-		"no access":           {v1alpha1.StorageRootSpec{Path: "/data"}, "spec.access"},
-		"an unknown role":     {v1alpha1.StorageRootSpec{Path: "/data", NodeRoles: []string{"analysis"}, Access: access}, "spec.nodeRoles[0]"},
-		"root's uid":          {v1alpha1.StorageRootSpec{Path: "/data", Access: []v1alpha1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1alpha1.IDRange{{Min: 0, Max: 10}}, Groups: access[0].Groups}}}, "spec.access[0].users[0].min"},
-		"a range upside down": {v1alpha1.StorageRootSpec{Path: "/data", Access: []v1alpha1.StorageAccess{{Namespaces: []string{"*"}, Users: access[0].Users, Groups: []v1alpha1.IDRange{{Min: 20, Max: 10}}}}}, "min must not exceed max"},
-		"no namespaces":       {v1alpha1.StorageRootSpec{Path: "/data", Access: []v1alpha1.StorageAccess{{Users: access[0].Users, Groups: access[0].Groups}}}, "spec.access[0].namespaces"},
+		"the host's root":     {v1beta1.StorageRootSpec{Path: "/", Access: access}, "spec.path"},
+		"a relative path":     {v1beta1.StorageRootSpec{Path: "data", Access: access}, "spec.path"},
+		"a path with ..":      {v1beta1.StorageRootSpec{Path: "/data/../etc", Access: access}, "spec.path"},
+		"no access":           {v1beta1.StorageRootSpec{Path: "/data"}, "spec.access"},
+		"an unknown role":     {v1beta1.StorageRootSpec{Path: "/data", NodeRoles: []string{"analysis"}, Access: access}, "spec.nodeRoles[0]"},
+		"root's uid":          {v1beta1.StorageRootSpec{Path: "/data", Access: []v1beta1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1beta1.IDRange{{Min: 0, Max: 10}}, Groups: access[0].Groups}}}, "spec.access[0].users[0].min"},
+		"a range upside down": {v1beta1.StorageRootSpec{Path: "/data", Access: []v1beta1.StorageAccess{{Namespaces: []string{"*"}, Users: access[0].Users, Groups: []v1beta1.IDRange{{Min: 20, Max: 10}}}}}, "min must not exceed max"},
+		"no namespaces":       {v1beta1.StorageRootSpec{Path: "/data", Access: []v1beta1.StorageAccess{{Users: access[0].Users, Groups: access[0].Groups}}}, "spec.access[0].namespaces"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), "'", "")}, Spec: tc.spec}
+			root := &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), "'", "")}, Spec: tc.spec}
 			err := k8s.Create(ctx, root)
 			if err == nil {
 				t.Fatal("accepted")
@@ -1550,23 +1550,23 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 	ensureNode(t, facilityNode("lynx-st", []int{16, 16}, "ens1f0", 1, 200000))
 	ensureNode(t, facilityNode("updraft-st", []int{16, 16}, "ens1f0", 1, 100000))
 	ns, other := namespace(t), namespace(t)
-	root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "archive-" + ns}, Spec: v1alpha1.StorageRootSpec{
-		Path: "/archive", NodeRoles: []string{v1alpha1.StorageRoleGateway},
-		Access: []v1alpha1.StorageAccess{{Namespaces: []string{ns}, Users: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}, Groups: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}}},
+	root := &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "archive-" + ns}, Spec: v1beta1.StorageRootSpec{
+		Path: "/archive", NodeRoles: []string{v1beta1.StorageRoleGateway},
+		Access: []v1beta1.StorageAccess{{Namespaces: []string{ns}, Users: []v1beta1.IDRange{{Min: 2000, Max: 2999}}, Groups: []v1beta1.IDRange{{Min: 2000, Max: 2999}}}},
 	}}
 	if err := k8s.Create(ctx, root); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(ctx, root) })
 	sink := func(rootName, path string) spOption {
-		return func(sp *v1alpha1.StreamPipeline) {
+		return func(sp *v1beta1.StreamPipeline) {
 			withSenders("updraft-st")(sp)
 			sp.Spec.Gateway.Node = "lynx-st"
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: rootName, Path: path}}
-			sp.Spec.Files = &v1alpha1.Files{User: ptr.To[int64](2100), Group: ptr.To[int64](2200)}
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: rootName, Path: path}}
+			sp.Spec.Files = &v1beta1.Files{User: ptr.To[int64](2100), Group: ptr.To[int64](2200)}
 		}
 	}
-	jobs := func(sp *v1alpha1.StreamPipeline) int {
+	jobs := func(sp *v1beta1.StreamPipeline) int {
 		var l batchv1.JobList
 		if err := k8s.List(ctx, &l, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
 			t.Fatal(err)
@@ -1578,7 +1578,7 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 	if err := k8s.Create(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	first = condition(t, first, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	first = condition(t, first, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	var pvs corev1.PersistentVolumeList
 	eventually(t, "a bound claim of /archive on lynx-st and of the state directory on updraft-st", func() (bool, string) {
 		if err := k8s.List(ctx, &pvs, client.MatchingLabels{"numastream.io/pipeline-uid": string(first.UID)}); err != nil {
@@ -1596,13 +1596,13 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		return reflect.DeepEqual(got, want), fmt.Sprintf("volumes %v", got)
 	})
 
-	refused := func(sp *v1alpha1.StreamPipeline, reason, field string) {
+	refused := func(sp *v1beta1.StreamPipeline, reason, field string) {
 		t.Helper()
 		if err := k8s.Create(ctx, sp); err != nil {
 			t.Fatal(err)
 		}
-		cur := condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, reason)
-		msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned).Message
+		cur := condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionFalse, reason)
+		msg := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPlanned).Message
 		if !strings.HasPrefix(msg, field+": ") {
 			t.Errorf("%s: the refusal does not name %s: %s", sp.Name, field, msg)
 		}
@@ -1611,12 +1611,12 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		}
 		t.Logf("%s: %s", sp.Name, msg)
 	}
-	refused(pipeline(ns, "manifests", func(sp *v1alpha1.StreamPipeline) {
+	refused(pipeline(ns, "manifests", func(sp *v1beta1.StreamPipeline) {
 		sink("", "")(sp)
-		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "etc-kubernetes-manifests", Path: "x-{stream}.yaml"}}
+		sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "etc-kubernetes-manifests", Path: "x-{stream}.yaml"}}
 	}), storage.ReasonNotAllowed, "spec.sink.file.root")
 	refused(pipeline(other, "tenant-b", sink(root.Name, "b-{stream}.h5")), storage.ReasonNotAllowed, "spec.sink.hdf5.root")
-	refused(pipeline(ns, "as-root-group", func(sp *v1alpha1.StreamPipeline) {
+	refused(pipeline(ns, "as-root-group", func(sp *v1beta1.StreamPipeline) {
 		sink(root.Name, "c-{stream}.h5")(sp)
 		sp.Spec.Files.Group = ptr.To[int64](65532)
 	}), storage.ReasonNotAllowed, "spec.sink.hdf5.root")
@@ -1640,7 +1640,7 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		}
 		return left == 0, fmt.Sprintf("%d left", left)
 	})
-	condition(t, second, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, second, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 }
 
 // A write the API server refuses (here a namespace's quota on Jobs) is said in status with its
@@ -1664,8 +1664,8 @@ func TestARefusedWriteIsACondition(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	cur := condition(t, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, conditions.ReasonApplyFailed)
-	ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+	cur := condition(t, sp, v1beta1.ConditionReady, metav1.ConditionFalse, conditions.ReasonApplyFailed)
+	ready := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
 	if !strings.Contains(ready.Message, "exceeded quota") || !strings.Contains(ready.Message, "no-jobs") {
 		t.Errorf("Ready says %q: the quota is not named", ready.Message)
 	}
@@ -1678,9 +1678,9 @@ func TestARefusedWriteIsACondition(t *testing.T) {
 	eventually(t, "the Jobs written once the quota went", func() (bool, string) {
 		var jobs batchv1.JobList
 		_ = k8s.List(ctx, &jobs, client.InNamespace(ns))
-		cur := &v1alpha1.StreamPipeline{}
+		cur := &v1beta1.StreamPipeline{}
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
-		r := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		r := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
 		return len(jobs.Items) == 2 && r != nil && r.Reason != conditions.ReasonApplyFailed, fmt.Sprintf("%d jobs, Ready %+v", len(jobs.Items), r)
 	})
 }
@@ -1704,15 +1704,15 @@ func TestHostNetworkGatewaysAdmitOnlyTheirSenderNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := namespace(t)
-	sp := pipeline(ns, "dtn", withGateway("hn-gw"), withSenders("hn-det"), func(sp *v1alpha1.StreamPipeline) {
+	sp := pipeline(ns, "dtn", withGateway("hn-gw"), withSenders("hn-det"), func(sp *v1beta1.StreamPipeline) {
 		sp.Spec.HostNetwork = true
 		sp.Spec.Gateway.Network.Attachment = ""
-		sp.Spec.Security = &v1alpha1.Security{AllowFrom: []string{"10.99.0.0/16"}}
+		sp.Spec.Security = &v1beta1.Security{AllowFrom: []string{"10.99.0.0/16"}}
 	})
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	condition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
 	var cfg render.AgentConfig
 	eventually(t, "the gateway's configuration", func() (bool, string) {
 		cm := &corev1.ConfigMap{}
@@ -1788,12 +1788,12 @@ func TestNewKeysRollOneStreamAtATime(t *testing.T) {
 	runPodsOf(t, ns, append(stream(0), stream(1)...)...)
 	first0, first1 := uids(stream(0)), uids(stream(1))
 	rolling := func() []int32 {
-		cur := &v1alpha1.StreamPipeline{}
+		cur := &v1beta1.StreamPipeline{}
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
 		return cur.Status.RollPending
 	}
-	updateSpec(t, sp, func(p *v1alpha1.StreamPipeline) {
-		p.Annotations = map[string]string{v1alpha1.AnnotationRotateKeys: "now"}
+	updateSpec(t, sp, func(p *v1beta1.StreamPipeline) {
+		p.Annotations = map[string]string{v1beta1.AnnotationRotateKeys: "now"}
 	})
 	replaced := func(before map[string]types.UID, names []string) func() (bool, string) {
 		return func() (bool, string) {

@@ -34,7 +34,7 @@ import sys
 for i in range(int(sys.argv[1])):
     s, g = 2 * i + 1, 2 * i + 2
     print(f"""---
-apiVersion: numastream.io/v1alpha1
+apiVersion: numastream.io/v1beta1
 kind: StreamPipeline
 metadata: {{name: bench-{i:03d}, namespace: default}}
 spec:

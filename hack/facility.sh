@@ -395,7 +395,7 @@ upgrade_agent() {
       docker.io/numastream/agent:facility "docker.io/numastream/agent:$tag" >/dev/null
   done
   HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream charts/numastream \
-    -n numastream-system --reuse-values --set "agentImage.tag=$tag" --wait --timeout 120s >"$FAC/helm-upgrade.log" 2>&1 ||
+    -n numastream-system --reset-then-reuse-values --set "agentImage.tag=$tag" --wait --timeout 120s >"$FAC/helm-upgrade.log" 2>&1 ||
     { cat "$FAC/helm-upgrade.log"; return 1; }
   log "helm upgrade: agent image numastream/agent:$tag"
 }
@@ -406,7 +406,7 @@ operator_replicas() {
   local n=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" elect=false
   [[ $n -gt 1 ]] && elect=true
   HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream charts/numastream \
-    -n numastream-system --reuse-values --set "operator.replicas=$n" --set "operator.leaderElect=$elect" --wait --timeout 180s \
+    -n numastream-system --reset-then-reuse-values --set "operator.replicas=$n" --set "operator.leaderElect=$elect" --wait --timeout 180s \
     >"$FAC/helm-upgrade.log" 2>&1 || { cat "$FAC/helm-upgrade.log"; return 1; }
   log "helm upgrade: $n operator replicas (leader election $elect)"
 }

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/numastream/numastream/api/v1alpha1"
+	"github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/nodedaemon"
 	"github.com/numastream/numastream/internal/nodelabels"
 	"github.com/numastream/numastream/internal/version"
@@ -76,7 +76,7 @@ func main() {
 // stateGC removes the state directories of StreamPipelines that no longer exist.
 func stateGC(root string, log logr.Logger) (*nodedaemon.StateGC, error) {
 	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	c, err := client.New(ctrl.GetConfigOrDie(), client.Options{Scheme: scheme})
@@ -84,7 +84,7 @@ func stateGC(root string, log logr.Logger) (*nodedaemon.StateGC, error) {
 		return nil, err
 	}
 	return &nodedaemon.StateGC{Root: root, MinAge: 10 * time.Minute, Log: log, Live: func(ctx context.Context) (map[string]bool, error) {
-		var list v1alpha1.StreamPipelineList
+		var list v1beta1.StreamPipelineList
 		if err := c.List(ctx, &list); err != nil {
 			return nil, err
 		}
@@ -100,20 +100,20 @@ func stateGC(root string, log logr.Logger) (*nodedaemon.StateGC, error) {
 // soon as the daemon sees them (a watch), so their sender pods find them when they start.
 func prepareState(ctx context.Context, root, node string, log logr.Logger) error {
 	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	c, err := cache.New(ctrl.GetConfigOrDie(), cache.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	inf, err := c.GetInformer(ctx, &v1alpha1.StreamPipeline{})
+	inf, err := c.GetInformer(ctx, &v1beta1.StreamPipeline{})
 	if err != nil {
 		return err
 	}
 	prep := &nodedaemon.StatePrep{Root: root, Node: node, Log: log}
 	do := func(o any) {
-		if sp, ok := o.(*v1alpha1.StreamPipeline); ok {
+		if sp, ok := o.(*v1beta1.StreamPipeline); ok {
 			if _, err := prep.Prepare(sp); err != nil {
 				log.Error(err, "Cannot prepare a pipeline's state directory", "pipeline", sp.Namespace+"/"+sp.Name)
 			}

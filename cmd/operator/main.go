@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/controllers"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
@@ -30,7 +30,7 @@ func main() {
 		metricsAddr  = flag.String("metrics-bind-address", ":8080", "address of the operator's own metrics endpoint")
 		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
 		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
-		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.1.0", "image of the agent pods")
+		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
@@ -52,7 +52,7 @@ func main() {
 		log.Error(err, "--metrics-from takes namespace names and address blocks")
 		os.Exit(2)
 	}
-	var pods v1alpha1.PodSettings
+	var pods v1beta1.PodSettings
 	if *agentPods != "" {
 		dec := json.NewDecoder(strings.NewReader(*agentPods))
 		dec.DisallowUnknownFields()
@@ -68,7 +68,7 @@ func main() {
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	utilruntime.Must(v1beta1.AddToScheme(scheme))
 
 	namespaces := controllers.ParseNamespaces(splitList(*watchNS))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{

@@ -23,7 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // Condition types beyond the API's own: kstatus's (Flux, Argo CD and `kubectl wait` read them).
@@ -76,7 +76,7 @@ type Facts struct {
 	// Rejected names the pods Topology Manager refused in this pass ("pod on node").
 	Rejected []string
 	// Observed are the agents' figures (nil: not read yet).
-	Observed *v1alpha1.Observed
+	Observed *v1beta1.Observed
 	// ApplyError: the API server refused writing the pipeline's objects in this pass (a quota, an
 	// admission webhook, a conflict); "" when they were written.
 	ApplyError string
@@ -108,9 +108,9 @@ func Compute(f Facts) []metav1.Condition {
 	out := conds{gen: f.Generation}
 	if f.Refusal != nil {
 		msg := f.Refusal.Message
-		out.set(v1alpha1.ConditionPlanned, metav1.ConditionFalse, f.Refusal.Reason, msg)
-		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNotPlanned, "no plan: "+msg)
-		out.set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonHealthy, "no agent runs")
+		out.set(v1beta1.ConditionPlanned, metav1.ConditionFalse, f.Refusal.Reason, msg)
+		out.set(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonNotPlanned, "no plan: "+msg)
+		out.set(v1beta1.ConditionDegraded, metav1.ConditionFalse, ReasonHealthy, "no agent runs")
 		if f.Refusal.Retry {
 			out.progress(f.Refusal.Reason, msg)
 		} else {
@@ -118,7 +118,7 @@ func Compute(f Facts) []metav1.Condition {
 		}
 		return out.list
 	}
-	out.set(v1alpha1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned, f.PlanMessage)
+	out.set(v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned, f.PlanMessage)
 	blocked := blockers(f)
 	ready(&out, f, blocked)
 	degraded(&out, f, blocked)
@@ -126,7 +126,7 @@ func Compute(f Facts) []metav1.Condition {
 	if f.ApplyError != "" {
 		// What runs may be an older plan: not Ready for this one until the objects are written.
 		msg := "the operator cannot write the pipeline's objects, and retries: " + f.ApplyError
-		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonApplyFailed, msg)
+		out.set(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonApplyFailed, msg)
 		out.progress(ReasonApplyFailed, msg)
 	}
 	return out.list
@@ -203,7 +203,7 @@ func jobBlocked(j Job, pods []corev1.Pod) (blocker, bool) {
 
 func ready(out *conds, f Facts, blocked []blocker) {
 	if f.Suspended {
-		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: the agents are stopped")
+		out.set(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: the agents are stopped")
 		out.converged("suspended")
 		return
 	}
@@ -213,7 +213,7 @@ func ready(out *conds, f Facts, blocked []blocker) {
 			msgs[i] = b.message
 		}
 		msg := strings.Join(msgs, "; ")
-		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, blocked[0].reason, msg)
+		out.set(v1beta1.ConditionReady, metav1.ConditionFalse, blocked[0].reason, msg)
 		out.stall(blocked[0].reason, msg)
 		return
 	}
@@ -234,17 +234,17 @@ func ready(out *conds, f Facts, blocked []blocker) {
 	}
 	switch {
 	case f.Replacing:
-		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonReplacing, "replacing the agents with the new plan")
+		out.set(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonReplacing, "replacing the agents with the new plan")
 		out.progress(ReasonReplacing, "replacing the agents with the new plan")
 	case len(waiting) > 0:
 		msg := "waiting for " + strings.Join(waiting, ", ")
-		out.set(v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonPending, msg)
+		out.set(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonPending, msg)
 		out.progress(ReasonPending, msg)
 	case completed == len(f.Jobs) && len(f.Jobs) > 0:
-		out.set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonCompleted, "every stream delivered its data, verified")
+		out.set(v1beta1.ConditionReady, metav1.ConditionTrue, ReasonCompleted, "every stream delivered its data, verified")
 		out.converged("every stream completed")
 	default:
-		out.set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("%d agents running", len(f.Jobs)-completed))
+		out.set(v1beta1.ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("%d agents running", len(f.Jobs)-completed))
 		out.converged("the agents run the current plan")
 	}
 }
@@ -259,40 +259,40 @@ func degraded(out *conds, f Facts, blocked []blocker) {
 				msg += ": " + strings.Join(o.MissingChunks, "; ")
 			}
 		}
-		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonDataLoss, msg)
+		out.set(v1beta1.ConditionDegraded, metav1.ConditionTrue, ReasonDataLoss, msg)
 		return
 	}
 	if o := f.Observed; o != nil && o.SeriesIncomplete > 0 {
-		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonSeriesIncomplete,
+		out.set(v1beta1.ConditionDegraded, metav1.ConditionTrue, ReasonSeriesIncomplete,
 			fmt.Sprintf("%d detector series ended incomplete (their detector went away before the end message): %s",
 				o.SeriesIncomplete, strings.Join(o.IncompleteSeries, "; ")))
 		return
 	}
 	if len(f.Rejected) > 0 {
-		out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity,
+		out.set(v1beta1.ConditionDegraded, metav1.ConditionTrue, ReasonTopologyAffinity,
 			"Topology Manager rejected "+strings.Join(f.Rejected, ", ")+
 				": no NUMA node could hold the pod's CPUs together with the NIC; re-planned with fewer receiving cores (status.topologyRejection)")
 		return
 	}
 	for _, b := range blocked {
 		if b.reason == ReasonConfigError || b.reason == ReasonBackoffExhausted || b.reason == ReasonJobFailed {
-			out.set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, b.reason, b.message)
+			out.set(v1beta1.ConditionDegraded, metav1.ConditionTrue, b.reason, b.message)
 			return
 		}
 	}
-	out.set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, ReasonHealthy, "no stage is failing")
+	out.set(v1beta1.ConditionDegraded, metav1.ConditionFalse, ReasonHealthy, "no stage is failing")
 }
 
-func nicLocal(out *conds, o *v1alpha1.Observed) {
+func nicLocal(out *conds, o *v1beta1.Observed) {
 	switch {
 	case o == nil:
-		out.set(v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the receiving agents have not reported their placement yet")
+		out.set(v1beta1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the receiving agents have not reported their placement yet")
 	case o.NICLocal == nil:
-		out.set(v1alpha1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the agents do not know the NIC's NUMA node")
+		out.set(v1beta1.ConditionNICLocal, metav1.ConditionUnknown, ReasonAwaitingAgents, "the agents do not know the NIC's NUMA node")
 	case *o.NICLocal:
-		out.set(v1alpha1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal, "every receiving thread runs on the NIC's NUMA node")
+		out.set(v1beta1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal, "every receiving thread runs on the NIC's NUMA node")
 	default:
-		out.set(v1alpha1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote,
+		out.set(v1beta1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote,
 			"a receiving thread runs off the NIC's NUMA node: the pod's cpuset has no CPU there (check the kubelet's Topology Manager policy and the NIC resource)")
 	}
 }
@@ -391,14 +391,14 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondit
 // a reason other than starting or being suspended, degraded, receivers off the NIC, stalled.
 func Bad(c metav1.Condition) bool {
 	switch c.Type {
-	case v1alpha1.ConditionPlanned:
+	case v1beta1.ConditionPlanned:
 		return c.Status == metav1.ConditionFalse
-	case v1alpha1.ConditionReady:
+	case v1beta1.ConditionReady:
 		return c.Status == metav1.ConditionFalse && c.Reason != ReasonPending && c.Reason != ReasonSuspended &&
 			c.Reason != ReasonReplacing && c.Reason != ReasonNotPlanned
-	case v1alpha1.ConditionDegraded, Stalled:
+	case v1beta1.ConditionDegraded, Stalled:
 		return c.Status == metav1.ConditionTrue
-	case v1alpha1.ConditionNICLocal:
+	case v1beta1.ConditionNICLocal:
 		return c.Status == metav1.ConditionFalse
 	}
 	return false

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 func job(name string, mod ...func(*batchv1.Job)) Job {
@@ -120,15 +120,15 @@ func TestConditions(t *testing.T) {
 				Pods: []corev1.Pod{pod("a-sender-0-x", "a-sender-0", 0, exited(2, "starting\nnumastream-agent: codec: unknown 'zstd'"))}}),
 			[]want{{"Ready", "False", ReasonConfigError, []string{"exit 2", "unknown 'zstd'"}}, {Stalled, "True", ReasonConfigError, nil}}},
 		{"data loss degrades a running pipeline",
-			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1alpha1.Observed{ChunksDelivered: 90, ChunksLost: 3, ChunksCorrupt: 1}}),
+			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1beta1.Observed{ChunksDelivered: 90, ChunksLost: 3, ChunksCorrupt: 1}}),
 			[]want{{"Degraded", "True", ReasonDataLoss, []string{"3 chunks lost", "1 corrupt"}}, {"Ready", "True", ReasonRunning, nil}}},
 		{"chunks a restarted detector sender declared missing are named",
-			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1alpha1.Observed{ChunksDelivered: 270, ChunksLost: 16,
+			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1beta1.Observed{ChunksDelivered: 270, ChunksLost: 16,
 				ChunksDeclaredMissing: 16, MissingChunks: []string{"stream 0: chunks 110-125 (sender_restarted)"}}}),
 			[]want{{"Degraded", "True", ReasonDataLoss, []string{"16 chunks lost", "16 declared missing by their senders", "chunks 110-125 (sender_restarted)"}},
 				{"Ready", "True", ReasonRunning, nil}}},
 		{"a detector series that ended incomplete degrades it, named",
-			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1alpha1.Observed{ChunksDelivered: 40, SeriesIncomplete: 1,
+			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1beta1.Observed{ChunksDelivered: 40, SeriesIncomplete: 1,
 				IncompleteSeries: []string{"series 7 (01GRX): the detector at tcp://dcu:31001 disconnected after 3 images, before its end message"}}}),
 			[]want{{"Degraded", "True", ReasonSeriesIncomplete, []string{"1 detector series ended incomplete", "series 7 (01GRX)", "after 3 images"}},
 				{"Ready", "True", ReasonRunning, nil}}},
@@ -140,7 +140,7 @@ func TestConditions(t *testing.T) {
 			planned(Facts{Jobs: []Job{job("a-gateway-0")}, Rejected: []string{"a-gateway-0-x on lynx"}}),
 			[]want{{"Degraded", "True", ReasonTopologyAffinity, []string{"a-gateway-0-x on lynx", "fewer receiving cores"}}}},
 		{"NIC locality as the agents report it",
-			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1alpha1.Observed{NICLocal: ptr.To(false)}}),
+			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1beta1.Observed{NICLocal: ptr.To(false)}}),
 			[]want{{"NICLocal", "False", ReasonReceiversRemote, []string{"Topology Manager"}}}},
 		{"pending says what it waits for",
 			planned(Facts{Jobs: []Job{{Name: "a-sender-0", HeldBack: "the gateway's data-network address"}, job("a-gateway-0")},
@@ -174,7 +174,7 @@ func TestConditions(t *testing.T) {
 					t.Errorf("%s observedGeneration %d", w.cond, c.ObservedGeneration)
 				}
 			}
-			for _, typ := range []string{v1alpha1.ConditionPlanned, v1alpha1.ConditionReady, Reconciling, Stalled} {
+			for _, typ := range []string{v1beta1.ConditionPlanned, v1beta1.ConditionReady, Reconciling, Stalled} {
 				if meta.FindStatusCondition(got, typ) == nil {
 					t.Errorf("%s missing", typ)
 				}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // StatePrep makes, on one node, the state directory of every StreamPipeline with a sender there
@@ -26,7 +26,7 @@ type StatePrep struct {
 
 // Prepare makes the pipeline's directory when it has a sender on this node, or hands it to the
 // pipeline's user and group when spec.files changed. True when it made or changed something.
-func (p *StatePrep) Prepare(sp *v1alpha1.StreamPipeline) (bool, error) {
+func (p *StatePrep) Prepare(sp *v1beta1.StreamPipeline) (bool, error) {
 	here := false
 	for _, s := range sp.Spec.Senders {
 		here = here || s.Node == p.Node

@@ -9,7 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // A pipeline with a sender on the node gets its state directory, owned by its agents' user and
@@ -25,11 +25,11 @@ func TestStatePrepMakesThePipelinesDirectoryForItsUser(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "streams")
 	prep := &StatePrep{Root: root, Node: "det-a", Log: logr.Discard()}
 	uid, gid := int64(2345), int64(2400)
-	sp := &v1alpha1.StreamPipeline{
+	sp := &v1beta1.StreamPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "beamline", Name: "tomo", UID: "0b5e3e0a-1111-4222-8333-944455556666"},
-		Spec: v1alpha1.StreamPipelineSpec{
-			Senders: []v1alpha1.Sender{{Node: "det-b"}, {Node: "det-a"}},
-			Files:   &v1alpha1.Files{User: &uid, Group: &gid},
+		Spec: v1beta1.StreamPipelineSpec{
+			Senders: []v1beta1.Sender{{Node: "det-b"}, {Node: "det-a"}},
+			Files:   &v1beta1.Files{User: &uid, Group: &gid},
 		},
 	}
 	dir := filepath.Join(root, "beamline", "tomo-"+string(sp.UID))

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -86,7 +86,7 @@ func TestObserverNamesTheBottleneckFromTheSendersAndTheGateway(t *testing.T) {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"}}
 	}
 	pods := []corev1.Pod{pod("g", render.RoleGateway), pod("s", render.RoleSender)}
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	for i := 0; i < 2; i++ {
 		reading.Store(int32(i * 10))
 		obs, err := o.Observe(context.Background(), sp, pods)

@@ -20,7 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -339,7 +339,7 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 // counts, the run's mean rates). A stream's delivered count includes what earlier gateway pods of
 // the stream delivered (the resuming sender reports it), so it survives restarts and is never
 // counted twice. Nil when no gateway pod has anything to report yet.
-func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pods []corev1.Pod) (*v1alpha1.Observed, error) {
+func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods []corev1.Pod) (*v1beta1.Observed, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.forget(o.now().Add(-forgetAfter))
@@ -422,7 +422,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1alpha1.StreamPipeline, pod
 		}
 	}
 	t := metav1.NewTime(o.now())
-	obs := &v1alpha1.Observed{
+	obs := &v1beta1.Observed{
 		RawGbps:         fmt.Sprintf("%.2f", rawRate),
 		WireGbps:        fmt.Sprintf("%.2f", wireRate),
 		ChunksDelivered: int64(total.Delivered),

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -157,7 +157,7 @@ func TestObserverAgainstAgentShapedServers(t *testing.T) {
 	}
 	pods := []corev1.Pod{twoContainers, pod("b", render.RoleGateway, "1", corev1.PodRunning),
 		pod("c", render.RoleSender, "0", corev1.PodRunning), pod("d", render.RoleGateway, "2", corev1.PodPending)}
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	if _, err := o.Observe(context.Background(), sp, pods); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func replacedGateway(t *testing.T, summary string, before int, lost ...float64) 
 
 func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`, 24)
-	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
+	obs, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, []corev1.Pod{old, cur})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 		t.Fatalf("delivered %+v, want 24 + 50 = 74", obs)
 	}
 	// Only the old pod left (the new one not started yet): its final figures stay.
-	obs, _ = o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old})
+	obs, _ = o.Observe(context.Background(), &v1beta1.StreamPipeline{}, []corev1.Pod{old})
 	if obs == nil || obs.ChunksDelivered != 24 {
 		t.Fatalf("delivered %+v, want 24", obs)
 	}
@@ -235,7 +235,7 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 // summary (which a pod killed without one would not have left) is not added again.
 func TestObserverCountsAnEarlierPodsLossesOnceFromTheNewestPod(t *testing.T) {
 	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":27,"delivered_before":0,"lost":1,"unwritten":1,"corrupt":2}`, 27, 3)
-	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{old, cur})
+	obs, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, []corev1.Pod{old, cur})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestObserverCountsAnEarlierPodsLossesOnceFromTheNewestPod(t *testing.T) {
 
 func TestObserverWithoutRunningGatewaysReportsNothing(t *testing.T) {
 	o := NewObserver(time.Second)
-	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, nil)
+	obs, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, nil)
 	if obs != nil || err != nil {
 		t.Fatalf("%v %v", obs, err)
 	}
@@ -257,7 +257,7 @@ func TestObserverNamesTheUnreachableAgent(t *testing.T) {
 	o.URL = func(*corev1.Pod, int32) string { return "http://127.0.0.1:1/metrics" }
 	pods := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "gw-0", Labels: map[string]string{render.LabelRole: render.RoleGateway}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"}}}
-	_, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, pods)
+	_, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, pods)
 	if err == nil || !strings.Contains(err.Error(), "gw-0") {
 		t.Fatalf("got %v", err)
 	}
@@ -278,7 +278,7 @@ func TestObserverReadsAnExitedGatewayFromItsSummary(t *testing.T) {
 			term(render.DecompressContainer, `{"role":"receive","chunks":150,"lost":0,"corrupt":1,"raw_bytes":1.6e9,"wire_bytes":8e8,"raw_gbps":1.93,"wire_gbps":0.96,"nic_local":null}`),
 		}},
 	}
-	obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{done})
+	obs, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, []corev1.Pod{done})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestObserverReadsAnExitedGatewayFromItsSummary(t *testing.T) {
 	}
 	// Without a summary (an agent killed before it wrote one) there is nothing to report.
 	done.Status.ContainerStatuses = nil
-	if obs, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{done}); obs != nil || err != nil {
+	if obs, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, []corev1.Pod{done}); obs != nil || err != nil {
 		t.Fatalf("%v %v", obs, err)
 	}
 }
@@ -325,7 +325,7 @@ func TestObserverReadsMetricsBoundedInSizeAndTime(t *testing.T) {
 		o := NewObserver(300 * time.Millisecond)
 		o.URL = func(*corev1.Pod, int32) string { return c.url + "/metrics" }
 		start := time.Now()
-		_, err := o.Observe(context.Background(), &v1alpha1.StreamPipeline{}, []corev1.Pod{pod})
+		_, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, []corev1.Pod{pod})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one saying %q", c.url, err, c.want)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/testenv"
 )
 
@@ -16,24 +16,24 @@ import (
 // truth: the agent's parser. `make test-operator` builds the agent and sets NUMASTREAM_AGENT.
 func TestRenderedConfigsPassTheAgentsValidation(t *testing.T) {
 	agent := testenv.Agent(t)
-	zmqSource := func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Senders[1].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
+	zmqSource := func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Senders[1].Source = v1beta1.Source{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
 	}
-	zmqSink := func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
+	zmqSink := func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sink = &v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
 	}
-	rate := func(sp *v1alpha1.StreamPipeline) {
+	rate := func(sp *v1beta1.StreamPipeline) {
 		sp.Spec.Senders[0].Source.Synthetic.RateGbps = new(int32)
 		*sp.Spec.Senders[0].Source.Synthetic.RateGbps = 25
 	}
-	cases := map[string]*v1alpha1.StreamPipeline{
+	cases := map[string]*v1beta1.StreamPipeline{
 		"synthetic, null sink":   pipeline("a", withStreams(2), rate),
 		"file source, file sink": pipeline("b", withFileSource("/scratch/scan"), withFileSink("/archive/s-{stream}.raw")),
 		"zmq source, zmq sink":   pipeline("c", withStreams(2), zmqSource, zmqSink),
-		"os placement":           pipeline("d", withPlacement(v1alpha1.PlacementOS)),
+		"os placement":           pipeline("d", withPlacement(v1beta1.PlacementOS)),
 		"curve":                  pipeline("e", withStreams(2), withCurve),
-		"authenticate": pipeline("f", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
+		"authenticate": pipeline("f", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityAuthenticate}
 		}),
 	}
 	dir := t.TempDir()

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strconv"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/storage"
 )
@@ -177,7 +177,7 @@ func placedStages(stages []planner.Stage) map[string]StageConfig {
 
 // securityMode is the agent's security.curve.mode for the pipeline's security mode.
 func securityMode(in Inputs) string {
-	if in.Pipeline.Spec.SecurityMode() == v1alpha1.SecurityAuthenticate {
+	if in.Pipeline.Spec.SecurityMode() == v1beta1.SecurityAuthenticate {
 		return "authenticate"
 	}
 	return "encrypt"
@@ -192,7 +192,7 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 	}
 	mode := string(sp.Spec.Placement)
 	if mode == "" {
-		mode = string(v1alpha1.PlacementNUMAAware)
+		mode = string(v1beta1.PlacementNUMAAware)
 	}
 	stages := placedStages(n.Stages)
 	agentMetrics, _ := metricsPorts(in, n)
@@ -244,7 +244,7 @@ func gatewayFor(p planner.Plan, stream int) planner.NodePlan {
 	return planner.NodePlan{}
 }
 
-func sourceConfig(s v1alpha1.Source) *SourceConfig {
+func sourceConfig(s v1beta1.Source) *SourceConfig {
 	switch {
 	case s.File != nil:
 		return &SourceConfig{Kind: "file", Path: DataPathMount + "/" + s.File.Path}
@@ -264,7 +264,7 @@ func sourceConfig(s v1alpha1.Source) *SourceConfig {
 	}
 }
 
-func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
+func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 	switch {
 	case s != nil && s.File != nil:
 		return &SinkConfig{Kind: "file", Path: DataPathMount + "/" + s.File.Path}
@@ -280,7 +280,7 @@ func sinkConfig(s *v1alpha1.Sink) *SinkConfig {
 }
 
 // stream2Port is the port a stream2 sink binds on the gateway (0: no stream2 sink).
-func stream2Port(s *v1alpha1.Sink) int32 {
+func stream2Port(s *v1beta1.Sink) int32 {
 	if s == nil || s.Stream2 == nil {
 		return 0
 	}
@@ -290,7 +290,7 @@ func stream2Port(s *v1alpha1.Sink) int32 {
 	return s.Stream2.Port
 }
 
-func datasetOf(d *v1alpha1.HDF5Dataset) string {
+func datasetOf(d *v1beta1.HDF5Dataset) string {
 	if d.Dataset == "" {
 		return "/exchange/data"
 	}
@@ -300,7 +300,7 @@ func datasetOf(d *v1alpha1.HDF5Dataset) string {
 // idleSeconds: how long a started stream may stay silent at the gateway. An endless source (a
 // detector) pauses between scans, and a drained sender comes back when its node does: off
 // unless the spec says. A source with an end: 600 s.
-func idleSeconds(sp *v1alpha1.StreamPipeline) int32 {
+func idleSeconds(sp *v1beta1.StreamPipeline) int32 {
 	if sp.Spec.IdleTimeoutSeconds != nil {
 		return *sp.Spec.IdleTimeoutSeconds
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 // goldenDir holds agent configurations as the operator renders them. The agent's own tests
@@ -16,51 +16,51 @@ import (
 // NUMASTREAM_UPDATE_GOLDEN=1 rewrites them after an intended change.
 const goldenDir = "../../agent/tests/golden"
 
-func goldenCases() map[string]*v1alpha1.StreamPipeline {
-	rate := func(sp *v1alpha1.StreamPipeline) {
+func goldenCases() map[string]*v1beta1.StreamPipeline {
+	rate := func(sp *v1beta1.StreamPipeline) {
 		r := int32(25)
 		sp.Spec.Senders[0].Source.Synthetic.RateGbps = &r
 	}
-	return map[string]*v1alpha1.StreamPipeline{
+	return map[string]*v1beta1.StreamPipeline{
 		"synthetic-null": pipeline("synthetic-null", withStreams(2), rate),
 		"file-file":      pipeline("file-file", withFileSource("scan"), withFileSink("s-{stream}.raw")),
-		"zmq-zmq-os":     pipeline("zmq-zmq-os", withPlacement(v1alpha1.PlacementOS), zmqEnds),
+		"zmq-zmq-os":     pipeline("zmq-zmq-os", withPlacement(v1beta1.PlacementOS), zmqEnds),
 		"curve-endless":  pipeline("curve-endless", withCurve, endless),
-		"authenticate": pipeline("authenticate", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
+		"authenticate": pipeline("authenticate", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityAuthenticate}
 		}),
-		"hdf5-bslz4": pipeline("hdf5-bslz4", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Codec = v1alpha1.Codec("bslz4")
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "scratch", Path: "tomo_0001.h5"}}
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "scan-{stream}.h5",
+		"hdf5-bslz4": pipeline("hdf5-bslz4", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Codec = v1beta1.Codec("bslz4")
+			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "tomo_0001.h5"}}
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan-{stream}.h5",
 				Dataset: "/entry/data/data"}}
 		}),
-		"stream2-stream2": pipeline("stream2-stream2", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Codec = v1alpha1.Codec("bslz4")
-			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
+		"stream2-stream2": pipeline("stream2-stream2", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Codec = v1beta1.Codec("bslz4")
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
 			redeliver := int32(128)
-			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001, Redeliver: &redeliver}}
+			sp.Spec.Sink = &v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31001, Redeliver: &redeliver}}
 		}),
-		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1alpha1.StreamPipeline) {
+		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.HostNetwork = true
-			sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone, AllowFrom: []string{"10.50.0.0/16"}}
+			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone, AllowFrom: []string{"10.50.0.0/16"}}
 		}),
-		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Codec = v1alpha1.Codec("shuffle-lz4")
+		"shuffle-lz4-idle": pipeline("shuffle-lz4-idle", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Codec = v1beta1.Codec("shuffle-lz4")
 			idle := int32(120)
 			sp.Spec.IdleTimeoutSeconds = &idle
 		}),
 	}
 }
 
-func zmqEnds(sp *v1alpha1.StreamPipeline) {
-	sp.Spec.Senders[0].Source = v1alpha1.Source{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
-	sp.Spec.Sink = &v1alpha1.Sink{ZMQ: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
-	sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 64 << 30}
-	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone} // the opt-out: plain TCP
+func zmqEnds(sp *v1beta1.StreamPipeline) {
+	sp.Spec.Senders[0].Source = v1beta1.Source{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://daq-1:9999"}}
+	sp.Spec.Sink = &v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://analysis:7000"}}
+	sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 64 << 30}
+	sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone} // the opt-out: plain TCP
 }
 
-func endless(sp *v1alpha1.StreamPipeline) { sp.Spec.Senders[0].Source.Synthetic.Chunks = 0 }
+func endless(sp *v1beta1.StreamPipeline) { sp.Spec.Senders[0].Source.Synthetic.Chunks = 0 }
 
 func TestRenderedConfigsMatchTheGoldenFiles(t *testing.T) {
 	update := os.Getenv("NUMASTREAM_UPDATE_GOLDEN") == "1"

@@ -33,7 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/topology"
@@ -87,12 +87,12 @@ type Options struct {
 	MetricsFrom []string
 	// Pods are the scheduling settings of every agent pod (the chart's agent.pods); a
 	// pipeline's spec.pods adds to them.
-	Pods v1alpha1.PodSettings
+	Pods v1beta1.PodSettings
 }
 
 // Inputs are what render needs besides the plan.
 type Inputs struct {
-	Pipeline *v1alpha1.StreamPipeline
+	Pipeline *v1beta1.StreamPipeline
 	Plan     planner.Plan
 	Gateway  topology.Node
 	// KeysSecret holds the pipeline's CURVE keys (security mode curve); empty: plain TCP.
@@ -105,7 +105,7 @@ type Inputs struct {
 	// management network).
 	GatewayAddress string
 	// Roots are the cluster's StorageRoots by name (storage.Check passed).
-	Roots map[string]*v1alpha1.StorageRoot
+	Roots map[string]*v1beta1.StorageRoot
 	// DataAddresses are the gateway pods' addresses on the data network, by stream, as Multus
 	// reported them (network-status). Senders of a stream with an attachment dial that address;
 	// until it is known (or given as spec.gateway.network.address) they are not created.
@@ -213,7 +213,7 @@ func lastHostPort(in Inputs) int {
 }
 
 // Name of the Job / Service for a plan entry.
-func Name(sp *v1alpha1.StreamPipeline, n planner.NodePlan) string {
+func Name(sp *v1beta1.StreamPipeline, n planner.NodePlan) string {
 	return fmt.Sprintf("%s-%s-%d", sp.Name, n.Role, n.Stream)
 }
 
@@ -222,7 +222,7 @@ func configKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d.json", n.R
 // relayKey is the configuration of a gateway pod's receiving (relaying) container.
 func relayKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d-relay.json", n.Role, n.Stream) }
 
-func meta(sp *v1alpha1.StreamPipeline, name, role string, stream int) metav1.ObjectMeta {
+func meta(sp *v1beta1.StreamPipeline, name, role string, stream int) metav1.ObjectMeta {
 	labels := map[string]string{
 		"app.kubernetes.io/name":       "numastream",
 		"app.kubernetes.io/instance":   sp.Name,
@@ -239,7 +239,7 @@ func meta(sp *v1alpha1.StreamPipeline, name, role string, stream int) metav1.Obj
 		Labels:    labels,
 		// Garbage collection: deleting the pipeline deletes everything it owns.
 		OwnerReferences: []metav1.OwnerReference{{
-			APIVersion:         v1alpha1.GroupVersion.String(),
+			APIVersion:         v1beta1.GroupVersion.String(),
 			Kind:               "StreamPipeline",
 			Name:               sp.Name,
 			UID:                sp.UID,
@@ -331,7 +331,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 // schedule sets the pod's node selection (the plan names the node; the settings may only
 // narrow it), tolerations, priority class and image pull secrets: the operator's, then the
 // pipeline's.
-func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1alpha1.PodSettings, own *v1alpha1.PodSettings) {
+func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1beta1.PodSettings, own *v1beta1.PodSettings) {
 	s := *defaults.DeepCopy()
 	if own != nil {
 		s.Tolerations = append(s.Tolerations, own.Tolerations...)
@@ -381,13 +381,13 @@ func podFailurePolicy() *batchv1.PodFailurePolicy {
 
 // withNetworkAttachment: the gateway's pods and the senders join the data network (Multus), the
 // senders through their own attachment when the spec names one.
-func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1alpha1.StreamPipeline, n planner.NodePlan) {
+func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1beta1.StreamPipeline, n planner.NodePlan) {
 	if a := attachmentOf(sp, n.Role); a != "" {
 		pod.Annotations[MultusAnnotation] = a
 	}
 }
 
-func attachmentOf(sp *v1alpha1.StreamPipeline, role planner.Role) string {
+func attachmentOf(sp *v1beta1.StreamPipeline, role planner.Role) string {
 	net := sp.Spec.Gateway.Network
 	if role == planner.RoleSender && net.SenderAttachment != "" {
 		return net.SenderAttachment
@@ -437,7 +437,7 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 	}
 	rx := agent(in, n, opts, n.Containers[0], "receive", relayKey(n), agentMetrics, "metrics")
 	sp := in.Pipeline
-	if sp.Spec.Placement != v1alpha1.PlacementOS {
+	if sp.Spec.Placement != v1beta1.PlacementOS {
 		rx.Resources.Requests[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
 		rx.Resources.Limits[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
 	}
@@ -490,7 +490,7 @@ func agent(in Inputs, n planner.NodePlan, opts Options, plan planner.Container, 
 
 // nicResource is the device resource aligned with the data NIC: the SR-IOV pool the attachment
 // names, else numastream's NIC-locality token.
-func nicResource(sp *v1alpha1.StreamPipeline) string {
+func nicResource(sp *v1beta1.StreamPipeline) string {
 	if r := sp.Spec.Gateway.Network.ResourceName; r != "" {
 		return r
 	}
@@ -499,7 +499,7 @@ func nicResource(sp *v1alpha1.StreamPipeline) string {
 
 // podSecurity / containerSecurity: the restricted Pod Security profile, as the pipeline's user
 // and group (spec.files).
-func podSecurity(sp *v1alpha1.StreamPipeline) *corev1.PodSecurityContext {
+func podSecurity(sp *v1beta1.StreamPipeline) *corev1.PodSecurityContext {
 	uid, gid := sp.Spec.RunAs()
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot: ptr.To(true),
@@ -521,7 +521,7 @@ func containerSecurity() *corev1.SecurityContext {
 	}
 }
 
-func hasDataVolume(sp *v1alpha1.StreamPipeline, n planner.NodePlan) bool {
+func hasDataVolume(sp *v1beta1.StreamPipeline, n planner.NodePlan) bool {
 	for _, u := range podUses(sp, n) {
 		if !u.Spill {
 			return true
@@ -683,7 +683,7 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 }
 
 // podUses are the storage uses of one pod.
-func podUses(sp *v1alpha1.StreamPipeline, n planner.NodePlan) []storage.Use {
+func podUses(sp *v1beta1.StreamPipeline, n planner.NodePlan) []storage.Use {
 	var out []storage.Use
 	for _, u := range storage.Uses(sp) {
 		if u.Role == string(n.Role) && (n.Role == planner.RoleGateway || u.Stream == n.Stream) {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	psa "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 
@@ -25,61 +25,61 @@ import (
 	"github.com/numastream/numastream/internal/topology"
 )
 
-type option func(*v1alpha1.StreamPipeline)
+type option func(*v1beta1.StreamPipeline)
 
 func withStreams(n int) option {
-	return func(sp *v1alpha1.StreamPipeline) {
+	return func(sp *v1beta1.StreamPipeline) {
 		sp.Spec.Senders = nil
 		for i := 0; i < n; i++ {
-			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{
+			sp.Spec.Senders = append(sp.Spec.Senders, v1beta1.Sender{
 				Node:   "det-" + string(rune('a'+i)),
-				Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{Chunks: 100, Seed: int64(i)}},
+				Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{Chunks: 100, Seed: int64(i)}},
 			})
 		}
 	}
 }
 func withAttachment(a string) option {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.Attachment = a }
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Gateway.Network.Attachment = a }
 }
 func withResourceName(r string) option {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Gateway.Network.ResourceName = r }
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Gateway.Network.ResourceName = r }
 }
-func withPlacement(m v1alpha1.PlacementMode) option {
-	return func(sp *v1alpha1.StreamPipeline) { sp.Spec.Placement = m }
+func withPlacement(m v1beta1.PlacementMode) option {
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Placement = m }
 }
 func withFileSink(p string) option {
-	return func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "archive", Path: p}}
+	return func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: p}}
 	}
 }
 func withFileSource(p string) option {
-	return func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: "scratch", Path: p}}
+	return func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Root: "scratch", Path: p}}
 	}
 }
 
 // testRoots: the admin's StorageRoots the tests' pipelines use.
-func testRoots() map[string]*v1alpha1.StorageRoot {
-	root := func(name, path string, roles ...string) *v1alpha1.StorageRoot {
-		return &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.StorageRootSpec{Path: path, NodeRoles: roles}}
+func testRoots() map[string]*v1beta1.StorageRoot {
+	root := func(name, path string, roles ...string) *v1beta1.StorageRoot {
+		return &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1beta1.StorageRootSpec{Path: path, NodeRoles: roles}}
 	}
-	return map[string]*v1alpha1.StorageRoot{
-		"scratch": root("scratch", "/scratch", v1alpha1.StorageRoleSender),
-		"archive": root("archive", "/archive", v1alpha1.StorageRoleGateway),
-		"nvme":    root("nvme", "/nvme", v1alpha1.StorageRoleSender),
-		"tape":    root("tape", "/tape-cache", v1alpha1.StorageRoleGateway),
+	return map[string]*v1beta1.StorageRoot{
+		"scratch": root("scratch", "/scratch", v1beta1.StorageRoleSender),
+		"archive": root("archive", "/archive", v1beta1.StorageRoleGateway),
+		"nvme":    root("nvme", "/nvme", v1beta1.StorageRoleSender),
+		"tape":    root("tape", "/tape-cache", v1beta1.StorageRoleGateway),
 	}
 }
 
-func pipeline(name string, opts ...option) *v1alpha1.StreamPipeline {
-	sp := &v1alpha1.StreamPipeline{
+func pipeline(name string, opts ...option) *v1beta1.StreamPipeline {
+	sp := &v1beta1.StreamPipeline{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "beamline", UID: "uid-1"},
-		Spec: v1alpha1.StreamPipelineSpec{
-			Gateway:    v1alpha1.Gateway{Node: "lynx-1", Network: v1alpha1.DataNetwork{NIC: "ens1f0"}},
+		Spec: v1beta1.StreamPipelineSpec{
+			Gateway:    v1beta1.Gateway{Node: "lynx-1", Network: v1beta1.DataNetwork{NIC: "ens1f0"}},
 			Codec:      "lz4",
 			Port:       5555,
 			ChunkBytes: 11059200,
-			Placement:  v1alpha1.PlacementNUMAAware,
+			Placement:  v1beta1.PlacementNUMAAware,
 		},
 	}
 	withStreams(1)(sp)
@@ -104,7 +104,7 @@ func sender(name string) topology.Node {
 	return n
 }
 
-func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan) {
+func renderFor(t *testing.T, sp *v1beta1.StreamPipeline) (Objects, planner.Plan) {
 	t.Helper()
 	in := inputsFor(t, sp)
 	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", NetworkPolicy: true})
@@ -115,7 +115,7 @@ func renderFor(t *testing.T, sp *v1alpha1.StreamPipeline) (Objects, planner.Plan
 }
 
 // inputsFor plans the pipeline on the tests' nodes and gives render what the operator would.
-func inputsFor(t *testing.T, sp *v1alpha1.StreamPipeline) Inputs {
+func inputsFor(t *testing.T, sp *v1beta1.StreamPipeline) Inputs {
 	t.Helper()
 	var senders []topology.Node
 	for _, s := range sp.Spec.Senders {
@@ -140,7 +140,7 @@ func inputsFor(t *testing.T, sp *v1alpha1.StreamPipeline) Inputs {
 	if sp.Spec.HostNetwork {
 		in.GatewayAddress = "10.40.0.7"
 	}
-	if sp.Spec.SecurityMode() != v1alpha1.SecurityNone {
+	if sp.Spec.SecurityMode() != v1beta1.SecurityNone {
 		in.KeysSecret, in.KeysHashes = sp.Name+"-curve-keys", map[int]string{}
 		for _, id := range sp.StreamIDs() {
 			in.KeysHashes[id] = "k1"
@@ -249,7 +249,7 @@ func TestGatewayPodHasOneContainerPerStageGroup(t *testing.T) {
 	if _, ok := objs.Jobs[1].Spec.Template.Spec.Containers[0].Resources.Limits["intel.com/sriov_200g"]; !ok {
 		t.Error("an SR-IOV resource name replaces the NIC token")
 	}
-	objs, _ = renderFor(t, pipeline("tomo", withPlacement(v1alpha1.PlacementOS)))
+	objs, _ = renderFor(t, pipeline("tomo", withPlacement(v1beta1.PlacementOS)))
 	if len(objs.Jobs[1].Spec.Template.Spec.Containers[0].Resources.Limits) != 2 {
 		t.Error("os placement requests no NIC alignment")
 	}
@@ -381,7 +381,7 @@ func TestStorageRootsAreMountedThroughBoundClaims(t *testing.T) {
 		t.Errorf("configs %v", objs.ConfigMap.Data)
 	}
 	// A pipeline's own claim is mounted as it is: no volume is made for it.
-	sp.Spec.Sink.File = &v1alpha1.FileSource{Claim: "gpfs-beamline", Path: "x-{stream}.raw"}
+	sp.Spec.Sink.File = &v1beta1.FileSource{Claim: "gpfs-beamline", Path: "x-{stream}.raw"}
 	objs, _ = renderFor(t, sp)
 	if c := volumeNamed(objs.Jobs[1].Spec.Template.Spec, "data").PersistentVolumeClaim; c == nil || c.ClaimName != "gpfs-beamline" {
 		t.Errorf("gateway data volume %+v", objs.Jobs[1].Spec.Template.Spec.Volumes)
@@ -410,7 +410,7 @@ func TestPlanHashChangesWithTheConfig(t *testing.T) {
 // upgrade), host networking switched, another data network attachment.
 func TestPlanHashCoversTheWholePod(t *testing.T) {
 	_, plan := renderFor(t, pipeline("tomo", withStreams(2)))
-	render := func(edit func(*v1alpha1.StreamPipeline, *Inputs, *Options)) []*batchv1.Job {
+	render := func(edit func(*v1beta1.StreamPipeline, *Inputs, *Options)) []*batchv1.Job {
 		t.Helper()
 		sp := pipeline("tomo", withStreams(2))
 		in := Inputs{Pipeline: sp, Plan: plan, Gateway: gateway(), GatewayAddress: "10.40.0.7",
@@ -423,17 +423,17 @@ func TestPlanHashCoversTheWholePod(t *testing.T) {
 		}
 		return objs.Jobs
 	}
-	base := render(func(*v1alpha1.StreamPipeline, *Inputs, *Options) {})
-	for what, edit := range map[string]func(*v1alpha1.StreamPipeline, *Inputs, *Options){
-		"a new agent image": func(_ *v1alpha1.StreamPipeline, _ *Inputs, o *Options) { o.AgentImage = "numastream/agent:1.1" },
-		"host networking":   func(sp *v1alpha1.StreamPipeline, _ *Inputs, _ *Options) { sp.Spec.HostNetwork = true },
-		"another attachment": func(sp *v1alpha1.StreamPipeline, _ *Inputs, _ *Options) {
+	base := render(func(*v1beta1.StreamPipeline, *Inputs, *Options) {})
+	for what, edit := range map[string]func(*v1beta1.StreamPipeline, *Inputs, *Options){
+		"a new agent image": func(_ *v1beta1.StreamPipeline, _ *Inputs, o *Options) { o.AgentImage = "numastream/agent:1.1" },
+		"host networking":   func(sp *v1beta1.StreamPipeline, _ *Inputs, _ *Options) { sp.Spec.HostNetwork = true },
+		"another attachment": func(sp *v1beta1.StreamPipeline, _ *Inputs, _ *Options) {
 			sp.Spec.Gateway.Network.Attachment = "data-b"
 		},
-		"new keys": func(_ *v1alpha1.StreamPipeline, in *Inputs, _ *Options) {
+		"new keys": func(_ *v1beta1.StreamPipeline, in *Inputs, _ *Options) {
 			in.KeysHashes = map[int]string{0: "k2", 1: "k2"}
 		},
-		"an operator toleration": func(_ *v1alpha1.StreamPipeline, _ *Inputs, o *Options) {
+		"an operator toleration": func(_ *v1beta1.StreamPipeline, _ *Inputs, o *Options) {
 			o.Pods.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 		},
 	} {
@@ -447,7 +447,7 @@ func TestPlanHashCoversTheWholePod(t *testing.T) {
 			}
 		}
 	}
-	again := render(func(*v1alpha1.StreamPipeline, *Inputs, *Options) {})
+	again := render(func(*v1beta1.StreamPipeline, *Inputs, *Options) {})
 	for i := range base {
 		if base[i].Annotations[AnnotationPlanHash] != again[i].Annotations[AnnotationPlanHash] {
 			t.Errorf("%s: the same inputs give another hash", base[i].Name)
@@ -468,8 +468,8 @@ func TestSuspendSuspendsTheJobs(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-func withCurve(sp *v1alpha1.StreamPipeline) {
-	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityCurve}
+func withCurve(sp *v1beta1.StreamPipeline) {
+	sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityCurve}
 }
 
 // With CURVE, each pod gets only its own keys from the pipeline's Secret: a sender its secret
@@ -509,7 +509,7 @@ func TestCurveKeysAreMountedPerPod(t *testing.T) {
 				t.Errorf("%s/%s keys mounted: %v", j.Name, c.Name, mounted)
 			}
 		}
-		if *pod.SecurityContext.FSGroup != v1alpha1.DefaultAgentID {
+		if *pod.SecurityContext.FSGroup != v1beta1.DefaultAgentID {
 			t.Errorf("%s: fsGroup %v: the agent could not read its keys", j.Name, pod.SecurityContext.FSGroup)
 		}
 	}
@@ -521,15 +521,15 @@ func TestCurveKeysAreMountedPerPod(t *testing.T) {
 	if !strings.Contains(objs.ConfigMap.Data["sender-1.json"], `"mode": "encrypt"`) {
 		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-1.json"])
 	}
-	auth, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityAuthenticate}
+	auth, _ := renderFor(t, pipeline("tomo", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityAuthenticate}
 	}))
 	if !strings.Contains(auth.ConfigMap.Data["sender-0.json"], `"mode": "authenticate"`) ||
 		!strings.Contains(auth.ConfigMap.Data["gateway-0-relay.json"], `"mode": "authenticate"`) {
 		t.Errorf("authenticate configs %v", auth.ConfigMap.Data)
 	}
-	plain, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+	plain, _ := renderFor(t, pipeline("tomo", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone}
 	}))
 	if strings.Contains(plain.ConfigMap.Data["sender-0.json"], "security") {
 		t.Error("security mode none, still rendered")
@@ -724,7 +724,7 @@ func TestJobsRetryDisruptionsAndFailFastOnBadConfig(t *testing.T) {
 // A detector pausing between scans is normal: endless streams have no idle limit unless the
 // spec sets one; streams with an end get 600 s.
 func TestIdleLimitFitsTheSource(t *testing.T) {
-	idle := func(sp *v1alpha1.StreamPipeline) any {
+	idle := func(sp *v1beta1.StreamPipeline) any {
 		objs, _ := renderFor(t, sp)
 		var cfg map[string]any
 		if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-0.json"]), &cfg); err != nil {
@@ -738,7 +738,7 @@ func TestIdleLimitFitsTheSource(t *testing.T) {
 	}
 	endless := pipeline("tomo")
 	for i := range endless.Spec.Senders {
-		endless.Spec.Senders[i].Source = v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{}}
+		endless.Spec.Senders[i].Source = v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{}}
 	}
 	if got := idle(endless); got != 0.0 {
 		t.Errorf("endless source: idle %v, want 0 (off)", got)
@@ -762,10 +762,10 @@ func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
 // namespace; without a stream2 sink the policy has no third rule.
 func TestNetworkPolicyAdmitsTheStream2Consumers(t *testing.T) {
 	stream2 := func(consumers ...networkingv1.NetworkPolicyPeer) option {
-		return func(sp *v1alpha1.StreamPipeline) {
+		return func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Codec = "bslz4"
-			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
-			sp.Spec.Sink = &v1alpha1.Sink{Stream2: &v1alpha1.Stream2Sink{Port: 31001, Consumers: consumers}}
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			sp.Spec.Sink = &v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31001, Consumers: consumers}}
 		}
 	}
 	rule := func(objs Objects) *networkingv1.NetworkPolicyIngressRule {
@@ -798,8 +798,8 @@ func TestNetworkPolicyAdmitsTheStream2Consumers(t *testing.T) {
 // another volume: the gateway's Job is replaced (its pod template is immutable), the sender's not.
 func TestAnotherRootReplacesTheJobThatMountsIt(t *testing.T) {
 	a, _ := renderFor(t, pipeline("tomo", withFileSink("x-{stream}.raw")))
-	b, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "tape", Path: "x-{stream}.raw"}}
+	b, _ := renderFor(t, pipeline("tomo", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "tape", Path: "x-{stream}.raw"}}
 	}))
 	if a.ConfigMap.Data["gateway-0.json"] != b.ConfigMap.Data["gateway-0.json"] {
 		t.Fatal("the agent config changed too: this test needs a change of volume alone")
@@ -837,7 +837,7 @@ func TestNewKeysReplaceEveryAgent(t *testing.T) {
 			t.Errorf("%s: new keys, same plan hash %s (keys %q)", a.Jobs[i].Name, pa.Annotations[AnnotationPlanHash], pb.Annotations[AnnotationKeys])
 		}
 	}
-	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+	sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone}
 	plain, _ := renderFor(t, sp)
 	if volumeNamed(plain.Jobs[0].Spec.Template.Spec, "keys") != nil || strings.Contains(plain.ConfigMap.Data["sender-0.json"], "curve") {
 		t.Error("security mode none still uses keys")
@@ -849,8 +849,8 @@ func TestNewKeysReplaceEveryAgent(t *testing.T) {
 // any capability.
 func TestSenderStateDirectoryOnTheNode(t *testing.T) {
 	uid, gid := int64(2345), int64(2400)
-	objs, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Files = &v1alpha1.Files{User: &uid, Group: &gid}
+	objs, _ := renderFor(t, pipeline("tomo", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Files = &v1beta1.Files{User: &uid, Group: &gid}
 	}))
 	tx := objs.Jobs[0].Spec.Template.Spec
 	v := volumeNamed(tx, "state")
@@ -892,7 +892,7 @@ func TestAgentPodsPassPodSecurityRestricted(t *testing.T) {
 			}
 		}
 	}
-	hostNet := pipeline("dtn", func(sp *v1alpha1.StreamPipeline) {
+	hostNet := pipeline("dtn", func(sp *v1beta1.StreamPipeline) {
 		sp.Spec.HostNetwork = true
 		sp.Spec.Gateway.Network.Address = "10.20.0.1"
 	})
@@ -909,8 +909,8 @@ func TestAgentPodsPassPodSecurityRestricted(t *testing.T) {
 // spec.spill: each sender spills into an emptyDir limited to maxBytes (or the node's directory),
 // mounted where its config says; without it, no spill volume and no spill config.
 func TestSendersSpillToNodeLocalStorage(t *testing.T) {
-	objs, _ := renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30}
+	objs, _ := renderFor(t, pipeline("tomo", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 8 << 30}
 	}))
 	tx := objs.Jobs[0].Spec.Template.Spec
 	v := volumeNamed(tx, "spill")
@@ -930,8 +930,8 @@ func TestSendersSpillToNodeLocalStorage(t *testing.T) {
   }`) {
 		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
 	}
-	objs, _ = renderFor(t, pipeline("tomo", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
+	objs, _ = renderFor(t, pipeline("tomo", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
 	}))
 	tx = objs.Jobs[0].Spec.Template.Spec
 	if v := volumeNamed(tx, "spill"); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ReadOnly {
@@ -941,8 +941,8 @@ func TestSendersSpillToNodeLocalStorage(t *testing.T) {
 	if !strings.Contains(objs.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/spill/beamline/tomo-uid-1"`) {
 		t.Errorf("sender config %s", objs.ConfigMap.Data["sender-0.json"])
 	}
-	other, _ := renderFor(t, pipeline("other", func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
+	other, _ := renderFor(t, pipeline("other", func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
 	}))
 	if !strings.Contains(other.ConfigMap.Data["sender-0.json"], `"path": "/var/spill/spill/beamline/other-uid-1"`) {
 		t.Errorf("sender config %s", other.ConfigMap.Data["sender-0.json"])
@@ -958,13 +958,13 @@ func TestSendersSpillToNodeLocalStorage(t *testing.T) {
 // and pull secrets win. A change of them replaces the Jobs (their pod template is immutable).
 func TestAgentPodsCarryTheSchedulingSettings(t *testing.T) {
 	sp := pipeline("sched")
-	sp.Spec.Pods = &v1alpha1.PodSettings{
+	sp.Spec.Pods = &v1beta1.PodSettings{
 		Tolerations:       []corev1.Toleration{{Key: "beamline/detector", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 		NodeSelector:      map[string]string{"facility/zone": "hutch-2"},
 		PriorityClassName: "beamline-stream",
 	}
 	_, plan := renderFor(t, sp)
-	opts := Options{AgentImage: "numastream/agent:test", Pods: v1alpha1.PodSettings{
+	opts := Options{AgentImage: "numastream/agent:test", Pods: v1beta1.PodSettings{
 		Tolerations:      []corev1.Toleration{{Key: "dtn", Operator: corev1.TolerationOpExists}},
 		NodeSelector:     map[string]string{"numastream.io/facility": "box"},
 		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},
@@ -1036,10 +1036,10 @@ func TestHostNetworkGatewaysAdmitOnlyTheirOwnSender(t *testing.T) {
 		}
 		return cfg
 	}
-	hostNet := func(sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }
-	allow := func(sp *v1alpha1.StreamPipeline) {
+	hostNet := func(sp *v1beta1.StreamPipeline) { sp.Spec.HostNetwork = true }
+	allow := func(sp *v1beta1.StreamPipeline) {
 		if sp.Spec.Security == nil {
-			sp.Spec.Security = &v1alpha1.Security{}
+			sp.Spec.Security = &v1beta1.Security{}
 		}
 		sp.Spec.Security.AllowFrom = []string{"10.50.0.0/16", "fd00:50::/64"}
 	}
@@ -1053,8 +1053,8 @@ func TestHostNetworkGatewaysAdmitOnlyTheirOwnSender(t *testing.T) {
 			t.Errorf("stream %d relay security %+v, want curve and allow_from %v", stream, cfg.Security, want)
 		}
 	}
-	objs, _ = renderFor(t, pipeline("tomo", hostNet, func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone}
+	objs, _ = renderFor(t, pipeline("tomo", hostNet, func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone}
 	}))
 	if cfg := relayConfig(objs, 0); cfg.Security == nil || cfg.Security.Curve != nil ||
 		!reflect.DeepEqual(cfg.Security.AllowFrom, []string{"10.40.0.20/32", "192.168.7.20/32"}) {
@@ -1079,7 +1079,7 @@ func TestHostNetworkGatewaysAdmitOnlyTheirOwnSender(t *testing.T) {
 // get data and metrics ports that never collide, none of them node-exporter's 9100; each
 // agent listens where its container port, liveness probe and Service say.
 func TestHostNetworkStreamsGetTheirOwnPorts(t *testing.T) {
-	sp := pipeline("dtn", withStreams(2), func(sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true })
+	sp := pipeline("dtn", withStreams(2), func(sp *v1beta1.StreamPipeline) { sp.Spec.HostNetwork = true })
 	objs, plan := renderFor(t, sp)
 	gatewayPorts := map[int32]string{}
 	for _, j := range objs.Jobs {
@@ -1125,7 +1125,7 @@ func TestHostNetworkStreamsGetTheirOwnPorts(t *testing.T) {
 		}
 	}
 	// Ports past 65535 are refused, naming the field.
-	in := inputsFor(t, pipeline("dtn", withStreams(2), func(sp *v1alpha1.StreamPipeline) { sp.Spec.HostNetwork = true }))
+	in := inputsFor(t, pipeline("dtn", withStreams(2), func(sp *v1beta1.StreamPipeline) { sp.Spec.HostNetwork = true }))
 	in.Pipeline.Spec.Port = 65525 // data up to 65534, metrics past 65535
 	if _, err := Render(in, Options{AgentImage: "x"}); err == nil || !strings.Contains(err.Error(), "spec.port") {
 		t.Errorf("ports past 65535: %v", err)

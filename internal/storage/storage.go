@@ -19,13 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 const (
 	// Roles of the nodes, as in the plan.
-	RoleSender  = v1alpha1.StorageRoleSender
-	RoleGateway = v1alpha1.StorageRoleGateway
+	RoleSender  = v1beta1.StorageRoleSender
+	RoleGateway = v1beta1.StorageRoleGateway
 
 	// StateHostRoot is where senders keep what their gateway acknowledged, one directory per
 	// pipeline object (<namespace>/<name>-<uid>), made by the node daemon for the pipeline's user.
@@ -60,7 +60,7 @@ type Use struct {
 }
 
 // Uses lists every place the pipeline's pods read or write, senders first.
-func Uses(sp *v1alpha1.StreamPipeline) []Use {
+func Uses(sp *v1beta1.StreamPipeline) []Use {
 	var uses []Use
 	ids := sp.StreamIDs()
 	for i, s := range sp.Spec.Senders {
@@ -97,7 +97,7 @@ func (r *Refusal) Error() string { return r.Field + ": " + r.Message }
 // Check refuses a use of a root that does not exist, does not serve the node's role, is
 // read-only where the pipeline writes, or does not admit the pipeline's namespace with the
 // user and group its agents run as. A claim is the namespace's own: nothing to check here.
-func Check(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) error {
+func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) error {
 	uid, gid := sp.Spec.RunAs()
 	for _, u := range Uses(sp) {
 		if u.Root == "" {
@@ -124,9 +124,9 @@ func Check(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) 
 	return nil
 }
 
-func admits(root *v1alpha1.StorageRoot, namespace string, uid, gid int64) bool {
-	in := func(rs []v1alpha1.IDRange, id int64) bool {
-		return slices.ContainsFunc(rs, func(r v1alpha1.IDRange) bool { return r.Contains(id) })
+func admits(root *v1beta1.StorageRoot, namespace string, uid, gid int64) bool {
+	in := func(rs []v1beta1.IDRange, id int64) bool {
+		return slices.ContainsFunc(rs, func(r v1beta1.IDRange) bool { return r.Contains(id) })
 	}
 	for _, a := range root.Spec.Access {
 		if (slices.Contains(a.Namespaces, namespace) || slices.Contains(a.Namespaces, "*")) && in(a.Users, uid) && in(a.Groups, gid) {
@@ -148,7 +148,7 @@ type Written struct {
 // Writes lists what the pipeline writes: its sink's files (each stream's, the .part and .idx
 // beside them; a series sink's files for every series id) and its spill directories. Uses of
 // roots that do not exist are left out (Check refuses them).
-func Writes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) []Written {
+func Writes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) []Written {
 	var out []Written
 	for _, u := range Uses(sp) {
 		if u.ReadOnly {
@@ -184,7 +184,7 @@ func Writes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot)
 }
 
 // seriesSink: an HDF5 sink of Stream V2 sources writes one file per detector series.
-func seriesSink(sp *v1alpha1.StreamPipeline) bool {
+func seriesSink(sp *v1beta1.StreamPipeline) bool {
 	for _, s := range sp.Spec.Senders {
 		if s.Source.Stream2 == nil {
 			return false
@@ -235,7 +235,7 @@ func patternsMeet(p, q string) bool {
 
 // Collision finds the first file the pipeline would write that an older pipeline (earlier
 // creation, then namespace/name) already writes. Others are every pipeline of the cluster.
-func Collision(sp *v1alpha1.StreamPipeline, others []v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) error {
+func Collision(sp *v1beta1.StreamPipeline, others []v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) error {
 	mine := Writes(sp, roots)
 	if len(mine) == 0 {
 		return nil
@@ -266,7 +266,7 @@ func Collision(sp *v1alpha1.StreamPipeline, others []v1alpha1.StreamPipeline, ro
 	return nil
 }
 
-func older(a, b *v1alpha1.StreamPipeline) bool {
+func older(a, b *v1beta1.StreamPipeline) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
@@ -274,7 +274,7 @@ func older(a, b *v1alpha1.StreamPipeline) bool {
 }
 
 // pipelineDir names one pipeline object under a shared directory: <namespace>/<name>-<uid>.
-func pipelineDir(sp *v1alpha1.StreamPipeline) string {
+func pipelineDir(sp *v1beta1.StreamPipeline) string {
 	dir := sp.Name
 	if sp.UID != "" {
 		dir += "-" + string(sp.UID)
@@ -283,12 +283,12 @@ func pipelineDir(sp *v1alpha1.StreamPipeline) string {
 }
 
 // SpillDir is a sender's spill directory relative to its root: no two pipelines share one.
-func SpillDir(sp *v1alpha1.StreamPipeline) string {
+func SpillDir(sp *v1beta1.StreamPipeline) string {
 	return path.Join(sp.Spec.Spill.Path, pipelineDir(sp))
 }
 
 // StateDir is the pipeline's state directory on its sender nodes.
-func StateDir(sp *v1alpha1.StreamPipeline) string { return StateHostRoot + "/" + pipelineDir(sp) }
+func StateDir(sp *v1beta1.StreamPipeline) string { return StateHostRoot + "/" + pipelineDir(sp) }
 
 // Volume is one PersistentVolumeClaim an agent pod mounts, and the PersistentVolume the
 // operator makes for it (nil for the pipeline's own claims).
@@ -299,7 +299,7 @@ type Volume struct {
 
 // ClaimName is the claim a pod of this role, stream and node mounts for a use: the pipeline's
 // own, or the one made for the root on that node.
-func ClaimName(sp *v1alpha1.StreamPipeline, u Use) string {
+func ClaimName(sp *v1beta1.StreamPipeline, u Use) string {
 	if u.Claim != "" {
 		return u.Claim
 	}
@@ -307,14 +307,14 @@ func ClaimName(sp *v1alpha1.StreamPipeline, u Use) string {
 }
 
 // StateClaimName is the claim of a sender node's state directory.
-func StateClaimName(sp *v1alpha1.StreamPipeline, node string) string {
+func StateClaimName(sp *v1beta1.StreamPipeline, node string) string {
 	return fmt.Sprintf("%s-state-%s", sp.Name, hash(node)[:10])
 }
 
 // Volumes are the claims and volumes the operator makes for the pipeline: one per root and node
 // it uses (read-only apart), and one per sender node for its state. Each volume is bound to its
 // claim from the start and holds the whole root: the pods never see the host above it.
-func Volumes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot) []Volume {
+func Volumes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) []Volume {
 	var out []Volume
 	seen := map[string]bool{}
 	add := func(claim, node, hostPath string, hostType corev1.HostPathType, readOnly bool) {
@@ -337,7 +337,7 @@ func Volumes(sp *v1alpha1.StreamPipeline, roots map[string]*v1alpha1.StorageRoot
 	return out
 }
 
-func volume(sp *v1alpha1.StreamPipeline, claim, node, hostPath string, hostType corev1.HostPathType, readOnly bool) Volume {
+func volume(sp *v1beta1.StreamPipeline, claim, node, hostPath string, hostType corev1.HostPathType, readOnly bool) Volume {
 	labels := map[string]string{
 		"app.kubernetes.io/name":       "numastream",
 		"app.kubernetes.io/managed-by": managedBy,
@@ -373,7 +373,7 @@ func volume(sp *v1alpha1.StreamPipeline, claim, node, hostPath string, hostType 
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
 		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: sp.Namespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: v1alpha1.GroupVersion.String(), Kind: "StreamPipeline", Name: sp.Name, UID: sp.UID,
+				APIVersion: v1beta1.GroupVersion.String(), Kind: "StreamPipeline", Name: sp.Name, UID: sp.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}}},
 		Spec: corev1.PersistentVolumeClaimSpec{

@@ -9,40 +9,40 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
-func roots() map[string]*v1alpha1.StorageRoot {
-	access := []v1alpha1.StorageAccess{{
+func roots() map[string]*v1beta1.StorageRoot {
+	access := []v1beta1.StorageAccess{{
 		Namespaces: []string{"beamline-7"},
-		Users:      []v1alpha1.IDRange{{Min: 2000, Max: 2999}},
-		Groups:     []v1alpha1.IDRange{{Min: 2000, Max: 2999}},
+		Users:      []v1beta1.IDRange{{Min: 2000, Max: 2999}},
+		Groups:     []v1beta1.IDRange{{Min: 2000, Max: 2999}},
 	}, {
 		Namespaces: []string{"*"},
-		Users:      []v1alpha1.IDRange{{Min: 65532, Max: 65532}},
-		Groups:     []v1alpha1.IDRange{{Min: 65532, Max: 65532}},
+		Users:      []v1beta1.IDRange{{Min: 65532, Max: 65532}},
+		Groups:     []v1beta1.IDRange{{Min: 65532, Max: 65532}},
 	}}
-	mk := func(name, path string, readOnly bool, roles ...string) *v1alpha1.StorageRoot {
-		return &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1alpha1.StorageRootSpec{Path: path, NodeRoles: roles, ReadOnly: readOnly, Access: access}}
+	mk := func(name, path string, readOnly bool, roles ...string) *v1beta1.StorageRoot {
+		return &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1beta1.StorageRootSpec{Path: path, NodeRoles: roles, ReadOnly: readOnly, Access: access}}
 	}
-	return map[string]*v1alpha1.StorageRoot{
+	return map[string]*v1beta1.StorageRoot{
 		"archive":   mk("archive", "/archive", false, RoleGateway),
 		"archive-2": mk("archive-2", "/archive/run", false, RoleGateway), // another name for a part of it
 		"raw":       mk("raw", "/detector/raw", true, RoleSender),
 		"nvme":      mk("nvme", "/nvme", false, RoleSender),
-		"tenant-only": {ObjectMeta: metav1.ObjectMeta{Name: "tenant-only"}, Spec: v1alpha1.StorageRootSpec{
+		"tenant-only": {ObjectMeta: metav1.ObjectMeta{Name: "tenant-only"}, Spec: v1beta1.StorageRootSpec{
 			Path: "/tenant", NodeRoles: []string{RoleGateway}, Access: access[:1]}},
 	}
 }
 
-func pipeline(ns, name string, created int, edit func(*v1alpha1.StreamPipeline)) *v1alpha1.StreamPipeline {
-	sp := &v1alpha1.StreamPipeline{
+func pipeline(ns, name string, created int, edit func(*v1beta1.StreamPipeline)) *v1beta1.StreamPipeline {
+	sp := &v1beta1.StreamPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"),
 			CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 25, 10, created, 0, 0, time.UTC))},
-		Spec: v1alpha1.StreamPipelineSpec{
-			Senders: []v1alpha1.Sender{{Node: "det-a", Source: v1alpha1.Source{Synthetic: &v1alpha1.SyntheticSource{}}}},
-			Gateway: v1alpha1.Gateway{Node: "gw-1"},
+		Spec: v1beta1.StreamPipelineSpec{
+			Senders: []v1beta1.Sender{{Node: "det-a", Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{}}}},
+			Gateway: v1beta1.Gateway{Node: "gw-1"},
 		},
 	}
 	if edit != nil {
@@ -51,13 +51,13 @@ func pipeline(ns, name string, created int, edit func(*v1alpha1.StreamPipeline))
 	return sp
 }
 
-func fileSink(root, path string) func(*v1alpha1.StreamPipeline) {
-	return func(sp *v1alpha1.StreamPipeline) {
-		sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: root, Path: path}}
+func fileSink(root, path string) func(*v1beta1.StreamPipeline) {
+	return func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: root, Path: path}}
 	}
 }
 
-func ids(uid, gid int64) *v1alpha1.Files { return &v1alpha1.Files{User: &uid, Group: &gid} }
+func ids(uid, gid int64) *v1beta1.Files { return &v1beta1.Files{User: &uid, Group: &gid} }
 
 // refusal checks err: nil when field is "" (allowed), else a Refusal of that field and reason,
 // which it returns (nil after a failure).
@@ -82,34 +82,34 @@ func refusal(t *testing.T, err error, reason, field string) *Refusal {
 func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 	cases := map[string]struct {
 		ns    string
-		edit  func(*v1alpha1.StreamPipeline)
+		edit  func(*v1beta1.StreamPipeline)
 		field string // "" allowed
 		says  string
 	}{
 		"no storage":          {"beamline-7", nil, "", ""},
 		"default ids, any ns": {"other", fileSink("archive", "x-{stream}.raw"), "", ""},
-		"admitted range": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+		"admitted range": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
 			fileSink("tenant-only", "x.raw")(sp)
 			sp.Spec.Files = ids(2345, 2000)
 		}, "", ""},
-		"a claim is the namespace's own": {"other", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Claim: "gpfs", Path: "x.h5"}}
+		"a claim is the namespace's own": {"other", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Claim: "gpfs", Path: "x.h5"}}
 			sp.Spec.Files = ids(1, 1)
 		}, "", ""},
 		"no such root":          {"beamline-7", fileSink("etc-kubernetes", "manifests/x.yaml"), "spec.sink.file.root", `no StorageRoot "etc-kubernetes"`},
 		"sender root as a sink": {"beamline-7", fileSink("nvme", "x.raw"), "spec.sink.file.root", "serves sender nodes, not gateway nodes"},
-		"gateway root as a source": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: "a.h5"}}
+		"gateway root as a source": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "a.h5"}}
 		}, "spec.senders[0].source.hdf5.root", "serves gateway nodes, not sender nodes"},
-		"read-only root as a spill": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "raw"}
+		"read-only root as a spill": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "raw"}
 		}, "spec.spill.root", "read-only"},
 		"namespace not admitted": {"other", fileSink("tenant-only", "x.raw"), "spec.sink.file.root", "does not admit namespace other with user 65532 and group 65532"},
-		"user out of range": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+		"user out of range": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
 			fileSink("tenant-only", "x.raw")(sp)
 			sp.Spec.Files = ids(3000, 2000)
 		}, "spec.sink.file.root", "user 3000"},
-		"group out of range": {"beamline-7", func(sp *v1alpha1.StreamPipeline) {
+		"group out of range": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
 			fileSink("archive", "x.raw")(sp)
 			sp.Spec.Files = ids(2000, 65532)
 		}, "spec.sink.file.root", "group 65532"},
@@ -127,20 +127,20 @@ func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 // Two pipelines never write the same file: the newer is refused, naming its field, whatever the
 // roots or placeholders through which they name it.
 func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
-	stream2 := func(path string) func(*v1alpha1.StreamPipeline) {
-		return func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders[0].Source = v1alpha1.Source{Stream2: &v1alpha1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
-			sp.Spec.Sink = &v1alpha1.Sink{HDF5: &v1alpha1.HDF5Dataset{Root: "archive", Path: path}}
+	stream2 := func(path string) func(*v1beta1.StreamPipeline) {
+		return func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: path}}
 		}
 	}
-	twoStreams := func(edit func(*v1alpha1.StreamPipeline)) func(*v1alpha1.StreamPipeline) {
-		return func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Senders = append(sp.Spec.Senders, v1alpha1.Sender{Node: "det-b", Source: sp.Spec.Senders[0].Source})
+	twoStreams := func(edit func(*v1beta1.StreamPipeline)) func(*v1beta1.StreamPipeline) {
+		return func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders = append(sp.Spec.Senders, v1beta1.Sender{Node: "det-b", Source: sp.Spec.Senders[0].Source})
 			edit(sp)
 		}
 	}
 	cases := map[string]struct {
-		older, newer func(*v1alpha1.StreamPipeline)
+		older, newer func(*v1beta1.StreamPipeline)
 		newerNS      string
 		field        string // "" no collision
 	}{
@@ -155,28 +155,28 @@ func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
 		"series without {series}":         {stream2("eiger.h5"), stream2("eiger_series_4.h5"), "ns", "spec.sink.hdf5.path"},
 		"series patterns meet":            {stream2("scan/{series}.h5"), stream2("scan/{series}-b.h5"), "ns", "spec.sink.hdf5.path"},
 		"series patterns apart":           {stream2("a-{series}.h5"), stream2("b-{series}.h5"), "ns", ""},
-		"the same path on a claim": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
-		}, func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		"the same path on a claim": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		}, func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "gpfs", Path: "x.raw"}}
 		}, "ns", "spec.sink.file.path"},
-		"same claim name, other namespace": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
-		}, func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		"same claim name, other namespace": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "gpfs", Path: "x.raw"}}
+		}, func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "gpfs", Path: "x.raw"}}
 		}, "other", ""},
-		"spills never meet": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
-		}, func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		"spills never meet": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		}, func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
 		}, "ns", ""},
-		"a sink into another's spill": {func(sp *v1alpha1.StreamPipeline) {
-			sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
-		}, func(sp *v1alpha1.StreamPipeline) {
+		"a sink into another's spill": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		}, func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Gateway.Node = "det-a"
-			sp.Spec.Sink = &v1alpha1.Sink{File: &v1alpha1.FileSource{Root: "nvme", Path: "spill/ns/old-old-uid/stream-0.spill"}}
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "nvme", Path: "spill/ns/old-old-uid/stream-0.spill"}}
 		}, "ns", "spec.sink.file.path"},
-		"same path, other gateway": {fileSink("archive", "x.raw"), func(sp *v1alpha1.StreamPipeline) {
+		"same path, other gateway": {fileSink("archive", "x.raw"), func(sp *v1beta1.StreamPipeline) {
 			fileSink("archive", "x.raw")(sp)
 			sp.Spec.Gateway.Node = "gw-2"
 		}, "ns", ""},
@@ -187,7 +187,7 @@ func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			old := pipeline("ns", "old", 0, c.older)
 			young := pipeline(c.newerNS, "young", 1, c.newer)
-			others := []v1alpha1.StreamPipeline{*old, *young}
+			others := []v1beta1.StreamPipeline{*old, *young}
 			if err := Collision(old, others, all); err != nil {
 				t.Errorf("the older pipeline is refused: %v", err)
 			}

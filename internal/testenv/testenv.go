@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 )
 
 func need(t testing.TB, env, require, what string) string {
@@ -81,10 +81,10 @@ func Eventually(t testing.TB, what string, timeout, poll time.Duration, cond fun
 
 // Condition waits until the StreamPipeline has condition ctype with status (and reason, unless
 // empty) and returns the pipeline as last read.
-func Condition(ctx context.Context, t testing.TB, c client.Client, sp *v1alpha1.StreamPipeline, ctype string,
-	status metav1.ConditionStatus, reason string, timeout, poll time.Duration) *v1alpha1.StreamPipeline {
+func Condition(ctx context.Context, t testing.TB, c client.Client, sp *v1beta1.StreamPipeline, ctype string,
+	status metav1.ConditionStatus, reason string, timeout, poll time.Duration) *v1beta1.StreamPipeline {
 	t.Helper()
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	Eventually(t, fmt.Sprintf("%s %s=%s (%s)", sp.Name, ctype, status, reason), timeout, poll, func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
 			return false, err.Error()
@@ -120,7 +120,7 @@ func ClusterClient(kubeconfig string) (client.Client, *rest.Config, error) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

@@ -144,7 +144,7 @@ func TestDefaultRender(t *testing.T) {
 	if !*op.SecurityContext.RunAsNonRoot || !*op.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
 		t.Error("operator is not restricted")
 	}
-	if args := strings.Join(op.Containers[0].Args, " "); !strings.Contains(args, "--agent-image=ghcr.io/numastream/agent:0.1.0") ||
+	if args := strings.Join(op.Containers[0].Args, " "); !strings.Contains(args, "--agent-image=ghcr.io/numastream/agent:0.2.0") ||
 		!strings.Contains(args, "--metrics-from=numastream-system ") {
 		t.Errorf("operator args %v: the gateways' metrics ports open to the operator's namespace only", op.Containers[0].Args)
 	}

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/testenv"
 )
@@ -77,13 +77,13 @@ func namespace(t *testing.T) string {
 	return ns.Name
 }
 
-func sample(t *testing.T, file, ns string) *v1alpha1.StreamPipeline {
+func sample(t *testing.T, file, ns string) *v1beta1.StreamPipeline {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	if err := yaml.UnmarshalStrict(data, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func sample(t *testing.T, file, ns string) *v1alpha1.StreamPipeline {
 	return sp
 }
 
-func waitCondition(t *testing.T, sp *v1alpha1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1alpha1.StreamPipeline {
+func waitCondition(t *testing.T, sp *v1beta1.StreamPipeline, ctype string, status metav1.ConditionStatus, reason string) *v1beta1.StreamPipeline {
 	t.Helper()
 	return testenv.Condition(ctx, t, k8s, sp, ctype, status, reason, 60*time.Second, 250*time.Millisecond)
 }
@@ -107,7 +107,7 @@ func pods(t *testing.T, ns, pipeline string) []corev1.Pod {
 
 // reportDataAddresses annotates every gateway pod of the pipeline, once kwok runs it, with a
 // Multus network-status on the pipeline's attachment.
-func reportDataAddresses(t *testing.T, ns string, sp *v1alpha1.StreamPipeline) {
+func reportDataAddresses(t *testing.T, ns string, sp *v1beta1.StreamPipeline) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	done := map[string]bool{}
@@ -147,7 +147,7 @@ func TestPaperSampleRunsOnTheFacility(t *testing.T) {
 	// which the senders wait for (the real Multus does this on the facility in a box).
 	reportDataAddresses(t, ns, sp)
 	// kwok runs the pods and, for Job pods, completes them: Ready is Running or Completed.
-	cur := waitCondition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	cur := waitCondition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, "")
 	if cur.Status.Plan == nil || cur.Status.Plan.Connections != 4 || cur.Status.Bottleneck != "decompress" || cur.Status.PredictedGbps != "204.8" {
 		t.Errorf("plan %+v %s %s", cur.Status.Plan, cur.Status.Bottleneck, cur.Status.PredictedGbps)
 	}
@@ -199,7 +199,7 @@ func TestPaperSampleRunsOnTheFacility(t *testing.T) {
 // Four single-stream pipelines split gateway-2's NIC-local cores; a fifth is refused.
 func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 	ns := namespace(t)
-	mk := func(i int) *v1alpha1.StreamPipeline {
+	mk := func(i int) *v1beta1.StreamPipeline {
 		sp := sample(t, "single-stream.yaml", ns)
 		sp.Name = fmt.Sprintf("beam-%d", i)
 		sp.Spec.Gateway.Node = "gateway-2"
@@ -207,7 +207,7 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 		sp.Spec.Senders[0].Node = fmt.Sprintf("detector-%d", i%4+1)
 		sp.Spec.Connections = ptr.To[int32](4)
 		// 4 x 3 decompressing cores fit the 14 left off the NIC's node (2 of 32 are reserved).
-		sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](3), Decompress: ptr.To[int32](3)}
+		sp.Spec.Threads = &v1beta1.StageThreads{Compress: ptr.To[int32](3), Decompress: ptr.To[int32](3)}
 		return sp
 	}
 	for i := 0; i < 4; i++ {
@@ -215,18 +215,18 @@ func TestFourPipelinesShareAGatewayAndTheFifthIsRefused(t *testing.T) {
 		if err := k8s.Create(ctx, sp); err != nil {
 			t.Fatal(err)
 		}
-		waitCondition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, "Planned")
+		waitCondition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, "Planned")
 		time.Sleep(1100 * time.Millisecond)
 	}
 	for i := 0; i < 4; i++ {
-		waitCondition(t, mk(i), v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+		waitCondition(t, mk(i), v1beta1.ConditionReady, metav1.ConditionTrue, "")
 	}
 	fifth := mk(4)
 	if err := k8s.Create(ctx, fifth); err != nil {
 		t.Fatal(err)
 	}
-	cur := waitCondition(t, fifth, v1alpha1.ConditionPlanned, metav1.ConditionFalse, "NoCapacity")
-	msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned).Message
+	cur := waitCondition(t, fifth, v1beta1.ConditionPlanned, metav1.ConditionFalse, "NoCapacity")
+	msg := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPlanned).Message
 	if !strings.Contains(msg, "gateway-2") || !strings.Contains(msg, "NUMA node 1") {
 		t.Errorf("reason %q", msg)
 	}
@@ -252,7 +252,7 @@ func TestSampleSchedulesOnNodesWithReservedCPUs(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	cur := waitCondition(t, sp, v1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	cur := waitCondition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, "")
 	for _, p := range pods(t, ns, sp.Name) {
 		var cpus int64
 		for _, c := range p.Spec.Containers {
@@ -263,7 +263,7 @@ func TestSampleSchedulesOnNodesWithReservedCPUs(t *testing.T) {
 			t.Errorf("%s asks for %d CPUs of the 30 allocatable", p.Name, cpus)
 		}
 	}
-	t.Logf("Ready %s; predicted %s Gbit/s, bottleneck %s", meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady).Reason,
+	t.Logf("Ready %s; predicted %s Gbit/s, bottleneck %s", meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady).Reason,
 		cur.Status.PredictedGbps, cur.Status.Bottleneck)
 }
 
@@ -274,16 +274,16 @@ func TestGatewayNodeDeletedIsReported(t *testing.T) {
 	sp.Name = "orphan"
 	sp.Spec.Gateway.Node = "gateway-3"
 	sp.Spec.Senders[0].Node = "detector-4"
-	sp.Spec.Threads = &v1alpha1.StageThreads{Compress: ptr.To[int32](2)}
+	sp.Spec.Threads = &v1beta1.StageThreads{Compress: ptr.To[int32](2)}
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionTrue, "Planned")
+	waitCondition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, "Planned")
 	if err := k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gateway-3"}}); err != nil {
 		t.Fatal(err)
 	}
-	cur := waitCondition(t, sp, v1alpha1.ConditionPlanned, metav1.ConditionFalse, "NodeNotFound")
-	if msg := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionPlanned).Message; !strings.Contains(msg, "gateway-3") {
+	cur := waitCondition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionFalse, "NodeNotFound")
+	if msg := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionPlanned).Message; !strings.Contains(msg, "gateway-3") {
 		t.Errorf("message %q", msg)
 	}
 }

@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/testenv"
@@ -118,7 +118,7 @@ func linkRx(t *testing.T) int64 {
 }
 
 // pipeline is a StreamPipeline from detector-a to gateway-a over the data network.
-func pipeline(t *testing.T, ns, name string, chunks int64, sink string) *v1alpha1.StreamPipeline {
+func pipeline(t *testing.T, ns, name string, chunks int64, sink string) *v1beta1.StreamPipeline {
 	t.Helper()
 	doc := fmt.Sprintf(`
 metadata: {name: %s, namespace: %s}
@@ -130,7 +130,7 @@ spec:
     node: %s
     network: {nic: fab0, attachment: data-gateway, senderAttachment: data-detector}
 %s`, name, ns, detector, chunks, gateway, sink)
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	if err := yaml.UnmarshalStrict([]byte(doc), sp); err != nil {
 		t.Fatal(err)
 	}
@@ -141,16 +141,16 @@ spec:
 // NetworkAttachmentDefinitions.
 const ns = "default"
 
-func get(t *testing.T, sp *v1alpha1.StreamPipeline) *v1alpha1.StreamPipeline {
+func get(t *testing.T, sp *v1beta1.StreamPipeline) *v1beta1.StreamPipeline {
 	t.Helper()
-	cur := &v1alpha1.StreamPipeline{}
+	cur := &v1beta1.StreamPipeline{}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
 		t.Fatal(err)
 	}
 	return cur
 }
 
-func pods(t *testing.T, sp *v1alpha1.StreamPipeline, role string) []corev1.Pod {
+func pods(t *testing.T, sp *v1beta1.StreamPipeline, role string) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
 	if err := k8s.List(ctx, &list, client.InNamespace(sp.Namespace),
@@ -161,7 +161,7 @@ func pods(t *testing.T, sp *v1alpha1.StreamPipeline, role string) []corev1.Pod {
 }
 
 // running is the pipeline's one running pod of the role (the newest), or nil.
-func running(t *testing.T, sp *v1alpha1.StreamPipeline, role string) *corev1.Pod {
+func running(t *testing.T, sp *v1beta1.StreamPipeline, role string) *corev1.Pod {
 	t.Helper()
 	var out *corev1.Pod
 	for _, p := range pods(t, sp, role) {
@@ -280,7 +280,7 @@ func containerPort(p *corev1.Pod, name string, def int) int {
 }
 
 // flowing waits until the running gateway pod has delivered more chunks than from.
-func flowing(t *testing.T, sp *v1alpha1.StreamPipeline, what string, from float64) (*corev1.Pod, float64) {
+func flowing(t *testing.T, sp *v1beta1.StreamPipeline, what string, from float64) (*corev1.Pod, float64) {
 	t.Helper()
 	var gw *corev1.Pod
 	var n float64
@@ -296,7 +296,7 @@ func flowing(t *testing.T, sp *v1alpha1.StreamPipeline, what string, from float6
 }
 
 // deleteAndCheckGone deletes the pipeline and checks that everything it owned goes with it.
-func deleteAndCheckGone(t *testing.T, sp *v1alpha1.StreamPipeline) {
+func deleteAndCheckGone(t *testing.T, sp *v1beta1.StreamPipeline) {
 	t.Helper()
 	if err := k8s.Delete(ctx, sp); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
@@ -323,7 +323,7 @@ func deleteAndCheckGone(t *testing.T, sp *v1alpha1.StreamPipeline) {
 		if len(pvs.Items) > 0 {
 			left = append(left, fmt.Sprintf("%d persistentvolume", len(pvs.Items)))
 		}
-		err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), &v1alpha1.StreamPipeline{})
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), &v1beta1.StreamPipeline{})
 		if !apierrors.IsNotFound(err) {
 			left = append(left, "the StreamPipeline")
 		}
@@ -341,12 +341,12 @@ func ensureStorageRoot(name, dir string, namespaces []string, id int64) error {
 	if err := os.Chown(dir, int(id), int(id)); err != nil {
 		return err
 	}
-	root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.StorageRootSpec{
+	root := &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1beta1.StorageRootSpec{
 		Path: dir,
-		Access: []v1alpha1.StorageAccess{{Namespaces: namespaces,
-			Users: []v1alpha1.IDRange{{Min: id, Max: id}}, Groups: []v1alpha1.IDRange{{Min: id, Max: id}}}},
+		Access: []v1beta1.StorageAccess{{Namespaces: namespaces,
+			Users: []v1beta1.IDRange{{Min: id, Max: id}}, Groups: []v1beta1.IDRange{{Min: id, Max: id}}}},
 	}}
-	cur := &v1alpha1.StorageRoot{}
+	cur := &v1beta1.StorageRoot{}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(root), cur); err == nil {
 		cur.Spec.Access = root.Spec.Access
 		return k8s.Update(ctx, cur)
@@ -355,12 +355,12 @@ func ensureStorageRoot(name, dir string, namespaces []string, id int64) error {
 }
 
 // completed waits until the pipeline is Ready=True Completed with every chunk delivered.
-func completed(t *testing.T, sp *v1alpha1.StreamPipeline, chunks int64, what string) *v1alpha1.StreamPipeline {
+func completed(t *testing.T, sp *v1beta1.StreamPipeline, chunks int64, what string) *v1beta1.StreamPipeline {
 	t.Helper()
-	var cur *v1alpha1.StreamPipeline
+	var cur *v1beta1.StreamPipeline
 	eventually(t, what, 240*time.Second, func() (bool, string) {
 		cur = get(t, sp)
-		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
 		o := cur.Status.Observed
 		return ready != nil && ready.Status == metav1.ConditionTrue && ready.Reason == "Completed" && o != nil && o.ChunksDelivered == chunks,
 			fmt.Sprintf("Ready %v, observed %+v", ready, o)
@@ -400,10 +400,10 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 	}
 	defer deleteAndCheckGone(t, sp)
 
-	var cur *v1alpha1.StreamPipeline
+	var cur *v1beta1.StreamPipeline
 	eventually(t, "Ready=True Completed, with the agents' final figures", 240*time.Second, func() (bool, string) {
 		cur = get(t, sp)
-		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
 		if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != "Completed" {
 			return false, fmt.Sprintf("Ready %v", ready)
 		}
@@ -475,7 +475,7 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 	predicted, _ := strconv.ParseFloat(cur.Status.PredictedGbps, 64)
 	observed, _ := strconv.ParseFloat(o.RawGbps, 64)
 	t.Logf("status: Ready %s; observed raw %s Gbit/s, wire %s Gbit/s; chunks %d delivered, %d lost, %d corrupt; NIC-local %v",
-		meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady).Reason, o.RawGbps, o.WireGbps,
+		meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady).Reason, o.RawGbps, o.WireGbps,
 		o.ChunksDelivered, o.ChunksLost, o.ChunksCorrupt, ptrString(o.NICLocal))
 	t.Logf("predicted %.2f Gbit/s raw, bottleneck %s; observed %.2f Gbit/s (%.0f%% of the prediction)",
 		predicted, cur.Status.Bottleneck, observed, 100*observed/predicted)
@@ -501,7 +501,7 @@ func ptrString(b *bool) string {
 }
 
 // completedWatch records whether the pipeline ever reports Completed.
-func completedWatch(t *testing.T, sp *v1alpha1.StreamPipeline) (stop func() bool) {
+func completedWatch(t *testing.T, sp *v1beta1.StreamPipeline) (stop func() bool) {
 	done := make(chan struct{})
 	var mu sync.Mutex
 	seen := false
@@ -512,9 +512,9 @@ func completedWatch(t *testing.T, sp *v1alpha1.StreamPipeline) (stop func() bool
 				return
 			case <-time.After(300 * time.Millisecond):
 			}
-			cur := &v1alpha1.StreamPipeline{}
+			cur := &v1beta1.StreamPipeline{}
 			if k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur) == nil {
-				if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == "Completed" {
+				if c := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady); c != nil && c.Reason == "Completed" {
 					mu.Lock()
 					seen = true
 					mu.Unlock()
@@ -583,7 +583,7 @@ func TestEndlessStreamResumesAfterGatewayLossDrainAndSuspend(t *testing.T) {
 	final = follow(t, gw, render.DecompressContainer)
 	setSuspend(t, sp, true)
 	lives = append(lives, await(t, "gateway pod of a suspended pipeline", final))
-	testenv.Condition(ctx, t, k8s, sp, v1alpha1.ConditionReady, metav1.ConditionFalse, "Suspended", 60*time.Second, 500*time.Millisecond)
+	testenv.Condition(ctx, t, k8s, sp, v1beta1.ConditionReady, metav1.ConditionFalse, "Suspended", 60*time.Second, 500*time.Millisecond)
 	eventually(t, "no pods while suspended", 90*time.Second, func() (bool, string) {
 		left := len(pods(t, sp, render.RoleGateway)) + len(pods(t, sp, render.RoleSender))
 		return left == 0, fmt.Sprintf("%d pods", left)
@@ -616,7 +616,7 @@ func TestEndlessStreamResumesAfterGatewayLossDrainAndSuspend(t *testing.T) {
 	t.Logf("endless stream: %.0f chunks, each delivered exactly once across %d gateway pods", total, len(lives))
 }
 
-func setSuspend(t *testing.T, sp *v1alpha1.StreamPipeline, v bool) {
+func setSuspend(t *testing.T, sp *v1beta1.StreamPipeline, v bool) {
 	t.Helper()
 	patch := []byte(fmt.Sprintf(`{"spec":{"suspend":%t}}`, v))
 	if err := k8s.Patch(ctx, sp, client.RawPatch("application/merge-patch+json", patch)); err != nil {
@@ -635,13 +635,13 @@ func TestFailuresShowUpWithTheirReason(t *testing.T) {
 	}
 	eventually(t, "Ready=False Unschedulable, with the scheduler's message", 120*time.Second, func() (bool, string) {
 		cur := get(t, big)
-		ready := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
 		stalled := meta.FindStatusCondition(cur.Status.Conditions, "Stalled")
 		ok := ready != nil && ready.Reason == "Unschedulable" && strings.Contains(ready.Message, "Insufficient cpu") &&
 			stalled != nil && stalled.Status == metav1.ConditionTrue
 		return ok, fmt.Sprintf("Ready %v, Stalled %v", ready, stalled)
 	})
-	t.Logf("too-big: %s", meta.FindStatusCondition(get(t, big).Status.Conditions, v1alpha1.ConditionReady).Message)
+	t.Logf("too-big: %s", meta.FindStatusCondition(get(t, big).Status.Conditions, v1beta1.ConditionReady).Message)
 	deleteAndCheckGone(t, big) // its gateway pod holds gateway-a's cores
 
 	empty := filepath.Join(sinkRoot, "empty-source")
@@ -650,7 +650,7 @@ func TestFailuresShowUpWithTheirReason(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(empty) })
 	bad := pipeline(t, ns, "no-files", 10, "")
-	bad.Spec.Senders[0].Source = v1alpha1.Source{File: &v1alpha1.FileSource{Root: storageRoot, Path: "empty-source"}}
+	bad.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Root: storageRoot, Path: "empty-source"}}
 	if err := k8s.Create(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
@@ -658,7 +658,7 @@ func TestFailuresShowUpWithTheirReason(t *testing.T) {
 	var ready *metav1.Condition
 	eventually(t, "Ready=False AgentConfigurationError, in the agent's words", 180*time.Second, func() (bool, string) {
 		cur := get(t, bad)
-		ready = meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady)
+		ready = meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
 		return ready != nil && ready.Reason == "AgentConfigurationError" && strings.Contains(ready.Message, "holds no files"),
 			fmt.Sprintf("Ready %v", ready)
 	})

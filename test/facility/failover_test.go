@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -55,7 +55,7 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			cur := &v1alpha1.StreamPipeline{}
+			cur := &v1beta1.StreamPipeline{}
 			var jobs batchv1.JobList
 			var pods corev1.PodList
 			sel := client.MatchingLabels{render.LabelPipeline: sp.Name}

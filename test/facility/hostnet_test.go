@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 )
@@ -30,7 +30,7 @@ func TestAHostNetworkGatewayAdmitsOnlyItsSenderNode(t *testing.T) {
 	sp.Spec.HostNetwork = true
 	sp.Spec.Port = port
 	sp.Spec.Gateway.Network.Attachment, sp.Spec.Gateway.Network.SenderAttachment = "", ""
-	sp.Spec.Security = &v1alpha1.Security{Mode: v1alpha1.SecurityNone} // the address is the only check
+	sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone} // the address is the only check
 	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)         // paced: the stranger comes mid-stream
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)

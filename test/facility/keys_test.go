@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -41,7 +41,7 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	}
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := get(t, sp)
-		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1alpha1.AnnotationRotateKeys, time.Now().Format(time.RFC3339))
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, time.Now().Format(time.RFC3339))
 		return k8s.Update(ctx, cur)
 	}); err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 
 // wholeAndNothingLost checks that a completed pipeline's status counts nothing lost or corrupt and
 // that its file holds every chunk once (chunks of 11059200 bytes); it returns the file's size.
-func wholeAndNothingLost(t *testing.T, cur *v1alpha1.StreamPipeline, file string, chunks int64) int64 {
+func wholeAndNothingLost(t *testing.T, cur *v1beta1.StreamPipeline, file string, chunks int64) int64 {
 	t.Helper()
 	if o := cur.Status.Observed; o.ChunksLost != 0 || o.ChunksCorrupt != 0 {
 		t.Errorf("observed %+v", o)

@@ -20,7 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/testenv"
 )
 
@@ -47,7 +47,7 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 
 	sp := pipeline(t, ns, "watched", 0, "")
 	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)
-	sp.Spec.Spill = &v1alpha1.Spill{MaxBytes: 1 << 20} // an emptyDir
+	sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 20} // an emptyDir
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/render"
 )
@@ -83,7 +83,7 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
 	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
 	text = strings.ReplaceAll(text, "path: eiger-", "path: "+filepath.Base(dir)+"/eiger-")
@@ -109,10 +109,10 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	if err := k8s.Delete(ctx, det, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
-	var cur *v1alpha1.StreamPipeline
+	var cur *v1beta1.StreamPipeline
 	eventually(t, "Degraded=True SeriesIncomplete naming series 2", 120*time.Second, func() (bool, string) {
 		cur = get(t, sp)
-		c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded)
+		c := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionDegraded)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != conditions.ReasonSeriesIncomplete {
 			return false, fmt.Sprintf("Degraded %v, observed %+v", c, cur.Status.Observed)
 		}
@@ -120,7 +120,7 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	})
 	o := cur.Status.Observed
 	t.Logf("status: Degraded %s; observed %d delivered, %d lost, %d corrupt, seriesIncomplete %d %q",
-		meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded).Message,
+		meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionDegraded).Message,
 		o.ChunksDelivered, o.ChunksLost, o.ChunksCorrupt, o.SeriesIncomplete, o.IncompleteSeries)
 	if o.SeriesIncomplete != 1 || o.ChunksLost != 0 || o.ChunksCorrupt != 0 {
 		t.Errorf("observed %+v", o)
@@ -161,7 +161,7 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := &v1alpha1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{}
 	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
 	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
 	text = strings.ReplaceAll(text, "path: eiger-", "path: "+filepath.Base(dir)+"/eiger-")
@@ -207,7 +207,7 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 		return err == nil, fmt.Sprint(listDir(dir))
 	})
 	cur := get(t, sp)
-	if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("Degraded: %s %s", c.Reason, c.Message)
 	}
 	o := cur.Status.Observed

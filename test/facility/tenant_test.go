@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1alpha1 "github.com/numastream/numastream/api/v1alpha1"
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/storage"
 )
@@ -51,17 +51,17 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(hostDir) })
-	root := &v1alpha1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "tenant-a-data"}, Spec: v1alpha1.StorageRootSpec{
-		Path: hostDir, NodeRoles: []string{v1alpha1.StorageRoleGateway},
-		Access: []v1alpha1.StorageAccess{{Namespaces: []string{tenant},
-			Users: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}, Groups: []v1alpha1.IDRange{{Min: 2000, Max: 2999}}}},
+	root := &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "tenant-a-data"}, Spec: v1beta1.StorageRootSpec{
+		Path: hostDir, NodeRoles: []string{v1beta1.StorageRoleGateway},
+		Access: []v1beta1.StorageAccess{{Namespaces: []string{tenant},
+			Users: []v1beta1.IDRange{{Min: 2000, Max: 2999}}, Groups: []v1beta1.IDRange{{Min: 2000, Max: 2999}}}},
 	}}
 	if err := k8s.Create(ctx, root); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(ctx, root) })
 
-	tenantPipeline := func(name, sink string) *v1alpha1.StreamPipeline {
+	tenantPipeline := func(name, sink string) *v1beta1.StreamPipeline {
 		sp := pipeline(t, tenant, name, 20, sink+fmt.Sprintf("\n  files: {user: %d, group: %d, mode: \"0640\"}", uid, gid))
 		return sp
 	}
@@ -114,7 +114,7 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 
 	// The root that does not exist: refused with the field named, and never a pod.
 	got := get(t, noRoot)
-	planned := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionPlanned)
+	planned := meta.FindStatusCondition(got.Status.Conditions, v1beta1.ConditionPlanned)
 	if planned == nil || planned.Reason != storage.ReasonNotAllowed || !strings.HasPrefix(planned.Message, "spec.sink.file.root: ") {
 		t.Errorf("a root the admin did not make: Planned %v", planned)
 	}

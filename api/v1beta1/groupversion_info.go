@@ -1,8 +1,8 @@
-// Package v1alpha1 holds the numastream.io/v1alpha1 API: the StreamPipeline kind.
+// Package v1beta1 holds the numastream.io/v1beta1 API: the StreamPipeline kind.
 // It depends only on the standard library and Kubernetes API packages.
 // +kubebuilder:object:generate=true
 // +groupName=numastream.io
-package v1alpha1
+package v1beta1
 
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -11,7 +11,7 @@ import (
 
 var (
 	// GroupVersion is the API group and version of StreamPipeline.
-	GroupVersion = schema.GroupVersion{Group: "numastream.io", Version: "v1alpha1"}
+	GroupVersion = schema.GroupVersion{Group: "numastream.io", Version: "v1beta1"}
 
 	// SchemeBuilder registers the types of this package.
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
