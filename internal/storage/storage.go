@@ -100,6 +100,15 @@ func (r *Refusal) Error() string { return r.Field + ": " + r.Message }
 func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) error {
 	uid, gid := sp.Spec.RunAs()
 	for _, u := range Uses(sp) {
+		// The API refuses both since 0.2.0; pipelines stored by 0.1.0 (host paths) still hold them.
+		if u.Root == "" && u.Claim == "" {
+			return &Refusal{ReasonNotAllowed, u.Field, fmt.Sprintf(
+				"%q names neither a root (a StorageRoot) nor a claim: paths on a node are only reachable through a StorageRoot since numastream 0.2.0 (CHANGELOG.md); name one", u.Path)}
+		}
+		if !relativeClean(u.Path) && !(u.Spill && u.Path == "") {
+			return &Refusal{ReasonNotAllowed, u.Field + ".path", fmt.Sprintf(
+				"%q is not a path relative to its root or claim (no leading /, no empty, . or .. segments)", u.Path)}
+		}
 		if u.Root == "" {
 			continue
 		}
@@ -122,6 +131,20 @@ func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) er
 		}
 	}
 	return nil
+}
+
+// relativeClean says p is relative and has no empty, "." or ".." segment: it stays below
+// whatever it is joined to.
+func relativeClean(p string) bool {
+	if p == "" {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 func admits(root *v1beta1.StorageRoot, namespace string, uid, gid int64) bool {

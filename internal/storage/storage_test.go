@@ -96,6 +96,17 @@ func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Claim: "gpfs", Path: "x.h5"}}
 			sp.Spec.Files = ids(1, 1)
 		}, "", ""},
+		// What numastream 0.1.0 stored (host paths, no root) and an upgrade keeps in etcd.
+		"a 0.1.0 host path sink": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Path: "/scratch/numastream/tomo-{stream}.h5"}}
+		}, "spec.sink.hdf5", "names neither a root"},
+		"a 0.1.0 host path source": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Path: "/data/run-7"}}
+		}, "spec.senders[0].source.file", "names neither a root"},
+		"an escaping path under a root": {"beamline-7", fileSink("archive", "../etc/cron.d/x"), "spec.sink.file.path", "not a path relative"},
+		"an absolute path on a claim": {"other", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Claim: "gpfs", Path: "/x.h5"}}
+		}, "spec.sink.hdf5.path", "not a path relative"},
 		"no such root":          {"beamline-7", fileSink("etc-kubernetes", "manifests/x.yaml"), "spec.sink.file.root", `no StorageRoot "etc-kubernetes"`},
 		"sender root as a sink": {"beamline-7", fileSink("nvme", "x.raw"), "spec.sink.file.root", "serves sender nodes, not gateway nodes"},
 		"gateway root as a source": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
