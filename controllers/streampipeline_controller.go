@@ -305,7 +305,7 @@ func toAPIPlan(p planner.Plan) *v1beta1.Plan {
 			out.GatewayCores = append(out.GatewayCores, v1beta1.NUMACores{NUMANode: int32(id), Cores: int32(p.Holds[id])})
 		}
 	}
-	for _, n := range p.Nodes {
+	for _, n := range p.Pods() {
 		np := v1beta1.NodePlan{Node: n.Node, Role: string(n.Role), CPUs: int32(n.CPUs)}
 		np.StreamID = new(int32)
 		*np.StreamID = int32(n.Stream)

@@ -142,17 +142,30 @@ type Stage struct {
 	RateMbit float64
 }
 
-// NodePlan is one pod's worth of work.
-type NodePlan struct {
+// PodPlan is one pod's worth of work, a sender's or a gateway's: what both have.
+type PodPlan struct {
 	Node   string
 	Role   Role
 	Stream int // the stream's id (Request.StreamIDs)
 	CPUs   int
-	Port   int // gateway: first data port of this stream
 	Stages []Stage
 	// Containers split the pod's CPUs and stages between its agents: a sender's one, or a
 	// gateway's receiving container (on the NIC's node, relaying) and decompressing container.
 	Containers []Container
+}
+
+// SenderPlan is a sender's pod: one stream's source, compression (encryption) and sending
+// threads in one container.
+type SenderPlan struct {
+	PodPlan
+}
+
+// GatewayPlan is one stream's pod on the gateway: a receiving container next to the NIC and a
+// decompressing one, and the stream's data ports.
+type GatewayPlan struct {
+	PodPlan
+	// Port is the stream's first data port (one per connection from there).
+	Port int
 }
 
 // Container names.
@@ -182,7 +195,8 @@ type StreamPrediction struct {
 // Plan is the decision for the whole pipeline.
 type Plan struct {
 	Connections int
-	Nodes       []NodePlan // every sender (in order), then one gateway entry per stream
+	Senders     []SenderPlan  // in the request's order
+	Gateways    []GatewayPlan // one per stream, in the same order
 	Streams     []StreamPrediction
 	// RateMbit is the slowest stream's predicted raw rate; TotalMbit the sum over streams.
 	RateMbit   float64
@@ -191,6 +205,28 @@ type Plan struct {
 	// Holds is what this plan takes on the gateway: cores per NUMA node.
 	Holds   map[int]int
 	NICNode int
+}
+
+// Pods are the plan's pods, senders first, then the gateways in stream order.
+func (p Plan) Pods() []PodPlan {
+	out := make([]PodPlan, 0, len(p.Senders)+len(p.Gateways))
+	for _, s := range p.Senders {
+		out = append(out, s.PodPlan)
+	}
+	for _, g := range p.Gateways {
+		out = append(out, g.PodPlan)
+	}
+	return out
+}
+
+// Gateway is the gateway pod of a stream.
+func (p Plan) Gateway(stream int) (GatewayPlan, bool) {
+	for _, g := range p.Gateways {
+		if g.Stream == stream {
+			return g, true
+		}
+	}
+	return GatewayPlan{}, false
 }
 
 // RefusedError is a pipeline that does not fit; Reason says what a person can change.
@@ -401,10 +437,9 @@ func Make(r Request) (Plan, error) {
 		if r.Encrypt {
 			stages = append(stages, Stage{Name: StageEncrypt, Threads: sides[i].cipher, NUMA: NUMAAny, RateMbit: sides[i].encrypt})
 		}
-		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: s.Name, Role: RoleSender, Stream: id(i), CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher,
-			Stages: stages,
-		})
+		pod := PodPlan{Node: s.Name, Role: RoleSender, Stream: id(i), CPUs: sides[i].compress + SenderOverheadCPUs + sides[i].cipher, Stages: stages}
+		pod.Containers = senderContainers(pod, conns, r.ChunkBytes)
+		plan.Senders = append(plan.Senders, SenderPlan{pod})
 	}
 	for i := range r.Senders {
 		stages := []Stage{
@@ -414,15 +449,11 @@ func Make(r Request) (Plan, error) {
 		if r.HasSink {
 			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: NUMAAny})
 		}
-		plan.Nodes = append(plan.Nodes, NodePlan{
-			Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns + decompress + sinkCores,
-			Port: r.Port + slot(i)*stride, Stages: stages,
-		})
+		pod := PodPlan{Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns + decompress + sinkCores, Stages: stages}
+		pod.Containers = gatewayContainers(pod, conns, r.ChunkBytes)
+		plan.Gateways = append(plan.Gateways, GatewayPlan{PodPlan: pod, Port: r.Port + slot(i)*stride})
 	}
 	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)
-	for i := range plan.Nodes {
-		plan.Nodes[i].Containers = containers(plan.Nodes[i], conns, r.ChunkBytes)
-	}
 	return plan, nil
 }
 
@@ -473,16 +504,21 @@ func codecRate(r Request, mbit float64) float64 {
 // DefaultChunkBytes is one 2560 x 2160 16-bit projection.
 const DefaultChunkBytes = 11059200
 
-// containers splits a pod between its agents. A sender runs one. A gateway runs two: the
-// receiving container holds one CPU per connection (its relay and I/O threads share them) and
-// the NIC-locality resource; the decompressing container holds the rest (at least one), where
-// one thread reads the relay's socket next to the decompressors.
-func containers(n NodePlan, conns int, chunk int64) []Container {
+// senderContainers: a sender pod runs one agent with every stage.
+func senderContainers(n PodPlan, conns int, chunk int64) []Container {
 	if chunk <= 0 {
 		chunk = DefaultChunkBytes
 	}
-	if n.Role != RoleGateway {
-		return []Container{{Name: ContainerAgent, CPUs: n.CPUs, MemoryBytes: memoryFor(chunk, n.CPUs, conns), Stages: n.Stages}}
+	return []Container{{Name: ContainerAgent, CPUs: n.CPUs, MemoryBytes: memoryFor(chunk, n.CPUs, conns), Stages: n.Stages}}
+}
+
+// gatewayContainers: a gateway pod runs two agents. The receiving container holds one CPU per
+// connection (its relay and I/O threads share them) and the NIC-locality resource; the
+// decompressing container holds the rest (at least one), where one thread reads the relay's
+// socket next to the decompressors.
+func gatewayContainers(n PodPlan, conns int, chunk int64) []Container {
+	if chunk <= 0 {
+		chunk = DefaultChunkBytes
 	}
 	rx := Container{Name: ContainerReceive, CPUs: conns, MemoryBytes: memoryFor(chunk, conns, conns)}
 	dxCPUs := max(1, n.CPUs-conns)

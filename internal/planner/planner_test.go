@@ -37,7 +37,7 @@ func request(senders ...topology.Node) Request {
 
 func stage(t *testing.T, p Plan, role Role, stream int, name StageName) Stage {
 	t.Helper()
-	for _, n := range p.Nodes {
+	for _, n := range p.Pods() {
 		if n.Role != role || n.Stream != stream {
 			continue
 		}
@@ -107,8 +107,8 @@ func TestPaperFourStreams(t *testing.T) {
 		t.Errorf("holds %v", p.Holds)
 	}
 	// Ports: each stream its own range.
-	if p.Nodes[4].Port != 5555 || p.Nodes[5].Port != 5559 {
-		t.Errorf("ports %d %d", p.Nodes[4].Port, p.Nodes[5].Port)
+	if p.Gateways[0].Port != 5555 || p.Gateways[1].Port != 5559 {
+		t.Errorf("ports %d %d", p.Gateways[0].Port, p.Gateways[1].Port)
 	}
 }
 
@@ -326,7 +326,7 @@ func TestPlansFitAllocatableCPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := map[string]int{}
-	for _, n := range p.Nodes {
+	for _, n := range p.Pods() {
 		total[n.Node] += n.CPUs
 	}
 	if total["updraft1"] > 30 || total["lynxdtn"] > 30 {
@@ -353,8 +353,8 @@ func TestOtherPodsRequestsAreNotPlanned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := stage(t, p, "sender", 0, StageCompress); c.Threads != 27 || p.Nodes[0].CPUs != 28 {
-		t.Errorf("compress %d threads in a %d-CPU pod, want 27 in 28", c.Threads, p.Nodes[0].CPUs)
+	if c := stage(t, p, "sender", 0, StageCompress); c.Threads != 27 || p.Senders[0].CPUs != 28 {
+		t.Errorf("compress %d threads in a %d-CPU pod, want 27 in 28", c.Threads, p.Senders[0].CPUs)
 	}
 	gw := lynx
 	gw.AllocatableCPUs = 30
@@ -366,10 +366,8 @@ func TestOtherPodsRequestsAreNotPlanned(t *testing.T) {
 		t.Fatal(err)
 	}
 	used := 0
-	for _, n := range p.Nodes {
-		if n.Role == "gateway" {
-			used += n.CPUs
-		}
+	for _, n := range p.Gateways {
+		used += n.CPUs
 	}
 	if used > 26 {
 		t.Errorf("gateway pods request %d CPUs of the 26 left", used)
@@ -432,12 +430,7 @@ func TestThePlannerSplitsTheGatewayPodBetweenItsContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gw NodePlan
-	for _, n := range p.Nodes {
-		if n.Role == "gateway" {
-			gw = n
-		}
-	}
+	gw := p.Gateways[len(p.Gateways)-1]
 	if len(gw.Containers) != 2 {
 		t.Fatalf("containers %+v", gw.Containers)
 	}
@@ -453,10 +446,10 @@ func TestThePlannerSplitsTheGatewayPodBetweenItsContainers(t *testing.T) {
 	small := r
 	small.ChunkBytes = 1 << 20
 	q, _ := Make(small)
-	if q.Nodes[len(q.Nodes)-1].Containers[1].MemoryBytes >= dx.MemoryBytes || dx.MemoryBytes%(1<<20) != 0 {
-		t.Errorf("memory %d for 11 MB chunks, %d for 1 MiB chunks", dx.MemoryBytes, q.Nodes[len(q.Nodes)-1].Containers[1].MemoryBytes)
+	if q.Gateways[len(q.Gateways)-1].Containers[1].MemoryBytes >= dx.MemoryBytes || dx.MemoryBytes%(1<<20) != 0 {
+		t.Errorf("memory %d for 11 MB chunks, %d for 1 MiB chunks", dx.MemoryBytes, q.Gateways[len(q.Gateways)-1].Containers[1].MemoryBytes)
 	}
-	if s := p.Nodes[0].Containers; len(s) != 1 || s[0].CPUs != p.Nodes[0].CPUs {
+	if s := p.Senders[0].Containers; len(s) != 1 || s[0].CPUs != p.Senders[0].CPUs {
 		t.Errorf("sender containers %+v", s)
 	}
 }
@@ -470,7 +463,7 @@ func TestTwoCPUNodesFitWithTheSinkSharingACore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range p.Nodes {
+	for _, n := range p.Pods() {
 		if n.CPUs > 2 {
 			t.Errorf("%s %s asks %d CPUs of 2", n.Role, n.Node, n.CPUs)
 		}
@@ -520,8 +513,8 @@ func TestPassThroughSourcesPlanNoCodecWork(t *testing.T) {
 	if _, ok := p.Streams[0].Stages[StageCompress]; ok {
 		t.Errorf("a pass-through stream's prediction lists a compress rate: %v", p.Streams[0].Stages)
 	}
-	if got := stage(t, p, "sender", 0, StageCompress).Threads + SenderOverheadCPUs; p.Nodes[0].CPUs != got {
-		t.Errorf("sender pod asks %d CPUs, want %d", p.Nodes[0].CPUs, got)
+	if got := stage(t, p, "sender", 0, StageCompress).Threads + SenderOverheadCPUs; p.Senders[0].CPUs != got {
+		t.Errorf("sender pod asks %d CPUs, want %d", p.Senders[0].CPUs, got)
 	}
 }
 
@@ -542,8 +535,8 @@ func TestEncryptionBudgetsCipherCores(t *testing.T) {
 	comp := stage(t, p, "sender", 0, StageCompress)
 	// 27 compress threads make 27 x 3520 = 95040 Mbit/s raw, 47520 on the wire at ratio 2:
 	// 3.5 cores of a 13600 Mbit/s cipher, so 4; 27 + 4 + 1 is the sender's 32.
-	if comp.Threads != 27 || enc.Threads != 4 || p.Nodes[0].CPUs != 32 {
-		t.Errorf("compress %d, encrypt %d, sender CPUs %d; want 27, 4, 32", comp.Threads, enc.Threads, p.Nodes[0].CPUs)
+	if comp.Threads != 27 || enc.Threads != 4 || p.Senders[0].CPUs != 32 {
+		t.Errorf("compress %d, encrypt %d, sender CPUs %d; want 27, 4, 32", comp.Threads, enc.Threads, p.Senders[0].CPUs)
 	}
 	if _, ok := plain.Streams[0].Stages[StageEncrypt]; ok {
 		t.Errorf("an unencrypted plan predicts an encrypt stage: %v", plain.Streams[0].Stages)
@@ -574,8 +567,8 @@ func TestEncryptionOnASmallSender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Nodes[0].CPUs != 2 || stage(t, p, "sender", 0, StageEncrypt).Threads != 0 {
-		t.Errorf("sender %d CPUs, encrypt %+v; want 2 CPUs and no core of its own", p.Nodes[0].CPUs, stage(t, p, "sender", 0, StageEncrypt))
+	if p.Senders[0].CPUs != 2 || stage(t, p, "sender", 0, StageEncrypt).Threads != 0 {
+		t.Errorf("sender %d CPUs, encrypt %+v; want 2 CPUs and no core of its own", p.Senders[0].CPUs, stage(t, p, "sender", 0, StageEncrypt))
 	}
 	if !near(p.Streams[0].Stages[StageEncrypt], 0.5*CipherMbitPerCore*2, 1) {
 		t.Errorf("encrypt predicted %.0f", p.Streams[0].Stages[StageEncrypt])
@@ -588,7 +581,7 @@ func TestEncryptionOnASmallSender(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 12 x 3520 / 2 = 21120 Mbit/s on the wire: 2 cipher cores; 12 + 2 + 1 = 15 of 16.
-	if c, e := stage(t, p, "sender", 0, StageCompress), stage(t, p, "sender", 0, StageEncrypt); c.Threads != 12 || e.Threads != 2 || p.Nodes[0].CPUs != 15 {
-		t.Errorf("compress %d, encrypt %d, CPUs %d", c.Threads, e.Threads, p.Nodes[0].CPUs)
+	if c, e := stage(t, p, "sender", 0, StageCompress), stage(t, p, "sender", 0, StageEncrypt); c.Threads != 12 || e.Threads != 2 || p.Senders[0].CPUs != 15 {
+		t.Errorf("compress %d, encrypt %d, CPUs %d", c.Threads, e.Threads, p.Senders[0].CPUs)
 	}
 }

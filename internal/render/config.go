@@ -100,19 +100,52 @@ type CurveConfig struct {
 	AllowedKeysFile string `json:"allowed_keys_file,omitempty"`
 }
 
-// agentConfigs are the agents' configurations for one plan entry, by ConfigMap key: a sender's,
-// or a gateway's two (the receiving container relays to the decompressing one). The planner has
-// decided every figure; this only translates.
-func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
-	if n.Role != planner.RoleGateway {
-		tx := agentConfig(in, n)
-		if in.KeysSecret != "" {
-			tx.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
-				SecretKeyFile: KeysMountPath + "/secret", ServerKeyFile: KeysMountPath + "/server.public"}}
+// senderConfigs is a sender's configuration, by ConfigMap key, dialling endpoint. The planner
+// has decided every figure; this only translates.
+func senderConfigs(in Inputs, s planner.SenderPlan, endpoint string) map[string]AgentConfig {
+	n := s.PodPlan
+	sp := in.Pipeline
+	tx := agentConfig(in, n)
+	stream := n.Stream
+	tx.Endpoint = endpoint
+	tx.StreamID = &stream
+	tx.Source = sourceConfig(sp.Spec.Senders[sp.SenderOfStream(n.Stream)].Source)
+	tx.StateDir = StateMountPath
+	if sp.Spec.Spill != nil {
+		// A root is shared: each pipeline object spills under its own part of it, so that the
+		// next sender of a stream recovers its own spill and never another's.
+		path := SpillMountPath
+		if sp.Spec.Spill.Root != "" {
+			path += "/" + storage.SpillDir(sp)
 		}
-		return map[string]AgentConfig{configKey(n): tx}
+		tx.Spill = &SpillConfig{Path: path, MaxBytes: sp.Spec.Spill.MaxBytes}
 	}
-	relay := agentConfig(in, n)
+	if in.KeysSecret != "" {
+		tx.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
+			SecretKeyFile: KeysMountPath + "/secret", ServerKeyFile: KeysMountPath + "/server.public"}}
+	}
+	return map[string]AgentConfig{configKey(n): tx}
+}
+
+// gatewayConfigs are a gateway stream's two configurations, by ConfigMap key: the receiving
+// container's, which relays to the decompressing container's.
+func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
+	n := g.PodPlan
+	sp := in.Pipeline
+	base := agentConfig(in, n)
+	base.Endpoint = "tcp://0.0.0.0:" + strconv.Itoa(g.Port)
+	base.Streams = 1
+	base.Sink = sinkConfig(sp.Spec.Sink)
+	if base.Sink.Kind == "file" || base.Sink.Kind == "hdf5" {
+		base.Sink.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+	}
+	base.Timeouts = &TimeoutsConfig{IdleSeconds: idleSeconds(sp)}
+	// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
+	// the pod's interfaces, so the NIC's NUMA node comes from the node's labels.
+	nicNode := in.Plan.NICNode
+	base.Placement.NICNUMANode = &nicNode
+
+	relay := base
 	relay.Relay = true
 	if in.KeysSecret != "" {
 		relay.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
@@ -127,7 +160,7 @@ func agentConfigs(in Inputs, n planner.NodePlan) map[string]AgentConfig {
 	relay.Sink = &SinkConfig{Kind: "zmq", Endpoint: RelaySocket}
 	relay.Placement.Stages = placedStages(n.Containers[0].Stages)
 
-	decompress := agentConfig(in, n)
+	decompress := base
 	decompress.Endpoint = RelaySocket
 	decompress.Connections = 1
 	_, dxMetrics := metricsPorts(in, n)
@@ -183,8 +216,9 @@ func securityMode(in Inputs) string {
 	return "encrypt"
 }
 
-// agentConfig is one agent's configuration before the gateway split.
-func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
+// agentConfig is what every agent's configuration has: the codec, connections, chunk size,
+// metrics and placement of the pod's plan.
+func agentConfig(in Inputs, n planner.PodPlan) AgentConfig {
 	sp := in.Pipeline
 	codec := string(sp.Spec.Codec)
 	if codec == "" {
@@ -204,44 +238,7 @@ func agentConfig(in Inputs, n planner.NodePlan) AgentConfig {
 		Metrics:     MetricsConfig{Listen: fmt.Sprintf("0.0.0.0:%d", agentMetrics)},
 		Placement:   PlacementConfig{Mode: mode, Stages: stages},
 	}
-	if n.Role == planner.RoleSender {
-		stream := n.Stream
-		cfg.Endpoint = senderEndpoint(in, n)
-		cfg.StreamID = &stream
-		cfg.Source = sourceConfig(sp.Spec.Senders[sp.SenderOfStream(n.Stream)].Source)
-		cfg.StateDir = StateMountPath
-		if sp.Spec.Spill != nil {
-			// A root is shared: each pipeline object spills under its own part of it, so that the
-			// next sender of a stream recovers its own spill and never another's.
-			path := SpillMountPath
-			if sp.Spec.Spill.Root != "" {
-				path += "/" + storage.SpillDir(sp)
-			}
-			cfg.Spill = &SpillConfig{Path: path, MaxBytes: sp.Spec.Spill.MaxBytes}
-		}
-		return cfg
-	}
-	cfg.Endpoint = "tcp://0.0.0.0:" + strconv.Itoa(n.Port)
-	cfg.Streams = 1
-	cfg.Sink = sinkConfig(sp.Spec.Sink)
-	if cfg.Sink.Kind == "file" || cfg.Sink.Kind == "hdf5" {
-		cfg.Sink.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
-	}
-	cfg.Timeouts = &TimeoutsConfig{IdleSeconds: idleSeconds(sp)}
-	// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
-	// the pod's interfaces, so the NIC's NUMA node comes from the node's labels.
-	nicNode := in.Plan.NICNode
-	cfg.Placement.NICNUMANode = &nicNode
 	return cfg
-}
-
-func gatewayFor(p planner.Plan, stream int) planner.NodePlan {
-	for _, n := range p.Nodes {
-		if n.Role == planner.RoleGateway && n.Stream == stream {
-			return n
-		}
-	}
-	return planner.NodePlan{}
 }
 
 func sourceConfig(s v1beta1.Source) *SourceConfig {

@@ -146,21 +146,30 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	}
 	out := Objects{Endpoints: map[int]string{}}
 	configs := map[string]string{}
-	for _, n := range in.Plan.Nodes {
-		if n.Role == planner.RoleSender {
-			ep := senderEndpoint(in, n)
-			if ep == "" {
-				out.Waiting = append(out.Waiting, Name(sp, n))
-				continue
-			}
-			out.Endpoints[n.Stream] = ep
-		}
-		for key, cfg := range agentConfigs(in, n) {
+	addConfigs := func(cfgs map[string]AgentConfig) error {
+		for key, cfg := range cfgs {
 			b, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
-				return out, err
+				return err
 			}
 			configs[key] = string(b)
+		}
+		return nil
+	}
+	for _, s := range in.Plan.Senders {
+		ep := senderEndpoint(in, s.Stream)
+		if ep == "" {
+			out.Waiting = append(out.Waiting, Name(sp, s.PodPlan))
+			continue
+		}
+		out.Endpoints[s.Stream] = ep
+		if err := addConfigs(senderConfigs(in, s, ep)); err != nil {
+			return out, err
+		}
+	}
+	for _, g := range in.Plan.Gateways {
+		if err := addConfigs(gatewayConfigs(in, g)); err != nil {
+			return out, err
 		}
 	}
 	out.ConfigMap = &corev1.ConfigMap{
@@ -168,13 +177,15 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		ObjectMeta: meta(sp, sp.Name+"-agent", "", -1),
 		Data:       configs,
 	}
-	for _, n := range in.Plan.Nodes {
-		if n.Role == planner.RoleGateway {
-			out.Services = append(out.Services, service(in, n))
-		} else if _, ok := configs[configKey(n)]; !ok {
+	for _, s := range in.Plan.Senders {
+		if _, ok := configs[configKey(s.PodPlan)]; !ok {
 			continue // waiting for the gateway's data-network address
 		}
-		out.Jobs = append(out.Jobs, job(in, n, configs[configKey(n)]+configs[relayKey(n)], opts))
+		out.Jobs = append(out.Jobs, job(in, s.PodPlan, senderContainers(in, s, opts), configs[configKey(s.PodPlan)], opts))
+	}
+	for _, g := range in.Plan.Gateways {
+		out.Services = append(out.Services, service(in, g))
+		out.Jobs = append(out.Jobs, job(in, g.PodPlan, gatewayContainers(in, g, opts), configs[configKey(g.PodPlan)]+configs[relayKey(g.PodPlan)], opts))
 	}
 	out.Volumes = storage.Volumes(sp, in.Roots)
 	if opts.NetworkPolicy && !sp.Spec.HostNetwork { // NetworkPolicy does not govern host networking
@@ -193,7 +204,7 @@ const HostMetricsPortsPerStream = 3
 // ports, so each stream's slot holds its own, right after its data ports: two streams into one
 // gateway never collide, none is 9100 (node-exporter's), and a stream keeps its ports when others
 // come and go.
-func metricsPorts(in Inputs, n planner.NodePlan) (agent, decompress int) {
+func metricsPorts(in Inputs, n planner.PodPlan) (agent, decompress int) {
 	sp := in.Pipeline
 	if !sp.Spec.HostNetwork {
 		return MetricsPort, DecompressMetricsPort
@@ -213,14 +224,14 @@ func lastHostPort(in Inputs) int {
 }
 
 // Name of the Job / Service for a plan entry.
-func Name(sp *v1beta1.StreamPipeline, n planner.NodePlan) string {
+func Name(sp *v1beta1.StreamPipeline, n planner.PodPlan) string {
 	return fmt.Sprintf("%s-%s-%d", sp.Name, n.Role, n.Stream)
 }
 
-func configKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d.json", n.Role, n.Stream) }
+func configKey(n planner.PodPlan) string { return fmt.Sprintf("%s-%d.json", n.Role, n.Stream) }
 
 // relayKey is the configuration of a gateway pod's receiving (relaying) container.
-func relayKey(n planner.NodePlan) string { return fmt.Sprintf("%s-%d-relay.json", n.Role, n.Stream) }
+func relayKey(n planner.PodPlan) string { return fmt.Sprintf("%s-%d-relay.json", n.Role, n.Stream) }
 
 func meta(sp *v1beta1.StreamPipeline, name, role string, stream int) metav1.ObjectMeta {
 	labels := map[string]string{
@@ -250,10 +261,10 @@ func meta(sp *v1beta1.StreamPipeline, name, role string, stream int) metav1.Obje
 }
 
 // service exposes one gateway stream's data ports and metrics.
-func service(in Inputs, n planner.NodePlan) *corev1.Service {
+func service(in Inputs, n planner.GatewayPlan) *corev1.Service {
 	sp, conns := in.Pipeline, in.Plan.Connections
-	rxMetrics, dxMetrics := metricsPorts(in, n)
-	name := Name(sp, n)
+	rxMetrics, dxMetrics := metricsPorts(in, n.PodPlan)
+	name := Name(sp, n.PodPlan)
 	svc := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: meta(sp, name, string(n.Role), n.Stream),
@@ -277,7 +288,7 @@ func service(in Inputs, n planner.NodePlan) *corev1.Service {
 	return svc
 }
 
-func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Job {
+func job(in Inputs, n planner.PodPlan, cs []corev1.Container, config string, opts Options) *batchv1.Job {
 	sp := in.Pipeline
 	name := Name(sp, n)
 	pod := corev1.PodTemplateSpec{ObjectMeta: meta(sp, "", string(n.Role), n.Stream)}
@@ -287,7 +298,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 		RestartPolicy:                 corev1.RestartPolicyNever,
 		TerminationGracePeriodSeconds: ptr.To[int64](30), // SIGTERM drains the stream
 		SecurityContext:               podSecurity(sp),
-		Containers:                    containers(in, n, opts),
+		Containers:                    cs,
 		Volumes:                       volumes(in, n),
 		EnableServiceLinks:            ptr.To(false),
 	}
@@ -331,7 +342,7 @@ func job(in Inputs, n planner.NodePlan, config string, opts Options) *batchv1.Jo
 // schedule sets the pod's node selection (the plan names the node; the settings may only
 // narrow it), tolerations, priority class and image pull secrets: the operator's, then the
 // pipeline's.
-func schedule(spec *corev1.PodSpec, n planner.NodePlan, defaults v1beta1.PodSettings, own *v1beta1.PodSettings) {
+func schedule(spec *corev1.PodSpec, n planner.PodPlan, defaults v1beta1.PodSettings, own *v1beta1.PodSettings) {
 	s := *defaults.DeepCopy()
 	if own != nil {
 		s.Tolerations = append(s.Tolerations, own.Tolerations...)
@@ -381,7 +392,7 @@ func podFailurePolicy() *batchv1.PodFailurePolicy {
 
 // withNetworkAttachment: the gateway's pods and the senders join the data network (Multus), the
 // senders through their own attachment when the spec names one.
-func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1beta1.StreamPipeline, n planner.NodePlan) {
+func withNetworkAttachment(pod *corev1.PodTemplateSpec, sp *v1beta1.StreamPipeline, n planner.PodPlan) {
 	if a := attachmentOf(sp, n.Role); a != "" {
 		pod.Annotations[MultusAnnotation] = a
 	}
@@ -398,17 +409,17 @@ func attachmentOf(sp *v1beta1.StreamPipeline, role planner.Role) string {
 // senderEndpoint is where a sender dials its gateway: over the data network when there is one
 // (the static address, else the one Multus reported for the gateway pod; "" while unknown), the
 // gateway node's address with host networking, else the gateway's Service.
-func senderEndpoint(in Inputs, n planner.NodePlan) string {
+func senderEndpoint(in Inputs, stream int) string {
 	sp := in.Pipeline
-	gw := gatewayFor(in.Plan, n.Stream)
-	host := fmt.Sprintf("%s.%s.svc", Name(sp, gw), sp.Namespace)
+	gw, _ := in.Plan.Gateway(stream)
+	host := fmt.Sprintf("%s.%s.svc", Name(sp, gw.PodPlan), sp.Namespace)
 	switch {
 	case sp.Spec.Gateway.Network.Address != "":
 		host = sp.Spec.Gateway.Network.Address
 	case sp.Spec.HostNetwork:
 		host = in.GatewayAddress
 	case sp.Spec.Gateway.Network.Attachment != "":
-		host = in.DataAddresses[n.Stream]
+		host = in.DataAddresses[stream]
 	}
 	if host == "" {
 		return ""
@@ -419,22 +430,29 @@ func senderEndpoint(in Inputs, n planner.NodePlan) string {
 	return fmt.Sprintf("tcp://%s:%d", host, gw.Port)
 }
 
-// containers: a sender pod has one; a gateway pod has the receiving container (the NIC's device
-// resource, the data ports) and the decompressing container.
-func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container {
-	keys := corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
-	agentMetrics, dxMetrics := metricsPorts(in, n)
-	if n.Role != planner.RoleGateway {
-		tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), agentMetrics, "metrics")
-		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
-		if in.Pipeline.Spec.Spill != nil {
-			tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
-		}
-		if in.KeysSecret != "" {
-			tx.VolumeMounts = append(tx.VolumeMounts, keys)
-		}
-		return []corev1.Container{tx}
+// keysMount is where an agent on the network reads its CURVE keys.
+var keysMount = corev1.VolumeMount{Name: "keys", MountPath: KeysMountPath, ReadOnly: true}
+
+// senderContainers: a sender pod has one agent, with its state, spill and keys.
+func senderContainers(in Inputs, s planner.SenderPlan, opts Options) []corev1.Container {
+	n := s.PodPlan
+	agentMetrics, _ := metricsPorts(in, n)
+	tx := agent(in, n, opts, n.Containers[0], "send", configKey(n), agentMetrics, "metrics")
+	tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "state", MountPath: StateMountPath})
+	if in.Pipeline.Spec.Spill != nil {
+		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
 	}
+	if in.KeysSecret != "" {
+		tx.VolumeMounts = append(tx.VolumeMounts, keysMount)
+	}
+	return []corev1.Container{tx}
+}
+
+// gatewayContainers: a gateway pod has the receiving container (the NIC's device resource, the
+// data ports, the keys) and the decompressing container (the sink's volume).
+func gatewayContainers(in Inputs, g planner.GatewayPlan, opts Options) []corev1.Container {
+	n := g.PodPlan
+	agentMetrics, dxMetrics := metricsPorts(in, n)
 	rx := agent(in, n, opts, n.Containers[0], "receive", relayKey(n), agentMetrics, "metrics")
 	sp := in.Pipeline
 	if sp.Spec.Placement != v1beta1.PlacementOS {
@@ -442,7 +460,7 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 		rx.Resources.Limits[corev1.ResourceName(nicResource(sp))] = resource.MustParse("1")
 	}
 	for p := 0; p < in.Plan.Connections; p++ {
-		rx.Ports = append(rx.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(n.Port + p)})
+		rx.Ports = append(rx.Ports, corev1.ContainerPort{Name: fmt.Sprintf("data-%d", p), ContainerPort: int32(g.Port + p)})
 	}
 	dx := agent(in, n, opts, n.Containers[1], "receive", configKey(n), dxMetrics, "metrics-dx") // at most 15 characters
 	if hasDataVolume(sp, n) {
@@ -452,14 +470,14 @@ func containers(in Inputs, n planner.NodePlan, opts Options) []corev1.Container 
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "relay", MountPath: RelayDir})
 	}
 	if in.KeysSecret != "" {
-		rx.VolumeMounts = append(rx.VolumeMounts, keys) // only the container on the network holds keys
+		rx.VolumeMounts = append(rx.VolumeMounts, keysMount) // only the container on the network holds keys
 	}
 	return []corev1.Container{rx, dx}
 }
 
 // agent is one agent container: Guaranteed QoS with integer CPUs (requests == limits) so the
 // kubelet's static CPU manager gives it exclusive cores.
-func agent(in Inputs, n planner.NodePlan, opts Options, plan planner.Container, cmd, config string, metrics int, portName string) corev1.Container {
+func agent(in Inputs, n planner.PodPlan, opts Options, plan planner.Container, cmd, config string, metrics int, portName string) corev1.Container {
 	sp := in.Pipeline
 	name := plan.Name
 	cpu := resource.MustParse(fmt.Sprint(plan.CPUs))
@@ -521,7 +539,7 @@ func containerSecurity() *corev1.SecurityContext {
 	}
 }
 
-func hasDataVolume(sp *v1beta1.StreamPipeline, n planner.NodePlan) bool {
+func hasDataVolume(sp *v1beta1.StreamPipeline, n planner.PodPlan) bool {
 	for _, u := range podUses(sp, n) {
 		if !u.Spill {
 			return true
@@ -543,7 +561,7 @@ func SenderPublicKey(stream int) string { return fmt.Sprintf("sender-%d.public",
 // keysVolume projects, from the pipeline's Secret, only what one pod needs: a sender its own
 // secret key and the gateway's public key; a gateway stream the gateway's secret key and the
 // public key of the one sender it accepts. Readable by the agent's group only.
-func keysVolume(secret string, n planner.NodePlan) corev1.Volume {
+func keysVolume(secret string, n planner.PodPlan) corev1.Volume {
 	items := []corev1.KeyToPath{
 		{Key: SenderSecretKey(n.Stream), Path: "secret"},
 		{Key: GatewayPublicKey, Path: "server.public"},
@@ -568,10 +586,7 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 	sp := in.Pipeline
 	tcp := corev1.ProtocolTCP
 	var data []networkingv1.NetworkPolicyPort
-	for _, n := range in.Plan.Nodes {
-		if n.Role != planner.RoleGateway {
-			continue
-		}
+	for _, n := range in.Plan.Gateways {
 		for c := 0; c < in.Plan.Connections; c++ {
 			port := intstr.FromInt32(int32(n.Port + c))
 			data = append(data, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port})
@@ -645,7 +660,7 @@ func metricsPeers(entries []string) []networkingv1.NetworkPolicyPeer {
 	return peers
 }
 
-func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
+func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 	sp := in.Pipeline
 	vols := []corev1.Volume{{
 		Name: "config",
@@ -683,7 +698,7 @@ func volumes(in Inputs, n planner.NodePlan) []corev1.Volume {
 }
 
 // podUses are the storage uses of one pod.
-func podUses(sp *v1beta1.StreamPipeline, n planner.NodePlan) []storage.Use {
+func podUses(sp *v1beta1.StreamPipeline, n planner.PodPlan) []storage.Use {
 	var out []storage.Use
 	for _, u := range storage.Uses(sp) {
 		if u.Role == string(n.Role) && (n.Role == planner.RoleGateway || u.Stream == n.Stream) {

@@ -155,7 +155,7 @@ func TestRenderedPodsAreGuaranteedAndPinnedToTheirNode(t *testing.T) {
 		t.Fatalf("%d jobs, %d services", len(objs.Jobs), len(objs.Services))
 	}
 	for i, j := range objs.Jobs {
-		n := plan.Nodes[i]
+		n := plan.Pods()[i]
 		pod := j.Spec.Template.Spec
 		if pod.NodeSelector[corev1.LabelHostname] != n.Node {
 			t.Errorf("%s: node selector %v", j.Name, pod.NodeSelector)
@@ -281,7 +281,7 @@ func TestAgentConfigsFollowThePlan(t *testing.T) {
 			t.Fatal(key, err)
 		}
 	}
-	wantPort := plan.Nodes[3].Port
+	wantPort := plan.Gateways[1].Port
 	if tx["endpoint"] != "tcp://tomo-gateway-1.beamline.svc:"+itoa(wantPort) {
 		t.Errorf("sender endpoint %v", tx["endpoint"])
 	}
@@ -308,7 +308,7 @@ func TestAgentConfigsFollowThePlan(t *testing.T) {
 	}
 	dstages := rx["placement"].(map[string]any)["stages"].(map[string]any)
 	var planned float64
-	for _, st := range plan.Nodes[3].Stages {
+	for _, st := range plan.Gateways[1].Stages {
 		if st.Name == "decompress" {
 			planned = float64(st.Threads)
 		}
@@ -556,8 +556,8 @@ func TestNetworkPolicyAdmitsOnlyThePipelinesSenders(t *testing.T) {
 	for _, p := range data.Ports {
 		ports[p.Port.IntVal] = true
 	}
-	for _, n := range plan.Nodes {
-		for c := 0; n.Role == planner.RoleGateway && c < plan.Connections; c++ {
+	for _, n := range plan.Gateways {
+		for c := 0; c < plan.Connections; c++ {
 			if !ports[int32(n.Port+c)] {
 				t.Errorf("data port %d of stream %d not in the policy", n.Port+c, n.Stream)
 			}
@@ -631,7 +631,7 @@ func TestHostNetworkPodsConnectToTheGatewayDataNICAddress(t *testing.T) {
 			t.Errorf("%s: hostNetwork %v dns %s", j.Name, j.Spec.Template.Spec.HostNetwork, j.Spec.Template.Spec.DNSPolicy)
 		}
 	}
-	if !strings.Contains(objs.ConfigMap.Data["sender-1.json"], `"endpoint": "tcp://10.40.0.7:`+itoa(plan.Nodes[3].Port)+`"`) {
+	if !strings.Contains(objs.ConfigMap.Data["sender-1.json"], `"endpoint": "tcp://10.40.0.7:`+itoa(plan.Gateways[1].Port)+`"`) {
 		t.Errorf("sender endpoint: %s", objs.ConfigMap.Data["sender-1.json"])
 	}
 	if objs.NetworkPolicy != nil {
@@ -654,7 +654,7 @@ func TestSendersDialTheGatewayOnTheDataNetwork(t *testing.T) {
 	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["sender-0.json"]), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("tcp://10.215.0.100:%d", plan.Nodes[len(plan.Nodes)/2].Port)
+	want := fmt.Sprintf("tcp://10.215.0.100:%d", plan.Gateways[0].Port)
 	if cfg["endpoint"] != want {
 		t.Errorf("sender endpoint %v, want %s (the gateway pod's data-network address)", cfg["endpoint"], want)
 	}
