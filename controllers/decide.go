@@ -48,6 +48,9 @@ const (
 	// JobRoll: the Job runs an older plan and waits its turn to be replaced (spec.rollout: other
 	// streams are being replaced); its stream goes on meanwhile.
 	JobRoll JobAction = "roll"
+	// JobFinished: the Job's stream has finished (its sender's Job completed): left as it is,
+	// whatever changed since. Replacing it would run a finished stream again.
+	JobFinished JobAction = "finished"
 )
 
 // JobStep is the action decided for one Job.
@@ -223,6 +226,15 @@ func decideJobs(sp *v1beta1.StreamPipeline, f facts, objs render.Objects, inPlac
 		want[name] = true
 		steps = append(steps, JobStep{Name: name, Action: JobHold, Existing: f.jobs[name]})
 	}
+	// A finished stream stays finished: edits and upgrades apply to the streams still running.
+	for i, st := range steps {
+		switch st.Action {
+		case JobReplace, JobResize:
+			if streamFinished(st.Existing, f.jobs) {
+				steps[i].Action, steps[i].Event, steps[i].Pod = JobFinished, nil, nil
+			}
+		}
+	}
 	var gone []string
 	for name, j := range f.jobs {
 		if !want[name] && j.DeletionTimestamp == nil {
@@ -350,6 +362,31 @@ func stepStream(s JobStep) (int, bool) {
 	}
 	id, err := strconv.Atoi(j.Labels[render.LabelStream])
 	return id, err == nil
+}
+
+// streamFinished: the stream of Job j has finished — its sender's Job completed (a gateway
+// finishes after its sender).
+func streamFinished(j *batchv1.Job, jobs map[string]*batchv1.Job) bool {
+	if j == nil {
+		return false
+	}
+	for _, o := range jobs {
+		if o.Labels[render.LabelStream] == j.Labels[render.LabelStream] && o.Labels[render.LabelRole] == render.RoleSender &&
+			o.DeletionTimestamp == nil && jobComplete(o) {
+			return true
+		}
+	}
+	return false
+}
+
+// jobComplete: the Job's Complete condition is true.
+func jobComplete(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // jobRuns: the Job has a pod of its own running (not being deleted), or has finished.

@@ -116,6 +116,17 @@ func twoSenders() *v1beta1.StreamPipeline {
 	return sp
 }
 
+// runningTwoSenders is a world where twoSenders' first pass has made its Jobs, each running a pod.
+func runningTwoSenders(t *testing.T) (*decideWorld, *v1beta1.StreamPipeline) {
+	t.Helper()
+	w := newDecideWorld(t)
+	sp := twoSenders()
+	d, _ := w.decide(t, sp)
+	w.run(d)
+	sp.Status = d.Status
+	return w, sp
+}
+
 // Every edit of a running pipeline's spec (and every upgrade of the operator's settings) decides
 // what happens to each of its Jobs: kept, created, deleted, or replaced (its stream drains and
 // resumes where it stopped). Stream ids never move: a Job named after a stream stays that
@@ -287,11 +298,7 @@ func TestDecideActsOnEveryEditOfARunningPipeline(t *testing.T) {
 // data-network address is held (the one that runs goes on), and a re-plan that changes only CPUs
 // resizes the one running pod in place, or replaces the Job when the kubelet cannot.
 func TestDecideWaitsHoldsAndResizes(t *testing.T) {
-	w := newDecideWorld(t)
-	sp := twoSenders()
-	d, _ := w.decide(t, sp)
-	w.run(d)
-	sp.Status = d.Status
+	w, sp := runningTwoSenders(t)
 
 	t.Run("a Job being deleted", func(t *testing.T) {
 		j := w.jobs["p-gateway-1"].DeepCopy()
@@ -382,11 +389,7 @@ func TestDecideWaitsHoldsAndResizes(t *testing.T) {
 // A Job the Topology Manager refused is deleted after the new plan is applied, and the plan that
 // follows asks one receiving core fewer, said in an event.
 func TestDecideReplansATopologyRefusal(t *testing.T) {
-	w := newDecideWorld(t)
-	sp := twoSenders()
-	d, _ := w.decide(t, sp)
-	w.run(d)
-	sp.Status = d.Status
+	w, sp := runningTwoSenders(t)
 	refused := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-gateway-0-x", Labels: map[string]string{render.LabelRole: render.RoleGateway}},
 		Spec: corev1.PodSpec{NodeName: "gw"}, Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonTopologyAffinity}}
 	f := w.facts(sp)
@@ -407,5 +410,42 @@ func TestDecideReplansATopologyRefusal(t *testing.T) {
 	}
 	if sp.Status.TopologyRejection != nil {
 		t.Error("Decide changed the pipeline it was given")
+	}
+}
+
+// A finished stream stays finished: a new agent image (or any edit) replaces the streams still
+// running, one at a time, and leaves a stream whose sender's Job completed as it is — replacing
+// it would run the stream again (its new sender resumes at the end and waits for a receiver
+// that has nothing left to receive).
+func TestDecideLeavesAFinishedStreamAlone(t *testing.T) {
+	w, sp := runningTwoSenders(t)
+	for _, name := range []string{"p-sender-1", "p-gateway-1"} {
+		j := w.jobs[name]
+		j.Status.Succeeded = 1
+		j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+		for i := range w.pods {
+			if w.pods[i].Labels[batchv1.JobNameLabel] == name {
+				w.pods[i].Status.Phase = corev1.PodSucceeded
+			}
+		}
+	}
+	w.opts.Render.AgentImage = "numastream/agent:1.1"
+	sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "data", Path: "p-{stream}.raw"}}
+	sp.Generation++
+	want := map[string]JobAction{"p-sender-0": JobReplace, "p-gateway-0": JobReplace, "p-sender-1": JobFinished, "p-gateway-1": JobFinished}
+	d, got := w.decide(t, sp)
+	if !maps.Equal(got, want) {
+		t.Fatalf("actions %v, want %v", got, want)
+	}
+	for pass := 1; pass < 6; pass++ {
+		w.run(d)
+		sp.Status = d.Status
+		d, got = w.decide(t, sp)
+		if got["p-sender-1"] != JobFinished || got["p-gateway-1"] != JobFinished {
+			t.Fatalf("pass %d: the finished stream: %v", pass, got)
+		}
+	}
+	if got["p-sender-0"] != JobKeep || got["p-gateway-0"] != JobKeep || len(d.Status.RollPending) > 0 || d.Facts.Replacing {
+		t.Errorf("settled: %v, roll pending %v, replacing %v", got, d.Status.RollPending, d.Facts.Replacing)
 	}
 }
