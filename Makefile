@@ -165,7 +165,7 @@ images: ## Container images for the real nodes from the Dockerfile (buildah), as
 	@bash hack/images.sh $(BUILD)/images
 
 .PHONY: facility-up facility-down
-facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a + gateway-a (real kubelets), NFD, Multus
+facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a, detector-b, gateway-a (real kubelets), NFD, Multus
 	@API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }
 	@IMAGES_DIR=$(BUILD)/images $(FACILITY) up
 facility-down: ## Stop it and check nothing is left
@@ -226,7 +226,7 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) \
-		go test -count=1 -v -timeout 25m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet|monitoring|failover)_test)' ; exit $${PIPESTATUS[0]}
+		go test -count=1 -v -timeout 35m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet|monitoring|failover|senders)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo` on the facility in a box (root): the whole mission as real pods.
-#  1. the control plane and two real kubelet nodes, detector-a and gateway-a, joined by a 1 Gbit/s
+#  1. the control plane and three real kubelet nodes, detector-a, detector-b and gateway-a, joined by a 1 Gbit/s
 #     shaped facility link (hack/facility.sh);
 #  2. numastream installed with its Helm chart: the node daemon measures each node and publishes
 #     NodeFeatures, nfd-master turns them into the labels the operator plans with;
@@ -42,7 +42,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "mode: the facility in a box: real kubelets, containerd, Multus, NFD; the pipeline runs as real pods"
-say "1/7 control plane + detector-a and gateway-a (real kubelets) + facility link"
+say "1/7 control plane + detector-a, detector-b and gateway-a (real kubelets) + facility link"
 API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh up >"$SIM_DIR.log" 2>&1 ||
   { tail -20 "$SIM_DIR.log"; exit 1; }
 fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true

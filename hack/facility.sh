@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# The facility in a box: two REAL Kubernetes nodes beside the simulated ones, joined by a shaped
+# The facility in a box: three REAL Kubernetes nodes beside the simulated ones, joined by a shaped
 # data link, with NFD and Multus for real.
 #
-#   detector-a  and  gateway-a: each a real kubelet (built from the module proxy) with Debian's
+#   detector-a, detector-b and gateway-a: each a real kubelet (built from the module proxy) with Debian's
 #     containerd + runc, in its own network namespace, its own mount namespace (own
 #     /var/lib/kubelet, device-plugin directory, CNI state, pod logs) and its own cgroup root.
-#     cpuManagerPolicy none, nothing reserved: this 2-CPU machine gives each node 2 CPUs.
-#   management network: bridge nsfac0 on the host (10.212.0.1); nodes 10.212.0.11 and .12; the
-#     API server listens there; each node's pods (10.244.11.0/24, 10.244.12.0/24; CNI bridge +
-#     host-local) are routed between the nodes and to the host.
-#   facility link: a veth pair `fab0` between the two node namespaces, rate-limited with tc tbf on
-#     both ends (LINK_RATE, default 1gbit) and optional random loss (LINK_LOSS percent, nftables).
+#     cpuManagerPolicy none, nothing reserved: this 2-CPU machine gives each node 2 CPUs, and
+#     gateway-a a view of 4 (CPU_VIEW, sysfs_view) so two streams' gateway pods fit there.
+#   management network: bridge nsfac0 on the host (10.212.0.1); nodes 10.212.0.11, .12 and .13;
+#     the API server listens there; each node's pods (10.244.11-13.0/24; CNI bridge + host-local)
+#     are routed between the nodes and to the host.
+#   facility link: each node's `fab0` (10.215.0.1 detector-a, .2 gateway-a, .3 detector-b), a veth
+#     into one bridge (its own network namespace, nsfac-link), rate-limited with tc tbf at each
+#     node's end (LINK_RATE, default 1gbit) with optional random loss (LINK_LOSS percent, nftables).
 #   Multus (thin plugin) is each node's CNI, the bridge network its default; the
 #     NetworkAttachmentDefinitions data-detector and data-gateway put pods on the link (macvlan
-#     on fab0, host-local IPAM, one address range per side).
+#     on fab0, host-local IPAM, one address range per side, its leases shared by the nodes).
 #   nfd-master (built from the module proxy) turns NodeFeature objects into node labels.
 #   NetworkPolicy is enforced on the pod network by kube-network-policies (built from the module
-#   proxy, a DaemonSet on both nodes): its nfqueue handler decides each new connection. This
+#   proxy, a DaemonSet on every node): its nfqueue handler decides each new connection. This
 #   kernel lacks nftables' `queue` expression, so the rule that hands new pod connections to its
 #   queue is an iptables NFQUEUE rule each node sets up (`netpol_divert`), in place of the
 #   nftables table it would write itself (which the kernel refuses). The data network is closed
@@ -40,10 +42,15 @@ LINK_RATE="${LINK_RATE:-1gbit}"
 LINK_LOSS="${LINK_LOSS:-0}"
 API_PORT="${API_PORT:-26443}"
 export KUBECONFIG="$SIM_DIR/admin.kubeconfig"
-NODES=(detector-a gateway-a)
+NODES=(detector-a gateway-a detector-b)
 HOST_IP=10.212.0.1
-declare -A MGMT_IP=([detector-a]=10.212.0.11 [gateway-a]=10.212.0.12)
-declare -A POD_NET=([detector-a]=10.244.11 [gateway-a]=10.244.12)
+declare -A MGMT_IP=([detector-a]=10.212.0.11 [gateway-a]=10.212.0.12 [detector-b]=10.212.0.13)
+declare -A POD_NET=([detector-a]=10.244.11 [gateway-a]=10.244.12 [detector-b]=10.244.13)
+declare -A LINK_IP=([detector-a]=10.215.0.1 [gateway-a]=10.215.0.2 [detector-b]=10.215.0.3)
+# CPUs a node's kubelet and node daemon see, where not the machine's: gateway-a takes two
+# streams, each gateway pod 2 CPUs (receive + decompress), so it is shown 4 (sysfs_view).
+declare -A CPU_VIEW=([gateway-a]=4)
+LINK_NS=nsfac-link
 BRIDGE=nsfac0
 # The namespaces on the data network (each gets the attachments; Multus isolates the others).
 DATA_NAMESPACES="${DATA_NAMESPACES:-default tenant-a}"
@@ -68,6 +75,37 @@ why_not() {
   ip link del nsfac-probe
 }
 
+# A sysfs view of N CPUs on one NUMA node (cpu/ and node/ of /sys/devices/system, as the
+# kubelet's cAdvisor and the agent's topology read them), which the node's mount namespace puts
+# over the real ones: the kubelet then offers N CPUs and the node daemon (its hostPath /sys)
+# publishes N. It is an overcommit, not more cores: with cpuManagerPolicy none no pod is pinned,
+# and pods (their own sysfs, their cgroup's CPUs) run on the machine's real CPUs.
+sysfs_view() { # node cpus
+  local v="$FAC/$1/sysview" n=$2 last=$(($2 - 1)) c
+  rm -rf "$v"
+  mkdir -p "$v/cpu" "$v/node/node0"
+  for f in online possible present; do echo "0-$last" >"$v/cpu/$f"; done
+  for c in $(seq 0 "$last"); do
+    mkdir -p "$v/cpu/cpu$c/topology"
+    echo "$c" >"$v/cpu/cpu$c/topology/core_id"
+    echo 0 >"$v/cpu/cpu$c/topology/physical_package_id"
+    echo 0 >"$v/cpu/cpu$c/topology/die_id"
+    echo "$c" >"$v/cpu/cpu$c/topology/thread_siblings_list"
+    echo "0-$last" >"$v/cpu/cpu$c/topology/core_siblings_list"
+    ((c == 0)) || echo 1 >"$v/cpu/cpu$c/online"
+    ln -s "../../cpu/cpu$c" "$v/node/node0/cpu$c"
+  done
+  for f in online possible has_cpu has_memory has_normal_memory; do echo 0 >"$v/node/$f"; done
+  echo "0-$last" >"$v/node/node0/cpulist"
+  printf '%x\n' $(((1 << n) - 1)) >"$v/node/node0/cpumap"
+  echo 10 >"$v/node/node0/distance"
+  cp /sys/devices/system/node/node0/meminfo "$v/node/node0/meminfo"
+  for h in /sys/devices/system/node/node0/hugepages/*/; do
+    mkdir -p "$v/node/node0/hugepages/$(basename "$h")"
+    for f in free_hugepages nr_hugepages surplus_hugepages; do cat "$h$f" >"$v/node/node0/hugepages/$(basename "$h")/$f"; done
+  done
+}
+
 # The node's own processes run under one shell that made the node's mount namespace (inside its
 # network namespace), so containerd, runc, the CNI plugins and the kubelet all see the node's
 # /var/lib/kubelet, /var/lib/cni, /etc/cni/net.d and /var/log/pods.
@@ -90,6 +128,7 @@ for m in var-lib-kubelet:/var/lib/kubelet var-lib-cni:/var/lib/cni net.d:/etc/cn
   mkdir -p "$d/\${m%%:*}" "\${m#*:}"
   mount --bind "$d/\${m%%:*}" "\${m#*:}"
 done
+$(if [[ -n "${CPU_VIEW[$n]:-}" ]]; then printf 'mount --bind %s /sys/devices/system/cpu\nmount --bind %s /sys/devices/system/node\n' "$d/sysview/cpu" "$d/sysview/node"; fi)
 sysctl -qw net.ipv4.ip_forward=1
 $(netpol_divert)
 containerd --config "$d/containerd.toml" >"$d/containerd.log" 2>&1 &
@@ -120,7 +159,7 @@ iptables-legacy -t mangle -A POSTROUTING -j NETPOL-DIVERT
 EOF
 }
 
-# kube-network-policies on both nodes, as its own DaemonSet runs it (host network, NET_ADMIN, a
+# kube-network-policies on every node, as its own DaemonSet runs it (host network, NET_ADMIN, a
 # service account that reads pods, namespaces and NetworkPolicies); done when both are Ready.
 network_policies() {
   k apply -f - >/dev/null <<EOF
@@ -193,18 +232,24 @@ network() {
     ip route add "${POD_NET[$n]}.0/24" via "${MGMT_IP[$n]}"
   done
   # Pod networks between the nodes, straight over the management bridge.
-  ip -n "$(ns detector-a)" route add "${POD_NET[gateway-a]}.0/24" via "${MGMT_IP[gateway-a]}"
-  ip -n "$(ns gateway-a)" route add "${POD_NET[detector-a]}.0/24" via "${MGMT_IP[detector-a]}"
-  # The facility link: one veth pair between the two nodes, shaped at both ends.
-  ip link add fab-d netns "$(ns detector-a)" type veth peer name fab-g netns "$(ns gateway-a)"
-  ip -n "$(ns detector-a)" link set fab-d name fab0
-  ip -n "$(ns gateway-a)" link set fab-g name fab0
-  # Each node's own address on the link, for host-network pipelines (the node daemon publishes
-  # it as numastream.io/nic.fab0.ipv4); the pods' macvlan attachments use 10.215.0.10-199.
-  ip -n "$(ns detector-a)" addr add 10.215.0.1/24 dev fab0
-  ip -n "$(ns gateway-a)" addr add 10.215.0.2/24 dev fab0
+  local a b
+  for a in "${NODES[@]}"; do
+    for b in "${NODES[@]}"; do
+      [[ $a == "$b" ]] || ip -n "$(ns "$a")" route add "${POD_NET[$b]}.0/24" via "${MGMT_IP[$b]}"
+    done
+  done
+  # The facility link: each node's fab0 is a veth into one bridge of its own namespace (the
+  # switch), shaped at the node's end. Each node's own address on it is for host-network
+  # pipelines (the node daemon publishes it as numastream.io/nic.fab0.ipv4); the pods' macvlan
+  # attachments use 10.215.0.10-199.
+  ip netns add "$LINK_NS"
+  ip -n "$LINK_NS" link add fab type bridge
+  ip -n "$LINK_NS" link set fab up
   for n in "${NODES[@]}"; do
     local N; N=$(ns "$n")
+    ip link add "fab-$n" netns "$LINK_NS" type veth peer name fab0 netns "$N"
+    ip -n "$LINK_NS" link set "fab-$n" master fab up
+    ip -n "$N" addr add "${LINK_IP[$n]}/24" dev fab0
     ip -n "$N" link set fab0 up
     ip netns exec "$N" tc qdisc add dev fab0 root tbf rate "$LINK_RATE" burst 256kb latency 100ms
     if [[ "$LINK_LOSS" != 0 ]]; then
@@ -213,7 +258,7 @@ network() {
       ip netns exec "$N" nft add rule inet facility out oifname fab0 numgen random mod 1000 \< "$((${LINK_LOSS%.*} * 10))" drop
     fi
   done
-  log "networks: management $BRIDGE $HOST_IP/24; facility link fab0 $LINK_RATE (loss ${LINK_LOSS}%), detector-a 10.215.0.1, gateway-a 10.215.0.2"
+  log "networks: management $BRIDGE $HOST_IP/24; facility link fab0 $LINK_RATE (loss ${LINK_LOSS}%): $(for n in "${NODES[@]}"; do printf '%s %s ' "$n" "${LINK_IP[$n]}"; done)"
 }
 
 cni_config() { # node
@@ -273,7 +318,12 @@ imageGCLowThresholdPercent: 99
 podLogsDir: /var/log/pods
 maxPods: 30
 EOF
+  # A node shown more CPUs than the machine has keeps its pods' cgroups flat under its root: with
+  # QoS cgroups the kubelet would give kubepods a cpuset of every CPU it sees (policy none),
+  # which the kernel refuses for CPUs that do not exist.
+  [[ -z "${CPU_VIEW[$n]:-}" ]] || printf 'cgroupsPerQOS: false\nenforceNodeAllocatable: []\n' >>"$d/kubelet.yaml"
   cni_config "$n"
+  [[ -z "${CPU_VIEW[$n]:-}" ]] || sysfs_view "$n" "${CPU_VIEW[$n]}"
   node_script "$n" >"$d/run.sh"
 }
 
@@ -296,7 +346,10 @@ attachments() {
   k wait --for condition=established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >/dev/null
   local side range ns
   # Multus admits a pod only to the attachments of its own namespace (namespaceIsolation): the
-  # namespaces the admin puts on the data network each get theirs.
+  # namespaces the admin puts on the data network each get theirs. The leases of the link's
+  # addresses are one directory every node's host-local shares (each node's /var/lib/cni is its
+  # own), so two detector nodes never hand out the same address.
+  mkdir -p "$FAC/link-leases"
   for ns in $DATA_NAMESPACES; do
     k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
     for side in detector gateway; do
@@ -308,7 +361,7 @@ metadata:
   name: data-$side
   namespace: $ns
 spec:
-  config: '{"cniVersion":"0.4.0","name":"data-$side","type":"macvlan","master":"fab0","mode":"bridge","ipam":{"type":"host-local","ranges":[[{"subnet":"10.215.0.0/24","rangeStart":"${range% *}","rangeEnd":"${range#* }"}]]}}'
+  config: '{"cniVersion":"0.4.0","name":"data-$side","type":"macvlan","master":"fab0","mode":"bridge","ipam":{"type":"host-local","dataDir":"$FAC/link-leases","ranges":[[{"subnet":"10.215.0.0/24","rangeStart":"${range% *}","rangeEnd":"${range#* }"}]]}}'
 EOF
     done
   done
@@ -353,14 +406,14 @@ up() {
     { k wait --for=create "node/$n" --timeout=60s && k wait --for=condition=Ready "node/$n" --timeout=60s; } >/dev/null ||
       { echo "facility: node $n did not become Ready; $FAC/$n/kubelet.log:" >&2; tail -20 "$FAC/$n/kubelet.log" >&2; exit 1; }
     k label node "$n" numastream.io/facility=box --overwrite >/dev/null
-    log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"
+    log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable${CPU_VIEW[$n]:+ (a view: the machine has $(nproc))}, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"
   done
   network_policies
   nfd_master
 }
 
 # The operator (namespace-scoped) and the node daemon, from the chart (test/facility/values.yaml:
-# the images above, the API server's management address); done when nfd-master has labelled both nodes from the
+# the images above, the API server's management address); done when nfd-master has labelled every node from the
 # node daemon's NodeFeature objects.
 install() {
   local helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm"
@@ -470,8 +523,10 @@ down() {
     done
   done
   ip link del "$BRIDGE" 2>/dev/null
+  ip netns del "$LINK_NS" 2>/dev/null
   grep -o " $FAC[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
-  rm -rf "$FAC"/detector-a "$FAC"/gateway-a "$FAC"/cni-bin "$FAC"/*.pid "$FAC"/*.kubeconfig "$FAC"/*.log
+  for n in "${NODES[@]}"; do rm -rf "${FAC:?}/$n"; done
+  rm -rf "$FAC"/link-leases "$FAC"/cni-bin "$FAC"/*.pid "$FAC"/*.kubeconfig "$FAC"/*.log
   [[ "${KEEP_IMAGES:-0}" == 1 ]] || rm -rf "$FAC"
   log "facility down, cleaned up"
 }
@@ -486,6 +541,7 @@ check_clean() {
     ip link show "m-$n" >/dev/null 2>&1 && left+=("link m-$n")
   done
   ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("bridge $BRIDGE")
+  ip netns list 2>/dev/null | grep -qw "$LINK_NS" && left+=("network namespace $LINK_NS")
   grep -q " $FAC" /proc/mounts && left+=("mounts under $FAC")
   pgrep -f "$FAC" >/dev/null && left+=("processes: $(pgrep -af "$FAC" | head -3 | tr '\n' ';')")
   ((${#left[@]} == 0)) || { printf 'facility left behind: %s\n' "${left[@]}"; return 1; }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -393,14 +394,22 @@ func (p prometheus) firing(t *testing.T, name string) []map[string]string {
 }
 
 // agentProcess is the pid of the pod's agent whose command line names a configuration ending in
-// suffix: found through the pod's cgroup, since the box's containers run on this host.
+// suffix: found through its cgroup, since the box's containers run on this host. The cgroup
+// names the pod's UID (the pod's cgroup) or, on a node without QoS cgroups (gateway-a,
+// cgroupsPerQOS false), the container's ID.
 func agentProcess(t *testing.T, p *corev1.Pod, suffix string) int {
 	t.Helper()
 	uid := string(p.UID)
+	marks := []string{uid, strings.ReplaceAll(uid, "-", "_")}
+	for _, c := range p.Status.ContainerStatuses {
+		if _, id, ok := strings.Cut(c.ContainerID, "://"); ok && id != "" {
+			marks = append(marks, id)
+		}
+	}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range procs {
 		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
-		if err != nil || !(strings.Contains(string(cg), uid) || strings.Contains(string(cg), strings.ReplaceAll(uid, "-", "_"))) {
+		if err != nil || !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(string(cg), m) }) {
 			continue
 		}
 		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))

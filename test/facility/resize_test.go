@@ -23,10 +23,14 @@ import (
 // decompressing agent reads its new quota within seconds, starts another decompressing thread
 // on it, and the stream loses nothing.
 //
-// (Up, beyond what the plan gave the pod, is not possible here: each facility node has the
-// host's 2 CPUs and the gateway pod holds both. Half a CPU moves between the containers instead.)
+// The gateway is detector-b, a node with QoS cgroups: gateway-a runs without them (its view of
+// 4 CPUs, hack/facility.sh), and kubelet 1.36.4 cannot resize a pod in place there (it panics in
+// doPodResizeAction, which expects a pod-level cgroup). (Up, beyond what the plan gave the pod,
+// is not possible: the node has the host's 2 CPUs and the gateway pod holds both. Half a CPU
+// moves between the containers instead.)
 func TestAGatewayResizedInPlaceUsesItsNewCpuBudget(t *testing.T) {
 	sp := pipeline(t, ns, "resize", 0, "")
+	sp.Spec.Gateway.Node = detectorB
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
