@@ -87,7 +87,7 @@ bench-adaptive: agent ## placement.adaptive false vs true alternated (a 1-compre
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-adaptive.py
 
 .PHONY: bench-stream2
-bench-stream2: agent ## A simulated DECTRIS detector at fixed rates through the pipeline on loopback: highest sustained rate with 0 lost, CPU-s per GB
+bench-stream2: agent ## A simulated DECTRIS detector at fixed rates through the pipeline on loopback: highest sustained rate with 0 lost, CPU-s per GB against a bare ZeroMQ forwarder
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-stream2.py
 
 ##@ Operator (Go)

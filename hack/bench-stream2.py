@@ -8,7 +8,11 @@ message checked against its checksum, counted, dropped). A Stream V2 detector's 
 waits when nobody takes its messages, so a rate is sustained when the detector kept it (it did
 not wait: at least 98% of the asked message rate) and the gateway verified every message with
 none lost. For each rate: the detector's achieved rate, messages and MB per second, and the
-CPU-seconds each side spent per GB of messages (rusage of each process). Figures, not a test.
+CPU-seconds each side spent per GB of messages (rusage of each process). Beside each run, the
+same messages at the same rate through a bare ZeroMQ PULL -> PUSH forwarder (numastream-agent
+forward: no copy, no parsing, no checksum, no acknowledgement) into a consumer that drops them:
+its CPU-seconds per GB are the bound the sender is held against (sender / forwarder). Figures,
+not a test.
 
 RATES (messages per second, comma-separated) and SERIES choose the runs.
 """
@@ -89,6 +93,34 @@ def run(series_dir, rate):
     }
 
 
+def run_forwarder(series_dir, rate):
+    det, mid = free_port(), free_port()
+    sink = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{mid}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    fwd = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{det}", "--to", f"tcp://127.0.0.1:{mid}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [AGENT, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", "--replay", series_dir, "--start",
+            "--series", str(SERIES)]
+    if rate > 0:
+        args += ["--rate-hz", str(rate)]
+    sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sim_out, sim_err = sim.communicate(timeout=600)
+    if sim.returncode != 0:
+        sys.exit(f"detector-sim failed: {sim_err}")
+    done = json.loads(sim_out.strip().splitlines()[-1])
+    time.sleep(1)  # what is queued reaches the consumer
+    fwd.send_signal(signal.SIGINT)
+    fwd_out = fwd.stdout.read()
+    fwd_cpu = cpu_seconds(fwd)
+    sink.send_signal(signal.SIGINT)
+    sink_out = sink.stdout.read()
+    cpu_seconds(sink)
+    f, k = json.loads(fwd_out.strip().splitlines()[-1]), json.loads(sink_out.strip().splitlines()[-1])
+    if f["messages"] != done["messages"] or k["messages"] != done["messages"]:
+        sys.exit(f"forwarder: {f['messages']} forwarded and {k['messages']} taken of {done['messages']}")
+    return {"achieved": (done["messages"] - 1) / done["seconds"], "cpu_gb": fwd_cpu / (f["bytes"] / 1e9)}
+
+
 def main():
     series_dir = os.path.join(DATA, "r500k_bm_bslz4_16bit")
     if not os.path.isdir(series_dir):
@@ -96,17 +128,19 @@ def main():
     print(f"stream2 on loopback: {SERIES} series of the EIGER2 R 500K bslz4 16-bit recording (12 messages each, "
           f"~0.52 MB per image message), null sink, placement os")
     print(f"  {'asked msg/s':>11} {'achieved msg/s':>14} {'MB/s':>7} {'delivered':>9} {'lost':>5} {'sustained':>9} "
-          f"{'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17}")
+          f"{'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17} {'forwarder CPU-s/GB':>19} {'sender/forwarder':>17}")
     best = None
     for rate in RATES:
         f = run(series_dir, rate)
+        b = run_forwarder(series_dir, rate)
         ok = f["lost"] == 0 and f["corrupt"] == 0 and f["delivered"] == f["messages"] and \
             (rate == 0 or f["achieved"] >= 0.98 * rate)
         if ok and (best is None or f["mb_per_s"] > best["mb_per_s"]):
             best = f
         asked = "max" if rate == 0 else f"{rate:.0f}"
         print(f"  {asked:>11} {f['achieved']:14.0f} {f['mb_per_s']:7.0f} {f['delivered']:9d} {f['lost']:5d} "
-              f"{'yes' if ok else 'no':>9} {f['tx_cpu_gb']:16.2f} {f['rx_cpu_gb']:17.2f}")
+              f"{'yes' if ok else 'no':>9} {f['tx_cpu_gb']:16.2f} {f['rx_cpu_gb']:17.2f} {b['cpu_gb']:19.2f} "
+              f"{f['tx_cpu_gb'] / b['cpu_gb']:17.1f}")
     if best:
         print(f"highest sustained: {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector messages, 0 lost")
 

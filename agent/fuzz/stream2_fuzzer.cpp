@@ -3,9 +3,12 @@
 // wrong types — without reading outside them, leaking or throwing; what it accepts names a series
 // and, for an image, its number. walk() (what the gateway's HDF5 sink reads: every field, typed
 // arrays, tag 40 and tag 56500) must do the same, and every array it hands out lies inside the
-// message's decoded tree with a size its dimensions account for.
+// message's decoded tree with a size its dimensions account for. parse() reads the routing
+// fields straight from the bytes and walk() decodes the whole message with libcbor: where walk
+// reads a message whole, parse must read the same routing fields from it (a differential check).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,9 +28,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::string> skipped;
   std::string walk_error;
   std::size_t touched = 0;
+  // The routing fields as walk reads them; `mistyped` when one had another type (parse refuses
+  // the message then, walk does not).
+  std::optional<std::string> type, unique, reason;
+  std::optional<std::uint64_t> series, image, images;
+  bool mistyped = false;
+  auto text = [&](std::optional<std::string>& out, const stream2::Value& v) {
+    if (v.kind == stream2::Value::Kind::text) out = std::string(v.s);
+    else mistyped = true;
+  };
+  auto number = [&](std::optional<std::uint64_t>& out, const stream2::Value& v) {
+    if (v.kind == stream2::Value::Kind::unsigned_integer) out = v.u;
+    else mistyped = true;
+  };
   const bool walked = stream2::walk(
       std::as_bytes(std::span(data, size)),
-      [&](const std::string&, const stream2::Value& v) {
+      [&](const std::string& path, const stream2::Value& v) {
+        if (path == "type") text(type, v);
+        if (path == "series_unique_id") text(unique, v);
+        if (path == "series_id") number(series, v);
+        if (path == "image_id") number(image, v);
+        if (path == "number_of_images") number(images, v);
+        if (path == "numastream/reason" && v.kind == stream2::Value::Kind::text) reason = std::string(v.s);
+        for (const char* f : {"type/", "series_id/", "series_unique_id/", "image_id/", "number_of_images/"}) {
+          if (path.starts_with(f)) mistyped = true;  // a routing field whose value is a map
+        }
         if (v.kind != stream2::Value::Kind::array) return;
         for (std::byte b : v.array.bytes) touched += static_cast<std::size_t>(b);  // ASan checks the reads
         if (v.array.dims.empty()) __builtin_trap();
@@ -35,5 +60,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       skipped, walk_error);
   if (!walked && walk_error.empty()) __builtin_trap();
   (void)touched;
+  // A routing field walk could not hold as a value (a byte string, null, a tagged item) is one
+  // parse refuses as mistyped.
+  for (const auto& path : skipped) {
+    if (path == "type" || path == "series_id" || path == "series_unique_id" || path == "image_id" ||
+        path == "number_of_images") {
+      mistyped = true;
+    }
+  }
+  const bool routable = type && (*type == "start" || *type == "image" || *type == "end") && series &&
+                        (*type != "image" || image);
+  if (walked && !mistyped && routable && !m && error.find("nested deeper") == std::string::npos) {
+    __builtin_trap();  // libcbor reads a whole Stream V2 message that parse refuses
+  }
+  if (walked && m) {
+    if (!type || *type != stream2::type_name(m->type) || series != m->series_id ||
+        unique.value_or("") != m->series_unique_id || images != m->number_of_images ||
+        (m->type == stream2::Type::image && image != m->image_id) ||
+        reason.value_or("").substr(0, 512) != m->incomplete) {
+      __builtin_trap();  // parse and libcbor read different routing fields
+    }
+  }
   return 0;
 }

@@ -13,6 +13,12 @@ std::optional<stream2::Message> parse(const std::string& bytes, std::string& err
   return stream2::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), error);
 }
 
+// The bytes of a string literal, embedded NULs included.
+template <std::size_t N>
+std::string B(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
 TEST(Stream2Parse, OurStartMessageReadsBack) {
   auto start = stream2::build_start(42, "01SERIES", 10);
   std::string error;
@@ -44,6 +50,64 @@ TEST(Stream2Parse, RefusalsSayWhy) {
     EXPECT_FALSE(parse(c.bytes, error)) << c.why;
     EXPECT_NE(error.find(c.why), std::string::npos) << "got: " << error;
   }
+}
+
+// The worst well-formed and malformed values a detector socket could carry: each is refused or
+// read without reading outside the message, recursing without bound or allocating by what a
+// header declares.
+TEST(Stream2Parse, HostileMessagesAreRefusedOrSkippedWithinTheirBytes) {
+  // 100000 nested arrays around nothing, as a field's value: a depth limit, not a stack overflow.
+  std::string deep = B("\xa2\x64type\x63" "end\x63" "abc") + std::string(100000, '\x81') + '\x00';
+  // A byte string declaring 2^63 bytes: truncated, not allocated or read past the end.
+  std::string huge = B("\xa1\x63" "abc\x5b\x80\x00\x00\x00\x00\x00\x00\x00");
+  // An indefinite map at the top and a break where no item is open.
+  std::string indefinite = B("\xbf\x64type\x63" "end\xff");
+  std::string stray_break = B("\xa1\x63" "abc\xff");
+  // An array declaring more items than the bytes left, deep inside an otherwise valid message.
+  std::string sizes = B("\xa1\x63" "abc\x9b\x00\x00\x00\x01\x00\x00\x00\x00");
+  struct Case {
+    std::string bytes, why;
+  } cases[] = {
+      {deep, "nested deeper than 64"},
+      {huge, "truncated"},
+      {indefinite, "not a CBOR map"},
+      {stray_break, "a break outside an indefinite item"},
+      {sizes, "declares more items than the message has bytes"},
+      {B("\xa1\x63" "abc\x1c"), "malformed"},  // reserved additional information 28
+  };
+  for (const auto& c : cases) {
+    std::string error;
+    EXPECT_FALSE(parse(c.bytes, error)) << c.why;
+    EXPECT_NE(error.find(c.why), std::string::npos) << "got: " << error;
+  }
+}
+
+// What parse() skips it never looks into: an image message whose fields come in any order, with
+// indefinite-length strings, tags, floats, nested maps and a key that is not a text string,
+// routes as its routing fields say, and numastream's own end message gives its reason.
+TEST(Stream2Parse, EveryKindOfItemBetweenTheRoutingFieldsIsSkipped) {
+  std::string msg("\xd9\xd9\xf7\xa8", 4);                                  // tag 55799, a map of 8
+  msg += B("\x01\x02");                                         // 1: 2 (not a text key)
+  msg += B("\x64" "data\xa1\x62" "c1\xd8\x28\x82\x82\x02\x02\x44\x01\x02\x03\x04");  // tag 40 [[2,2], h'01020304']
+  msg += B("\x68image_id\x18\x2a");                           // image_id: 42
+  msg += B("\x63" "now\xfb\x40\x09\x21\xfb\x54\x44\x2d\x18");   // now: 3.14159...
+  msg += B("\x64type\x65image");                               // type: "image"
+  msg += B("\x61" "s\x7f\x62" "ab\x61" "c\xff");                // s: (_ "ab", "c")
+  msg += B("\x69series_id\x07");                               // series_id: 7
+  msg += B("\x70series_unique_id\x62u7");                      // series_unique_id: "u7"
+  std::string error;
+  auto m = parse(msg, error);
+  ASSERT_TRUE(m) << error;
+  EXPECT_EQ(m->type, stream2::Type::image);
+  EXPECT_EQ(m->series_id, 7u);
+  EXPECT_EQ(m->image_id, 42u);
+  EXPECT_EQ(m->series_unique_id, "u7");
+
+  auto end = stream2::build_end(7, "u7", "the detector went away");
+  auto e = stream2::parse(end, error);
+  ASSERT_TRUE(e) << error;
+  EXPECT_EQ(e->type, stream2::Type::end);
+  EXPECT_EQ(e->incomplete, "the detector went away");
 }
 
 struct Walked {

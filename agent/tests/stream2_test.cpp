@@ -3,6 +3,8 @@
 // gateway re-emits them on its stream2 sink, and a consumer written for the detector (a PULL
 // socket) reads them there.
 #include <gtest/gtest.h>
+
+#include <map>
 #include <signal.h>
 #include <zmq.h>
 
@@ -133,6 +135,70 @@ Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<s
   run.sender = summary(tx);
   run.receiver = summary(rx);
   return run;
+}
+
+// parse() reads the routing fields straight from a message's bytes; walk() decodes the whole
+// message with libcbor. On every real EIGER2 message (each recording, start, images and end)
+// both read it, and parse reads the same type, series, unique id and image number libcbor does.
+TEST(Stream2, ParseReadsTheRecordingsRoutingFieldsAsLibcborDoes) {
+  const std::string dir = recordings();
+  SKIP_WITHOUT_RECORDINGS(dir);
+  int messages = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    for (const auto& f : files_of(e.path())) {
+      if (f.extension() != ".cbor") continue;
+      const std::string bytes = read_bytes(f);
+      const auto msg = std::as_bytes(std::span(bytes.data(), bytes.size()));
+      std::string error;
+      const auto m = stream2::parse(msg, error);
+      ASSERT_TRUE(m) << f << ": " << error;
+      std::map<std::string, std::string> fields;
+      std::vector<std::string> skipped;
+      std::string walk_error;
+      ASSERT_TRUE(stream2::walk(msg, [&](const std::string& path, const stream2::Value& v) {
+        if (v.kind == stream2::Value::Kind::text) fields[path] = std::string(v.s);
+        if (v.kind == stream2::Value::Kind::unsigned_integer) fields[path] = std::to_string(v.u);
+      }, skipped, walk_error)) << f << ": " << walk_error;
+      EXPECT_EQ(fields["type"], stream2::type_name(m->type)) << f;
+      EXPECT_EQ(fields["series_id"], std::to_string(m->series_id)) << f;
+      EXPECT_EQ(fields["series_unique_id"], m->series_unique_id) << f;
+      if (m->type == stream2::Type::image) {
+        EXPECT_EQ(fields["image_id"], std::to_string(m->image_id)) << f;
+      }
+      ++messages;
+    }
+  }
+  EXPECT_GE(messages, 40) << "recordings in " << dir;
+}
+
+// The benchmarks' bound (numastream-agent forward): the detector's messages pass a forwarder
+// into a consumer byte for byte, counted at each end; a count that is not a number is refused,
+// naming the flag.
+TEST(Stream2, TheBareForwarderPassesTheMessagesOnAsTheyAre) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const fs::path dir = fs::path(data) / "r500k_bm_bslz4_16bit";
+  const auto expected = expected_series(dir);
+  const int port = free_ports(2);
+  Process fwd({kAgent, "forward", "--from", ep(port), "--to", ep(port + 1)});
+  Consumer consumer(ep(port + 1));
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port), "--replay", dir.string(), "--start", "--linger-s", "5"});
+  const auto consumed = consumer.take(expected.size(), 30s);
+  ASSERT_EQ(consumed.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(consumed[i] == expected[i]) << "message " << i;
+  EXPECT_EQ(detector.wait(30s), 0) << detector.err();
+  fwd.signal(SIGINT);
+  ASSERT_EQ(fwd.wait(30s), 0) << fwd.err();
+  const auto s = summary(fwd);
+  std::size_t bytes = 0;
+  for (const auto& m : expected) bytes += m.size();
+  EXPECT_EQ(s["messages"], expected.size());
+  EXPECT_EQ(s["bytes"], bytes);
+
+  Process bad({kAgent, "forward", "--from", ep(port), "--messages", "many"});
+  EXPECT_EQ(bad.wait(10s), 2);
+  EXPECT_NE(bad.err().find("--messages"), std::string::npos) << bad.err();
 }
 
 TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {

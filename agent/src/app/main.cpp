@@ -24,6 +24,7 @@
 #include "config/cli.hpp"
 #include "app/codec_tool.hpp"
 #include "app/detector_sim.hpp"
+#include "app/forward.hpp"
 #include "host/cpuset.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -50,6 +51,8 @@ constexpr const char* kUsage =
     "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
     "  detector-sim  a DECTRIS Stream V2 detector: --endpoint tcp://*:31001 --replay DIR\n"
     "             [--series N] [--start] [--rate-hz R] (recorded messages, one per file)\n"
+    "  forward    a bare ZeroMQ PULL -> PUSH forwarder, the benchmarks' bound: --from ENDPOINT\n"
+    "             [--to ENDPOINT] [--messages N]\n"
     "  version    print the agent and wire-format versions (also --version)\n";
 
 // SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
@@ -206,6 +209,7 @@ int main(int argc, char** argv) {
     if (cmd == "synth") return run_synth_tool(args);
     if (cmd == "keygen") return run_keygen(args);
     if (cmd == "detector-sim") return run_detector_sim(args);
+    if (cmd == "forward") return run_forward(args);
     if (cmd == "version" || cmd == "--version") {
       std::cout << "numastream-agent " NUMASTREAM_VERSION " (wire format " << static_cast<int>(wire::kVersion) << ")\n";
       return kExitOk;
