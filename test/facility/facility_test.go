@@ -295,6 +295,46 @@ func flowing(t *testing.T, sp *v1beta1.StreamPipeline, what string, from float64
 	return gw, n
 }
 
+// paced makes each sender of sp send at 1 Gbit/s of raw data, so that what a test does lands
+// mid-stream.
+func paced(sp *v1beta1.StreamPipeline) *v1beta1.StreamPipeline {
+	for i := range sp.Spec.Senders {
+		sp.Spec.Senders[i].Source.Synthetic.RateGbps = ptrInt32(1)
+	}
+	return sp
+}
+
+// start creates the pipeline; when the test ends it is deleted and everything it owned checked
+// gone (deleteAndCheckGone).
+func start(t *testing.T, sp *v1beta1.StreamPipeline) *v1beta1.StreamPipeline {
+	t.Helper()
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteAndCheckGone(t, sp) })
+	return sp
+}
+
+// eachChunkOnce checks that gateway pods' final summaries, in order, account for a stream's
+// chunks exactly once (each starts where the ones before stopped: delivered_before), none lost,
+// duplicated or corrupt; it returns the chunks delivered.
+func eachChunkOnce(t *testing.T, lives []map[string]any) float64 {
+	t.Helper()
+	total := 0.0
+	for i, s := range lives {
+		t.Logf("gateway pod %d: delivered_before %.0f, delivered %.0f, lost %.0f, duplicates %.0f, corrupt %.0f, resumes %.0f",
+			i+1, num(s, "delivered_before"), num(s, "chunks"), num(s, "lost"), num(s, "duplicates"), num(s, "corrupt"), num(s, "resumes"))
+		if num(s, "lost") != 0 || num(s, "duplicates") != 0 || num(s, "corrupt") != 0 {
+			t.Errorf("gateway pod %d: %v", i+1, s)
+		}
+		if num(s, "delivered_before") != total {
+			t.Errorf("gateway pod %d started at chunk %.0f, the previous ones delivered %.0f", i+1, num(s, "delivered_before"), total)
+		}
+		total += num(s, "chunks")
+	}
+	return total
+}
+
 // deleteAndCheckGone deletes the pipeline and checks that everything it owned goes with it.
 func deleteAndCheckGone(t *testing.T, sp *v1beta1.StreamPipeline) {
 	t.Helper()
@@ -601,18 +641,7 @@ func TestEndlessStreamResumesAfterGatewayLossDrainAndSuspend(t *testing.T) {
 	}
 	// Each gateway pod starts where the previous one stopped (delivered_before, from the
 	// sender's acknowledged count), and none lost or duplicated a chunk.
-	total := 0.0
-	for i, s := range lives {
-		t.Logf("gateway pod %d: delivered_before %.0f, delivered %.0f, lost %.0f, duplicates %.0f, corrupt %.0f, resumes %.0f",
-			i+1, num(s, "delivered_before"), num(s, "chunks"), num(s, "lost"), num(s, "duplicates"), num(s, "corrupt"), num(s, "resumes"))
-		if num(s, "lost") != 0 || num(s, "duplicates") != 0 || num(s, "corrupt") != 0 {
-			t.Errorf("gateway pod %d: %v", i+1, s)
-		}
-		if num(s, "delivered_before") != total {
-			t.Errorf("gateway pod %d started at chunk %.0f, the previous ones delivered %.0f", i+1, num(s, "delivered_before"), total)
-		}
-		total += num(s, "chunks")
-	}
+	total := eachChunkOnce(t, lives)
 	t.Logf("endless stream: %.0f chunks, each delivered exactly once across %d gateway pods", total, len(lives))
 }
 

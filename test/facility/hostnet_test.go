@@ -31,7 +31,7 @@ func TestAHostNetworkGatewayAdmitsOnlyItsSenderNode(t *testing.T) {
 	sp.Spec.Port = port
 	sp.Spec.Gateway.Network.Attachment, sp.Spec.Gateway.Network.SenderAttachment = "", ""
 	sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone} // the address is the only check
-	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)         // paced: the stranger comes mid-stream
+	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)       // paced: the stranger comes mid-stream
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}

@@ -38,12 +38,7 @@ func TestAnotherNamespaceCannotReachAGateway(t *testing.T) {
 	}
 	// Paced and long (about 12 minutes at 1 Gbit/s, verified and counted, no file): the gateway
 	// runs for the whole test, and is deleted with the pipeline at its end.
-	sp := pipeline(t, ns, "netpol", 8000, "")
-	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)
-	if err := k8s.Create(ctx, sp); err != nil {
-		t.Fatal(err)
-	}
-	defer deleteAndCheckGone(t, sp)
+	sp := start(t, paced(pipeline(t, ns, "netpol", 8000, "")))
 	gw, _ := flowing(t, sp, "the stream flowing", 2)
 
 	var np networkingv1.NetworkPolicy

@@ -121,14 +121,7 @@ func onlyFrom(t *testing.T, file string, own, other [][]byte) int {
 func TestRemovingTheFirstOfTwoSendersMidStreamKeepsTheOtherStreamWhole(t *testing.T) {
 	const chunks = 240
 	dir := sinkDir(t, "senders")
-	sp := twoDetectors(t, "senders", chunks, "  sink: {file: {root: "+storageRoot+", path: \"senders/senders-{stream}.raw\"}}")
-	for i := range sp.Spec.Senders {
-		sp.Spec.Senders[i].Source.Synthetic.RateGbps = ptrInt32(1) // paced: the edit lands mid-stream
-	}
-	if err := k8s.Create(ctx, sp); err != nil {
-		t.Fatal(err)
-	}
-	defer deleteAndCheckGone(t, sp)
+	sp := start(t, paced(twoDetectors(t, "senders", chunks, "  sink: {file: {root: "+storageRoot+", path: \"senders/senders-{stream}.raw\"}}")))
 	var n0, n1 float64
 	eventually(t, "both streams flowing", 180*time.Second, func() (bool, string) {
 		g0, g1 := streamGateway(t, sp, 0), streamGateway(t, sp, 1)
@@ -215,10 +208,7 @@ time.sleep(3600)`)
 	sp := twoDetectors(t, "hostnet2", chunks, "  sink: {file: {root: "+storageRoot+", path: \"hostnet2/hostnet2-{stream}.raw\"}}")
 	sp.Spec.HostNetwork = true
 	sp.Spec.Gateway.Network.Attachment, sp.Spec.Gateway.Network.SenderAttachment = "", ""
-	if err := k8s.Create(ctx, sp); err != nil {
-		t.Fatal(err)
-	}
-	defer deleteAndCheckGone(t, sp)
+	start(t, sp)
 	ports := map[int]string{9100: "node-exporter", 9101: "node-exporter"}
 	eventually(t, "both host-network gateway pods running", 180*time.Second, func() (bool, string) {
 		return streamGateway(t, sp, 0) != nil && streamGateway(t, sp, 1) != nil, "waiting"
@@ -282,13 +272,7 @@ func TestAHelmUpgradeRollsTwoStreamsOneAtATime(t *testing.T) {
 	dir := sinkDir(t, "roll2")
 	sp := twoDetectors(t, "roll2", chunks[0], "  sink: {file: {root: "+storageRoot+", path: \"roll2/roll2-{stream}.raw\"}}")
 	sp.Spec.Senders[1].Source.Synthetic.Chunks = chunks[1]
-	for i := range sp.Spec.Senders {
-		sp.Spec.Senders[i].Source.Synthetic.RateGbps = ptrInt32(1) // paced: the roll lands mid-stream
-	}
-	if err := k8s.Create(ctx, sp); err != nil {
-		t.Fatal(err)
-	}
-	defer deleteAndCheckGone(t, sp)
+	start(t, paced(sp))
 	eventually(t, "both streams flowing", 180*time.Second, func() (bool, string) {
 		g0, g1 := streamGateway(t, sp, 0), streamGateway(t, sp, 1)
 		if g0 == nil || g1 == nil {

@@ -1,9 +1,11 @@
 package facility
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,12 +22,7 @@ func TestAHelmUpgradeToANewAgentImageMidStreamLosesNothing(t *testing.T) {
 	const chunks = 120
 	const newImage = "numastream/agent:upgraded"
 	dir := sinkDir(t, "upgrade")
-	sp := pipeline(t, ns, "upgrade", chunks, "  sink: {file: {root: "+storageRoot+", path: \"upgrade/upgrade-{stream}.raw\"}}")
-	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1) // paced, so the upgrade lands mid-stream
-	if err := k8s.Create(ctx, sp); err != nil {
-		t.Fatal(err)
-	}
-	defer deleteAndCheckGone(t, sp)
+	sp := start(t, paced(pipeline(t, ns, "upgrade", chunks, "  sink: {file: {root: "+storageRoot+", path: \"upgrade/upgrade-{stream}.raw\"}}")))
 	gw, n := flowing(t, sp, "the stream flowing on the installed image", 10)
 	if img := gw.Spec.Containers[0].Image; img == newImage {
 		t.Fatalf("the gateway already runs %s", img)
@@ -61,4 +58,36 @@ func TestAHelmUpgradeToANewAgentImageMidStreamLosesNothing(t *testing.T) {
 	size := wholeAndNothingLost(t, cur, filepath.Join(dir, "upgrade-0.raw"), chunks)
 	t.Logf("after the upgrade: Completed, %d chunks delivered, lost %d; upgrade-0.raw holds %d bytes; finished on the new image: %v",
 		cur.Status.Observed.ChunksDelivered, cur.Status.Observed.ChunksLost, size, finished)
+}
+
+// `helm upgrade` to a new agent image while an endless stream runs: the old gateway pod drains,
+// the new pods run the new image and the stream goes on from where it stopped; suspended at the
+// end, the two gateway pods' summaries account for every chunk exactly once (the second starts
+// where the first stopped), none lost, duplicated or corrupt.
+func TestAHelmUpgradeMidEndlessStreamDeliversEachChunkOnce(t *testing.T) {
+	const newImage = "numastream/agent:endless"
+	sp := start(t, paced(pipeline(t, ns, "upgrade-endless", 0, "")))
+	gw, n := flowing(t, sp, "the endless stream flowing on the installed image", 10)
+	final := follow(t, gw, render.DecompressContainer)
+	out := facilityScript(t, "upgrade-agent", "endless")
+	defer facilityScript(t, "upgrade-agent", "facility")
+	lives := []map[string]any{await(t, "the gateway pod the upgrade replaced", final)}
+	t.Logf("helm upgrade after %.0f chunks: %s", n, strings.TrimSpace(out))
+	var next *corev1.Pod
+	eventually(t, "a gateway pod on the new image delivering", 180*time.Second, func() (bool, string) {
+		next = running(t, sp, render.RoleGateway)
+		if next == nil || next.Spec.Containers[0].Image != newImage {
+			return false, "no running gateway pod on " + newImage
+		}
+		d, _, _ := delivered(t, next)
+		return d > 10, fmt.Sprintf("%s delivered %.0f", next.Name, d)
+	})
+	if tx := running(t, sp, render.RoleSender); tx == nil || tx.Spec.Containers[0].Image != newImage {
+		t.Errorf("the running sender pod is not on %s: %v", newImage, tx)
+	}
+	final = follow(t, next, render.DecompressContainer)
+	setSuspend(t, sp, true)
+	lives = append(lives, await(t, "the new gateway pod, suspended", final))
+	total := eachChunkOnce(t, lives)
+	t.Logf("endless stream through the upgrade: %.0f chunks, each delivered exactly once across %d gateway pods (the second on %s)", total, len(lives), newImage)
 }
