@@ -3,18 +3,22 @@ loopback.
 
 numastream-agent detector-sim replays the real EIGER2 R 500K series (bslz4, 16-bit, 10 images of
 514 x 1030 pixels in 3 channels and the end message, after a start message of its own) SERIES
-times at each rate; a sender (source stream2) carries the messages to a gateway (null sink: every
-message checked against its checksum, counted, dropped). A Stream V2 detector's PUSH socket
-waits when nobody takes its messages, so a rate is sustained when the detector kept it (it did
-not wait: at least 98% of the asked message rate) and the gateway verified every message with
-none lost. For each rate: the detector's achieved rate, messages and MB per second, and the
-CPU-seconds each side spent per GB of messages (rusage of each process). Beside each run, the
-same messages at the same rate through a bare ZeroMQ PULL -> PUSH forwarder (numastream-agent
-forward: no copy, no parsing, no checksum, no acknowledgement) into a consumer that drops them:
-its CPU-seconds per GB are the bound the sender is held against (sender / forwarder). Figures,
-not a test.
+times at each rate; a sender (source stream2) carries the messages to a gateway whose stream2
+sink re-emits them to a consumer that drops them (SINK=null: the gateway checks and drops them
+itself). A Stream V2 detector's PUSH socket waits when nobody takes its messages, so a rate is
+sustained when the detector kept it (it did not wait: at least 98% of the asked message rate) and
+the gateway verified every message with none lost. For each rate: the detector's achieved rate,
+MB per second, and the CPU-seconds each side spent per GB of messages (rusage of each process).
+Beside each run, the same messages at the same rate through a bare ZeroMQ PULL -> PUSH forwarder
+(numastream-agent forward: no copy, no parsing, no checksum, no acknowledgement) into a consumer
+that drops them: its CPU-seconds per GB are the bound the sender and the gateway are held against
+(each / forwarder).
 
-RATES (messages per second, comma-separated) and SERIES choose the runs.
+ROUNDS (default 3) runs of each, alternated (forwarder, agent, baseline, forwarder, ...), and
+the medians reported: the machine's noise hits all of them alike. BASELINE names another agent
+binary (an earlier build) to run in the same rounds: its medians are printed beside, and the
+ratio new / baseline. RATES (messages per second, comma-separated; 0 = as fast as it goes) and
+SERIES choose the runs. Figures, not a test.
 """
 import json
 import os
@@ -30,7 +34,10 @@ AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
 DATA = os.environ.get("NUMASTREAM_STREAM2_DATA",
                       os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "dectris-stream-v2"))
 SERIES = int(os.environ.get("SERIES", "100"))
-RATES = [float(r) for r in os.environ.get("RATES", "250,500,1000,2000,4000,0").split(",")]
+RATES = [float(r) for r in os.environ.get("RATES", "250,1000,4000,0").split(",")]
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+SINK = os.environ.get("SINK", "stream2")
+BASELINE = os.environ.get("BASELINE", "")
 
 
 def free_port():
@@ -54,16 +61,21 @@ def cpu_seconds(p):
     return usage.ru_utime + usage.ru_stime
 
 
-def run(series_dir, rate):
-    port, metrics, det = free_port(), free_port(), free_port()
-    rx = subprocess.Popen([AGENT, "receive", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
-                           "--placement", "os"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    args = [AGENT, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", "--replay", series_dir, "--start",
+def run(agent, series_dir, rate):
+    port, metrics, det, out = free_port(), free_port(), free_port(), free_port()
+    sink = ["--sink", "stream2", "--sink-endpoint", f"tcp://127.0.0.1:{out}"] if SINK == "stream2" else []
+    rx = subprocess.Popen([agent, "receive", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
+                           "--placement", "os"] + sink, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    consumer = None
+    if SINK == "stream2":
+        consumer = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{out}"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [agent, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", "--replay", series_dir, "--start",
             "--series", str(SERIES)]
     if rate > 0:
         args += ["--rate-hz", str(rate)]
     sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    tx = subprocess.Popen([AGENT, "send", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
+    tx = subprocess.Popen([agent, "send", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
                            "--source", "stream2", "--source-endpoint", f"tcp://127.0.0.1:{det}", "--placement", "os",
                            "--metrics-listen", f"127.0.0.1:{metrics}"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -81,6 +93,13 @@ def run(series_dir, rate):
     tx_cpu = cpu_seconds(tx)
     rx_out = rx.stdout.read()
     rx_cpu = cpu_seconds(rx)
+    if consumer:
+        consumer.send_signal(signal.SIGINT)
+        consumer_out = consumer.stdout.read()
+        cpu_seconds(consumer)
+        taken = json.loads(consumer_out.strip().splitlines()[-1])["messages"]
+        if taken != done["messages"]:
+            sys.exit(f"the consumer took {taken} of {done['messages']} messages")
     if tx.returncode or rx.returncode:
         sys.exit(f"stream failed: send {tx.returncode} receive {rx.returncode}")
     s = json.loads(tx_out.strip().splitlines()[-1])
@@ -121,28 +140,52 @@ def run_forwarder(series_dir, rate):
     return {"achieved": (done["messages"] - 1) / done["seconds"], "cpu_gb": fwd_cpu / (f["bytes"] / 1e9)}
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def main():
     series_dir = os.path.join(DATA, "r500k_bm_bslz4_16bit")
     if not os.path.isdir(series_dir):
         sys.exit(f"bench-stream2: the EIGER2 recordings are not at {DATA} (set NUMASTREAM_STREAM2_DATA)")
+    agents = [("agent", AGENT)] + ([("baseline", BASELINE)] if BASELINE else [])
     print(f"stream2 on loopback: {SERIES} series of the EIGER2 R 500K bslz4 16-bit recording (12 messages each, "
-          f"~0.52 MB per image message), null sink, placement os")
-    print(f"  {'asked msg/s':>11} {'achieved msg/s':>14} {'MB/s':>7} {'delivered':>9} {'lost':>5} {'sustained':>9} "
-          f"{'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17} {'forwarder CPU-s/GB':>19} {'sender/forwarder':>17}")
+          f"~0.52 MB per image message), {SINK} sink at the gateway, placement os; medians of {ROUNDS} alternated "
+          f"rounds" + (f"; baseline {BASELINE}" if BASELINE else ""))
+    print(f"  {'asked msg/s':>11} {'binary':>8} {'achieved msg/s':>14} {'MB/s':>6} {'lost':>5} {'sustained':>9} "
+          f"{'sender CPU-s/GB':>15} {'gateway CPU-s/GB':>16} {'forwarder CPU-s/GB':>18} {'sender/fwd':>10} "
+          f"{'gateway/fwd':>11}")
     best = None
     for rate in RATES:
-        f = run(series_dir, rate)
-        b = run_forwarder(series_dir, rate)
-        ok = f["lost"] == 0 and f["corrupt"] == 0 and f["delivered"] == f["messages"] and \
-            (rate == 0 or f["achieved"] >= 0.98 * rate)
-        if ok and (best is None or f["mb_per_s"] > best["mb_per_s"]):
-            best = f
+        runs = {name: [] for name, _ in agents}
+        fwd = []
+        for _ in range(ROUNDS):
+            fwd.append(run_forwarder(series_dir, rate)["cpu_gb"])
+            for name, agent in agents:
+                runs[name].append(run(agent, series_dir, rate))
+        b = median(fwd)
         asked = "max" if rate == 0 else f"{rate:.0f}"
-        print(f"  {asked:>11} {f['achieved']:14.0f} {f['mb_per_s']:7.0f} {f['delivered']:9d} {f['lost']:5d} "
-              f"{'yes' if ok else 'no':>9} {f['tx_cpu_gb']:16.2f} {f['rx_cpu_gb']:17.2f} {b['cpu_gb']:19.2f} "
-              f"{f['tx_cpu_gb'] / b['cpu_gb']:17.1f}")
+        medians = {}
+        for name, _ in agents:
+            rs = runs[name]
+            m = {k: median([r[k] for r in rs]) for k in ("achieved", "mb_per_s", "tx_cpu_gb", "rx_cpu_gb")}
+            lost = sum(r["lost"] + r["corrupt"] + (r["messages"] - r["delivered"]) for r in rs)
+            ok = lost == 0 and (rate == 0 or all(r["achieved"] >= 0.98 * rate for r in rs))
+            medians[name] = m
+            if name == "agent" and ok and (best is None or m["mb_per_s"] > best["mb_per_s"]):
+                best = m
+            print(f"  {asked:>11} {name:>8} {m['achieved']:14.0f} {m['mb_per_s']:6.0f} {lost:5d} "
+                  f"{'yes' if ok else 'no':>9} {m['tx_cpu_gb']:15.2f} {m['rx_cpu_gb']:16.2f} {b:18.2f} "
+                  f"{m['tx_cpu_gb'] / b:10.2f} {m['rx_cpu_gb'] / b:11.2f}")
+        if BASELINE:
+            n, o = medians["agent"], medians["baseline"]
+            print(f"  {'':>11} {'new/old':>8} {'':>14} {'':>6} {'':>5} {'':>9} {n['tx_cpu_gb'] / o['tx_cpu_gb']:15.2f} "
+                  f"{n['rx_cpu_gb'] / o['rx_cpu_gb']:16.2f}")
     if best:
-        print(f"highest sustained: {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector messages, 0 lost")
+        print(f"highest sustained: {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector "
+              f"messages, 0 lost")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,28 @@ TEST(Spill, FramesComeBackInOrderAcrossSegments) {
   EXPECT_LE(seg_files(dir), 1u);
 }
 
+// A frame held in two pieces (a header, then a detector's message it was received in) is one
+// record: it comes back whole, the two pieces one after the other, counted against the limit
+// as one; one that would pass the limit is refused whole.
+TEST(Spill, AFrameInTwoPiecesComesBackAsOne) {
+  const std::string dir = temp_dir();
+  SpillStore s(dir, 3, 1 << 20);
+  const auto head = frame(48, 1), body = frame(300000, 2);
+  ASSERT_TRUE(s.append(head, body));
+  ASSERT_TRUE(s.append(frame(10, 3), {}));
+  EXPECT_EQ(s.pending_bytes(), 48u + 300000u + 10u);
+  EXPECT_FALSE(s.append(head, frame(1 << 20, 4))) << "past the limit: refused whole";
+  EXPECT_EQ(s.frames(), 2u);
+  std::vector<std::byte> out(1 << 20);
+  ASSERT_EQ(s.read(out), 48u + 300000u);
+  std::vector<std::byte> whole(head);
+  whole.insert(whole.end(), body.begin(), body.end());
+  EXPECT_TRUE(std::equal(whole.begin(), whole.end(), out.begin()));
+  ASSERT_EQ(s.read(out), 10u);
+  EXPECT_TRUE(std::equal(out.begin(), out.begin() + 10, frame(10, 3).begin()));
+  EXPECT_TRUE(s.empty());
+}
+
 TEST(Spill, NeverHoldsMoreThanItsLimitAndFreesSpaceAsItDrains) {
   const std::string dir = temp_dir();
   SpillStore s(dir, 1, 10 << 20);  // segments of 1 MiB

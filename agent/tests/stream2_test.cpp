@@ -16,10 +16,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include "detector/stream2.hpp"
 #include "process.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream::testing {
 namespace {
@@ -100,18 +102,28 @@ std::vector<std::string> expected_series(const fs::path& dir) {
 }
 
 struct Passage {
-  json sender, receiver;
+  json sender, receiver, relay;
   std::vector<std::string> consumed;
   bool acknowledged_while_idle = false;
 };
 
 // detector-sim (replaying `dir`) -> send (source stream2) -> receive (sink stream2) -> consumer.
-// The sender is ended with SIGINT once the consumer has `want` messages (or gave up).
-Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<std::string> detector_flags = {}) {
+// The sender is ended with SIGINT once the consumer has `want` messages (or gave up). With
+// `relay`, the gateway is a pod's two containers: a relay takes the connection and forwards over
+// IPC to the receiver.
+Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<std::string> detector_flags = {},
+                            bool relay = false) {
   const int port = free_ports(4);
   Passage run;
-  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
-              "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
+  const std::string ipc = "ipc://" + temp_dir() + "/stream.sock";
+  Process rx({kAgent, "receive", "--endpoint", relay ? ipc : ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--sink", "stream2", "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
+  std::optional<Process> relaying;
+  if (relay) {
+    relaying.emplace(std::vector<std::string>{kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port),
+                                              "--chunk-bytes", std::to_string(4 << 20), "--sink", "zmq",
+                                              "--sink-endpoint", ipc});
+  }
   Consumer consumer(ep(port + 1));
   std::vector<std::string> det = {kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", dir.string(), "--start",
                                   "--linger-s", "5"};
@@ -130,6 +142,10 @@ Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<s
   run.acknowledged_while_idle = http_get(port + 3, "/metrics").find(acked) != std::string::npos;
   tx.signal(SIGINT);  // a person ends an endless stream
   EXPECT_EQ(tx.wait(60s), 0) << tx.err();
+  if (relaying) {
+    EXPECT_EQ(relaying->wait(60s), 0) << relaying->err();
+    run.relay = summary(*relaying);
+  }
   EXPECT_EQ(rx.wait(60s), 0) << rx.err();
   EXPECT_EQ(detector.wait(30s), 0) << detector.err();
   run.sender = summary(tx);
@@ -216,6 +232,11 @@ TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
                                                   << expected[i].size() << " sent)";
     }
     EXPECT_TRUE(run.acknowledged_while_idle) << "the sender's acknowledged count lagged what the gateway took";
+    // Each message crossed in the message the sender received it in: numastream's header in one
+    // part, the detector's bytes in the next, neither copied; none made whole.
+    EXPECT_EQ(run.receiver["frames_in_two_parts"], 12);
+    EXPECT_GE(run.sender["frames_in_two_parts"].get<int>(), 12);
+    EXPECT_EQ(run.sender["frames_made_whole"], 0);
     EXPECT_EQ(run.receiver["chunks"], 12);
     EXPECT_EQ(run.receiver["lost"], 0);
     EXPECT_EQ(run.receiver["corrupt"], 0);
@@ -233,6 +254,24 @@ TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
   }
 }
 
+// A gateway pod's relay passes each message on as it came, in two parts, to the container
+// behind it: byte-identical at the consumer, nothing made whole on the way.
+TEST(Stream2, ThroughAGatewaysRelayEachMessageStaysInItsOwnMessage) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const fs::path dir = fs::path(data) / "r500k_bm_bslz4_32bit";
+  const auto expected = expected_series(dir);
+  Passage run = through_the_gateway(dir, expected.size(), {}, true);
+  ASSERT_EQ(run.consumed.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
+  EXPECT_EQ(run.relay["role"], "relay");
+  EXPECT_EQ(run.relay["frames_in_two_parts"], 12);
+  EXPECT_EQ(run.receiver["frames_in_two_parts"], 12);
+  EXPECT_EQ(run.receiver["lost"], 0);
+  EXPECT_EQ(run.receiver["corrupt"], 0);
+  EXPECT_EQ(run.sender["frames_made_whole"], 0);
+}
+
 TEST(Stream2, MessagesThatAreNotStreamV2AreCountedAndDropped) {
   const std::string data = recordings();
   SKIP_WITHOUT_RECORDINGS(data);
@@ -248,6 +287,86 @@ TEST(Stream2, MessagesThatAreNotStreamV2AreCountedAndDropped) {
   EXPECT_EQ(run.sender["stream2"]["malformed"], 3);
   EXPECT_EQ(run.sender["stream2"]["images"], 10);
   EXPECT_EQ(run.receiver["lost"], 0);
+}
+
+// A receiver as numastream 0.2.0 and earlier were: it takes frames whole (one part each) and
+// never says it takes two. A sender of today sends it every message whole, each byte as the
+// detector sent it, and the receiver acknowledges them all.
+TEST(Stream2, ASenderMakesFramesWholeForAReceiverThatDoesNotTakeTwoParts) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const fs::path dir = fs::path(data) / "r500k_bm_bslz4_16bit";
+  const auto expected = expected_series(dir);
+  const int port = free_ports(2);
+  void* ctx = zmq_ctx_new();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_EQ(zmq_bind(router, ep(port).c_str()), 0);
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 1), "--replay", dir.string(), "--start",
+                    "--linger-s", "5"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
+              "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
+  std::vector<std::string> payloads;
+  std::size_t most_parts = 0;
+  auto reply = [&](const zmq_msg_t& id, const std::vector<std::byte>& frame) {
+    zmq_msg_t copy;
+    zmq_msg_init(&copy);
+    zmq_msg_copy(&copy, const_cast<zmq_msg_t*>(&id));
+    zmq_msg_send(&copy, router, ZMQ_SNDMORE);
+    zmq_send(router, frame.data(), frame.size(), 0);
+  };
+  bool stopping = false;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (payloads.size() == expected.size() && !stopping) {
+      tx.signal(SIGINT);  // all there: the sender drains (everything acknowledged) and ends
+      stopping = true;
+    }
+    if (stopping && !tx.running()) break;
+    zmq_pollitem_t item{router, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, 100) <= 0) continue;
+    zmq_msg_t id;
+    zmq_msg_init(&id);
+    zmq_msg_recv(&id, router, 0);
+    std::vector<std::vector<std::byte>> parts;
+    for (bool more = true; more;) {
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      zmq_msg_recv(&m, router, 0);
+      const auto* p = static_cast<const std::byte*>(zmq_msg_data(&m));
+      parts.emplace_back(p, p + zmq_msg_size(&m));
+      more = zmq_msg_more(&m);
+      zmq_msg_close(&m);
+    }
+    most_parts = std::max(most_parts, parts.size());
+    wire::Header h;
+    if (parts.size() == 1 && wire::decode(parts[0], 4 << 20, h) == wire::DecodeError::ok) {
+      if (h.type == wire::FrameType::resume) {
+        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, 0, 0, {}));
+      } else if (h.type == wire::FrameType::data) {
+        const std::span<const std::byte> payload(parts[0].data() + wire::kHeaderSize, h.payload_size);
+        EXPECT_EQ(wire::checksum(payload), h.checksum);
+        if (h.sequence == payloads.size()) payloads.emplace_back(reinterpret_cast<const char*>(payload.data()), payload.size());
+        const std::uint64_t seq = h.sequence;
+        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, 0, 0, {&seq, 1}));
+      } else if (h.type == wire::FrameType::end_of_stream) {
+        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, h.sequence,
+                                   wire::kAckEndOfStream, {}));
+      }
+    }
+    zmq_msg_close(&id);
+  }
+  zmq_close(router);
+  zmq_ctx_term(ctx);
+  ASSERT_EQ(tx.wait(30s), 0) << tx.err();
+  EXPECT_EQ(detector.wait(30s), 0) << detector.err();
+  EXPECT_EQ(most_parts, 1u) << "every frame came whole";
+  ASSERT_EQ(payloads.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(payloads[i] == expected[i]) << "message " << i;
+  const json s = summary(tx);
+  EXPECT_EQ(s["frames_in_two_parts"], 0);
+  EXPECT_GE(s["frames_made_whole"].get<int>(), 12);
 }
 
 }  // namespace

@@ -45,10 +45,15 @@ class Peer {
     zmq_close(sock_);
     zmq_ctx_term(ctx_);
   }
-  void send(const std::vector<std::byte>& frame) {
-    if (failed_) return;
-    failed_ = zmq_send(sock_, frame.data(), frame.size(), 0) != static_cast<int>(frame.size());
-    if (failed_) std::cerr << "peer: send failed: " << zmq_strerror(zmq_errno()) << std::endl;
+  void send(const std::vector<std::byte>& frame) { send_parts({frame}); }
+  // One message of several parts.
+  void send_parts(const std::vector<std::vector<std::byte>>& parts) {
+    for (std::size_t i = 0; i < parts.size() && !failed_; ++i) {
+      const auto& part = parts[i];
+      failed_ = zmq_send(sock_, part.data(), part.size(), i + 1 < parts.size() ? ZMQ_SNDMORE : 0) !=
+                static_cast<int>(part.size());
+      if (failed_) std::cerr << "peer: send failed: " << zmq_strerror(zmq_errno()) << std::endl;
+    }
   }
   // A send timed out: the receiver stopped reading (or is gone).
   bool failed() const { return failed_; }
@@ -109,6 +114,27 @@ class Peer {
     }
     return out;
   }
+  // A data frame in two parts (header, payload), as a sender of today sends a detector's message;
+  // `claimed` is the payload size its header states, `extra` parts follow the payload.
+  void two_part(std::uint32_t stream, std::uint64_t seq, std::size_t size, std::size_t claimed,
+                std::size_t extra = 0, std::size_t header_room = wire::kHeaderSize) {
+    std::vector<std::byte> payload(size, std::byte{9});
+    wire::Header h;
+    h.stream_id = stream;
+    h.connections = 1;
+    h.sequence = seq;
+    h.raw_size = h.payload_size = static_cast<std::uint32_t>(claimed);
+    h.checksum = wire::checksum(payload);
+    std::vector<std::byte> head(header_room);
+    wire::encode_header(h, head.data());
+    std::vector<std::vector<std::byte>> parts{head, payload};
+    for (std::size_t i = 0; i < extra; ++i) parts.push_back(payload);
+    send_parts(parts);
+  }
+  // Another frame's header in front of a payload part (only data frames come in two parts).
+  void two_part_resume(std::uint32_t stream) {
+    send_parts({wire::encode_ack(wire::FrameType::resume, stream, 0, 1, 0, 0, {}), std::vector<std::byte>()});
+  }
   void metadata(std::uint32_t stream) {
     send(wire::encode_metadata(stream, 0, 1, std::string(wire::kMaxMetadata, 'm')));
   }
@@ -134,7 +160,14 @@ void barrage(Peer& p) {
     for (std::size_t i = 0; i < list.size(); ++i) list[i] = far + round * list.size() + i;
     p.resume(7, 0, list);
   }
-  p.end(7, 1);                     // totals below what arrived (0 and 1)
+  p.two_part(7, 2, 64, 64);        // well-formed in two parts: taken
+  p.two_part(7, 3, 64, 65);        // the header claims a byte more than its payload part holds
+  p.two_part(7, 4, 64, 0);         // ... or none of them
+  p.two_part(7, 5, 64, 64, 1);     // a third part
+  p.two_part(7, 6, 64, 64, 1000);  // a thousand more parts
+  p.two_part(7, 7, 64, 64, 0, wire::kHeaderSize + 8);  // bytes after the header in its part
+  p.two_part_resume(7);            // only a data frame comes in two parts
+  p.end(7, 1);                     // totals below what arrived (0 to 2)
   p.gaps(7, {{2, far, wire::GapReason::spill_full}});  // a gap of 2^40 chunks
   p.gaps(7, {{far, far + 1, wire::GapReason::spill_full}});
   for (std::uint32_t id = 100; id < 5100; ++id) p.resume(id, 0);  // thousands of streams
@@ -162,6 +195,9 @@ TEST(Trust, HostileFramesAreRefusedByNameWithBoundedMemoryAndAnHonestStreamIsDel
   const auto& why = r["malformed_by_reason"];
   EXPECT_GE(why.value("out_of_window", 0), 2 + 1 + 20 + 2) << r.dump();
   EXPECT_GE(why.value("contradicts_stream", 0), 1) << r.dump();
+  EXPECT_EQ(why.value("size_mismatch", 0), 5) << r.dump();
+  EXPECT_EQ(why.value("bad_type", 0), 1) << r.dump();
+  EXPECT_EQ(r["frames_in_two_parts"], 1) << r.dump();
   EXPECT_EQ(why.value("too_many_streams", 0), 5000 - 62 + 1000 - 62) << r.dump();
   EXPECT_NE(rx.err().find("out_of_window"), std::string::npos) << "the refusal is named in the log";
   // The honest stream (id 0) arrived whole; the hostile one holds two chunks and no end.

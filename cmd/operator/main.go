@@ -31,6 +31,7 @@ func main() {
 		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
 		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
+		pprofAddr    = flag.String("pprof-bind-address", "0", "address of Go's profiler (net/http/pprof), for finding where the operator's time goes; 0: off")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
@@ -76,6 +77,7 @@ func main() {
 		Cache:                  namespaces.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: *probeAddr,
+		PprofBindAddress:       *pprofAddr,
 		LeaderElection:         *leaderElect,
 		LeaderElectionID:       "numastream-operator.numastream.io",
 	})

@@ -157,17 +157,21 @@ void SpillStore::drop_front() {
   segments_.pop_front();
 }
 
-bool SpillStore::append(std::span<const std::byte> frame) {
-  const std::uint64_t record = kLengthBytes + frame.size();
+bool SpillStore::append(std::span<const std::byte> frame) { return append(frame, {}); }
+
+bool SpillStore::append(std::span<const std::byte> head, std::span<const std::byte> rest) {
+  const std::size_t size = head.size() + rest.size();
+  const std::uint64_t record = kLengthBytes + size;
   disk_full_ = false;
   if (disk_ + record > max_) return false;
   if (segments_.empty() || segments_.back().write_off >= segment_bytes_) open_segment();
   Segment& s = segments_.back();
   std::byte len[kLengthBytes];
-  const auto n = static_cast<std::uint32_t>(frame.size());
+  const auto n = static_cast<std::uint32_t>(size);
   for (std::size_t i = 0; i < kLengthBytes; ++i) len[i] = static_cast<std::byte>(n >> (8 * i));
   if (!write_all(s.fd, len, kLengthBytes, s.write_off) ||
-      !write_all(s.fd, frame.data(), frame.size(), s.write_off + kLengthBytes)) {
+      !write_all(s.fd, head.data(), head.size(), s.write_off + kLengthBytes) ||
+      !write_all(s.fd, rest.data(), rest.size(), s.write_off + kLengthBytes + head.size())) {
     if (errno == ENOSPC || errno == EDQUOT) {
       // Whatever part of the record made it is overwritten by the next append.
       disk_full_ = true;
@@ -177,7 +181,7 @@ bool SpillStore::append(std::span<const std::byte> frame) {
   }
   s.write_off += record;
   disk_ += record;
-  pending_ += frame.size();
+  pending_ += size;
   ++frames_;
   return true;
 }

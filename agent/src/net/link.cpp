@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace numastream {
@@ -225,6 +226,14 @@ void AckedLink::wait_for_credit() {
 }
 
 void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame) {
+  send(stream, seq, Held{std::move(frame), std::nullopt});
+}
+
+void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message head, zmq::Message body) {
+  send(stream, seq, Held{std::move(head), std::move(body)});
+}
+
+void AckedLink::send(std::uint32_t stream, std::uint64_t seq, Held frame) {
   if (unacked_.empty()) last_progress_ = Clock::now();
   auto [it, inserted] = unacked_.emplace(Key{stream, seq}, std::move(frame));
   if (!inserted) return;  // already held: it goes out with the next retransmission, if needed
@@ -236,7 +245,7 @@ void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame
 
 void AckedLink::send_end(std::uint32_t stream, zmq::Message frame) {
   if (unacked_.empty()) last_progress_ = Clock::now();
-  auto [it, inserted] = unacked_.insert_or_assign(Key{stream, kEnd}, std::move(frame));
+  auto [it, inserted] = unacked_.insert_or_assign(Key{stream, kEnd}, Held{std::move(frame), std::nullopt});
   if (!need_resend_ && !write(it->second)) pump(0);
 }
 
@@ -246,17 +255,40 @@ void AckedLink::finish() {
 
 void AckedLink::serve(int timeout_ms) { pump(timeout_ms); }
 
-bool AckedLink::write(zmq::Message& m) {
-  // A reference of our own, taken first: reading acknowledgements below may acknowledge `m` and
-  // erase it from the unacknowledged frames (a restarted receiver that already has it); sending
+bool AckedLink::write(zmq::Message& m) { return write_parts(m, nullptr); }
+
+bool AckedLink::write(Held& f) {
+  if (f.body && !two_part_) {
+    // A receiver that takes frames whole (an older one, or one not yet heard from since the
+    // connection was made): header and payload copied into one frame, kept so from now on.
+    const auto head = f.head.bytes();
+    const auto body = f.body->bytes();
+    zmq::Message whole = zmq::Message::sized(head.size() + body.size());
+    std::memcpy(whole.mutable_data(), head.data(), head.size());
+    if (!body.empty()) std::memcpy(whole.mutable_data() + head.size(), body.data(), body.size());
+    f.head = std::move(whole);
+    f.body.reset();
+    ++made_whole_;
+  }
+  return write_parts(f.head, f.body ? &*f.body : nullptr);
+}
+
+bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
+  // References of our own, taken first: reading acknowledgements below may acknowledge the frame
+  // and erase it from the unacknowledged frames (a restarted receiver that already has it); sending
   // it then is harmless, the receiver drops duplicates. (Taken inside the loop, the frame could be
   // gone: zmq_msg_copy on a freed message, "Bad address", seen in Fault.ReceiverKilledAndRestarted.)
   zmq::Message copy = m.share();
+  std::optional<zmq::Message> rest;
+  if (body) rest = body->share();
   while (true) {
     check_aborted();
     mon_->drain();
     check_handshake();
-    if (mon_->disconnects() != seen_disconnects_) return false;
+    if (mon_->disconnects() != seen_disconnects_) {
+      two_part_ = false;  // the next receiver says again what it takes
+      return false;
+    }
     zmq_pollitem_t items[] = {{sock_.get(), 0, ZMQ_POLLOUT | ZMQ_POLLIN, 0},
                               {mon_->get(), 0, ZMQ_POLLIN, 0}};
     if (zmq_poll(items, 2, 100) < 0 && zmq_errno() != EINTR) {
@@ -267,7 +299,17 @@ bool AckedLink::write(zmq::Message& m) {
       check_progress();  // blocked longer than the receiver may stay silent: a stuck peer
       continue;
     }
-    if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(), ZMQ_DONTWAIT) >= 0) return true;
+    if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(), ZMQ_DONTWAIT | (rest ? ZMQ_SNDMORE : 0)) >= 0) {
+      // The first part taken, the rest of the message is too: ZeroMQ counts a message against the
+      // high-water mark once, at its first part, and delivers all of its parts or none.
+      if (rest) {
+        if (zmq_msg_send(static_cast<zmq_msg_t*>(rest->raw()), sock_.get(), 0) < 0) {
+          throw std::runtime_error(describe() + ": send: " + zmq::last_error());
+        }
+        ++two_part_writes_;
+      }
+      return true;
+    }
     if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
       throw std::runtime_error(describe() + ": send: " + zmq::last_error());
     }
@@ -283,11 +325,15 @@ void AckedLink::read_acks() {
     if (wire::decode(bytes, 0, h) != wire::DecodeError::ok || h.type != wire::FrameType::ack) {
       continue;  // only acknowledgements flow this way; anything else is ignored
     }
+    if (h.raw_size & wire::kAckTwoPart) {  // what the receiver takes, not an acknowledgement
+      two_part_ = true;
+      continue;
+    }
     auto seqs = wire::decode_ack_list(bytes);
     ledger_->merge(h.stream_id, h.sequence, seqs);
     welcomed_ = true;
     last_progress_ = Clock::now();
-    auto drop = [&](std::map<Key, zmq::Message>::iterator it) {
+    auto drop = [&](std::map<Key, Held>::iterator it) {
       if (it->first.second != kEnd) --unacked_data_;
       return unacked_.erase(it);
     };
@@ -318,6 +364,7 @@ void AckedLink::pump(int timeout_ms) {
   mon_->drain();
   check_handshake();
   if (mon_->disconnects() != seen_disconnects_) {
+    two_part_ = false;  // the next receiver says again what it takes
     if (!need_resend_) down_since_ = Clock::now();
     seen_disconnects_ = mon_->disconnects();
     need_resend_ = true;

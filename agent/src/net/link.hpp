@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -107,6 +108,10 @@ class AckedLink {
   void wait_for_credit();
   // Hands a frame to the link, which keeps it until acknowledged.
   void send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame);
+  // The same, as its header and its payload (a message received whole from a detector): sent as
+  // two parts of one message, neither copied, to a receiver that takes them so (wire::kAckTwoPart);
+  // as one frame, copied once, to one that does not.
+  void send(std::uint32_t stream, std::uint64_t seq, zmq::Message head, zmq::Message body);
   // The end-of-stream frame, kept until acknowledged (ack flag kAckEndOfStream).
   void send_end(std::uint32_t stream, zmq::Message frame);
   // Blocks until everything sent was acknowledged.
@@ -115,7 +120,13 @@ class AckedLink {
   void serve(int timeout_ms);
 
   std::size_t unacknowledged() const noexcept { return unacked_.size(); }
+  // The receiver said it takes data frames in two parts (since the connection was last made).
+  bool two_part() const noexcept { return two_part_; }
   std::uint64_t retransmitted() const noexcept { return retransmitted_; }
+  // Data frames written as two parts (payload uncopied), and frames copied whole for a receiver
+  // that does not take two parts.
+  std::uint64_t written_in_two_parts() const noexcept { return two_part_writes_; }
+  std::uint64_t made_whole() const noexcept { return made_whole_; }
   int reconnects() const noexcept { return reconnects_; }
 
  private:
@@ -127,8 +138,17 @@ class AckedLink {
   void check_aborted() const;
   void check_progress() const;
   void check_handshake() const;
+  // A frame kept until acknowledged: whole, or its header and then its payload.
+  struct Held {
+    zmq::Message head;
+    std::optional<zmq::Message> body;
+  };
   // Writes one message (a shared reference); false when the connection dropped meanwhile.
   bool write(zmq::Message& m);
+  // Writes a held frame: in two parts when the receiver takes them so, else made whole first.
+  bool write(Held& f);
+  bool write_parts(zmq::Message& m, zmq::Message* body);
+  void send(std::uint32_t stream, std::uint64_t seq, Held frame);
   void resend_all();
   std::string describe() const;
 
@@ -139,7 +159,7 @@ class AckedLink {
   std::function<void(std::uint32_t, std::span<const std::uint64_t>)> on_discarded_;
   zmq::Socket sock_;
   std::unique_ptr<zmq::Monitor> mon_;
-  std::map<Key, zmq::Message> unacked_;
+  std::map<Key, Held> unacked_;
   std::size_t unacked_data_ = 0;
   std::set<std::uint32_t> announced_;
   std::map<std::uint32_t, std::string> metadata_;
@@ -150,9 +170,11 @@ class AckedLink {
   int seen_disconnects_ = 0;
   bool need_resend_ = false;
   bool welcomed_ = false;
+  bool two_part_ = false;
   std::chrono::steady_clock::time_point down_since_;
   std::chrono::steady_clock::time_point last_progress_;
   std::uint64_t retransmitted_ = 0;
+  std::uint64_t two_part_writes_ = 0, made_whole_ = 0;
   int reconnects_ = 0;
 };
 

@@ -93,12 +93,24 @@ Message Message::adopt(void* data, std::size_t size, void (*free_fn)(void*, void
   return m;
 }
 
-Message Message::of(std::span<const std::byte> bytes) {
+Message Message::sized(std::size_t size) {
   Message m;
   auto* raw = reinterpret_cast<zmq_msg_t*>(m.storage_);
   zmq_msg_close(raw);
-  if (zmq_msg_init_size(raw, bytes.size()) != 0) fail("zmq_msg_init_size");
-  if (!bytes.empty()) std::memcpy(zmq_msg_data(raw), bytes.data(), bytes.size());
+  if (zmq_msg_init_size(raw, size) != 0) fail("zmq_msg_init_size");
+  return m;
+}
+
+Message Message::slice(Message m, std::size_t offset, std::size_t size) {
+  if (offset + size > m.bytes().size()) throw std::logic_error("Message::slice: past the message's end");
+  auto* held = new Message(std::move(m));
+  return adopt(held->mutable_data() + offset, size, [](void*, void* hint) noexcept { delete static_cast<Message*>(hint); },
+               held);
+}
+
+Message Message::of(std::span<const std::byte> bytes) {
+  Message m = sized(bytes.size());
+  if (!bytes.empty()) std::memcpy(m.mutable_data(), bytes.data(), bytes.size());
   return m;
 }
 

@@ -64,6 +64,11 @@ class Message {
   static Message adopt(void* data, std::size_t size, void (*free_fn)(void*, void*), void* hint);
   // A message holding a copy of `bytes`.
   static Message of(std::span<const std::byte> bytes);
+  // `size` bytes of `m` from `offset` as a message of their own, uncopied: `m` is kept until
+  // ZeroMQ and every copy are done with them.
+  static Message slice(Message m, std::size_t offset, std::size_t size);
+  // A message of `size` bytes for the caller to fill (mutable_data()).
+  static Message sized(std::size_t size);
   // Another reference to the same bytes (ZeroMQ counts references; nothing is copied for
   // messages above a few dozen bytes). The content must not change afterwards.
   Message share();

@@ -46,8 +46,12 @@ using Clock = std::chrono::steady_clock;
 // message ZeroMQ read it into, and the connection it came on.
 struct Inbound {
   wire::Header header;
-  zmq::Message msg;
+  zmq::Message msg;                  // the frame; or its header alone, when it came in two parts
+  std::optional<zmq::Message> body;  // the payload of a frame that came in two parts
   int via = 0;
+  std::span<const std::byte> payload() const noexcept {
+    return body ? body->bytes() : msg.bytes().subspan(wire::kHeaderSize);
+  }
 };
 
 class Receiver {
@@ -111,6 +115,7 @@ class Receiver {
   std::atomic<std::uint64_t> resumes_{0};
   std::atomic<std::uint64_t> gap_frames_{0};
   std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
+  std::atomic<std::uint64_t> two_part_{0};     // data frames taken in two parts (payload uncopied)
   std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
   std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication (key or address)
   std::uint64_t zap_refused_key_ = 0, zap_refused_address_ = 0;  // its counts, once it has gone
@@ -260,23 +265,41 @@ void Receiver::receive_loop(StageThread& t) {
     if (!peer.more()) continue;
     zmq::Message msg;
     if (!msg.receive(sock)) continue;
-    while (msg.more()) {  // a frame is one part; anything more from this peer is not ours
-      zmq::Message extra;
-      if (!extra.receive(sock)) break;
-      msg = std::move(extra);
+    // A frame is one part, or a data frame two: its header, then its payload (wire::kAckTwoPart).
+    std::optional<zmq::Message> body;
+    std::size_t parts = 1;
+    if (msg.more()) {
+      body.emplace();
+      if (!body->receive(sock)) continue;
+      parts = 2;
+      for (bool more = body->more(); more; ++parts) {  // more than two: not a frame of ours
+        zmq::Message extra;
+        if (!extra.receive(sock)) break;
+        more = extra.more();
+      }
     }
     ScopedTimer busy(st.busy_ns);
     auto bytes = msg.bytes();
+    const std::size_t frame_size = bytes.size() + (body ? body->bytes().size() : 0);
     wire::Header h;
-    wire::DecodeError err = wire::decode(bytes, cfg_.chunk_bytes, h);
+    wire::DecodeError err;
+    if (parts > 2) {
+      err = wire::DecodeError::size_mismatch;
+    } else if (body) {
+      // Only a data frame comes in two parts, and its first part is the header alone.
+      err = bytes.size() != wire::kHeaderSize ? wire::DecodeError::size_mismatch
+                                              : wire::decode_data_header(bytes, frame_size, cfg_.chunk_bytes, h);
+    } else {
+      err = wire::decode(bytes, cfg_.chunk_bytes, h);
+    }
     if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
     // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
     auto refuse = [&](wire::DecodeError why) {
       if (malformed_[static_cast<std::size_t>(why)]++ < 3) {
         log_warn("connection " + std::to_string(index) + ": dropped a " +
                  (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window) ? "refused" : "malformed") +
-                 " frame (" + std::string(wire::decode_error_name(why)) + ", " + std::to_string(bytes.size()) +
-                 " bytes" + (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
+                 " frame (" + std::string(wire::decode_error_name(why)) + ", " + std::to_string(frame_size) +
+                 " bytes" + (parts > 1 ? " in " + std::to_string(parts) + " parts" : std::string()) + (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
                                                               ", sequence " + std::to_string(h.sequence)
                                                         : std::string()) + ")");
       }
@@ -295,9 +318,12 @@ void Receiver::receive_loop(StageThread& t) {
       ++resumes_;
       if (announced.insert(peer_id).second) ++opened_;
       streams[h.stream_id] = peer.share();
+      // First, that data frames may come in two parts (a sender that does not know it ignores this).
+      answer(sock, peer, wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(index),
+                                          connections, 0, wire::kAckTwoPart, {}));
       if (cfg_.relay) {
         relay_ledger_->merge(h.stream_id, h.sequence, seqs);
-        Inbound in{h, std::move(msg), index};  // the relay announces it downstream; the answer
+        Inbound in{h, std::move(msg), std::nullopt, index};  // the relay announces it downstream; the answer
         if (!wire_q_->push(in)) break;      // comes back from there
       } else {
         {
@@ -325,7 +351,7 @@ void Receiver::receive_loop(StageThread& t) {
         meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
       }
       if (cfg_.relay) {
-        Inbound in{h, std::move(msg), index};  // the relay passes it on downstream
+        Inbound in{h, std::move(msg), std::nullopt, index};  // the relay passes it on downstream
         if (!wire_q_->push(in)) break;
       }
       continue;
@@ -339,7 +365,7 @@ void Receiver::receive_loop(StageThread& t) {
       gap_frames_++;
       (cfg_.relay ? *relay_ledger_ : ledger_).settle(h.stream_id, gaps);
       if (cfg_.relay) {
-        Inbound in{h, std::move(msg), index};  // the relay declares them downstream too
+        Inbound in{h, std::move(msg), std::nullopt, index};  // the relay declares them downstream too
         if (!wire_q_->push(in)) break;
       }
       continue;
@@ -361,15 +387,16 @@ void Receiver::receive_loop(StageThread& t) {
       refuse(why);
       continue;
     }
-    tracker_.on_frame(h.stream_id, bytes.size());
+    tracker_.on_frame(h.stream_id, frame_size);
     if (track_in_flight_) in_flight_.add(h.stream_id, h.sequence);
     auto now_ns = (Clock::now() - rt_.started).count();
     std::int64_t unset = -1;
     first_ns_.compare_exchange_strong(unset, now_ns);
     st.chunks++;
-    st.bytes_in += bytes.size();
+    st.bytes_in += frame_size;
+    if (body) ++two_part_;
     t.observe();
-    Inbound in{h, std::move(msg), index};
+    Inbound in{h, std::move(msg), std::move(body), index};
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
@@ -378,6 +405,19 @@ void Receiver::receive_loop(StageThread& t) {
     if (!pushed && track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
   }
 }
+
+namespace {
+// Hands the frame's payload to `out` in the message it arrived in.
+void pass_on(Inbound& in, Chunk& out) {
+  if (in.body) {
+    out.body = std::move(in.body);
+    out.body_offset = 0;
+  } else {
+    out.body = std::move(in.msg);
+    out.body_offset = wire::kHeaderSize;
+  }
+}
+}  // namespace
 
 void Receiver::decompress_loop(StageThread& t) {
   StageStats& st = t.stats;
@@ -394,17 +434,22 @@ void Receiver::decompress_loop(StageThread& t) {
     std::optional<Inbound> in = t.next(*wire_q_);
     if (!in) break;
     Chunk out;
-    out.buffer = t.buffer(pool);
-    if (!out.buffer) break;
     out.via = in->via;
     wire::Header& h = out.header;
     h = in->header;
+    const bool keep = keep_bslz4 && h.codec == Codec::bslz4;
+    // A payload that goes to the sink as it came stays in the message it came in (its own, for
+    // a frame in two parts, or the frame's): nothing is copied into a buffer.
+    const bool pass = keep || h.codec == Codec::none;
+    if (!pass) {
+      out.buffer = t.buffer(pool);
+      if (!out.buffer) break;
+    }
     StreamTracker::Verdict verdict;
     {
       ScopedTimer busy(st.busy_ns);
-      auto frame = in->msg.bytes();
-      auto payload = frame.subspan(wire::kHeaderSize);
-      const bool keep = keep_bslz4 && h.codec == Codec::bslz4;
+      const auto payload = in->payload();
+      const std::size_t frame_size = wire::kHeaderSize + payload.size();
       bool ok = true;
       if (h.payload_checksum) {
         // Arrived compressed: the checksum covers the bytes as sent, the framing its sizes.
@@ -418,13 +463,17 @@ void Receiver::decompress_loop(StageThread& t) {
           ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
                (h.payload_checksum || wire::checksum(scratch) == h.checksum);
         }
-        if (ok) std::memcpy(out.payload_room().data(), payload.data(), payload.size());
+        if (ok) pass_on(*in, out);
+      } else if (pass) {
+        // Not compressed: the payload is the raw bytes, checked where they are.
+        ok = ok && (h.payload_checksum || wire::checksum(payload) == h.checksum);
+        if (ok) pass_on(*in, out);
       } else {
         std::span<std::byte> raw = out.payload_room().first(h.raw_size);
         ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
              (h.payload_checksum || wire::checksum(raw) == h.checksum);
       }
-      st.bytes_in += frame.size();
+      st.bytes_in += frame_size;
       in.reset();  // frees ZeroMQ's message
       verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
       if (verdict == StreamTracker::Verdict::corrupt) {
@@ -456,16 +505,19 @@ void Receiver::decompress_loop(StageThread& t) {
     }
     // Re-framed for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
     // the HDF5 sink stores. The sink encodes the header if it sends the frame on.
-    if (!(keep_bslz4 && h.codec == Codec::bslz4)) {
+    if (!keep) {
+      // A checksum over a compressed payload is over the raw bytes once decoded; over one that
+      // was not compressed it is over the raw bytes already (and was checked).
+      const bool recompute = h.payload_checksum && h.codec != Codec::none;
       h.codec = Codec::none;
       h.element_size = 0;
       h.payload_size = h.raw_size;
-      if (h.payload_checksum) h.checksum = wire::checksum(out.payload());
+      if (recompute) h.checksum = wire::checksum(out.payload());
       h.payload_checksum = false;
     }
     h.connection = 0;
     h.connections = 1;
-    out.buffer->size = wire::kHeaderSize + h.payload_size;
+    if (out.buffer) out.buffer->size = wire::kHeaderSize + h.payload_size;
     bool pushed;
     {
       ScopedTimer wait(st.blocked_output_ns);
@@ -500,7 +552,7 @@ void Receiver::relay_loop(StageThread& t) {
   StageStats& st = t.stats;
   struct Order {
     std::uint64_t next = 0;
-    std::map<std::uint64_t, zmq::Message> pending;
+    std::map<std::uint64_t, Inbound> pending;
   };
   std::map<std::uint32_t, Order> order;
   std::map<std::uint32_t, std::uint64_t> forwarded;
@@ -524,11 +576,15 @@ void Receiver::relay_loop(StageThread& t) {
                  });
   link.set_gaps(relay_gaps_);
   link.connect();
-  auto forward = [&](std::uint32_t stream, std::uint64_t seq, zmq::Message& msg) {
-    std::size_t size = msg.bytes().size();
+  auto forward = [&](std::uint32_t stream, std::uint64_t seq, Inbound& in) {
+    const std::size_t size = wire::kHeaderSize + in.payload().size();
     ScopedTimer wait(st.blocked_output_ns);
     link.wait_for_credit();
-    link.send(stream, seq, std::move(msg));
+    if (in.body) {
+      link.send(stream, seq, std::move(in.msg), std::move(*in.body));  // as it came, in two parts
+    } else {
+      link.send(stream, seq, std::move(in.msg));
+    }
     ++forwarded[stream];
     st.chunks++;
     st.bytes_out += size;
@@ -541,7 +597,7 @@ void Receiver::relay_loop(StageThread& t) {
            (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
       auto it = o.pending.begin();
       o.next = tracker_.past_gaps(stream, std::max(o.next, it->first + 1));
-      zmq::Message m = std::move(it->second);
+      Inbound m = std::move(it->second);
       std::uint64_t seq = it->first;
       o.pending.erase(it);
       forward(stream, seq, m);
@@ -594,7 +650,7 @@ void Receiver::relay_loop(StageThread& t) {
     wire::encode_header(h, in->msg.mutable_data());
     Order& o = order[h.stream_id];
     if (o.pending.empty() && o.next == 0) o.next = relay_ledger_->snapshot(h.stream_id).first;
-    o.pending.emplace(h.sequence, std::move(in->msg));
+    o.pending.emplace(h.sequence, std::move(*in));
     flush(h.stream_id, o, false);
   }
   if (rt_.aborted()) return;
@@ -953,6 +1009,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"acks_sent", acks_sent_.load()},
                     {"resumes", resumes_.load()},
                     {"dropped_before_resume", unannounced_.load()},
+                    {"frames_in_two_parts", two_part_.load()},
                     {"rejected_connections",
                      {{"handshake", rejected_handshake_.load()}, {"auth", refused_key()}, {"address", refused_address()}}},
                     // Connections that never opened a stream (no resume frame): noise, scanners,

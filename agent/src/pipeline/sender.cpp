@@ -140,6 +140,9 @@ class Sender {
   bool welcomed_ = false;
   std::uint64_t skipped_chunks_ = 0;
   std::atomic<std::uint64_t> retransmitted_{0};
+  // Frames written with the payload in a part of its own (uncopied), and payloads copied into
+  // whole frames for a receiver that does not take two parts.
+  std::atomic<std::uint64_t> two_part_{0}, made_whole_{0};
   std::atomic<int> reconnects_{0};
   std::atomic<std::uint64_t> discarded_{0};  // notices of chunks the gateway discarded
 };
@@ -220,7 +223,7 @@ void Sender::source_loop(StageThread& t) {
     }
     // Counted taken before it enters the pipeline: if this sender dies, the next one knows.
     if (taken_) taken_->taken(seq + 1);
-    const std::size_t size = c.buffer ? c.buffer->size : cfg_.chunk_bytes;
+    const std::size_t size = c.message ? c.message->bytes().size() : c.buffer ? c.buffer->size : cfg_.chunk_bytes;
     const std::size_t raw = c.as_is ? c.raw_size : size;
     {
       ScopedTimer wait(st.blocked_output_ns);
@@ -330,8 +333,12 @@ void Sender::compress_loop(StageThread& t) {
     std::optional<RawChunk> c = t.next(*raw_q_);
     if (!c) break;
     Chunk out;
-    out.buffer = t.buffer(pool);
-    if (!out.buffer) break;
+    // Sent as it came, in the message it came in (a detector's): no buffer, nothing copied.
+    const bool in_message = c->as_is && c->message;
+    if (!in_message) {
+      out.buffer = t.buffer(pool);
+      if (!out.buffer) break;
+    }
     const std::span<const std::byte> raw = source_->bytes(*c, node);
     {
       ScopedTimer busy(st.busy_ns);
@@ -349,7 +356,11 @@ void Sender::compress_loop(StageThread& t) {
         h.codec = c->stored;
         h.payload_checksum = true;
         h.raw_size = static_cast<std::uint32_t>(c->raw_size);
-        std::memcpy(out.payload_room().data(), raw.data(), raw.size());
+        if (in_message) {
+          out.body = std::move(c->message);
+        } else {
+          std::memcpy(out.payload_room().data(), raw.data(), raw.size());
+        }
         payload = raw.size();
       } else {
         h.raw_size = static_cast<std::uint32_t>(raw.size());
@@ -416,6 +427,8 @@ void Sender::send_loop(StageThread& t) {
     Sender& s;
     ~Count() {
       s.retransmitted_ += l.retransmitted();
+      s.two_part_ += l.written_in_two_parts();
+      s.made_whole_ += l.made_whole();
       s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
     }
   } count{link, *this};
@@ -448,16 +461,20 @@ void Sender::send_loop(StageThread& t) {
     if (!c) break;
     // Which connection carries the frame; the header is encoded once, here, on its way out.
     c->header.connection = static_cast<std::uint16_t>(index);
-    c->seal();
-    const std::size_t size = c->buffer->size;
+    const std::size_t size = wire::kHeaderSize + c->header.payload_size;
     if (gap_book_->version() != gaps_seen) {
       gaps_seen = gap_book_->version();
       link.serve(0);  // a gap declared meanwhile goes out before the chunks after it
     }
     {
       ScopedTimer wait(st.blocked_output_ns);
-      Buffer* buf = c->buffer.release();  // ZeroMQ returns it to its pool once sent
-      link.send(c->header.stream_id, c->header.sequence, zmq::Message::adopt(buf->data, size, return_to_pool, buf));
+      if (c->body) {
+        // Header and payload as two parts of one message (copied into one frame for a receiver
+        // that does not take them so).
+        link.send(c->header.stream_id, c->header.sequence, c->head(), c->take_payload());
+      } else {
+        link.send(c->header.stream_id, c->header.sequence, c->whole());
+      }
     }
     ++on_connection;
     st.chunks++;
@@ -538,10 +555,19 @@ void Sender::spill_loop() {
       continue;
     }
     if (spill_->empty() && send_q_->try_push(*c)) continue;
-    c->seal();
-    if (spill_->append({c->buffer->data, c->buffer->size})) {
+    const std::size_t frame_size = wire::kHeaderSize + c->header.payload_size;
+    bool appended;
+    if (c->body) {
+      std::byte head[wire::kHeaderSize];
+      wire::encode_header(c->header, head);
+      appended = spill_->append({head, sizeof(head)}, c->payload());
+    } else {
+      c->seal();
+      appended = spill_->append({c->buffer->data, c->buffer->size});
+    }
+    if (appended) {
       if (spilled_chunks_++ == 0) log_warn("spill: the sending threads fell behind; spilling to " + spill_->dir());
-      spilled_bytes_ += c->buffer->size;
+      spilled_bytes_ += frame_size;
       spill_disk_bytes_ = spill_->disk_bytes();
       spill_frames_ = spill_->frames();
       spill_peak_bytes_ = std::max(spill_peak_bytes_.load(), spill_->disk_bytes());
@@ -832,6 +858,8 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"skipped_acknowledged", skipped_chunks_},
       {"state_floor", state_floor_},
       {"retransmitted", retransmitted_.load()},
+      {"frames_in_two_parts", two_part_.load()},
+      {"frames_made_whole", made_whole_.load()},
       {"reconnects", reconnects_.load()},
       {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
       {"wire_bytes", wire_bytes_.load()},

@@ -228,13 +228,13 @@ class Hdf5Source final : public ReadingSource {
 };
 
 // Sources that pull messages from a detector's PUSH socket (connected to, PULL), one message per
-// chunk, read into the source's own buffers. Live: what they sent cannot be asked for again. The
-// socket (and its monitor, when the source watches the connection) is made and closed by the
-// source thread, which alone uses it.
-class PullingSource : public ReadingSource {
+// chunk, kept in the message ZeroMQ received (nothing copied). Live: what they sent cannot be
+// asked for again. The socket (and its monitor, when the source watches the connection) is made and
+// closed by the source thread, which alone uses it.
+class PullingSource : public Source {
  public:
   PullingSource(const SourceSetup& s, zmq::Context& ctx, bool monitored)
-      : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg), ctx_(ctx), monitored_(monitored) {}
+      : cfg_(s.cfg), ctx_(ctx), monitored_(monitored) {}
   bool has_end() const override { return false; }
   bool replays() const override { return false; }
   std::size_t skip(std::uint64_t) override { return 0; }
@@ -245,12 +245,11 @@ class PullingSource : public ReadingSource {
   }
 
  protected:
-  // The next message into `b` (its size in b.size). False when `stop` says so. `on_idle` runs
-  // when the monitor has news and no message waits; when it returns true, receive returns true
-  // with nothing in `b` (b.size 0) for the caller to look again. Throws on a socket error, and when a message
-  // is larger than the buffer (`what` names it in the message): it was cut off and cannot be
-  // sent whole, and nothing is dropped silently.
-  bool receive(Buffer& b, StageStats& st, const std::function<bool()>& stop, const char* what,
+  // The next message into `m`. False when `stop` says so. `on_idle` runs when the monitor has news
+  // and no message waits; when it returns true, receive returns true with `m` empty for the caller
+  // to look again. Throws on a socket error, and when a message is larger than chunk_bytes (`what`
+  // names it in the message): nothing is dropped silently.
+  bool receive(zmq::Message& m, StageStats& st, const std::function<bool()>& stop, const char* what,
                const std::function<bool()>& on_idle = {}) {
     if (!sock_) {
       sock_.emplace(ctx_, ZMQ_PULL);
@@ -268,22 +267,20 @@ class PullingSource : public ReadingSource {
       }
       if (ready <= 0) continue;
       // Messages sent before a disconnect are read first; then the monitor's news.
-      int n = zmq_recv(sock_->get(), b.data, b.capacity, ZMQ_DONTWAIT);
-      if (n < 0) {
-        if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
-          throw std::runtime_error("receive from " + cfg_.source.endpoint + ": " + zmq::last_error());
-        }
+      zmq::Message got;
+      if (!got.receive(*sock_)) {
         if (mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle && on_idle()) {
-          b.size = 0;
+          m = zmq::Message();
           return true;
         }
         continue;
       }
-      if (static_cast<std::size_t>(n) > b.capacity) {
-        throw std::runtime_error(std::string(what) + " of " + std::to_string(n) + " bytes from " + cfg_.source.endpoint +
-                                 " is larger than chunk_bytes (" + std::to_string(b.capacity) + "): raise chunk_bytes");
+      if (got.bytes().size() > cfg_.chunk_bytes) {
+        throw std::runtime_error(std::string(what) + " of " + std::to_string(got.bytes().size()) + " bytes from " +
+                                 cfg_.source.endpoint + " is larger than chunk_bytes (" +
+                                 std::to_string(cfg_.chunk_bytes) + "): raise chunk_bytes");
       }
-      b.size = static_cast<std::size_t>(n);
+      m = std::move(got);
       last_input_ = std::chrono::steady_clock::now();
       return true;
     }
@@ -304,16 +301,17 @@ class ZmqSource final : public PullingSource {
   ZmqSource(const SourceSetup& s, zmq::Context& ctx) : PullingSource(s, ctx, false) {}
   hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
   bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
-    c.buffer = take(st);
-    return c.buffer && receive(*c.buffer.get(), st, stop, "a chunk") && c.buffer->size > 0;
+    c.message.emplace();
+    return receive(*c.message, st, stop, "a chunk") && !c.message->bytes().empty();
   }
 };
 
 // A DECTRIS Stream V2 detector: a PULL socket connected to its PUSH socket; every CBOR message
-// (start, image, end) is one chunk, carried byte for byte as it came: the frames stay compressed
-// as the detector compressed them. Each message is parsed only to follow the series; one that is
-// not a Stream V2 message is counted, named in the log and not sent. Series follow series; the
-// source ends only when the sender is stopped. Live: what it sent cannot be asked for again.
+// (start, image, end) is one chunk, carried byte for byte as it came, in the message it came in:
+// the frames stay compressed as the detector compressed them. Each message is parsed only to
+// follow the series; one that is not a Stream V2 message is counted, named in the log and not
+// sent. Series follow series; the source ends only when the sender is stopped. Live: what it sent
+// cannot be asked for again.
 class Stream2Source final : public PullingSource {
  public:
   Stream2Source(const SourceSetup& s, zmq::Context& ctx) : PullingSource(s, ctx, true), log_(s.log) {}
@@ -324,35 +322,35 @@ class Stream2Source final : public PullingSource {
     return shape;
   }
   bool read(RawChunk& c, StageStats& st, const std::function<bool()>& stop) override {
-    c.buffer = take(st);
-    if (!c.buffer) return false;
-    Buffer& b = *c.buffer.get();
+    c.message.emplace();
+    zmq::Message& m = *c.message;
     while (true) {
       if (!pending_end_.empty()) {
         // The end of a series the detector left unfinished: numastream's own (see watch_connection).
-        std::memcpy(b.data, pending_end_.data(), pending_end_.size());
-        b.size = pending_end_.size();
+        m = zmq::Message::of(pending_end_);
         pending_end_.clear();
         c.as_is = true;
         c.stored = Codec::none;
-        c.raw_size = b.size;
+        c.raw_size = m.bytes().size();
         return true;
       }
-      if (!receive(b, st, stop, "a Stream V2 message", [this] { return watch_connection(); })) return false;
-      if (b.size == 0) continue;
+      if (!receive(m, st, stop, "a Stream V2 message", [this] { return watch_connection(); })) return false;
+      const auto bytes = m.bytes();
+      if (bytes.empty()) continue;
       ScopedTimer busy(st.busy_ns);
       std::string error;
-      auto m = stream2::parse({b.data, b.size}, error);
-      if (!m) {
+      auto parsed = stream2::parse(bytes, error);
+      if (!parsed) {
         if (malformed_++ < 3 && log_) {
-          log_("stream2: dropped a message that is not Stream V2 (" + error + ", " + std::to_string(b.size) + " bytes)");
+          log_("stream2: dropped a message that is not Stream V2 (" + error + ", " + std::to_string(bytes.size()) +
+               " bytes)");
         }
         continue;
       }
-      follow(*m);
+      follow(*parsed);
       c.as_is = true;
       c.stored = Codec::none;
-      c.raw_size = b.size;
+      c.raw_size = bytes.size();
       return true;
     }
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -18,19 +19,18 @@
 #include "codec/codec.hpp"
 #include "config/config.hpp"
 #include "data/buffer_pool.hpp"
+#include "net/transport.hpp"
 #include "obs/stats.hpp"
 #include "store/hdf5_io.hpp"
 
 namespace numastream {
-namespace zmq {
-class Context;
-}
 
 // One chunk as the source produced it, before compression.
 struct RawChunk {
   std::uint64_t seq = 0;
   int frame = 0;        // synthetic: which projection (each compressing node has its own copy)
-  PooledBuffer buffer;  // file, zmq, hdf5: the bytes read
+  PooledBuffer buffer;  // file, hdf5: the bytes read
+  std::optional<zmq::Message> message;  // zmq, stream2: the message as ZeroMQ received it
   // Sent as they came, never decoded or recompressed here, their checksum over those bytes: an
   // HDF5 chunk stored with bslz4 (`stored`), a detector's message (stored none). `raw_size` is
   // what they stand for in the stream's raw totals (what a bslz4 chunk decodes to).
@@ -59,6 +59,7 @@ class Source {
   // The raw bytes of chunk `c` for the compressing thread on NUMA node `node`.
   virtual std::span<const std::byte> bytes(const RawChunk& c, int node) const {
     (void)node;
+    if (c.message) return c.message->bytes();
     return {c.buffer->data, c.buffer->size};
   }
   // A live source: when its last message arrived (a drain waits for the detector to pause).

@@ -126,11 +126,13 @@ class Stream2Sink final : public Sink {
       incomplete_.add(m->series_id, m->series_unique_id, m->incomplete);
       log_warn("stream2 sink: series " + std::to_string(m->series_id) + " is INCOMPLETE: " + m->incomplete);
     }
-    std::vector<std::byte> copy;
-    if (cfg_.sink.redeliver > 0) copy.assign(bytes.begin(), bytes.end());
-    Buffer* buf = c.buffer.release();  // ZeroMQ returns it to its pool once sent
-    zmq_msg_t msg;
-    zmq_msg_init_data(&msg, buf->data + wire::kHeaderSize, h.payload_size, return_to_pool, buf);
+    // What is kept for a consumer that goes away: the message it came in, shared (ZeroMQ counts
+    // references); a pooled buffer is copied instead, for the pool must not run dry.
+    std::optional<zmq::Message> kept;
+    if (cfg_.sink.redeliver > 0 && !c.body) kept = zmq::Message::of(bytes);
+    const bool shared = c.body.has_value();
+    zmq::Message msg = c.take_payload();
+    if (cfg_.sink.redeliver > 0 && shared) kept = msg.share();
     {
       ScopedTimer wait(st.blocked_output_ns);
       if (!send(msg)) return false;
@@ -139,48 +141,42 @@ class Stream2Sink final : public Sink {
     ack_(c.via, h.stream_id, h.sequence);
     st.chunks++;
     st.bytes_out += h.payload_size;
-    if (!copy.empty()) keep(std::move(copy), m ? std::optional(m->type) : std::nullopt);
+    if (kept) keep(std::move(*kept), m ? std::optional(m->type) : std::nullopt);
     return true;
   }
 
-  // A copy of what was handed over, for a consumer that goes away; a start message stays as long
-  // as its series.
-  void keep(std::vector<std::byte> copy, std::optional<stream2::Type> type) {
+  // What was handed over, for a consumer that goes away; a start message stays as long as its
+  // series.
+  void keep(zmq::Message kept, std::optional<stream2::Type> type) {
     if (type == stream2::Type::start) {
-      series_start_ = copy;
+      series_start_ = kept.share();
       recent_.clear();  // what came before belongs to an earlier series
     } else if (type == stream2::Type::end) {
-      series_start_.clear();
+      series_start_.reset();
     }
-    recent_.push_back(std::move(copy));
+    recent_.push_back({type == stream2::Type::start, std::move(kept)});
     while (recent_.size() > static_cast<std::size_t>(cfg_.sink.redeliver)) recent_.pop_front();
   }
 
-  // Sends `msg` (consumed), waiting for a consumer; first, when a consumer went away, the copies.
-  bool send(zmq_msg_t& msg) {
+  // Sends `m` (empty once sent), waiting for a consumer; first, when a consumer went away, what
+  // was kept for it.
+  bool send(zmq::Message& m) {
+    auto* msg = static_cast<zmq_msg_t*>(m.raw());
     while (true) {
-      if (aborted_()) {
-        zmq_msg_close(&msg);
-        return false;
-      }
+      if (aborted_()) return false;
       zmq_pollitem_t items[2] = {{sock_->get(), 0, ZMQ_POLLOUT, 0}, {mon_->get(), 0, ZMQ_POLLIN, 0}};
       if (zmq_poll(items, 2, 200) < 0 && zmq_errno() != EINTR) {
-        zmq_msg_close(&msg);
         throw std::runtime_error("stream2 sink: poll: " + zmq::last_error());
       }
       if (items[1].revents & ZMQ_POLLIN) watch();
       if (!(items[0].revents & ZMQ_POLLOUT)) continue;  // no consumer yet, or it is behind
       if (redeliver_) {
         redeliver_ = false;
-        if (!redeliver()) {
-          zmq_msg_close(&msg);
-          return false;
-        }
+        if (!redeliver()) return false;
         continue;
       }
-      if (zmq_msg_send(&msg, sock_->get(), ZMQ_DONTWAIT) >= 0) return true;
+      if (zmq_msg_send(msg, sock_->get(), ZMQ_DONTWAIT) >= 0) return true;
       if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
-        zmq_msg_close(&msg);
         throw std::runtime_error("stream2 sink: send on " + cfg_.sink.endpoint + ": " + zmq::last_error());
       }
     }
@@ -194,19 +190,18 @@ class Stream2Sink final : public Sink {
     redeliver_ = !recent_.empty();
     log_warn("stream2 sink: a consumer went away; what it may not have processed (the last " +
              std::to_string(recent_.size()) + " messages handed over" +
-             (series_start_.empty() ? "" : ", after the series' start message") + ") goes to the next consumer");
+             (!series_start_ ? "" : ", after the series' start message") + ") goes to the next consumer");
   }
 
   bool redeliver() {
-    const bool start_kept = !series_start_.empty() && (recent_.empty() || recent_.front() != series_start_);
-    std::vector<const std::vector<std::byte>*> out;
-    if (start_kept) out.push_back(&series_start_);
-    for (const auto& m : recent_) out.push_back(&m);
-    for (const auto* m : out) {
-      zmq_msg_t msg;
-      zmq_msg_init_size(&msg, m->size());
-      std::memcpy(zmq_msg_data(&msg), m->data(), m->size());
-      if (!send(msg)) return false;
+    // The series' start first, unless it is the first of the recent ones anyway.
+    const bool start_kept = series_start_ && (recent_.empty() || !recent_.front().first);
+    std::vector<zmq::Message*> out;
+    if (start_kept) out.push_back(&*series_start_);
+    for (auto& [is_start, m] : recent_) out.push_back(&m);
+    for (auto* m : out) {
+      zmq::Message again = m->share();
+      if (!send(again)) return false;
       ++redelivered_;
     }
     return true;
@@ -222,8 +217,8 @@ class Stream2Sink final : public Sink {
   std::function<bool()> aborted_;
   std::optional<zmq::Socket> sock_;
   std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
-  std::deque<std::vector<std::byte>> recent_;
-  std::vector<std::byte> series_start_;
+  std::deque<std::pair<bool, zmq::Message>> recent_;  // (a start message?, the message)
+  std::optional<zmq::Message> series_start_;
   bool redeliver_ = false;
   std::uint64_t consumers_gone_ = 0, redelivered_ = 0;
   IncompleteSeries incomplete_;

@@ -41,15 +41,12 @@ class ZmqSink final : public Sink {
   }
 
   void put(Chunk c, StageStats& st) override {
-    c.seal();
-    const std::size_t size = c.buffer->size;
     const wire::Header h = c.header;
-    zmq_msg_t msg;
-    Buffer* buf = c.buffer.release();  // ZeroMQ returns it to its pool once sent
-    zmq_msg_init_data(&msg, buf->data, size, return_to_pool, buf);
+    const std::size_t size = wire::kHeaderSize + h.payload_size;
+    zmq::Message msg = c.whole();  // one frame, as the consumer reads it
     {
       ScopedTimer wait(st.blocked_output_ns);
-      if (!check(zmq::send_watched(*sock_, *mon_, &msg, aborted_))) return;
+      if (!check(zmq::send_watched(*sock_, *mon_, msg.raw(), aborted_))) return;
     }
     ack_(c.via, h.stream_id, h.sequence);
     ++forwarded_[h.stream_id];

@@ -172,7 +172,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     if (h.payload_size % 8 != 0 || h.payload_size / 8 > kMaxAckEntries) {
       return DecodeError::size_mismatch;
     }
-    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > (kAckEndOfStream | kAckDiscarded) || flags != 0) {
+    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > (kAckEndOfStream | kAckDiscarded | kAckTwoPart) || flags != 0) {
       return DecodeError::bad_type;
     }
     out = h;
@@ -302,7 +302,12 @@ EndOfStream decode_end_of_stream(std::span<const std::byte> m) noexcept {
   return e;
 }
 
+std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept { return XXH3_64bits(raw.data(), raw.size()); }
+
 std::uint64_t checksum(std::span<const std::byte> raw) noexcept {
+  // The library's XXH3 is built for SSE2 (any x86-64); AVX2 reads twice as much per step.
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return detail::xxh3_avx2(raw.data(), raw.size());
   return XXH3_64bits(raw.data(), raw.size());
 }
 

@@ -1,5 +1,6 @@
 // The numastream wire format, version 3 (docs/wire-format.md). One ZeroMQ message per frame:
-// a 48-byte little-endian header followed by the payload. Decoding never trusts a field: every
+// a 48-byte little-endian header followed by the payload; or, to a receiver that says it takes
+// them (kAckTwoPart), a data frame as two parts of one message, the header and the payload. Decoding never trusts a field: every
 // size is checked against the message and the receiver's limits before any byte is read.
 #pragma once
 
@@ -60,6 +61,11 @@ inline constexpr std::uint32_t kAckEndOfStream = 1;
 // Ack flag: the listed sequences were settled without being kept (corrupt, or past the sink):
 // the sender declares them gone (GapReason::gateway_discarded) to every later gateway.
 inline constexpr std::uint32_t kAckDiscarded = 2;
+// Ack flag: this receiver takes a data frame in two parts, its header (kHeaderSize bytes) and then
+// its payload, so a payload the sender got whole from a detector travels without being copied.
+// Sent in an ack frame of its own (floor 0, no sequences) before the answer to a resume frame: a
+// sender that does not know the flag drops that frame and sends frames whole, as it always did.
+inline constexpr std::uint32_t kAckTwoPart = 4;
 
 struct Header {
   FrameType type = FrameType::data;
@@ -135,7 +141,12 @@ std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connectio
 // The gaps of a message that decode() accepted as a gap frame.
 std::vector<Gap> decode_gaps(std::span<const std::byte> message);
 
-// XXH3-64 of the raw bytes.
+// XXH3-64 of the raw bytes (with AVX2 where the CPU has it: the same value).
 std::uint64_t checksum(std::span<const std::byte> raw) noexcept;
+// The library's XXH3-64 (SSE2 on x86-64), which checksum() must always agree with.
+std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept;
+namespace detail {
+std::uint64_t xxh3_avx2(const void* data, std::size_t size) noexcept;
+}
 
 }  // namespace numastream::wire
