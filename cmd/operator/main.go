@@ -33,6 +33,7 @@ func main() {
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
 		pprofAddr    = flag.String("pprof-bind-address", "0", "address of Go's profiler (net/http/pprof), for finding where the operator's time goes; 0: off")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
+		observePar   = flag.Int("observe-parallel", controllers.DefaultObserveParallel, "how many pipelines' agents the observer reads at once")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
 		watchNS      = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
@@ -99,7 +100,7 @@ func main() {
 		os.Exit(1)
 	}
 	if *observeEvery > 0 {
-		obs := &controllers.Observer{Client: mgr.GetClient(), Read: observe.NewObserver(5 * time.Second).Observe, Every: *observeEvery, Namespaces: namespaces}
+		obs := &controllers.Observer{Client: mgr.GetClient(), Read: observe.NewObserver(5 * time.Second).Observe, Every: *observeEvery, Namespaces: namespaces, Parallel: *observePar}
 		if err := mgr.Add(obs); err != nil {
 			log.Error(err, "Cannot add the observer")
 			os.Exit(1)
