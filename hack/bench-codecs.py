@@ -8,7 +8,8 @@
 3. HDF5 file -> HDF5 file: a bslz4-stored DXchange file through the pipeline, frames passed
    through; the gateway's CPU-seconds per raw GB against the same stream into a file sink (decoded).
 Figures are medians; nothing here is a pass/fail test. PARTS=percore,loopback,hdf5 (the default:
-all three) runs some of them.
+all three) runs some of them. BASELINE names another agent binary (an earlier build) whose HDF5
+pass-through runs in the same rounds.
 """
 import os
 
@@ -29,6 +30,7 @@ import hdf5plugin
 import numpy as np
 
 AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
+BASELINE = os.environ.get("BASELINE", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 CPU = str(max(os.sched_getaffinity(0)))
 CHUNK = 11059200
@@ -86,12 +88,13 @@ def per_core():
     print(f"  {'ours / reference':22} {m(ours_c) / m(ref_c):14.2f} {m(ours_d) / m(ref_d):16.2f}")
 
 
-def stream(send_args, receive_args, chunk=CHUNK):
+def stream(send_args, receive_args, chunk=CHUNK, agent=None):
+    agent = agent or AGENT
     port = free_port()
     common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(chunk), "--placement", "os"]
-    rx, rx_done = run_rusage([AGENT, "receive", *common, *receive_args])
+    rx, rx_done = run_rusage([agent, "receive", *common, *receive_args])
     time.sleep(0.3)
-    tx, tx_done = run_rusage([AGENT, "send", *common, *send_args])
+    tx, tx_done = run_rusage([agent, "send", *common, *send_args])
     tx_rc, tx_out, tx_cpu = tx_done()
     rx_rc, rx_out, rx_cpu = rx_done()
     if tx_rc or rx_rc:
@@ -127,11 +130,14 @@ def hdf5_pass_through():
         print(f"\nHDF5 -> HDF5, {FRAMES} bslz4 projections ({FRAMES * CHUNK / 1e9:.2f} GB raw) (medians of {ROUNDS} rounds)")
         print(f"  {'gateway sink':34} {'raw MB/s':>9} {'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17}")
         rows = {"hdf5 (stored as received)": [], "file (decoded, verified)": []}
+        if BASELINE:
+            rows["hdf5 (stored), baseline build"] = []
         for _ in range(ROUNDS):
             for name in rows:
                 sink = ["--sink", "hdf5", "--sink-path", f"{tmp}/out.h5"] if name.startswith("hdf5") else \
                     ["--sink", "file", "--sink-path", f"{tmp}/out.raw"]
-                s, r, txc, rxc = stream(["--source", "hdf5", "--source-path", src, "--codec", "bslz4"], sink)
+                s, r, txc, rxc = stream(["--source", "hdf5", "--source-path", src, "--codec", "bslz4"], sink,
+                                        agent=BASELINE if "baseline" in name else AGENT)
                 rows[name].append((r["raw_gbps"] * 125, txc, rxc))
                 for f in ("out.h5", "out.raw"):
                     if os.path.exists(f"{tmp}/{f}"):

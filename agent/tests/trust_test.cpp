@@ -754,3 +754,44 @@ TEST(Trust, ACorruptChunkIsAcknowledgedAsDiscarded) {
 
 }  // namespace
 }  // namespace numastream::testing
+
+namespace numastream::testing {
+namespace {
+
+// A sender replaced after its last chunk was acknowledged and before its end was (a roll, a
+// drained node): the next one resumes with everything already taken and only its end to send. A
+// gateway pod's relay forwards no chunk of that stream, and must still end it downstream: the
+// decompressing container's acknowledgement of the end is what ends the sender (it waited for it
+// until it gave up, and its Job retried forever: found by the facility's roll of two streams).
+TEST(Trust, ARelayEndsDownstreamAStreamResumedWithNothingLeftToSend) {
+  const int port = free_ports(1);
+  const std::string dir = temp_dir();
+  const std::string ipc = "ipc://" + dir + "/stream.sock";
+  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB), "--sink", "null",
+                      "--streams", "1", "--idle-timeout", "20"});
+  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--chunk-bytes",
+                 std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ipc, "--streams", "1"});
+  Peer sender(port);
+  sender.resume(0, 5);  // chunks 0-4 taken by an earlier gateway instance
+  std::this_thread::sleep_for(500ms);
+  sender.end(0, 5);
+  bool ended = false;
+  for (int i = 0; i < 40 && !ended; ++i) {
+    for (const auto& f : sender.replies(500ms)) {
+      wire::Header h;
+      if (wire::decode(f, 0, h) == wire::DecodeError::ok && h.type == wire::FrameType::ack &&
+          (h.raw_size & wire::kAckEndOfStream)) {
+        ended = true;
+      }
+    }
+  }
+  EXPECT_TRUE(ended) << "the relay never acknowledged the end; relay: " << relay.err();
+  EXPECT_EQ(relay.wait(30s), 0) << relay.err();
+  EXPECT_EQ(decompress.wait(30s), 0) << decompress.err();
+  const json d = summary(decompress);
+  EXPECT_EQ(d["complete"], true) << d.dump();
+  EXPECT_EQ(d["lost"], 0) << d.dump();
+}
+
+}  // namespace
+}  // namespace numastream::testing

@@ -619,6 +619,10 @@ void Receiver::relay_loop(StageThread& t) {
     ScopedTimer busy(st.busy_ns);
     if (h.type == wire::FrameType::resume) {
       link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
+      // Ended downstream however little comes: a stream resumed with everything already taken
+      // (its sender replaced between its last chunk and its end) forwards no chunk, and its end
+      // still has to reach the decompressing side, whose acknowledgement ends the sender.
+      forwarded.try_emplace(h.stream_id, 0);
       continue;
     }
     if (h.type == wire::FrameType::gap) {
