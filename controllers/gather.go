@@ -42,6 +42,9 @@ type facts struct {
 	pods []corev1.Pod
 	// failedCreate: the latest FailedCreate event message per Job name (admission refusals).
 	failedCreate map[string]string
+	// podless: a Job of the pipeline has no pod yet. What the Job controller says about it
+	// (FailedCreate events) is not watched: the pass is repeated until it has one.
+	podless bool
 	// roots: the cluster's StorageRoots by name; pipelines: every StreamPipeline of the cluster
 	// (whose files this one's must not overwrite).
 	roots     map[string]*v1beta1.StorageRoot
@@ -88,6 +91,10 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1beta1.Strea
 		if metav1.IsControlledBy(&jobs.Items[i], sp) {
 			f.jobs[jobs.Items[i].Name] = &jobs.Items[i]
 		}
+	}
+	withPods := jobsWithPods(f.pods)
+	for name, j := range f.jobs {
+		f.podless = f.podless || (!withPods[name] && podlessJob(j))
 	}
 	if f.failedCreate, err = r.failedCreates(ctx, sp, f); err != nil {
 		return f, err
@@ -253,22 +260,38 @@ func podMilliCPU(p *corev1.Pod) int64 {
 	return total
 }
 
+// admissionGrace: how long a new Job may have no pod before the Job controller's events are
+// read for why. The Job controller makes a pod within a second when nothing refuses it; reading
+// the namespace's events for every Job of a creation burst (1000 pipelines applied at once)
+// would make each pass cost as much as the events there are.
+const admissionGrace = 3 * time.Second
+
+// podlessJob: the Job runs no pod and has not finished one.
+func podlessJob(j *batchv1.Job) bool { return j.Status.Active == 0 && j.Status.Succeeded == 0 }
+
+// jobsWithPods: the names of the Jobs that have a pod among pods.
+func jobsWithPods(pods []corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range pods {
+		out[p.Labels[batchv1.JobNameLabel]] = true
+	}
+	return out
+}
+
 // failedCreates reads the Job controller's FailedCreate events for the pipeline's Jobs that
-// have no pod: what an admission webhook or Pod Security said when it refused the pod. Events
-// are read uncached (the operator does not watch them), and only when such a Job exists.
+// have had no pod for admissionGrace: what an admission webhook or Pod Security said when it
+// refused the pod. Events are read uncached (the operator does not watch them), and only when
+// such a Job exists.
 func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1beta1.StreamPipeline, f facts) (map[string]string, error) {
 	if r.APIReader == nil {
 		return nil, nil
 	}
-	withPods := map[string]bool{}
-	for _, p := range f.pods {
-		withPods[p.Labels[batchv1.JobNameLabel]] = true
-	}
-	podless := false
+	withPods := jobsWithPods(f.pods)
+	waited := false
 	for name, j := range f.jobs {
-		podless = podless || (!withPods[name] && j.Status.Active == 0 && j.Status.Succeeded == 0)
+		waited = waited || (!withPods[name] && podlessJob(j) && time.Since(j.CreationTimestamp.Time) >= admissionGrace)
 	}
-	if !podless {
+	if !waited {
 		return nil, nil
 	}
 	var events corev1.EventList

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
+	"github.com/numastream/numastream/internal/conditions"
 	"github.com/numastream/numastream/internal/observe"
 )
 
@@ -73,5 +74,41 @@ func TestANewLeaderGoesOnCountingDeparturesFromStatus(t *testing.T) {
 	(&Observer{}).considerReplan(sp, obs)
 	if sp.Status.Departure != nil {
 		t.Errorf("watch kept with re-planning off: %+v", sp.Status.Departure)
+	}
+}
+
+// A pipeline converging towards what its watches report (pods, Jobs, nodes) is not reconciled
+// on a timer: 1000 pending pipelines would be 100 reconciles a second. It is while a Job has
+// no pod (the Job controller's refusals are events, not watched), while a refusal may go away
+// by itself, while Jobs are replaced, and at its next key rotation.
+func TestAPipelineIsReconciledOnATimerOnlyForWhatNoWatchReports(t *testing.T) {
+	reconciling := func() *v1beta1.StreamPipeline {
+		sp := &v1beta1.StreamPipeline{}
+		sp.Status.Conditions = []metav1.Condition{{Type: conditions.Reconciling, Status: metav1.ConditionTrue}}
+		return sp
+	}
+	converged := &v1beta1.StreamPipeline{}
+	for _, c := range []struct {
+		name string
+		sp   *v1beta1.StreamPipeline
+		f    facts
+		d    Decision
+		want time.Duration
+	}{
+		{"waiting for pods of its Jobs", reconciling(), facts{}, Decision{}, 0},
+		{"a Job without a pod", reconciling(), facts{podless: true}, Decision{}, 10 * time.Second},
+		{"a refusal that may go away", reconciling(), facts{},
+			Decision{Facts: conditions.Facts{Refusal: &conditions.Refusal{Reason: "NoStorageRoot", Retry: true}}}, 10 * time.Second},
+		{"a refusal only a change of the pipeline lifts", reconciling(), facts{},
+			Decision{Facts: conditions.Facts{Refusal: &conditions.Refusal{Reason: ReasonNoCapacity}}}, 0},
+		{"replacing its Jobs", reconciling(), facts{}, Decision{Facts: conditions.Facts{Replacing: true}}, 2 * time.Second},
+		{"a key rotation due sooner than the poll", reconciling(), facts{podless: true}, Decision{NextRotation: 4 * time.Second}, 4 * time.Second},
+		{"a key rotation due later than the poll", reconciling(), facts{podless: true}, Decision{NextRotation: time.Hour}, 10 * time.Second},
+		{"converged, a key rotation due", converged, facts{}, Decision{NextRotation: time.Hour}, time.Hour},
+		{"converged with a Job without a pod (completed)", converged, facts{podless: true}, Decision{}, 0},
+	} {
+		if got := requeueAfter(c.sp, c.f, c.d); got != c.want {
+			t.Errorf("%s: reconciled again after %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -75,7 +76,16 @@ type StreamPipelineReconciler struct {
 	// Namespaces the operator drives (nil: every namespace). It reads the pipelines of all
 	// namespaces (they share gateways and storage) and writes in these only.
 	Namespaces Namespaces
+	// Workers: how many pipelines are reconciled at once (0: DefaultWorkers). One pipeline is
+	// never reconciled twice at once; two on one gateway may be, and converge as they do one
+	// after the other: each plan's change wakes the other (sameGateway), and the younger one
+	// plans around the older one's cores.
+	Workers int
 }
+
+// DefaultWorkers: a pass waits on the API server for most of its time (a dozen requests), so
+// a few at once keep it busy when many pipelines arrive together.
+const DefaultWorkers = 8
 
 // +kubebuilder:rbac:groups=numastream.io,resources=streampipelines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=numastream.io,resources=streampipelines/status,verbs=get;update;patch
@@ -158,14 +168,25 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}
 	r.conclude(sp, d, did)
+	return ctrl.Result{RequeueAfter: requeueAfter(sp, f, d)}, nil
+}
+
+// requeueAfter is when the pipeline is reconciled again without a watch event: at its next key
+// rotation, soon while Jobs are being replaced, and every 10 s while it converges towards
+// something no watch reports: a Job with no pod (why the Job controller makes none is in
+// events, not watched) or a refusal that may go away by itself (a StorageRoot the admin
+// adds). Waiting for pods, Jobs, nodes or other pipelines needs no timer: their watches wake
+// the pipeline, and a timer there would make 1000 pending pipelines 100 reconciles a second.
+func requeueAfter(sp *v1beta1.StreamPipeline, f facts, d Decision) time.Duration {
 	after := d.NextRotation
+	unwatched := f.podless || (d.Facts.Refusal != nil && d.Facts.Refusal.Retry)
 	switch {
 	case d.Facts.Replacing:
 		after = 2 * time.Second
-	case meta.IsStatusConditionTrue(sp.Status.Conditions, conditions.Reconciling) && (after == 0 || after > 10*time.Second):
+	case unwatched && meta.IsStatusConditionTrue(sp.Status.Conditions, conditions.Reconciling) && (after == 0 || after > 10*time.Second):
 		after = 10 * time.Second
 	}
-	return ctrl.Result{RequeueAfter: after}, nil
+	return after
 }
 
 // conclude sets what the writes' outcome decides: a re-plan's record (resized in place or not)
@@ -377,7 +398,12 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		sp := o.(*v1beta1.StreamPipeline)
 		return r.pipelinesMatching(ctx, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node})
 	})
+	workers := r.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
 	return ctrl.NewControllerManagedBy(mgr).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		For(&v1beta1.StreamPipeline{}, builder.WithPredicates(predicate.Or[client.Object](
 			predicate.GenerationChangedPredicate{}, observedFactsChanged(), rotationAsked()))).
 		Owns(&batchv1.Job{}).

@@ -506,8 +506,10 @@ func TestGatewayIsImmutable(t *testing.T) {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	sp.Spec.Gateway.Node = "lynx-2"
-	err := k8s.Update(ctx, sp)
+	// A patch, not an update: the operator writes the pipeline's status meanwhile.
+	moved := sp.DeepCopy()
+	moved.Spec.Gateway.Node = "lynx-2"
+	err := k8s.Patch(ctx, moved, client.MergeFrom(sp))
 	if err == nil || !strings.Contains(err.Error(), "gateway is immutable") {
 		t.Fatalf("got %v", err)
 	}

@@ -33,6 +33,7 @@ func main() {
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
 		pprofAddr    = flag.String("pprof-bind-address", "0", "address of Go's profiler (net/http/pprof), for finding where the operator's time goes; 0: off")
 		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
+		workers      = flag.Int("workers", controllers.DefaultWorkers, "how many pipelines are reconciled at once")
 		observePar   = flag.Int("observe-parallel", controllers.DefaultObserveParallel, "how many pipelines' agents the observer reads at once")
 		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
@@ -94,6 +95,7 @@ func main() {
 		Render:     render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods},
 		APIReader:  mgr.GetAPIReader(),
 		Namespaces: namespaces,
+		Workers:    *workers,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Cannot set up the StreamPipeline controller")
