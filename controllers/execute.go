@@ -2,8 +2,11 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -186,6 +189,17 @@ func (r *StreamPipelineReconciler) deleteAll(ctx context.Context, pvs []*corev1.
 	return nil
 }
 
+// AnnotationApplied is the hash of what the operator last applied to an object (server-side
+// apply): a pass whose object hashes the same, on an object whose fields still hold what it
+// sets, applies nothing.
+const AnnotationApplied = "numastream.io/applied"
+
+// ssa applies obj with server-side apply, unless the cached copy already holds it: the same
+// AnnotationApplied hash (nothing the operator wants changed, nothing it set removed) and
+// every field obj sets at the value it sets (anyone's edit of them is put back). Every pass
+// applies every object of its pipeline; most change nothing, and each apply costs the API
+// server a merge of the object's managed fields: with 1000 pipelines these were most of its
+// work (docs/performance.md).
 func (r *StreamPipelineReconciler) ssa(ctx context.Context, obj client.Object) error {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
@@ -194,5 +208,81 @@ func (r *StreamPipelineReconciler) ssa(ctx context.Context, obj client.Object) e
 	un := &unstructured.Unstructured{Object: u}
 	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(un.Object, "status")
+	hash, err := appliedHash(un.Object)
+	if err != nil {
+		return err
+	}
+	annotations := un.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationApplied] = hash
+	un.SetAnnotations(annotations)
+	if r.holds(ctx, obj, un.Object) {
+		applies.WithLabelValues(obj.GetNamespace(), "unchanged").Inc()
+		return nil
+	}
+	applies.WithLabelValues(obj.GetNamespace(), "applied").Inc()
 	return r.Apply(ctx, client.ApplyConfigurationFromUnstructured(un), client.FieldOwner(FieldOwner), client.ForceOwnership)
+}
+
+// holds: the cached copy of obj exists, is not going away, and holds every field of want.
+func (r *StreamPipelineReconciler) holds(ctx context.Context, obj client.Object, want map[string]any) bool {
+	existing, ok := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	if !ok {
+		return false
+	}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil || existing.GetDeletionTimestamp() != nil {
+		return false
+	}
+	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(existing)
+	if err != nil {
+		return false
+	}
+	return contains(have, want)
+}
+
+// contains: every field of want is in have with the same value; lists the same length, item by
+// item. Fields only have has (the API server's defaults, other managers' fields) do not count.
+func contains(have, want any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		h, ok := have.(map[string]any)
+		if !ok {
+			return len(w) == 0 && have == nil
+		}
+		for k, wv := range w {
+			if wv == nil {
+				continue // null: unset
+			}
+			hv, ok := h[k]
+			if !ok || !contains(hv, wv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		h, ok := have.([]any)
+		if !ok || len(h) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !contains(h[i], w[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return reflect.DeepEqual(have, want)
+	}
+}
+
+// appliedHash hashes an object as applied (JSON orders map keys: the same object, the same hash).
+func appliedHash(obj map[string]any) (string, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12]), nil
 }

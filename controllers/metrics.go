@@ -18,6 +18,9 @@ var (
 		Name: "numastream_operator_observations_total", Help: "Readings of the agents of a namespace's StreamPipelines."}, []string{"namespace"})
 	observeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "numastream_operator_observation_errors_total", Help: "Readings of a namespace's StreamPipelines' agents that failed."}, []string{"namespace"})
+	applies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "numastream_operator_applies_total",
+		Help: "Objects of a namespace's StreamPipelines a pass would apply: applied (server-side apply), or unchanged (the cached copy already holds them)."}, []string{"namespace", "result"})
 	predictedBits = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "numastream_pipeline_predicted_raw_bits_per_second",
 		Help: "The plan's predicted raw rate of all of a pipeline's streams (0: not planned)."}, []string{"namespace", "pipeline"})
@@ -27,7 +30,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(reconciles, observations, observeErrors, predictedBits, topologyRefusals)
+	ctrlmetrics.Registry.MustRegister(reconciles, applies, observations, observeErrors, predictedBits, topologyRefusals)
 }
 
 // setPipelineMetrics sets a pipeline's gauges from its status.

@@ -112,3 +112,44 @@ func TestAPipelineIsReconciledOnATimerOnlyForWhatNoWatchReports(t *testing.T) {
 		}
 	}
 }
+
+// What a pass would apply is held by an object when every field it sets has the value it sets:
+// the API server's defaults and other managers' fields do not count; a value changed, a field
+// or list item gone, or a list grown does.
+func TestAnObjectHoldsWhatWouldBeAppliedOnlyWithEveryFieldAsSet(t *testing.T) {
+	want := map[string]any{
+		"metadata": map[string]any{"labels": map[string]any{"a": "1"}, "creationTimestamp": nil},
+		"spec":     map[string]any{"ports": []any{map[string]any{"port": int64(5555)}}, "replicas": int64(2)},
+	}
+	have := func(edit func(map[string]any)) map[string]any {
+		h := map[string]any{
+			"metadata": map[string]any{"labels": map[string]any{"a": "1", "other": "x"}, "uid": "u", "creationTimestamp": "2026-11-27T00:00:00Z"},
+			"spec": map[string]any{"ports": []any{map[string]any{"port": int64(5555), "protocol": "TCP"}}, "replicas": int64(2),
+				"clusterIP": "10.0.0.1"},
+			"status": map[string]any{"ready": true},
+		}
+		if edit != nil {
+			edit(h)
+		}
+		return h
+	}
+	spec := func(h map[string]any) map[string]any { return h["spec"].(map[string]any) }
+	for _, c := range []struct {
+		name string
+		have map[string]any
+		want bool
+	}{
+		{"as applied, with defaults and others' fields", have(nil), true},
+		{"a value changed", have(func(h map[string]any) { spec(h)["replicas"] = int64(3) }), false},
+		{"a label removed", have(func(h map[string]any) { delete(h["metadata"].(map[string]any)["labels"].(map[string]any), "a") }), false},
+		{"a list item added", have(func(h map[string]any) {
+			spec(h)["ports"] = append(spec(h)["ports"].([]any), map[string]any{"port": int64(6000)})
+		}), false},
+		{"a list item changed", have(func(h map[string]any) { spec(h)["ports"].([]any)[0].(map[string]any)["port"] = int64(1) }), false},
+		{"a field of a different type", have(func(h map[string]any) { spec(h)["ports"] = "5555" }), false},
+	} {
+		if got := contains(c.have, want); got != c.want {
+			t.Errorf("%s: holds = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -778,6 +778,81 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 	}
 }
 
+// A pass applies only what changed: once a pipeline's objects hold what it would apply, the
+// passes its agents' pods and Jobs cause apply nothing (1000 pipelines re-applying every object
+// on every pass were most of the API server's work); an object someone edits is still put back.
+func TestAPassAppliesOnlyWhatChangedAndPutsBackEdits(t *testing.T) {
+	gatewayAndSenders(t, "lynx-16")
+	ns := namespace(t)
+	sp := pipeline(ns, "steady", withGateway("lynx-16"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	count := func(c *prometheus.CounterVec, labels ...string) float64 {
+		var m dto.Metric
+		if err := c.WithLabelValues(append([]string{ns}, labels...)...).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	runAgents(t, ns, "steady", "lynx-16")
+	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
+	// Passes caused by the agents' pod: each finds every object as it would apply it.
+	settled := func() (float64, float64, float64) {
+		return count(applies, "applied"), count(applies, "unchanged"), count(reconciles)
+	}
+	var a0, u0, r0 float64
+	eventually(t, "the objects as applied in the cache", func() (bool, string) {
+		a0, u0, r0 = settled()
+		pod := &corev1.Pod{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "steady-gateway-0-xyz"}, pod); err != nil {
+			return false, err.Error()
+		}
+		pod.Status.Message = fmt.Sprint("pass ", r0)
+		if err := k8s.Status().Update(ctx, pod); err != nil {
+			return false, err.Error()
+		}
+		var a1, u1, r1 float64
+		eventually(t, "a pass", func() (bool, string) {
+			a1, u1, r1 = settled()
+			return r1 > r0, fmt.Sprint(r1)
+		})
+		return a1 == a0 && u1 > u0, fmt.Sprintf("a pass applied %.0f and left %.0f unchanged", a1-a0, u1-u0)
+	})
+	// An edit of what the operator set is put back; so is a label someone removed.
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "steady-agent"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	want := maps.Clone(cm.Data)
+	for k := range cm.Data {
+		cm.Data[k] = "{}"
+	}
+	if err := k8s.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ConfigMap put back", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)
+		return maps.Equal(cm.Data, want), fmt.Sprint(len(cm.Data))
+	})
+	var svcs corev1.ServiceList
+	if err := k8s.List(ctx, &svcs, client.InNamespace(ns)); err != nil || len(svcs.Items) == 0 {
+		t.Fatalf("services: %v %d", err, len(svcs.Items))
+	}
+	svc := &svcs.Items[0]
+	delete(svc.Labels, render.LabelPipeline)
+	if err := k8s.Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Service's label put back", func() (bool, string) {
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)
+		return svc.Labels[render.LabelPipeline] == "steady", fmt.Sprint(svc.Labels)
+	})
+	if a := count(applies, "applied"); a < a0+2 {
+		t.Errorf("%.0f applies put back two edits", a-a0)
+	}
+}
+
 // agentsServedBy points the observer at `url` for the agents of the pods in namespace ns until
 // the test ends (every other pod's agent cannot be reached).
 func agentsServedBy(t *testing.T, ns, url string) {
