@@ -79,7 +79,7 @@ bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit
 	@$(AGENT) bench all
 
 .PHONY: bench-codecs
-bench-codecs: agent ## bslz4 vs the reference bitshuffle library per core; lz4 vs bslz4 on loopback; HDF5 pass-through CPU per GB
+bench-codecs: agent ## bslz4 vs the reference bitshuffle library per core; lz4 vs bslz4 on loopback; HDF5 pass-through CPU per GB; send and receive processes from a file vs the CPU-work limit
 	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY hack/bench-codecs.py
 
 .PHONY: bench-adaptive

@@ -7,8 +7,13 @@
    raw GB on each side (rusage of each process).
 3. HDF5 file -> HDF5 file: a bslz4-stored DXchange file through the pipeline, frames passed
    through; the gateway's CPU-seconds per raw GB against the same stream into a file sink (decoded).
-Figures are medians; nothing here is a pass/fail test. PARTS=percore,loopback,hdf5 (the default:
-all three) runs some of them. BASELINE names another agent binary (an earlier build) whose HDF5
+4. Whole processes from a file: FILE_FRAMES (384) projections in a raw file, `send` (file
+   source, 2 compressing threads, 2 connections) into `receive` (2 receiving, 2 decompressing
+   threads, null sink) as separate processes, lz4 and bslz4, against the CPU-work limit measured
+   in the same round: 2 cores / (1/c + 1/d), c and d one core's compress and decompress speed
+   (`bench codec`). Also each side's CPU-seconds per raw GB and how busy the 2 cores were.
+Figures are medians; nothing here is a pass/fail test. PARTS=percore,loopback,hdf5,files (the
+default: all four) runs some of them. BASELINE names another agent binary (an earlier build) whose HDF5
 pass-through runs in the same rounds.
 """
 import os
@@ -147,8 +152,42 @@ def hdf5_pass_through():
             print(f"  {name:34} {med[0]:9.0f} {med[1]:16.2f} {med[2]:17.2f}")
 
 
+def whole_processes():
+    frames = int(os.environ.get("FILE_FRAMES", "384"))
+    cores = len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = f"{tmp}/tomo.raw"
+        subprocess.run([AGENT, "synth", "--out", src, "--chunk-bytes", str(CHUNK), "--frames", str(frames)], check=True)
+        print(f"\nwhole processes from a file, {frames} projections ({frames * CHUNK / 1e9:.2f} GB raw), "
+              f"send C=2 S=2 -> receive R=2 D=2, null sink (medians of {ROUNDS} alternated rounds)")
+        print(f"  {'codec':6} {'limit MB/s':>10} {'raw MB/s':>9} {'of limit':>9} {'sender CPU-s/GB':>16} "
+              f"{'gateway CPU-s/GB':>17} {'cores busy':>11}")
+        keys = {"lz4": ("compress_mbps", "decompress_mbps"), "bslz4": ("bslz4_compress_mbps", "bslz4_decompress_mbps")}
+        rows = {codec: [] for codec in keys}
+        for _ in range(ROUNDS):
+            out = subprocess.run([AGENT, "bench", "codec", "--json", "--rounds", "3"], capture_output=True, text=True,
+                                 check=True).stdout
+            codec_speeds = json.loads(out)["codec"]
+            for codec, (ck, dk) in keys.items():
+                limit = cores / (1 / codec_speeds[ck] + 1 / codec_speeds[dk])
+                t0 = time.monotonic()
+                s, r, txc, rxc = stream(["--source", "file", "--source-path", src, "--codec", codec,
+                                         "--threads", "compress=2", "--threads", "send=2", "--connections", "2"],
+                                        ["--threads", "receive=2", "--threads", "decompress=2", "--connections", "2"])
+                wall = time.monotonic() - t0
+                if r["chunks"] != frames or not r["complete"] or r["lost"] or r["corrupt"]:
+                    sys.exit(f"{codec}: {r['chunks']} of {frames} chunks, lost {r['lost']}, corrupt {r['corrupt']}")
+                mbps = r["raw_gbps"] * 125
+                gb = r["raw_bytes"] / 1e9
+                rows[codec].append((limit, mbps, mbps / limit, txc, rxc, (txc + rxc) * gb / wall / cores))
+        for codec, v in rows.items():
+            med = [statistics.median(x[i] for x in v) for i in range(6)]
+            print(f"  {codec:6} {med[0]:10.0f} {med[1]:9.0f} {med[2]:9.2f} {med[3]:16.2f} {med[4]:17.2f} {med[5]:11.2f}")
+
+
 if __name__ == "__main__":
-    parts = os.environ.get("PARTS", "percore,loopback,hdf5").split(",")
-    for name, part in (("percore", per_core), ("loopback", loopback), ("hdf5", hdf5_pass_through)):
+    parts = os.environ.get("PARTS", "percore,loopback,hdf5,files").split(",")
+    for name, part in (("percore", per_core), ("loopback", loopback), ("hdf5", hdf5_pass_through),
+                       ("files", whole_processes)):
         if name in parts:
             part()
