@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
@@ -151,5 +154,46 @@ func TestAnObjectHoldsWhatWouldBeAppliedOnlyWithEveryFieldAsSet(t *testing.T) {
 		if got := contains(c.have, want); got != c.want {
 			t.Errorf("%s: holds = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A new pipeline's events say what was decided (planned, waiting for its agents), not that
+// nothing has gone wrong yet; a later change of any condition is an event, Degraded and
+// NICLocal included.
+func TestANewPipelineRecordsEventsOnlyForWhatHappened(t *testing.T) {
+	rec := events.NewFakeRecorder(16)
+	r := &StreamPipelineReconciler{Recorder: rec}
+	sp := &v1beta1.StreamPipeline{}
+	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: reason}
+	}
+	got := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-rec.Events:
+				out = append(out, strings.Fields(e)[1])
+			default:
+				return out
+			}
+		}
+	}
+	r.setConditions(sp, []metav1.Condition{
+		cond(v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned),
+		cond(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonPending),
+		cond(v1beta1.ConditionDegraded, metav1.ConditionFalse, conditions.ReasonHealthy),
+		cond(v1beta1.ConditionNICLocal, metav1.ConditionUnknown, conditions.ReasonAwaitingAgents),
+		cond(conditions.Reconciling, metav1.ConditionTrue, ReasonPending),
+	})
+	if e := got(); !slices.Equal(e, []string{ReasonPlanned, ReasonPending}) {
+		t.Errorf("a new pipeline's events: %v, want Planned and Pending", e)
+	}
+	r.setConditions(sp, []metav1.Condition{
+		cond(v1beta1.ConditionDegraded, metav1.ConditionTrue, conditions.ReasonDataLoss),
+		cond(v1beta1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote),
+	})
+	r.setConditions(sp, []metav1.Condition{cond(v1beta1.ConditionDegraded, metav1.ConditionFalse, conditions.ReasonHealthy)})
+	if e := got(); !slices.Equal(e, []string{conditions.ReasonDataLoss, ReasonReceiversRemote, conditions.ReasonHealthy}) {
+		t.Errorf("later changes' events: %v, want DataLoss, ReceiversRemote and Healthy", e)
 	}
 }

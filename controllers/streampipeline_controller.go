@@ -339,7 +339,9 @@ func toAPIPlan(p planner.Plan) *v1beta1.Plan {
 }
 
 // setConditions writes the computed conditions and records an event for each decision and
-// refusal: a new plan, and every change of a condition's status or reason.
+// refusal: a new plan, and every change of a condition's status or reason. A condition that
+// appears saying nothing has happened (Degraded=False, NICLocal=Unknown) records none: every new
+// pipeline would write two events to say so.
 func (r *StreamPipelineReconciler) setConditions(sp *v1beta1.StreamPipeline, computed []metav1.Condition) {
 	for _, c := range computed {
 		old := meta.FindStatusCondition(sp.Status.Conditions, c.Type)
@@ -347,6 +349,10 @@ func (r *StreamPipelineReconciler) setConditions(sp *v1beta1.StreamPipeline, com
 			(c.Type == v1beta1.ConditionPlanned && old.Message != c.Message)
 		meta.SetStatusCondition(&sp.Status.Conditions, c)
 		if !changed || c.Type == conditions.Reconciling {
+			continue
+		}
+		if old == nil && ((c.Type == v1beta1.ConditionDegraded && c.Status == metav1.ConditionFalse) ||
+			(c.Type == v1beta1.ConditionNICLocal && c.Status == metav1.ConditionUnknown)) {
 			continue
 		}
 		if c.Type == conditions.Stalled && c.Status != metav1.ConditionTrue {
