@@ -42,9 +42,9 @@ type facts struct {
 	pods []corev1.Pod
 	// failedCreate: the latest FailedCreate event message per Job name (admission refusals).
 	failedCreate map[string]string
-	// podless: a Job of the pipeline has no pod yet. What the Job controller says about it
-	// (FailedCreate events) is not watched: the pass is repeated until it has one.
-	podless bool
+	// podless: the pipeline's Jobs that have no pod yet, by name. What the Job controller says
+	// about them (FailedCreate events) is not watched: the pass is repeated until they have one.
+	podless map[string]*batchv1.Job
 	// roots: the cluster's StorageRoots by name; pipelines: every StreamPipeline of the cluster
 	// (whose files this one's must not overwrite).
 	roots     map[string]*v1beta1.StorageRoot
@@ -92,10 +92,7 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1beta1.Strea
 			f.jobs[jobs.Items[i].Name] = &jobs.Items[i]
 		}
 	}
-	withPods := jobsWithPods(f.pods)
-	for name, j := range f.jobs {
-		f.podless = f.podless || (!withPods[name] && podlessJob(j))
-	}
+	f.podless = podlessJobs(f.jobs, f.pods)
 	if f.failedCreate, err = r.failedCreates(ctx, sp, f); err != nil {
 		return f, err
 	}
@@ -266,14 +263,17 @@ func podMilliCPU(p *corev1.Pod) int64 {
 // would make each pass cost as much as the events there are.
 const admissionGrace = 3 * time.Second
 
-// podlessJob: the Job runs no pod and has not finished one.
-func podlessJob(j *batchv1.Job) bool { return j.Status.Active == 0 && j.Status.Succeeded == 0 }
-
-// jobsWithPods: the names of the Jobs that have a pod among pods.
-func jobsWithPods(pods []corev1.Pod) map[string]bool {
-	out := map[string]bool{}
+// podlessJobs: the Jobs that have no pod among pods, run none and have not finished one.
+func podlessJobs(jobs map[string]*batchv1.Job, pods []corev1.Pod) map[string]*batchv1.Job {
+	withPods := map[string]bool{}
 	for _, p := range pods {
-		out[p.Labels[batchv1.JobNameLabel]] = true
+		withPods[p.Labels[batchv1.JobNameLabel]] = true
+	}
+	out := map[string]*batchv1.Job{}
+	for name, j := range jobs {
+		if !withPods[name] && j.Status.Active == 0 && j.Status.Succeeded == 0 {
+			out[name] = j
+		}
 	}
 	return out
 }
@@ -286,10 +286,9 @@ func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1beta
 	if r.APIReader == nil {
 		return nil, nil
 	}
-	withPods := jobsWithPods(f.pods)
 	waited := false
-	for name, j := range f.jobs {
-		waited = waited || (!withPods[name] && podlessJob(j) && time.Since(j.CreationTimestamp.Time) >= admissionGrace)
+	for _, j := range f.podless {
+		waited = waited || time.Since(j.CreationTimestamp.Time) >= admissionGrace
 	}
 	if !waited {
 		return nil, nil
@@ -303,8 +302,8 @@ func (r *StreamPipelineReconciler) failedCreates(ctx context.Context, sp *v1beta
 	out, at := map[string]string{}, map[string]time.Time{}
 	for _, e := range events.Items {
 		name := e.InvolvedObject.Name
-		j, ok := f.jobs[name]
-		if !ok || withPods[name] || e.InvolvedObject.UID != j.UID {
+		j, ok := f.podless[name]
+		if !ok || e.InvolvedObject.UID != j.UID {
 			continue
 		}
 		t := e.LastTimestamp.Time

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
@@ -91,6 +92,7 @@ func TestAPipelineIsReconciledOnATimerOnlyForWhatNoWatchReports(t *testing.T) {
 		return sp
 	}
 	converged := &v1beta1.StreamPipeline{}
+	podless := facts{podless: map[string]*batchv1.Job{"p-sender-0": {}}}
 	for _, c := range []struct {
 		name string
 		sp   *v1beta1.StreamPipeline
@@ -99,16 +101,16 @@ func TestAPipelineIsReconciledOnATimerOnlyForWhatNoWatchReports(t *testing.T) {
 		want time.Duration
 	}{
 		{"waiting for pods of its Jobs", reconciling(), facts{}, Decision{}, 0},
-		{"a Job without a pod", reconciling(), facts{podless: true}, Decision{}, 10 * time.Second},
+		{"a Job without a pod", reconciling(), podless, Decision{}, 10 * time.Second},
 		{"a refusal that may go away", reconciling(), facts{},
 			Decision{Facts: conditions.Facts{Refusal: &conditions.Refusal{Reason: "NoStorageRoot", Retry: true}}}, 10 * time.Second},
 		{"a refusal only a change of the pipeline lifts", reconciling(), facts{},
 			Decision{Facts: conditions.Facts{Refusal: &conditions.Refusal{Reason: ReasonNoCapacity}}}, 0},
 		{"replacing its Jobs", reconciling(), facts{}, Decision{Facts: conditions.Facts{Replacing: true}}, 2 * time.Second},
-		{"a key rotation due sooner than the poll", reconciling(), facts{podless: true}, Decision{NextRotation: 4 * time.Second}, 4 * time.Second},
-		{"a key rotation due later than the poll", reconciling(), facts{podless: true}, Decision{NextRotation: time.Hour}, 10 * time.Second},
+		{"a key rotation due sooner than the poll", reconciling(), podless, Decision{NextRotation: 4 * time.Second}, 4 * time.Second},
+		{"a key rotation due later than the poll", reconciling(), podless, Decision{NextRotation: time.Hour}, 10 * time.Second},
 		{"converged, a key rotation due", converged, facts{}, Decision{NextRotation: time.Hour}, time.Hour},
-		{"converged with a Job without a pod (completed)", converged, facts{podless: true}, Decision{}, 0},
+		{"converged with a Job without a pod (completed)", converged, podless, Decision{}, 0},
 	} {
 		if got := requeueAfter(c.sp, c.f, c.d); got != c.want {
 			t.Errorf("%s: reconciled again after %v, want %v", c.name, got, c.want)

@@ -179,7 +179,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // the pipeline, and a timer there would make 1000 pending pipelines 100 reconciles a second.
 func requeueAfter(sp *v1beta1.StreamPipeline, f facts, d Decision) time.Duration {
 	after := d.NextRotation
-	unwatched := f.podless || (d.Facts.Refusal != nil && d.Facts.Refusal.Retry)
+	unwatched := len(f.podless) > 0 || (d.Facts.Refusal != nil && d.Facts.Refusal.Retry)
 	switch {
 	case d.Facts.Replacing:
 		after = 2 * time.Second

@@ -752,13 +752,7 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
 	condition(t, sp, v1beta1.ConditionNICLocal, metav1.ConditionTrue, ReasonReceiversNICLocal)
 
-	count := func(c *prometheus.CounterVec) float64 {
-		var m dto.Metric
-		if err := c.WithLabelValues(ns).Write(&m); err != nil { // the test namespace has this one pipeline
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
+	count := func(c *prometheus.CounterVec) float64 { return counter(t, c, ns) } // the namespace has this one pipeline
 	r0, s0 := count(reconciles), scrapes.Load()
 	const window = time.Minute
 	time.Sleep(window)
@@ -780,7 +774,7 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 
 // A pass applies only what changed: once a pipeline's objects hold what it would apply, the
 // passes its agents' pods and Jobs cause apply nothing (1000 pipelines re-applying every object
-// on every pass were most of the API server's work); an object someone edits is still put back.
+// on every pass loaded the API server for nothing); an object someone edits is still put back.
 func TestAPassAppliesOnlyWhatChangedAndPutsBackEdits(t *testing.T) {
 	gatewayAndSenders(t, "lynx-16")
 	ns := namespace(t)
@@ -789,11 +783,7 @@ func TestAPassAppliesOnlyWhatChangedAndPutsBackEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func(c *prometheus.CounterVec, labels ...string) float64 {
-		var m dto.Metric
-		if err := c.WithLabelValues(append([]string{ns}, labels...)...).Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
+		return counter(t, c, append([]string{ns}, labels...)...)
 	}
 	runAgents(t, ns, "steady", "lynx-16")
 	condition(t, sp, v1beta1.ConditionReady, metav1.ConditionTrue, ReasonRunning)
@@ -851,6 +841,16 @@ func TestAPassAppliesOnlyWhatChangedAndPutsBackEdits(t *testing.T) {
 	if a := count(applies, "applied"); a < a0+2 {
 		t.Errorf("%.0f applies put back two edits", a-a0)
 	}
+}
+
+// counter is the value of one of the operator's counters.
+func counter(t *testing.T, c *prometheus.CounterVec, labels ...string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.WithLabelValues(labels...).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 // agentsServedBy points the observer at `url` for the agents of the pods in namespace ns until
