@@ -6,7 +6,10 @@
 2. Loopback, one sender into one receiver: lz4 vs bslz4 (null sink), raw MB/s and CPU-seconds per
    raw GB on each side (rusage of each process).
 3. HDF5 file -> HDF5 file: a bslz4-stored DXchange file through the pipeline, frames passed
-   through; the gateway's CPU-seconds per raw GB against the same stream into a file sink (decoded).
+   through; the gateway's CPU-seconds per raw GB against the same stream into a file sink (decoded),
+   buffered and with sink.io=direct (O_DIRECT), and the machine's CPU-seconds per raw GB until the
+   files are on the device (the kernel's writeback of buffered files included). HDF5_DIR: where
+   the files go (default: the temporary directory; it must take O_DIRECT for the direct row).
 4. Whole processes from a file: FILE_FRAMES (384) projections in a raw file, `send` (file
    source, 2 compressing threads, 2 connections) into `receive` (2 receiving, 2 decompressing
    threads, null sink) as separate processes, lz4 and bslz4, against the CPU-work limit measured
@@ -122,8 +125,24 @@ def loopback():
         print(f"  {codec:8} {med[0]:9.0f} {med[1]:6.2f} {med[2]:16.2f} {med[3]:17.2f}")
 
 
+def machine_busy_seconds():
+    """CPU-seconds every core of the machine spent busy so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def page_cache_mb():
+    """The page cache's size now (/proc/meminfo Cached), MB."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Cached:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def hdf5_pass_through():
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("HDF5_DIR")) as tmp:
         subprocess.run([AGENT, "synth", "--out", f"{tmp}/f.raw", "--chunk-bytes", str(CHUNK), "--frames", "4"], check=True)
         frames = np.fromfile(f"{tmp}/f.raw", dtype="<u2").reshape(4, 2160, 2560)
         src = f"{tmp}/tomo.h5"
@@ -133,23 +152,34 @@ def hdf5_pass_through():
             for i in range(FRAMES):
                 d[i] = frames[i % 4]
         print(f"\nHDF5 -> HDF5, {FRAMES} bslz4 projections ({FRAMES * CHUNK / 1e9:.2f} GB raw) (medians of {ROUNDS} rounds)")
-        print(f"  {'gateway sink':34} {'raw MB/s':>9} {'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17}")
-        rows = {"hdf5 (stored as received)": [], "file (decoded, verified)": []}
+        print(f"  files in {tmp}; machine: every core's busy time from the start until the files are on the device "
+              "(sync), the kernel's writeback included; page cache: how much it grew during the run")
+        print(f"  {'gateway sink':34} {'raw MB/s':>9} {'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17} {'machine CPU-s/GB':>17} {'page cache MB':>14}")
+        rows = {"hdf5 (stored as received)": [], "hdf5 (stored, sink.io=direct)": [], "file (decoded, verified)": []}
         if BASELINE:
             rows["hdf5 (stored), baseline build"] = []
         for _ in range(ROUNDS):
             for name in rows:
                 sink = ["--sink", "hdf5", "--sink-path", f"{tmp}/out.h5"] if name.startswith("hdf5") else \
                     ["--sink", "file", "--sink-path", f"{tmp}/out.raw"]
+                if "direct" in name:
+                    sink += ["--set", "sink.io=direct"]
+                os.sync()
+                busy, cached = machine_busy_seconds(), page_cache_mb()
                 s, r, txc, rxc = stream(["--source", "hdf5", "--source-path", src, "--codec", "bslz4"], sink,
                                         agent=BASELINE if "baseline" in name else AGENT)
-                rows[name].append((r["raw_gbps"] * 125, txc, rxc))
+                grew = page_cache_mb() - cached
+                os.sync()
+                machine = (machine_busy_seconds() - busy) / (r["raw_bytes"] / 1e9)
+                if "direct" in name and r.get("files_io", {}).get(f"{tmp}/out.h5") != "direct":
+                    sys.exit(f"sink.io=direct was not written direct: {r.get('files_io')}")
+                rows[name].append((r["raw_gbps"] * 125, txc, rxc, machine, grew))
                 for f in ("out.h5", "out.raw"):
                     if os.path.exists(f"{tmp}/{f}"):
                         os.unlink(f"{tmp}/{f}")
         for name, v in rows.items():
-            med = [statistics.median(x[i] for x in v) for i in range(3)]
-            print(f"  {name:34} {med[0]:9.0f} {med[1]:16.2f} {med[2]:17.2f}")
+            med = [statistics.median(x[i] for x in v) for i in range(5)]
+            print(f"  {name:34} {med[0]:9.0f} {med[1]:16.2f} {med[2]:17.2f} {med[3]:17.2f} {med[4]:14.0f}")
 
 
 def whole_processes():

@@ -102,6 +102,8 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("source.dataset", "/exchange/data"), Role::send, "source.dataset");
   expect_refused(with("sink.kind", "hdf5"), Role::receive, "sink.path");
   expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"dataset", "/x"}}), Role::receive, "sink.dataset");
+  expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"io", "direct"}}), Role::receive, "sink.io");
+  expect_refused(with("sink", json{{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"io", "o_direct"}}), Role::receive, "sink.io");
   expect_refused(with("verify", "sometimes"), Role::receive, "verify");
   expect_refused(with("verify", "decode"), Role::send, "verify");
   expect_refused(with("source.kind", "file"), Role::send, "source.path");
@@ -132,6 +134,15 @@ TEST(Config, EveryProblemNamesItsField) {
                  "security.allow_from[1]");
   expect_refused(with("security.allow_from", json(std::vector<std::string>(257, "10.0.0.0/8"))), Role::receive,
                  "security.allow_from");
+}
+
+TEST(Config, AnHdf5SinkWritesThroughThePageCacheUnlessAskedForDirectIo) {
+  json doc = {{"version", 1}, {"endpoint", "tcp://0.0.0.0:6000"}, {"sink", {{"kind", "hdf5"}, {"path", "/d/x.h5"}}}};
+  EXPECT_FALSE(parse_config(doc, Role::receive).sink.direct_io);
+  doc["sink"]["io"] = "direct";
+  EXPECT_TRUE(parse_config(doc, Role::receive).sink.direct_io);
+  doc["sink"]["io"] = "buffered";
+  EXPECT_FALSE(parse_config(doc, Role::receive).sink.direct_io);
 }
 
 TEST(Config, PortRangeMustFitTheConnections) {

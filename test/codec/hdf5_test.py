@@ -40,7 +40,30 @@ def stream(tmp, send_args, receive_args, chunk_bytes):
     return tx.returncode, rx.returncode, sent, received, log
 
 
+def takes_o_direct(directory):
+    """Whether the filesystem of `directory` opens files with O_DIRECT."""
+    probe = os.path.join(directory, ".o_direct_probe")
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+        return True
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
+
+
 class Hdf5ThroughThePipeline(unittest.TestCase):
+    SINK_IO = []  # the gateway's sink.io: HDF5's default (through the page cache)
+
+    def assertWrittenAsAsked(self, received, log):
+        """Every file the gateway wrote went past the page cache when direct I/O was asked for
+        and its filesystem takes it, through it otherwise."""
+        files = received.get("files_io", {})
+        for path, io in files.items():
+            direct = bool(self.SINK_IO) and takes_o_direct(os.path.dirname(path))
+            self.assertEqual(io, "direct" if direct else "page cache", f"{path}\n{log}")
+
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
 
@@ -53,12 +76,13 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         self.assertEqual(received["chunks"], frames, log)
         self.assertEqual((received["lost"], received["corrupt"], received["complete"]), (0, 0, True), log)
         self.assertEqual(received["incomplete_files"], [], log)
+        self.assertWrittenAsAsked(received, log)
         return sent, received
 
     def test_synthetic_bslz4_frames_land_in_an_hdf5_file_others_read(self):
         chunk = 2 * 256 * 512
         result = stream(self.tmp, ["--codec", "bslz4", "--chunks", "12", "--set", "source.shape=[256,512]"],
-                        ["--sink", "hdf5", "--sink-path", f"{self.tmp}/scan-{{stream}}.h5"], chunk)
+                        ["--sink", "hdf5", *self.SINK_IO, "--sink-path", f"{self.tmp}/scan-{{stream}}.h5"], chunk)
         self.assertDelivered(result, 12)
         subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(chunk), "--frames", "4"],
                        check=True)
@@ -88,7 +112,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
             f.create_dataset("/exchange/data", data=frames, chunks=(1, 128, 300),
                              **hdf5plugin.Bitshuffle(nelems=1024, cname="lz4"))
         result = stream(self.tmp, ["--source", "hdf5", "--source-path", src, "--codec", "bslz4"],
-                        ["--sink", "hdf5", "--sink-path", f"{self.tmp}/out.h5"], 2 * 128 * 300)
+                        ["--sink", "hdf5", *self.SINK_IO, "--sink-path", f"{self.tmp}/out.h5"], 2 * 128 * 300)
         sent, received = self.assertDelivered(result, 9)
         with h5py.File(src, "r") as a, h5py.File(f"{self.tmp}/out.h5", "r") as b:
             da, db = a["/exchange/data"], b["/exchange/data"]
@@ -107,7 +131,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
             f.create_dataset("/entry/data/data", data=frames)
         result = stream(self.tmp, ["--source", "hdf5", "--source-path", src, "--source-dataset", "/entry/data/data",
                                    "--codec", "bslz4"],
-                        ["--sink", "hdf5", "--sink-path", f"{self.tmp}/out.h5", "--sink-dataset", "/entry/data/data",
+                        ["--sink", "hdf5", *self.SINK_IO, "--sink-path", f"{self.tmp}/out.h5", "--sink-dataset", "/entry/data/data",
                          "--verify", "decode"], 4 * 64 * 80)
         self.assertDelivered(result, 6)
         with h5py.File(f"{self.tmp}/out.h5", "r") as b:
@@ -122,7 +146,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         0.05 Gbit/s (about 23 a second), so the gateway can be stopped mid-stream. Returns the
         gateway's argv, the gateway and the sender."""
         common = ["--endpoint", f"tcp://127.0.0.1:{free_port()}", "--chunk-bytes", str(self.CHUNK)]
-        rx_args = [AGENT, "receive", *common, "--sink", "hdf5", "--sink-path", out, "--idle-timeout", "0"]
+        rx_args = [AGENT, "receive", *common, "--sink", "hdf5", *self.SINK_IO, "--sink-path", out, "--idle-timeout", "0"]
         rx = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.3)
         tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", str(frames), "--rate-gbps", "0.05",
@@ -157,6 +181,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         out2, err2 = rx2.communicate(timeout=120)
         self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
         second = json.loads(out2.strip().splitlines()[-1])
+        self.assertWrittenAsAsked(second, err2)
         self.assertIn("hdf5 sink: resuming", err2)
         self.assertEqual(second["delivered_before"], first["chunks"], err2)
         self.assertEqual(first["chunks"] + second["chunks"], 40, err2)
@@ -178,6 +203,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         out2, err2 = rx2.communicate(timeout=120)
         self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
         second = json.loads(out2.strip().splitlines()[-1])
+        self.assertWrittenAsAsked(second, err2)
         self.assertIn("hdf5 sink: resuming", err2)
         self.assertGreater(second["delivered_before"], 0, err2)
         self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
@@ -214,6 +240,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
             out2, err2 = rx2.communicate(timeout=120)
             self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
             second = json.loads(out2.strip().splitlines()[-1])
+            self.assertWrittenAsAsked(second, err2)
             self.assertGreater(second["delivered_before"], 0, "the first gateway had flushed and acknowledged some:\n" + err2)
             self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
             self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
@@ -237,6 +264,33 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
                             "--source-path", src, "--source-dataset", "/nope"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("/nope", p.stderr)
+
+
+class Hdf5WrittenPastThePageCache(Hdf5ThroughThePipeline):
+    """Every test above again with sink.io=direct: the files written with O_DIRECT by the agent's
+    own HDF5 driver, read back by h5py and h5dump, resumed, killed, filled up."""
+    SINK_IO = ["--set", "sink.io=direct"]
+
+    def test_a_filesystem_that_refuses_direct_io_is_written_through_the_page_cache(self):
+        # ramfs refuses O_DIRECT: the gateway says so and writes the file as HDF5's own driver would.
+        if os.geteuid() != 0:
+            if os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1":
+                self.fail("NUMASTREAM_REQUIRE_REAL=1: mounting a ramfs needs root")
+            self.skipTest("mounting a ramfs needs root")
+        disk = f"{self.tmp}/ramfs"
+        os.makedirs(disk)
+        subprocess.run(["mount", "-t", "ramfs", "numastream-h5ramfs", disk], check=True)
+        try:
+            self.assertFalse(takes_o_direct(disk), "ramfs took O_DIRECT: this test needs a filesystem that refuses it")
+            out = f"{disk}/scan.h5"
+            result = stream(self.tmp, ["--codec", "bslz4", "--chunks", "12", "--set", "source.shape=[256,512]"],
+                            ["--sink", "hdf5", *self.SINK_IO, "--sink-path", out], self.CHUNK)
+            sent, received = self.assertDelivered(result, 12)
+            self.assertEqual(received["files_io"], {out: "page cache"})
+            self.assertIn("its filesystem refuses direct I/O: written through the page cache", result[4])
+            self.assertFramesAreTheSource(out, 12)
+        finally:
+            subprocess.run(["umount", "-l", disk])
 
 
 if __name__ == "__main__":

@@ -71,11 +71,11 @@ def channels_of(message):
 class Series:
     """A detector, a sender and a gateway on loopback; stop() ends the run and returns the summaries."""
 
-    def __init__(self, tmp, sim_args, sink_path, tx_args=()):
+    def __init__(self, tmp, sim_args, sink_path, tx_args=(), rx_args=()):
         det = f"tcp://127.0.0.1:{free_port()}"
         data = f"tcp://127.0.0.1:{free_port()}"
         self.logs = {n: open(os.path.join(tmp, n + ".log"), "w+") for n in ("sim", "send", "receive")}
-        self.rx_argv = [AGENT, "receive", "--endpoint", data, "--sink", "hdf5", "--sink-path", sink_path]
+        self.rx_argv = [AGENT, "receive", "--endpoint", data, "--sink", "hdf5", "--sink-path", sink_path, *rx_args]
         self.rx = subprocess.Popen(self.rx_argv, stdout=subprocess.PIPE, stderr=self.logs["receive"], text=True)
         self.sim = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, "--linger-s", "30", *sim_args],
                                     stdout=subprocess.PIPE, stderr=self.logs["sim"], text=True)
@@ -119,8 +119,15 @@ class SeriesIntoHdf5(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
 
+    SINK_IO = []  # the gateway's sink.io: HDF5's default (through the page cache)
+
     def tearDown(self):
         subprocess.run(["rm", "-rf", self.tmp])
+
+    def series(self, *args, **kwargs):
+        run = Series(self.tmp, *args, rx_args=self.SINK_IO, **kwargs)
+        self.runs = getattr(self, "runs", []) + [run]
+        return run
 
     def recording(self, name):
         """The folder of one real EIGER2 recording; fails under NUMASTREAM_REQUIRE_REAL=1, else
@@ -181,7 +188,7 @@ class SeriesIntoHdf5(unittest.TestCase):
                 files = sorted(glob.glob(os.path.join(REAL, folder, "*")))
                 messages = [load_cbor(p) for p in files]
                 sink = os.path.join(self.tmp, folder + ".h5")
-                run = Series(self.tmp, ["--replay", os.path.join(REAL, folder), "--start"], sink)
+                run = self.series(["--replay", os.path.join(REAL, folder), "--start"], sink)
                 series_id, unique = messages[0]["series_id"], messages[0]["series_unique_id"]
                 final = os.path.join(self.tmp, f"{folder}_series_{series_id}.h5")
                 tx_rc, rx_rc, sent, received = run.stop(until=lambda: os.path.exists(final))
@@ -203,7 +210,7 @@ class SeriesIntoHdf5(unittest.TestCase):
                 sink = os.path.join(self.tmp, compression + "-{series}.h5")
                 args = ["--synthetic", "--series", "2", "--images", "6", "--shape", "64x100", "--channels", "t1,t2",
                         "--compression", compression, "--seed", "11"]
-                run = Series(self.tmp, args, sink)
+                run = self.series(args, sink)
                 finals = [os.path.join(self.tmp, f"{compression}-{s}.h5") for s in (1, 2)]
                 tx_rc, rx_rc, sent, received = run.stop(until=lambda: all(os.path.exists(p) for p in finals))
                 log = run.log()
@@ -236,7 +243,7 @@ class SeriesIntoHdf5(unittest.TestCase):
     def test_a_detector_gone_mid_series_leaves_its_file_incomplete_and_named(self):
         sink = os.path.join(self.tmp, "gone.h5")
         # A slow detector: 40 images at 20 messages/s; it is killed a few images in.
-        run = Series(self.tmp, ["--synthetic", "--images", "40", "--shape", "64x96", "--rate-hz", "20"], sink)
+        run = self.series(["--synthetic", "--images", "40", "--shape", "64x96", "--rate-hz", "20"], sink)
         part = os.path.join(self.tmp, "gone_series_1.h5.part")
         deadline = time.time() + 30
         while time.time() < deadline and not os.path.exists(part):
@@ -264,7 +271,7 @@ class SeriesIntoHdf5(unittest.TestCase):
         # Every message numastream carried arrives (its own sequence has no hole), but the detector
         # never sent images 5-7 of 20: the series' own numbering says so.
         sink = os.path.join(self.tmp, "holes.h5")
-        run = Series(self.tmp, ["--synthetic", "--images", "20", "--shape", "64x96", "--drop-images", "5-7"], sink)
+        run = self.series(["--synthetic", "--images", "20", "--shape", "64x96", "--drop-images", "5-7"], sink)
         part = os.path.join(self.tmp, "holes_series_1.h5.part")
         tx_rc, rx_rc, sent, received = run.stop(until=lambda: any("holes_series_1" in f for f in os.listdir(self.tmp))
                                                 and received_all(run), timeout=30)
@@ -298,7 +305,7 @@ class SeriesIntoHdf5(unittest.TestCase):
                 state = os.path.join(self.tmp, case + "-state")
                 os.makedirs(state)
                 sink = os.path.join(self.tmp, case + ".h5")
-                run = Series(self.tmp, ["--replay", folder, "--start", "--rate-hz", "5"], sink,
+                run = self.series(["--replay", folder, "--start", "--rate-hz", "5"], sink,
                              ["--set", f'state_dir="{state}"', *drain])
                 final = os.path.join(self.tmp, f"{case}_series_{series_id}.h5")
                 deadline = time.time() + 30
@@ -345,7 +352,7 @@ class SeriesIntoHdf5(unittest.TestCase):
             with self.subTest(case=case):
                 state = os.path.join(self.tmp, case + "-state")
                 os.makedirs(state)
-                run = Series(self.tmp, sim, os.path.join(self.tmp, case + ".h5"),
+                run = self.series(sim, os.path.join(self.tmp, case + ".h5"),
                              ["--set", f'state_dir="{state}"', "--chunk-bytes", str(4 << 20)])
                 final = os.path.join(self.tmp, f"{case}_series_1.h5") if case == "synthetic" else os.path.join(
                     self.tmp, f"{case}_series_{load_cbor(sorted(glob.glob(os.path.join(folder, '*')))[0])['series_id']}.h5")
@@ -390,7 +397,7 @@ class SeriesIntoHdf5(unittest.TestCase):
                                 "--seed", "11", "--rate-hz", "20"], 1, 60))
         for case, sim, series_id, images in cases:
             with self.subTest(case=case):
-                run = Series(self.tmp, sim, os.path.join(self.tmp, case + ".h5"))
+                run = self.series(sim, os.path.join(self.tmp, case + ".h5"))
                 final = os.path.join(self.tmp, f"{case}_series_{series_id}.h5")
                 deadline = time.time() + 30
                 while time.time() < deadline and not os.path.exists(final + ".part"):
@@ -436,6 +443,29 @@ def load_cbor(path):
 def received_all(run):
     """The gateway's log says the series ended (complete or not)."""
     return "INCOMPLETE" in run.log().split("--- receive\n")[-1]
+
+
+class SeriesWrittenPastThePageCache(SeriesIntoHdf5):
+    """Every test above again with sink.io=direct: the series files written with O_DIRECT by the
+    agent's own HDF5 driver (this test's directory takes it: checked), read back by h5py."""
+    SINK_IO = ["--set", "sink.io=direct"]
+
+    def setUp(self):
+        super().setUp()
+        probe = os.path.join(self.tmp, ".o_direct_probe")
+        try:
+            os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600))
+            os.unlink(probe)
+        except OSError as e:
+            self.fail(f"{self.tmp} refuses O_DIRECT ({e}): these tests need a filesystem that takes it")
+
+    def tearDown(self):
+        # Every series file the gateways opened, they said they write past the page cache.
+        opened = [l for run in getattr(self, "runs", []) for l in run.log().splitlines()
+                  if "hdf5 sink: series" in l and ("->" in l or "resumed" in l)]
+        super().tearDown()
+        for line in opened:
+            self.assertIn("(direct I/O: past the page cache)", line)
 
 
 if __name__ == "__main__":

@@ -215,6 +215,7 @@ void parse_sink(Fields& f, Config& c) {
   Fields sf(*v, f.path("sink"));
   std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
+  if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
   if (kind != "file" && kind != "hdf5") sf.forbid("mode", "only used by the file and hdf5 sinks");
   if (const json* m = sf.raw("mode")) {
@@ -231,6 +232,7 @@ void parse_sink(Fields& f, Config& c) {
     c.sink.kind = SinkConfig::Kind::hdf5;
     c.sink.path = sf.required_string("path");
     c.sink.dataset = sf.string("dataset", c.sink.dataset);
+    c.sink.direct_io = sf.choice("io", "buffered", {"buffered", "direct"}) == "direct";
     if (c.sink.dataset.empty() || c.sink.dataset.front() != '/') {
       throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.sink.dataset + "\")");
     }

@@ -61,6 +61,9 @@ struct SinkConfig {
   // file, hdf5: permission bits of the files written (and, with the search bits, of the
   // directories made above them); the owner reads and writes, others never write.
   unsigned mode = 0640;
+  // hdf5: "io": "direct" writes files past the page cache (O_DIRECT; store/direct_io.hpp) where
+  // their filesystem allows it, through it where it refuses; "buffered" (the default) through it.
+  bool direct_io = false;
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to; stream2: where to bind
   // stream2: copies of the last messages handed over, sent again after a consumer goes away
   // (stream2_sink.hpp); 0 keeps none.

@@ -38,7 +38,7 @@ class Hdf5Sink final : public Sink {
 
   void put(Chunk c, StageStats& st) override {
     if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
-      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, cfg_.sink.mode, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); });
+      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); });
       series_->put(std::move(c), st);
       return;
     }
@@ -86,7 +86,9 @@ class Hdf5Sink final : public Sink {
   }
 
  void report(nlohmann::json& summary) const override {
-    if (series_) series_->report(summary);
+    if (series_) return series_->report(summary);
+    // Each file's path and how it was written: "direct" (past the page cache) or "page cache".
+    summary["files_io"] = io_;
   }
   void write_metrics(std::string& out, const std::string& labels) const override {
     if (series_) series_->write_metrics(out, labels);
@@ -129,10 +131,15 @@ class Hdf5Sink final : public Sink {
     const std::string path = stream_path(cfg_.sink.path, h.stream_id) + ".part";
     const bool resume = tracker_.resumed(h.stream_id) && ::access(path.c_str(), F_OK) == 0;
     make_parent_dirs(path, cfg_.sink.mode);
-    auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4, resume);
+    auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4, resume,
+                                            cfg_.sink.direct_io);
     if (resume) {
-      log_line("hdf5 sink: resuming " + path + ": " + std::to_string(w->written().size()) + " frames already written");
+      log_line("hdf5 sink: resuming " + path + ": " + std::to_string(w->written().size()) + " frames already written" +
+               io_note(cfg_.sink.direct_io, w->direct()));
+    } else if (cfg_.sink.direct_io) {
+      log_line("hdf5 sink: " + path + io_note(true, w->direct()));
     }
+    io_[stream_path(cfg_.sink.path, h.stream_id)] = w->direct() ? "direct" : "page cache";
     return *outs_.emplace(h.stream_id, std::move(w)).first->second;
   }
 
@@ -141,6 +148,7 @@ class Hdf5Sink final : public Sink {
   AckFn ack_;
   MetadataFn metadata_;
   std::map<std::uint32_t, std::unique_ptr<hdf5::Writer>> outs_;
+  std::map<std::string, std::string> io_;  // each file: "direct" or "page cache"
   std::set<std::uint32_t> dirty_;   // streams written since the last flush
   DeferredAcks held_{ack_};          // frames written since the last flush
   std::unique_ptr<SeriesSink> series_;

@@ -31,12 +31,21 @@
 
 namespace numastream {
 
+// How an HDF5 file the sink opened is written, for its log line: "" unless sink.io asked for
+// direct I/O.
+inline std::string io_note(bool asked, bool direct) {
+  if (!asked) return "";
+  return direct ? " (direct I/O: past the page cache)"
+                : " (its filesystem refuses direct I/O: written through the page cache)";
+}
+
 class SeriesSink {
  public:
   // `resumed`: whether a stream's sender reports chunks an earlier gateway acknowledged (then a
   // series file that gateway left is this stream's to go on writing).
-  SeriesSink(std::string pattern, unsigned mode, AckFn ack, std::function<bool(std::uint32_t)> resumed)
-      : pattern_(std::move(pattern)), mode_(mode), ack_(std::move(ack)), resumed_(std::move(resumed)) {}
+  // `direct`: series files written past the page cache where the filesystem allows.
+  SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack, std::function<bool(std::uint32_t)> resumed)
+      : pattern_(std::move(pattern)), mode_(mode), direct_(direct), ack_(std::move(ack)), resumed_(std::move(resumed)) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -259,7 +268,7 @@ class SeriesSink {
     s.name = std::to_string(key.first) + (key.second.empty() ? "" : " (" + key.second + ")");
     s.path = path;
     if (!reopen.empty()) {
-      s.file = hdf5::SeriesFile::reopen(path + ".part");
+      s.file = hdf5::SeriesFile::reopen(path + ".part", direct_);
       s.seqs = s.file->sequences_held();
       s.start_seq = s.file->start_sequence();
       std::string error;
@@ -268,11 +277,12 @@ class SeriesSink {
       }
       for (const auto& [channel, ids] : s.file->images()) s.images = std::max<std::uint64_t>(s.images, ids.size());
       log_line("hdf5 sink: series " + s.name + " resumed in " + path + ".part, written by an earlier gateway (" +
-               std::to_string(s.seqs.size()) + " messages, " + std::to_string(s.images) + " images)");
+               std::to_string(s.seqs.size()) + " messages, " + std::to_string(s.images) + " images)" +
+               io_note(direct_, s.file->direct()));
     } else {
       make_parent_dirs(path, mode_);
-      s.file = std::make_unique<hdf5::SeriesFile>(path + ".part", h.stream_id);
-      log_line("hdf5 sink: series " + s.name + " -> " + s.path);
+      s.file = std::make_unique<hdf5::SeriesFile>(path + ".part", h.stream_id, direct_);
+      log_line("hdf5 sink: series " + s.name + " -> " + s.path + io_note(direct_, s.file->direct()));
     }
     return &open_.emplace(key, std::move(s)).first->second;
   }
@@ -305,6 +315,7 @@ class SeriesSink {
 
   std::string pattern_;
   unsigned mode_;
+  bool direct_;
   AckFn ack_;
   std::function<bool(std::uint32_t)> resumed_;
   DeferredAcks held_{ack_};  // written, not yet flushed: acknowledged by the next flush

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "codec/bitshuffle.hpp"
+#include "store/direct_io.hpp"
 #include "store/hdf5_detail.hpp"
 
 namespace numastream::hdf5 {
@@ -112,9 +113,16 @@ std::size_t Reader::read_frame(std::uint64_t index, std::span<std::byte> out) {
 }
 
 Writer::Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4,
-               bool resume)
+               bool resume, bool direct)
     : what_(path + ":" + dataset), shape_(shape) {
   quiet();
+  struct Fapl {
+    hid_t id;
+    ~Fapl() {
+      if (id >= 0) H5Pclose(id);
+    }
+  } fapl{file_access(direct)};
+  if (fapl.id < 0) fail(what_, "set up the file driver");
   const std::size_t elem = dtype_size(shape.dtype);
   if (elem == 0) throw std::runtime_error(what_ + ": unknown dtype \"" + shape.dtype + "\"");
   if (shape.dims.empty() || shape.dims.size() > 2) {
@@ -127,7 +135,7 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
                              "receiver acknowledged and is left as it is: move it aside to start the stream's file anew");
   }
   if (resume) {
-    file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.id);
     if (file_ >= 0 && H5Lexists(file_, dataset.c_str(), H5P_DEFAULT) > 0) {
       dset_ = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
     }
@@ -145,7 +153,7 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
     throw std::runtime_error(what_ + ": cannot be resumed (the file does not open read-write or has no such dataset); "
                              "it holds frames an earlier receiver acknowledged and is left as it is");
   }
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
   if (file_ < 0) fail(what_, "create the file");
   make_parents(file_, dataset, what_);
   hsize_t dims[3] = {0, shape.dims[0], rank == 3 ? shape.dims[1] : 0};
@@ -186,6 +194,8 @@ void Writer::write_frame(std::uint64_t index, std::span<const std::byte> bytes, 
               mask, what_);
   written_.insert(index);
 }
+
+bool Writer::direct() const { return file_ >= 0 && written_direct(file_); }
 
 void Writer::flush() {
   if (file_ >= 0 && H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(what_, "flush");

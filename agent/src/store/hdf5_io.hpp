@@ -57,12 +57,16 @@ class Writer {
   // Creates `path` (or, with `resume`, opens it: one that does not open with the dataset throws,
   // naming it, and is never recreated: it holds acknowledged frames) with
   // `dataset` of frames x shape, one frame per chunk, declared with the bitshuffle filter when
-  // `bslz4` (frames then arrive as bslz4 chunks). Parent groups are created.
-  Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4, bool resume);
+  // `bslz4` (frames then arrive as bslz4 chunks). Parent groups are created. `direct`: written
+  // past the page cache where the filesystem allows (direct_io.hpp).
+  Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4, bool resume,
+         bool direct = false);
   ~Writer();
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
+  // Whether the file is written past the page cache (asked for and allowed by its filesystem).
+  bool direct() const;
   // Frames already in the file (a resumed file).
   const std::set<std::uint64_t>& written() const noexcept { return written_; }
   // Writes frame `index` as its chunk: `stored` bytes of bslz4 (filter applied) or raw pixels

@@ -8,6 +8,7 @@
 
 #include "codec/bitshuffle.hpp"
 #include "codec/dtype.hpp"
+#include "store/direct_io.hpp"
 #include "store/hdf5_detail.hpp"
 
 namespace numastream::hdf5 {
@@ -129,9 +130,12 @@ constexpr const char* kSequences = "/entry/numastream/sequences";
 
 }  // namespace
 
-SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id) : path_(path) {
+SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct) : path_(path) {
   quiet();
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t fapl = file_access(direct);
+  if (fapl < 0) fail(path_, "set up the file driver");
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
   if (file_ < 0) fail(path_, "create the file");
   group(file_, "/entry", "NXentry", path_);
   group(file_, "/entry/data", "NXdata", path_);
@@ -151,14 +155,17 @@ SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id) : path_
   H5Gclose(g);
 }
 
-std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path) {
+std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool direct) {
   quiet();
   const std::string left = " It holds messages an earlier gateway acknowledged and is left as it is: move it aside to "
                            "write the series anew";
   if (H5Fis_hdf5(path.c_str()) <= 0) throw std::runtime_error(path + ": cannot be resumed (not a readable HDF5 file)." + left);
   std::unique_ptr<SeriesFile> f(new SeriesFile());
   f->path_ = path;
-  f->file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t fapl = file_access(direct);
+  if (fapl < 0) fail(path, "set up the file driver");
+  f->file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+  H5Pclose(fapl);
   if (f->file_ < 0) throw std::runtime_error(path + ": cannot be resumed (it does not open read-write)." + left);
   const auto seqs = read_sequences(f->file_);
   if (!seqs) throw std::runtime_error(path + ": cannot be resumed (no " + kSequences + ")." + left);
@@ -243,6 +250,8 @@ std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path
   H5Eclear2(H5E_DEFAULT);
   return out;
 }
+
+bool SeriesFile::direct() const { return file_ >= 0 && written_direct(file_); }
 
 SeriesFile::~SeriesFile() {
   try {

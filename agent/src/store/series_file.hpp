@@ -29,12 +29,13 @@ namespace numastream::hdf5 {
 
 class SeriesFile {
  public:
-  // Creates `path` (truncating it) for stream `stream_id`'s series.
-  SeriesFile(const std::string& path, std::uint32_t stream_id);
+  // Creates `path` (truncating it) for stream `stream_id`'s series; `direct`: written past the
+  // page cache where the filesystem allows (direct_io.hpp).
+  SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct = false);
   // Opens a series file an earlier gateway left (`path`, a .part) to go on writing it: its
   // channels, the image ids and the sequences it holds. Throws, naming the file and saying it is
   // left as it is, when it does not open.
-  static std::unique_ptr<SeriesFile> reopen(const std::string& path);
+  static std::unique_ptr<SeriesFile> reopen(const std::string& path, bool direct = false);
   // Which series a file holds, read without writing it; nullopt when it is not a readable series
   // file.
   struct Identity {
@@ -46,6 +47,8 @@ class SeriesFile {
   };
   static std::optional<Identity> identify(const std::string& path);
   ~SeriesFile();
+  // Whether the file is written past the page cache (asked for and allowed by its filesystem).
+  bool direct() const;
   SeriesFile(const SeriesFile&) = delete;
   SeriesFile& operator=(const SeriesFile&) = delete;
 
