@@ -350,6 +350,12 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"relative dataset": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", Dataset: "exchange/data"}}
 		}, "spec.senders[0].source.hdf5.dataset"},
+		"direct I/O asked of a source": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", IO: "direct"}}
+		}, "hdf5.io is how a gateway writes a sink's files"},
+		"unknown sink io": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan.h5", IO: "o_direct"}}
+		}, "spec.sink.hdf5.io"},
 		"several senders into one hdf5 file": {func(sp *v1beta1.StreamPipeline) {
 			withSenders("updraft-1", "updraft-2")(sp)
 			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan.h5"}}

@@ -10,9 +10,9 @@
 #  4. the figures, from the agents and the link: chunks, integrity, rates against the plan, and the
 #     link's byte counters against the stream's wire bytes;
 #  5. the field's codec and files: a second pipeline (test/facility/pipeline-hdf5.yaml) compresses
-#     with bitshuffle + LZ4 and the gateway stores the frames as they arrive in an HDF5 file, which
-#     h5dump (Debian's) and h5py + hdf5plugin (tools we did not write) read back, checked against
-#     the source frames;
+#     with bitshuffle + LZ4 and the gateway stores the frames as they arrive in an HDF5 file,
+#     written past the page cache (io: direct, its log says so), which h5dump (Debian's) and h5py
+#     + hdf5plugin (tools we did not write) read back, checked against the source frames;
 #  6. detector data as beamlines produce it: a simulated EIGER2 (numastream-agent detector-sim in a
 #     pod on detector-a, test/facility/detector-sim.yaml) publishes two Stream V2 series; a third
 #     pipeline (test/facility/pipeline-stream2.yaml) carries its messages byte for byte across
@@ -137,6 +137,14 @@ print(f"status    Ready Completed; {o['chunksDelivered']} delivered, {o['chunksL
       f"observed {o['rawGbps']} Gbit/s raw, {o['wireGbps']} Gbit/s on the wire; predicted {st['predictedGbps']}, "
       f"bottleneck {st['bottleneck']}")
 PY
+gw=$(k get pods -l numastream.io/pipeline=facility-hdf5,numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
+opened=$(k logs "$gw" -c decompress | grep -F 'hdf5 sink: ' || true)
+if ! grep -qF '(direct I/O: past the page cache)' <<<"$opened"; then
+  echo "the gateway did not write past the page cache (spec.sink.hdf5.io: direct); its log says:" >&2
+  echo "${opened:-(no hdf5 sink line)}" >&2
+  exit 1
+fi
+sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /gateway   /' <<<"$opened"
 echo "h5dump -H $SINK/scan-0.h5:"
 h5dump -H "$SINK/scan-0.h5" | sed 's/^/    /'
 bin/numastream-agent synth --out "$SINK/source.raw" --chunk-bytes 11059200 --frames 4 --seed 7

@@ -236,6 +236,7 @@ type Sender struct {
 
 // Source is a union: exactly one member is set.
 // +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) == 1",message="exactly one of synthetic, file, zmq, hdf5 or stream2 must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.hdf5) || !has(self.hdf5.io)",message="hdf5.io is how a gateway writes a sink's files; a source's file is only read"
 type Source struct {
 	// Synthetic tomography projections, deterministic from a seed.
 	// +optional
@@ -282,6 +283,12 @@ type HDF5Dataset struct {
 	// +kubebuilder:default="/exchange/data"
 	// +optional
 	Dataset string `json:"dataset,omitempty"`
+	// IO is how the gateway writes a sink's files: "buffered" through the page cache (unset),
+	// or "direct" past it (O_DIRECT), where the filesystem takes it and through the page cache
+	// where it refuses (docs/agent-config.md, sink.io). Sinks only: a source's file is read.
+	// +kubebuilder:validation:Enum=buffered;direct
+	// +optional
+	IO string `json:"io,omitempty"`
 }
 
 // SyntheticSource generates 16-bit projections with photon-counting noise.

@@ -52,6 +52,8 @@ type SinkConfig struct {
 	Endpoint string `json:"endpoint,omitempty"`
 	// Mode: file and hdf5 sinks, the files' permission bits (octal text, spec.files.mode).
 	Mode string `json:"mode,omitempty"`
+	// IO: hdf5 sink, "direct" writes past the page cache (spec.sink.hdf5.io; unset: buffered).
+	IO string `json:"io,omitempty"`
 	// Redeliver: stream2 sink, messages kept for a consumer that goes away (nil: the agent's default).
 	Redeliver *int32 `json:"redeliver,omitempty"`
 }
@@ -268,7 +270,7 @@ func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 	case s != nil && s.ZMQ != nil:
 		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s != nil && s.HDF5 != nil:
-		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5)}
+		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5), IO: s.HDF5.IO}
 	case s != nil && s.Stream2 != nil:
 		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s)), Redeliver: s.Stream2.Redeliver}
 	default:

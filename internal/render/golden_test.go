@@ -33,7 +33,7 @@ func goldenCases() map[string]*v1beta1.StreamPipeline {
 			sp.Spec.Codec = v1beta1.Codec("bslz4")
 			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "tomo_0001.h5"}}
 			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan-{stream}.h5",
-				Dataset: "/entry/data/data"}}
+				Dataset: "/entry/data/data", IO: "direct"}}
 		}),
 		"stream2-stream2": pipeline("stream2-stream2", func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Codec = v1beta1.Codec("bslz4")

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,7 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 		t.Fatal(err)
 	}
 	sp.Name, sp.Namespace = "stream2-e2e", ns
+	sp.Spec.Sink.HDF5.IO = "direct" // the series files past the page cache, from a real kubelet's pod
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +145,16 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the sender's log lacks %q:\n%s", want, b)
 		}
+	}
+	gw := running(t, sp, render.RoleGateway)
+	if gw == nil {
+		t.Fatal("no running gateway")
+	}
+	if b, err = cs.CoreV1().Pods(ns).GetLogs(gw.Name, &corev1.PodLogOptions{Container: "decompress"}).DoRaw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if opened := regexp.MustCompile(`hdf5 sink: series 1 .*`).FindString(string(b)); !strings.Contains(opened, "(direct I/O: past the page cache)") {
+		t.Errorf("spec.sink.hdf5.io: direct, but the gateway did not say it writes series 1 past the page cache:\n%s", b)
 	}
 	verifySeriesFile(t, first, 40)
 }
