@@ -21,6 +21,7 @@
 #include "codec/codec.hpp"
 #include "obs/http.hpp"
 #include "base/files.hpp"
+#include "pipeline/pools.hpp"
 #include "pipeline/pipeline.hpp"
 #include "data/queue.hpp"
 #include "data/seqset.hpp"
@@ -790,34 +791,12 @@ RunResult Receiver::run(const RunHooks& hooks) {
   }
   const int receivers = rt_.threads(Stage::receive);
   const int decompressors = rt_.threads(Stage::decompress);
-  spares_ = cfg_.adaptive && !cfg_.relay && decompressors > 0 ? receivers : 0;
-  // Adaptive: room for the decompressors a growing CPU budget may add, as for the spares.
-  const int room = spares_ + (spares_ > 0 ? adaptive::ExtraWorkers::kMax : 0);
-  // Senders put chunks on the wire in order; what arrives out of order is what several
-  // connections had in flight at once (ZeroMQ queues on both ends, socket buffers of ~8 MiB, a
-  // frame being decoded) plus the decompressors finishing out of order. Hold at least that much.
-  const std::size_t wire_estimate = std::max<std::size_t>(1, cfg_.chunk_bytes / 2);
-  const std::size_t per_connection =
-      static_cast<std::size_t>(2 * cfg_.hwm + 4) + (8u << 20) / wire_estimate;
-  reorder_window_ = std::max<std::size_t>(
-      static_cast<std::size_t>(cfg_.reorder_window),
-      static_cast<std::size_t>(receivers) * per_connection +
-          static_cast<std::size_t>(decompressors + room + cfg_.queue_depth));
+  const ReceiverPools pools = plan_receiver_pools(cfg_, receivers, decompressors);
+  spares_ = pools.spares;
+  reorder_window_ = pools.reorder_window;
+  const std::size_t slack = pools.slack;
   const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
-  // The file sink holds up to window + slack chunks (slack: what the decompressors and the sink
-  // queue can have when it waits for an in-flight chunk), plus the queues around it.
-  const std::size_t slack = static_cast<std::size_t>(decompressors + room + cfg_.queue_depth);
-  // The HDF5 sink writes each frame where it belongs as it comes and holds none: the queue around
-  // it is all it needs. The zmq sink holds what ZeroMQ has not sent.
-  const std::size_t held_by_sink = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? 0 : reorder_window_ + slack;
-  const std::size_t raw_shared =
-      (has_sink ? static_cast<std::size_t>(cfg_.queue_depth + cfg_.hwm + 2) + held_by_sink : 0) +
-      static_cast<std::size_t>(room);
-  // The HDF5 sink takes bslz4 frames as they arrived: up to their worst case.
-  const std::size_t sink_chunk = cfg_.sink.kind == SinkConfig::Kind::hdf5 ? max_encoded_size(cfg_.chunk_bytes)
-                                                                          : cfg_.chunk_bytes;
-  raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", raw_shared, 1,
-                                           wire::kHeaderSize + sink_chunk);
+  raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", pools.raw_buffers, 1, pools.raw_capacity);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));

@@ -21,6 +21,7 @@
 #include "store/hdf5_io.hpp"
 #include "obs/http.hpp"
 #include "store/state.hpp"
+#include "pipeline/pools.hpp"
 #include "pipeline/pipeline.hpp"
 #include "data/queue.hpp"
 #include "codec/synth.hpp"
@@ -688,17 +689,10 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   const int compressors = rt_.threads(Stage::compress);
   const int senders = rt_.threads(Stage::send);
-  spares_ = cfg_.adaptive ? senders : 0;
-  wire_capacity_ = wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes);
-  // Buffers held downstream of the compressors: the ordered queue, the sending threads and
-  // ZeroMQ's queues; plus one per compressor, so the one holding the next chunk always gets one.
-  // Each connection holds up to `window` frames until they are acknowledged.
-  // A spill adds the sending threads' queue and the buffer its thread reads the spill into.
-  // Adaptive: room for the compressors a growing CPU budget may add.
-  const std::size_t downstream = static_cast<std::size_t>(
-      cfg_.queue_depth + senders * (cfg_.window + 1) + 1 + spares_ + (spares_ > 0 ? adaptive::ExtraWorkers::kMax : 0) +
-      (cfg_.spill.enabled() ? cfg_.queue_depth + 1 : 0));
-  wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", downstream, 1, wire_capacity_);
+  const SenderPools pools = plan_sender_pools(cfg_, senders);
+  spares_ = pools.spares;
+  wire_capacity_ = pools.wire_capacity;
+  wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", pools.wire_buffers, 1, wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));

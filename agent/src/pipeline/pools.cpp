@@ -1,0 +1,41 @@
+#include "pipeline/pools.hpp"
+
+#include <algorithm>
+
+#include "codec/codec.hpp"
+#include "pipeline/governor.hpp"
+#include "wire/wire.hpp"
+
+namespace numastream {
+
+SenderPools plan_sender_pools(const Config& cfg, int senders) {
+  SenderPools p;
+  p.spares = cfg.adaptive ? senders : 0;
+  p.wire_capacity = wire::kHeaderSize + max_encoded_size(cfg.chunk_bytes);
+  p.wire_buffers = static_cast<std::size_t>(cfg.queue_depth + senders * (cfg.window + 1) + 1 + p.spares +
+                                            (p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0) +
+                                            (cfg.spill.enabled() ? cfg.queue_depth + 1 : 0));
+  return p;
+}
+
+ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompressors) {
+  ReceiverPools p;
+  p.spares = cfg.adaptive && !cfg.relay && decompressors > 0 ? receivers : 0;
+  p.room = p.spares + (p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0);
+  const std::size_t wire_estimate = std::max<std::size_t>(1, cfg.chunk_bytes / 2);
+  const std::size_t per_connection = static_cast<std::size_t>(2 * cfg.hwm + 4) + (8u << 20) / wire_estimate;
+  p.reorder_window = std::max<std::size_t>(
+      static_cast<std::size_t>(cfg.reorder_window),
+      static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth));
+  p.slack = static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth);
+  const bool hdf5 = cfg.sink.kind == SinkConfig::Kind::hdf5;
+  const std::size_t held_by_sink = hdf5 ? 0 : p.reorder_window + p.slack;
+  p.raw_buffers = (cfg.sink.kind != SinkConfig::Kind::null
+                       ? static_cast<std::size_t>(cfg.queue_depth + cfg.hwm + 2) + held_by_sink
+                       : 0) +
+                  static_cast<std::size_t>(p.room);
+  p.raw_capacity = wire::kHeaderSize + (hdf5 ? max_encoded_size(cfg.chunk_bytes) : cfg.chunk_bytes);
+  return p;
+}
+
+}  // namespace numastream
