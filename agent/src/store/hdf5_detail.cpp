@@ -12,7 +12,9 @@ struct Quiet {
 }  // namespace
 
 void quiet() {
-  static Quiet q;
+  // Debian's libhdf5 keeps an error stack per thread: each thread that calls it is quieted (a sink
+  // opened on the sink thread is closed on the main thread).
+  thread_local Quiet q;
 }
 
 namespace {

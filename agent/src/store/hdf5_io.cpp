@@ -59,6 +59,7 @@ Reader::Reader(const std::string& path, const std::string& dataset) : what_(path
 }
 
 Reader::~Reader() {
+  quiet();
   if (type_ >= 0) H5Tclose(type_);
   if (space_ >= 0) H5Sclose(space_);
   if (dset_ >= 0) H5Dclose(dset_);
@@ -198,10 +199,12 @@ void Writer::write_frame(std::uint64_t index, std::span<const std::byte> bytes, 
 bool Writer::direct() const { return file_ >= 0 && written_direct(file_); }
 
 void Writer::flush() {
+  quiet();
   if (file_ >= 0 && H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(what_, "flush");
 }
 
 void Writer::close() {
+  quiet();
   if (dset_ >= 0) H5Dclose(dset_);
   dset_ = -1;
   if (file_ >= 0 && H5Fclose(file_) < 0) {

@@ -449,12 +449,14 @@ void SeriesFile::store_sequences() {
 }
 
 void SeriesFile::flush() {
+  quiet();
   if (file_ < 0) return;
   store_sequences();
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
 }
 
 void SeriesFile::close() {
+  quiet();
   if (file_ >= 0) store_sequences();
   if (sequences_ >= 0) H5Dclose(sequences_);
   sequences_ = -1;
