@@ -1,8 +1,9 @@
 // HDF5 frames in and out with direct chunk I/O (libhdf5): a dataset of frames x rows x cols,
 // chunked one frame per chunk. Frames stored with the bitshuffle filter (32008) are read and
-// written as the bytes of their chunk: never decompressed to be stored or sent. Only one thread of
-// a process uses HDF5 (the sender's source, the receiver's sink): Debian's libhdf5 is not built
-// thread-safe.
+// written as the bytes of their chunk: never decompressed to be stored or sent. One thread of a
+// process works with HDF5 (the sender's source, the receiver's sink; another may close what it
+// opened): Debian's libhdf5 is built thread-safe (H5_HAVE_THREADSAFE), which serialises every
+// call behind one lock, so threads gain nothing, and keeps an error stack per thread.
 #pragma once
 
 #include <cstddef>
