@@ -67,7 +67,22 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
 
+    def mounted(self, fstype, options=""):
+        """A new `fstype` mounted under the test's directory, unmounted after the test (root only:
+        skipped otherwise, a failure with NUMASTREAM_REQUIRE_REAL=1)."""
+        if os.geteuid() != 0:
+            if os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1":
+                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: mounting a {fstype} needs root")
+            self.skipTest(f"mounting a {fstype} needs root")
+        disk = os.path.join(self.tmp, fstype)
+        os.makedirs(disk)
+        subprocess.run(["mount", "-t", fstype, *(["-o", options] if options else []), f"numastream-h5{fstype}", disk],
+                       check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        return disk
+
     def tearDown(self):
+        self.doCleanups()  # filesystems mounted under the directory first
         subprocess.run(["rm", "-rf", self.tmp])
 
     def assertDelivered(self, result, frames):
@@ -154,6 +169,17 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         return rx_args, rx, tx
 
+    def restart_gateway(self, rx_args, tx):
+        """A gateway started again (as Kubernetes restarts its container) and both ends run to the
+        end: returns its summary, after checking both exited 0 and the files went as asked."""
+        rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tx_out, tx_err = tx.communicate(timeout=120)
+        out2, err2 = rx2.communicate(timeout=120)
+        self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
+        second = json.loads(out2.strip().splitlines()[-1])
+        self.assertWrittenAsAsked(second, err2)
+        return second, err2
+
     def assertFramesAreTheSource(self, out, frames):
         """Read back with h5py: every frame, the synthetic source's projection it was made from."""
         subprocess.run([AGENT, "synth", "--out", f"{self.tmp}/src.raw", "--chunk-bytes", str(self.CHUNK), "--frames", "4"],
@@ -176,12 +202,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         first = json.loads(out1.strip().splitlines()[-1])
         self.assertGreater(first["chunks"], 0, err1)
         self.assertTrue(os.path.exists(out + ".part"), "a drained gateway keeps its file as .part")
-        rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        tx_out, tx_err = tx.communicate(timeout=120)
-        out2, err2 = rx2.communicate(timeout=120)
-        self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
-        second = json.loads(out2.strip().splitlines()[-1])
-        self.assertWrittenAsAsked(second, err2)
+        second, err2 = self.restart_gateway(rx_args, tx)
         self.assertIn("hdf5 sink: resuming", err2)
         self.assertEqual(second["delivered_before"], first["chunks"], err2)
         self.assertEqual(first["chunks"] + second["chunks"], 40, err2)
@@ -198,12 +219,7 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         rx1.communicate(timeout=60)
         self.assertEqual(rx1.returncode, -signal.SIGKILL)
         self.assertTrue(os.path.exists(out + ".part"))
-        rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        tx_out, tx_err = tx.communicate(timeout=120)
-        out2, err2 = rx2.communicate(timeout=120)
-        self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
-        second = json.loads(out2.strip().splitlines()[-1])
-        self.assertWrittenAsAsked(second, err2)
+        second, err2 = self.restart_gateway(rx_args, tx)
         self.assertIn("hdf5 sink: resuming", err2)
         self.assertGreater(second["delivered_before"], 0, err2)
         self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
@@ -216,42 +232,28 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         # device's error, having acknowledged only what it flushed; the sender holds the rest.
         # Space returns and the gateway starts again (as Kubernetes restarts its container): it
         # resumes the file and every frame arrives once.
-        if os.geteuid() != 0:
-            if os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1":
-                self.fail("NUMASTREAM_REQUIRE_REAL=1: mounting a tmpfs needs root")
-            self.skipTest("mounting a tmpfs needs root")
-        disk = f"{self.tmp}/disk"
-        os.makedirs(disk)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "numastream-h5full", disk], check=True)
-        try:
-            with open(f"{disk}/filler", "wb") as f:
-                f.write(b"\0" * (2 << 20))
-            out = f"{disk}/full.h5"
-            rx_args, rx1, tx = self.start_paced_stream(out, 60)
-            out1, err1 = rx1.communicate(timeout=60)
-            self.assertNotEqual(rx1.returncode, 0, err1)
-            self.assertIn(out + ".part", err1)
-            self.assertIn("No space left on device", err1)
-            # In its own words, once: not HDF5's error stack (printed by a thread HDF5 was not quieted on)
-            self.assertNotIn("HDF5-DIAG", err1)
-            first = json.loads(out1.strip().splitlines()[-1])
-            self.assertIsNone(tx.poll(), "the sender holds what was not acknowledged, waiting for a gateway")
-            os.remove(f"{disk}/filler")
-            rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            tx_out, tx_err = tx.communicate(timeout=120)
-            out2, err2 = rx2.communicate(timeout=120)
-            self.assertEqual((tx.returncode, rx2.returncode), (0, 0), tx_err + err2)
-            second = json.loads(out2.strip().splitlines()[-1])
-            self.assertWrittenAsAsked(second, err2)
-            self.assertGreater(second["delivered_before"], 0, "the first gateway had flushed and acknowledged some:\n" + err2)
-            self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
-            self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
-            self.assertFramesAreTheSource(out, 60)
-            print(f"[hdf5] filesystem full: the first gateway took {first['chunks']} frames "
-                  f"({second['delivered_before']} flushed and acknowledged) and stopped naming the path; "
-                  f"after space returned the next one resumed the file: 60 of 60 frames, byte-identical")
-        finally:
-            subprocess.run(["umount", "-l", disk])
+        disk = self.mounted("tmpfs", "size=4m")
+        with open(f"{disk}/filler", "wb") as f:
+            f.write(b"\0" * (2 << 20))
+        out = f"{disk}/full.h5"
+        rx_args, rx1, tx = self.start_paced_stream(out, 60)
+        out1, err1 = rx1.communicate(timeout=60)
+        self.assertNotEqual(rx1.returncode, 0, err1)
+        self.assertIn(out + ".part", err1)
+        self.assertIn("No space left on device", err1)
+        # In its own words, once: not HDF5's error stack (printed by a thread HDF5 was not quieted on)
+        self.assertNotIn("HDF5-DIAG", err1)
+        first = json.loads(out1.strip().splitlines()[-1])
+        self.assertIsNone(tx.poll(), "the sender holds what was not acknowledged, waiting for a gateway")
+        os.remove(f"{disk}/filler")
+        second, err2 = self.restart_gateway(rx_args, tx)
+        self.assertGreater(second["delivered_before"], 0, "the first gateway had flushed and acknowledged some:\n" + err2)
+        self.assertEqual(second["delivered_before"] + second["chunks"], 60, err2)
+        self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
+        self.assertFramesAreTheSource(out, 60)
+        print(f"[hdf5] filesystem full: the first gateway took {first['chunks']} frames "
+              f"({second['delivered_before']} flushed and acknowledged) and stopped naming the path; "
+              f"after space returned the next one resumed the file: 60 of 60 frames, byte-identical")
 
     def test_a_dataset_that_is_not_frames_is_refused_naming_it(self):
         src = f"{self.tmp}/bad.h5"
@@ -275,24 +277,15 @@ class Hdf5WrittenPastThePageCache(Hdf5ThroughThePipeline):
 
     def test_a_filesystem_that_refuses_direct_io_is_written_through_the_page_cache(self):
         # ramfs refuses O_DIRECT: the gateway says so and writes the file as HDF5's own driver would.
-        if os.geteuid() != 0:
-            if os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1":
-                self.fail("NUMASTREAM_REQUIRE_REAL=1: mounting a ramfs needs root")
-            self.skipTest("mounting a ramfs needs root")
-        disk = f"{self.tmp}/ramfs"
-        os.makedirs(disk)
-        subprocess.run(["mount", "-t", "ramfs", "numastream-h5ramfs", disk], check=True)
-        try:
-            self.assertFalse(takes_o_direct(disk), "ramfs took O_DIRECT: this test needs a filesystem that refuses it")
-            out = f"{disk}/scan.h5"
-            result = stream(self.tmp, ["--codec", "bslz4", "--chunks", "12", "--set", "source.shape=[256,512]"],
-                            ["--sink", "hdf5", *self.SINK_IO, "--sink-path", out], self.CHUNK)
-            sent, received = self.assertDelivered(result, 12)
-            self.assertEqual(received["files_io"], {out: "page cache"})
-            self.assertIn("its filesystem refuses direct I/O: written through the page cache", result[4])
-            self.assertFramesAreTheSource(out, 12)
-        finally:
-            subprocess.run(["umount", "-l", disk])
+        disk = self.mounted("ramfs")
+        self.assertFalse(takes_o_direct(disk), "ramfs took O_DIRECT: this test needs a filesystem that refuses it")
+        out = f"{disk}/scan.h5"
+        result = stream(self.tmp, ["--codec", "bslz4", "--chunks", "12", "--set", "source.shape=[256,512]"],
+                        ["--sink", "hdf5", *self.SINK_IO, "--sink-path", out], self.CHUNK)
+        sent, received = self.assertDelivered(result, 12)
+        self.assertEqual(received["files_io"], {out: "page cache"})
+        self.assertIn("its filesystem refuses direct I/O: written through the page cache", result[4])
+        self.assertFramesAreTheSource(out, 12)
 
 
 if __name__ == "__main__":
