@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -524,6 +526,86 @@ TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   EXPECT_EQ(r["chunks"], s["chunks"]) << "every chunk the drained sender sent arrived";
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["complete"], true);
+}
+
+// The metrics a dashboard and the operator read are the ones docs/agent-metrics.md lists: every
+// family a sender (with a spill and the adaptive runtime), a relay and the verifying receiver
+// behind it expose is in that table with the same type, has a help text and one TYPE line, and
+// every sample carries the process's role.
+TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
+  std::map<std::string, std::set<std::string>> documented;  // name -> types the table gives it
+  {
+    std::ifstream doc(NUMASTREAM_DOCS "/agent-metrics.md");
+    ASSERT_TRUE(doc) << NUMASTREAM_DOCS "/agent-metrics.md";
+    std::string line;
+    const std::regex row(R"(^\| ([^|]+) \| ([a-z]+))"), name("`(numastream_[a-z0-9_]+)`");
+    while (std::getline(doc, line)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, row)) continue;
+      const std::string cell = m[1], type = m[2];
+      for (std::sregex_iterator it(cell.begin(), cell.end(), name), end; it != end; ++it) documented[(*it)[1]].insert(type);
+    }
+  }
+  ASSERT_GT(documented.size(), 30u) << "the table was not read";
+
+  const int port = free_ports(3);
+  const std::string dir = temp_dir(), spill = temp_dir();
+  const std::string ipc = "ipc://" + dir + "/stream.sock";
+  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB), "--sink", "file",
+                      "--sink-path", dir + "/out.raw", "--idle-timeout", "30", "--metrics-listen", "127.0.0.1:0"});
+  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--connections", "2", "--chunk-bytes",
+                 std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ipc, "--metrics-listen", "127.0.0.1:0"});
+  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--spill-path", spill, "--spill-max-bytes", "67108864", "--set",
+                              "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
+  const std::vector<std::pair<std::string, Process*>> agents = {{"send", &tx}, {"relay", &relay}, {"receive", &decompress}};
+  std::this_thread::sleep_for(1500ms);
+  std::set<std::string> seen;
+  for (const auto& [role, p] : agents) {
+    const int mport = metrics_port(*p);
+    ASSERT_GT(mport, 0) << p->err();
+    const std::string text = http_get(mport, "/metrics");
+    ASSERT_EQ(text.substr(0, 3), "200") << text;
+    std::map<std::string, std::string> types;
+    std::set<std::string> helped;
+    std::istringstream in(text.substr(text.find("\r\n\r\n") + 4));
+    std::string line;
+    const std::regex help(R"(^# HELP ([a-z0-9_]+) \S.*$)"), type(R"(^# TYPE ([a-z0-9_]+) (counter|gauge)$)"),
+        sample(R"(^([a-z0-9_]+)\{role="([a-z]+)\"[,}].* [-+0-9.eEInfNa]+$)");
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (line.empty()) continue;
+      if (std::regex_match(line, m, help)) {
+        EXPECT_TRUE(helped.insert(m[1]).second) << role << ": two HELP lines for " << m[1];
+      } else if (std::regex_match(line, m, type)) {
+        EXPECT_TRUE(helped.count(m[1])) << role << ": " << m[1] << " has no HELP before its TYPE";
+        EXPECT_TRUE(types.emplace(m[1], m[2]).second) << role << ": two TYPE lines for " << m[1];
+      } else if (std::regex_match(line, m, sample)) {
+        EXPECT_TRUE(types.count(m[1])) << role << ": a sample of " << m[1] << " before (or without) its TYPE";
+        EXPECT_EQ(m[2], role) << line;
+      } else {
+        ADD_FAILURE() << role << ": a line that is neither HELP, TYPE nor a sample with its role: " << line;
+      }
+    }
+    for (const auto& [family, t] : types) {
+      seen.insert(family);
+      auto d = documented.find(family);
+      if (d == documented.end()) {
+        ADD_FAILURE() << role << ": " << family << " (" << t << ") is not in docs/agent-metrics.md";
+      } else {
+        EXPECT_TRUE(d->second.count(t)) << family << " is a " << t << "; the table says otherwise";
+      }
+    }
+  }
+  // What each of these processes is there to show.
+  for (const char* want : {"numastream_spill_bytes", "numastream_adaptive_active_threads", "numastream_chunks_sent_total",
+                           "numastream_chunks_delivered_total", "numastream_thread_info", "numastream_up"}) {
+    EXPECT_TRUE(seen.count(want)) << want;
+  }
+  tx.signal(SIGINT);
+  EXPECT_EQ(tx.wait(30s), 0) << tx.err();
+  EXPECT_EQ(relay.wait(60s), 0) << relay.err();
+  EXPECT_EQ(decompress.wait(60s), 0) << decompress.err();
+  EXPECT_EQ(read_file(dir + "/out.raw").size(), summary(tx)["raw_bytes"].get<std::size_t>());
 }
 
 // A node drain or an eviction sends SIGTERM: an endless stream is paused, not ended. The sender

@@ -303,27 +303,33 @@ void Controller::report(nlohmann::json& summary) const {
                          {"cpu_budget_changes", budget_log_}};
 }
 
-void Controller::write_metrics(std::string& out, const std::string& role) const {
-  std::lock_guard lock(mu_);
-  const std::string labels = "role=\"" + role + "\",stage=\"" + std::string(stage_name(codec_)) + "\"";
-  out += "# HELP numastream_adaptive_active_threads Threads of the codec stage at work now (placement.adaptive).\n"
-         "# TYPE numastream_adaptive_active_threads gauge\n";
-  metric(out, "numastream_adaptive_active_threads", labels, governor_.active());
-  out += "# HELP numastream_cpu_budget_changes_total Changes of the process's CPU budget (cgroup cpuset or quota) seen while it ran.\n"
-         "# TYPE numastream_cpu_budget_changes_total counter\n";
-  metric(out, "numastream_cpu_budget_changes_total", "role=\"" + role + "\"", static_cast<double>(budget_changes_));
-  out += "# HELP numastream_cpu_budget_cpus CPUs the process's cgroup lets it use now.\n"
-         "# TYPE numastream_cpu_budget_cpus gauge\n";
-  metric(out, "numastream_cpu_budget_cpus", "role=\"" + role + "\"", static_cast<double>(budget_.cpus.size()));
-  out += "# HELP numastream_adaptive_changes_total Changes of the codec stage's active threads, by move and reason.\n"
-         "# TYPE numastream_adaptive_changes_total counter\n";
-  for (const char* move : {"grow", "shrink"}) {
-    for (const char* reason : {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
-      auto it = changes_.find({move, reason});
-      metric(out, "numastream_adaptive_changes_total",
-             labels + ",move=\"" + move + "\",reason=\"" + reason + "\"", it == changes_.end() ? 0 : static_cast<double>(it->second));
-    }
-  }
+void Controller::declare_metrics(MetricRegistry& m) const {
+  const std::string stage(stage_name(codec_));
+  m.add("numastream_adaptive_active_threads", MetricType::gauge,
+        "Threads of the codec stage at work now (placement.adaptive).", [this, stage](MetricSamples& s) {
+          std::lock_guard lock(mu_);
+          s.add({{"stage", stage}}, governor_.active());
+        });
+  m.counter("numastream_cpu_budget_changes_total",
+            "Changes of the process's CPU budget (cgroup cpuset or quota) seen while it ran.", [this] {
+              std::lock_guard lock(mu_);
+              return static_cast<double>(budget_changes_);
+            });
+  m.gauge("numastream_cpu_budget_cpus", "CPUs the process's cgroup lets it use now.", [this] {
+    std::lock_guard lock(mu_);
+    return static_cast<double>(budget_.cpus.size());
+  });
+  m.add("numastream_adaptive_changes_total", MetricType::counter,
+        "Changes of the codec stage's active threads, by move and reason.", [this, stage](MetricSamples& s) {
+          std::lock_guard lock(mu_);
+          for (const char* move : {"grow", "shrink"}) {
+            for (const char* reason : {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
+              auto it = changes_.find({move, reason});
+              s.add({{"stage", stage}, {"move", move}, {"reason", reason}},
+                    it == changes_.end() ? 0 : static_cast<double>(it->second));
+            }
+          }
+        });
 }
 
 }  // namespace numastream::adaptive

@@ -23,6 +23,7 @@
 
 #include "host/budget.hpp"
 #include "host/stage.hpp"
+#include "obs/registry.hpp"
 
 namespace numastream::adaptive {
 
@@ -114,7 +115,8 @@ class Controller {
   Controller& operator=(const Controller&) = delete;
   void stop();
   void report(nlohmann::json& summary) const;
-  void write_metrics(std::string& out, const std::string& role) const;
+  // Declares the adaptive runtime's families (the registry adds the role label).
+  void declare_metrics(MetricRegistry& m) const;
 
  private:
   void loop(std::stop_token st);

@@ -38,7 +38,7 @@ class Hdf5Sink final : public Sink {
 
   void put(Chunk c, StageStats& st) override {
     if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
-      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); });
+      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); }, incomplete_);
       series_->put(std::move(c), st);
       return;
     }
@@ -90,9 +90,7 @@ class Hdf5Sink final : public Sink {
     // Each file's path and how it was written: "direct" (past the page cache) or "page cache".
     summary["files_io"] = io_;
   }
-  void write_metrics(std::string& out, const std::string& labels) const override {
-    if (series_) series_->write_metrics(out, labels);
-  }
+  void declare_metrics(MetricRegistry& m) const override { incomplete_.declare_metrics(m); }
 
  private:
   void flush_and_acknowledge() {
@@ -151,6 +149,7 @@ class Hdf5Sink final : public Sink {
   std::map<std::string, std::string> io_;  // each file: "direct" or "page cache"
   std::set<std::uint32_t> dirty_;   // streams written since the last flush
   DeferredAcks held_{ack_};          // frames written since the last flush
+  IncompleteSeries incomplete_;  // Stream V2 series (series_) that ended incomplete
   std::unique_ptr<SeriesSink> series_;
 };
 

@@ -31,6 +31,7 @@
 #include "net/link.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/governor.hpp"
+#include "pipeline/graph.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
@@ -80,7 +81,7 @@ class Receiver {
   // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
   // with the totals its sender announced; none before the sender ended the stream.
   std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count);
-  std::string metrics_text();
+  void declare_metrics();
 
   const Config& cfg_;
   Runtime rt_;
@@ -132,7 +133,6 @@ class Receiver {
 
   std::size_t reorder_window_ = 16;
   InFlight in_flight_;  // file sink only
-  std::atomic<int> decompressors_left_{0};
   // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
   int spares_ = 0;
@@ -689,86 +689,71 @@ void Receiver::sink_loop(StageThread& t) {
   if (!rt_.aborted()) sink_->drain(st);
 }
 
-std::string Receiver::metrics_text() {
-  std::string out;
-  // A relay reports under its own role, so its counts are not mistaken for verified deliveries.
-  const char* role = cfg_.relay ? "relay" : "receive";
-  rt_.write_common_metrics(out, role);
-  if (controller_) controller_->write_metrics(out, role);
-  const std::string r = std::string("role=\"") + role + "\"";
-  auto t = tracker_.totals();
-  out += "# TYPE numastream_raw_bytes_total counter\n";
-  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(t.raw_bytes));
-  out += "# TYPE numastream_wire_bytes_total counter\n";
-  metric(out, "numastream_wire_bytes_total", r, static_cast<double>(t.wire_bytes));
-  out += "# HELP numastream_chunks_delivered_total Chunks decompressed, verified and handed to the sink.\n"
-         "# TYPE numastream_chunks_delivered_total counter\n";
-  metric(out, "numastream_chunks_delivered_total", r, static_cast<double>(t.delivered));
-  out += "# HELP numastream_chunks_lost Chunks missing: announced by the sender (or below the "
-         "highest sequence seen) and not delivered.\n# TYPE numastream_chunks_lost gauge\n";
-  metric(out, "numastream_chunks_lost", r, static_cast<double>(t.lost));
-  out += "# HELP numastream_chunks_declared_missing Of the chunks lost, those their sender declared gone (a "
-         "restarted sender of a live source, a full spill).\n# TYPE numastream_chunks_declared_missing gauge\n";
-  metric(out, "numastream_chunks_declared_missing", r, static_cast<double>(t.declared_missing));
-  out += "# HELP numastream_gaps_last The last declared gaps (at most 5): stream, chunks and why.\n"
-         "# TYPE numastream_gaps_last gauge\n";
-  {
-    const auto gaps = tracker_.last_gaps(5);
-    for (std::size_t i = 0; i < gaps.size(); ++i) {
-      metric(out, "numastream_gaps_last", r + ",order=\"" + std::to_string(i) + "\",gap=\"" + label(gaps[i]) + "\"", 1);
-    }
-  }
-  out += "# TYPE numastream_chunks_corrupt_total counter\n";
-  metric(out, "numastream_chunks_corrupt_total", r, static_cast<double>(t.corrupt));
-  out += "# TYPE numastream_chunks_duplicate_total counter\n";
-  metric(out, "numastream_chunks_duplicate_total", r, static_cast<double>(t.duplicates));
-  out += "# HELP numastream_frames_malformed_total Frames rejected before decoding, by reason.\n"
-         "# TYPE numastream_frames_malformed_total counter\n";
-  for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
-    metric(out, "numastream_frames_malformed_total",
-           r + ",reason=\"" + std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))) + "\"",
-           static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
-  }
-  out += "# HELP numastream_chunks_delivered_before Chunks an earlier instance of this receiver "
-         "acknowledged (reported by resuming senders).\n# TYPE numastream_chunks_delivered_before gauge\n";
-  metric(out, "numastream_chunks_delivered_before", r, static_cast<double>(t.delivered_before));
-  if (sink_) sink_->write_metrics(out, r);
-  out += "# TYPE numastream_acks_sent_total counter\n";
-  metric(out, "numastream_acks_sent_total", r, static_cast<double>(acks_sent_.load()));
-  out += "# HELP numastream_connections_rejected_total Connections dropped before any frame: not a "
-         "ZeroMQ peer (handshake), a key that is not allowed (auth), an address outside "
-         "security.allow_from (address).\n"
-         "# TYPE numastream_connections_rejected_total counter\n";
-  metric(out, "numastream_connections_rejected_total", r + ",reason=\"handshake\"",
-         static_cast<double>(rejected_handshake_.load()));
-  metric(out, "numastream_connections_rejected_total", r + ",reason=\"auth\"", static_cast<double>(refused_key()));
-  metric(out, "numastream_connections_rejected_total", r + ",reason=\"address\"", static_cast<double>(refused_address()));
-  out += "# HELP numastream_connections_accepted_total Connections accepted on the data ports.\n"
-         "# TYPE numastream_connections_accepted_total counter\n";
-  metric(out, "numastream_connections_accepted_total", r, static_cast<double>(accepted_.load()));
-  out += "# HELP numastream_connections_opened_total Connections that opened a stream (sent a resume frame).\n"
-         "# TYPE numastream_connections_opened_total counter\n";
-  metric(out, "numastream_connections_opened_total", r, static_cast<double>(opened_.load()));
-  out += "# TYPE numastream_resumes_total counter\n";
-  metric(out, "numastream_resumes_total", r, static_cast<double>(resumes_.load()));
-  out += "# TYPE numastream_streams_complete gauge\n";
-  metric(out, "numastream_streams_complete", r, tracker_.complete_streams());
-  out += "# TYPE numastream_compression_ratio gauge\n";
-  metric(out, "numastream_compression_ratio", r,
-         t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes) : 0);
-  out += "# TYPE numastream_queue_depth gauge\n";
-  metric(out, "numastream_queue_depth", r + ",queue=\"wire\"", static_cast<double>(wire_q_->depth()));
-  if (sink_q_) {
-    metric(out, "numastream_queue_depth", r + ",queue=\"sink\"", static_cast<double>(sink_q_->depth()));
-  }
-  out += "# TYPE numastream_pool_buffers_in_use gauge\n";
-  for (const auto& p : raw_pools_->all()) {
-    metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
-           static_cast<double>(p->in_use()));
-  }
-  out += "# TYPE numastream_up gauge\n";
-  metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
-  return out;
+void Receiver::declare_metrics() {
+  MetricRegistry& m = rt_.metrics();
+  m.counter("numastream_raw_bytes_total", "Raw (uncompressed) bytes of the chunks received.",
+            [this] { return static_cast<double>(tracker_.totals().raw_bytes); });
+  m.counter("numastream_wire_bytes_total", "Bytes of the frames received.",
+            [this] { return static_cast<double>(tracker_.totals().wire_bytes); });
+  m.counter("numastream_chunks_delivered_total", "Chunks decompressed, verified and handed to the sink.",
+            [this] { return static_cast<double>(tracker_.totals().delivered); });
+  m.gauge("numastream_chunks_lost",
+          "Chunks missing: announced by the sender (or below the highest sequence seen) and not delivered.",
+          [this] { return static_cast<double>(tracker_.totals().lost); });
+  m.gauge("numastream_chunks_declared_missing",
+          "Of the chunks lost, those their sender declared gone (a restarted sender of a live source, a full spill).",
+          [this] { return static_cast<double>(tracker_.totals().declared_missing); });
+  m.add("numastream_gaps_last", MetricType::gauge, "The last declared gaps (at most 5): stream, chunks and why.",
+        [this](MetricSamples& s) {
+          const auto gaps = tracker_.last_gaps(5);
+          for (std::size_t i = 0; i < gaps.size(); ++i) s.add({{"order", std::to_string(i)}, {"gap", gaps[i]}}, 1);
+        });
+  m.counter("numastream_chunks_corrupt_total", "Chunks whose checksum or decompressed size did not match.",
+            [this] { return static_cast<double>(tracker_.totals().corrupt); });
+  m.counter("numastream_chunks_duplicate_total", "Chunks received again after they were delivered.",
+            [this] { return static_cast<double>(tracker_.totals().duplicates); });
+  m.add("numastream_frames_malformed_total", MetricType::counter, "Frames rejected before decoding, by reason.",
+        [this](MetricSamples& s) {
+          for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
+            s.add({{"reason", std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))}},
+                  static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
+          }
+        });
+  m.gauge("numastream_chunks_delivered_before",
+          "Chunks an earlier instance of this receiver acknowledged (reported by resuming senders).",
+          [this] { return static_cast<double>(tracker_.totals().delivered_before); });
+  if (sink_) sink_->declare_metrics(m);
+  m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
+            [this] { return static_cast<double>(acks_sent_.load()); });
+  m.add("numastream_connections_rejected_total", MetricType::counter,
+        "Connections dropped before any frame: not a ZeroMQ peer (handshake), a key that is not allowed (auth), an "
+        "address outside security.allow_from (address).",
+        [this](MetricSamples& s) {
+          s.add({{"reason", "handshake"}}, static_cast<double>(rejected_handshake_.load()));
+          s.add({{"reason", "auth"}}, static_cast<double>(refused_key()));
+          s.add({{"reason", "address"}}, static_cast<double>(refused_address()));
+        });
+  m.counter("numastream_connections_accepted_total", "Connections accepted on the data ports.",
+            [this] { return static_cast<double>(accepted_.load()); });
+  m.counter("numastream_connections_opened_total", "Connections that opened a stream (sent a resume frame).",
+            [this] { return static_cast<double>(opened_.load()); });
+  m.counter("numastream_resumes_total", "Resume frames received (one per connection and reconnection).",
+            [this] { return static_cast<double>(resumes_.load()); });
+  m.gauge("numastream_streams_complete", "Streams that ended on every connection.",
+          [this] { return static_cast<double>(tracker_.complete_streams()); });
+  m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
+    const auto t = tracker_.totals();
+    return t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes) : 0;
+  });
+  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.", [this](MetricSamples& s) {
+    s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+    if (sink_q_) s.add({{"queue", "sink"}}, static_cast<double>(sink_q_->depth()));
+  });
+  m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
+        [this](MetricSamples& s) {
+          for (const auto& p : raw_pools_->all()) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
+        });
+  m.gauge("numastream_up", "0 once the pipeline failed.", [this] { return rt_.aborted() ? 0 : 1; });
 }
 
 RunResult Receiver::run(const RunHooks& hooks) {
@@ -861,96 +846,98 @@ RunResult Receiver::run(const RunHooks& hooks) {
     if (sink_q_) sink_q_->close();
     raw_pools_->close_all();
   });
+  declare_metrics();
   std::unique_ptr<MetricsServer> server;
   if (!cfg_.metrics_listen.empty()) {
-    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return metrics_text(); },
+    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
                                              [this] { return !rt_.aborted(); });
     log_line("metrics on port " + std::to_string(server->port()));
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
   rt_.started = Clock::now();
-  decompressors_left_ = decompressors + spares_;
+  // The graph: receive -> wire_q_ -> decompress (+ spares on the receiving threads' CPUs) ->
+  // sink_q_ -> sink; a relay: receive -> wire_q_ -> relay, frames forwarded undecoded.
+  StageGraph graph(rt_);
+  // The receiving threads send the last acknowledgements once what they fed is written: the
+  // processing stages are joined first (declared first), then this is set.
+  auto processing_joined = [this] { processing_done_ = true; };
+  StageGraph::Stage_* decompress = nullptr;
+  if (cfg_.relay) {
+    graph.add({.stage = Stage::sink,
+               .threads = 1,
+               .what = [](int) { return std::string("relay: "); },
+               .body = [this](StageThread& t) { relay_loop(t); },
+               .joined = processing_joined});
+  } else {
+    if (has_sink) {
+      graph.add({.stage = Stage::sink,
+                 .threads = 1,
+                 .what = [](int) { return std::string(); },
+                 .body = [this](StageThread& t) { sink_loop(t); },
+                 .after_each =
+                     [this] {
+                       // Failed: drained, so that decompressors blocked on the sink queue can finish.
+                       if (rt_.aborted()) {
+                         while (sink_q_->pop()) {
+                         }
+                       }
+                       sink_->close(rt_.aborted());
+                     }});
+    }
+    decompress = &graph.add({.stage = Stage::decompress,
+                             .threads = decompressors,
+                             .what = [](int) { return std::string("decompress: "); },
+                             .body = [this](StageThread& t) { decompress_loop(t); },
+                             .spares = spares_,
+                             .host = Stage::receive,
+                             .done = [this] {
+                               if (sink_q_) sink_q_->close();
+                             },
+                             .joined = processing_joined});
+  }
+  graph.add({.stage = Stage::receive,
+             .threads = receivers,
+             .what = [](int i) { return "connection " + std::to_string(i) + ": "; },
+             .body = [this](StageThread& t) { receive_loop(t); }});
   if (governor_) {
     extra_ = std::make_unique<adaptive::ExtraWorkers>(
         rt_, adaptive::ExtraWorkers::Stage_{Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
-                                            [this](int n) {
-                                              if (stop_taking_ || wire_q_->closed()) return false;
-                                              decompressors_left_ += n;
-                                              return true;
+                                            [this, decompress](int n) {
+                                              return !stop_taking_ && !wire_q_->closed() && decompress->admit(n);
                                             },
-                                            [this] {
-                                              if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
-                                            }});
+                                            [decompress] { decompress->ended(); }});
     controller_ = std::make_unique<adaptive::Controller>(
         rt_, Stage::decompress, Stage::receive, *governor_,
         [this](int n, int first, const std::vector<int>& cpus) { return extra_->start(n, first, cpus); });
+    controller_->declare_metrics(rt_.metrics());
   }
-  {
-    std::vector<std::jthread> receiving;
-    {
-      std::vector<std::jthread> processing;
-      if (cfg_.relay) {
-        processing.emplace_back([this] { rt_.run_stage(Stage::sink, 0, "relay: ", [this](StageThread& t) { relay_loop(t); }); });
-      } else {
-        if (has_sink) {
-          processing.emplace_back([this] {
-            rt_.run_stage(Stage::sink, 0, "", [this](StageThread& t) { sink_loop(t); });
-            // Failed: drained, so that decompressors blocked on the sink queue can finish.
-            if (rt_.aborted()) {
-              while (sink_q_->pop()) {
-              }
-            }
-            sink_->close(rt_.aborted());
-          });
-        }
-        for (int i = 0; i < decompressors; ++i) {
-          processing.emplace_back([this, i] {
-            rt_.run_stage(Stage::decompress, i, "decompress: ", [this](StageThread& t) { decompress_loop(t); });
-            if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
-          });
-        }
-        for (int j = 0; j < spares_; ++j) {
-          processing.emplace_back([this, j, decompressors] {
-            rt_.run_spare(Stage::decompress, decompressors + j, Stage::receive, j, "decompress: ",
-                          [this](StageThread& t) { decompress_loop(t); });
-            if (--decompressors_left_ == 0 && sink_q_) sink_q_->close();
-          });
-        }
+  graph.run([&] {
+    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
+             (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
+    // Supervise: end when every expected stream has ended, on a drain request, or on failure.
+    // A stream is alive while data arrives or a sender stays connected: a detector pausing
+    // between scans keeps its connections (their TCP keepalive answers), a sender that is gone
+    // does not. The idle limit counts from the later of the two.
+    auto alive = Clock::now();
+    while (!rt_.aborted() && !rt_.drain_requested()) {
+      if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
+      if (connected_peers_.load() > 0) alive = Clock::now();
+      if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
+          Clock::now() - std::max(tracker_.last_activity(), alive) >
+              std::chrono::duration<double>(cfg_.idle_timeout_s)) {
+        auto t = tracker_.totals();
+        rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
+                 " s and no sender connected while a stream was open (" + std::to_string(t.delivered) +
+                 " chunks delivered); the sender stopped or the network failed");
+        break;
       }
-      for (int i = 0; i < receivers; ++i) {
-        receiving.emplace_back([this, i] {
-          rt_.run_stage(Stage::receive, i, "connection " + std::to_string(i) + ": ", [this](StageThread& t) { receive_loop(t); });
-        });
-      }
-      log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
-               (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
-      // Supervise: end when every expected stream has ended, on a drain request, or on failure.
-      // A stream is alive while data arrives or a sender stays connected: a detector pausing
-      // between scans keeps its connections (their TCP keepalive answers), a sender that is gone
-      // does not. The idle limit counts from the later of the two.
-      auto alive = Clock::now();
-      while (!rt_.aborted() && !rt_.drain_requested()) {
-        if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
-        if (connected_peers_.load() > 0) alive = Clock::now();
-        if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
-            Clock::now() - std::max(tracker_.last_activity(), alive) >
-                std::chrono::duration<double>(cfg_.idle_timeout_s)) {
-          auto t = tracker_.totals();
-          rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
-                   " s and no sender connected while a stream was open (" + std::to_string(t.delivered) +
-                   " chunks delivered); the sender stopped or the network failed");
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      // No more input: what was taken goes through to the sink (and is acknowledged) first.
-      stop_taking_ = true;
-      if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
-      wire_q_->close();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    // The receiving threads send the last acknowledgements, then end.
-    processing_done_ = true;
-  }
+    // No more input: what was taken goes through to the sink (and is acknowledged) first.
+    stop_taking_ = true;
+    if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
+    wire_q_->close();
+  });
   if (controller_) controller_->stop();
   if (extra_) extra_->join();
   if (sink_) {
@@ -963,7 +950,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
       log_warn(std::string(sink_->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
     }
   }
-  server.reset();  // nothing reads metrics_text() once the authenticator goes
+  server.reset();  // nothing reads the metrics once the authenticator goes
   if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
   zap_.reset();
   ctx_.reset();

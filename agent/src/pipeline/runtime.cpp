@@ -87,27 +87,9 @@ std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
 
 void log_line(const std::string& msg) { log_info(msg); }
 
-std::string label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-void metric(std::string& out, const std::string& name, const std::string& labels, double value) {
-  char num[64];
-  std::snprintf(num, sizeof(num), "%.17g", value);
-  out += name;
-  if (!labels.empty()) out += "{" + labels + "}";
-  out += " ";
-  out += num;
-  out += "\n";
+const char* metrics_role(const Config& cfg) {
+  if (cfg.role == Role::send) return "send";
+  return cfg.relay ? "relay" : "receive";
 }
 
 double seconds(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
@@ -168,7 +150,8 @@ void NodePools::close_all() {
   for (auto& p : pools_) p->close();
 }
 
-Runtime::Runtime(const Config& c, std::stop_token external) : cfg(c), external_(external) {
+Runtime::Runtime(const Config& c, std::stop_token external)
+    : cfg(c), external_(external), metrics_({{"role", metrics_role(c)}}) {
   if (!numa_supported()) {
     log_warn("libnuma reports no NUMA support on this machine: buffers are allocated without a "
              "node binding");
@@ -199,6 +182,7 @@ Runtime::Runtime(const Config& c, std::stop_token external) : cfg(c), external_(
   for (const auto& r : requests) {
     if (r.stage != Stage::io) stats_[r.stage] = std::make_unique<StageStats>(std::string(stage_name(r.stage)));
   }
+  declare_common_metrics();
 }
 
 StageStats& Runtime::stats(Stage stage) {
@@ -410,54 +394,52 @@ nlohmann::json Runtime::stages_json() const {
   return out;
 }
 
-void Runtime::write_common_metrics(std::string& out, const char* role) const {
-  const std::string r = std::string("role=\"") + role + "\"";
-  out += "# HELP numastream_stage_chunks_total Chunks a stage finished.\n"
-         "# TYPE numastream_stage_chunks_total counter\n";
-  for (const auto& [name, s] : stats_) {
-    metric(out, "numastream_stage_chunks_total", r + ",stage=\"" + name + "\"", s->chunks.load());
-  }
-  out += "# HELP numastream_stage_bytes_total Bytes into and out of a stage.\n"
-         "# TYPE numastream_stage_bytes_total counter\n";
-  for (const auto& [name, s] : stats_) {
-    metric(out, "numastream_stage_bytes_total", r + ",stage=\"" + name + "\",direction=\"in\"",
-           s->bytes_in.load());
-    metric(out, "numastream_stage_bytes_total", r + ",stage=\"" + name + "\",direction=\"out\"",
-           s->bytes_out.load());
-  }
-  out += "# HELP numastream_stage_busy_seconds_total Thread-seconds a stage spent working.\n"
-         "# TYPE numastream_stage_busy_seconds_total counter\n";
-  for (const auto& [name, s] : stats_) {
-    metric(out, "numastream_stage_busy_seconds_total", r + ",stage=\"" + name + "\"",
-           seconds(s->busy_ns.load()));
-  }
-  out += "# HELP numastream_stage_blocked_seconds_total Thread-seconds a stage waited: on an "
-         "empty input (cause=input) or a full output or exhausted buffer pool (cause=output).\n"
-         "# TYPE numastream_stage_blocked_seconds_total counter\n";
-  for (const auto& [name, s] : stats_) {
-    metric(out, "numastream_stage_blocked_seconds_total", r + ",stage=\"" + name + "\",cause=\"input\"",
-           seconds(s->blocked_input_ns.load()));
-    metric(out, "numastream_stage_blocked_seconds_total",
-           r + ",stage=\"" + name + "\",cause=\"output\"", seconds(s->blocked_output_ns.load()));
-  }
-  out += "# HELP numastream_thread_info Where each pipeline thread runs (value is always 1).\n"
-         "# TYPE numastream_thread_info gauge\n";
-  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
-    const ThreadSlot& t = placement.threads[i];
-    int cpu = t.stage == Stage::io ? t.cpu : observed_cpu_[i].load();
-    int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
-    std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
-    metric(out, "numastream_thread_info",
-           r + ",stage=\"" + t.stage + "\",thread=\"" + std::to_string(t.index) + "\",cpu=\"" +
-               std::to_string(cpu) + "\",numa_node=\"" + std::to_string(node) + "\",pinned=\"" +
-               (t.cpu >= 0 ? "true" : "false") + "\",nic_local=\"" + nic_local + "\"",
-           1);
-  }
-  const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
-  out += "# HELP numastream_nic_local 1 when every thread of the stage runs on the NIC's NUMA node, "
-         "0 when one does not, -1 when unknown.\n# TYPE numastream_nic_local gauge\n";
-  auto local = placement.nic_local(stage);
-  metric(out, "numastream_nic_local", r + ",stage=\"" + stage + "\"", local ? (*local ? 1 : 0) : -1);
+void Runtime::declare_common_metrics() {
+  metrics_.add("numastream_stage_chunks_total", MetricType::counter, "Chunks a stage finished.", [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_) m.add({{"stage", s->name}}, static_cast<double>(s->chunks.load()));
+  });
+  metrics_.add("numastream_stage_bytes_total", MetricType::counter, "Bytes into and out of a stage.", [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_) {
+      m.add({{"stage", s->name}, {"direction", "in"}}, static_cast<double>(s->bytes_in.load()));
+      m.add({{"stage", s->name}, {"direction", "out"}}, static_cast<double>(s->bytes_out.load()));
+    }
+  });
+  metrics_.add("numastream_stage_busy_seconds_total", MetricType::counter, "Thread-seconds a stage spent working.",
+               [this](MetricSamples& m) {
+                 for (const auto& [name, s] : stats_) m.add({{"stage", s->name}}, seconds(s->busy_ns.load()));
+               });
+  metrics_.add("numastream_stage_blocked_seconds_total", MetricType::counter,
+               "Thread-seconds a stage waited: on an empty input (cause=input) or a full output or exhausted "
+               "buffer pool (cause=output).",
+               [this](MetricSamples& m) {
+                 for (const auto& [name, s] : stats_) {
+                   m.add({{"stage", s->name}, {"cause", "input"}}, seconds(s->blocked_input_ns.load()));
+                   m.add({{"stage", s->name}, {"cause", "output"}}, seconds(s->blocked_output_ns.load()));
+                 }
+               });
+  metrics_.add("numastream_thread_info", MetricType::gauge, "Where each pipeline thread runs (value is always 1).",
+               [this](MetricSamples& m) {
+                 for (std::size_t i = 0; i < placement.threads.size(); ++i) {
+                   const ThreadSlot& t = placement.threads[i];
+                   int cpu = t.stage == Stage::io ? t.cpu : observed_cpu_[i].load();
+                   int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
+                   std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
+                   m.add({{"stage", std::string(stage_name(t.stage))},
+                          {"thread", std::to_string(t.index)},
+                          {"cpu", std::to_string(cpu)},
+                          {"numa_node", std::to_string(node)},
+                          {"pinned", t.cpu >= 0 ? "true" : "false"},
+                          {"nic_local", nic_local}},
+                         1);
+                 }
+               });
+  metrics_.add("numastream_nic_local", MetricType::gauge,
+               "1 when every thread of the stage runs on the NIC's NUMA node, 0 when one does not, -1 when unknown.",
+               [this](MetricSamples& m) {
+                 const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
+                 auto local = placement.nic_local(stage);
+                 m.add({{"stage", std::string(stage_name(stage))}}, local ? (*local ? 1 : 0) : -1);
+               });
 }
 
 }  // namespace numastream

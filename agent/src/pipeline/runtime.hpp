@@ -22,6 +22,7 @@
 #include "data/buffer_pool.hpp"
 #include "config/config.hpp"
 #include "host/placement.hpp"
+#include "obs/registry.hpp"
 #include "obs/stats.hpp"
 #include "host/topology.hpp"
 
@@ -109,12 +110,16 @@ class Runtime {
 
   nlohmann::json placement_json() const;
   nlohmann::json stages_json() const;
-  void write_common_metrics(std::string& out, const char* role) const;
+  // The process's metrics (role="send", "receive" or, for a relay, "relay" on every sample); the
+  // stage and placement families are declared here, the rest by the pipeline and its parts.
+  MetricRegistry& metrics() noexcept { return metrics_; }
 
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
  private:
+  void declare_common_metrics();
   std::stop_token external_;
+  MetricRegistry metrics_;
   std::map<Stage, std::unique_ptr<StageStats>> stats_;
   std::unique_ptr<std::atomic<int>[]> observed_cpu_;
   std::atomic<bool> aborted_{false};
@@ -164,9 +169,9 @@ class NodePools {
 
 std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_cpus);
 
-// Prometheus label value escaping.
-std::string label(const std::string& v);
-void metric(std::string& out, const std::string& name, const std::string& labels, double value);
+// The role label of a process's metrics: a relay reports under its own role, so its counts are
+// not mistaken for verified deliveries.
+const char* metrics_role(const Config& cfg);
 double seconds(std::uint64_t ns);
 long max_rss_kb();
 

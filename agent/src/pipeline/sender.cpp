@@ -30,6 +30,7 @@
 #include "net/link.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/governor.hpp"
+#include "pipeline/graph.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/sources.hpp"
 
@@ -80,7 +81,7 @@ class Sender {
   std::atomic<bool> source_ended_{false};
   std::uint64_t drain_seq_ = 0;  // the chunks read when a drain began
   bool drain_cut_ = false;       // the drain ended at source.drain_s, the detector still sending
-  std::string metrics_text();
+  void declare_metrics();
 
   const Config& cfg_;
   Runtime rt_;
@@ -108,7 +109,6 @@ class Sender {
   std::atomic<std::uint64_t> spill_peak_bytes_{0};
   std::unique_ptr<zmq::Context> ctx_;
 
-  std::atomic<int> compressors_left_{0};
   // placement.adaptive: spare compressing threads on the sending threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
   int spares_ = 0;
@@ -603,50 +603,43 @@ void Sender::spill_loop() {
   send_q_->close();
 }
 
-std::string Sender::metrics_text() {
-  std::string out;
-  rt_.write_common_metrics(out, "send");
-  const std::string r = "role=\"send\"";
-  if (controller_) controller_->write_metrics(out, "send");
-  out += "# TYPE numastream_raw_bytes_total counter\n";
-  metric(out, "numastream_raw_bytes_total", r, static_cast<double>(rt_.stats(Stage::compress).bytes_in.load()));
-  out += "# TYPE numastream_wire_bytes_total counter\n";
-  metric(out, "numastream_wire_bytes_total", r, static_cast<double>(wire_bytes_.load()));
-  out += "# TYPE numastream_chunks_sent_total counter\n";
-  metric(out, "numastream_chunks_sent_total", r, static_cast<double>(sent_chunks_.load()));
-  out += "# HELP numastream_chunks_acknowledged Chunks of the stream the receiver has taken.\n"
-         "# TYPE numastream_chunks_acknowledged gauge\n";
-  metric(out, "numastream_chunks_acknowledged", r, static_cast<double>(ledger_->acknowledged(cfg_.stream_id)));
-  out += "# TYPE numastream_queue_depth gauge\n";
-  metric(out, "numastream_queue_depth", r + ",queue=\"raw\"", static_cast<double>(raw_q_->depth()));
-  metric(out, "numastream_queue_depth", r + ",queue=\"wire\"", static_cast<double>(wire_q_->depth()));
-  out += "# TYPE numastream_pool_buffers_in_use gauge\n";
-  for (const auto& p : wire_pools_->all()) {
-    metric(out, "numastream_pool_buffers_in_use", r + ",pool=\"" + label(p->name()) + "\"",
-           static_cast<double>(p->in_use()));
-  }
-  double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
-  double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
-  out += "# TYPE numastream_compression_ratio gauge\n";
-  metric(out, "numastream_compression_ratio", r, wire > 0 ? raw / wire : 0);
+void Sender::declare_metrics() {
+  MetricRegistry& m = rt_.metrics();
+  m.counter("numastream_raw_bytes_total", "Raw (uncompressed) bytes taken from the source.",
+            [this] { return static_cast<double>(rt_.stats(Stage::compress).bytes_in.load()); });
+  m.counter("numastream_wire_bytes_total", "Bytes of the frames handed to the network.",
+            [this] { return static_cast<double>(wire_bytes_.load()); });
+  m.counter("numastream_chunks_sent_total", "Frames handed to ZeroMQ (first transmissions).",
+            [this] { return static_cast<double>(sent_chunks_.load()); });
+  m.gauge("numastream_chunks_acknowledged", "Chunks of the stream the receiver has taken.",
+          [this] { return static_cast<double>(ledger_->acknowledged(cfg_.stream_id)); });
+  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.", [this](MetricSamples& s) {
+    s.add({{"queue", "raw"}}, static_cast<double>(raw_q_->depth()));
+    s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+  });
+  m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
+        [this](MetricSamples& s) {
+          for (const auto& p : wire_pools_->all()) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
+        });
+  m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
+    const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
+    const double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
+    return wire > 0 ? raw / wire : 0;
+  });
   if (spill_) {
-    out += "# HELP numastream_spill_bytes Bytes in the spill files now.\n# TYPE numastream_spill_bytes gauge\n";
-    metric(out, "numastream_spill_bytes", r, static_cast<double>(spill_disk_bytes_.load()));
-    out += "# TYPE numastream_spill_max_bytes gauge\n";
-    metric(out, "numastream_spill_max_bytes", r, static_cast<double>(cfg_.spill.max_bytes));
-    out += "# HELP numastream_spill_chunks Chunks waiting in the spill.\n# TYPE numastream_spill_chunks gauge\n";
-    metric(out, "numastream_spill_chunks", r, static_cast<double>(spill_frames_.load()));
-    out += "# HELP numastream_spilled_chunks_total Chunks that went through the spill.\n"
-           "# TYPE numastream_spilled_chunks_total counter\n";
-    metric(out, "numastream_spilled_chunks_total", r, static_cast<double>(spilled_chunks_.load()));
-    out += "# HELP numastream_spill_lost_chunks_total Chunks lost because the spill was full.\n"
-           "# TYPE numastream_spill_lost_chunks_total counter\n";
-    metric(out, "numastream_spill_lost_chunks_total", r, static_cast<double>(spill_lost_.load()));
+    m.gauge("numastream_spill_bytes", "Bytes in the spill files now.",
+            [this] { return static_cast<double>(spill_disk_bytes_.load()); });
+    m.gauge("numastream_spill_max_bytes", "The spill's limit (spill.max_bytes).",
+            [this] { return static_cast<double>(cfg_.spill.max_bytes); });
+    m.gauge("numastream_spill_chunks", "Chunks waiting in the spill.",
+            [this] { return static_cast<double>(spill_frames_.load()); });
+    m.counter("numastream_spilled_chunks_total", "Chunks that went through the spill.",
+              [this] { return static_cast<double>(spilled_chunks_.load()); });
+    m.counter("numastream_spill_lost_chunks_total", "Chunks lost because the spill was full.",
+              [this] { return static_cast<double>(spill_lost_.load()); });
   }
-  source_->write_metrics(out);
-  out += "# TYPE numastream_up gauge\n";
-  metric(out, "numastream_up", r, rt_.aborted() ? 0 : 1);
-  return out;
+  source_->declare_metrics(m);
+  m.gauge("numastream_up", "0 once the pipeline failed.", [this] { return rt_.aborted() ? 0 : 1; });
 }
 
 void Sender::save_state() {
@@ -741,29 +734,59 @@ RunResult Sender::run(const RunHooks& hooks) {
     wire_pools_->close_all();
     source_->close();
   });
+  declare_metrics();
   std::unique_ptr<MetricsServer> server;
   if (!cfg_.metrics_listen.empty()) {
-    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return metrics_text(); },
+    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
                                              [this] { return !rt_.aborted(); });
     log_line("metrics on port " + std::to_string(server->port()));
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
   rt_.started = Clock::now();
-  compressors_left_ = compressors + spares_;
+  // The graph: source -> raw_q_ -> compress (+ spares on the sending threads' CPUs) -> wire_q_
+  // [-> spill -> send_q_] -> send.
+  StageGraph graph(rt_);
+  graph.add({.stage = Stage::send,
+             .threads = senders,
+             .what = [](int i) { return "connection " + std::to_string(i) + ": "; },
+             .body = [this](StageThread& t) { send_loop(t); }});
+  StageGraph::Stage_& compress = graph.add({.stage = Stage::compress,
+                                            .threads = compressors,
+                                            .what = [](int) { return std::string("compress: "); },
+                                            .body = [this](StageThread& t) { compress_loop(t); },
+                                            .spares = spares_,
+                                            .host = Stage::send,
+                                            .done = [this] { wire_q_->close(); }});
+  if (spill_) {
+    // On the source's CPU: a paced source sleeps most of the time, and this thread mostly waits.
+    graph.add({.stage = Stage::source,
+               .threads = 0,
+               .what = [](int) { return std::string("spill: "); },
+               .body = [this](StageThread&) { spill_loop(); },
+               .spares = 1,
+               .host = Stage::source,
+               .spare_index = 1});
+  }
+  graph.add({.stage = Stage::source,
+             .threads = 1,
+             .what = [](int) { return std::string("source: "); },
+             .body = [this](StageThread& t) { source_loop(t); },
+             .after_each = [this] { source_->end(); },
+             .done =
+                 [this] {
+                   source_done_ = true;
+                   raw_q_->close();
+                   if (governor_) governor_->close();  // parked compressors leave; active ones drain the queue
+                 }});
   if (governor_) {
     extra_ = std::make_unique<adaptive::ExtraWorkers>(
         rt_, adaptive::ExtraWorkers::Stage_{Stage::compress, [this](StageThread& t) { compress_loop(t); },
-                                            [this](int n) {
-                                              if (raw_q_->closed()) return false;
-                                              compressors_left_ += n;
-                                              return true;
-                                            },
-                                            [this] {
-                                              if (--compressors_left_ == 0) wire_q_->close();
-                                            }});
+                                            [this, &compress](int n) { return !raw_q_->closed() && compress.admit(n); },
+                                            [&compress] { compress.ended(); }});
     controller_ = std::make_unique<adaptive::Controller>(
         rt_, Stage::compress, Stage::send, *governor_,
         [this](int n, int first, const std::vector<int>& cpus) { return extra_->start(n, first, cpus); });
+    controller_->declare_metrics(rt_.metrics());
   }
   std::jthread recorder;
   if (state_) {
@@ -783,40 +806,7 @@ RunResult Sender::run(const RunHooks& hooks) {
       }
     });
   }
-  {
-    std::vector<std::jthread> threads;
-    for (int i = 0; i < senders; ++i) {
-      threads.emplace_back([this, i] {
-        rt_.run_stage(Stage::send, i, "connection " + std::to_string(i) + ": ", [this](StageThread& t) { send_loop(t); });
-      });
-    }
-    for (int i = 0; i < compressors; ++i) {
-      threads.emplace_back([this, i] {
-        rt_.run_stage(Stage::compress, i, "compress: ", [this](StageThread& t) { compress_loop(t); });
-        if (--compressors_left_ == 0) wire_q_->close();
-      });
-    }
-    for (int j = 0; j < spares_; ++j) {
-      threads.emplace_back([this, j, compressors] {
-        rt_.run_spare(Stage::compress, compressors + j, Stage::send, j, "compress: ",
-                      [this](StageThread& t) { compress_loop(t); });
-        if (--compressors_left_ == 0) wire_q_->close();
-      });
-    }
-    if (spill_) {
-      // On the source's CPU: a paced source sleeps most of the time, and this thread mostly waits.
-      threads.emplace_back([this] {
-        rt_.run_spare(Stage::source, 1, Stage::source, 0, "spill: ", [this](StageThread&) { spill_loop(); });
-      });
-    }
-    threads.emplace_back([this] {
-      rt_.run_stage(Stage::source, 0, "source: ", [this](StageThread& t) { source_loop(t); });
-      source_->end();
-      source_done_ = true;
-      raw_q_->close();
-      if (governor_) governor_->close();  // parked compressors leave; active ones drain the queue
-    });
-  }
+  graph.run();
   if (controller_) controller_->stop();
   if (extra_) extra_->join();
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.

@@ -44,8 +44,11 @@ class SeriesSink {
   // `resumed`: whether a stream's sender reports chunks an earlier gateway acknowledged (then a
   // series file that gateway left is this stream's to go on writing).
   // `direct`: series files written past the page cache where the filesystem allows.
-  SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack, std::function<bool(std::uint32_t)> resumed)
-      : pattern_(std::move(pattern)), mode_(mode), direct_(direct), ack_(std::move(ack)), resumed_(std::move(resumed)) {}
+  // `incomplete`: where series that end incomplete are recorded (the owning sink's metrics).
+  SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack, std::function<bool(std::uint32_t)> resumed,
+             IncompleteSeries& incomplete)
+      : pattern_(std::move(pattern)), mode_(mode), direct_(direct), ack_(std::move(ack)), resumed_(std::move(resumed)),
+        incomplete_(incomplete) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -145,7 +148,6 @@ class SeriesSink {
     summary["stream2_series"] = done_;
     incomplete_.report(summary);
   }
-  void write_metrics(std::string& out, const std::string& labels) const { incomplete_.write_metrics(out, labels); }
 
  private:
   void flush_and_acknowledge() {
@@ -322,7 +324,7 @@ class SeriesSink {
   std::map<Key, Series> open_;
   nlohmann::json done_ = nlohmann::json::array();
   std::vector<std::string> given_up_;
-  IncompleteSeries incomplete_;
+  IncompleteSeries& incomplete_;  // the sink's: its metrics read it from another thread
 };
 
 }  // namespace numastream

@@ -126,8 +126,8 @@ class Sink {
   virtual std::vector<std::string> finish() { return {}; }
   // Adds what the sink alone knows to the run's summary.
   virtual void report(nlohmann::json& /*summary*/) const {}
-  // Adds the sink's own metrics (called from the metrics thread).
-  virtual void write_metrics(std::string& /*out*/, const std::string& /*labels*/) const {}
+  // Declares the sink's own metric families (read from the metrics thread).
+  virtual void declare_metrics(MetricRegistry& /*m*/) const {}
 };
 
 // The Stream V2 series a gateway's sink saw end incomplete (its sender's end message says why),
@@ -146,34 +146,20 @@ class IncompleteSeries {
     summary["stream2_series_incomplete"] = count_;
     summary["stream2_series_incomplete_last"] = last_;
   }
-  void write_metrics(std::string& out, const std::string& labels) const {
-    std::lock_guard lock(mu_);
-    out += "# HELP numastream_stream2_series_incomplete_total Stream V2 series that ended incomplete "
-           "(their detector went away before the end message).\n"
-           "# TYPE numastream_stream2_series_incomplete_total counter\n"
-           "numastream_stream2_series_incomplete_total{" + labels + "} " + std::to_string(count_) + "\n";
-    out += "# HELP numastream_stream2_series_incomplete_last The last series that ended incomplete, and why.\n"
-           "# TYPE numastream_stream2_series_incomplete_last gauge\n";
-    for (std::size_t i = 0; i < last_.size(); ++i) {
-      out += "numastream_stream2_series_incomplete_last{" + labels + ",order=\"" + std::to_string(i) + "\",series=\"" +
-             escaped(last_[i]) + "\"} 1\n";
-    }
+  void declare_metrics(MetricRegistry& m) const {
+    m.counter("numastream_stream2_series_incomplete_total",
+              "Stream V2 series that ended incomplete (their detector went away before the end message).", [this] {
+                std::lock_guard lock(mu_);
+                return static_cast<double>(count_);
+              });
+    m.add("numastream_stream2_series_incomplete_last", MetricType::gauge,
+          "The last series that ended incomplete, and why.", [this](MetricSamples& s) {
+            std::lock_guard lock(mu_);
+            for (std::size_t i = 0; i < last_.size(); ++i) s.add({{"order", std::to_string(i)}, {"series", last_[i]}}, 1);
+          });
   }
 
  private:
-  // A Prometheus label value: backslash, double quote and newline escaped.
-  static std::string escaped(const std::string& v) {
-    std::string out;
-    for (char ch : v) {
-      if (ch == '\\' || ch == '"') out += '\\';
-      if (ch == '\n') {
-        out += "\\n";
-        continue;
-      }
-      out += ch;
-    }
-    return out;
-  }
   mutable std::mutex mu_;
   std::uint64_t count_ = 0;
   std::vector<std::string> last_;

@@ -359,13 +359,13 @@ class Stream2Source final : public PullingSource {
                           {"series_incomplete", incomplete_.load()}, {"detector_disconnects", disconnects_},
                           {"malformed", malformed_.load()}, {"series_open", open_ ? nlohmann::json(*open_) : nlohmann::json(nullptr)}};
   }
-  void write_metrics(std::string& out) const override {
-    out += "# HELP numastream_stream2_messages_malformed_total Messages from the detector that were not Stream V2 (dropped).\n"
-           "# TYPE numastream_stream2_messages_malformed_total counter\n"
-           "numastream_stream2_messages_malformed_total " + std::to_string(malformed_.load()) + "\n"
-           "# HELP numastream_stream2_series_incomplete_total Series whose detector went away before their end message.\n"
-           "# TYPE numastream_stream2_series_incomplete_total counter\n"
-           "numastream_stream2_series_incomplete_total " + std::to_string(incomplete_.load()) + "\n";
+  void declare_metrics(MetricRegistry& m) const override {
+    m.counter("numastream_stream2_messages_malformed_total",
+              "Messages from the detector that were not Stream V2 (dropped).",
+              [this] { return static_cast<double>(malformed_.load()); });
+    m.counter("numastream_stream2_series_incomplete_total",
+              "Series whose detector went away before their end message.",
+              [this] { return static_cast<double>(incomplete_.load()); });
   }
 
  private:

@@ -20,6 +20,7 @@
 #include "config/config.hpp"
 #include "data/buffer_pool.hpp"
 #include "net/transport.hpp"
+#include "obs/registry.hpp"
 #include "obs/stats.hpp"
 #include "store/hdf5_io.hpp"
 
@@ -72,7 +73,8 @@ class Source {
   // What the source counted (messages, series, malformed input), into the run's summary and
   // its metrics.
   virtual void report(nlohmann::json& /*summary*/) const {}
-  virtual void write_metrics(std::string& /*out*/) const {}
+  // Declares the source's own metric families.
+  virtual void declare_metrics(MetricRegistry& /*m*/) const {}
 };
 
 struct SourceSetup {

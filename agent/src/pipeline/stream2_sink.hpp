@@ -100,9 +100,7 @@ class Stream2Sink final : public Sink {
                                {"redeliver", cfg_.sink.redeliver}};
     incomplete_.report(summary);
   }
-  void write_metrics(std::string& out, const std::string& labels) const override {
-    incomplete_.write_metrics(out, labels);
-  }
+  void declare_metrics(MetricRegistry& m) const override { incomplete_.declare_metrics(m); }
 
  private:
   // Emits what is next in order; with `all`, everything held (gaps skipped).
