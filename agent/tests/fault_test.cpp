@@ -100,11 +100,13 @@ class Testbed {
 
   // Loss (percent) and one-way delay on both directions. netem when the kernel has it; else
   // nftables drops and the caller puts a DelayProxy in the path. Returns whether netem is used.
-  bool impair(int loss_percent, int delay_ms) {
+  bool impair(double loss_percent, int delay_ms) {
+    const int per_mille = static_cast<int>(loss_percent * 10 + 0.5);
+    const std::string loss = std::to_string(per_mille / 10) + "." + std::to_string(per_mille % 10);
     bool netem = true;
     for (const auto& [ns, dev] : {std::pair{tx, tx_dev}, std::pair{rx, rx_dev}}) {
       netem = netem && sh("ip netns exec " + ns + " tc qdisc add dev " + dev + " root netem delay " +
-                          std::to_string(delay_ms) + "ms loss " + std::to_string(loss_percent) + "%") == 0;
+                          std::to_string(delay_ms) + "ms loss " + loss + "%") == 0;
     }
     if (netem) return true;
     for (const auto& ns : {tx, rx}) {
@@ -112,8 +114,8 @@ class Testbed {
       EXPECT_EQ(sh("ip netns exec " + ns + " nft add table inet fault"), 0);
       EXPECT_EQ(sh("ip netns exec " + ns +
                    " nft add chain inet fault out '{ type filter hook output priority 0; }'"), 0);
-      EXPECT_EQ(sh("ip netns exec " + ns + " nft add rule inet fault out oifname != lo numgen random mod 100 '<' " +
-                   std::to_string(loss_percent) + " counter drop"), 0);
+      EXPECT_EQ(sh("ip netns exec " + ns + " nft add rule inet fault out oifname != lo numgen random mod 1000 '<' " +
+                   std::to_string(per_mille) + " counter drop"), 0);
     }
     return false;
   }
@@ -416,6 +418,59 @@ TEST_F(Fault, SenderKilledAndRestarted) {
   json s = summary(tx);
   EXPECT_GT(s["skipped_acknowledged"].get<int>(), 0) << "the restarted sender skipped what the receiver had";
   expect_exactly_once("sender SIGKILL + restart", s, summary(rx));
+}
+
+// The gateway's acknowledged onward hop to an analysis or HPC site: a relay next to the sender
+// forwards the stream, undecoded, over a link with 20 ms of round trip and 1% loss to a plain
+// `numastream-agent receive` on the far side, which is killed mid-stream and restarted. The
+// relay acknowledges upstream only what the far receiver acknowledged, so the sender holds every
+// chunk the far side has not made durable: the far receiver's file is the source, byte for byte.
+// (The loss is per packet on the veth, whose packets are GSO segments of up to 64 KiB: 0.1% of
+// them drops about one in a run, too few to be sure of any; 1% drops several, counted below.)
+TEST_F(Fault, OnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted) {
+  src_ = random_file(dir_, 48u << 20);
+  const bool netem = bed_->impair(1, 10);
+  std::unique_ptr<DelayProxy> proxy;
+  std::string far = bed_->rx_ip;
+  if (!netem) {
+    proxy = std::make_unique<DelayProxy>(bed_->tx, kPort, 1, bed_->rx_ip, 10ms);
+    far = "127.0.0.1";
+  }
+  const int relay_port = kPort + 20;
+  auto far_receiver = [&] {
+    return bed_->in(bed_->rx, {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort), "--connections",
+                               "1", "--chunk-bytes", std::to_string(kChunk), "--sink", "file", "--sink-path",
+                               dir_ + "/out.raw", "--idle-timeout", "60"});
+  };
+  Process relay(bed_->in(bed_->tx, {kAgent, "receive", "--set", "relay=true", "--endpoint",
+                                    "tcp://127.0.0.1:" + std::to_string(relay_port), "--connections", "2",
+                                    "--chunk-bytes", std::to_string(kChunk), "--sink", "zmq", "--sink-endpoint",
+                                    "tcp://" + far + ":" + std::to_string(kPort), "--reconnect-timeout", "60",
+                                    "--idle-timeout", "60"}));
+  Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(relay_port),
+                                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
+                                 "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
+  {
+    Process rx(far_receiver());
+    wait_written(12u << 20);
+    rx.signal(SIGKILL);
+    EXPECT_EQ(rx.wait(10s), 128 + SIGKILL);
+  }
+  std::this_thread::sleep_for(1s);
+  Process rx(far_receiver());
+  ASSERT_EQ(tx.wait(180s), 0) << tx.err();
+  ASSERT_EQ(relay.wait(120s), 0) << relay.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json r = summary(rx), hop = summary(relay);
+  EXPECT_GT(r["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file";
+  EXPECT_EQ(hop["role"], "relay");
+  if (!netem) {
+    EXPECT_GT(bed_->dropped(), 0) << "the loss rule dropped nothing";
+  }
+  std::cout << "[fault] onward hop, 20 ms RTT, 1% loss ("
+            << (netem ? "netem" : "nftables + delaying proxy, " + std::to_string(bed_->dropped()) + " packets dropped")
+            << "): relay " << hop["chunks"] << " chunks at " << hop["raw_gbps"] << " Gbit/s" << std::endl;
+  expect_exactly_once("onward hop: far receiver SIGKILL + restart", summary(tx), r);
 }
 
 // A sink that takes one chunk per 10 ms (an analysis consumer's PULL socket next to the
