@@ -20,6 +20,8 @@ build=(
   libhdf5-dev
   # CBOR: DECTRIS Stream V2 messages
   libcbor-dev
+  # zlib: the live preview's PNG pictures
+  zlib1g-dev
   ca-certificates git
 )
 test=(
@@ -41,6 +43,8 @@ test=(
   python3-venv
   # h5dump, to read back the files the gateway writes; LZ4/bz2 filters for datasets we read as pixels
   hdf5-tools hdf5-filter-plugin
+  # a real browser (headless) for the gateway's live preview page
+  chromium
 )
 case "$group" in
   build) packages=("${build[@]}") ;;

@@ -300,3 +300,35 @@ TEST(Config, GoldenConfigsFromTheOperator) {
 
 }  // namespace
 }  // namespace numastream
+
+namespace numastream {
+namespace {
+
+// The live preview shows the experiment's data: off unless asked, only where frames are decoded,
+// and only with the port it is served on.
+TEST(Config, ThePreviewIsAReceiversServedOnTheMetricsPortAndOffUnlessAsked) {
+  json doc = {{"endpoint", "tcp://0.0.0.0:6000"}, {"metrics", {{"listen", "127.0.0.1:9100"}}}};
+  EXPECT_FALSE(parse_config(doc, Role::receive).preview.enabled);
+  doc["preview"] = {{"enabled", true}, {"max_side", 256}, {"interval_ms", 1000}};
+  const Config c = parse_config(doc, Role::receive);
+  EXPECT_TRUE(c.preview.enabled);
+  EXPECT_EQ(c.preview.max_side, 256);
+  EXPECT_EQ(c.preview.interval_ms, 1000);
+  expect_refused(doc, Role::send, "preview");
+  json relay = doc;
+  relay["relay"] = true;
+  relay["sink"] = {{"kind", "zmq"}, {"endpoint", "ipc:///tmp/x.sock"}};
+  expect_refused(relay, Role::receive, "preview.enabled");
+  json unserved = doc;
+  unserved.erase("metrics");
+  expect_refused(unserved, Role::receive, "preview.enabled");
+  for (auto [key, bad] : {std::pair{"max_side", json(8)}, std::pair{"max_side", json(100000)}, std::pair{"interval_ms", json(0)},
+                          std::pair{"enabled", json("yes")}, std::pair{"colour", json("viridis")}}) {
+    json d = doc;
+    d["preview"][key] = bad;
+    expect_refused(d, Role::receive, std::string("preview.") + key);
+  }
+}
+
+}  // namespace
+}  // namespace numastream

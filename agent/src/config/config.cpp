@@ -384,6 +384,19 @@ Config parse_config(const json& doc, Role role) {
     c.metrics_listen = mf.string("listen", "");
     mf.finish();
   }
+  if (const json* pv = f.raw("preview")) {
+    Fields pf(*pv, "preview");
+    if (const json* e = pf.raw("enabled")) {
+      if (!e->is_boolean()) throw ConfigError("preview.enabled", "must be true or false");
+      c.preview.enabled = e->get<bool>();
+    }
+    c.preview.max_side = static_cast<int>(pf.integer("max_side", c.preview.max_side, 16, 4096));
+    c.preview.interval_ms = static_cast<int>(pf.integer("interval_ms", c.preview.interval_ms, 50, 60000));
+    pf.finish();
+    if (c.preview.enabled && c.metrics_listen.empty()) {
+      throw ConfigError("preview.enabled", "the preview is served on the metrics port: set metrics.listen");
+    }
+  }
   if (const json* t = f.raw("timeouts")) {
     Fields tf(*t, "timeouts");
     c.connect_timeout_s = tf.number("connect_s", c.connect_timeout_s, 0.1, 86400);
@@ -430,7 +443,9 @@ Config parse_config(const json& doc, Role role) {
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);
-    for (const char* k : {"sink", "streams", "max_streams", "reorder_window", "relay", "verify"}) f.forbid(k, "only used by receive");
+    for (const char* k : {"sink", "streams", "max_streams", "reorder_window", "relay", "verify", "preview"}) {
+      f.forbid(k, "only used by receive");
+    }
   } else {
     c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
     c.max_streams = static_cast<int>(f.integer("max_streams", std::max(64, c.streams), 1, 4096));
@@ -446,6 +461,9 @@ Config parse_config(const json& doc, Role role) {
                                                                                   : Config::Verify::checksum;
     parse_sink(f, c);
     for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
+    if (c.relay && c.preview.enabled) {
+      throw ConfigError("preview.enabled", "a relay forwards frames undecoded: the preview is the decompressing receiver's");
+    }
     if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
       throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
     }

@@ -116,6 +116,14 @@ struct Config {
   int window = 8;                // send: unacknowledged chunks per connection at most (credit)
   int reorder_window = 16;       // file sink: chunks held to restore order
   std::string metrics_listen;    // host:port; empty = no metrics server
+  // receive: the latest frame of each stream as a picture on the metrics port (/preview), taken
+  // at most every interval_ms, drawn at most max_side pixels a side. Off unless asked: it shows
+  // the experiment's data to whoever reaches the port.
+  struct Preview {
+    bool enabled = false;
+    int max_side = 512;
+    int interval_ms = 500;
+  } preview;
   std::string sysfs_root = "/sys";
   std::string cgroup_root = "/sys/fs/cgroup";  // this process's cgroup (v2), for its CPU budget
   std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)

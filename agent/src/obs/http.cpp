@@ -18,17 +18,17 @@
 namespace numastream {
 namespace {
 
-std::string response(int code, const char* reason, const char* type, const std::string& body) {
+std::string response(int code, const char* reason, const std::string& type, const std::string& body) {
   return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         "\r\nCache-Control: no-store\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
          body;
 }
 
 }  // namespace
 
 MetricsServer::MetricsServer(const std::string& listen, std::function<std::string()> metrics,
-                             std::function<bool()> healthy, Limits limits)
-    : metrics_(std::move(metrics)), healthy_(std::move(healthy)), limits_(limits) {
+                             std::function<bool()> healthy, Limits limits, Route more)
+    : metrics_(std::move(metrics)), healthy_(std::move(healthy)), limits_(limits), more_(std::move(more)) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     throw ConfigError("metrics.listen", "must be host:port (got \"" + listen + "\")");
@@ -86,6 +86,11 @@ std::string MetricsServer::answer(const std::string& req) const {
                       : response(503, "Service Unavailable", "text/plain", "failing\n");
   }
   if (path.empty()) return response(400, "Bad Request", "text/plain", "only GET is served\n");
+  if (more_) {
+    if (auto r = more_(path.substr(0, path.find('?')))) {
+      return response(r->code, r->code == 200 ? "OK" : r->code == 404 ? "Not Found" : "Service Unavailable", r->type, r->body);
+    }
+  }
   return response(404, "Not Found", "text/plain", "try /metrics or /healthz\n");
 }
 

@@ -9,13 +9,23 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
 namespace numastream {
 
+struct HttpReply {
+  int code = 200;
+  std::string type;  // Content-Type
+  std::string body;
+};
+
 class MetricsServer {
  public:
+  // Answers a GET of a path the server does not know itself (the query string cut off), or
+  // nullopt (404).
+  using Route = std::function<std::optional<HttpReply>(const std::string& path)>;
   struct Limits {
     std::size_t max_clients = 64;                            // connections served at once
     std::chrono::milliseconds request_timeout{2000};         // to send the request
@@ -25,7 +35,7 @@ class MetricsServer {
   // `listen` is "host:port" (port 0 picks a free port). Throws std::system_error when it cannot
   // bind.
   MetricsServer(const std::string& listen, std::function<std::string()> metrics,
-                std::function<bool()> healthy, Limits limits);
+                std::function<bool()> healthy, Limits limits, Route more = {});
   MetricsServer(const std::string& listen, std::function<std::string()> metrics,
                 std::function<bool()> healthy)
       : MetricsServer(listen, std::move(metrics), std::move(healthy), Limits{}) {}
@@ -43,6 +53,7 @@ class MetricsServer {
   std::function<std::string()> metrics_;
   std::function<bool()> healthy_;
   Limits limits_;
+  Route more_;
   std::jthread thread_;
 };
 

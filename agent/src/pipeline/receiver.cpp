@@ -32,6 +32,7 @@
 #include "pipeline/chunk.hpp"
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
+#include "pipeline/preview.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
@@ -93,6 +94,7 @@ class Receiver {
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
   std::unique_ptr<BoundedQueue<Chunk>> sink_q_;
   std::unique_ptr<Sink> sink_;
+  std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
   bool track_in_flight_ = false;  // the file sink waits for chunks on their way to it
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
   std::mutex meta_mu_;
@@ -488,6 +490,14 @@ void Receiver::decompress_loop(StageThread& t) {
       last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
     }
     t.observe();
+    if (preview_ && verdict == StreamTracker::Verdict::delivered && preview_->due(h.stream_id, h.raw_size)) {
+      // As it will reach the sink: decoded, or as it came (not compressed, or bslz4 kept).
+      const std::span<const std::byte> bytes =
+          keep || pass ? std::span<const std::byte>(out.payload())
+                       : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
+      preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size, h.raw_size, bytes,
+                      metadata_of(h.stream_id));
+    }
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
       if (track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
       // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
@@ -849,8 +859,17 @@ RunResult Receiver::run(const RunHooks& hooks) {
   declare_metrics();
   std::unique_ptr<MetricsServer> server;
   if (!cfg_.metrics_listen.empty()) {
-    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-                                             [this] { return !rt_.aborted(); });
+    if (cfg_.preview.enabled) {
+      preview_ = std::make_unique<Preview>(static_cast<std::size_t>(cfg_.preview.max_side),
+                                           std::chrono::milliseconds(cfg_.preview.interval_ms));
+    }
+    server = std::make_unique<MetricsServer>(
+        cfg_.metrics_listen, [this] { return rt_.metrics().text(); }, [this] { return !rt_.aborted(); },
+        MetricsServer::Limits{}, [this](const std::string& path) -> std::optional<HttpReply> {
+          if (preview_) return preview_->answer(path);
+          return std::nullopt;
+        });
+    if (preview_) log_line("live preview on http://" + cfg_.metrics_listen + "/preview (port " + std::to_string(server->port()) + ")");
     log_line("metrics on port " + std::to_string(server->port()));
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
