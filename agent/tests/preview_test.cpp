@@ -193,6 +193,14 @@ TEST(Preview, AnswersWhatItCannotShowWithTheReason) {
     EXPECT_EQ(get(p, path).code, 404) << path;
   }
   EXPECT_FALSE(p.answer("/metrics")) << "not the preview's";
+  // A well-formed message whose framing claims a frame of 2^40 bytes is not decoded into memory.
+  std::vector<std::byte> huge(16);
+  huge[2] = std::byte{1};  // 2^40 raw bytes, big-endian
+  const auto claim = stream2::build_image(1, "u", 0, {1u << 20, 1u << 19}, "uint16", stream2::Compression::lz4, {{"t1", huge}});
+  p.offer(4, 0, Codec::none, 0, claim.size(), claim, R"({"dtype":"stream2"})");
+  r = get(p, "/preview/stream/4.png");
+  EXPECT_EQ(r.code, 503);
+  EXPECT_NE(r.body.find("more than the preview draws"), std::string::npos) << r.body;
   // A frame whose shape is wider than the chunk (a last short chunk) is drawn with what there is.
   p.offer(3, 0, Codec::none, 0, 256 * 100 * 2, std::span(frame).first(256 * 100 * 2), kMeta);
   const auto s3 = nlohmann::json::parse(get(p, "/preview/streams.json").body)[3];

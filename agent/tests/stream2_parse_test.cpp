@@ -183,6 +183,12 @@ TEST(Stream2Walk, MalformedArraysAreRefusedWithTheirPath) {
   w = walk(stream2::build_image(1, "u", 0, {3, 4}, "uint16", stream2::Compression::lz4, {{"t1", framed}}));
   EXPECT_FALSE(w.ok);
   EXPECT_NE(w.error.find("data/t1: 30 bytes"), std::string::npos) << w.error;
+  // Dimensions whose product wraps round to what the framing claims (2^32 x 2^32 x 2 bytes = 2^65:
+  // 0 modulo 2^64, and the framing says 0) are refused, not taken for an empty array.
+  std::vector<std::byte> empty(16);
+  w = walk(stream2::build_image(1, "u", 0, {1ull << 32, 1ull << 32}, "uint16", stream2::Compression::lz4, {{"t1", empty}}));
+  EXPECT_FALSE(w.ok);
+  EXPECT_NE(w.error.find("data/t1: dimensions of more than 2^48 elements"), std::string::npos) << w.error;
 }
 
 }  // namespace

@@ -621,6 +621,11 @@ struct Walker {
           error = path + ": a dimension that is not a positive integer";
           return false;
         }
+        // Dimensions whose product wraps round would pass for a small array.
+        if (count > (std::uint64_t{1} << 48) / *d) {
+          error = path + ": dimensions of more than 2^48 elements";
+          return false;
+        }
         v.array.dims.push_back(*d);
         count *= *d;
       }

@@ -15,6 +15,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The largest frame drawn (an EIGER2 16M frame of 32-bit pixels is 72 MB): a message claiming more
+// is not decoded into memory for a picture.
+constexpr std::size_t kMaxFrameBytes = std::size_t{256} << 20;
+
 // The page: one picture per stream with its frame and rates, refreshed every second.
 constexpr const char* kPage = R"(<!doctype html>
 <html><head><meta charset="utf-8"><title>numastream: live preview</title>
@@ -101,7 +105,11 @@ Pixels decode_stream2(std::span<const std::byte> message) {
         const std::size_t elem = dtype_size(a.dtype);
         if (elem == 0) throw std::invalid_argument("channel " + found + ": pixels of type '" + a.dtype + "'");
         std::size_t count = 1;
-        for (auto d : a.dims) count *= d;
+        for (auto d : a.dims) count *= d;  // at most 2^48 (stream2::walk)
+        if (count > kMaxFrameBytes / elem) {
+          throw std::invalid_argument("channel " + found + ": a frame of " + std::to_string(count) +
+                                      " pixels is more than the preview draws");
+        }
         p.dtype = a.dtype;
         p.bytes.resize(count * elem);
         if (a.compression == stream2::Compression::none) {
