@@ -228,7 +228,7 @@ TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
 // to the operator: every value the operator writes is the value the agent runs with.
 TEST(Config, GoldenConfigsFromTheOperator) {
   namespace fs = std::filesystem;
-  int files = 0;
+  int files = 0, previews = 0;
   for (const auto& entry : fs::directory_iterator(NUMASTREAM_GOLDEN)) {
     const std::string name = entry.path().filename().string();
     SCOPED_TRACE(name);
@@ -262,6 +262,11 @@ TEST(Config, GoldenConfigsFromTheOperator) {
       EXPECT_EQ(c.sink.dataset, doc["sink"].value("dataset", "/exchange/data"));
       EXPECT_EQ(c.sink.endpoint, doc["sink"].value("endpoint", ""));
       EXPECT_EQ(c.idle_timeout_s, doc["timeouts"]["idle_s"].get<double>());
+      const json pv = doc.value("preview", json::object());
+      EXPECT_EQ(c.preview.enabled, pv.value("enabled", false));
+      EXPECT_EQ(c.preview.max_side, pv.value("max_side", 512));
+      EXPECT_EQ(c.preview.interval_ms, pv.value("interval_ms", 500));
+      if (c.preview.enabled) ++previews;
     } else {
       EXPECT_EQ(c.stream_id, doc["stream_id"].get<std::uint32_t>());
       EXPECT_EQ(c.state_dir, doc["state_dir"].get<std::string>());
@@ -296,6 +301,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     }
   }
   EXPECT_GE(files, 12) << "golden configurations in " << NUMASTREAM_GOLDEN;
+  EXPECT_GE(previews, 1) << "a golden configuration with the live preview";
 }
 
 }  // namespace
@@ -328,6 +334,34 @@ TEST(Config, ThePreviewIsAReceiversServedOnTheMetricsPortAndOffUnlessAsked) {
     d["preview"][key] = bad;
     expect_refused(d, Role::receive, std::string("preview.") + key);
   }
+}
+
+}  // namespace
+}  // namespace numastream
+
+namespace numastream {
+namespace {
+
+// A relay's onward link may be keyed; nothing else takes sink.curve (a plain zmq sink pushes to
+// a consumer with no acknowledgement to key).
+TEST(Config, OnlyARelaysOnwardLinkTakesKeys) {
+  json doc = {{"endpoint", "tcp://0.0.0.0:6000"},
+              {"relay", true},
+              {"sink", {{"kind", "zmq"}, {"endpoint", "tcp://hpc-dtn:7000"},
+                        {"curve", {{"secret_key_file", "/keys/gw.secret"}, {"server_key_file", "/keys/hpc.public"}}}}}};
+  const Config c = parse_config(doc, Role::receive);
+  EXPECT_EQ(c.sink.curve.secret_key_file, "/keys/gw.secret");
+  EXPECT_EQ(c.sink.curve.server_key_file, "/keys/hpc.public");
+  EXPECT_EQ(c.sink.curve.mode, SinkConfig::Curve::Mode::encrypt);
+  json plain = doc;
+  plain.erase("relay");
+  expect_refused(plain, Role::receive, "sink.curve");
+  json no_server = doc;
+  no_server["sink"]["curve"].erase("server_key_file");
+  expect_refused(no_server, Role::receive, "sink.curve.server_key_file");
+  json bad_mode = doc;
+  bad_mode["sink"]["curve"]["mode"] = "none";
+  expect_refused(bad_mode, Role::receive, "sink.curve.mode");
 }
 
 }  // namespace

@@ -361,6 +361,61 @@ TEST(EndToEnd, CurveAcceptsOnlyTheConfiguredSenderKeys) {
   EXPECT_EQ(fs::status(dir + "/sender.secret").permissions() & fs::perms::group_read, fs::perms::none);
 }
 
+// The gateway's onward hop to a numastream receiver elsewhere, keyed (sink.curve): the relay
+// connects with its own key to a far receiver that accepts only that key, encrypted, and the far
+// file is the source byte for byte; a relay with another key is refused and fails, saying so. No
+// secret key appears in any output.
+TEST(EndToEnd, ARelaysOnwardHopIsEncryptedToAReceiverThatAcceptsOnlyItsKey) {
+  const std::string dir = temp_dir();
+  for (const char* name : {"far", "relay", "stranger"}) {
+    Process k({kAgent, "keygen", "--out", dir + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir + "/allowed") << read_file(dir + "/relay.public");
+  const int port = free_ports(4);
+  const std::string src = dir + "/in.raw";
+  {
+    std::string data(static_cast<std::size_t>(6 * kMiB + 123), '\0');
+    std::mt19937 rng(9);
+    for (std::size_t i = 0; i < data.size(); i += 2) data[i] = static_cast<char>(rng() % 16);
+    std::ofstream(src, std::ios::binary) << data;
+  }
+  Process far({kAgent, "receive", "--endpoint", ep(port), "--connections", "1", "--chunk-bytes", std::to_string(kMiB),
+               "--sink", "file", "--sink-path", dir + "/out.raw", "--idle-timeout", "30", "--set",
+               "security.curve.secret_key_file=" + dir + "/far.secret", "--set",
+               "security.curve.allowed_keys_file=" + dir + "/allowed"});
+  auto relay = [&](const std::string& key, int at) {
+    return Process({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(at), "--connections", "2", "--chunk-bytes",
+                    std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ep(port), "--set",
+                    "sink.curve.secret_key_file=" + dir + "/" + key + ".secret", "--set",
+                    "sink.curve.server_key_file=" + dir + "/far.public", "--set", "timeouts.connect_s=5"});
+  };
+  {
+    Process stranger = relay("stranger", port + 2);
+    EXPECT_NE(stranger.wait(30s), 0) << stranger.err();
+    EXPECT_NE(stranger.err().find("refused this sender's key"), std::string::npos) << stranger.err();
+  }
+  Process hop = relay("relay", port + 2);
+  Process tx(sender(port + 2, 2, {"--source", "file", "--source-path", src}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(hop.wait(60s), 0) << hop.err();
+  ASSERT_EQ(far.wait(60s), 0) << far.err();
+  EXPECT_EQ(read_file(dir + "/out.raw"), read_file(src));
+  const json h = summary(hop), f = summary(far);
+  EXPECT_EQ(h["onward_security"], "encrypt");
+  EXPECT_EQ(f["security"], "encrypt");
+  EXPECT_EQ(f["lost"], 0);
+  EXPECT_NE(hop.err().find("CURVE: encrypting as " + read_file(dir + "/relay.public").substr(0, 40)), std::string::npos)
+      << hop.err();
+  for (const char* name : {"far", "relay", "stranger"}) {
+    const std::string secret = read_file(dir + "/" + name + ".secret").substr(0, 40);
+    for (const Process* p : {&far, &hop, &tx}) {
+      EXPECT_EQ(p->err().find(secret), std::string::npos) << name << "'s secret key was logged";
+      EXPECT_EQ(p->out().find(secret), std::string::npos) << name << "'s secret key was printed";
+    }
+  }
+}
+
 // Authenticate mode: the same keys prove who connects (no encryption): an allowed sender
 // streams, another key and an encrypting sender are refused.
 TEST(EndToEnd, AuthenticateModeAcceptsOnlyTheConfiguredSenderKeys) {

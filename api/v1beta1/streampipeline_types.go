@@ -159,6 +159,27 @@ type StreamPipelineSpec struct {
 	// storage instead of holding back (or losing) a source that cannot wait (docs/adaptive.md).
 	// +optional
 	Spill *Spill `json:"spill,omitempty"`
+
+	// Preview serves the latest frame of each stream as a picture, with its rate, on each
+	// gateway's metrics port (/preview; docs/preview.md): a live view for the people at the
+	// experiment that never holds the data back. It shows the data to whoever reaches that port,
+	// so it is off unless set.
+	// +optional
+	Preview *Preview `json:"preview,omitempty"`
+}
+
+// Preview is the gateway's live view: set (even empty) turns it on.
+type Preview struct {
+	// MaxSide is the picture's longest side at most, in pixels (frames are binned to fit).
+	// +kubebuilder:validation:Minimum=16
+	// +kubebuilder:validation:Maximum=4096
+	// +optional
+	MaxSide *int32 `json:"maxSide,omitempty"`
+	// IntervalMilliseconds: a stream's frame is taken at most this often.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=60000
+	// +optional
+	IntervalMilliseconds *int32 `json:"intervalMilliseconds,omitempty"`
 }
 
 // Spill is node-local storage for a sender's backlog: an emptyDir the operator mounts (on the

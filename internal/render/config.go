@@ -29,6 +29,7 @@ type AgentConfig struct {
 	Spill       *SpillConfig    `json:"spill,omitempty"`
 	Timeouts    *TimeoutsConfig `json:"timeouts,omitempty"`
 	Metrics     MetricsConfig   `json:"metrics"`
+	Preview     *PreviewConfig  `json:"preview,omitempty"`
 	Placement   PlacementConfig `json:"placement"`
 	Security    *SecurityConfig `json:"security,omitempty"`
 }
@@ -72,6 +73,13 @@ type TimeoutsConfig struct {
 // MetricsConfig is the agent's Prometheus endpoint.
 type MetricsConfig struct {
 	Listen string `json:"listen"`
+}
+
+// PreviewConfig is a decompressing gateway's live preview on its metrics port (spec.preview).
+type PreviewConfig struct {
+	Enabled    bool   `json:"enabled"`
+	MaxSide    *int32 `json:"max_side,omitempty"`
+	IntervalMs *int32 `json:"interval_ms,omitempty"`
 }
 
 // PlacementConfig is where the agent pins its stage threads.
@@ -169,6 +177,10 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 	decompress.Metrics.Listen = fmt.Sprintf("0.0.0.0:%d", dxMetrics)
 	decompress.Placement.NICNUMANode = nil
 	decompress.Placement.Stages = placedStages(n.Containers[1].Stages)
+	if p := in.Pipeline.Spec.Preview; p != nil {
+		// On the container that decodes: the relay forwards frames as they came.
+		decompress.Preview = &PreviewConfig{Enabled: true, MaxSide: p.MaxSide, IntervalMs: p.IntervalMilliseconds}
+	}
 	return map[string]AgentConfig{relayKey(n): relay, configKey(n): decompress}
 }
 

@@ -749,6 +749,33 @@ func TestIdleLimitFitsTheSource(t *testing.T) {
 	}
 }
 
+// The live preview is off unless the spec asks, and then only on the gateway's decoding
+// container (the relay forwards frames as they came), with the spec's figures.
+func TestThePreviewIsTheDecodingContainersAndOffUnlessAsked(t *testing.T) {
+	configs := func(sp *v1beta1.StreamPipeline) (gateway, relay map[string]any) {
+		objs, _ := renderFor(t, sp)
+		for key, out := range map[string]*map[string]any{"gateway-0.json": &gateway, "gateway-0-relay.json": &relay} {
+			if err := json.Unmarshal([]byte(objs.ConfigMap.Data[key]), out); err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+		}
+		return gateway, relay
+	}
+	sp := pipeline("tomo")
+	if g, r := configs(sp); g["preview"] != nil || r["preview"] != nil {
+		t.Errorf("no spec.preview: preview %v / relay %v, want none", g["preview"], r["preview"])
+	}
+	sp.Spec.Preview = &v1beta1.Preview{IntervalMilliseconds: ptr.To[int32](1000)}
+	g, r := configs(sp)
+	if r["preview"] != nil {
+		t.Errorf("the relay got a preview: %v", r["preview"])
+	}
+	want := map[string]any{"enabled": true, "interval_ms": 1000.0}
+	if got, _ := g["preview"].(map[string]any); !reflect.DeepEqual(got, want) {
+		t.Errorf("gateway preview %v, want %v", g["preview"], want)
+	}
+}
+
 func volumeNamed(spec corev1.PodSpec, name string) *corev1.Volume {
 	for i := range spec.Volumes {
 		if spec.Volumes[i].Name == name {

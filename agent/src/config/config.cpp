@@ -250,6 +250,16 @@ void parse_sink(Fields& f, Config& c) {
     c.sink.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.sink.endpoint, sf.path("endpoint"));
   }
+  if (const json* cv = sf.raw("curve")) {
+    // Checked against relay once the whole document is read (parse_config).
+    Fields cf(*cv, sf.path("curve"));
+    c.sink.curve.secret_key_file = cf.required_string("secret_key_file");
+    c.sink.curve.server_key_file = cf.required_string("server_key_file");
+    c.sink.curve.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
+                            ? SinkConfig::Curve::Mode::encrypt
+                            : SinkConfig::Curve::Mode::authenticate;
+    cf.finish();
+  }
   sf.finish();
 }
 
@@ -463,6 +473,10 @@ Config parse_config(const json& doc, Role role) {
     for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
     if (c.relay && c.preview.enabled) {
       throw ConfigError("preview.enabled", "a relay forwards frames undecoded: the preview is the decompressing receiver's");
+    }
+    if (!c.sink.curve.secret_key_file.empty() && !c.relay) {
+      throw ConfigError("sink.curve", "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
+                                      "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
     }
     if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
       throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");

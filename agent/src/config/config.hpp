@@ -65,6 +65,13 @@ struct SinkConfig {
   // their filesystem allows it, through it where it refuses; "buffered" (the default) through it.
   bool direct_io = false;
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to; stream2: where to bind
+  // zmq sink of a relay: the onward link to a numastream receiver elsewhere (an HPC or analysis
+  // site), keyed: this agent's secret key, the far receiver's public key; encrypt (CURVE) or
+  // authenticate only. Unset: plain.
+  struct Curve {
+    std::string secret_key_file, server_key_file;
+    enum class Mode { encrypt, authenticate } mode = Mode::encrypt;
+  } curve;
   // stream2: copies of the last messages handed over, sent again after a consumer goes away
   // (stream2_sink.hpp); 0 keeps none.
   int redeliver = 64;

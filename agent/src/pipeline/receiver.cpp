@@ -106,6 +106,7 @@ class Receiver {
   }
   std::unique_ptr<zmq::Context> ctx_;
   std::optional<CurveSetup> curve_;
+  std::optional<CurveSetup> onward_curve_;  // a relay's onward link (sink.curve)
   std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
 
   // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
@@ -576,6 +577,12 @@ void Receiver::relay_loop(StageThread& t) {
   opts.connect_timeout_s = cfg_.connect_timeout_s;
   opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
   opts.ack_timeout_s = cfg_.ack_timeout_s;
+  if (onward_curve_) {
+    opts.curve_public = onward_curve_->public_key;
+    opts.curve_secret = onward_curve_->secret_key;
+    opts.curve_server = onward_curve_->server_key;
+    opts.authenticate_only = onward_curve_->authenticate_only;
+  }
   // Downstream acknowledgements go to every upstream connection of the stream.
   AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
                  [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
@@ -768,6 +775,17 @@ void Receiver::declare_metrics() {
 
 RunResult Receiver::run(const RunHooks& hooks) {
   curve_ = load_curve(cfg_.security);
+  if (!cfg_.sink.curve.secret_key_file.empty()) {
+    SecurityConfig onward;
+    onward.secret_key_file = cfg_.sink.curve.secret_key_file;
+    onward.server_key_file = cfg_.sink.curve.server_key_file;
+    onward.mode = cfg_.sink.curve.mode == SinkConfig::Curve::Mode::authenticate ? SecurityConfig::Mode::authenticate
+                                                                                : SecurityConfig::Mode::encrypt;
+    onward_curve_ = load_curve(onward, "sink.curve");
+    log_line(std::string("onward link to ") + cfg_.sink.endpoint + ": " +
+             (onward_curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") + " as " +
+             onward_curve_->public_key + " (public key)");
+  }
   if (cfg_.sink.kind == SinkConfig::Kind::file || cfg_.sink.kind == SinkConfig::Kind::hdf5) {
     // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
     // its senders until their reconnect timeout.
@@ -993,6 +1011,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"connections", cfg_.connections},
                     {"curve", curve_.has_value()},
                     {"security", !curve_ ? "none" : curve_->authenticate_only ? "authenticate" : "encrypt"},
+                    // A relay's onward link (sink.curve); null where there is none.
+                    {"onward_security", !cfg_.relay ? nlohmann::json(nullptr)
+                                        : !onward_curve_ ? nlohmann::json("none")
+                                        : nlohmann::json(onward_curve_->authenticate_only ? "authenticate" : "encrypt")},
                     {"chunks", t.delivered},
                     {"delivered_before", t.delivered_before},
                     {"acks_sent", acks_sent_.load()},

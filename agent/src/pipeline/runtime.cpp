@@ -49,11 +49,11 @@ std::string trimmed(std::string s) {
 
 }  // namespace
 
-std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::string& at) {
   if (!sec.curve()) return std::nullopt;
   CurveSetup out;
   out.authenticate_only = sec.mode == SecurityConfig::Mode::authenticate;
-  const std::string secret_field = "security.curve.secret_key_file";
+  const std::string secret_field = at + ".secret_key_file";
   out.secret_key = trimmed(read_key_text(sec.secret_key_file, secret_field));
   try {
     out.public_key = zmq::curve_public_of(out.secret_key);
@@ -61,14 +61,14 @@ std::optional<CurveSetup> load_curve(const SecurityConfig& sec) {
     throw ConfigError(secret_field, sec.secret_key_file + " does not hold a CURVE secret key (40 Z85 characters)");
   }
   if (!sec.server_key_file.empty()) {
-    const std::string field = "security.curve.server_key_file";
+    const std::string field = at + ".server_key_file";
     out.server_key = trimmed(read_key_text(sec.server_key_file, field));
     if (!zmq::curve_key_valid(out.server_key)) {
       throw ConfigError(field, sec.server_key_file + " does not hold a CURVE public key (40 Z85 characters)");
     }
   }
   if (!sec.allowed_keys_file.empty()) {
-    const std::string field = "security.curve.allowed_keys_file";
+    const std::string field = at + ".allowed_keys_file";
     std::istringstream lines(read_key_text(sec.allowed_keys_file, field));
     std::string line;
     for (int n = 1; std::getline(lines, line); ++n) {

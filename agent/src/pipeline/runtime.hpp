@@ -146,7 +146,8 @@ struct CurveSetup {
   std::set<std::string> allowed;       // receive: the senders it accepts
   bool authenticate_only = false;      // PLAIN with pair tokens instead of CURVE encryption
 };
-std::optional<CurveSetup> load_curve(const SecurityConfig& sec);
+// `at` names the fields in errors ("security.curve", "sink.curve").
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::string& at = "security.curve");
 
 // Per-node pools: one per NUMA node a stage's threads use, sized in proportion to its threads.
 class NodePools {
