@@ -766,11 +766,7 @@ void Receiver::declare_metrics() {
     s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
     if (sink_q_) s.add({{"queue", "sink"}}, static_cast<double>(sink_q_->depth()));
   });
-  m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
-        [this](MetricSamples& s) {
-          for (const auto& p : raw_pools_->all()) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
-        });
-  m.gauge("numastream_up", "0 once the pipeline failed.", [this] { return rt_.aborted() ? 0 : 1; });
+  raw_pools_->declare_metrics(m);
 }
 
 RunResult Receiver::run(const RunHooks& hooks) {

@@ -433,6 +433,7 @@ void Runtime::declare_common_metrics() {
                          1);
                  }
                });
+  metrics_.gauge("numastream_up", "0 once the pipeline failed.", [this] { return aborted() ? 0 : 1; });
   metrics_.add("numastream_nic_local", MetricType::gauge,
                "1 when every thread of the stage runs on the NIC's NUMA node, 0 when one does not, -1 when unknown.",
                [this](MetricSamples& m) {
@@ -440,6 +441,13 @@ void Runtime::declare_common_metrics() {
                  auto local = placement.nic_local(stage);
                  m.add({{"stage", std::string(stage_name(stage))}}, local ? (*local ? 1 : 0) : -1);
                });
+}
+
+void NodePools::declare_metrics(MetricRegistry& m) const {
+  m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
+        [this](MetricSamples& s) {
+          for (const auto& p : pools_) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
+        });
 }
 
 }  // namespace numastream

@@ -162,6 +162,8 @@ class NodePools {
   BufferPool& for_node(int node);
   void close_all();
   const std::vector<std::unique_ptr<BufferPool>>& all() const { return pools_; }
+  // numastream_pool_buffers_in_use, one sample per pool.
+  void declare_metrics(MetricRegistry& m) const;
 
  private:
   std::vector<std::unique_ptr<BufferPool>> pools_;

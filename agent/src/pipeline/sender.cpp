@@ -617,10 +617,7 @@ void Sender::declare_metrics() {
     s.add({{"queue", "raw"}}, static_cast<double>(raw_q_->depth()));
     s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
   });
-  m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
-        [this](MetricSamples& s) {
-          for (const auto& p : wire_pools_->all()) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
-        });
+  wire_pools_->declare_metrics(m);
   m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
     const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
     const double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
@@ -639,7 +636,6 @@ void Sender::declare_metrics() {
               [this] { return static_cast<double>(spill_lost_.load()); });
   }
   source_->declare_metrics(m);
-  m.gauge("numastream_up", "0 once the pipeline failed.", [this] { return rt_.aborted() ? 0 : 1; });
 }
 
 void Sender::save_state() {
