@@ -218,6 +218,8 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 	NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) \
 		go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)' ; exit $${PIPESTATUS[0]}
 
+# FACILITY_TESTS: a go test -run pattern, to run some of the facility tests after one bring-up.
+FACILITY_TESTS ?= .
 test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
 	@if ! why=$$($(FACILITY) check); then $(SKIP_REAL); fi; \
 	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins monitoring-bins images && \
@@ -226,7 +228,7 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) \
-		go test -count=1 -v -timeout 35m ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet|monitoring|failover|senders)_test)' ; exit $${PIPESTATUS[0]}
+		go test -count=1 -v -timeout 35m -run '$(FACILITY_TESTS)' ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+(facility|stream2|resize|replan|tenant|keys|network|upgrade|hostnet|monitoring|failover|senders)_test)' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

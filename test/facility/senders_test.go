@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -240,14 +241,14 @@ time.sleep(3600)`)
 }
 
 // streamImages is the agent image of each stream's Jobs ("" while it has none, "mixed" while its
-// sender and gateway differ).
+// sender and gateway differ), prefixed "done@" once every Job of the stream has completed.
 func streamImages(t *testing.T, sp *v1beta1.StreamPipeline) map[int]string {
 	t.Helper()
 	var jobs batchv1.JobList
 	if err := k8s.List(ctx, &jobs, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
 		t.Fatal(err)
 	}
-	out := map[int]string{}
+	out, running := map[int]string{}, map[int]bool{}
 	for _, j := range jobs.Items {
 		if j.DeletionTimestamp != nil {
 			continue
@@ -258,6 +259,15 @@ func streamImages(t *testing.T, sp *v1beta1.StreamPipeline) map[int]string {
 			img = "mixed"
 		}
 		out[stream] = img
+		complete := slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool {
+			return c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue
+		})
+		running[stream] = running[stream] || !complete
+	}
+	for stream, img := range out {
+		if !running[stream] {
+			out[stream] = "done@" + img
+		}
 	}
 	return out
 }
@@ -266,9 +276,13 @@ func streamImages(t *testing.T, sp *v1beta1.StreamPipeline) map[int]string {
 // (spec.rollout.maxStreams, default 1): stream 0 is replaced first while stream 1 streams on its
 // old pods, then stream 1 — or, should it finish before its turn, it is left finished (a finished
 // stream is never run again); both files end with every chunk once, nothing of the other's.
+// Stream 0 is the longer one, so that it still runs when the new operator takes over however long
+// `helm upgrade --wait` takes (a stream finished before the upgrade is never replaced, which let
+// stream 1 go first in a CI run: the order this test holds the operator to is among running
+// streams).
 func TestAHelmUpgradeRollsTwoStreamsOneAtATime(t *testing.T) {
 	const newImage = "numastream/agent:rolled"
-	chunks := []int64{400, 800} // about 36 and 72 s at 1 Gbit/s: stream 1 still runs when its turn comes
+	chunks := []int64{800, 400} // the two share the gateway's link: stream 0 runs ~110 s, stream 1 ~70 s
 	dir := sinkDir(t, "roll2")
 	sp := twoDetectors(t, "roll2", chunks[0], "  sink: {file: {root: "+storageRoot+", path: \"roll2/roll2-{stream}.raw\"}}")
 	sp.Spec.Senders[1].Source.Synthetic.Chunks = chunks[1]
@@ -310,19 +324,21 @@ func TestAHelmUpgradeRollsTwoStreamsOneAtATime(t *testing.T) {
 	defer facilityScript(t, "upgrade-agent", "facility")
 	seen := <-done
 	t.Logf("helm upgrade: %s; the streams' Job images, in the order seen: %v", strings.TrimSpace(out), seen)
-	// One at a time: a state with stream 0 replaced (or being replaced) while stream 1 runs its
-	// old image, and none with stream 1 off its old image while stream 0 still has its own.
+	// One at a time: a state with stream 0 replaced (or being replaced) while stream 1 runs (or
+	// finished on) its old image, and none with stream 1 off its old image while stream 0 still
+	// runs its own.
 	oneAtATime, rolled1 := false, false
 	for _, state := range seen {
 		var s0, s1 string
 		fmt.Sscanf(state, "0:%s 1:%s", &s0, &s1)
-		if s0 != old[0] && s1 == old[1] {
+		onOld := func(s string, stream int) bool { return s == old[stream] || s == "done@"+old[stream] }
+		if !onOld(s0, 0) && onOld(s1, 1) {
 			oneAtATime = true
 		}
-		if s0 == old[0] && s1 != old[1] {
-			t.Errorf("stream 1 replaced while stream 0 had not started: %s", state)
+		if s0 == old[0] && !onOld(s1, 1) {
+			t.Errorf("stream 1 replaced while stream 0 still ran its old image: %s", state)
 		}
-		rolled1 = rolled1 || s1 == newImage
+		rolled1 = rolled1 || strings.HasSuffix(s1, newImage)
 	}
 	if !oneAtATime {
 		t.Errorf("never saw stream 0 rolled while stream 1 ran its old image: %v", seen)
