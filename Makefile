@@ -90,6 +90,10 @@ bench-adaptive: agent ## placement.adaptive false vs true alternated (a 1-compre
 bench-stream2: agent ## A simulated DECTRIS detector at fixed rates through the pipeline on loopback: highest sustained rate with 0 lost, CPU-s per GB against a bare ZeroMQ forwarder
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-stream2.py
 
+.PHONY: bench-fanout
+bench-fanout: agent ## One stream into 1-4 lossless file consumers at once (sinks): gateway MB/s and CPU-s per GB, the cost of each extra consumer
+	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-fanout.py
+
 ##@ Operator (Go)
 
 .PHONY: k8s-bins

@@ -364,5 +364,74 @@ TEST(Config, OnlyARelaysOnwardLinkTakesKeys) {
   expect_refused(bad_mode, Role::receive, "sink.curve.mode");
 }
 
+// sinks: several consumers at once, each with its guarantee; `sink` alone is one lossless one.
+TEST(Config, SinksListsTheConsumersEachWithItsGuarantee) {
+  json doc = minimal();
+  doc["sinks"] = json::array({{{"kind", "hdf5"}, {"path", "/data/s-{series}.h5"}},
+                              {{"kind", "stream2"}, {"endpoint", "tcp://0.0.0.0:9999"}},
+                              {{"kind", "zmq"}, {"endpoint", "tcp://10.0.0.9:7000"}, {"guarantee", "latest"}}});
+  Config c = parse_config(doc, Role::receive);
+  ASSERT_EQ(c.consumers.size(), 3u);
+  EXPECT_EQ(c.consumers[0].sink.kind, SinkConfig::Kind::hdf5);
+  EXPECT_EQ(c.consumers[0].guarantee, ConsumerConfig::Guarantee::lossless);
+  EXPECT_EQ(c.consumers[1].sink.endpoint, "tcp://0.0.0.0:9999");
+  EXPECT_EQ(c.consumers[2].guarantee, ConsumerConfig::Guarantee::latest);
+  EXPECT_EQ(c.sink.kind, SinkConfig::Kind::hdf5) << "sink is the first consumer";
+
+  json one = minimal();
+  one["sink"] = {{"kind", "file"}, {"path", "/data/x.raw"}};
+  Config o = parse_config(one, Role::receive);
+  ASSERT_EQ(o.consumers.size(), 1u);
+  EXPECT_EQ(o.consumers[0].guarantee, ConsumerConfig::Guarantee::lossless);
+  EXPECT_TRUE(parse_config(minimal(), Role::receive).consumers.empty()) << "the null sink has no consumer";
+}
+
+TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
+  auto with = [](json sinks) {
+    json doc = minimal();
+    doc["sinks"] = std::move(sinks);
+    return doc;
+  };
+  const json file = {{"kind", "file"}, {"path", "/data/a.raw"}};
+  json both = with(json::array({file}));
+  both["sink"] = file;
+  expect_refused(both, Role::receive, "sinks");
+  expect_refused(with(json::array()), Role::receive, "sinks");
+  expect_refused(with(json::array({file, file, file, file, file, file, file, file, file})), Role::receive, "sinks");
+  expect_refused(with(file), Role::receive, "sinks");
+  // A file written whole cannot pass chunks by.
+  expect_refused(with(json::array({{{"kind", "file"}, {"path", "/data/a.raw"}, {"guarantee", "latest"}}})), Role::receive,
+                 "sinks[0].guarantee");
+  expect_refused(with(json::array({{{"kind", "stream2"}, {"endpoint", "tcp://0.0.0.0:9"}, {"guarantee", "latest"}}})),
+                 Role::receive, "sinks[0].guarantee");
+  expect_refused(with(json::array({file, {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}, {"guarantee", "sometimes"}}})),
+                 Role::receive, "sinks[1].guarantee");
+  // Nobody would acknowledge anything.
+  expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}, {"guarantee", "latest"}}})),
+                 Role::receive, "sinks");
+  // Two consumers on one file, one endpoint; modes a single umask cannot give.
+  expect_refused(with(json::array({file, {{"kind", "hdf5"}, {"path", "/data/a.raw"}}})), Role::receive, "sinks[1].path");
+  expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}},
+                                   {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}}})),
+                 Role::receive, "sinks[1].endpoint");
+  expect_refused(with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"mode", "0600"}}})), Role::receive,
+                 "sinks[1].mode");
+  expect_refused(with(json::array({file, {{"kind", "null"}}})), Role::receive, "sinks[1].kind");
+  expect_refused(with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"colour", "red"}}})),
+                 Role::receive, "sinks[1].colour");
+  expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"},
+                                    {"curve", {{"secret_key_file", "/k"}, {"server_key_file", "/s"}}}}})),
+                 Role::receive, "sinks[0].curve");
+  json relay = with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}}, {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:6"}}}));
+  relay["relay"] = true;
+  expect_refused(relay, Role::receive, "sinks");
+  json send = with(json::array({file}));
+  expect_refused(send, Role::send, "sinks");
+  // One sink thread per consumer.
+  json threads = with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}}}));
+  threads["placement"] = {{"stages", {{"sink", {{"threads", 1}}}}}};
+  expect_refused(threads, Role::receive, "placement.stages.sink.threads");
+}
+
 }  // namespace
 }  // namespace numastream

@@ -91,5 +91,26 @@ TEST(ReceiverPools, HoldWhatTheConnectionsHaveInFlightAndWhatEachSinkKeeps) {
   EXPECT_EQ(plan_receiver_pools(c, 1, 1).reorder_window, 100u) << "the configured window is the least";
 }
 
+// Consumers share a chunk's buffer, but each may hold others: the pool covers every one's queue
+// and what each keeps to restore the order; an HDF5 consumer among them sizes the buffers for
+// frames kept compressed.
+TEST(ReceiverPools, SeveralConsumersEachHoldTheirOwn) {
+  using K = SinkConfig::Kind;
+  Config c = base();
+  auto consumer = [](K kind) {
+    ConsumerConfig k;
+    k.sink.kind = kind;
+    return k;
+  };
+  c.consumers = {consumer(K::hdf5), consumer(K::stream2), consumer(K::zmq)};
+  c.sink = c.consumers.front().sink;
+  const ReceiverPools p = plan_receiver_pools(c, 2, 4);
+  // hwm 2 + 2, then: hdf5 its queue 4; stream2 and zmq each queue 4 + window 26 + slack 8
+  EXPECT_EQ(p.raw_buffers, 4u + 4 + 2 * (4 + 26 + 8));
+  EXPECT_EQ(p.raw_capacity, wire::kHeaderSize + max_encoded_size(c.chunk_bytes));
+  c.consumers.pop_back();
+  EXPECT_EQ(plan_receiver_pools(c, 2, 4).raw_buffers, 4u + 4 + (4 + 26 + 8)) << "one consumer fewer";
+}
+
 }  // namespace
 }  // namespace numastream

@@ -4,6 +4,7 @@
 #include "base/files.hpp"
 #include "codec/dtype.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <set>
@@ -209,10 +210,8 @@ void parse_source(Fields& f, Config& c) {
   sf.finish();
 }
 
-void parse_sink(Fields& f, Config& c) {
-  const json* v = f.raw("sink");
-  if (!v) return;
-  Fields sf(*v, f.path("sink"));
+// One sink object (`sink`, or an entry of `sinks`) into `out`.
+void parse_sink_object(Fields& sf, SinkConfig& out) {
   std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
@@ -221,46 +220,103 @@ void parse_sink(Fields& f, Config& c) {
   if (const json* m = sf.raw("mode")) {
     if (!m->is_string()) throw ConfigError(sf.path("mode"), "must be a string of octal digits, like \"0640\"");
     try {
-      c.sink.mode = parse_file_mode(m->get<std::string>());
+      out.mode = parse_file_mode(m->get<std::string>());
     } catch (const std::invalid_argument& e) {
       throw ConfigError(sf.path("mode"), e.what());
     }
   }
   if (kind == "null") {
-    c.sink.kind = SinkConfig::Kind::null;
+    out.kind = SinkConfig::Kind::null;
   } else if (kind == "hdf5") {
-    c.sink.kind = SinkConfig::Kind::hdf5;
-    c.sink.path = sf.required_string("path");
-    c.sink.dataset = sf.string("dataset", c.sink.dataset);
-    c.sink.direct_io = sf.choice("io", "buffered", {"buffered", "direct"}) == "direct";
-    if (c.sink.dataset.empty() || c.sink.dataset.front() != '/') {
-      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.sink.dataset + "\")");
+    out.kind = SinkConfig::Kind::hdf5;
+    out.path = sf.required_string("path");
+    out.dataset = sf.string("dataset", out.dataset);
+    out.direct_io = sf.choice("io", "buffered", {"buffered", "direct"}) == "direct";
+    if (out.dataset.empty() || out.dataset.front() != '/') {
+      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + out.dataset + "\")");
     }
   } else if (kind == "file") {
-    c.sink.kind = SinkConfig::Kind::file;
-    c.sink.path = sf.required_string("path");
+    out.kind = SinkConfig::Kind::file;
+    out.path = sf.required_string("path");
   } else if (kind == "stream2") {
-    c.sink.kind = SinkConfig::Kind::stream2;
-    c.sink.endpoint = sf.required_string("endpoint");
-    parse_endpoint(c.sink.endpoint, sf.path("endpoint"));
+    out.kind = SinkConfig::Kind::stream2;
+    out.endpoint = sf.required_string("endpoint");
+    parse_endpoint(out.endpoint, sf.path("endpoint"));
     sf.forbid("path", "only used by the file and hdf5 sinks");
-    c.sink.redeliver = static_cast<int>(sf.integer("redeliver", c.sink.redeliver, 0, 100000));
+    out.redeliver = static_cast<int>(sf.integer("redeliver", out.redeliver, 0, 100000));
   } else {
-    c.sink.kind = SinkConfig::Kind::zmq;
-    c.sink.endpoint = sf.required_string("endpoint");
-    parse_endpoint(c.sink.endpoint, sf.path("endpoint"));
+    out.kind = SinkConfig::Kind::zmq;
+    out.endpoint = sf.required_string("endpoint");
+    parse_endpoint(out.endpoint, sf.path("endpoint"));
   }
   if (const json* cv = sf.raw("curve")) {
     // Checked against relay once the whole document is read (parse_config).
     Fields cf(*cv, sf.path("curve"));
-    c.sink.curve.secret_key_file = cf.required_string("secret_key_file");
-    c.sink.curve.server_key_file = cf.required_string("server_key_file");
-    c.sink.curve.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
-                            ? SinkConfig::Curve::Mode::encrypt
-                            : SinkConfig::Curve::Mode::authenticate;
+    out.curve.secret_key_file = cf.required_string("secret_key_file");
+    out.curve.server_key_file = cf.required_string("server_key_file");
+    out.curve.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
+                         ? SinkConfig::Curve::Mode::encrypt
+                         : SinkConfig::Curve::Mode::authenticate;
     cf.finish();
   }
-  sf.finish();
+}
+
+constexpr std::size_t kMaxConsumers = 8;
+
+void parse_sink(Fields& f, Config& c) {
+  const json* one = f.raw("sink");
+  const json* many = f.raw("sinks");
+  if (one && many) throw ConfigError("sinks", "give either sink (one) or sinks (several at once), not both");
+  if (one) {
+    Fields sf(*one, f.path("sink"));
+    parse_sink_object(sf, c.sink);
+    sf.finish();
+    if (c.sink.kind != SinkConfig::Kind::null) c.consumers.push_back({c.sink, ConsumerConfig::Guarantee::lossless});
+    return;
+  }
+  if (!many) return;
+  if (!many->is_array() || many->empty() || many->size() > kMaxConsumers) {
+    throw ConfigError("sinks", "must be a list of 1 to " + std::to_string(kMaxConsumers) + " sinks (got " + show(*many) + ")");
+  }
+  for (std::size_t i = 0; i < many->size(); ++i) {
+    const std::string at = "sinks[" + std::to_string(i) + "]";
+    Fields sf((*many)[i], at);
+    ConsumerConfig k;
+    parse_sink_object(sf, k.sink);
+    k.guarantee = sf.choice("guarantee", "lossless", {"lossless", "latest"}) == "latest"
+                      ? ConsumerConfig::Guarantee::latest
+                      : ConsumerConfig::Guarantee::lossless;
+    sf.finish();
+    using K = SinkConfig::Kind;
+    if (k.sink.kind == K::null) throw ConfigError(at + ".kind", "a consumer of the stream needs a kind (file, hdf5, zmq, stream2)");
+    if (!k.sink.curve.secret_key_file.empty()) {
+      throw ConfigError(at + ".curve", "only a relay's onward link (one sink, relay: true) is keyed");
+    }
+    if (k.guarantee == ConsumerConfig::Guarantee::latest && k.sink.kind != K::zmq) {
+      throw ConfigError(at + ".guarantee", "latest-only is for a live zmq consumer (numastream frames, each naming its "
+                                           "sequence); a file, an hdf5 file and a Stream V2 series are written whole");
+    }
+    for (std::size_t j = 0; j < c.consumers.size(); ++j) {
+      const SinkConfig& o = c.consumers[j].sink;
+      const bool file = k.sink.kind == K::file || k.sink.kind == K::hdf5;
+      if (file && (o.kind == K::file || o.kind == K::hdf5) && o.path == k.sink.path) {
+        throw ConfigError(at + ".path", "sinks[" + std::to_string(j) + "] writes " + o.path + " already");
+      }
+      if (file && (o.kind == K::file || o.kind == K::hdf5) && o.mode != k.sink.mode) {
+        throw ConfigError(at + ".mode", "every file consumer of one receiver has the same mode (the process's umask; sinks[" +
+                                            std::to_string(j) + "] has another)");
+      }
+      if (!file && !o.endpoint.empty() && o.endpoint == k.sink.endpoint) {
+        throw ConfigError(at + ".endpoint", "sinks[" + std::to_string(j) + "] uses " + o.endpoint + " already");
+      }
+    }
+    c.consumers.push_back(std::move(k));
+  }
+  if (std::none_of(c.consumers.begin(), c.consumers.end(),
+                   [](const ConsumerConfig& k) { return k.guarantee == ConsumerConfig::Guarantee::lossless; })) {
+    throw ConfigError("sinks", "a chunk is acknowledged once its lossless consumers have it: at least one must be lossless");
+  }
+  c.sink = c.consumers.front().sink;
 }
 
 void parse_placement(Fields& f, Config& c) {
@@ -453,7 +509,7 @@ Config parse_config(const json& doc, Role role) {
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);
-    for (const char* k : {"sink", "streams", "max_streams", "reorder_window", "relay", "verify", "preview"}) {
+    for (const char* k : {"sink", "sinks", "streams", "max_streams", "reorder_window", "relay", "verify", "preview"}) {
       f.forbid(k, "only used by receive");
     }
   } else {
@@ -478,6 +534,9 @@ Config parse_config(const json& doc, Role role) {
       throw ConfigError("sink.curve", "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
                                       "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
     }
+    if (c.relay && c.consumers.size() > 1) {
+      throw ConfigError("sinks", "a relay forwards frames undecoded to one place (sink); the decompressing receiver fans out");
+    }
     if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
       throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
     }
@@ -490,7 +549,8 @@ Config parse_config(const json& doc, Role role) {
     check_stage_threads(c, Stage::source, 1, "the source is one thread");
   } else {
     check_stage_threads(c, Stage::receive, c.connections, "one receiving thread per connection");
-    check_stage_threads(c, Stage::sink, 1, "the sink is one thread");
+    check_stage_threads(c, Stage::sink, std::max<int>(1, static_cast<int>(c.consumers.size())),
+                        "one sink thread per consumer");
   }
   if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
       c.chunk_bytes % dtype_size(c.source.dtype)) {

@@ -77,6 +77,17 @@ struct SinkConfig {
   int redeliver = 64;
 };
 
+// receive: one of the places a gateway's verified chunks go at once (`sinks`), with what it is
+// promised. lossless: every chunk, and a chunk is acknowledged upstream only once every lossless
+// consumer has it (written, or handed on) -- a stopped lossless consumer holds the others back
+// (the senders' windows and spills absorb it), it never makes them lose anything. latest: what
+// it can take; a chunk it has no room for is passed over (counted), it never holds anyone back
+// (a live view, an online analysis that wants the newest frames): zmq sinks only.
+struct ConsumerConfig {
+  SinkConfig sink;
+  enum class Guarantee { lossless, latest } guarantee = Guarantee::lossless;
+};
+
 // send: chunks written to node-local storage while the pipeline downstream falls behind
 // (data/spill.hpp), drained in order once it catches up.
 struct SpillConfig {
@@ -112,7 +123,10 @@ struct Config {
   Codec codec = Codec::lz4;
   int acceleration = 1;
   SourceConfig source;
-  SinkConfig sink;
+  SinkConfig sink;              // receive: the sink, or the first of `sinks`
+  // receive (not a relay): every consumer of the verified chunks, `sink` alone (lossless) or the
+  // `sinks` list; empty for the null sink. One sink thread each.
+  std::vector<ConsumerConfig> consumers;
   bool pin = true;               // placement.mode: numa-aware (true) or os (false)
   bool adaptive = true;          // placement.adaptive: the codec stage grows into idle CPUs (pipeline/governor.hpp)
   std::string nic;               // data NIC name (for `nic` targets and the NIC-local report)

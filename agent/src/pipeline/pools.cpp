@@ -1,6 +1,7 @@
 #include "pipeline/pools.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "codec/codec.hpp"
 #include "pipeline/governor.hpp"
@@ -28,12 +29,19 @@ ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompre
       static_cast<std::size_t>(cfg.reorder_window),
       static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth));
   p.slack = static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth);
-  const bool hdf5 = cfg.sink.kind == SinkConfig::Kind::hdf5;
-  const std::size_t held_by_sink = hdf5 ? 0 : p.reorder_window + p.slack;
-  p.raw_buffers = (cfg.sink.kind != SinkConfig::Kind::null
-                       ? static_cast<std::size_t>(cfg.queue_depth + cfg.hwm + 2) + held_by_sink
-                       : 0) +
-                  static_cast<std::size_t>(p.room);
+  // What the consumers may hold at once: each its queue, and what a file or Stream V2 sink holds
+  // to restore the order (an HDF5 sink writes each chunk where it belongs). Consumers share the
+  // buffers of a chunk, but each may be holding other chunks.
+  std::vector<SinkConfig> sinks;
+  for (const auto& k : cfg.consumers) sinks.push_back(k.sink);
+  if (sinks.empty() && cfg.sink.kind != SinkConfig::Kind::null) sinks.push_back(cfg.sink);
+  bool hdf5 = false;
+  std::size_t held = 0;
+  for (const auto& s : sinks) {
+    hdf5 = hdf5 || s.kind == SinkConfig::Kind::hdf5;
+    held += static_cast<std::size_t>(cfg.queue_depth) + (s.kind == SinkConfig::Kind::hdf5 ? 0 : p.reorder_window + p.slack);
+  }
+  p.raw_buffers = (sinks.empty() ? 0 : static_cast<std::size_t>(cfg.hwm + 2) + held) + static_cast<std::size_t>(p.room);
   p.raw_capacity = wire::kHeaderSize + (hdf5 ? max_encoded_size(cfg.chunk_bytes) : cfg.chunk_bytes);
   return p;
 }

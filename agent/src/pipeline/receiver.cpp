@@ -30,6 +30,7 @@
 #include "wire/wire.hpp"
 #include "net/link.hpp"
 #include "pipeline/chunk.hpp"
+#include "pipeline/fanout.hpp"
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
 #include "pipeline/preview.hpp"
@@ -44,6 +45,20 @@ namespace numastream {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The sinks that write files (file, hdf5): of `sinks`, or the one sink.
+std::vector<SinkConfig> file_sinks(const Config& cfg) {
+  std::vector<SinkConfig> out;
+  if (cfg.relay) return out;
+  if (cfg.consumers.empty()) {
+    if (cfg.sink.kind == SinkConfig::Kind::file || cfg.sink.kind == SinkConfig::Kind::hdf5) out.push_back(cfg.sink);
+    return out;
+  }
+  for (const auto& k : cfg.consumers) {
+    if (k.sink.kind == SinkConfig::Kind::file || k.sink.kind == SinkConfig::Kind::hdf5) out.push_back(k.sink);
+  }
+  return out;
+}
 
 // A frame off the network: its header (decoded and validated once, by the receiving thread), the
 // message ZeroMQ read it into, and the connection it came on.
@@ -72,6 +87,8 @@ class Receiver {
   void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
   void decompress_loop(StageThread& t);
   void sink_loop(StageThread& t);
+  // Hands a verified chunk to every consumer (decompressing threads). False once the input ends.
+  bool deliver(Chunk& out, StageStats& st);
   void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
@@ -92,10 +109,35 @@ class Receiver {
 
   std::unique_ptr<NodePools> raw_pools_;
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
-  std::unique_ptr<BoundedQueue<Chunk>> sink_q_;
-  std::unique_ptr<Sink> sink_;
+  // One consumer of the verified chunks (config `sinks`; `sink` alone is one): its sink, run by a
+  // thread of its own from its own queue, with its own copy of the configuration (its sink), and
+  // what it did. A file sink's chunks on their way to it are `in_flight` (it waits for those).
+  struct Consumer {
+    Config cfg;
+    ConsumerConfig::Guarantee guarantee = ConsumerConfig::Guarantee::lossless;
+    std::unique_ptr<Sink> sink;
+    std::unique_ptr<BoundedQueue<Chunk>> q;
+    std::unique_ptr<InFlight> in_flight;
+    std::atomic<std::uint64_t> taken{0};        // handed to its sink
+    std::atomic<std::uint64_t> passed_over{0};  // latest-only: no room in its queue
+    std::string failed;                         // latest-only: why it stopped taking (its thread's)
+    bool lossless() const noexcept { return guarantee == ConsumerConfig::Guarantee::lossless; }
+  };
+  std::vector<std::unique_ptr<Consumer>> consumers_;
+  std::unique_ptr<AckJoin> join_;            // the lossless consumers' acknowledgements
+  std::atomic<int> lossless_running_{0};     // lossless consumers' threads not yet ended
+  void in_flight(bool add, std::uint32_t stream, std::uint64_t seq) {
+    for (auto& k : consumers_) {
+      if (!k->in_flight) continue;
+      if (add) {
+        k->in_flight->add(stream, seq);
+      } else {
+        k->in_flight->remove(stream, seq);
+      }
+    }
+  }
   std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
-  bool track_in_flight_ = false;  // the file sink waits for chunks on their way to it
+  bool track_in_flight_ = false;  // a file sink waits for chunks on their way to it
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
   std::mutex meta_mu_;
   std::map<std::uint32_t, std::string> meta_;
@@ -135,7 +177,6 @@ class Receiver {
   std::atomic<int> connected_peers_{0};
 
   std::size_t reorder_window_ = 16;
-  InFlight in_flight_;  // file sink only
   // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
   int spares_ = 0;
@@ -392,7 +433,7 @@ void Receiver::receive_loop(StageThread& t) {
       continue;
     }
     tracker_.on_frame(h.stream_id, frame_size);
-    if (track_in_flight_) in_flight_.add(h.stream_id, h.sequence);
+    if (track_in_flight_) in_flight(true, h.stream_id, h.sequence);
     auto now_ns = (Clock::now() - rt_.started).count();
     std::int64_t unset = -1;
     first_ns_.compare_exchange_strong(unset, now_ns);
@@ -406,7 +447,7 @@ void Receiver::receive_loop(StageThread& t) {
       ScopedTimer wait(st.blocked_output_ns);
       pushed = wire_q_->push(in);
     }
-    if (!pushed && track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
+    if (!pushed && track_in_flight_) in_flight(false, h.stream_id, h.sequence);
   }
 }
 
@@ -427,10 +468,12 @@ void Receiver::decompress_loop(StageThread& t) {
   StageStats& st = t.stats;
   BufferPool& pool = raw_pools_->for_node(t.numa_node);
   Decompressor dec(cfg_.chunk_bytes);
-  const bool forward = cfg_.sink.kind != SinkConfig::Kind::null;
+  const bool forward = !consumers_.empty();
   // The HDF5 sink stores bslz4 frames as they arrived: they are checked, not decoded, unless
-  // their checksum is over the raw bytes or verify is decode.
-  const bool keep_bslz4 = cfg_.sink.kind == SinkConfig::Kind::hdf5;
+  // their checksum is over the raw bytes or verify is decode (or another consumer wants them raw).
+  const bool keep_bslz4 = forward && std::all_of(consumers_.begin(), consumers_.end(), [](const auto& k) {
+    return k->cfg.sink.kind == SinkConfig::Kind::hdf5;
+  });
   std::vector<std::byte> scratch;
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
@@ -500,7 +543,7 @@ void Receiver::decompress_loop(StageThread& t) {
                       metadata_of(h.stream_id));
     }
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
-      if (track_in_flight_) in_flight_.remove(h.stream_id, h.sequence);
+      if (track_in_flight_) in_flight(false, h.stream_id, h.sequence);
       // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
       // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
       // when the sink takes the original. (The buffer goes back to its pool with `out`.)
@@ -530,13 +573,30 @@ void Receiver::decompress_loop(StageThread& t) {
     h.connection = 0;
     h.connections = 1;
     if (out.buffer) out.buffer->size = wire::kHeaderSize + h.payload_size;
-    bool pushed;
-    {
-      ScopedTimer wait(st.blocked_output_ns);
-      pushed = sink_q_->push(out);
-    }
-    if (!pushed) break;
+    if (!deliver(out, st)) break;
   }
+}
+
+bool Receiver::deliver(Chunk& out, StageStats& st) {
+  ScopedTimer wait(st.blocked_output_ns);
+  if (consumers_.size() == 1) return consumers_.front()->q->push(out);
+  // Several consumers share the payload (ZeroMQ counts the references; a pooled buffer returns
+  // to its pool when the last lets it go): nothing is copied. A lossless consumer's queue is
+  // waited for; a latest-only one's is not: no room, and the chunk passes it by.
+  zmq::Message shared = out.take_payload();
+  for (std::size_t i = 0; i < consumers_.size(); ++i) {
+    Consumer& k = *consumers_[i];
+    Chunk c;
+    c.header = out.header;
+    c.via = out.via;
+    c.body = i + 1 == consumers_.size() ? std::move(shared) : shared.share();
+    if (k.lossless()) {
+      if (!k.q->push(c)) return false;
+    } else if (!k.q->try_push(c)) {
+      ++k.passed_over;
+    }
+  }
+  return true;
 }
 
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count) {
@@ -688,22 +748,69 @@ void Receiver::relay_loop(StageThread& t) {
 
 void Receiver::sink_loop(StageThread& t) {
   StageStats& st = t.stats;
-  sink_->start();
+  Consumer& k = *consumers_[static_cast<std::size_t>(t.index)];
+  // However it ends: a lossless consumer's end lets the latest-only ones stop waiting for their
+  // readers; on failure its queue is drained, so that decompressors blocked on it can finish;
+  // what its sink opened is closed.
+  struct End {
+    Receiver& r;
+    Consumer& k;
+    ~End() {
+      const bool failed = r.rt_.aborted() || std::uncaught_exceptions() > 0;
+      if (k.lossless()) --r.lossless_running_;
+      if (failed) {
+        k.q->close();  // what is queued goes back to its pool; whoever waits to push is let go
+        while (k.q->pop()) {
+        }
+      }
+      // A latest-only consumer's last messages are not waited for (its reader may never read).
+      k.sink->close(failed || !k.lossless());
+    }
+  } end{*this, k};
+  k.sink->start();
   while (true) {
     bool done = false;
     std::optional<Chunk> c;
     {
       ScopedTimer wait(st.blocked_input_ns);
-      c = sink_q_->pop_for(std::chrono::milliseconds(20), done);
+      c = k.q->pop_for(std::chrono::milliseconds(20), done);
     }
     if (!c) {
       if (done) break;
-      sink_->idle(st);
+      if (k.failed.empty()) k.sink->idle(st);
       continue;
     }
-    sink_->put(std::move(*c), st);
+    // A latest-only consumer that failed, or outlived the lossless ones: what is left passes it by.
+    if (!k.lossless() && (!k.failed.empty() || lossless_running_.load() == 0)) {
+      ++k.passed_over;
+      continue;
+    }
+    if (k.lossless()) {
+      k.sink->put(std::move(*c), st);
+      ++k.taken;
+      continue;
+    }
+    // A latest-only consumer never ends the run: its failure (its reader gone) is its own.
+    try {
+      k.sink->put(std::move(*c), st);
+      ++k.taken;
+    } catch (const std::exception& e) {
+      k.failed = e.what();
+      log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " + k.sink->name() +
+               "): " + k.failed + "; the others go on, it takes nothing more");
+    }
   }
-  if (!rt_.aborted()) sink_->drain(st);
+  if (rt_.aborted() || !k.failed.empty()) return;
+  if (k.lossless()) {
+    k.sink->drain(st);
+    return;
+  }
+  try {
+    k.sink->drain(st);
+  } catch (const std::exception& e) {
+    k.failed = e.what();
+    log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " + k.sink->name() + "): " + k.failed);
+  }
 }
 
 void Receiver::declare_metrics() {
@@ -739,7 +846,27 @@ void Receiver::declare_metrics() {
   m.gauge("numastream_chunks_delivered_before",
           "Chunks an earlier instance of this receiver acknowledged (reported by resuming senders).",
           [this] { return static_cast<double>(tracker_.totals().delivered_before); });
-  if (sink_) sink_->declare_metrics(m);
+  // The first consumer's own families (a sink's families are named for its kind, not for a
+  // consumer), then every consumer's figures.
+  if (!consumers_.empty()) consumers_.front()->sink->declare_metrics(m);
+  if (consumers_.size() > 1) {
+    auto each = [this](MetricSamples& s, auto value) {
+      for (std::size_t i = 0; i < consumers_.size(); ++i) {
+        const Consumer& k = *consumers_[i];
+        s.add({{"consumer", std::to_string(i)},
+               {"kind", k.sink->name()},
+               {"guarantee", k.lossless() ? "lossless" : "latest"}},
+              value(k));
+      }
+    };
+    m.add("numastream_consumer_chunks_total", MetricType::counter, "Chunks handed to each consumer's sink (sinks).",
+          [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.taken.load()); }); });
+    m.add("numastream_consumer_passed_over_total", MetricType::counter,
+          "Chunks a latest-only consumer had no room for (it never holds the others back).",
+          [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); }); });
+    m.add("numastream_consumer_behind", MetricType::gauge, "Chunks waiting in each consumer's queue.",
+          [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); }); });
+  }
   m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
             [this] { return static_cast<double>(acks_sent_.load()); });
   m.add("numastream_connections_rejected_total", MetricType::counter,
@@ -764,7 +891,7 @@ void Receiver::declare_metrics() {
   });
   m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.", [this](MetricSamples& s) {
     s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-    if (sink_q_) s.add({{"queue", "sink"}}, static_cast<double>(sink_q_->depth()));
+    if (consumers_.size() == 1) s.add({{"queue", "sink"}}, static_cast<double>(consumers_.front()->q->depth()));
   });
   raw_pools_->declare_metrics(m);
 }
@@ -782,15 +909,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
              (onward_curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") + " as " +
              onward_curve_->public_key + " (public key)");
   }
-  if (cfg_.sink.kind == SinkConfig::Kind::file || cfg_.sink.kind == SinkConfig::Kind::hdf5) {
+  for (const SinkConfig& sink : file_sinks(cfg_)) {
     // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
     // its senders until their reconnect timeout.
     // The directories above the files are made now, as far as no placeholder names them.
-    const std::string& path = cfg_.sink.path;
+    const std::string& path = sink.path;
     std::string dir = path.substr(0, path.find_last_of('/', path.find('{')) + 1);
     if (dir.empty()) dir = "./";
     try {
-      make_parent_dirs(dir, cfg_.sink.mode);
+      make_parent_dirs(dir, sink.mode);
     } catch (const std::system_error& e) {
       throw ConfigError("sink.path", std::string("cannot make the directories of ") + path + ": " + e.what());
     }
@@ -804,40 +931,65 @@ RunResult Receiver::run(const RunHooks& hooks) {
   spares_ = pools.spares;
   reorder_window_ = pools.reorder_window;
   const std::size_t slack = pools.slack;
-  const bool has_sink = cfg_.sink.kind != SinkConfig::Kind::null;
   raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", pools.raw_buffers, 1, pools.raw_capacity);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
-  if (has_sink) sink_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
   ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
   AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) { discard(via, stream, seq); };
-  // A relay forwards frames undecoded over its own link (relay_thread): it has no Sink.
-  switch (cfg_.relay ? SinkConfig::Kind::null : cfg_.sink.kind) {
-    case SinkConfig::Kind::null:
-      break;
-    case SinkConfig::Kind::file:
-      sink_ = std::make_unique<FileSink>(cfg_, tracker_, in_flight_, reorder_window_, slack, ack, discarded,
-                                         [this] { return rt_.aborted() || rt_.drain_requested(); });
-      track_in_flight_ = true;
-      break;
-    case SinkConfig::Kind::hdf5:
-      sink_ = std::make_unique<Hdf5Sink>(cfg_, tracker_, ack, [this](std::uint32_t stream) { return metadata_of(stream); });
-      break;
-    case SinkConfig::Kind::stream2:
-      sink_ = std::make_unique<Stream2Sink>(
-          cfg_, *ctx_, tracker_, reorder_window_, ack, discarded,
-          [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; },
-          [this] { return rt_.aborted(); });
-      break;
-    case SinkConfig::Kind::zmq:
-      sink_ = std::make_unique<ZmqSink>(
-          cfg_, *ctx_, ack, [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
-          [this] { return rt_.aborted(); });
-      break;
+  // The consumers (a relay forwards frames undecoded over its own link, relay_loop: it has none).
+  std::vector<ConsumerConfig> wanted = cfg_.consumers;
+  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null) wanted.push_back({cfg_.sink, {}});
+  if (cfg_.relay) wanted.clear();
+  const int lossless = static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
+    return k.guarantee == ConsumerConfig::Guarantee::lossless;
+  }));
+  if (lossless > 0) {
+    join_ = std::make_unique<AckJoin>(lossless, ack, discarded, [this](std::uint32_t stream, std::uint64_t seq) {
+      return ledger_.contains(stream, seq);
+    });
   }
+  int joined = 0;
+  for (const ConsumerConfig& want : wanted) {
+    auto k = std::make_unique<Consumer>();
+    k->cfg = cfg_;
+    k->cfg.sink = want.sink;
+    k->guarantee = want.guarantee;
+    k->q = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+    AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {}, k_discard = k_ack;  // latest-only: not waited for
+    if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined++);
+    // A latest-only consumer stops waiting for its reader once the lossless ones are done.
+    std::function<bool()> aborted = [this] { return rt_.aborted(); };
+    if (!k->lossless()) aborted = [this] { return rt_.aborted() || lossless_running_.load() == 0; };
+    const Config& kc = k->cfg;
+    switch (want.sink.kind) {
+      case SinkConfig::Kind::null:
+        continue;
+      case SinkConfig::Kind::file:
+        k->in_flight = std::make_unique<InFlight>();
+        k->sink = std::make_unique<FileSink>(kc, tracker_, *k->in_flight, reorder_window_, slack, k_ack, k_discard,
+                                             [this] { return rt_.aborted() || rt_.drain_requested(); });
+        track_in_flight_ = true;
+        break;
+      case SinkConfig::Kind::hdf5:
+        k->sink = std::make_unique<Hdf5Sink>(kc, tracker_, k_ack, [this](std::uint32_t stream) { return metadata_of(stream); });
+        break;
+      case SinkConfig::Kind::stream2:
+        k->sink = std::make_unique<Stream2Sink>(
+            kc, *ctx_, tracker_, reorder_window_, k_ack, k_discard,
+            [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
+        break;
+      case SinkConfig::Kind::zmq:
+        k->sink = std::make_unique<ZmqSink>(
+            kc, *ctx_, k_ack, [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
+            aborted);
+        break;
+    }
+    consumers_.push_back(std::move(k));
+  }
+  lossless_running_ = lossless;
   if (curve_ || !cfg_.security.allow_from.empty()) {
     const AddressBlocks allow_from = AddressBlocks::parse(cfg_.security.allow_from);
     zap_ = std::make_unique<zmq::ZapAuthenticator>(
@@ -867,7 +1019,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     stop_taking_ = true;
     if (governor_) governor_->close();
     wire_q_->close();
-    if (sink_q_) sink_q_->close();
+    for (auto& k : consumers_) k->q->close();
     raw_pools_->close_all();
   });
   declare_metrics();
@@ -902,20 +1054,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
                .body = [this](StageThread& t) { relay_loop(t); },
                .joined = processing_joined});
   } else {
-    if (has_sink) {
+    if (!consumers_.empty()) {
       graph.add({.stage = Stage::sink,
-                 .threads = 1,
-                 .what = [](int) { return std::string(); },
-                 .body = [this](StageThread& t) { sink_loop(t); },
-                 .after_each =
-                     [this] {
-                       // Failed: drained, so that decompressors blocked on the sink queue can finish.
-                       if (rt_.aborted()) {
-                         while (sink_q_->pop()) {
-                         }
-                       }
-                       sink_->close(rt_.aborted());
-                     }});
+                 .threads = static_cast<int>(consumers_.size()),
+                 .what = [this](int i) {
+                   if (consumers_.size() == 1) return std::string();
+                   return "consumer " + std::to_string(i) + " (" + consumers_[static_cast<std::size_t>(i)]->sink->name() + "): ";
+                 },
+                 .body = [this](StageThread& t) { sink_loop(t); }});
     }
     decompress = &graph.add({.stage = Stage::decompress,
                              .threads = decompressors,
@@ -924,7 +1070,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                              .spares = spares_,
                              .host = Stage::receive,
                              .done = [this] {
-                               if (sink_q_) sink_q_->close();
+                               for (auto& k : consumers_) k->q->close();
                              },
                              .joined = processing_joined});
   }
@@ -973,14 +1119,16 @@ RunResult Receiver::run(const RunHooks& hooks) {
   });
   if (controller_) controller_->stop();
   if (extra_) extra_->join();
-  if (sink_) {
+  for (auto& k : consumers_) {
+    std::vector<std::string> incomplete;
     try {
-      incomplete_files_ = sink_->finish();
+      incomplete = k->sink->finish();
     } catch (const std::exception& e) {
       rt_.fail(e.what());
     }
-    for (const auto& f : incomplete_files_) {
-      log_warn(std::string(sink_->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
+    for (const auto& f : incomplete) {
+      log_warn(std::string(k->sink->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
+      incomplete_files_.push_back(f);
     }
   }
   server.reset();  // nothing reads the metrics once the authenticator goes
@@ -1046,7 +1194,24 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"stages", rt_.stages_json()},
                     {"drained", rt_.drain_requested()},
                     {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
-  if (sink_) sink_->report(result.summary);
+  // The first consumer reports as the one sink always did; with several, each also in `consumers`.
+  if (!consumers_.empty()) consumers_.front()->sink->report(result.summary);
+  if (consumers_.size() > 1) {
+    nlohmann::json each = nlohmann::json::array();
+    for (std::size_t i = 0; i < consumers_.size(); ++i) {
+      const Consumer& k = *consumers_[i];
+      nlohmann::json o = {{"consumer", i},
+                          {"kind", k.sink->name()},
+                          {"guarantee", k.lossless() ? "lossless" : "latest"},
+                          {"chunks", k.taken.load()},
+                          {"passed_over", k.passed_over.load()},
+                          {"behind", k.q->depth()},
+                          {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
+      k.sink->report(o);
+      each.push_back(std::move(o));
+    }
+    result.summary["consumers"] = std::move(each);
+  }
   if (controller_) controller_->report(result.summary);
   // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
   // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
@@ -1065,10 +1230,9 @@ RunResult Receiver::run(const RunHooks& hooks) {
 }  // namespace
 
 RunResult run_receiver(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
-  if (cfg.sink.kind == SinkConfig::Kind::file || cfg.sink.kind == SinkConfig::Kind::hdf5) {
-    // Every file the sink creates (data, index, HDF5) gets sink.mode, whoever creates it.
-    ::umask(0777u & ~cfg.sink.mode);
-  }
+  // Every file a sink creates (data, index, HDF5) gets its sink.mode, whoever creates it (every
+  // file consumer of one receiver has the same mode: parse_config).
+  if (const auto files = file_sinks(cfg); !files.empty()) ::umask(0777u & ~files.front().mode);
   Receiver r(cfg, stop);
   return r.run(hooks);
 }

@@ -121,7 +121,9 @@ std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_
                                                                 : NumaTarget{NumaTarget::Kind::nic, -1};
     out.push_back(pick(Stage::receive, cfg.connections, near_nic));
     if (!cfg.relay) out.push_back(pick(Stage::decompress, std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
-    if (cfg.sink.kind != SinkConfig::Kind::null) out.push_back(pick(Stage::sink, 1, {}));
+    if (cfg.sink.kind != SinkConfig::Kind::null) {
+      out.push_back(pick(Stage::sink, std::max<int>(1, static_cast<int>(cfg.consumers.size())), {}));  // one per consumer
+    }
     out.push_back(pick(Stage::io, cfg.connections, out.front().target));
   }
   return out;

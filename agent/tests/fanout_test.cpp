@@ -1,0 +1,226 @@
+// Fan-out, end to end with the real agent binary: one gateway hands each verified chunk to
+// several consumers at once (`sinks`), each with its guarantee.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "detector/stream2.hpp"
+#include "process.hpp"
+#include "store/series_file.hpp"
+
+namespace numastream::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::string kAgent = NUMASTREAM_AGENT;
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A reader written for the detector (or for numastream frames): a PULL socket.
+struct Pull {
+  void* ctx = zmq_ctx_new();
+  void* sock = zmq_socket(ctx, ZMQ_PULL);
+  explicit Pull(const std::string& endpoint, bool bind = false) {
+    int zero = 0, one = 1;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &one, sizeof(one));
+    if (bind) {
+      zmq_bind(sock, endpoint.c_str());
+    } else {
+      zmq_connect(sock, endpoint.c_str());
+    }
+  }
+  ~Pull() {
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+  }
+  // Up to `count` messages, waiting at most `timeout` in all.
+  std::vector<std::string> take(std::size_t count, std::chrono::seconds timeout) {
+    std::vector<std::string> got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (got.size() < count && std::chrono::steady_clock::now() < deadline) {
+      zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 200) <= 0) continue;
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      if (zmq_msg_recv(&m, sock, 0) >= 0) got.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+      zmq_msg_close(&m);
+    }
+    return got;
+  }
+};
+
+std::string recordings() {
+  if (const char* d = std::getenv("NUMASTREAM_STREAM2_DATA"); d && *d) return d;
+  return fs::exists(NUMASTREAM_STREAM2_DATA) ? NUMASTREAM_STREAM2_DATA : "";
+}
+
+// What the detector simulator sends replaying `dir` with --start: its start message, then the
+// recorded messages in file order.
+std::vector<std::string> expected_series(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> out;
+  std::vector<std::vector<std::byte>> series;
+  for (const auto& f : files) {
+    out.push_back(bytes_of(f));
+    auto b = std::as_bytes(std::span(out.back().data(), out.back().size()));
+    series.emplace_back(b.begin(), b.end());
+  }
+  auto start = stream2::start_for(series);
+  out.insert(out.begin(), std::string(reinterpret_cast<const char*>(start.data()), start.size()));
+  return out;
+}
+
+// One EIGER2 series (recorded from a real detector, replayed by the simulator) into three
+// consumers at once: an HDF5 series file, a Stream V2 re-emit, and the messages as they came in
+// a file. The re-emit's reader stops for 10 s after three messages: the others lose nothing (a
+// lossless consumer holds them back, never drops for them), and every copy ends whole: the file
+// byte for byte the detector's messages, the reader's messages byte-identical and in order, the
+// HDF5 file holding every message of the series.
+TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderStoppedTenSeconds) {
+  const std::string data = recordings();
+  if (data.empty()) NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent");
+  const fs::path rec = fs::path(data) / "r500k_bm_bslz4_16bit";
+  const auto expected = expected_series(rec);
+  const std::string dir = temp_dir();
+  const int port = free_ports(3);
+  const json sinks = json::array({
+      {{"kind", "hdf5"}, {"path", dir + "/series-{series}.h5"}},
+      {{"kind", "stream2"}, {"endpoint", ep(port + 1)}},
+      {{"kind", "file"}, {"path", dir + "/messages.raw"}},
+  });
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--set",
+              "sinks=" + sinks.dump(), "--idle-timeout", "60"});
+  Pull reader(ep(port + 1));
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", rec.string(), "--start",
+                    "--rate-hz", "20", "--linger-s", "30"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
+              "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
+  std::vector<std::string> got = reader.take(3, 60s);
+  ASSERT_EQ(got.size(), 3u) << rx.err();
+  const auto paused = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(10s);  // the reader stops
+  auto rest = reader.take(expected.size() - got.size(), 60s);
+  got.insert(got.end(), rest.begin(), rest.end());
+  const double pause_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - paused).count();
+  tx.signal(SIGINT);  // a person ends the detector's endless stream
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_EQ(detector.wait(40s), 0) << detector.err();
+
+  ASSERT_EQ(got.size(), expected.size()) << rx.err();
+  EXPECT_TRUE(got == expected) << "the re-emitted messages are the detector's, byte for byte and in order";
+  std::string all;
+  for (const auto& m : expected) all += m;
+  EXPECT_TRUE(bytes_of(dir + "/messages.raw") == all) << "the file holds every message as it came";
+  std::vector<fs::path> h5;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".h5") h5.push_back(e.path());
+  }
+  ASSERT_EQ(h5.size(), 1u) << "one series, one finished file: " << rx.err();
+  const auto id = hdf5::SeriesFile::identify(h5.front().string());
+  ASSERT_TRUE(id.has_value()) << h5.front();
+  EXPECT_FALSE(id->marked_incomplete);
+  EXPECT_EQ(id->sequences.size(), expected.size()) << "the HDF5 file holds every message of the series";
+
+  const json r = summary(rx);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["complete"], true);
+  ASSERT_EQ(r["consumers"].size(), 3u) << r.dump();
+  for (const auto& k : r["consumers"]) {
+    EXPECT_EQ(k["guarantee"], "lossless");
+    EXPECT_EQ(k["chunks"], expected.size()) << k.dump();
+    EXPECT_EQ(k["passed_over"], 0);
+  }
+  std::printf("%zu messages to 3 consumers, the re-emit's reader stopped %.1f s: each consumer took %zu; file, "
+              "re-emit and HDF5 whole\n",
+              expected.size(), pause_s, expected.size());
+}
+
+// A latest-only consumer (a live view's zmq socket) whose reader never reads: it takes what it
+// has room for, passes the rest by (counted), and holds the lossless file consumer back not at
+// all: the file ends byte-identical to the source and the run ends on its own.
+TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
+  const std::string dir = temp_dir();
+  std::string source(96u << 20, '\0');
+  std::mt19937_64 rng(29);
+  for (std::size_t i = 0; i < source.size(); i += 8) {
+    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;  // compressible, not trivially
+    std::memcpy(source.data() + i, &v, 8);
+  }
+  std::ofstream(dir + "/in", std::ios::binary) << source;
+  const int port = free_ports(4);  // two connections, the live reader, metrics
+  Pull stalled(ep(port + 2), /*bind=*/true);  // connected, never read: its buffers fill
+  const json sinks = json::array({
+      {{"kind", "file"}, {"path", dir + "/out.raw"}},
+      {{"kind", "zmq"}, {"endpoint", ep(port + 2)}, {"guarantee", "latest"}},
+  });
+  Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)}));
+  // Paced (about 4 s) so that the metrics are read while it runs: each consumer's figures, labelled.
+  Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2"}));
+  const std::regex family(R"(numastream_consumer_chunks_total\{role="receive",consumer="1",kind="zmq",guarantee="latest"\} [0-9]+)");
+  std::string metrics;
+  for (int i = 0; i < 100 && !std::regex_search(metrics, family); ++i) {
+    std::this_thread::sleep_for(50ms);
+    metrics = http_get(port + 3, "/metrics");
+  }
+  EXPECT_TRUE(std::regex_search(metrics, family)) << metrics;
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  EXPECT_TRUE(bytes_of(dir + "/out.raw") == source) << "the lossless consumer's file is the source, byte for byte";
+  const json r = summary(rx);
+  ASSERT_EQ(r["consumers"].size(), 2u) << r.dump();
+  const json& file = r["consumers"][0];
+  const json& live = r["consumers"][1];
+  EXPECT_EQ(file["chunks"], 96);
+  EXPECT_EQ(file["guarantee"], "lossless");
+  EXPECT_EQ(live["guarantee"], "latest");
+  EXPECT_GT(live["passed_over"].get<int>(), 0) << "a reader that never reads cannot have taken all 96";
+  EXPECT_EQ(live["chunks"].get<int>() + live["passed_over"].get<int>(), 96) << live.dump();
+  EXPECT_EQ(r["lost"], 0);
+  std::printf("latest-only consumer with a stalled reader: took %d, passed over %d; the file consumer took all 96\n",
+              live["chunks"].get<int>(), live["passed_over"].get<int>());
+}
+
+// A lossless consumer that fails (its file cannot be written) fails the run, naming it: what
+// it was promised cannot be kept, and the senders keep what was not acknowledged.
+TEST(FanOut, ALosslessConsumerThatFailsEndsTheRunNamingIt) {
+  const std::string dir = temp_dir();
+  const int port = free_ports(2);
+  const json sinks = json::array({
+      {{"kind", "file"}, {"path", dir + "/a-{stream}.raw"}},
+      {{"kind", "file"}, {"path", dir + "/b.raw"}},  // no {stream}: the second stream is refused
+  });
+  Process rx(receiver(port, 1, {"--streams", "2", "--set", "sinks=" + sinks.dump()}));
+  Process a(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=1"}));
+  std::this_thread::sleep_for(1s);
+  Process b(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=2"}));
+  EXPECT_EQ(rx.wait(20s), 1) << rx.err();
+  EXPECT_NE(rx.err().find("sink.path has no {stream} placeholder"), std::string::npos) << rx.err();
+  a.signal(SIGKILL);
+  b.signal(SIGKILL);
+}
+
+}  // namespace
+}  // namespace numastream::testing
