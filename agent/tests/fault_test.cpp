@@ -421,14 +421,22 @@ TEST_F(Fault, SenderKilledAndRestarted) {
 }
 
 // The gateway's acknowledged onward hop to an analysis or HPC site: a relay next to the sender
-// forwards the stream, undecoded, over a link with 20 ms of round trip and 1% loss to a plain
-// `numastream-agent receive` on the far side, which is killed mid-stream and restarted. The
+// forwards the stream, undecoded and encrypted to the far side's key, over a link with 20 ms of
+// round trip and 1% loss to a plain `numastream-agent receive` on the far side that admits only
+// the relay's key, which is killed mid-stream and restarted. The
 // relay acknowledges upstream only what the far receiver acknowledged, so the sender holds every
 // chunk the far side has not made durable: the far receiver's file is the source, byte for byte.
 // (The loss is per packet on the veth, whose packets are GSO segments of up to 64 KiB: 0.1% of
 // them drops about one in a run, too few to be sure of any; 1% drops several, counted below.)
-TEST_F(Fault, OnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted) {
+TEST_F(Fault, AnEncryptedOnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted) {
   src_ = random_file(dir_, 48u << 20);
+  // Keyed as a site would key it: the far receiver admits only the relay's public key, the relay
+  // encrypts (CURVE) to the far receiver's.
+  for (const char* name : {"far", "relay"}) {
+    Process k({kAgent, "keygen", "--out", dir_ + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir_ + "/allowed") << read_file(dir_ + "/relay.public");
   const bool netem = bed_->impair(1, 10);
   std::unique_ptr<DelayProxy> proxy;
   std::string far = bed_->rx_ip;
@@ -440,13 +448,16 @@ TEST_F(Fault, OnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted) {
   auto far_receiver = [&] {
     return bed_->in(bed_->rx, {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort), "--connections",
                                "1", "--chunk-bytes", std::to_string(kChunk), "--sink", "file", "--sink-path",
-                               dir_ + "/out.raw", "--idle-timeout", "60"});
+                               dir_ + "/out.raw", "--idle-timeout", "60", "--set",
+                               "security.curve.secret_key_file=" + dir_ + "/far.secret", "--set",
+                               "security.curve.allowed_keys_file=" + dir_ + "/allowed"});
   };
   Process relay(bed_->in(bed_->tx, {kAgent, "receive", "--set", "relay=true", "--endpoint",
                                     "tcp://127.0.0.1:" + std::to_string(relay_port), "--connections", "2",
                                     "--chunk-bytes", std::to_string(kChunk), "--sink", "zmq", "--sink-endpoint",
                                     "tcp://" + far + ":" + std::to_string(kPort), "--reconnect-timeout", "60",
-                                    "--idle-timeout", "60"}));
+                                    "--idle-timeout", "60", "--set", "sink.curve.secret_key_file=" + dir_ + "/relay.secret",
+                                    "--set", "sink.curve.server_key_file=" + dir_ + "/far.public"}));
   Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(relay_port),
                                  "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
                                  "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
@@ -464,10 +475,12 @@ TEST_F(Fault, OnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted) {
   const json r = summary(rx), hop = summary(relay);
   EXPECT_GT(r["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file";
   EXPECT_EQ(hop["role"], "relay");
+  EXPECT_EQ(hop["onward_security"], "encrypt");
+  EXPECT_EQ(r["security"], "encrypt");
   if (!netem) {
     EXPECT_GT(bed_->dropped(), 0) << "the loss rule dropped nothing";
   }
-  std::cout << "[fault] onward hop, 20 ms RTT, 1% loss ("
+  std::cout << "[fault] encrypted onward hop, 20 ms RTT, 1% loss ("
             << (netem ? "netem" : "nftables + delaying proxy, " + std::to_string(bed_->dropped()) + " packets dropped")
             << "): relay " << hop["chunks"] << " chunks at " << hop["raw_gbps"] << " Gbit/s" << std::endl;
   expect_exactly_once("onward hop: far receiver SIGKILL + restart", summary(tx), r);
