@@ -1,11 +1,19 @@
 package facility
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"image/color"
+	"image/png"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +101,7 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	}
 	sp.Name, sp.Namespace = "stream2-e2e", ns
 	sp.Spec.Sink.HDF5.IO = "direct" // the series files past the page cache, from a real kubelet's pod
+	sp.Spec.Preview = &v1beta1.Preview{MaxSide: ptrInt32(128)}
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +115,12 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	if p := get(t, sp).Status.Plan; p == nil {
 		t.Fatal("no plan")
 	}
+	// The gateway's live view, as the people at the experiment open it: the page, the streams it
+	// lists and the latest frame, a PNG of at most maxSide a side (read while series 2 runs).
+	began := time.Now()
+	previewOfGateway(t, streamGateway(t, sp, 0), 128)
 	// The detector goes away in the middle of series 2.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500*time.Millisecond - time.Since(began))
 	if err := k8s.Delete(ctx, det, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -277,4 +290,60 @@ print("ok")
 func runCmd(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	return string(out), err
+}
+
+// previewOfGateway opens a gateway pod's /preview (spec.preview) on its decoding container's
+// metrics port: the page names stream 0, streams.json lists it with its frame's shape, and its
+// PNG decodes (Go's image/png, not ours) to a picture of at most maxSide a side with more than
+// one colour in it.
+func previewOfGateway(t *testing.T, gw *corev1.Pod, maxSide int) {
+	t.Helper()
+	if gw == nil {
+		t.Fatal("no running gateway pod")
+	}
+	base := "http://" + net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(containerPort(gw, "metrics-dx", render.DecompressMetricsPort)))
+	c := http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (string, []byte) {
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v: %s", path, resp.StatusCode, err, body)
+		}
+		return resp.Header.Get("Content-Type"), body
+	}
+	if _, page := get("/preview"); !strings.Contains(string(page), "live preview") {
+		t.Fatalf("/preview is not the preview page: %.200s", page)
+	}
+	_, list := get("/preview/streams.json")
+	var streams []struct {
+		Stream, Rows, Cols, Width, Height int
+		Frames                            int64
+		Error                             *string
+	}
+	if err := json.Unmarshal(list, &streams); err != nil || len(streams) != 1 || streams[0].Stream != 0 {
+		t.Fatalf("streams.json: %v: %s", err, list)
+	}
+	s := streams[0]
+	kind, pic := get("/preview/stream/0.png")
+	img, err := png.Decode(bytes.NewReader(pic))
+	if err != nil || kind != "image/png" {
+		t.Fatalf("stream 0's picture (%s, %d bytes) does not decode as a PNG: %v", kind, len(pic), err)
+	}
+	w, h := img.Bounds().Dx(), img.Bounds().Dy()
+	colours := map[color.RGBA]bool{}
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			r, g, b, a := img.At(x, y).RGBA()
+			colours[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), uint8(a >> 8)}] = true
+		}
+	}
+	if w == 0 || h == 0 || w > maxSide || h > maxSide || w != s.Width || h != s.Height || len(colours) < 2 || s.Error != nil {
+		t.Fatalf("stream 0's picture is %d x %d with %d colours; streams.json says %+v (maxSide %d)", w, h, len(colours), s, maxSide)
+	}
+	t.Logf("preview of %s: the page, stream 0's %d x %d frame as a %d x %d PNG of %d colours, after %d chunks",
+		gw.Name, s.Rows, s.Cols, w, h, len(colours), s.Frames)
 }
