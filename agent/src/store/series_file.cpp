@@ -451,13 +451,24 @@ void SeriesFile::store_sequences() {
 void SeriesFile::flush() {
   quiet();
   if (file_ < 0) return;
+  // What the messages wrote first, then the record of them: a gateway killed in the middle of a
+  // flush must never leave a file whose record names a message it does not hold (the next
+  // gateway would take it for a retransmission and the image would be missing). HDF5 writes a
+  // flush's metadata (the images' chunk index, the record's extent) in an order of its own, so the
+  // record is stored only once what it names is in the file.
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
+  if (pending_.empty()) return;
   store_sequences();
   if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
 }
 
 void SeriesFile::close() {
   quiet();
-  if (file_ >= 0) store_sequences();
+  if (file_ >= 0 && !pending_.empty()) {
+    // As in flush(): the messages' writes are in the file before the record of them.
+    if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(path_, "flush");
+    store_sequences();
+  }
   if (sequences_ >= 0) H5Dclose(sequences_);
   sequences_ = -1;
   for (auto& [name, c] : channels_) {
