@@ -101,6 +101,28 @@ class Receiver {
   std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count);
   void declare_metrics();
 
+  // Where a stream's control frames go once a receiving thread has checked them: answered here,
+  // from the record of what the sinks took (a decoding receiver, AnswerHere), or passed on
+  // downstream with the data, to be answered from what the far side acknowledged (a relay,
+  // PassDownstream). The receiving stage is the same for both; this is where they differ.
+  class ControlFrames {
+   public:
+    virtual ~ControlFrames() = default;
+    // The record a resume frame is answered from, merged into, and declared gaps settle in.
+    virtual AckLedger& record() = 0;
+    // After a resume frame (merged into record()), a stream's metadata, declared gaps. False
+    // once the run ends (nothing more is taken).
+    virtual bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer, std::uint16_t connections) = 0;
+    virtual bool metadata(Inbound& in) = 0;
+    virtual bool gaps(Inbound& in) = 0;
+    // A stream's end frame, checked against what its sender announced.
+    virtual void ended(const wire::Header& h, int via, zmq::Socket& sock, const zmq::Message& peer,
+                       std::uint16_t connections) = 0;
+  };
+  class AnswerHere;
+  class PassDownstream;
+  std::unique_ptr<ControlFrames> control_;
+
   const Config& cfg_;
   Runtime rt_;
   Endpoint endpoint_;
@@ -188,6 +210,43 @@ class Receiver {
   std::vector<std::string> incomplete_files_;
 };
 
+// A decoding receiver answers a stream's control frames itself: resume and end frames from the
+// record of what its sinks took; metadata and gaps are kept here (meta_, the tracker).
+class Receiver::AnswerHere final : public ControlFrames {
+ public:
+  explicit AnswerHere(Receiver& r) : r_(r) {}
+  AckLedger& record() override { return r_.ledger_; }
+  bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer, std::uint16_t connections) override {
+    r_.answer(sock, peer, r_.welcome(in.header.stream_id, static_cast<std::uint16_t>(in.via), connections, 0));
+    return true;
+  }
+  bool metadata(Inbound& /*in*/) override { return true; }
+  bool gaps(Inbound& /*in*/) override { return true; }
+  void ended(const wire::Header& h, int via, zmq::Socket& sock, const zmq::Message& peer,
+             std::uint16_t connections) override {
+    r_.answer(sock, peer, r_.welcome(h.stream_id, static_cast<std::uint16_t>(via), connections, wire::kAckEndOfStream));
+  }
+
+ private:
+  Receiver& r_;
+};
+
+// A relay passes a stream's control frames on downstream in order with its data (relay_loop):
+// the far side's answers come back as what it acknowledged (relay_ledger_), and a stream's end is
+// acknowledged upstream once the far side acknowledged its own.
+class Receiver::PassDownstream final : public ControlFrames {
+ public:
+  explicit PassDownstream(Receiver& r) : r_(r) {}
+  AckLedger& record() override { return *r_.relay_ledger_; }
+  bool resumed(Inbound& in, zmq::Socket&, const zmq::Message&, std::uint16_t) override { return r_.wire_q_->push(in); }
+  bool metadata(Inbound& in) override { return r_.wire_q_->push(in); }
+  bool gaps(Inbound& in) override { return r_.wire_q_->push(in); }
+  void ended(const wire::Header&, int, zmq::Socket&, const zmq::Message&, std::uint16_t) override {}
+
+ private:
+  Receiver& r_;
+};
+
 void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
   const std::uint64_t floor = ledger_.insert(stream, seq);
   boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
@@ -201,7 +260,7 @@ void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
 // The answer to a resume frame: everything the sink has taken of the stream.
 std::vector<std::vector<std::byte>> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
                                                       std::uint16_t connections, std::uint32_t flags) {
-  const auto [floor, above] = (cfg_.relay ? *relay_ledger_ : ledger_).snapshot(stream);
+  const auto [floor, above] = control_->record().snapshot(stream);
   return wire::encode_acks(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
 }
 
@@ -366,16 +425,9 @@ void Receiver::receive_loop(StageThread& t) {
       // First, that data frames may come in two parts (a sender that does not know it ignores this).
       answer(sock, peer, wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(index),
                                           connections, 0, wire::kAckTwoPart, {}));
-      if (cfg_.relay) {
-        relay_ledger_->merge(h.stream_id, h.sequence, seqs);
-        Inbound in{h, std::move(msg), std::nullopt, index};  // the relay announces it downstream; the answer
-        if (!wire_q_->push(in)) break;      // comes back from there
-      } else {
-        {
-          ledger_.merge(h.stream_id, h.sequence, seqs);
-        }
-        answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections, 0));
-      }
+      control_->record().merge(h.stream_id, h.sequence, seqs);
+      Inbound in{h, std::move(msg), std::nullopt, index};
+      if (!control_->resumed(in, sock, peer, connections)) break;
       continue;
     }
     if (!announced.count(peer_id)) {
@@ -395,10 +447,8 @@ void Receiver::receive_loop(StageThread& t) {
         std::lock_guard lock(meta_mu_);
         meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
       }
-      if (cfg_.relay) {
-        Inbound in{h, std::move(msg), std::nullopt, index};  // the relay passes it on downstream
-        if (!wire_q_->push(in)) break;
-      }
+      Inbound in{h, std::move(msg), std::nullopt, index};
+      if (!control_->metadata(in)) break;
       continue;
     }
     if (h.type == wire::FrameType::gap) {
@@ -408,11 +458,9 @@ void Receiver::receive_loop(StageThread& t) {
         continue;
       }
       gap_frames_++;
-      (cfg_.relay ? *relay_ledger_ : ledger_).settle(h.stream_id, gaps);
-      if (cfg_.relay) {
-        Inbound in{h, std::move(msg), std::nullopt, index};  // the relay declares them downstream too
-        if (!wire_q_->push(in)) break;
-      }
+      control_->record().settle(h.stream_id, gaps);
+      Inbound in{h, std::move(msg), std::nullopt, index};
+      if (!control_->gaps(in)) break;
       continue;
     }
     if (h.type == wire::FrameType::end_of_stream) {
@@ -420,11 +468,7 @@ void Receiver::receive_loop(StageThread& t) {
         refuse(why);
         continue;
       }
-      // A relay acknowledges the end once the decompressing side acknowledged its own.
-      if (!cfg_.relay) {
-        answer(sock, peer, welcome(h.stream_id, static_cast<std::uint16_t>(index), connections,
-                                   wire::kAckEndOfStream));
-      }
+      control_->ended(h, index, sock, peer, connections);
       continue;
     }
     if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
@@ -935,6 +979,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
+  if (cfg_.relay) {
+    control_ = std::make_unique<PassDownstream>(*this);
+  } else {
+    control_ = std::make_unique<AnswerHere>(*this);
+  }
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
   ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
