@@ -13,26 +13,15 @@ ratios from the same run. Figures, not a test: this machine is shared and noisy.
 """
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 
+from benchlib import free_port, cpu_seconds
+
 AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
 CHUNKS = int(os.environ.get("CHUNKS", "4000"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(p):
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run(adaptive, plan):

@@ -25,7 +25,6 @@ import os
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,18 +36,14 @@ import h5py
 import hdf5plugin
 import numpy as np
 
+from benchlib import free_port
+
 AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
 BASELINE = os.environ.get("BASELINE", "")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 CPU = str(max(os.sched_getaffinity(0)))
 CHUNK = 11059200
 FRAMES = int(os.environ.get("FRAMES", "240"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_rusage(args):

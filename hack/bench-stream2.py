@@ -24,11 +24,12 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+from benchlib import free_port, cpu_seconds
 
 AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
 DATA = os.environ.get("NUMASTREAM_STREAM2_DATA",
@@ -40,12 +41,6 @@ SINK = os.environ.get("SINK", "stream2")
 BASELINE = os.environ.get("BASELINE", "")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def metric(port, name):
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
@@ -53,12 +48,6 @@ def metric(port, name):
         return None
     m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", body, re.M)
     return float(m.group(1)) if m else None
-
-
-def cpu_seconds(p):
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run(agent, series_dir, rate):
