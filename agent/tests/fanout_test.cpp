@@ -19,6 +19,7 @@
 
 #include "detector/stream2.hpp"
 #include "process.hpp"
+#include "stream2_fixture.hpp"
 #include "store/series_file.hpp"
 
 namespace numastream::testing {
@@ -29,68 +30,6 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 const std::string kAgent = NUMASTREAM_AGENT;
-
-std::string bytes_of(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// A reader written for the detector (or for numastream frames): a PULL socket.
-struct Pull {
-  void* ctx = zmq_ctx_new();
-  void* sock = zmq_socket(ctx, ZMQ_PULL);
-  explicit Pull(const std::string& endpoint, bool bind = false) {
-    int zero = 0, one = 1;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &one, sizeof(one));
-    if (bind) {
-      zmq_bind(sock, endpoint.c_str());
-    } else {
-      zmq_connect(sock, endpoint.c_str());
-    }
-  }
-  ~Pull() {
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
-  }
-  // Up to `count` messages, waiting at most `timeout` in all.
-  std::vector<std::string> take(std::size_t count, std::chrono::seconds timeout) {
-    std::vector<std::string> got;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (got.size() < count && std::chrono::steady_clock::now() < deadline) {
-      zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
-      if (zmq_poll(&item, 1, 200) <= 0) continue;
-      zmq_msg_t m;
-      zmq_msg_init(&m);
-      if (zmq_msg_recv(&m, sock, 0) >= 0) got.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
-      zmq_msg_close(&m);
-    }
-    return got;
-  }
-};
-
-std::string recordings() {
-  if (const char* d = std::getenv("NUMASTREAM_STREAM2_DATA"); d && *d) return d;
-  return fs::exists(NUMASTREAM_STREAM2_DATA) ? NUMASTREAM_STREAM2_DATA : "";
-}
-
-// What the detector simulator sends replaying `dir` with --start: its start message, then the
-// recorded messages in file order.
-std::vector<std::string> expected_series(const fs::path& dir) {
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  std::vector<std::string> out;
-  std::vector<std::vector<std::byte>> series;
-  for (const auto& f : files) {
-    out.push_back(bytes_of(f));
-    auto b = std::as_bytes(std::span(out.back().data(), out.back().size()));
-    series.emplace_back(b.begin(), b.end());
-  }
-  auto start = stream2::start_for(series);
-  out.insert(out.begin(), std::string(reinterpret_cast<const char*>(start.data()), start.size()));
-  return out;
-}
 
 // One EIGER2 series (recorded from a real detector, replayed by the simulator) into three
 // consumers at once: an HDF5 series file, a Stream V2 re-emit, and the messages as they came in
@@ -112,7 +51,7 @@ TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderS
   });
   Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--set",
               "sinks=" + sinks.dump(), "--idle-timeout", "60"});
-  Pull reader(ep(port + 1));
+  Consumer reader(ep(port + 1), /*bind=*/false, /*hwm=*/1);
   Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", rec.string(), "--start",
                     "--rate-hz", "20", "--linger-s", "30"});
   Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
@@ -133,7 +72,7 @@ TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderS
   EXPECT_TRUE(got == expected) << "the re-emitted messages are the detector's, byte for byte and in order";
   std::string all;
   for (const auto& m : expected) all += m;
-  EXPECT_TRUE(bytes_of(dir + "/messages.raw") == all) << "the file holds every message as it came";
+  EXPECT_TRUE(read_bytes(dir + "/messages.raw") == all) << "the file holds every message as it came";
   std::vector<fs::path> h5;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".h5") h5.push_back(e.path());
@@ -171,7 +110,7 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   }
   std::ofstream(dir + "/in", std::ios::binary) << source;
   const int port = free_ports(4);  // two connections, the live reader, metrics
-  Pull stalled(ep(port + 2), /*bind=*/true);  // connected, never read: its buffers fill
+  Consumer stalled(ep(port + 2), /*bind=*/true, /*hwm=*/1);  // connected, never read: its buffers fill
   const json sinks = json::array({
       {{"kind", "file"}, {"path", dir + "/out.raw"}},
       {{"kind", "zmq"}, {"endpoint", ep(port + 2)}, {"guarantee", "latest"}},
@@ -188,7 +127,7 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   EXPECT_TRUE(std::regex_search(metrics, family)) << metrics;
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-  EXPECT_TRUE(bytes_of(dir + "/out.raw") == source) << "the lossless consumer's file is the source, byte for byte";
+  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the lossless consumer's file is the source, byte for byte";
   const json r = summary(rx);
   ASSERT_EQ(r["consumers"].size(), 2u) << r.dump();
   const json& file = r["consumers"][0];

@@ -21,6 +21,7 @@
 
 #include "detector/stream2.hpp"
 #include "process.hpp"
+#include "stream2_fixture.hpp"
 #include "wire/wire.hpp"
 
 namespace numastream::testing {
@@ -32,74 +33,12 @@ namespace fs = std::filesystem;
 
 const std::string kAgent = NUMASTREAM_AGENT;
 
-// The recordings (../shared/data/dectris-stream-v2 next to the repository, or
-// NUMASTREAM_STREAM2_DATA). Empty when absent.
-std::string recordings() {
-  if (const char* d = std::getenv("NUMASTREAM_STREAM2_DATA"); d && *d) return d;
-  return fs::exists(NUMASTREAM_STREAM2_DATA) ? NUMASTREAM_STREAM2_DATA : "";
-}
-
 #define SKIP_WITHOUT_RECORDINGS(dir)                                                                  \
   do {                                                                                                \
     if ((dir).empty()) {                                                                              \
       NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent"); \
     }                                                                                                 \
   } while (0)
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::vector<fs::path> files_of(const fs::path& dir) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// A consumer written for the detector: a PULL socket connected to the gateway's stream2 sink.
-struct Consumer {
-  void* ctx = zmq_ctx_new();
-  void* pull = zmq_socket(ctx, ZMQ_PULL);
-  explicit Consumer(const std::string& endpoint) {
-    int zero = 0;
-    zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_connect(pull, endpoint.c_str());
-  }
-  ~Consumer() {
-    zmq_close(pull);
-    zmq_ctx_term(ctx);
-  }
-  // Up to `count` messages, waiting at most `timeout` in all.
-  std::vector<std::string> take(std::size_t count, std::chrono::seconds timeout) {
-    std::vector<std::string> got;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (got.size() < count && std::chrono::steady_clock::now() < deadline) {
-      zmq_pollitem_t item{pull, 0, ZMQ_POLLIN, 0};
-      if (zmq_poll(&item, 1, 200) <= 0) continue;
-      zmq_msg_t m;
-      zmq_msg_init(&m);
-      if (zmq_msg_recv(&m, pull, 0) >= 0) got.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
-      zmq_msg_close(&m);
-    }
-    return got;
-  }
-};
-
-// What the detector simulator sends for `dir` with --start: its start message, then the files.
-std::vector<std::string> expected_series(const fs::path& dir) {
-  std::vector<std::string> out;
-  std::vector<std::vector<std::byte>> series;
-  for (const auto& f : files_of(dir)) {
-    out.push_back(read_bytes(f));
-    auto bytes = std::as_bytes(std::span(out.back().data(), out.back().size()));
-    series.emplace_back(bytes.begin(), bytes.end());
-  }
-  auto start = stream2::start_for(series);
-  out.insert(out.begin(), std::string(reinterpret_cast<const char*>(start.data()), start.size()));
-  return out;
-}
 
 struct Passage {
   json sender, receiver, relay;
