@@ -26,12 +26,16 @@ class AckJoin {
 
   // Consumer `who` (0-based among the lossless) kept the chunk (`kept`), or gave it up.
   void settle(int who, int via, std::uint32_t stream, std::uint64_t seq, bool kept) {
+    if (all_ == 1) {  // one lossless consumer: nothing to join
+      (kept ? ack_ : discard_)(via, stream, seq);
+      return;
+    }
     bool done = false, gave_up = false;
     {
       std::lock_guard lock(mu_);
       auto it = open_.find({stream, seq});
       if (it == open_.end()) {
-        if (all_ == 1 || settled_(stream, seq)) {
+        if (settled_(stream, seq)) {
           done = true, gave_up = !kept;
         } else {
           it = open_.emplace(std::pair{stream, seq}, Open{}).first;
