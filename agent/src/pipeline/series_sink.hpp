@@ -27,7 +27,7 @@
 #include "config/config.hpp"
 #include "detector/stream2.hpp"
 #include "pipeline/sink.hpp"
-#include "store/series_file.hpp"
+#include "pipeline/series_store.hpp"
 
 namespace numastream {
 
@@ -76,20 +76,20 @@ class SeriesSink {
       case stream2::Type::start:
         s.start_seq = h.sequence;
         s.number_of_images = m->number_of_images;
-        for (const auto& skipped : s.file->write_start(bytes, m->series_id, m->series_unique_id, h.sequence)) {
+        for (const auto& skipped : s.store->write_start(bytes, m->series_id, m->series_unique_id, h.sequence)) {
           log_line("hdf5 sink: series " + s.name + ": start field " + skipped + " not stored (no HDF5 form)");
         }
         break;
       case stream2::Type::image:
-        s.file->write_image(bytes, m->image_id);
+        s.store->write_image(bytes, m->image_id, h.sequence);
         ++s.images;
         break;
       case stream2::Type::end:
         s.end_seq = h.sequence;
         s.incomplete = m->incomplete;
+        s.store->write_end(h.sequence);
         break;
     }
-    s.file->record(h.sequence);
     st.chunks++;
     st.bytes_out += bytes.size();
     // Acknowledged once flushed to the file (or the file closed).
@@ -102,7 +102,6 @@ class SeriesSink {
       if (s.incomplete.empty()) {
         publish(key);
       } else {
-        s.file->mark_missing(s.incomplete);
         give_up(key);
       }
       flush_and_acknowledge();  // its file is closed: what it holds is in it
@@ -129,14 +128,13 @@ class SeriesSink {
       }
       if (const std::string images = missing_images(s); !images.empty()) lacks += "; " + images;
       try {
-        s.file->mark_missing(lacks);
+        s.store->give_up(lacks);
       } catch (const std::exception& e) {
         log_error(std::string("hdf5 sink: ") + e.what());
       }
-      s.file->close();
-      incomplete.push_back(s.path + ".part (series " + s.name + ": " + lacks + ", " + std::to_string(s.images) +
-                           " images written)");
-      done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path + ".part"},
+      incomplete.push_back(s.store->unfinished_name() + " (series " + s.name + ": " + lacks + ", " +
+                           std::to_string(s.images) + " images written)");
+      done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.store->unfinished_name()},
                        {"images", s.images}, {"complete", false}, {"lacks", lacks}});
       incomplete_.add(key.first, key.second, lacks);
     }
@@ -151,14 +149,14 @@ class SeriesSink {
 
  private:
   void flush_and_acknowledge() {
-    for (auto& [key, s] : open_) s.file->flush();
+    for (auto& [key, s] : open_) s.store->flush();
     held_.release();
   }
 
   using Key = std::pair<std::uint64_t, std::string>;  // series_id, series_unique_id
   struct Series {
-    std::string name, path;
-    std::unique_ptr<hdf5::SeriesFile> file;
+    std::string name;
+    std::unique_ptr<SeriesStore> store;
     std::optional<std::uint64_t> start_seq, end_seq;
     std::set<std::uint64_t> seqs;
     std::uint64_t images = 0;
@@ -170,8 +168,7 @@ class SeriesSink {
   // start message's number_of_images and the ids written (any channel); empty when none.
   static std::string missing_images(const Series& s) {
     if (!s.number_of_images) return {};
-    std::set<std::uint64_t> ids;
-    for (const auto& [channel, written] : s.file->images()) ids.insert(written.begin(), written.end());
+    const std::set<std::uint64_t> ids = s.store->image_ids();
     const std::uint64_t n = *s.number_of_images;
     std::string out;
     std::uint64_t missing = 0;
@@ -207,11 +204,6 @@ class SeriesSink {
     return text;
   }
 
-  static bool exists(const std::string& p) {
-    struct stat sb;
-    return ::stat(p.c_str(), &sb) == 0;
-  }
-
   // The files of a series id: the sink path with {series} replaced by the series id (or the id
   // added before the extension), then "-2", "-3", ... for a series id seen again (a detector
   // restarted, a replay). Each candidate in turn until `pick` returns true.
@@ -243,48 +235,43 @@ class SeriesSink {
     auto it = open_.find(key);
     if (it != open_.end()) return &it->second;
     const bool resumed = resumed_ && resumed_(h.stream_id);
-    std::string reopen;
+    bool reopen = false;
     bool retransmission = false;
     const std::string path = first_candidate(key.first, [&](const std::string& c) {
-      const bool done = exists(c), part = exists(c + ".part");
-      if (!done && !part) return true;  // free
-      if (!resumed) return false;
-      const auto id = hdf5::SeriesFile::identify(done ? c : c + ".part");
-      if (!id || id->series_id != key.first || id->series_unique_id != key.second ||
-          (id->stream_id && *id->stream_id != h.stream_id)) {
-        return false;
-      }
-      if (done || id->marked_incomplete) {
-        retransmission = id->sequences.count(h.sequence) > 0;
+      const Probe p = OneFileSeries::probe(c, key.first, key.second, h.stream_id);
+      if (p.state == Probe::State::free) return true;
+      if (!resumed || p.state == Probe::State::other) return false;
+      if (p.state == Probe::State::finished) {
+        retransmission = p.sequences.count(h.sequence) > 0;
         return retransmission;
       }
-      reopen = c;
+      reopen = true;
       return true;
     });
     if (retransmission) {
       log_line("hdf5 sink: message " + std::to_string(h.sequence) + " of series " + std::to_string(key.first) +
-               " is already in " + path + (exists(path) ? "" : ".part") + " (an earlier gateway's): acknowledged again");
+               " is already in " + path + (path_exists(path) ? "" : ".part") +
+               " (an earlier gateway's): acknowledged again");
       return nullptr;
     }
     Series s;
     s.name = std::to_string(key.first) + (key.second.empty() ? "" : " (" + key.second + ")");
-    s.path = path;
-    if (!reopen.empty()) {
-      s.file = hdf5::SeriesFile::reopen(path + ".part", direct_);
-      s.seqs = s.file->sequences_held();
-      s.start_seq = s.file->start_sequence();
+    if (reopen) {
+      s.store = OneFileSeries::reopen(path, direct_);
+      const std::set<std::uint64_t> held = s.store->sequences_held();
+      s.seqs = held;
+      s.start_seq = s.store->start_sequence();
+      s.end_seq = s.store->end_sequence();
+      const std::vector<std::byte> start = s.store->start_message();
       std::string error;
-      if (auto m = stream2::parse(s.file->start_message(), error); m && !s.file->start_message().empty()) {
-        s.number_of_images = m->number_of_images;
-      }
-      for (const auto& [channel, ids] : s.file->images()) s.images = std::max<std::uint64_t>(s.images, ids.size());
-      log_line("hdf5 sink: series " + s.name + " resumed in " + path + ".part, written by an earlier gateway (" +
-               std::to_string(s.seqs.size()) + " messages, " + std::to_string(s.images) + " images)" +
-               io_note(direct_, s.file->direct()));
+      if (auto m = stream2::parse(start, error); m && !start.empty()) s.number_of_images = m->number_of_images;
+      s.images = s.store->image_ids().size();
+      log_line("hdf5 sink: series " + s.name + " resumed in " + s.store->unfinished_name() +
+               ", written by an earlier gateway (" + std::to_string(s.seqs.size()) + " messages, " +
+               std::to_string(s.images) + " images)" + io_note(direct_, s.store->direct()));
     } else {
-      make_parent_dirs(path, mode_);
-      s.file = std::make_unique<hdf5::SeriesFile>(path + ".part", h.stream_id, direct_);
-      log_line("hdf5 sink: series " + s.name + " -> " + s.path + io_note(direct_, s.file->direct()));
+      s.store = std::make_unique<OneFileSeries>(path, h.stream_id, direct_, mode_);
+      log_line("hdf5 sink: series " + s.name + " -> " + s.store->published_name() + io_note(direct_, s.store->direct()));
     }
     return &open_.emplace(key, std::move(s)).first->second;
   }
@@ -292,25 +279,23 @@ class SeriesSink {
   // A series its detector left unfinished: the file stays .part, reported with why.
   void give_up(const Key& key) {
     Series& s = open_.at(key);
-    s.file->close();
-    log_warn("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " + s.path + ".part holds its " +
-             std::to_string(s.images) + " images");
+    s.store->give_up(s.incomplete);
+    log_warn("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " + s.store->unfinished_name() +
+             " holds its " + std::to_string(s.images) + " images");
     incomplete_.add(key.first, key.second, s.incomplete);
-    given_up_.push_back(s.path + ".part (series " + s.name + ": " + s.incomplete + ", " + std::to_string(s.images) +
-                        " images written)");
-    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path + ".part"},
+    given_up_.push_back(s.store->unfinished_name() + " (series " + s.name + ": " + s.incomplete + ", " +
+                        std::to_string(s.images) + " images written)");
+    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.store->unfinished_name()},
                      {"images", s.images}, {"complete", false}, {"lacks", s.incomplete}});
     open_.erase(key);
   }
 
   void publish(const Key& key) {
     Series& s = open_.at(key);
-    s.file->close();
-    if (std::rename((s.path + ".part").c_str(), s.path.c_str()) != 0) {
-      throw std::runtime_error("hdf5 sink: rename " + s.path + ".part: " + std::strerror(errno));
-    }
-    log_line("hdf5 sink: series " + s.name + " complete: " + s.path + " (" + std::to_string(s.images) + " images)");
-    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.path},
+    s.store->publish();
+    log_line("hdf5 sink: series " + s.name + " complete: " + s.store->published_name() + " (" +
+             std::to_string(s.images) + " images)");
+    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.store->published_name()},
                      {"images", s.images}, {"complete", true}});
     open_.erase(key);
   }

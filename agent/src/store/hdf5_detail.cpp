@@ -1,6 +1,11 @@
 #include "store/hdf5_detail.hpp"
 
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codec/bitshuffle.hpp"
+#include "codec/dtype.hpp"
 
 namespace numastream::hdf5::detail {
 namespace {
@@ -126,6 +131,167 @@ std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what) {
   }
   H5Sclose(space);
   return out;
+}
+
+hid_t vlen_text() {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  return t;
+}
+
+void text_attribute(hid_t obj, const char* name, const std::string& value, const std::string& what) {
+  hid_t type = vlen_text();
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* p = value.c_str();
+  const bool ok = attr >= 0 && H5Awrite(attr, type, &p) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  if (!ok) fail(what, std::string("write attribute ") + name);
+}
+
+void group(hid_t file, const std::string& path, const char* nx_class, const std::string& what) {
+  make_parents(file, path + "/", what);
+  hid_t g = H5Gopen2(file, path.c_str(), H5P_DEFAULT);
+  if (g < 0) fail(what, "open group " + path);
+  text_attribute(g, "NX_class", nx_class, what);
+  H5Gclose(g);
+}
+
+void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space, const void* data,
+             const std::string& what) {
+  make_parents(file, path, what);
+  hid_t d = H5Dcreate2(file, path.c_str(), file_type_id, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const bool ok = d >= 0 && H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
+  if (d >= 0) H5Dclose(d);
+  if (!ok) fail(what, "write " + path);
+}
+
+hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem, const std::string& what) {
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, rank, chunk);
+  herr_t rc = 0;
+  if (c == stream2::Compression::bslz4) {
+    const unsigned cd[5] = {0, 4, static_cast<unsigned>(elem), 0, bslz4::kHdf5CompressLz4};
+    rc = H5Pset_filter(dcpl, static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId), H5Z_FLAG_OPTIONAL, 5, cd);
+  } else if (c == stream2::Compression::lz4) {
+    rc = H5Pset_filter(dcpl, kLz4Filter, H5Z_FLAG_OPTIONAL, 0, nullptr);
+  }
+  if (rc < 0) {
+    H5Pclose(dcpl);
+    fail(what, std::string("declare the ") + stream2::compression_name(c) + " filter");
+  }
+  return dcpl;
+}
+
+
+void u64_attribute(hid_t obj, const char* name, std::uint64_t value, const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  hid_t attr = H5Acreate2(obj, name, H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  const bool ok = attr >= 0 && H5Awrite(attr, H5T_NATIVE_UINT64, &value) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(scalar);
+  if (!ok) fail(what, std::string("write attribute ") + name);
+}
+
+std::optional<std::uint64_t> read_u64_attribute(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return std::nullopt;
+  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+  std::uint64_t v = 0;
+  const bool ok = attr >= 0 && H5Aread(attr, H5T_NATIVE_UINT64, &v) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  return ok ? std::optional(v) : std::nullopt;
+}
+
+std::string read_text_attribute(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return {};
+  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t type = vlen_text();
+  char* p = nullptr;
+  std::string out;
+  if (attr >= 0 && H5Aread(attr, type, &p) >= 0 && p) out = p;
+  if (p) H5free_memory(p);
+  if (attr >= 0) H5Aclose(attr);
+  H5Tclose(type);
+  return out;
+}
+
+void write_value(hid_t file, const std::string& path, const stream2::Value& v, const std::string& what) {
+  make_parents(file, path, what);
+  if (H5Lexists(file, path.c_str(), H5P_DEFAULT) != 0) return;  // the first value of a field stays
+  using K = stream2::Value::Kind;
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  switch (v.kind) {
+    case K::unsigned_integer:
+      dataset(file, path, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar, &v.u, what);
+      break;
+    case K::integer:
+      dataset(file, path, H5T_STD_I64LE, H5T_NATIVE_INT64, scalar, &v.i, what);
+      break;
+    case K::real:
+      dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &v.d, what);
+      break;
+    case K::boolean: {
+      const std::uint8_t b = v.b;
+      dataset(file, path, H5T_STD_U8LE, H5T_NATIVE_UINT8, scalar, &b, what);
+      break;
+    }
+    case K::text: {
+      const std::string s(v.s);
+      const char* p = s.c_str();
+      hid_t t = vlen_text();
+      dataset(file, path, t, t, scalar, &p, what);
+      H5Tclose(t);
+      break;
+    }
+    case K::reals: {
+      const hsize_t n = v.reals.size();
+      hid_t space = H5Screate_simple(1, &n, nullptr);
+      dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, space, v.reals.data(), what);
+      H5Sclose(space);
+      break;
+    }
+    case K::texts: {
+      std::vector<std::string> held(v.texts.begin(), v.texts.end());
+      std::vector<const char*> ptrs;
+      for (const auto& s : held) ptrs.push_back(s.c_str());
+      const hsize_t n = ptrs.size();
+      hid_t space = H5Screate_simple(1, &n, nullptr);
+      hid_t t = vlen_text();
+      dataset(file, path, t, t, space, ptrs.data(), what);
+      H5Tclose(t);
+      H5Sclose(space);
+      break;
+    }
+    case K::array: {
+      const auto& a = v.array;
+      std::vector<hsize_t> dims(a.dims.begin(), a.dims.end());
+      hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+      hid_t type = file_type(a.dtype);
+      if (a.compression == stream2::Compression::none) {
+        dataset(file, path, type, type, space, a.bytes.data(), what);
+      } else {
+        // Stored as the detector compressed it: one chunk, the whole array.
+        make_parents(file, path, what);
+        hid_t dcpl = chunked(static_cast<int>(dims.size()), dims.data(), a.compression, dtype_size(a.dtype), what);
+        hid_t d = H5Dcreate2(file, path.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        H5Pclose(dcpl);
+        const std::vector<hsize_t> zero(dims.size(), 0);
+        const bool ok = d >= 0 && H5Dwrite_chunk(d, H5P_DEFAULT, 0, zero.data(), a.bytes.size(), a.bytes.data()) >= 0;
+        if (d >= 0) H5Dclose(d);
+        if (!ok) {
+          H5Sclose(space);
+          H5Sclose(scalar);
+          fail(what, "write " + path);
+        }
+      }
+      H5Sclose(space);
+      break;
+    }
+  }
+  H5Sclose(scalar);
 }
 
 }  // namespace numastream::hdf5::detail

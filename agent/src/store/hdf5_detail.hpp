@@ -5,8 +5,11 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+
+#include "detector/stream2.hpp"
 
 namespace numastream::hdf5::detail {
 
@@ -29,5 +32,30 @@ std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what);
 // when the chunk is stored without the dataset's filter.
 void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t& extent, std::uint64_t index,
                  const void* bytes, std::size_t size, std::uint32_t filter_mask, const std::string& what);
+
+
+// The HDF5 LZ4 filter, whose framing lz4 frames carry.
+constexpr H5Z_filter_t kLz4Filter = 32004;
+
+// A variable-length UTF-8 text type (the caller closes it).
+hid_t vlen_text();
+// Attributes written on `obj`; a failure throws naming `what`.
+void text_attribute(hid_t obj, const char* name, const std::string& value, const std::string& what);
+void u64_attribute(hid_t obj, const char* name, std::uint64_t value, const std::string& what);
+// An attribute read back: nullopt / "" when it is absent or unreadable.
+std::optional<std::uint64_t> read_u64_attribute(hid_t obj, const char* name);
+std::string read_text_attribute(hid_t obj, const char* name);
+// The group at `path` (and those above it), with its NX_class.
+void group(hid_t file, const std::string& path, const char* nx_class, const std::string& what);
+// A dataset of `space` written at once from `data` of `mem_type` (the file type `file_type_id`).
+void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space, const void* data,
+             const std::string& what);
+// The creation properties of a dataset chunked by `chunk`, declaring the filter its chunks carry
+// (the caller closes them).
+hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem, const std::string& what);
+// One field of a Stream V2 message at `path` in its HDF5 form: numbers and text as scalars,
+// lists as 1-d datasets, typed arrays with their shape (compressed ones stored as the detector
+// compressed them, one chunk). A path that exists already keeps its first value.
+void write_value(hid_t file, const std::string& path, const stream2::Value& v, const std::string& what);
 
 }  // namespace numastream::hdf5::detail
