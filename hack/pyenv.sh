@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A Python environment with the reference libraries the tests use as oracles (the bitshuffle
-# package, h5py + hdf5plugin, cbor2): pinned wheels from PyPI, in a virtualenv cached under
-# ~/.cache/numastream keyed by the requirements file. Prints the environment's python.
+# package, h5py + hdf5plugin, cbor2) and the NeXus definitions: pinned wheels from PyPI, in a
+# virtualenv cached under ~/.cache/numastream keyed by the requirements files. Prints the
+# environment's python.
 #   hack/pyenv.sh            create it if missing, print its python
 set -euo pipefail
 cd "$(dirname "$0")/.."
 req=hack/requirements-oracle.txt
-key=$(sha256sum "$req" | cut -c1-12)
+nxdl=hack/requirements-nxdl.txt  # a package for its data only: installed without its dependencies
+key=$(cat "$req" "$nxdl" | sha256sum | cut -c1-12)
 dir=${NUMASTREAM_PYENV:-$HOME/.cache/numastream/pyenv-$key}
 if [ ! -x "$dir/bin/python" ] || [ ! -f "$dir/.complete" ]; then
   rm -rf "$dir"
@@ -14,6 +16,8 @@ if [ ! -x "$dir/bin/python" ] || [ ! -f "$dir/.complete" ]; then
   hack/quiet.sh "pyenv: /usr/bin/python3 -m venv $dir" -- /usr/bin/python3 -m venv "$dir" >&2
   hack/quiet.sh "pyenv: pip install (wheels: $(grep -v '^#' "$req" | tr '\n' ' '))" -- \
     "$dir/bin/pip" install --disable-pip-version-check --no-input --only-binary=:all: -r "$req" >&2
+  hack/quiet.sh "pyenv: pip install --no-deps (data: $(grep -v '^#' "$nxdl" | tr '\n' ' '))" -- \
+    "$dir/bin/pip" install --disable-pip-version-check --no-input --only-binary=:all: --no-deps -r "$nxdl" >&2
   touch "$dir/.complete"
 fi
 echo "$dir/bin/python"

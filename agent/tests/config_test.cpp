@@ -145,6 +145,45 @@ TEST(Config, AnHdf5SinkWritesThroughThePageCacheUnlessAskedForDirectIo) {
   EXPECT_FALSE(parse_config(doc, Role::receive).sink.direct_io);
 }
 
+TEST(Config, AnHdf5SinkWritesNxmxMasterAndDataFilesWhenAskedWithItsNames) {
+  json doc = {{"version", 1}, {"endpoint", "tcp://0.0.0.0:6000"}, {"sink", {{"kind", "hdf5"}, {"path", "/d/{series}.h5"}}}};
+  EXPECT_EQ(parse_config(doc, Role::receive).sink.frames_per_file, 0u) << "one file per series unless asked";
+  doc["sink"]["layout"] = "nxmx";
+  Config c = parse_config(doc, Role::receive);
+  EXPECT_EQ(c.sink.frames_per_file, 1000u);
+  EXPECT_EQ(c.sink.instrument, "");
+  doc["sink"]["frames_per_file"] = 100;
+  doc["sink"]["instrument"] = "ID23-2";
+  doc["sink"]["source"] = "ESRF";
+  doc["sink"]["sample"] = "thaumatin";
+  c = parse_config(doc, Role::receive);
+  EXPECT_EQ(c.sink.frames_per_file, 100u);
+  EXPECT_EQ(c.sink.instrument + "/" + c.sink.source + "/" + c.sink.sample, "ID23-2/ESRF/thaumatin");
+
+  auto with_sink = [](json sink) {
+    return json{{"version", 1}, {"endpoint", "tcp://0.0.0.0:6000"}, {"sink", std::move(sink)}};
+  };
+  const json nx = {{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"layout", "nxmx"}};
+  expect_refused(with_sink({{"kind", "file"}, {"path", "/d/x"}, {"layout", "nxmx"}}), Role::receive, "sink.layout");
+  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"layout", "dectris"}}), Role::receive,
+                 "sink.layout");
+  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"frames_per_file", 10}}), Role::receive,
+                 "sink.frames_per_file");
+  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"instrument", "I24"}}), Role::receive,
+                 "sink.instrument");
+  for (const json& bad : {json(0), json(-1), json(1000001), json("100"), json(1.5)}) {
+    json sink = nx;
+    sink["frames_per_file"] = bad;
+    expect_refused(with_sink(sink), Role::receive, "sink.frames_per_file");
+  }
+  json sink = nx;
+  sink["sample"] = std::string(1025, 'x');
+  expect_refused(with_sink(sink), Role::receive, "sink.sample");
+  sink = nx;
+  sink["source"] = 7;
+  expect_refused(with_sink(sink), Role::receive, "sink.source");
+}
+
 TEST(Config, PortRangeMustFitTheConnections) {
   json d = {{"endpoint", "tcp://h:65534"}, {"connections", 3}};
   expect_refused(d, Role::send, "connections");

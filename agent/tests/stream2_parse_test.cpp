@@ -157,8 +157,21 @@ TEST(Stream2Walk, AStartMessageGivesItsMetadataAndPixelMasks) {
   info.dims = {2, 3};
   info.channels = {"threshold_1", "threshold_2"};
   info.beam_center_x = 1.5;
-  Walked w = walk(stream2::build_start(info));
+  info.arm_date = "2026-11-28T01:02:03.456Z";
+  const auto start = stream2::build_start(info);
+  Walked w = walk(start);
   ASSERT_TRUE(w.ok) << w.error;
+  EXPECT_EQ(w.skipped, std::vector<std::string>{});
+  // arm_date, a tag 0 date/time as Stream V2 sends it, is text.
+  std::string arm_date;
+  std::vector<std::string> skipped;
+  std::string error;
+  stream2::walk(
+      start, [&](const std::string& path, const stream2::Value& v) { if (path == "arm_date") arm_date = std::string(v.s); },
+      skipped, error);
+  EXPECT_EQ(arm_date, "2026-11-28T01:02:03.456Z");
+  EXPECT_EQ(w.fields.at("sensor_material").kind, stream2::Value::Kind::text);
+  EXPECT_EQ(w.fields.at("detector_translation").reals, (std::vector<double>{0, 0, 0.12}));
   EXPECT_EQ(w.fields.at("number_of_images").u, 10u);
   EXPECT_EQ(w.fields.at("beam_center_x").d, 1.5);
   EXPECT_EQ(w.fields.at("pixel_mask_enabled").b, true);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/hdf5_lz4.hpp"
 #include "codec/synth.hpp"
@@ -132,6 +133,7 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
   info.channels = syn.channels;
   info.beam_center_x = static_cast<double>(syn.dims[1]) / 2;
   info.beam_center_y = static_cast<double>(syn.dims[0]) / 2;
+  info.arm_date = utc_now();
   out.push_back(stream2::build_start(info));
   bslz4::Workspace ws;
   for (std::uint64_t i = 0; i < syn.images; ++i) {

@@ -7,6 +7,9 @@ namespace numastream {
 
 enum class LogLevel { info, warn, error };
 
+// Now, UTC, ISO 8601 with milliseconds ("2026-11-28T01:24:47.123Z").
+std::string utc_now();
+
 // Writes one line (thread-safe: one write per line) and flushes.
 void log_at(LogLevel level, const std::string& msg);
 

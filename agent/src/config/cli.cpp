@@ -29,6 +29,11 @@ const std::map<std::string, std::string>& shortcuts() {
       {"--sink", "sink.kind"},
       {"--sink-path", "sink.path"},
       {"--sink-endpoint", "sink.endpoint"},
+      {"--sink-layout", "sink.layout"},
+      {"--frames-per-file", "sink.frames_per_file"},
+      {"--instrument", "sink.instrument"},
+      {"--source-name", "sink.source"},
+      {"--sample", "sink.sample"},
       {"--placement", "placement.mode"},
       {"--nic", "placement.nic"},
       {"--nic-numa-node", "placement.nic_numa_node"},
@@ -135,7 +140,8 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
       // String-valued fields stay strings even when they look like numbers.
       static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "source.endpoint", "sink.kind",
                                        "source.dataset", "source.dtype", "sink.dataset", "verify",
-                                       "sink.path", "sink.endpoint", "placement.mode",
+                                       "sink.path", "sink.endpoint", "placement.mode", "sink.layout",
+                                       "sink.instrument", "sink.source", "sink.sample",
                                        "placement.nic", "metrics.listen", "sysfs_root", "cgroup_root"};
       bool is_string = false;
       for (const char* s : kStrings) is_string = is_string || it->second == s;

@@ -216,6 +216,7 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
+  if (kind != "hdf5") sf.forbid("layout", "only used by the hdf5 sink");
   if (kind != "file" && kind != "hdf5") sf.forbid("mode", "only used by the file and hdf5 sinks");
   if (const json* m = sf.raw("mode")) {
     if (!m->is_string()) throw ConfigError(sf.path("mode"), "must be a string of octal digits, like \"0640\"");
@@ -235,6 +236,14 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     if (out.dataset.empty() || out.dataset.front() != '/') {
       throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + out.dataset + "\")");
     }
+    if (sf.choice("layout", "file", {"file", "nxmx"}) == "nxmx") {
+      out.frames_per_file = static_cast<std::uint64_t>(sf.integer("frames_per_file", 1000, 1, 1000000));
+      for (auto [key, field] : {std::pair{"instrument", &out.instrument}, std::pair{"source", &out.source},
+                                std::pair{"sample", &out.sample}}) {
+        *field = sf.string(key, "");
+        if (field->size() > 1024) throw ConfigError(sf.path(key), "must be at most 1024 bytes");
+      }
+    }
   } else if (kind == "file") {
     out.kind = SinkConfig::Kind::file;
     out.path = sf.required_string("path");
@@ -248,6 +257,11 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     out.kind = SinkConfig::Kind::zmq;
     out.endpoint = sf.required_string("endpoint");
     parse_endpoint(out.endpoint, sf.path("endpoint"));
+  }
+  if (out.frames_per_file == 0) {
+    for (const char* k : {"frames_per_file", "instrument", "source", "sample"}) {
+      sf.forbid(k, "only used by the hdf5 sink's layout \"nxmx\"");
+    }
   }
   if (const json* cv = sf.raw("curve")) {
     // Checked against relay once the whole document is read (parse_config).

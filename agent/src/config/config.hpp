@@ -75,6 +75,11 @@ struct SinkConfig {
   // stream2: copies of the last messages handed over, sent again after a consumer goes away
   // (stream2_sink.hpp); 0 keeps none.
   int redeliver = 64;
+  // hdf5, Stream V2 series: "layout": "file" (one file per series) or "nxmx": a master file and
+  // data files of at most `frames_per_file` images each (pipeline/nxmx_series.hpp), with the
+  // NXmx names a detector does not send (written "unknown" when not given).
+  std::uint64_t frames_per_file = 0;  // 0: layout "file"
+  std::string instrument, source, sample;
 };
 
 // receive: one of the places a gateway's verified chunks go at once (`sinks`), with what it is

@@ -19,6 +19,7 @@ using Item = std::unique_ptr<cbor_item_t, ItemDeleter>;
 constexpr std::uint64_t kSelfDescribe = 55799;
 constexpr std::uint64_t kMultiDim = 40;        // RFC 8746 row-major multi-dimensional array
 constexpr std::uint64_t kCompressed = 56500;   // DECTRIS: [algorithm, element size, bytes]
+constexpr std::uint64_t kDateTime = 0;         // RFC 8949 standard date/time string
 constexpr int kMaxDepth = 8;
 constexpr const char* kOurs = "numastream";  // the field numastream's own end messages add
 
@@ -472,7 +473,17 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
 }
 
 std::vector<std::byte> build_start(const StartInfo& info) {
-  Item map = header("start", info.series_id, info.series_unique_id, 12);
+  Item map = header("start", info.series_id, info.series_unique_id, 20);
+  put(map.get(), "arm_date", tagged(kDateTime, owned(cbor_build_string(info.arm_date.c_str()))));
+  put(map.get(), "detector_description", owned(cbor_build_string("numastream detector-sim (EIGER2-like)")));
+  put(map.get(), "sensor_material", owned(cbor_build_string("Si")));
+  put(map.get(), "sensor_thickness", owned(cbor_build_float8(450e-6)));
+  put(map.get(), "pixel_size_x", owned(cbor_build_float8(75e-6)));
+  put(map.get(), "pixel_size_y", owned(cbor_build_float8(75e-6)));
+  Item translation = owned(cbor_new_definite_array(3));
+  for (const double t : {0.0, 0.0, 0.12}) push(translation.get(), owned(cbor_build_float8(t)));
+  put(map.get(), "detector_translation", std::move(translation));
+  put(map.get(), "incident_energy", owned(cbor_build_float8(12398.4198 / info.incident_wavelength)));
   put(map.get(), "number_of_images", owned(cbor_build_uint64(info.number_of_images)));
   put(map.get(), "image_size_y", owned(cbor_build_uint64(info.dims.at(0))));
   put(map.get(), "image_size_x", owned(cbor_build_uint64(info.dims.at(1))));
@@ -485,14 +496,14 @@ std::vector<std::byte> build_start(const StartInfo& info) {
   put(map.get(), "pixel_mask_enabled", owned(cbor_build_bool(true)));
   Item channels = owned(cbor_new_definite_array(info.channels.size()));
   Item masks = owned(cbor_new_definite_map(info.channels.size()));
-  std::vector<std::byte> mask(info.dims.at(0) * info.dims.at(1) * 4);
+  std::vector<std::byte> mask(info.pixel_mask ? info.dims.at(0) * info.dims.at(1) * 4 : 0);
   if (!mask.empty()) mask[0] = std::byte{1};  // pixel (0, 0): a gap, as masks mark them
   for (const auto& c : info.channels) {
     push(channels.get(), owned(cbor_build_string(c.c_str())));
-    put(masks.get(), c, multidim(info.dims, "uint32", bytes_item(mask)));
+    if (info.pixel_mask) put(masks.get(), c, multidim(info.dims, "uint32", bytes_item(mask)));
   }
   put(map.get(), "channels", std::move(channels));
-  put(map.get(), "pixel_mask", std::move(masks));
+  if (info.pixel_mask) put(map.get(), "pixel_mask", std::move(masks));
   return serialize(std::move(map));
 }
 
@@ -689,6 +700,15 @@ struct Walker {
       v.s = *t;
     } else if (cbor_isa_tag(item)) {
       if (cbor_tag_value(item) == kMultiDim || typed_tag(cbor_tag_value(item))) return array(path, item);
+      if (cbor_tag_value(item) == kDateTime) {  // arm_date, series_date: RFC 3339 text
+        const Item inner(cbor_tag_item(item));
+        if (auto date = text(inner.get())) {
+          v.kind = Value::Kind::text;
+          v.s = *date;  // the tag holds the text: valid while the message is
+          field(path, v);
+          return true;
+        }
+      }
       skipped.push_back(path);
       return true;
     } else if (cbor_isa_map(item)) {
@@ -771,6 +791,8 @@ std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series)
   std::uint64_t id = 1, images = 0;
   std::string unique = "numastream-detector-sim";
   bool named = false;
+  StartInfo info;  // what the first image says of the detector
+  info.pixel_mask = false;
   for (const auto& m : series) {
     std::string error;
     auto parsed = parse(m, error);
@@ -781,8 +803,27 @@ std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series)
       if (!parsed->series_unique_id.empty()) unique = parsed->series_unique_id;
       named = true;
     }
+    if (parsed->type == Type::image && info.channels.empty()) {
+      std::vector<std::string> skipped;
+      walk(
+          m,
+          [&](const std::string& path, const Value& v) {
+            if (path == "series_date" && v.kind == Value::Kind::text) info.arm_date = std::string(v.s);
+            if (path.rfind("data/", 0) != 0 || v.kind != Value::Kind::array || v.array.dims.size() != 2) return;
+            info.channels.push_back(path.substr(5));
+            info.dims = v.array.dims;
+            info.dtype = v.array.dtype;
+          },
+          skipped, error);
+    }
   }
-  return build_start(id, unique, images);
+  if (info.channels.empty()) return build_start(id, unique, images);
+  info.series_id = id;
+  info.series_unique_id = unique;
+  info.number_of_images = images;
+  info.beam_center_x = static_cast<double>(info.dims[1]) / 2;
+  info.beam_center_y = static_cast<double>(info.dims[0]) / 2;
+  return build_start(info);
 }
 
 }  // namespace numastream::stream2

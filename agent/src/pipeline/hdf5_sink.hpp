@@ -38,7 +38,12 @@ class Hdf5Sink final : public Sink {
 
   void put(Chunk c, StageStats& st) override {
     if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
-      if (!series_) series_ = std::make_unique<SeriesSink>(cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_, [this](std::uint32_t id) { return tracker_.resumed(id); }, incomplete_);
+      if (!series_) {
+        NxmxOptions nxmx{cfg_.sink.frames_per_file, cfg_.sink.instrument, cfg_.sink.source, cfg_.sink.sample};
+        series_ = std::make_unique<SeriesSink>(
+            cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_,
+            [this](std::uint32_t id) { return tracker_.resumed(id); }, incomplete_, std::move(nxmx));
+      }
       series_->put(std::move(c), st);
       return;
     }
@@ -111,6 +116,10 @@ class Hdf5Sink final : public Sink {
     if (!outs_.empty() && cfg_.sink.path.find("{stream}") == std::string::npos) {
       throw std::runtime_error("hdf5 sink: a second stream (id " + std::to_string(h.stream_id) +
                                ") arrived but sink.path has no {stream} placeholder");
+    }
+    if (cfg_.sink.frames_per_file > 0) {
+      log_warn("hdf5 sink: stream " + std::to_string(h.stream_id) + " carries frames, not Stream V2 series: sink.layout "
+               "nxmx is for series; its frames go to one file, " + stream_path(cfg_.sink.path, h.stream_id));
     }
     const std::string text = metadata_(h.stream_id);
     auto meta = nlohmann::json::parse(text, nullptr, false);

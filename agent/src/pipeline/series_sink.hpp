@@ -27,6 +27,7 @@
 #include "config/config.hpp"
 #include "detector/stream2.hpp"
 #include "pipeline/sink.hpp"
+#include "pipeline/nxmx_series.hpp"
 #include "pipeline/series_store.hpp"
 
 namespace numastream {
@@ -45,10 +46,12 @@ class SeriesSink {
   // series file that gateway left is this stream's to go on writing).
   // `direct`: series files written past the page cache where the filesystem allows.
   // `incomplete`: where series that end incomplete are recorded (the owning sink's metrics).
+  // `nxmx`: the NXmx layout (a master and data files, nxmx_series.hpp) when its frames_per_file
+  // is set, else one file per series.
   SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack, std::function<bool(std::uint32_t)> resumed,
-             IncompleteSeries& incomplete)
-      : pattern_(std::move(pattern)), mode_(mode), direct_(direct), ack_(std::move(ack)), resumed_(std::move(resumed)),
-        incomplete_(incomplete) {}
+             IncompleteSeries& incomplete, NxmxOptions nxmx = {})
+      : pattern_(std::move(pattern)), mode_(mode), direct_(direct), nxmx_(std::move(nxmx)), ack_(std::move(ack)),
+        resumed_(std::move(resumed)), incomplete_(incomplete) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -238,7 +241,8 @@ class SeriesSink {
     bool reopen = false;
     bool retransmission = false;
     const std::string path = first_candidate(key.first, [&](const std::string& c) {
-      const Probe p = OneFileSeries::probe(c, key.first, key.second, h.stream_id);
+      const Probe p = nxmx() ? NxmxSeries::probe(c, key.first, key.second, h.stream_id)
+                             : OneFileSeries::probe(c, key.first, key.second, h.stream_id);
       if (p.state == Probe::State::free) return true;
       if (!resumed || p.state == Probe::State::other) return false;
       if (p.state == Probe::State::finished) {
@@ -250,14 +254,18 @@ class SeriesSink {
     });
     if (retransmission) {
       log_line("hdf5 sink: message " + std::to_string(h.sequence) + " of series " + std::to_string(key.first) +
-               " is already in " + path + (path_exists(path) ? "" : ".part") +
+               " is already in " + (nxmx() ? NxmxSeries::master_of(path) + "'s files" : path + (path_exists(path) ? "" : ".part")) +
                " (an earlier gateway's): acknowledged again");
       return nullptr;
     }
     Series s;
     s.name = std::to_string(key.first) + (key.second.empty() ? "" : " (" + key.second + ")");
     if (reopen) {
-      s.store = OneFileSeries::reopen(path, direct_);
+      if (nxmx()) {
+        s.store = NxmxSeries::reopen(path, direct_);
+      } else {
+        s.store = OneFileSeries::reopen(path, direct_);
+      }
       const std::set<std::uint64_t> held = s.store->sequences_held();
       s.seqs = held;
       s.start_seq = s.store->start_sequence();
@@ -270,7 +278,11 @@ class SeriesSink {
                ", written by an earlier gateway (" + std::to_string(s.seqs.size()) + " messages, " +
                std::to_string(s.images) + " images)" + io_note(direct_, s.store->direct()));
     } else {
-      s.store = std::make_unique<OneFileSeries>(path, h.stream_id, direct_, mode_);
+      if (nxmx()) {
+        s.store = std::make_unique<NxmxSeries>(path, h.stream_id, key.first, key.second, direct_, mode_, nxmx_);
+      } else {
+        s.store = std::make_unique<OneFileSeries>(path, h.stream_id, direct_, mode_);
+      }
       log_line("hdf5 sink: series " + s.name + " -> " + s.store->published_name() + io_note(direct_, s.store->direct()));
     }
     return &open_.emplace(key, std::move(s)).first->second;
@@ -300,9 +312,12 @@ class SeriesSink {
     open_.erase(key);
   }
 
+  bool nxmx() const { return nxmx_.frames_per_file > 0; }
+
   std::string pattern_;
   unsigned mode_;
   bool direct_;
+  NxmxOptions nxmx_;
   AckFn ack_;
   std::function<bool(std::uint32_t)> resumed_;
   DeferredAcks held_{ack_};  // written, not yet flushed: acknowledged by the next flush

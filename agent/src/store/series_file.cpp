@@ -43,16 +43,36 @@ constexpr const char* kSequences = "/entry/numastream/sequences";
 }  // namespace
 
 SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct) : path_(path) {
+  create(stream_id, direct, true);
+}
+
+SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct, const DataPart& part)
+    : path_(path), part_(part) {
+  if (part.capacity == 0) throw std::invalid_argument(path + ": a data file holds at least one image");
+  create(stream_id, direct, false);
+  hid_t entry = H5Gopen2(file_, "/entry", H5P_DEFAULT);
+  u64_attribute(entry, "series_id", part.series_id, path_);
+  text_attribute(entry, "series_unique_id", part.series_unique_id, path_);
+  H5Gclose(entry);
+  hid_t g = H5Gopen2(file_, kNumastream, H5P_DEFAULT);
+  u64_attribute(g, "first_image", part.first_image, path_);
+  u64_attribute(g, "capacity", part.capacity, path_);
+  H5Gclose(g);
+}
+
+void SeriesFile::create(std::uint32_t stream_id, bool direct, bool detector) {
   quiet();
   const hid_t fapl = file_access(direct);
   if (fapl < 0) fail(path_, "set up the file driver");
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  file_ = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (file_ < 0) fail(path_, "create the file");
   group(file_, "/entry", "NXentry", path_);
   group(file_, "/entry/data", "NXdata", path_);
-  group(file_, "/entry/instrument", "NXinstrument", path_);
-  group(file_, "/entry/instrument/detector", "NXdetector", path_);
+  if (detector) {
+    group(file_, "/entry/instrument", "NXinstrument", path_);
+    group(file_, "/entry/instrument/detector", "NXdetector", path_);
+  }
   group(file_, kNumastream, "NXcollection", path_);
   hsize_t dims = 0, max = H5S_UNLIMITED, chunk = 1024;
   hid_t space = H5Screate_simple(1, &dims, &max);
@@ -86,7 +106,18 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   f->sequences_ = H5Dopen2(f->file_, kSequences, H5P_DEFAULT);
   hid_t g = H5Gopen2(f->file_, kNumastream, H5P_DEFAULT);
   f->start_sequence_ = read_u64_attribute(g, "start_sequence");
+  const auto first = read_u64_attribute(g, "first_image"), capacity = read_u64_attribute(g, "capacity");
   H5Gclose(g);
+  if (first && capacity) {
+    DataPart part;
+    part.first_image = *first;
+    part.capacity = *capacity;
+    hid_t entry = H5Gopen2(f->file_, "/entry", H5P_DEFAULT);
+    part.series_id = read_u64_attribute(entry, "series_id").value_or(0);
+    part.series_unique_id = read_text_attribute(entry, "series_unique_id");
+    H5Gclose(entry);
+    f->part_ = part;
+  }
   const std::string start = std::string(kDetector) + "stream2_start";
   if (H5Lexists(f->file_, start.c_str(), H5P_DEFAULT) > 0) {
     hid_t d = H5Dopen2(f->file_, start.c_str(), H5P_DEFAULT);
@@ -107,6 +138,7 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     char name[256] = {};
     if (H5Lget_name_by_idx(data, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT) < 0) continue;
+    if (f->part_ && std::string(name) == "data") continue;  // the first channel's second name
     Channel c;
     c.dset = H5Dopen2(data, name, H5P_DEFAULT);
     if (c.dset < 0) continue;
@@ -129,7 +161,10 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
                                                                              : stream2::Compression::none;
     }
     H5Pclose(dcpl);
-    f->written_[name] = frames_written(c.dset, path + ":/entry/data/" + name);
+    const std::uint64_t offset = f->part_ ? f->part_->first_image : 0;
+    for (const std::uint64_t index : frames_written(c.dset, path + ":/entry/data/" + name)) {
+      f->written_[name].insert(offset + index);
+    }
     f->channels_.emplace(name, std::move(c));
   }
   H5Gclose(data);
@@ -235,9 +270,16 @@ SeriesFile::Channel& SeriesFile::channel(const std::string& name, const stream2:
   H5Pclose(dcpl);
   H5Sclose(space);
   if (c.dset < 0) fail(path_, "create " + path);
+  if (part_) u64_attribute(c.dset, "image_nr_low", part_->first_image + 1, path_);  // image_nr_high: at close
   if (channels_.empty()) {
     hid_t g = H5Gopen2(file_, "/entry/data", H5P_DEFAULT);
-    text_attribute(g, "signal", name, path_);
+    // A data file's first channel is also /entry/data/data: what readers of DECTRIS's files open.
+    const bool alias = part_ && name != "data";
+    if (alias && H5Lcreate_hard(file_, path.c_str(), g, "data", H5P_DEFAULT, H5P_DEFAULT) < 0) {
+      H5Gclose(g);
+      fail(path_, "link /entry/data/data to " + path);
+    }
+    text_attribute(g, "signal", alias ? "data" : name, path_);
     H5Gclose(g);
   }
   return channels_.emplace(name, std::move(c)).first->second;
@@ -253,7 +295,12 @@ void SeriesFile::write_image(std::span<const std::byte> message, std::uint64_t i
         const std::string name = p.substr(5);
         Channel& c = channel(name, v.array);
         const hsize_t frame[2] = {c.dims[0], c.dims.size() > 1 ? c.dims[1] : 0};
-        write_chunk(c.dset, static_cast<int>(c.dims.size()) + 1, frame, c.extent, image_id, v.array.bytes.data(),
+        const std::uint64_t first = part_ ? part_->first_image : 0;
+        if (image_id < first || (part_ && image_id - first >= part_->capacity)) {
+          throw std::runtime_error(path_ + ": image " + std::to_string(image_id) + " is not one of this data file's (" +
+                                   std::to_string(first) + " to " + std::to_string(first + part_->capacity - 1) + ")");
+        }
+        write_chunk(c.dset, static_cast<int>(c.dims.size()) + 1, frame, c.extent, image_id - first, v.array.bytes.data(),
                     v.array.bytes.size(), 0, path_ + ":/entry/data/" + name);
         written_[name].insert(image_id);
       },
@@ -311,6 +358,10 @@ void SeriesFile::close() {
   if (sequences_ >= 0) H5Dclose(sequences_);
   sequences_ = -1;
   for (auto& [name, c] : channels_) {
+    if (part_ && c.dset >= 0) {  // the last image it holds, counted from 1 (DECTRIS's data files)
+      if (H5Aexists(c.dset, "image_nr_high") > 0) H5Adelete(c.dset, "image_nr_high");
+      u64_attribute(c.dset, "image_nr_high", part_->first_image + c.extent, path_);
+    }
     if (c.dset >= 0) H5Dclose(c.dset);
     c.dset = -1;
   }

@@ -32,6 +32,16 @@ class SeriesFile {
   // Creates `path` (truncating it) for stream `stream_id`'s series; `direct`: written past the
   // page cache where the filesystem allows (direct_io.hpp).
   SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct = false);
+  // A data file of an NXmx series (store/nxmx_master.hpp): images first_image ..
+  // first_image + capacity - 1 of the series, at /entry/data/<channel>[image_id - first_image],
+  // the first channel also as /entry/data/data (attributes image_nr_low and image_nr_high, from
+  // 1, as DECTRIS's data files have); no detector metadata (the master file holds it).
+  struct DataPart {
+    std::uint64_t series_id = 0;
+    std::string series_unique_id;
+    std::uint64_t first_image = 0, capacity = 0;
+  };
+  SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct, const DataPart& part);
   // Opens a series file an earlier gateway left (`path`, a .part) to go on writing it: its
   // channels, the image ids and the sequences it holds. Throws, naming the file and saying it is
   // left as it is, when it does not open.
@@ -86,6 +96,7 @@ class SeriesFile {
   Channel& channel(const std::string& name, const stream2::Array& a);
   void write_field(const std::string& path, const stream2::Value& v);
   void store_sequences();
+  void create(std::uint32_t stream_id, bool direct, bool detector);
 
   SeriesFile() = default;
   std::string path_;
@@ -98,6 +109,7 @@ class SeriesFile {
   long long file_ = -1;
   std::map<std::string, Channel> channels_;
   std::map<std::string, std::set<std::uint64_t>> written_;
+  std::optional<DataPart> part_;  // a data file of an NXmx series
 };
 
 }  // namespace numastream::hdf5
