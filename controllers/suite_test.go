@@ -353,6 +353,16 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"direct I/O asked of a source": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", IO: "direct"}}
 		}, "hdf5.io is how a gateway writes a sink's files"},
+		"nxmx asked of a source": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{HDF5: &v1beta1.HDF5Dataset{Root: "scratch", Path: "data/tomo.h5", NXmx: &v1beta1.NXmxFiles{}}}
+		}, "hdf5.nxmx is how a gateway writes a sink's series"},
+		"nxmx files of frames, not series": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan.h5", NXmx: &v1beta1.NXmxFiles{}}}
+		}, "sink.hdf5.nxmx writes Stream V2 series: every sender's source must be stream2"},
+		"nxmx data files of too many images": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "{series}.h5", NXmx: &v1beta1.NXmxFiles{FramesPerFile: 2000000}}}
+		}, "spec.sink.hdf5.nxmx.framesPerFile"},
 		"unknown sink io": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan.h5", IO: "o_direct"}}
 		}, "spec.sink.hdf5.io"},

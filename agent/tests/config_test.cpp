@@ -267,7 +267,7 @@ TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
 // to the operator: every value the operator writes is the value the agent runs with.
 TEST(Config, GoldenConfigsFromTheOperator) {
   namespace fs = std::filesystem;
-  int files = 0, previews = 0;
+  int files = 0, previews = 0, nxmx = 0;
   for (const auto& entry : fs::directory_iterator(NUMASTREAM_GOLDEN)) {
     const std::string name = entry.path().filename().string();
     SCOPED_TRACE(name);
@@ -306,6 +306,9 @@ TEST(Config, GoldenConfigsFromTheOperator) {
       EXPECT_EQ(c.preview.max_side, pv.value("max_side", 512));
       EXPECT_EQ(c.preview.interval_ms, pv.value("interval_ms", 500));
       if (c.preview.enabled) ++previews;
+      EXPECT_EQ(c.sink.frames_per_file, doc["sink"].value("frames_per_file", std::uint64_t{0}));
+      EXPECT_EQ(c.sink.instrument, doc["sink"].value("instrument", ""));
+      if (c.sink.frames_per_file > 0) ++nxmx;
     } else {
       EXPECT_EQ(c.stream_id, doc["stream_id"].get<std::uint32_t>());
       EXPECT_EQ(c.state_dir, doc["state_dir"].get<std::string>());
@@ -341,6 +344,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
   }
   EXPECT_GE(files, 12) << "golden configurations in " << NUMASTREAM_GOLDEN;
   EXPECT_GE(previews, 1) << "a golden configuration with the live preview";
+  EXPECT_GE(nxmx, 1) << "a golden configuration writing NXmx master and data files";
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ type Codec string
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.hdf5) && !self.sink.hdf5.path.contains('{stream}'))",message="sink.hdf5.path must contain {stream} when there are several senders: each stream writes its own file"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.stream2)) || self.senders.all(s, has(s.source.stream2))",message="sink.stream2 re-emits Stream V2 messages: every sender's source must be stream2"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.stream2) && size(self.senders) > 1)",message="a stream2 sink re-emits the series of one detector: one sender per StreamPipeline"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.hdf5) && has(self.sink.hdf5.nxmx)) || self.senders.all(s, has(s.source.stream2))",message="sink.hdf5.nxmx writes Stream V2 series: every sender's source must be stream2"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 type StreamPipelineSpec struct {
 	// Senders are the source nodes; each one is one stream (the paper's detectors).
@@ -258,6 +259,7 @@ type Sender struct {
 // Source is a union: exactly one member is set.
 // +kubebuilder:validation:XValidation:rule="(has(self.synthetic) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) == 1",message="exactly one of synthetic, file, zmq, hdf5 or stream2 must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.hdf5) || !has(self.hdf5.io)",message="hdf5.io is how a gateway writes a sink's files; a source's file is only read"
+// +kubebuilder:validation:XValidation:rule="!has(self.hdf5) || !has(self.hdf5.nxmx)",message="hdf5.nxmx is how a gateway writes a sink's series; a source's file is only read"
 type Source struct {
 	// Synthetic tomography projections, deterministic from a seed.
 	// +optional
@@ -310,6 +312,35 @@ type HDF5Dataset struct {
 	// +kubebuilder:validation:Enum=buffered;direct
 	// +optional
 	IO string `json:"io,omitempty"`
+	// NXmx writes each Stream V2 series as an NXmx master file and data files of at most
+	// framesPerFile images ("<name>_master.h5", "<name>_data_000001.h5", ... beside the path's
+	// name), which analysis opens while the series runs (docs/stream2.md). Sinks with stream2
+	// sources only.
+	// +optional
+	NXmx *NXmxFiles `json:"nxmx,omitempty"`
+}
+
+// NXmxFiles is the NXmx layout of a series: the data files' size and the names NXmx asks for
+// that a detector does not send ("unknown" when not given).
+type NXmxFiles struct {
+	// FramesPerFile is the most images a data file holds.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +kubebuilder:default=1000
+	// +optional
+	FramesPerFile int64 `json:"framesPerFile,omitempty"`
+	// Instrument names the beamline (/entry/instrument/name).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Instrument string `json:"instrument,omitempty"`
+	// Source names the light source (/entry/source/name).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Sample names the sample (/entry/sample/name).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Sample string `json:"sample,omitempty"`
 }
 
 // SyntheticSource generates 16-bit projections with photon-counting noise.

@@ -57,6 +57,12 @@ type SinkConfig struct {
 	IO string `json:"io,omitempty"`
 	// Redeliver: stream2 sink, messages kept for a consumer that goes away (nil: the agent's default).
 	Redeliver *int32 `json:"redeliver,omitempty"`
+	// Layout "nxmx": hdf5 sink, series as NXmx master and data files (spec.sink.hdf5.nxmx).
+	Layout        string `json:"layout,omitempty"`
+	FramesPerFile int64  `json:"frames_per_file,omitempty"`
+	Instrument    string `json:"instrument,omitempty"`
+	Source        string `json:"source,omitempty"`
+	Sample        string `json:"sample,omitempty"`
 }
 
 // SpillConfig is a sender's node-local spill (spec.spill).
@@ -282,7 +288,15 @@ func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 	case s != nil && s.ZMQ != nil:
 		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s != nil && s.HDF5 != nil:
-		return &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5), IO: s.HDF5.IO}
+		out := &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5), IO: s.HDF5.IO}
+		if nx := s.HDF5.NXmx; nx != nil {
+			out.Layout, out.Instrument, out.Source, out.Sample = "nxmx", nx.Instrument, nx.Source, nx.Sample
+			out.FramesPerFile = nx.FramesPerFile
+			if out.FramesPerFile == 0 {
+				out.FramesPerFile = 1000 // the CRD's default, for objects the API server did not default
+			}
+		}
+		return out
 	case s != nil && s.Stream2 != nil:
 		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s)), Redeliver: s.Stream2.Redeliver}
 	default:

@@ -43,6 +43,12 @@ func goldenCases() map[string]*v1beta1.StreamPipeline {
 			side := int32(256)
 			sp.Spec.Preview = &v1beta1.Preview{MaxSide: &side}
 		}),
+		"stream2-nxmx": pipeline("stream2-nxmx", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Codec = v1beta1.Codec("bslz4")
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
+			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "mx/{series}.h5",
+				NXmx: &v1beta1.NXmxFiles{FramesPerFile: 500, Instrument: "BL-2", Source: "facility ring", Sample: "lysozyme"}}}
+		}),
 		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.HostNetwork = true
 			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone, AllowFrom: []string{"10.50.0.0/16"}}
