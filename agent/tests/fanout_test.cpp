@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <regex>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "detector/stream2.hpp"
 #include "process.hpp"
 #include "stream2_fixture.hpp"
+#include "store/nxmx_master.hpp"
 #include "store/series_file.hpp"
 
 namespace numastream::testing {
@@ -32,12 +34,13 @@ namespace fs = std::filesystem;
 const std::string kAgent = NUMASTREAM_AGENT;
 
 // One EIGER2 series (recorded from a real detector, replayed by the simulator) into three
-// consumers at once: an HDF5 series file, a Stream V2 re-emit, and the messages as they came in
-// a file. The re-emit's reader stops for 10 s after three messages: the others lose nothing (a
-// lossless consumer holds them back, never drops for them), and every copy ends whole: the file
-// byte for byte the detector's messages, the reader's messages byte-identical and in order, the
-// HDF5 file holding every message of the series.
-TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderStoppedTenSeconds) {
+// consumers at once: NXmx master and data files, a Stream V2 re-emit, and the messages as they
+// came in a file. The re-emit's reader stops for 10 s after three messages: the others lose
+// nothing (a lossless consumer holds them back, never drops for them), and every copy ends whole:
+// the file byte for byte the detector's messages, the reader's messages byte-identical and in
+// order, the master and its data files holding every message of the series (test/codec/nxmx_test.py
+// reads such files back image by image).
+TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAndAFileAtOnceWithOneReaderStoppedTenSeconds) {
   const std::string data = recordings();
   if (data.empty()) NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent");
   const fs::path rec = fs::path(data) / "r500k_bm_bslz4_16bit";
@@ -45,7 +48,7 @@ TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderS
   const std::string dir = temp_dir();
   const int port = free_ports(3);
   const json sinks = json::array({
-      {{"kind", "hdf5"}, {"path", dir + "/series-{series}.h5"}},
+      {{"kind", "hdf5"}, {"path", dir + "/series-{series}.h5"}, {"layout", "nxmx"}, {"frames_per_file", 4}},
       {{"kind", "stream2"}, {"endpoint", ep(port + 1)}},
       {{"kind", "file"}, {"path", dir + "/messages.raw"}},
   });
@@ -73,15 +76,31 @@ TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderS
   std::string all;
   for (const auto& m : expected) all += m;
   EXPECT_TRUE(read_bytes(dir + "/messages.raw") == all) << "the file holds every message as it came";
-  std::vector<fs::path> h5;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".h5") h5.push_back(e.path());
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  std::string error_text;
+  const auto start = stream2::parse(std::span(reinterpret_cast<const std::byte*>(expected.front().data()),
+                                              expected.front().size()),
+                                    error_text);
+  ASSERT_TRUE(start.has_value()) << error_text;
+  const std::string series = "series-" + std::to_string(start->series_id);
+  EXPECT_EQ(files, (std::vector<std::string>{"messages.raw", series + "_data_000001.h5", series + "_data_000002.h5",
+                                             series + "_data_000003.h5", series + "_master.h5"}))
+      << "one master, three whole data files of 4 + 4 + 2 images: " << rx.err();
+  const auto master = hdf5::read_master(dir + "/" + series + "_master.h5");
+  ASSERT_TRUE(master.has_value());
+  EXPECT_FALSE(master->end_time.empty()) << "the series is complete";
+  EXPECT_EQ(master->incomplete, "");
+  std::set<std::uint64_t> held;
+  if (master->start_sequence) held.insert(*master->start_sequence);
+  if (master->end_sequence) held.insert(*master->end_sequence);
+  for (int k = 1; k <= 3; ++k) {
+    const auto id = hdf5::SeriesFile::identify(dir + "/" + hdf5::data_file_name(series, k));
+    ASSERT_TRUE(id.has_value()) << k;
+    held.insert(id->sequences.begin(), id->sequences.end());
   }
-  ASSERT_EQ(h5.size(), 1u) << "one series, one finished file: " << rx.err();
-  const auto id = hdf5::SeriesFile::identify(h5.front().string());
-  ASSERT_TRUE(id.has_value()) << h5.front();
-  EXPECT_FALSE(id->marked_incomplete);
-  EXPECT_EQ(id->sequences.size(), expected.size()) << "the HDF5 file holds every message of the series";
+  EXPECT_EQ(held.size(), expected.size()) << "the master and its data files hold every message of the series";
 
   const json r = summary(rx);
   EXPECT_EQ(r["lost"], 0);
@@ -93,7 +112,7 @@ TEST(FanOut, ADetectorSeriesReachesAnHdf5FileAReEmitAndAFileAtOnceWithOneReaderS
     EXPECT_EQ(k["passed_over"], 0);
   }
   std::printf("%zu messages to 3 consumers, the re-emit's reader stopped %.1f s: each consumer took %zu; file, "
-              "re-emit and HDF5 whole\n",
+              "re-emit and NXmx files whole\n",
               expected.size(), pause_s, expected.size());
 }
 
