@@ -21,7 +21,7 @@ import hdf5plugin  # noqa: F401  (registers the bitshuffle and LZ4 filters with 
 import numpy as np
 
 import nxdl
-from realdata import AGENT, REAL, REQUIRE_REAL
+from realdata import AGENT, recording
 from stream2_hdf5_test import Series, channels_of, load_cbor
 
 NAMES = ["--instrument", "BL-TEST (facility in a box)", "--source-name", "numastream test source",
@@ -44,12 +44,7 @@ class SeriesIntoNxmxFiles(unittest.TestCase):
         subprocess.run(["rm", "-rf", self.tmp])
 
     def recording(self, name):
-        folder = os.path.join(REAL, name)
-        if not os.path.isdir(folder):
-            if REQUIRE_REAL:
-                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
-            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
-        return folder
+        return recording(self, name)
 
     def synthetic_pixels(self, images, seed, channels=1, shape=(64, 100)):
         """The simulator's synthetic images: image i of channel c is projection i + 5 * c of

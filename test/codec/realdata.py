@@ -11,3 +11,14 @@ REAL = os.environ.get(
 REQUIRE_REAL = os.environ.get("NUMASTREAM_REQUIRE_REAL") == "1"
 # RFC 8746 typed array tags in the recordings.
 TYPED_ARRAY = {64: np.dtype("u1"), 69: np.dtype("<u2"), 70: np.dtype("<u4")}
+
+
+def recording(test, name):
+    """The folder of one real EIGER2 recording for `test` (a unittest.TestCase): it fails under
+    NUMASTREAM_REQUIRE_REAL=1, else skips, when the recordings are absent."""
+    folder = os.path.join(REAL, name)
+    if not os.path.isdir(folder):
+        if REQUIRE_REAL:
+            test.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
+        test.skipTest(f"the EIGER2 recordings are not in {REAL}")
+    return folder

@@ -25,7 +25,7 @@ import hdf5plugin  # noqa: F401  (registers the bitshuffle and LZ4 filters with 
 import lz4.block
 import numpy as np
 
-from realdata import AGENT, REAL, REQUIRE_REAL, TYPED_ARRAY
+from realdata import AGENT, REAL, REQUIRE_REAL, TYPED_ARRAY, recording
 
 
 def free_port():
@@ -130,14 +130,7 @@ class SeriesIntoHdf5(unittest.TestCase):
         return run
 
     def recording(self, name):
-        """The folder of one real EIGER2 recording; fails under NUMASTREAM_REQUIRE_REAL=1, else
-        skips, when the recordings are absent."""
-        folder = os.path.join(REAL, name)
-        if not os.path.isdir(folder):
-            if REQUIRE_REAL:
-                self.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
-            self.skipTest(f"the EIGER2 recordings are not in {REAL}")
-        return folder
+        return recording(self, name)
 
     def assertEveryImageInTheFileOrNamed(self, series, rx_rc, final, images, log):
         """The series published complete, or its .part (and the gateway's summary) naming by id the

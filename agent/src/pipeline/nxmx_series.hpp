@@ -2,9 +2,9 @@
 // at most frames_per_file images each, named as DECTRIS's file writer names them beside the
 // master:
 //   <name>_master.h5         store/nxmx_master.hpp: the metadata, links to every data file; there
-//                            from the series' first message, rewritten whole when the start or
-//                            end message comes and when the series is complete (end_time) or
-//                            given up (`incomplete`)
+//                            from the series' first message (with the start message when that
+//                            comes first), rewritten whole when the start or end message comes and
+//                            when the series is complete (end_time) or given up (`incomplete`)
 //   <name>_data_000001.h5    images 0 .. N-1 (SeriesFile data parts); <file>.part while it is
 //                            written, renamed once it holds every one of its images and closed:
 //                            a reader opens the master while the series runs and reads every
@@ -57,7 +57,8 @@ class NxmxSeries final : public SeriesStore {
     m_.source = options.source;
     m_.sample = options.sample;
     m_.start_time = utc_now();
-    save();
+    // The master is written by the series' first message: whole with the start message when that
+    // comes first (a reader never sees it without the detector's metadata then).
   }
 
   static std::string master_of(const std::string& path) { return prefix_of(path) + "_master.h5"; }
@@ -93,6 +94,7 @@ class NxmxSeries final : public SeriesStore {
     }
     std::unique_ptr<NxmxSeries> s(new NxmxSeries(prefix, direct));
     s->m_ = std::move(*m);
+    s->saved_ = true;
     if (s->m_.start_sequence) s->held_.insert(*s->m_.start_sequence);
     if (s->m_.end_sequence) s->held_.insert(*s->m_.end_sequence);
     s->learn_number_of_images();
@@ -138,6 +140,7 @@ class NxmxSeries final : public SeriesStore {
                " is complete and published; this copy is not written");
       return;
     }
+    if (!saved_) save();  // the master before any data file: what a restarted gateway looks for
     auto it = open_.find(k);
     if (it == open_.end()) {
       hdf5::SeriesFile::DataPart part;
@@ -236,7 +239,10 @@ class NxmxSeries final : public SeriesStore {
   }
 
   std::string master() const { return prefix_ + "_master.h5"; }
-  void save() { hdf5::write_master(master(), m_); }
+  void save() {
+    hdf5::write_master(master(), m_);
+    saved_ = true;
+  }
   void learn_number_of_images() {
     std::string error;
     if (m_.start.empty()) return;
@@ -267,6 +273,7 @@ class NxmxSeries final : public SeriesStore {
 
   std::string prefix_;
   bool direct_ = false, direct_used_ = false;
+  bool saved_ = false;  // the master is on disk
   hdf5::NxmxMaster m_;
   std::optional<std::uint64_t> number_of_images_;
   std::map<std::uint64_t, std::unique_ptr<hdf5::SeriesFile>> open_;  // data files being written (.part)
