@@ -158,6 +158,33 @@ TEST(Placement, AllowedCpusOutsideTheTopologyAreAnError) {
                std::invalid_argument);
 }
 
+// A container given whole cores (every hardware thread of each): its threads take a core each
+// before any shares one with a sibling, whatever the kernel's numbering of the siblings (here
+// adjacent: CPUs 16/17 are one core, 18/19 another).
+TEST(Placement, ThreadsTakeACoreEachBeforeSharingOneWithASibling) {
+  Topology t;
+  NumaNode n0, n1;
+  n0.id = 0;
+  n0.cpus = {0, 1};
+  n1.id = 1;
+  n1.cpus = {16, 17, 18, 19};
+  t.nodes = {n0, n1};
+  t.core_of = {{0, 0}, {1, 0}, {16, 8}, {17, 8}, {18, 9}, {19, 9}};
+  Placement p = place(t, parse_cpulist("16-19"), 1, {stage(Stage::receive, 2, "nic")});
+  ASSERT_EQ(p.threads.size(), 2u);
+  EXPECT_EQ(p.threads[0].cpu, 16);
+  EXPECT_EQ(p.threads[1].cpu, 18) << "the second receiving thread takes the other core, not 16's sibling";
+  p = place(t, parse_cpulist("16-19"), 1, {stage(Stage::receive, 3, "nic")});
+  std::set<int> cpus;
+  for (const auto& th : p.threads) cpus.insert(th.cpu);
+  EXPECT_EQ(cpus, (std::set<int>{16, 17, 18})) << "a third thread takes a sibling only once each core has one";
+  // Without the kernel's core ids every CPU is a core of its own: lowest ids first, as before.
+  t.core_of.clear();
+  p = place(t, parse_cpulist("16-19"), 1, {stage(Stage::receive, 2, "nic")});
+  EXPECT_EQ(p.threads[0].cpu, 16);
+  EXPECT_EQ(p.threads[1].cpu, 17);
+}
+
 TEST(Placement, OsModePinsNothing) {
   Placement p = place_os({stage(Stage::receive, 2, "nic"), stage(Stage::decompress, 3, "spread")}, 1);
   ASSERT_EQ(p.threads.size(), 5u);

@@ -337,12 +337,15 @@ func Make(r Request) (Plan, error) {
 		conns = r.ReceiveCoresLimit
 	}
 	nicFree := free[nic.NUMANode]
-	if r.Mode == NUMAAware && conns*streams > nicFree {
-		if r.Connections > 0 || nicFree < streams {
-			return Plan{}, refuse("gateway %s: NUMA node %d (NIC %s) has %d free cores, %d streams x %d connections need %d receiving cores; other pipelines hold %d there",
-				gw.Name, nic.NUMANode, nic.Name, max(nicFree, 0), streams, conns, conns*streams, r.Held[nic.NUMANode])
+	// A receiving thread holds a whole core: with hardware threads, its sibling stays idle (a
+	// busy sibling would take the core's execution units from it).
+	perConn := r.receiveCPUs(gw, nic.NUMANode)
+	if r.Mode == NUMAAware && conns*streams*perConn > nicFree {
+		if r.Connections > 0 || nicFree < streams*perConn {
+			return Plan{}, refuse("gateway %s: NUMA node %d (NIC %s) has %d free cores, %d streams x %d connections need %d receiving cores%s; other pipelines hold %d there",
+				gw.Name, nic.NUMANode, nic.Name, max(nicFree, 0), streams, conns, conns*streams*perConn, wholeCores(perConn), r.Held[nic.NUMANode])
 		}
-		conns = nicFree / streams
+		conns = nicFree / (streams * perConn)
 	}
 	stride := conns + r.ExtraPortsPerStream
 	if r.Port > 0 && r.Port+span*stride > 65536 {
@@ -365,7 +368,7 @@ func Make(r Request) (Plan, error) {
 	for _, f := range free {
 		totalFree += max(f, 0)
 	}
-	left := totalFree - conns*streams - sinkCores*streams
+	left := totalFree - conns*streams*perConn - sinkCores*streams
 	if sinkCores > 0 && left < streams && r.DecompressThreads == 0 {
 		// Short of cores: the sink's thread shares the decompressing core rather than the
 		// pipeline being refused.
@@ -376,7 +379,7 @@ func Make(r Request) (Plan, error) {
 	if r.PassThrough {
 		decompress = 1 // checks each message's checksum and hands it on: nothing to decode
 		if decompress*streams > left {
-			return Plan{}, refuse("gateway %s: no core is left to check the messages after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams, describeHeld(r.Held))
+			return Plan{}, refuse("gateway %s: no core is left to check the messages after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams*perConn, describeHeld(r.Held))
 		}
 	} else if r.DecompressThreads > 0 {
 		decompress = r.DecompressThreads
@@ -395,10 +398,15 @@ func Make(r Request) (Plan, error) {
 			decompress = left / streams
 		}
 		if decompress < 1 {
-			return Plan{}, refuse("gateway %s: no core is left for decompression after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams, describeHeld(r.Held))
+			return Plan{}, refuse("gateway %s: no core is left for decompression after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams*perConn, describeHeld(r.Held))
 		}
 	}
-	decompressNUMA := decompressTarget(gw, nic.NUMANode, free, decompress*streams)
+	afterReceivers := map[int]int{}
+	for k, v := range free {
+		afterReceivers[k] = v
+	}
+	afterReceivers[nic.NUMANode] -= conns * streams * perConn
+	decompressNUMA := decompressTarget(gw, nic.NUMANode, afterReceivers, decompress*streams)
 	if r.Mode == OS {
 		decompressNUMA = NUMAAny
 	}
@@ -449,11 +457,11 @@ func Make(r Request) (Plan, error) {
 		if r.HasSink {
 			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: NUMAAny})
 		}
-		pod := PodPlan{Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns + decompress + sinkCores, Stages: stages}
-		pod.Containers = gatewayContainers(pod, conns, r.ChunkBytes)
+		pod := PodPlan{Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns*perConn + decompress + sinkCores, Stages: stages}
+		pod.Containers = gatewayContainers(pod, conns, conns*perConn, r.ChunkBytes)
 		plan.Gateways = append(plan.Gateways, GatewayPlan{PodPlan: pod, Port: r.Port + slot(i)*stride})
 	}
-	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams, (decompress+sinkCores)*streams)
+	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams*perConn, (decompress+sinkCores)*streams)
 	return plan, nil
 }
 
@@ -512,16 +520,16 @@ func senderContainers(n PodPlan, conns int, chunk int64) []Container {
 	return []Container{{Name: ContainerAgent, CPUs: n.CPUs, MemoryBytes: memoryFor(chunk, n.CPUs, conns), Stages: n.Stages}}
 }
 
-// gatewayContainers: a gateway pod runs two agents. The receiving container holds one CPU per
-// connection (its relay and I/O threads share them) and the NIC-locality resource; the
-// decompressing container holds the rest (at least one), where one thread reads the relay's
-// socket next to the decompressors.
-func gatewayContainers(n PodPlan, conns int, chunk int64) []Container {
+// gatewayContainers: a gateway pod runs two agents. The receiving container holds a core per
+// connection (`rxCPUs`: with hardware threads, every thread of those cores; its relay and I/O
+// threads share them) and the NIC-locality resource; the decompressing container holds the rest
+// (at least one), where one thread reads the relay's socket next to the decompressors.
+func gatewayContainers(n PodPlan, conns, rxCPUs int, chunk int64) []Container {
 	if chunk <= 0 {
 		chunk = DefaultChunkBytes
 	}
-	rx := Container{Name: ContainerReceive, CPUs: conns, MemoryBytes: memoryFor(chunk, conns, conns)}
-	dxCPUs := max(1, n.CPUs-conns)
+	rx := Container{Name: ContainerReceive, CPUs: rxCPUs, MemoryBytes: memoryFor(chunk, rxCPUs, conns)}
+	dxCPUs := max(1, n.CPUs-rxCPUs)
 	dx := Container{Name: ContainerDecompress, CPUs: dxCPUs, MemoryBytes: memoryFor(chunk, dxCPUs, conns)}
 	for _, s := range n.Stages {
 		switch s.Name {
@@ -543,6 +551,27 @@ func gatewayContainers(n PodPlan, conns int, chunk int64) []Container {
 func memoryFor(chunk int64, cpus, connections int) int64 {
 	bytes := int64(cpus*3+connections*8+28)*chunk + 256<<20
 	return (bytes + (1<<20 - 1)) >> 20 << 20
+}
+
+// receiveCPUs is what one receiving thread holds on the NIC's NUMA node: a whole core, i.e. every
+// hardware thread of it (1 without SMT, or when hardware threads count as cores).
+func (r Request) receiveCPUs(gw topology.Node, nicNode int) int {
+	if r.CountHardwareThreads {
+		return 1
+	}
+	for _, nn := range gw.NUMANodes {
+		if nn.ID == nicNode && nn.Cores > 0 && nn.CPUs > nn.Cores {
+			return int(math.Round(float64(nn.CPUs) / float64(nn.Cores)))
+		}
+	}
+	return 1
+}
+
+func wholeCores(perConn int) string {
+	if perConn == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (hardware threads: %d per connection, a whole core)", perConn)
 }
 
 // codecShare is what one codec thread on the node is worth, in measured single-core speeds.

@@ -645,15 +645,22 @@ func TestPaperMachinesWithTheirHardwareThreads(t *testing.T) {
 		r.NUMA != "nic" || d.Threads != 18 || d.NUMA != "0" {
 		t.Errorf("one stream: receive %+v, decompress %+v; want 5 NIC-local, 18 on node 0", r, d)
 	}
-	// Four streams: 16 receiving threads on the NIC's node leave 16 hardware threads there, and
-	// the decompressors spread over those and node 0's 32: 12 per stream at half a core each.
-	if p4.Connections != 4 || p4.Bottleneck != StageDecompress || !near(p4.TotalMbit, 4*12*0.5*1600*8, 1) {
+	if p1.Holds[1] != 10 || p1.Holds[0] != 18 {
+		t.Errorf("one stream: holds %v, want 10 hardware threads (5 whole cores) on node 1, 18 on node 0", p1.Holds)
+	}
+	if rx := p1.Gateways[0].Containers[0]; rx.Name != ContainerReceive || rx.CPUs != 10 {
+		t.Errorf("one stream: the receiving container %+v, want 10 CPUs: 5 whole cores", rx)
+	}
+	// Four streams: 16 receiving threads hold the 16 cores of the NIC's node (all 32 hardware
+	// threads); the decompressors get node 0's 32 hardware threads, 8 per stream at half a core
+	// each: the paper's hand-tuned layout (4 per stream on the other node's 16 cores).
+	if p4.Connections != 4 || p4.Bottleneck != StageDecompress || !near(p4.TotalMbit, 4*8*0.5*1600*8, 1) {
 		t.Errorf("four streams: %d connections, %.0f Mbit/s limited by %s; want 4, %.0f by decompress",
-			p4.Connections, p4.TotalMbit, p4.Bottleneck, 4*12*0.5*1600*8)
+			p4.Connections, p4.TotalMbit, p4.Bottleneck, 4*8*0.5*1600*8)
 	}
 	for i := 0; i < 4; i++ {
-		if d := stage(t, p4, "gateway", i, StageDecompress); d.Threads != 12 || d.NUMA != "spread" {
-			t.Errorf("four streams: stream %d decompress %+v, want 12 spread", i, d)
+		if d := stage(t, p4, "gateway", i, StageDecompress); d.Threads != 8 || d.NUMA != "0" {
+			t.Errorf("four streams: stream %d decompress %+v, want 8 on node 0", i, d)
 		}
 	}
 	if p4.Holds[0] != 32 || p4.Holds[1] != 32 {

@@ -77,25 +77,37 @@ int priority(NumaTarget::Kind k) {
 
 class CpuLedger {
  public:
+  explicit CpuLedger(const Topology& topo) : topo_(topo) {}
   int uses(int cpu) const {
     auto it = uses_.find(cpu);
     return it == uses_.end() ? 0 : it->second;
   }
-  // Least-used CPU of `cpus` (lowest id on ties); `cpus` is non-empty.
+  int core_uses(int cpu) const {
+    auto it = core_uses_.find(topo_.core(cpu));
+    return it == core_uses_.end() ? 0 : it->second;
+  }
+  // Least-used CPU of `cpus`; among those, one whose physical core is least used (a thread
+  // gets a core of its own before it shares one with a hardware-thread sibling); lowest id on
+  // ties. `cpus` is non-empty.
   int least_used(const std::vector<int>& cpus) const {
     int best = cpus.front();
     for (int c : cpus) {
-      if (uses(c) < uses(best)) best = c;
+      if (uses(c) < uses(best) || (uses(c) == uses(best) && core_uses(c) < core_uses(best))) best = c;
     }
     return best;
   }
   bool has_free(const std::vector<int>& cpus) const {
     return std::any_of(cpus.begin(), cpus.end(), [&](int c) { return uses(c) == 0; });
   }
-  void take(int cpu) { ++uses_[cpu]; }
+  void take(int cpu) {
+    ++uses_[cpu];
+    ++core_uses_[topo_.core(cpu)];
+  }
 
  private:
+  const Topology& topo_;
   std::map<int, int> uses_;
+  std::map<long, int> core_uses_;
 };
 
 }  // namespace
@@ -130,7 +142,7 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
     return priority(requests[a].target.kind) < priority(requests[b].target.kind);
   });
 
-  CpuLedger ledger;
+  CpuLedger ledger(topo);
   std::vector<std::vector<ThreadSlot>> per_request(requests.size());
   for (std::size_t r : order) {
     const StageRequest& req = requests[r];

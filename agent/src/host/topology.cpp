@@ -74,25 +74,24 @@ std::uint64_t read_mem_total_kb(const fs::path& meminfo) {
   return 0;
 }
 
-// Physical cores among cpus: distinct (package, core id) pairs from cpu<N>/topology. A CPU whose
-// topology the kernel does not show counts as a core of its own.
-int count_cores(const fs::path& root, const std::vector<int>& cpus) {
-  std::set<std::pair<long, long>> cores;
-  long unknown = 0;
-  for (int cpu : cpus) {
-    fs::path t = root / "devices/system/cpu" / ("cpu" + std::to_string(cpu)) / "topology";
-    auto core = read_int(t / "core_id");
-    auto pkg = read_int(t / "physical_package_id");
-    if (core && pkg) {
-      cores.insert({*pkg, *core});
-    } else {
-      cores.insert({-1, --unknown});
-    }
-  }
+// The physical core of a CPU: (package, core id) from cpu<N>/topology as one key; a CPU whose
+// topology the kernel does not show is a core of its own (a negative key).
+long core_key(const fs::path& root, int cpu) {
+  fs::path t = root / "devices/system/cpu" / ("cpu" + std::to_string(cpu)) / "topology";
+  auto core = read_int(t / "core_id");
+  auto pkg = read_int(t / "physical_package_id");
+  if (core && pkg && *core >= 0 && *pkg >= 0 && *core < (1L << 20)) return (*pkg << 20) | *core;
+  return -1L - cpu;
+}
+
+// Physical cores among cpus: distinct core keys.
+int count_cores(const std::vector<int>& cpus, std::map<int, long>& core_of) {
+  std::set<long> cores;
+  for (int cpu : cpus) cores.insert(core_of.at(cpu));
   return static_cast<int>(cores.size());
 }
 
-std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs) {
+std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs, std::map<int, long>& core_of) {
   std::vector<NumaNode> nodes;
   fs::path node_root = root / "devices/system/node";
   std::error_code ec;
@@ -117,7 +116,10 @@ std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs) {
   bool any_cpu = std::any_of(nodes.begin(), nodes.end(), [](auto& n) { return !n.cpus.empty(); });
   if (any_cpu) {
     from_sysfs = true;
-    for (auto& n : nodes) n.cores = count_cores(root, n.cpus);
+    for (auto& n : nodes) {
+      for (int cpu : n.cpus) core_of[cpu] = core_key(root, cpu);
+      n.cores = count_cores(n.cpus, core_of);
+    }
     return nodes;
   }
   // No NUMA information (kernel without CONFIG_NUMA, some containers): one node with every CPU.
@@ -128,7 +130,8 @@ std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs) {
   if (only.cpus.empty()) {
     throw std::runtime_error("topology: no CPUs found under " + root.string());
   }
-  only.cores = count_cores(root, only.cpus);
+  for (int cpu : only.cpus) core_of[cpu] = core_key(root, cpu);
+  only.cores = count_cores(only.cpus, core_of);
   return {only};
 }
 
@@ -178,6 +181,11 @@ std::vector<Nic> read_nics(const fs::path& root) {
 
 }  // namespace
 
+long Topology::core(int cpu) const noexcept {
+  auto it = core_of.find(cpu);
+  return it == core_of.end() ? -1L - cpu : it->second;
+}
+
 int Topology::node_of_cpu(int cpu) const noexcept {
   for (const auto& n : nodes) {
     if (std::binary_search(n.cpus.begin(), n.cpus.end(), cpu)) return n.id;
@@ -205,7 +213,7 @@ Topology read_topology(const fs::path& sysfs_root) {
     throw std::runtime_error("topology: sysfs root " + sysfs_root.string() + " is not a directory");
   }
   Topology t;
-  t.nodes = read_nodes(sysfs_root, t.numa_from_sysfs);
+  t.nodes = read_nodes(sysfs_root, t.numa_from_sysfs, t.core_of);
   t.nics = read_nics(sysfs_root);
   return t;
 }

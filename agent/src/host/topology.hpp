@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,12 @@ struct Topology {
   std::vector<NumaNode> nodes;  // sorted by id; never empty
   std::vector<Nic> nics;        // sorted by name; loopback excluded
   bool numa_from_sysfs = true;  // false: no node directories, one synthetic node holds all CPUs
+  // The physical core of each CPU (hardware threads of one core share a key; a CPU whose
+  // topology the kernel does not show is a core of its own). Absent CPUs: cores of their own.
+  std::map<int, long> core_of;
 
+  // The physical core of `cpu` (its own id, negated and shifted, when unknown).
+  long core(int cpu) const noexcept;
   // The node that holds `cpu`, or -1.
   int node_of_cpu(int cpu) const noexcept;
   const Nic* find_nic(std::string_view name) const noexcept;
