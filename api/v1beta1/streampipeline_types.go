@@ -662,6 +662,16 @@ type Observed struct {
 	// NICLocal reports whether the receiving threads really run on the NIC's NUMA node.
 	// +optional
 	NICLocal *bool `json:"nicLocal,omitempty"`
+	// NICLocalStreams says for how many of the streams that report it every receiving thread
+	// runs on the NIC's NUMA node ("2/2"; the NIC-Local column).
+	// +optional
+	NICLocalStreams string `json:"nicLocalStreams,omitempty"`
+	// Placement is where each stage's threads run, from the agents' own report
+	// (numastream_thread_info), next to the plan's NUMA target: one row per stream, pod role and
+	// stage. A stage with threads off a planned node makes the pipeline Degraded (OffPlannedNode).
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Placement []StagePlacement `json:"placement,omitempty"`
 	// Ratio is the compression ratio the gateway sees now (raw / wire bytes over the last
 	// interval).
 	// +optional
@@ -681,6 +691,30 @@ type Observed struct {
 	// UpdatedAt is when the agents were last read.
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+}
+
+// StagePlacement is where one stage of one stream runs, as its agent reports it.
+type StagePlacement struct {
+	// Stream id.
+	Stream int32 `json:"stream"`
+	// Role of the pod: sender or gateway.
+	Role string `json:"role"`
+	// Agent: the agent's role in the pod (send; relay, the gateway's NIC-local receiving
+	// container; receive, its decompressing one).
+	Agent string `json:"agent"`
+	// Stage: compress, send, receive, decompress, sink, ...
+	Stage string `json:"stage"`
+	// Threads of the stage.
+	Threads int32 `json:"threads"`
+	// CPUs the threads run on (a cpulist).
+	CPUs string `json:"cpus"`
+	// NUMANodes the threads run on (a list).
+	NUMANodes string `json:"numaNodes"`
+	// Planned is the plan's NUMA target for the stage: a node id (the NIC's, for "nic"),
+	// "spread" or "any".
+	Planned string `json:"planned"`
+	// OnPlan: every thread on the planned node (always, for spread and any).
+	OnPlan bool `json:"onPlan"`
 }
 
 // Rollout limits how many streams are replaced at once.
@@ -956,6 +990,7 @@ type TopologyRejection struct {
 // +kubebuilder:printcolumn:name="Bottleneck",type=string,JSONPath=`.status.bottleneck`
 // +kubebuilder:printcolumn:name="Observed-Gbps",type=string,JSONPath=`.status.observed.rawGbps`
 // +kubebuilder:printcolumn:name="Lost",type=integer,JSONPath=`.status.observed.chunksLost`
+// +kubebuilder:printcolumn:name="NIC-Local",type=string,JSONPath=`.status.observed.nicLocalStreams`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -51,6 +51,7 @@ const (
 	ReasonTopologyAffinity  = "TopologyAffinityError"
 	ReasonDataLoss          = "DataLoss"
 	ReasonSeriesIncomplete  = "SeriesIncomplete"
+	ReasonOffPlannedNode    = "OffPlannedNode"
 	ReasonHealthy           = "Healthy"
 	ReasonAwaitingAgents    = "AwaitingAgentReport"
 	ReasonReceiversNICLocal = "ReceiversNICLocal"
@@ -274,6 +275,14 @@ func degraded(out *conds, f Facts, blocked []blocker) {
 				": no NUMA node could hold the pod's CPUs together with the NIC; re-planned with fewer receiving cores (status.topologyRejection)")
 		return
 	}
+	if o := f.Observed; o != nil {
+		if off := offPlan(o.Placement); len(off) > 0 {
+			out.set(v1beta1.ConditionDegraded, metav1.ConditionTrue, ReasonOffPlannedNode,
+				"threads run off their planned NUMA node (the agents' own report, status.observed.placement): "+
+					strings.Join(off, "; ")+" -- check the kubelet's CPU manager (static) and Topology Manager and the NIC resource")
+			return
+		}
+	}
 	for _, b := range blocked {
 		if b.reason == ReasonConfigError || b.reason == ReasonBackoffExhausted || b.reason == ReasonJobFailed {
 			out.set(v1beta1.ConditionDegraded, metav1.ConditionTrue, b.reason, b.message)
@@ -432,4 +441,16 @@ func (c *conds) progress(reason, msg string) {
 func (c *conds) converged(msg string) {
 	c.set(Reconciling, metav1.ConditionFalse, ReasonConverged, msg)
 	c.set(Stalled, metav1.ConditionFalse, ReasonConverged, msg)
+}
+
+// offPlan names the stages whose threads run off their planned node.
+func offPlan(rows []v1beta1.StagePlacement) []string {
+	var out []string
+	for _, r := range rows {
+		if !r.OnPlan {
+			out = append(out, fmt.Sprintf("stream %d %s %s (%s agent): %d threads on NUMA node %s, planned %s",
+				r.Stream, r.Role, r.Stage, r.Agent, r.Threads, r.NUMANodes, r.Planned))
+		}
+	}
+	return out
 }

@@ -132,6 +132,18 @@ func TestConditions(t *testing.T) {
 				IncompleteSeries: []string{"series 7 (01GRX): the detector at tcp://dcu:31001 disconnected after 3 images, before its end message"}}}),
 			[]want{{"Degraded", "True", ReasonSeriesIncomplete, []string{"1 detector series ended incomplete", "series 7 (01GRX)", "after 3 images"}},
 				{"Ready", "True", ReasonRunning, nil}}},
+		{"threads off their planned NUMA node degrade it, named from the agents' report",
+			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1beta1.Observed{ChunksDelivered: 40, Placement: []v1beta1.StagePlacement{
+				{Stream: 0, Role: "gateway", Agent: "relay", Stage: "receive", Threads: 2, CPUs: "16-17", NUMANodes: "1", Planned: "1", OnPlan: true},
+				{Stream: 0, Role: "gateway", Agent: "receive", Stage: "decompress", Threads: 2, CPUs: "20-21", NUMANodes: "1", Planned: "0", OnPlan: false},
+			}}}),
+			[]want{{"Degraded", "True", ReasonOffPlannedNode, []string{"stream 0 gateway decompress (receive agent): 2 threads on NUMA node 1, planned 0"}},
+				{"Ready", "True", ReasonRunning, nil}}},
+		{"threads on their planned nodes keep it healthy",
+			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, Observed: &v1beta1.Observed{ChunksDelivered: 40, Placement: []v1beta1.StagePlacement{
+				{Stream: 0, Role: "gateway", Agent: "relay", Stage: "receive", Threads: 2, CPUs: "16-17", NUMANodes: "1", Planned: "1", OnPlan: true},
+			}}}),
+			[]want{{"Degraded", "False", ReasonHealthy, nil}}},
 		{"a write the API server refuses is said in status, with its reason, while the older plan runs",
 			planned(Facts{Jobs: []Job{job("a-gateway-0", readyJob)}, ApplyError: `configmaps "a-agent" is forbidden: exceeded quota: no-configmaps`}),
 			[]want{{"Ready", "False", ReasonApplyFailed, []string{"cannot write", "exceeded quota"}}, {"Planned", "True", ReasonPlanned, nil},

@@ -240,6 +240,8 @@ type reading struct {
 	loads  map[string]Load
 	// a sender's spill: bytes held now, chunks lost
 	spillBytes, spillLost float64
+	// where the agents' threads run now
+	threads []threadRow
 }
 
 // NewObserver reads agents with the given timeout per request.
@@ -315,6 +317,7 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 	cur := reading{at: now, raw: r.RawBytes, wire: r.WireBytes, dBytes: r.DecompressBytes, dBusy: r.DecompressBusy,
 		stages: stageCounters(samples)}
 	cur.spillBytes, cur.spillLost = spill(samples)
+	threads := threadRows(samples)
 	if prev, ok := o.prev[string(p.UID)]; ok {
 		if dt := now.Sub(prev.at); dt >= minRateWindow {
 			cur.rawRate = (r.RawBytes - prev.raw) * 8 / dt.Seconds() / 1e9
@@ -328,6 +331,7 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 			cur.spillBytes, cur.spillLost = spillBytes, spillLost
 		}
 	}
+	cur.threads = threads
 	o.prev[string(p.UID)] = cur
 	return r, cur, nil
 }
@@ -364,6 +368,8 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	var liveRaw, liveWire, dBytes, dBusy float64
 	done := map[string]bool{}
 	allLocal, anyKnown := true, false
+	localStreams, knownStreams := 0, 0
+	var placement []v1beta1.StagePlacement
 	for _, p := range gateways {
 		stream := p.Labels[render.LabelStream]
 		if done[stream] {
@@ -383,6 +389,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 				return nil, err
 			}
 			r, raw, wire = rr, cur.rawRate, cur.wireRate
+			placement = append(placement, placementOf(sp.Status.Plan, "gateway", streamID(p), cur.threads)...)
 			liveRaw += cur.rawRate
 			liveWire += cur.wireRate
 			dBytes += cur.dBytesRate
@@ -404,6 +411,10 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		if r.NICLocal != nil {
 			anyKnown = true
 			allLocal = allLocal && *r.NICLocal
+			knownStreams++
+			if *r.NICLocal {
+				localStreams++
+			}
 		}
 	}
 	if len(done) == 0 {
@@ -416,6 +427,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 			continue
 		}
 		if _, cur, err := o.scrape(ctx, p); err == nil {
+			placement = append(placement, placementOf(sp.Status.Plan, "sender", streamID(p), cur.threads)...)
 			mergeLoads(stageLoads, cur.loads)
 			spillBytes += cur.spillBytes
 			spillLost += cur.spillLost
@@ -432,7 +444,19 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	}
 	if anyKnown {
 		obs.NICLocal = &allLocal
+		obs.NICLocalStreams = fmt.Sprintf("%d/%d", localStreams, knownStreams)
 	}
+	sort.SliceStable(placement, func(a, b int) bool {
+		x, y := placement[a], placement[b]
+		if x.Stream != y.Stream {
+			return x.Stream < y.Stream
+		}
+		return x.Role > y.Role // the sender's stages, then the gateway's
+	})
+	if len(placement) > 256 {
+		placement = placement[:256]
+	}
+	obs.Placement = placement
 	if liveWire > 0 && liveRaw > 0 {
 		obs.Ratio = fmt.Sprintf("%.2f", liveRaw/liveWire)
 	}
@@ -463,4 +487,13 @@ func (o *Observer) forget(before time.Time) {
 			delete(o.prev, uid)
 		}
 	}
+}
+
+// streamID is a pod's stream, from its label (-1 when it has none).
+func streamID(p *corev1.Pod) int32 {
+	id, err := strconv.Atoi(p.Labels[render.LabelStream])
+	if err != nil {
+		return -1
+	}
+	return int32(id)
 }

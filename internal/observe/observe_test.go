@@ -334,3 +334,77 @@ func TestObserverReadsMetricsBoundedInSizeAndTime(t *testing.T) {
 		}
 	}
 }
+
+// The agents' own report of where their threads run (numastream_thread_info) becomes the status'
+// placement table, next to the plan: the relaying container's receiving threads on the NIC's node
+// (1, planned "nic"), the decompressing container's threads on node 1 where the plan put them on
+// node 0 -- off plan, named; the sender's stages (planned "any") on plan wherever they run.
+func TestObserverSetsWhereEachStageRunsBesideThePlan(t *testing.T) {
+	thread := func(role, stage string, i, cpu, node int) string {
+		return fmt.Sprintf(`numastream_thread_info{role=%q,stage=%q,thread="%d",cpu="%d",numa_node="%d",pinned="true",nic_local="%v"} 1`,
+			role, stage, i, cpu, node, node == 1)
+	}
+	relay := strings.Join([]string{relayMetrics(1), thread("relay", "receive", 0, 16, 1), thread("relay", "receive", 1, 17, 1),
+		thread("relay", "io", 0, 16, 1)}, "\n") + "\n"
+	dx := strings.Join([]string{agentMetrics(0, 0, 10, 0, -1), thread("receive", "receive", 0, 20, 1),
+		thread("receive", "decompress", 0, 20, 1), thread("receive", "decompress", 1, 21, 1)}, "\n") + "\n"
+	sender := strings.Join([]string{thread("send", "compress", 0, 2, 0), thread("send", "compress", 1, 3, 0),
+		thread("send", "send", 0, 1, 0)}, "\n") + "\n"
+	serve := func(body string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(body)) }))
+	}
+	srvRelay, srvDx, srvSender := serve(relay), serve(dx), serve(sender)
+	defer srvRelay.Close()
+	defer srvDx.Close()
+	defer srvSender.Close()
+	urls := map[string]string{"gw/9100": srvRelay.URL, "gw/9101": srvDx.URL, "tx/9100": srvSender.URL}
+	o := NewObserver(time.Second)
+	o.URL = func(p *corev1.Pod, port int32) string { return urls[p.Name+"/"+strconv.Itoa(int(port))] + "/metrics" }
+	gw := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "uid-gw", Labels: map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}},
+			{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
+	}
+	tx := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "tx", UID: "uid-tx", Labels: map[string]string{render.LabelRole: render.RoleSender, render.LabelStream: "0"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
+	}
+	zero := int32(0)
+	sp := &v1beta1.StreamPipeline{Status: v1beta1.StreamPipelineStatus{Plan: &v1beta1.Plan{NICNUMANode: 1, Nodes: []v1beta1.NodePlan{
+		{Node: "det", Role: "sender", StreamID: &zero, Stages: []v1beta1.StagePlan{{Stage: "compress", Threads: 2, NUMA: "any"}, {Stage: "send", Threads: 2, NUMA: "any"}}},
+		{Node: "gw", Role: "gateway", Stages: []v1beta1.StagePlan{{Stage: "receive", Threads: 2, NUMA: "nic"}, {Stage: "decompress", Threads: 2, NUMA: "0"}}},
+	}}}}
+	obs, err := o.Observe(context.Background(), sp, []corev1.Pod{gw, tx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]v1beta1.StagePlacement{}
+	for _, r := range obs.Placement {
+		got[r.Role+"/"+r.Agent+"/"+r.Stage] = r
+	}
+	want := map[string]v1beta1.StagePlacement{
+		"sender/send/compress":       {Stream: 0, Role: "sender", Agent: "send", Stage: "compress", Threads: 2, CPUs: "2-3", NUMANodes: "0", Planned: "any", OnPlan: true},
+		"sender/send/send":           {Stream: 0, Role: "sender", Agent: "send", Stage: "send", Threads: 1, CPUs: "1", NUMANodes: "0", Planned: "any", OnPlan: true},
+		"gateway/relay/receive":      {Stream: 0, Role: "gateway", Agent: "relay", Stage: "receive", Threads: 2, CPUs: "16-17", NUMANodes: "1", Planned: "1", OnPlan: true},
+		"gateway/receive/receive":    {Stream: 0, Role: "gateway", Agent: "receive", Stage: "receive", Threads: 1, CPUs: "20", NUMANodes: "1", Planned: "0", OnPlan: false},
+		"gateway/receive/decompress": {Stream: 0, Role: "gateway", Agent: "receive", Stage: "decompress", Threads: 2, CPUs: "20-21", NUMANodes: "1", Planned: "0", OnPlan: false},
+	}
+	if len(got) != len(want) {
+		t.Errorf("placement rows %+v, want %d", obs.Placement, len(want))
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %+v, want %+v", k, got[k], w)
+		}
+	}
+	if obs.Placement[0].Role != "sender" {
+		t.Errorf("the sender's rows come first: %+v", obs.Placement)
+	}
+	if obs.NICLocalStreams != "1/1" {
+		t.Errorf("NIC-local streams %q, want 1/1", obs.NICLocalStreams)
+	}
+}

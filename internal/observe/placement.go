@@ -1,0 +1,132 @@
+package observe
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	v1beta1 "github.com/numastream/numastream/api/v1beta1"
+)
+
+// threadRow is one stage of one agent as its numastream_thread_info samples report it.
+type threadRow struct {
+	agent, stage string
+	threads      int
+	cpus, nodes  map[int]bool
+}
+
+// threadRows groups an agent's numastream_thread_info samples by (agent role, stage); the I/O
+// thread (ZeroMQ's, not a stage of the plan) is left out.
+func threadRows(samples []Sample) []threadRow {
+	byKey := map[string]*threadRow{}
+	var keys []string
+	for _, s := range samples {
+		if s.Name != "numastream_thread_info" || s.Labels["stage"] == "io" || s.Labels["stage"] == "" {
+			continue
+		}
+		key := s.Labels["role"] + "/" + s.Labels["stage"]
+		r, ok := byKey[key]
+		if !ok {
+			r = &threadRow{agent: s.Labels["role"], stage: s.Labels["stage"], cpus: map[int]bool{}, nodes: map[int]bool{}}
+			byKey[key] = r
+			keys = append(keys, key)
+		}
+		r.threads++
+		if cpu, err := strconv.Atoi(s.Labels["cpu"]); err == nil && cpu >= 0 {
+			r.cpus[cpu] = true
+		}
+		if node, err := strconv.Atoi(s.Labels["numa_node"]); err == nil && node >= 0 {
+			r.nodes[node] = true
+		}
+	}
+	sort.Strings(keys)
+	out := make([]threadRow, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, *byKey[k])
+	}
+	return out
+}
+
+// plannedTarget is the plan's NUMA target of `stage` for the pod of `role` and `stream`, with
+// "nic" resolved to the NIC's node. In a gateway pod the decompressing agent's one receiving
+// thread reads the relay next to the decompressors: its target is theirs.
+func plannedTarget(plan *v1beta1.Plan, role string, stream int32, agent, stage string) string {
+	if plan == nil {
+		return ""
+	}
+	if role == "gateway" && agent == "receive" && stage == "receive" {
+		stage = "decompress"
+	}
+	for _, n := range plan.Nodes {
+		if n.Role != role || (role == "sender" && (n.StreamID == nil || *n.StreamID != stream)) {
+			continue
+		}
+		for _, st := range n.Stages {
+			if st.Stage != stage {
+				continue
+			}
+			if st.NUMA == "nic" {
+				return strconv.Itoa(int(plan.NICNUMANode))
+			}
+			return st.NUMA
+		}
+	}
+	return ""
+}
+
+// placementOf is the status rows of one pod's agents.
+func placementOf(plan *v1beta1.Plan, role string, stream int32, rows []threadRow) []v1beta1.StagePlacement {
+	out := make([]v1beta1.StagePlacement, 0, len(rows))
+	for _, r := range rows {
+		planned := plannedTarget(plan, role, stream, r.agent, r.stage)
+		onPlan := true
+		if want, err := strconv.Atoi(planned); err == nil {
+			for n := range r.nodes {
+				onPlan = onPlan && n == want
+			}
+		}
+		out = append(out, v1beta1.StagePlacement{Stream: stream, Role: role, Agent: r.agent, Stage: r.stage,
+			Threads: int32(r.threads), CPUs: cpuList(r.cpus), NUMANodes: nodeList(r.nodes), Planned: planned, OnPlan: onPlan})
+	}
+	return out
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// cpuList formats CPUs as a cpulist ("0-3,8").
+func cpuList(m map[int]bool) string {
+	ids := sortedKeys(m)
+	var parts []string
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(ids[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ids[i], ids[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+func nodeList(m map[int]bool) string {
+	var parts []string
+	for _, n := range sortedKeys(m) {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	if len(parts) == 0 {
+		return "unknown"
+	}
+	return strings.Join(parts, ",")
+}
