@@ -2,7 +2,12 @@
 # One REAL Kubernetes node next to the simulated facility cluster (hack/sim-cluster.sh):
 #   - Debian's containerd and runc;
 #   - a kubelet built from the Go module proxy (make k8s-bins-node), with the static CPU manager
-#     (CPU 0 reserved for the system) and Topology Manager (restricted, container scope);
+#     (CPU 0 reserved for the system) and Topology Manager (restricted, container scope), that
+#     sees TWO NUMA nodes: it runs in a mount namespace of its own where a sysfs view (numa_view)
+#     puts CPU 0 on node 0 and CPU 1 on node 1 -- the machine's own CPUs, so the cpusets the CPU
+#     manager writes are real; memory stays one real node, split in the view;
+#   - two data NICs in that view, nsreal0 on node 1 and nsreal1 on node 0, whose locality the
+#     node daemon (reading the same view, --sysfs-root) gives the kubelet through its device plugin;
 #   - numastream's node daemon, its device plugin registered with this kubelet;
 #   - the agent image assembled from what the build produced (same binary, user and entrypoint
 #     as the Dockerfile's `agent` target) and a busybox sandbox image, imported into containerd:
@@ -42,6 +47,51 @@ why_not() {
 }
 
 packages() { bash hack/install-deps.sh test; }
+
+# The sysfs view of this node, at $WORK/sysroot (what the kubelet, the node daemon and the agents
+# in its pods read as /sys): the machine's CPUs 0 and 1 on NUMA nodes 0 and 1 (devices/system/cpu
+# and node: cpulists, per-CPU topology, distances 10/20, each node half of the machine's memory
+# and its hugepage counts), and the data NICs as class/net/<nic>/{device/numa_node,speed,operstate}.
+NUMA_NICS="nsreal0:1 nsreal1:0"  # NIC:NUMA node
+numa_view() {
+  local v="$WORK/sysroot" c n total half
+  rm -rf "$v"
+  mkdir -p "$v/devices/system/cpu" "$v/devices/system/node"
+  for f in online possible present; do echo "0-1" >"$v/devices/system/cpu/$f"; done
+  total=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+  half=$((total / 2))
+  for c in 0 1; do
+    n=$c
+    mkdir -p "$v/devices/system/cpu/cpu$c/topology" "$v/devices/system/node/node$n"
+    echo "$c" >"$v/devices/system/cpu/cpu$c/topology/core_id"
+    echo "$n" >"$v/devices/system/cpu/cpu$c/topology/physical_package_id"
+    echo 0 >"$v/devices/system/cpu/cpu$c/topology/die_id"
+    echo "$c" >"$v/devices/system/cpu/cpu$c/topology/thread_siblings_list"
+    echo "$c" >"$v/devices/system/cpu/cpu$c/topology/core_siblings_list"
+    ((c == 0)) || echo 1 >"$v/devices/system/cpu/cpu$c/online"
+    ln -s "../../cpu/cpu$c" "$v/devices/system/node/node$n/cpu$c"
+    echo "$c" >"$v/devices/system/node/node$n/cpulist"
+    printf '%x\n' $((1 << c)) >"$v/devices/system/node/node$n/cpumap"
+    if ((n == 0)); then echo "10 20" >"$v/devices/system/node/node$n/distance"; else echo "20 10" >"$v/devices/system/node/node$n/distance"; fi
+    printf 'Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\nNode %d MemUsed:        0 kB\n' \
+      "$n" "$half" "$n" "$half" "$n" >"$v/devices/system/node/node$n/meminfo"
+    for h in /sys/devices/system/node/node0/hugepages/*/; do
+      [[ -d "$h" ]] || continue
+      mkdir -p "$v/devices/system/node/node$n/hugepages/$(basename "$h")"
+      for f in free_hugepages nr_hugepages surplus_hugepages; do
+        echo 0 >"$v/devices/system/node/node$n/hugepages/$(basename "$h")/$f"
+      done
+    done
+  done
+  for f in online possible has_cpu has_memory has_normal_memory; do echo "0-1" >"$v/devices/system/node/$f"; done
+  local nic
+  for nic in $NUMA_NICS; do
+    mkdir -p "$v/class/net/${nic%%:*}/device"
+    echo "${nic#*:}" >"$v/class/net/${nic%%:*}/device/numa_node"
+    echo 100000 >"$v/class/net/${nic%%:*}/speed"
+    echo up >"$v/class/net/${nic%%:*}/operstate"
+  done
+}
 
 # The images (hack/images.sh: the agent as the Dockerfile's agent target, a busybox sandbox),
 # imported into this node's containerd.
@@ -112,25 +162,32 @@ evictionHard: {memory.available: "100Mi"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
-  "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$WORK/kubelet-root" \
+  numa_view
+  # The kubelet in a mount namespace of its own, the view over /sys/devices/system/{cpu,node}:
+  # cAdvisor, the CPU manager and Topology Manager see two NUMA nodes.
+  unshare --mount --propagation private /bin/sh -c '
+    mount --bind "$1/devices/system/cpu" /sys/devices/system/cpu &&
+    mount --bind "$1/devices/system/node" /sys/devices/system/node &&
+    shift && exec "$@"' numa-view "$WORK/sysroot" \
+    "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$WORK/kubelet-root" \
     --cert-dir "$WORK/pki" --hostname-override "$NODE" --node-ip "$NODE_IP" --v=1 >"$WORK/kubelet.log" 2>&1 &
   echo $! >"$WORK/kubelet.pid"
   { k wait --for=create "node/$NODE" --timeout=45s && k wait --for=condition=Ready "node/$NODE" --timeout=45s; } >/dev/null ||
     { echo "real-node: the kubelet did not become Ready; see $WORK/kubelet.log" >&2; tail -20 "$WORK/kubelet.log" >&2; exit 1; }
-  log "kubelet Ready as node $NODE ($NODE_IP), static CPU manager"
+  log "kubelet Ready as node $NODE ($NODE_IP), static CPU manager, Topology Manager; its view: CPU 0 on NUMA node 0, CPU 1 on node 1 (numa_view)"
 
   # The node daemon on the host, as its DaemonSet pod would run it: facts for NFD's features.d and
   # the NIC-locality device plugin in this kubelet's device-plugin directory.
-  bin/node-daemon --node-name "$NODE" --publish features-d --features-dir "$WORK/features.d" \
+  bin/node-daemon --node-name "$NODE" --publish features-d --features-dir "$WORK/features.d" --sysfs-root "$WORK/sysroot" \
     --device-plugin-dir "$PLUGIN_DIR" --agent "$PWD/bin/numastream-agent" \
     --tokens-per-nic 4 --bench-rounds 1 >"$WORK/node-daemon.log" 2>&1 &
   echo $! >"$WORK/node-daemon.pid"
   for _ in $(seq 60); do
-    k get node "$NODE" -o jsonpath='{.status.allocatable}' | grep -Eq '"numastream.io/nic-[^"]+":"[1-9]' && break
+    [[ $(k get node "$NODE" -o jsonpath='{.status.allocatable}' | grep -Eo '"numastream.io/nic-nsreal[01]":"[1-9]' | wc -l) -eq 2 ]] && break
     sleep 1
   done
   log "allocatable: $(k get node "$NODE" -o jsonpath='{.status.allocatable}')"
-  k get node "$NODE" -o jsonpath='{.status.allocatable}' | grep -Eq '"numastream.io/nic-[^"]+":"[1-9]' ||
+  [[ $(k get node "$NODE" -o jsonpath='{.status.allocatable}' | grep -Eo '"numastream.io/nic-nsreal[01]":"[1-9]' | wc -l) -eq 2 ]] ||
     { echo "real-node: the device plugin did not register; see $WORK/node-daemon.log" >&2; tail -20 "$WORK/node-daemon.log" >&2; exit 1; }
 }
 

@@ -2,6 +2,10 @@
 // the node daemon's device plugin registered with it, a receiving agent in a real pod with an
 // exclusive CPU from the static CPU manager, and verified bytes from a sender on the host.
 //
+// The kubelet sees two NUMA nodes (hack/real-node.sh numa_view: CPU 0 on node 0, CPU 1 on node 1,
+// the data NICs nsreal0 on node 1 and nsreal1 on node 0): the machine's own CPUs, so the cpusets
+// are real; its memory is one real node, split in the view, so memory binding is not checked.
+//
 // What this machine cannot show: a whole StreamPipeline on real pods. The static CPU manager
 // keeps at least one CPU for the system, so a 2-CPU host offers one exclusive CPU, and the
 // smallest pipeline needs four (a sender pod with one compressing and one sending core, a gateway
@@ -54,19 +58,37 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// nicResource is the NIC-locality resource the device plugin advertises on the node.
-func nicResource(t *testing.T) (corev1.ResourceName, string) {
+// The data NICs of the node's sysfs view (hack/real-node.sh numa_view): nsreal0 on NUMA node 1,
+// nsreal1 on node 0. The kubelet's view puts CPU 0 (reserved for the system) on node 0 and CPU 1
+// on node 1.
+const (
+	nicNode1 = "nsreal0"
+	nicNode0 = "nsreal1"
+)
+
+// nicResource is the NIC-locality resource the device plugin advertises for `nic` on the node.
+func nicResource(t *testing.T, nic string) corev1.ResourceName {
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, q := range n.Status.Allocatable {
-		if strings.HasPrefix(string(name), "numastream.io/nic-") && !q.IsZero() {
-			return name, strings.TrimPrefix(string(name), "numastream.io/nic-")
-		}
+	name := corev1.ResourceName("numastream.io/nic-" + nic)
+	if q, ok := n.Status.Allocatable[name]; !ok || q.IsZero() {
+		t.Fatalf("node %s advertises no %s: %v", node, name, n.Status.Allocatable)
 	}
-	t.Fatalf("node %s advertises no NIC-locality resource: %v", node, n.Status.Allocatable)
-	return "", ""
+	return name
+}
+
+// sysView mounts the node's sysfs view (the kubelet's) into a pod at /host-sys, for the agent's
+// --sysfs-root: the agent then places and reports its threads on the NUMA nodes the kubelet
+// placed its container by.
+func sysView(pod *corev1.Pod) {
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "sysview", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nodeDir, "sysroot")}}})
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].VolumeMounts = append(pod.Spec.Containers[i].VolumeMounts,
+			corev1.VolumeMount{Name: "sysview", MountPath: "/host-sys", ReadOnly: true})
+	}
 }
 
 func runPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
@@ -125,7 +147,8 @@ func cpuManagerState(t *testing.T) (string, map[string]map[string]string) {
 // The device plugin, registered with the real kubelet, is what a container that requests the
 // NIC resource gets its environment from.
 func TestDevicePluginAllocatesTheNICToARealContainer(t *testing.T) {
-	res, nic := nicResource(t)
+	nic := nicNode1
+	res := nicResource(t, nic)
 	one := resource.MustParse("1")
 	runPod(t, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "nic-env"},
@@ -141,35 +164,39 @@ func TestDevicePluginAllocatesTheNICToARealContainer(t *testing.T) {
 	})
 	out := logs(t, "nic-env")
 	t.Logf("container environment from the device plugin:\n%s", out)
-	if !strings.Contains(out, "NUMASTREAM_NIC="+nic) || !strings.Contains(out, "NUMASTREAM_NIC_NUMA_NODE=") {
+	if !strings.Contains(out, "NUMASTREAM_NIC="+nic) || !strings.Contains(out, "NUMASTREAM_NIC_NUMA_NODE=1") {
 		t.Errorf("the container did not get the plugin's environment:\n%s", out)
 	}
 }
 
 // A Guaranteed receiving container with the NIC resource gets an exclusive CPU from the static
-// CPU manager; the agent pins every thread inside it and verifies every chunk a sender on the
-// host streams to it; deleting the pod gives the CPU back.
+// CPU manager, on the NIC's NUMA node as Topology Manager aligns it (CPU 1: node 1, nsreal0's);
+// the agent, reading the same two-node view, pins every thread inside it, reports them on node 1
+// and NIC-local, and verifies every chunk a sender on the host streams to it; deleting the pod
+// gives the CPU back.
 func TestAgentPinsInsideItsExclusiveCPUsetAndVerifiesTheStream(t *testing.T) {
 	agent := testenv.Agent(t)
-	res, _ := nicResource(t)
+	res := nicResource(t, nicNode1)
 	port := testenv.FreePort(t)
 	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi"),
 		res: resource.MustParse("1")}
-	pod := runPod(t, &corev1.Pod{
+	spec := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "receive-real"},
 		Spec: corev1.PodSpec{
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532)},
 			Containers: []corev1.Container{{
 				Name: "receive", Image: "numastream/agent:real", ImagePullPolicy: corev1.PullNever,
 				Args: []string{"receive", "--endpoint", "tcp://127.0.0.1:" + port, "--chunk-bytes", "1048576",
-					"--idle-timeout", "60", "--threads", "decompress=1"},
+					"--idle-timeout", "60", "--threads", "decompress=1", "--sysfs-root", "/host-sys", "--nic", nicNode1},
 				Resources: corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()},
 			}},
 		},
-	})
+	}
+	sysView(spec)
+	pod := runPod(t, spec)
 	testenv.Eventually(t, "the receiving pod runs", 60*time.Second, 250*time.Millisecond, func() (bool, string) {
-		p, _ := phase(t, pod.Name)
-		return p == corev1.PodRunning, string(p)
+		p, got := phase(t, pod.Name)
+		return p == corev1.PodRunning, string(p) + " " + got.Status.Reason + " " + got.Status.Message
 	})
 	_, running := phase(t, pod.Name)
 	if running.Status.QOSClass != corev1.PodQOSGuaranteed {
@@ -179,6 +206,9 @@ func TestAgentPinsInsideItsExclusiveCPUsetAndVerifiesTheStream(t *testing.T) {
 	exclusive := entries[string(pod.UID)]["receive"]
 	if exclusive == "" || strings.Contains(shared, exclusive) {
 		t.Fatalf("no exclusive CPU for the container: shared %q, entries %v", shared, entries)
+	}
+	if exclusive != "1" {
+		t.Errorf("the kubelet gave CPU %q, not CPU 1 on the NIC's NUMA node 1", exclusive)
 	}
 	allowed := cpusAllowed(t, "tcp://127.0.0.1:"+port)
 	t.Logf("exclusive cpuset %s (shared pool %s); the agent process has Cpus_allowed_list %s", exclusive, shared, allowed)
@@ -203,10 +233,12 @@ func TestAgentPinsInsideItsExclusiveCPUsetAndVerifiesTheStream(t *testing.T) {
 		Complete              bool
 		Placement             struct {
 			AllowedCPUs string `json:"allowed_cpus"`
+			NICLocal    *bool  `json:"nic_local"`
 			Threads     []struct {
-				Stage  string
-				CPU    int
-				Pinned bool
+				Stage    string
+				CPU      int
+				NUMANode int `json:"numa_node"`
+				Pinned   bool
 			}
 		}
 	}
@@ -223,9 +255,12 @@ func TestAgentPinsInsideItsExclusiveCPUsetAndVerifiesTheStream(t *testing.T) {
 		t.Errorf("the agent saw allowed CPUs %q, the container's cpuset is %q", summary.Placement.AllowedCPUs, exclusive)
 	}
 	for _, th := range summary.Placement.Threads {
-		if th.Stage != "io" && (!th.Pinned || fmt.Sprint(th.CPU) != exclusive) {
-			t.Errorf("thread %+v is not pinned inside the exclusive cpuset %s", th, exclusive)
+		if th.Stage != "io" && (!th.Pinned || fmt.Sprint(th.CPU) != exclusive || th.NUMANode != 1) {
+			t.Errorf("thread %+v is not pinned inside the exclusive cpuset %s on NUMA node 1", th, exclusive)
 		}
+	}
+	if summary.Placement.NICLocal == nil || !*summary.Placement.NICLocal {
+		t.Errorf("the agent does not report its receiving threads NIC-local: %+v", summary.Placement)
 	}
 
 	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
@@ -264,4 +299,35 @@ func cpusAllowed(t *testing.T, endpoint string) string {
 		return false, "not found"
 	})
 	return found
+}
+
+// A container asking for an exclusive CPU and the NIC on NUMA node 0 (nsreal1), where the only
+// CPU (0) is the system's: the real kubelet's Topology Manager (restricted) refuses it, and says
+// so in the pod's status -- what the operator reads to re-plan (controllers: TopologyAffinityError).
+func TestTheKubeletRefusesAContainerWhoseNICIsOnANodeWithoutAFreeCPU(t *testing.T) {
+	res := nicResource(t, nicNode0)
+	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+		res: resource.MustParse("1")}
+	pod := runPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "receive-misaligned"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "receive", Image: "local.numastream/busybox:1", ImagePullPolicy: corev1.PullNever,
+			Command:   []string{"/bin/sh", "-c", "sleep 30"},
+			Resources: corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()},
+		}}},
+	})
+	var got *corev1.Pod
+	testenv.Eventually(t, "the kubelet's verdict", 60*time.Second, 250*time.Millisecond, func() (bool, string) {
+		var p corev1.PodPhase
+		p, got = phase(t, pod.Name)
+		return p == corev1.PodFailed || p == corev1.PodRunning, string(p)
+	})
+	t.Logf("pod %s: phase %s, reason %q, message %q", pod.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+	if got.Status.Phase != corev1.PodFailed || got.Status.Reason != "TopologyAffinityError" {
+		t.Errorf("want the kubelet to refuse it with TopologyAffinityError, got %s %q: %s", got.Status.Phase,
+			got.Status.Reason, got.Status.Message)
+	}
+	if _, entries := cpuManagerState(t); entries[string(pod.UID)] != nil {
+		t.Errorf("a refused container holds CPUs: %v", entries[string(pod.UID)])
+	}
 }
