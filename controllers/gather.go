@@ -153,6 +153,7 @@ func (r *StreamPipelineReconciler) readNodes(ctx context.Context, sp *v1beta1.St
 		}
 		if cpu, ok := node.Status.Allocatable[corev1.ResourceCPU]; ok {
 			t.AllocatableCPUs = int(cpu.MilliValue() / 1000)
+			t.AllocatableMilliCPU = cpu.MilliValue()
 		}
 		others, err := r.otherPodsMilliCPU(ctx, sp, name)
 		if err != nil {

@@ -305,7 +305,11 @@ func describePlan(p *v1beta1.Plan) string {
 		for _, s := range n.Stages {
 			stages = append(stages, fmt.Sprintf("%s %d", s.Stage, s.Threads))
 		}
-		nodes = append(nodes, fmt.Sprintf("%s %s %d CPUs (%s)", n.Role, n.Node, n.CPUs, strings.Join(stages, ", ")))
+		shared := ""
+		if n.SharedMilliCPU > 0 {
+			shared = fmt.Sprintf(" + %dm shared", n.SharedMilliCPU)
+		}
+		nodes = append(nodes, fmt.Sprintf("%s %s %d CPUs%s (%s)", n.Role, n.Node, n.CPUs, shared, strings.Join(stages, ", ")))
 	}
 	return fmt.Sprintf("%s; %d connections, predicted %.1f Gbit/s, bottleneck %s",
 		strings.Join(nodes, "; "), p.Connections, float64(p.PredictedTotalMbps)/1000, p.Bottleneck)
@@ -327,7 +331,7 @@ func toAPIPlan(p planner.Plan) *v1beta1.Plan {
 		}
 	}
 	for _, n := range p.Pods() {
-		np := v1beta1.NodePlan{Node: n.Node, Role: string(n.Role), CPUs: int32(n.CPUs)}
+		np := v1beta1.NodePlan{Node: n.Node, Role: string(n.Role), CPUs: int32(n.CPUs), SharedMilliCPU: n.SharedMilliCPU}
 		np.StreamID = new(int32)
 		*np.StreamID = int32(n.Stream)
 		for _, s := range n.Stages {

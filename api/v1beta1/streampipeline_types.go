@@ -588,6 +588,10 @@ type NodePlan struct {
 	StreamID *int32 `json:"streamID,omitempty"`
 	// CPUs the node's pod requests (integer cores, Guaranteed QoS).
 	CPUs int32 `json:"cpus"`
+	// SharedMilliCPU is what a gateway pod with no whole core left for decompression asks
+	// besides its CPUs, in millicores: decompression runs in the node's shared pool.
+	// +optional
+	SharedMilliCPU int64 `json:"sharedMilliCPU,omitempty"`
 	// Stages on this node.
 	Stages []StagePlan `json:"stages"`
 }

@@ -147,8 +147,11 @@ type PodPlan struct {
 	Node   string
 	Role   Role
 	Stream int // the stream's id (Request.StreamIDs)
-	CPUs   int
-	Stages []Stage
+	CPUs   int // whole CPUs
+	// SharedMilliCPU is what a gateway pod short of whole cores asks besides them, in
+	// millicores, for decompression in the node's shared pool (0: none).
+	SharedMilliCPU int64
+	Stages         []Stage
 	// Containers split the pod's CPUs and stages between its agents: a sender's one, or a
 	// gateway's receiving container (on the NIC's node, relaying) and decompressing container.
 	Containers []Container
@@ -178,8 +181,11 @@ const (
 // Container is one agent container: its CPUs (Guaranteed, exclusive), its memory and the stage
 // threads it runs.
 type Container struct {
-	Name        string
-	CPUs        int
+	Name string
+	CPUs int // whole CPUs: exclusive ones under the static CPU manager
+	// MilliCPU, set instead of CPUs, is a share of the node's shared pool (not exclusive; the
+	// kubelet decides which CPUs it runs on).
+	MilliCPU    int64
 	MemoryBytes int64
 	Stages      []Stage
 }
@@ -376,10 +382,16 @@ func Make(r Request) (Plan, error) {
 		left += streams
 	}
 	decompress := 0
+	// A gateway with no whole core left for decompression after its receivers (a small node whose
+	// kubelet reserves part of a CPU) runs it in the node's shared pool, on what is left of a core.
+	sharedMilli := sharedPoolMilli(r, gw, conns*streams*perConn, streams)
 	if r.PassThrough {
 		decompress = 1 // checks each message's checksum and hands it on: nothing to decode
-		if decompress*streams > left {
+		if decompress*streams > left && sharedMilli == 0 {
 			return Plan{}, refuse("gateway %s: no core is left to check the messages after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams*perConn, describeHeld(r.Held))
+		}
+		if decompress*streams <= left {
+			sharedMilli = 0
 		}
 	} else if r.DecompressThreads > 0 {
 		decompress = r.DecompressThreads
@@ -397,9 +409,24 @@ func Make(r Request) (Plan, error) {
 		if decompress*streams > left {
 			decompress = left / streams
 		}
-		if decompress < 1 {
+		switch {
+		case decompress >= 1:
+			sharedMilli = 0
+		case sharedMilli > 0:
+			decompress = 1
+		default:
 			return Plan{}, refuse("gateway %s: no core is left for decompression after %d receiving cores; other pipelines hold %s", gw.Name, conns*streams*perConn, describeHeld(r.Held))
 		}
+	}
+	if r.DecompressThreads > 0 {
+		sharedMilli = 0
+	}
+	if sharedMilli > 0 {
+		sinkCores = 0 // the sink's thread shares the pool too
+	}
+	decompressShare := 1.0
+	if sharedMilli > 0 {
+		decompressShare = float64(sharedMilli) / 1000
 	}
 	afterReceivers := map[int]int{}
 	for k, v := range free {
@@ -407,7 +434,7 @@ func Make(r Request) (Plan, error) {
 	}
 	afterReceivers[nic.NUMANode] -= conns * streams * perConn
 	decompressNUMA := decompressTarget(gw, nic.NUMANode, afterReceivers, decompress*streams)
-	if r.Mode == OS {
+	if r.Mode == OS || sharedMilli > 0 {
 		decompressNUMA = NUMAAny
 	}
 
@@ -418,7 +445,7 @@ func Make(r Request) (Plan, error) {
 			StageCompress:   sides[i].rate,
 			StageNetwork:    sides[i].link * r.Ratio,
 			StageReceive:    receiveRate,
-			StageDecompress: float64(decompress) * decompressMbit,
+			StageDecompress: float64(decompress) * decompressMbit * decompressShare,
 		}
 		if r.PassThrough {
 			// No codec work on either side: only the network and the receivers set the rate.
@@ -452,16 +479,23 @@ func Make(r Request) (Plan, error) {
 	for i := range r.Senders {
 		stages := []Stage{
 			{Name: StageReceive, Threads: conns, NUMA: receiveNUMA, RateMbit: receiveRate},
-			{Name: StageDecompress, Threads: decompress, NUMA: decompressNUMA, RateMbit: codecRate(r, float64(decompress)*decompressMbit)},
+			{Name: StageDecompress, Threads: decompress, NUMA: decompressNUMA, RateMbit: codecRate(r, float64(decompress)*decompressMbit*decompressShare)},
 		}
 		if r.HasSink {
 			stages = append(stages, Stage{Name: StageSink, Threads: 1, NUMA: NUMAAny})
 		}
 		pod := PodPlan{Node: gw.Name, Role: RoleGateway, Stream: id(i), CPUs: conns*perConn + decompress + sinkCores, Stages: stages}
+		if sharedMilli > 0 {
+			pod.CPUs, pod.SharedMilliCPU = conns*perConn, sharedMilli
+		}
 		pod.Containers = gatewayContainers(pod, conns, conns*perConn, r.ChunkBytes)
 		plan.Gateways = append(plan.Gateways, GatewayPlan{PodPlan: pod, Port: r.Port + slot(i)*stride})
 	}
-	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams*perConn, (decompress+sinkCores)*streams)
+	rest := (decompress + sinkCores) * streams
+	if sharedMilli > 0 {
+		rest = 0 // no whole core: the shared pool is the kubelet's
+	}
+	plan.Holds = holds(gw, nic.NUMANode, free, conns*streams*perConn, rest)
 	return plan, nil
 }
 
@@ -523,7 +557,8 @@ func senderContainers(n PodPlan, conns int, chunk int64) []Container {
 // gatewayContainers: a gateway pod runs two agents. The receiving container holds a core per
 // connection (`rxCPUs`: with hardware threads, every thread of those cores; its relay and I/O
 // threads share them) and the NIC-locality resource; the decompressing container holds the rest
-// (at least one), where one thread reads the relay's socket next to the decompressors.
+// (at least one), where one thread reads the relay's socket next to the decompressors, or, on a
+// gateway with no whole core left (SharedMilliCPU), a share of the node's shared pool.
 func gatewayContainers(n PodPlan, conns, rxCPUs int, chunk int64) []Container {
 	if chunk <= 0 {
 		chunk = DefaultChunkBytes
@@ -531,6 +566,9 @@ func gatewayContainers(n PodPlan, conns, rxCPUs int, chunk int64) []Container {
 	rx := Container{Name: ContainerReceive, CPUs: rxCPUs, MemoryBytes: memoryFor(chunk, rxCPUs, conns)}
 	dxCPUs := max(1, n.CPUs-rxCPUs)
 	dx := Container{Name: ContainerDecompress, CPUs: dxCPUs, MemoryBytes: memoryFor(chunk, dxCPUs, conns)}
+	if n.SharedMilliCPU > 0 {
+		dx.CPUs, dx.MilliCPU = 0, n.SharedMilliCPU
+	}
 	for _, s := range n.Stages {
 		switch s.Name {
 		case StageReceive:
@@ -638,6 +676,25 @@ func decompressTarget(gw topology.Node, nicNode int, free map[int]int, need int)
 	default:
 		return NUMASpread
 	}
+}
+
+// MinSharedMilliCPU is the least share of a CPU the planner gives decompression in the node's
+// shared pool when no whole core is left for it.
+const MinSharedMilliCPU = 250
+
+// sharedPoolMilli is what each stream's decompression can have of the gateway's shared pool
+// when its whole cores go to receivers (and other pipelines): the usable millicores left after
+// them, per stream, in steps of 10m; 0 when that is under MinSharedMilliCPU.
+func sharedPoolMilli(r Request, gw topology.Node, receivers, streams int) int64 {
+	whole := receivers
+	for _, h := range r.Held {
+		whole += h
+	}
+	per := (gw.UsableMilliCPU() - int64(whole)*1000) / int64(streams) / 10 * 10
+	if per < MinSharedMilliCPU {
+		return 0
+	}
+	return min(per, 990)
 }
 
 // holds books receivers on the NIC node and the rest on the other nodes first.

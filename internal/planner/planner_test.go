@@ -669,3 +669,47 @@ func TestPaperMachinesWithTheirHardwareThreads(t *testing.T) {
 	t.Logf("paper machines as labelled (hardware threads): one stream %.1f Gbit/s (paper measured 97), four "+
 		"streams %.1f Gbit/s (paper measured 212.95)", p1.TotalMbit/1000, p4.TotalMbit/1000)
 }
+
+// A gateway whose kubelet leaves no whole core for decompression once the receivers have theirs
+// (two NUMA nodes of one CPU, the static CPU manager reserving one for kubeReserved 100m: 1.9
+// allocatable): the receiving container keeps its whole core on the NIC's node and decompression
+// runs in the node's shared pool on what is left (0.8 here after 100m of other pods), its rate
+// scaled by that share; nothing is held on a NUMA node for it. Too little left is refused.
+func TestAGatewayShortOfWholeCoresDecompressesInTheSharedPool(t *testing.T) {
+	det := node("detector-a", []int{2}, map[string][2]int64{"fab0": {0, 1000}}, 400, 1500)
+	gw := node("gateway-n", []int{1, 1}, map[string][2]int64{"fab0": {1, 1000}}, 400, 1500)
+	gw.AllocatableMilliCPU, gw.OtherPodsMilliCPU = 1900, 100
+	r := Request{Senders: []topology.Node{det}, Gateway: gw, GatewayNIC: "fab0", Ratio: 2, Mode: NUMAAware, HasSink: true, Port: 5555}
+	p, err := Make(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := p.Gateways[0]
+	if g.CPUs != 1 || g.SharedMilliCPU != 800 {
+		t.Errorf("gateway pod %d CPUs + %dm shared, want 1 + 800m", g.CPUs, g.SharedMilliCPU)
+	}
+	rx, dx := g.Containers[0], g.Containers[1]
+	if rx.CPUs != 1 || rx.MilliCPU != 0 || dx.CPUs != 0 || dx.MilliCPU != 800 {
+		t.Errorf("containers: receive %d CPUs %dm, decompress %d CPUs %dm", rx.CPUs, rx.MilliCPU, dx.CPUs, dx.MilliCPU)
+	}
+	if s := stage(t, p, RoleGateway, 0, StageReceive); s.NUMA != NUMANIC || s.Threads != 1 {
+		t.Errorf("receive %+v, want 1 thread on the NIC's node", s)
+	}
+	d := stage(t, p, RoleGateway, 0, StageDecompress)
+	if d.Threads != 1 || d.NUMA != NUMAAny || !near(d.RateMbit, 0.8*1500*8, 1) {
+		t.Errorf("decompress %+v, want 1 thread anywhere at 0.8 x 1500 MB/s", d)
+	}
+	if len(p.Holds) != 1 || p.Holds[1] != 1 {
+		t.Errorf("holds %v, want the receiving core on node 1 only", p.Holds)
+	}
+	gw.AllocatableMilliCPU = 1150
+	r.Gateway = gw
+	if _, err := Make(r); err == nil || !strings.Contains(err.Error(), "no core is left for decompression") {
+		t.Errorf("50m left: want a refusal, got %v", err)
+	}
+	gw.AllocatableMilliCPU, gw.OtherPodsMilliCPU = 0, 0 // whole cores: decompression has its own
+	r.Gateway = gw
+	if p, err = Make(r); err != nil || p.Gateways[0].SharedMilliCPU != 0 || p.Gateways[0].Containers[1].CPUs != 1 {
+		t.Errorf("whole cores left: want no shared pool, got %+v %v", p.Gateways, err)
+	}
+}

@@ -476,11 +476,15 @@ func gatewayContainers(in Inputs, g planner.GatewayPlan, opts Options) []corev1.
 }
 
 // agent is one agent container: Guaranteed QoS with integer CPUs (requests == limits) so the
-// kubelet's static CPU manager gives it exclusive cores.
+// kubelet's static CPU manager gives it exclusive cores; a planned share of the shared pool
+// (MilliCPU) stays Guaranteed but runs on the pool's CPUs.
 func agent(in Inputs, n planner.PodPlan, opts Options, plan planner.Container, cmd, config string, metrics int, portName string) corev1.Container {
 	sp := in.Pipeline
 	name := plan.Name
 	cpu := resource.MustParse(fmt.Sprint(plan.CPUs))
+	if plan.MilliCPU > 0 {
+		cpu = *resource.NewMilliQuantity(plan.MilliCPU, resource.DecimalSI)
+	}
 	mem := resource.MustParse(fmt.Sprintf("%dMi", plan.MemoryBytes>>20))
 	res := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
 	c := corev1.Container{

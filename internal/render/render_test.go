@@ -1163,3 +1163,34 @@ func TestHostNetworkStreamsGetTheirOwnPorts(t *testing.T) {
 		t.Errorf("pod-network sender metrics port %d", p.ContainerPort)
 	}
 }
+
+// A gateway with no whole core left for decompression (the static CPU manager reserving part of a
+// small node): the receiving container asks whole CPUs (exclusive, next to the NIC), the
+// decompressing one the planned share of the shared pool; both stay Guaranteed (requests ==
+// limits), so the pod keeps its exclusive receiving core.
+func TestADecompressingContainerInTheSharedPoolAsksItsShare(t *testing.T) {
+	sp := pipeline("small", withFileSink("run1"))
+	sp.Spec.Gateway = v1beta1.Gateway{Node: "gateway-n", Network: v1beta1.DataNetwork{NIC: "fab0"}}
+	gw := topology.Node{Name: "gateway-n", NUMANodes: []topology.NUMANode{{ID: 0, CPUs: 1}, {ID: 1, CPUs: 1}},
+		NICs:         map[string]topology.NIC{"fab0": {Name: "fab0", NUMANode: 1, SpeedMbit: 1000}},
+		CompressMBps: 400, DecompressMBps: 1500, AllocatableMilliCPU: 1900, OtherPodsMilliCPU: 100}
+	plan, err := planner.Make(planner.Request{Senders: []topology.Node{sender("det-a")}, Gateway: gw, GatewayNIC: "fab0",
+		Ratio: 2, Port: 5555, Mode: planner.NUMAAware, HasSink: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Inputs{Pipeline: sp, Plan: plan, Gateway: gw, DataAddresses: map[int]string{0: "10.215.0.100"}, Roots: testRoots(),
+		SenderAddresses: map[int][]string{0: {"10.40.0.20"}}}
+	objs, err := Render(in, Options{AgentImage: "numastream/agent:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := objs.Jobs[1].Spec.Template.Spec
+	want := map[string]string{"receive": "1", "decompress": "800m"}
+	for _, c := range pod.Containers {
+		req, lim := c.Resources.Requests[corev1.ResourceCPU], c.Resources.Limits[corev1.ResourceCPU]
+		if req.String() != want[c.Name] || lim.Cmp(req) != 0 {
+			t.Errorf("%s: cpu request %s limit %s, want %s both", c.Name, req.String(), lim.String(), want[c.Name])
+		}
+	}
+}

@@ -81,6 +81,10 @@ type Node struct {
 	// below the CPU count when CPUs are reserved for the system, as the static CPU manager
 	// requires. 0: unknown, plan with the CPU count.
 	AllocatableCPUs int
+	// AllocatableMilliCPU is status.allocatable exactly, in millicores (the static CPU manager
+	// reserves whole CPUs, but kubeReserved of 100m leaves 1.9 of 2 to pods). 0: unknown, use
+	// AllocatableCPUs.
+	AllocatableMilliCPU int64
 	// OtherPodsMilliCPU is what pods of other workloads already request on the node (the node
 	// daemon's own pod, system agents, other jobs), in millicores: the scheduler will not give
 	// it to the pipeline.
@@ -121,27 +125,33 @@ func (n Node) TotalCPUs() int {
 	return total
 }
 
-// NIC returns the named NIC, or an error naming the label that would describe it.
-// UsableCPUs is what pods can have on the node: its allocatable CPUs when known, at most its
-// CPU count.
-// less what other pods request there.
-func (n Node) UsableCPUs() int {
-	cpus := n.TotalCPUs()
-	if n.AllocatableCPUs > 0 && n.AllocatableCPUs < cpus {
-		cpus = n.AllocatableCPUs
+// UsableCPUs is what pods can have on the node in whole CPUs (UsableMilliCPU rounded down).
+func (n Node) UsableCPUs() int { return int(n.UsableMilliCPU() / 1000) }
+
+// UsableMilliCPU is what pods can have on the node, in millicores: its allocatable CPUs when
+// known, at most its CPU count, less what other pods request there.
+func (n Node) UsableMilliCPU() int64 {
+	milli := int64(n.TotalCPUs()) * 1000
+	alloc := n.AllocatableMilliCPU
+	if alloc == 0 {
+		alloc = int64(n.AllocatableCPUs) * 1000
 	}
-	if n.OtherPodsMilliCPU > 0 {
-		cpus = int((int64(cpus)*1000 - n.OtherPodsMilliCPU) / 1000)
+	if alloc > 0 && alloc < milli {
+		milli = alloc
 	}
-	return max(cpus, 0)
+	return max(milli-n.OtherPodsMilliCPU, 0)
 }
 
 // Why describes where the usable CPUs come from, for messages: "30 allocatable of 32, other pods
 // request 1.5".
 func (n Node) Why() string {
 	s := fmt.Sprintf("%d CPUs", n.TotalCPUs())
-	if n.AllocatableCPUs > 0 && n.AllocatableCPUs < n.TotalCPUs() {
-		s = fmt.Sprintf("%d allocatable of %d", n.AllocatableCPUs, n.TotalCPUs())
+	alloc := n.AllocatableMilliCPU
+	if alloc == 0 {
+		alloc = int64(n.AllocatableCPUs) * 1000
+	}
+	if alloc > 0 && alloc < int64(n.TotalCPUs())*1000 {
+		s = fmt.Sprintf("%s allocatable of %d", strconv.FormatFloat(float64(alloc)/1000, 'f', -1, 64), n.TotalCPUs())
 	}
 	if n.OtherPodsMilliCPU > 0 {
 		s += fmt.Sprintf(", other pods request %s", strconv.FormatFloat(float64(n.OtherPodsMilliCPU)/1000, 'f', -1, 64))
@@ -149,6 +159,7 @@ func (n Node) Why() string {
 	return s
 }
 
+// NIC returns the named NIC, or an error naming the label that would describe it.
 func (n Node) NIC(name string) (NIC, error) {
 	nic, ok := n.NICs[name]
 	if !ok {
