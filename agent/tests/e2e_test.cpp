@@ -952,6 +952,16 @@ TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
   EXPECT_GE(s["adaptive"]["changes"].get<int>(), 1);
   EXPECT_EQ(s["adaptive"]["last_changes"][0]["reason"], "codec_busy");
   EXPECT_EQ(s["adaptive"]["max"], 3) << "one planned thread and a spare per sending thread";
+  // Where every pinned thread runs is in numastream_thread_info, the spares too (adaptive="true"),
+  // each on a sending thread's CPU: what the operator shows as placement is what the kernel runs.
+  std::map<std::string, std::set<std::string>> cpus;  // stage/adaptive -> CPUs
+  const std::regex row(R"re(numastream_thread_info\{role="send",stage="([a-z]+)",thread="[0-9]+",cpu="(-?[0-9]+)",numa_node="-?[0-9]+",pinned="[a-z]+",nic_local="[a-z]+",adaptive="([a-z]+)"\} 1)re");
+  for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), row); it != std::sregex_iterator(); ++it) {
+    cpus[(*it)[1].str() + "/" + (*it)[3].str()].insert((*it)[2].str());
+  }
+  EXPECT_EQ(cpus["compress/false"].size(), 1u) << metrics;
+  ASSERT_FALSE(cpus["compress/true"].empty()) << "the spares are not reported\n" << metrics;
+  for (const auto& cpu : cpus["compress/true"]) EXPECT_TRUE(cpus["send/false"].count(cpu)) << cpu << "\n" << metrics;
   EXPECT_EQ(r["chunks"], s["chunks"]);
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["corrupt"], 0);

@@ -34,6 +34,9 @@ func stageCounters(samples []Sample) map[string]stageTimes {
 				t.out = s.Value
 			}
 		case "numastream_thread_info":
+			if s.Labels["adaptive"] == "true" {
+				continue // a spare worker: counted through numastream_adaptive_active_threads
+			}
 			t.threads++
 		case "numastream_adaptive_active_threads":
 			active[key] = s.Value

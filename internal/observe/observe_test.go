@@ -338,14 +338,17 @@ func TestObserverReadsMetricsBoundedInSizeAndTime(t *testing.T) {
 // The agents' own report of where their threads run (numastream_thread_info) becomes the status'
 // placement table, next to the plan: the relaying container's receiving threads on the NIC's node
 // (1, planned "nic"), the decompressing container's threads on node 1 where the plan put them on
-// node 0 -- off plan, named; the sender's stages (planned "any") on plan wherever they run.
+// node 0 -- off plan, named; the sender's stages (planned "any") on plan wherever they run; an
+// adaptive spare worker's CPU is shown with its stage's, and does not put the stage off plan.
 func TestObserverSetsWhereEachStageRunsBesideThePlan(t *testing.T) {
 	thread := func(role, stage string, i, cpu, node int) string {
 		return fmt.Sprintf(`numastream_thread_info{role=%q,stage=%q,thread="%d",cpu="%d",numa_node="%d",pinned="true",nic_local="%v"} 1`,
 			role, stage, i, cpu, node, node == 1)
 	}
+	// An adaptive runtime's spare worker, on another node's CPU by design: counted, not judged.
+	spare := `numastream_thread_info{role="relay",stage="receive",thread="2",cpu="5",numa_node="0",pinned="true",nic_local="false",adaptive="true"} 1`
 	relay := strings.Join([]string{relayMetrics(1), thread("relay", "receive", 0, 16, 1), thread("relay", "receive", 1, 17, 1),
-		thread("relay", "io", 0, 16, 1)}, "\n") + "\n"
+		thread("relay", "io", 0, 16, 1), spare}, "\n") + "\n"
 	dx := strings.Join([]string{agentMetrics(0, 0, 10, 0, -1), thread("receive", "receive", 0, 20, 1),
 		thread("receive", "decompress", 0, 20, 1), thread("receive", "decompress", 1, 21, 1)}, "\n") + "\n"
 	sender := strings.Join([]string{thread("send", "compress", 0, 2, 0), thread("send", "compress", 1, 3, 0),
@@ -389,7 +392,7 @@ func TestObserverSetsWhereEachStageRunsBesideThePlan(t *testing.T) {
 	want := map[string]v1beta1.StagePlacement{
 		"sender/send/compress":       {Stream: 0, Role: "sender", Agent: "send", Stage: "compress", Threads: 2, CPUs: "2-3", NUMANodes: "0", Planned: "any", OnPlan: true},
 		"sender/send/send":           {Stream: 0, Role: "sender", Agent: "send", Stage: "send", Threads: 1, CPUs: "1", NUMANodes: "0", Planned: "any", OnPlan: true},
-		"gateway/relay/receive":      {Stream: 0, Role: "gateway", Agent: "relay", Stage: "receive", Threads: 2, CPUs: "16-17", NUMANodes: "1", Planned: "1", OnPlan: true},
+		"gateway/relay/receive":      {Stream: 0, Role: "gateway", Agent: "relay", Stage: "receive", Threads: 3, CPUs: "5,16-17", NUMANodes: "0,1", Planned: "1", OnPlan: true},
 		"gateway/receive/receive":    {Stream: 0, Role: "gateway", Agent: "receive", Stage: "receive", Threads: 1, CPUs: "20", NUMANodes: "1", Planned: "0", OnPlan: false},
 		"gateway/receive/decompress": {Stream: 0, Role: "gateway", Agent: "receive", Stage: "decompress", Threads: 2, CPUs: "20-21", NUMANodes: "1", Planned: "0", OnPlan: false},
 	}

@@ -14,10 +14,14 @@ type threadRow struct {
 	agent, stage string
 	threads      int
 	cpus, nodes  map[int]bool
+	// plannedNodes are the NUMA nodes of the plan's threads, without the adaptive runtime's
+	// spare and extra workers (which sit on other stages' CPUs by design).
+	plannedNodes map[int]bool
 }
 
 // threadRows groups an agent's numastream_thread_info samples by (agent role, stage); the I/O
-// thread (ZeroMQ's, not a stage of the plan) is left out.
+// thread (ZeroMQ's, not a stage of the plan) is left out. The adaptive runtime's workers count
+// in the threads and CPUs (the kernel runs them there) but not in whether the stage is on plan.
 func threadRows(samples []Sample) []threadRow {
 	byKey := map[string]*threadRow{}
 	var keys []string
@@ -28,7 +32,8 @@ func threadRows(samples []Sample) []threadRow {
 		key := s.Labels["role"] + "/" + s.Labels["stage"]
 		r, ok := byKey[key]
 		if !ok {
-			r = &threadRow{agent: s.Labels["role"], stage: s.Labels["stage"], cpus: map[int]bool{}, nodes: map[int]bool{}}
+			r = &threadRow{agent: s.Labels["role"], stage: s.Labels["stage"], cpus: map[int]bool{}, nodes: map[int]bool{},
+				plannedNodes: map[int]bool{}}
 			byKey[key] = r
 			keys = append(keys, key)
 		}
@@ -38,6 +43,9 @@ func threadRows(samples []Sample) []threadRow {
 		}
 		if node, err := strconv.Atoi(s.Labels["numa_node"]); err == nil && node >= 0 {
 			r.nodes[node] = true
+			if s.Labels["adaptive"] != "true" {
+				r.plannedNodes[node] = true
+			}
 		}
 	}
 	sort.Strings(keys)
@@ -82,7 +90,7 @@ func placementOf(plan *v1beta1.Plan, role string, stream int32, rows []threadRow
 		planned := plannedTarget(plan, role, stream, r.agent, r.stage)
 		onPlan := true
 		if want, err := strconv.Atoi(planned); err == nil {
-			for n := range r.nodes {
+			for n := range r.plannedNodes {
 				onPlan = onPlan && n == want
 			}
 		}

@@ -224,14 +224,14 @@ void pin_thread(Stage stage, int index, int cpu, int node) {
 void Runtime::pin_current(std::size_t s) {
   const ThreadSlot& t = placement.threads[s];
   pin_thread(t.stage, t.index, t.cpu, t.numa_node);
-  pinned_here(t.cpu);
+  pinned_here(t.cpu, t.stage, t.index, false, s);
   observe_cpu(s);
 }
 
-void Runtime::pinned_here(int cpu) {
+void Runtime::pinned_here(int cpu, Stage stage, int index, bool adaptive, std::size_t slot) {
   if (cpu < 0) return;
   std::lock_guard lock(pinned_mu_);
-  pinned_.push_back({static_cast<int>(::gettid()), cpu});
+  pinned_.push_back({static_cast<int>(::gettid()), cpu, stage, index, adaptive, slot});
 }
 
 void Runtime::unpinned_here() {
@@ -258,6 +258,7 @@ int Runtime::repin(const std::vector<int>& cpus) {
     CPU_SET(least->first, &set);
     if (::sched_setaffinity(p.tid, sizeof(set), &set) != 0) continue;  // ended meanwhile
     p.cpu = least->first;
+    if (!p.adaptive) observed_cpu_[p.slot] = p.cpu;
     ++least->second;
     ++moved;
   }
@@ -277,7 +278,7 @@ void Runtime::run_extra(Stage stage, int index, int cpu, const std::string& what
                         const std::function<void(StageThread&)>& body) {
   const int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
   pin_thread(stage, index, cpu, node);
-  pinned_here(cpu);
+  pinned_here(cpu, stage, index, true);
   StageThread t{*this, stage, index, slot(stage, 0), node, stats(stage), true};
   try {
     body(t);
@@ -311,7 +312,7 @@ void Runtime::run_spare(Stage stage, int index, Stage host, int host_index, cons
   const std::size_t s = slot(host, host_index);
   const ThreadSlot& h = placement.threads[s];
   pin_thread(stage, index, h.cpu, h.numa_node);
-  pinned_here(h.cpu);
+  pinned_here(h.cpu, stage, index, true);
   StageThread t{*this, stage, index, s, h.numa_node, stats(stage), true};
   try {
     body(t);
@@ -431,7 +432,29 @@ void Runtime::declare_common_metrics() {
                           {"cpu", std::to_string(cpu)},
                           {"numa_node", std::to_string(node)},
                           {"pinned", t.cpu >= 0 ? "true" : "false"},
-                          {"nic_local", nic_local}},
+                          {"nic_local", nic_local},
+                          {"adaptive", "false"}},
+                         1);
+                 }
+                 // The adaptive runtime's spare and extra workers: pinned, named like stage threads,
+                 // on CPUs the placement gave other threads (or the CPU budget grew to).
+                 std::vector<Pinned> adaptive;
+                 {
+                   std::lock_guard lock(pinned_mu_);
+                   for (const Pinned& p : pinned_) {
+                     if (p.adaptive) adaptive.push_back(p);
+                   }
+                 }
+                 for (const Pinned& p : adaptive) {
+                   int node = topo.node_of_cpu(p.cpu);
+                   std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
+                   m.add({{"stage", std::string(stage_name(p.stage))},
+                          {"thread", std::to_string(p.index)},
+                          {"cpu", std::to_string(p.cpu)},
+                          {"numa_node", std::to_string(node)},
+                          {"pinned", "true"},
+                          {"nic_local", nic_local},
+                          {"adaptive", "true"}},
                          1);
                  }
                });

@@ -130,11 +130,16 @@ class Runtime {
   struct Pinned {
     int tid;
     int cpu;
+    Stage stage;
+    int index;
+    bool adaptive;  // a spare or extra worker of the adaptive runtime, not a slot of the placement
+    std::size_t slot;  // its placement slot (planned threads), whose observed CPU repin keeps
   };
   mutable std::mutex pinned_mu_;
   std::vector<Pinned> pinned_;
-  void pinned_here(int cpu);  // records the calling thread
-  void unpinned_here();       // forgets it (the thread is ending)
+  // Records the calling thread (`slot`: its placement slot; ignored for an adaptive worker).
+  void pinned_here(int cpu, Stage stage, int index, bool adaptive, std::size_t slot = 0);
+  void unpinned_here();  // forgets it (the thread is ending)
 };
 
 // The CURVE keys an agent uses, read from the files its configuration names (security.curve).
