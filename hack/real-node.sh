@@ -20,6 +20,7 @@
 # REAL_NODE_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/lib/numa-view.sh
 NODE="${NODE:-real-node}"
 WORK="${REAL_NODE_DIR:-/tmp/numastream-real-node}"
 SIM_DIR="${SIM_DIR:-/tmp/numastream-sim}"
@@ -49,48 +50,14 @@ why_not() {
 packages() { bash hack/install-deps.sh test; }
 
 # The sysfs view of this node, at $WORK/sysroot (what the kubelet, the node daemon and the agents
-# in its pods read as /sys): the machine's CPUs 0 and 1 on NUMA nodes 0 and 1 (devices/system/cpu
-# and node: cpulists, per-CPU topology, distances 10/20, each node half of the machine's memory
-# and its hugepage counts), and the data NICs as class/net/<nic>/{device/numa_node,speed,operstate}.
+# in its pods read as /sys): the machine's CPUs 0 and 1 on NUMA nodes 0 and 1
+# (hack/lib/numa-view.sh), and the data NICs as class/net/<nic>/{device/numa_node,speed,operstate}.
 NUMA_NICS="nsreal0:1 nsreal1:0"  # NIC:NUMA node
 numa_view() {
-  local v="$WORK/sysroot" c n total half
+  local v="$WORK/sysroot" nic
   rm -rf "$v"
-  mkdir -p "$v/devices/system/cpu" "$v/devices/system/node"
-  for f in online possible present; do echo "0-1" >"$v/devices/system/cpu/$f"; done
-  total=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-  half=$((total / 2))
-  for c in 0 1; do
-    n=$c
-    mkdir -p "$v/devices/system/cpu/cpu$c/topology" "$v/devices/system/node/node$n"
-    echo "$c" >"$v/devices/system/cpu/cpu$c/topology/core_id"
-    echo "$n" >"$v/devices/system/cpu/cpu$c/topology/physical_package_id"
-    echo 0 >"$v/devices/system/cpu/cpu$c/topology/die_id"
-    echo "$c" >"$v/devices/system/cpu/cpu$c/topology/thread_siblings_list"
-    echo "$c" >"$v/devices/system/cpu/cpu$c/topology/core_siblings_list"
-    ((c == 0)) || echo 1 >"$v/devices/system/cpu/cpu$c/online"
-    ln -s "../../cpu/cpu$c" "$v/devices/system/node/node$n/cpu$c"
-    echo "$c" >"$v/devices/system/node/node$n/cpulist"
-    printf '%x\n' $((1 << c)) >"$v/devices/system/node/node$n/cpumap"
-    if ((n == 0)); then echo "10 20" >"$v/devices/system/node/node$n/distance"; else echo "20 10" >"$v/devices/system/node/node$n/distance"; fi
-    printf 'Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\nNode %d MemUsed:        0 kB\n' \
-      "$n" "$half" "$n" "$half" "$n" >"$v/devices/system/node/node$n/meminfo"
-    for h in /sys/devices/system/node/node0/hugepages/*/; do
-      [[ -d "$h" ]] || continue
-      mkdir -p "$v/devices/system/node/node$n/hugepages/$(basename "$h")"
-      for f in free_hugepages nr_hugepages surplus_hugepages; do
-        echo 0 >"$v/devices/system/node/node$n/hugepages/$(basename "$h")/$f"
-      done
-    done
-  done
-  for f in online possible has_cpu has_memory has_normal_memory; do echo "0-1" >"$v/devices/system/node/$f"; done
-  local nic
-  for nic in $NUMA_NICS; do
-    mkdir -p "$v/class/net/${nic%%:*}/device"
-    echo "${nic#*:}" >"$v/class/net/${nic%%:*}/device/numa_node"
-    echo 100000 >"$v/class/net/${nic%%:*}/speed"
-    echo up >"$v/class/net/${nic%%:*}/operstate"
-  done
+  numa_view_system "$v/devices/system"
+  for nic in $NUMA_NICS; do nic_view "$v/class/net/${nic%%:*}" "${nic#*:}"; done
 }
 
 # The images (hack/images.sh: the agent as the Dockerfile's agent target, a busybox sandbox),
