@@ -169,7 +169,7 @@ images: ## Container images for the real nodes from the Dockerfile (buildah), as
 	@bash hack/images.sh $(BUILD)/images
 
 .PHONY: facility-up facility-down
-facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a, detector-b, gateway-a (real kubelets), NFD, Multus
+facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a, detector-b, gateway-a, gw-numa (real kubelets; gw-numa two NUMA nodes, static CPU manager), NFD, Multus
 	@API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }
 	@IMAGES_DIR=$(BUILD)/images $(FACILITY) up
 facility-down: ## Stop it and check nothing is left
@@ -218,9 +218,14 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 	$(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
 	$(REAL_NODE) up >/tmp/numastream-real-node.log 2>&1 || { tail -30 /tmp/numastream-real-node.log; exit 1; }; \
 	grep -E '^\[' /tmp/numastream-real-node.log; \
-	NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_REAL_NODE=real-node \
-	NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) \
-		go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)' ; exit $${PIPESTATUS[0]}
+	export NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_REAL_NODE=real-node \
+		NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT); \
+	go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)'; \
+	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || exit $$rc; \
+	$(REAL_NODE) topology-policy single-numa-node >>/tmp/numastream-real-node.log 2>&1 || { tail -30 /tmp/numastream-real-node.log; exit 1; }; \
+	tail -1 /tmp/numastream-real-node.log; \
+	NUMASTREAM_TOPOLOGY_POLICY=single-numa-node go test -count=1 -v -run 'TestAgentPins|TestTheKubeletRefuses' ./test/realnode/ 2>&1 | \
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)'; exit $${PIPESTATUS[0]}
 
 # FACILITY_TESTS: a go test -run pattern, to run some of the facility tests after one bring-up.
 FACILITY_TESTS ?= .

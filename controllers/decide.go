@@ -149,7 +149,8 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation && tr.ReceiveCores == 0 {
 		return &notPlannedError{reason: ReasonTopologyAffinity, err: fmt.Errorf(
 			"Topology Manager refused the gateway pod even with 1 receiving core per stream (%s): "+
-				"the NIC's NUMA node has no CPU left to align with it; free cores there or lower the number of streams",
+				"the NIC's NUMA node has no CPU left to align with it (CPUs the kubelet reserves, reservedSystemCPUs or "+
+				"the static policy's share of kubeReserved, are never given to pods); free cores there or lower the number of streams",
 			strings.Join(tr.Pods, ", "))}
 	}
 	plan, err := planner.Make(request(sp, f))
@@ -481,8 +482,11 @@ func topologyRejections(sp *v1beta1.StreamPipeline, pods []corev1.Pod) ([]*corev
 				tr.ReceiveCores = int32(max(asked-1, 0))
 			}
 		}
-		events = append(events, Event{Related: p, Type: corev1.EventTypeWarning, Reason: ReasonTopologyAffinity, Action: "Replan",
-			Message: fmt.Sprintf("Topology Manager refused %s; planning again with at most %d receiving cores per stream", what, tr.ReceiveCores)})
+		msg := fmt.Sprintf("Topology Manager refused %s; planning again with at most %d receiving cores per stream", what, tr.ReceiveCores)
+		if tr.ReceiveCores == 0 {
+			msg = fmt.Sprintf("Topology Manager refused %s with 1 receiving core per stream: no plan can align one with the NIC; not planning again until the spec changes", what)
+		}
+		events = append(events, Event{Related: p, Type: corev1.EventTypeWarning, Reason: ReasonTopologyAffinity, Action: "Replan", Message: msg})
 	}
 	return out, events
 }

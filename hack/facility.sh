@@ -2,11 +2,17 @@
 # The facility in a box: three REAL Kubernetes nodes beside the simulated ones, joined by a shaped
 # data link, with NFD and Multus for real.
 #
-#   detector-a, detector-b and gateway-a: each a real kubelet (built from the module proxy) with Debian's
-#     containerd + runc, in its own network namespace, its own mount namespace (own
-#     /var/lib/kubelet, device-plugin directory, CNI state, pod logs) and its own cgroup root.
-#     cpuManagerPolicy none, nothing reserved: this 2-CPU machine gives each node 2 CPUs, and
-#     gateway-a a view of 4 (CPU_VIEW, sysfs_view) so two streams' gateway pods fit there.
+#   detector-a, detector-b, gateway-a and gw-numa: each a real kubelet (built from the module
+#     proxy) with Debian's containerd + runc, in its own network namespace, its own mount namespace
+#     (own /var/lib/kubelet, device-plugin directory, CNI state, pod logs) and its own cgroup root.
+#     detector-a, detector-b, gateway-a: cpuManagerPolicy none, nothing reserved: this 2-CPU
+#     machine gives each node 2 CPUs, and gateway-a a view of 4 (CPU_VIEW, sysfs_view) so two
+#     streams' gateway pods fit there.
+#     gw-numa: TWO NUMA nodes (NUMA_VIEW): its kubelet, its node daemon and every container
+#     it runs (containerd's runc is hack/runc-numa-view) see the machine's CPU 0 on node 0 and
+#     CPU 1 on node 1 (hack/lib/numa-view.sh), its data NIC fab0 on node 1 and a second NIC fab1
+#     (a veth, not on the link) on node 0; the static CPU manager (kubeReserved 100m reserves
+#     CPU 0, 1.9 allocatable) and Topology Manager (restricted, container scope) place its pods.
 #   management network: bridge nsfac0 on the host (10.212.0.1); nodes 10.212.0.11, .12 and .13;
 #     the API server listens there; each node's pods (10.244.11-13.0/24; CNI bridge + host-local)
 #     are routed between the nodes and to the host.
@@ -33,6 +39,7 @@
 # made, and `check` fails if any is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source hack/lib/numa-view.sh
 FAC="${FACILITY_DIR:-/tmp/numastream-facility}"
 SIM_DIR="${SIM_DIR:-/tmp/numastream-sim}"
 KUBELET="${KUBELET_BIN:-$HOME/.cache/numastream/k8s-1.36.4-node}/kubelet"
@@ -42,14 +49,18 @@ LINK_RATE="${LINK_RATE:-1gbit}"
 LINK_LOSS="${LINK_LOSS:-0}"
 API_PORT="${API_PORT:-26443}"
 export KUBECONFIG="$SIM_DIR/admin.kubeconfig"
-NODES=(detector-a gateway-a detector-b)
+# Node names stay within 11 characters: the links fab-<node> and m-<node> must fit IFNAMSIZ (15).
+NODES=(detector-a gateway-a detector-b gw-numa)
 HOST_IP=10.212.0.1
-declare -A MGMT_IP=([detector-a]=10.212.0.11 [gateway-a]=10.212.0.12 [detector-b]=10.212.0.13)
-declare -A POD_NET=([detector-a]=10.244.11 [gateway-a]=10.244.12 [detector-b]=10.244.13)
-declare -A LINK_IP=([detector-a]=10.215.0.1 [gateway-a]=10.215.0.2 [detector-b]=10.215.0.3)
+declare -A MGMT_IP=([detector-a]=10.212.0.11 [gateway-a]=10.212.0.12 [detector-b]=10.212.0.13 [gw-numa]=10.212.0.14)
+declare -A POD_NET=([detector-a]=10.244.11 [gateway-a]=10.244.12 [detector-b]=10.244.13 [gw-numa]=10.244.14)
+declare -A LINK_IP=([detector-a]=10.215.0.1 [gateway-a]=10.215.0.2 [detector-b]=10.215.0.3 [gw-numa]=10.215.0.4)
 # CPUs a node's kubelet and node daemon see, where not the machine's: gateway-a takes two
 # streams, each gateway pod 2 CPUs (receive + decompress), so it is shown 4 (sysfs_view).
 declare -A CPU_VIEW=([gateway-a]=4)
+# Nodes whose kubelet sees two NUMA nodes, and their data NICs' NUMA nodes (NIC:node). A NIC other
+# than fab0 is a veth of the node's own (the facility link is fab0).
+declare -A NUMA_VIEW=([gw-numa]="fab0:1 fab1:0")
 LINK_NS=nsfac-link
 BRIDGE=nsfac0
 # The namespaces on the data network (each gets the attachments; Multus isolates the others).
@@ -106,6 +117,21 @@ sysfs_view() { # node cpus
   done
 }
 
+# A two-NUMA node's data NICs in its mount namespace: each NIC's sysfs directory (a veth's, under
+# devices/virtual/net) is covered by a view that names its NUMA node (nic_view) and keeps what
+# else the kubelet reads of it (address, mtu, ifindex, type, carrier), so the node daemon (its
+# hostPath /sys) publishes the NIC's node and its device plugin gives the kubelet that hint.
+nic_views() { # node
+  local n=$1 nic v
+  for nic in ${NUMA_VIEW[$n]:-}; do
+    v="$FAC/$n/sysview/net/${nic%%:*}"
+    printf 'mkdir -p %s\n' "$v"
+    printf 'for f in address mtu ifindex type carrier flags; do cat /sys/class/net/%s/$f >%s/$f 2>/dev/null || true; done\n' "${nic%%:*}" "$v"
+    printf 'source %s/hack/lib/numa-view.sh; nic_view %s %s\n' "$PWD" "$v" "${nic#*:}"
+    printf 'mount --bind %s /sys/devices/virtual/net/%s\n' "$v" "${nic%%:*}"
+  done
+}
+
 # The node's own processes run under one shell that made the node's mount namespace (inside its
 # network namespace), so containerd, runc, the CNI plugins and the kubelet all see the node's
 # /var/lib/kubelet, /var/lib/cni, /etc/cni/net.d and /var/log/pods.
@@ -128,7 +154,8 @@ for m in var-lib-kubelet:/var/lib/kubelet var-lib-cni:/var/lib/cni net.d:/etc/cn
   mkdir -p "$d/\${m%%:*}" "\${m#*:}"
   mount --bind "$d/\${m%%:*}" "\${m#*:}"
 done
-$(if [[ -n "${CPU_VIEW[$n]:-}" ]]; then printf 'mount --bind %s /sys/devices/system/cpu\nmount --bind %s /sys/devices/system/node\n' "$d/sysview/cpu" "$d/sysview/node"; fi)
+$(if [[ -n "${CPU_VIEW[$n]:-}${NUMA_VIEW[$n]:-}" ]]; then printf 'mount --bind %s /sys/devices/system/cpu\nmount --bind %s /sys/devices/system/node\n' "$d/sysview/cpu" "$d/sysview/node"; fi)
+$(nic_views "$n")
 sysctl -qw net.ipv4.ip_forward=1
 $(netpol_divert)
 containerd --config "$d/containerd.toml" >"$d/containerd.log" 2>&1 &
@@ -252,6 +279,14 @@ network() {
     ip -n "$N" addr add "${LINK_IP[$n]}/24" dev fab0
     ip -n "$N" link set fab0 up
     ip netns exec "$N" tc qdisc add dev fab0 root tbf rate "$LINK_RATE" burst 256kb latency 100ms
+    local nic
+    for nic in ${NUMA_VIEW[$n]:-}; do
+      nic=${nic%%:*}
+      [[ $nic == fab0 ]] && continue
+      ip -n "$N" link add "$nic" type veth peer name "${nic}p"
+      ip -n "$N" link set "$nic" up
+      ip -n "$N" link set "${nic}p" up
+    done
     if [[ "$LINK_LOSS" != 0 ]]; then
       ip netns exec "$N" nft add table inet facility
       ip netns exec "$N" nft add chain inet facility out '{ type filter hook output priority 0; }'
@@ -276,6 +311,17 @@ cni_config() { # node
 EOF
 }
 
+# The CPU manager of a node's kubelet: none (2 CPUs per node, nothing pinned by the kubelet), or on
+# a two-NUMA node the static CPU manager and Topology Manager as a facility runs them: 100m
+# reserved for the kubelet makes the static policy reserve CPU 0 and leaves 1.9 allocatable.
+cpu_manager() { # node
+  if [[ -n "${NUMA_VIEW[$1]:-}" ]]; then
+    printf 'cpuManagerPolicy: static\nkubeReserved: {cpu: 100m}\ntopologyManagerPolicy: restricted\ntopologyManagerScope: container\n'
+  else
+    echo "cpuManagerPolicy: none"
+  fi
+}
+
 node_config() { # node
   local n=$1 d="$FAC/$1"
   mkdir -p "$d"/{pki,var-lib-kubelet,var-lib-cni,pod-logs,netns}
@@ -288,6 +334,14 @@ node_config() { # node
          -e 's#restrict_oom_score_adj = false#restrict_oom_score_adj = true#' \
          -e 's#max_conf_num = 1#max_conf_num = 1#' \
          "$d/containerd.toml"
+  if [[ -n "${NUMA_VIEW[$n]:-}" ]]; then
+    # Every container's own sysfs gets the node's NUMA view too (hack/runc-numa-view).
+    printf '#!/bin/sh\nexec %s %s/hack/runc-numa-view %s %s "$@"\n' "$(command -v python3)" "$PWD" "$d/sysview" "$(command -v runc)" >"$d/runc"
+    chmod +x "$d/runc"
+    sed -i -e "s#BinaryName = \"\"#BinaryName = \"$d/runc\"#" "$d/containerd.toml"
+    grep -q "BinaryName = \"$d/runc\"" "$d/containerd.toml" ||
+      { echo "facility: cannot set containerd's runc BinaryName for $n" >&2; return 1; }
+  fi
   # Its own cgroup root in every hierarchy, so the two kubelets never see each other's pods.
   for c in /sys/fs/cgroup/*/; do
     [[ -d "$c" && ! -L "${c%/}" ]] && mkdir -p "$c/numastream-$n"
@@ -303,7 +357,7 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupRoot: /numastream-$n
 containerRuntimeEndpoint: unix://$d/containerd.sock
-cpuManagerPolicy: none             # 2 CPUs per node here; exclusive CPUs are tested on real-node
+$(cpu_manager "$n")
 failSwapOn: false
 address: ${MGMT_IP[$n]}
 readOnlyPort: 0
@@ -324,6 +378,7 @@ EOF
   [[ -z "${CPU_VIEW[$n]:-}" ]] || printf 'cgroupsPerQOS: false\nenforceNodeAllocatable: []\n' >>"$d/kubelet.yaml"
   cni_config "$n"
   [[ -z "${CPU_VIEW[$n]:-}" ]] || sysfs_view "$n" "${CPU_VIEW[$n]}"
+  [[ -z "${NUMA_VIEW[$n]:-}" ]] || numa_view_system "$d/sysview"
   node_script "$n" >"$d/run.sh"
 }
 
@@ -406,7 +461,7 @@ up() {
     { k wait --for=create "node/$n" --timeout=60s && k wait --for=condition=Ready "node/$n" --timeout=60s; } >/dev/null ||
       { echo "facility: node $n did not become Ready; $FAC/$n/kubelet.log:" >&2; tail -20 "$FAC/$n/kubelet.log" >&2; exit 1; }
     k label node "$n" numastream.io/facility=box --overwrite >/dev/null
-    log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable${CPU_VIEW[$n]:+ (a view: the machine has $(nproc))}, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"
+    log "node $n Ready ($(k get node "$n" -o jsonpath='{.status.allocatable.cpu}') CPUs allocatable${CPU_VIEW[$n]:+ (a view: the machine has $(nproc))}${NUMA_VIEW[$n]:+, two NUMA nodes (CPU 0 node 0, CPU 1 node 1; NICs ${NUMA_VIEW[$n]}), static CPU manager, Topology Manager restricted}, pods ${POD_NET[$n]}.0/24, InternalIP ${MGMT_IP[$n]})"
   done
   network_policies
   nfd_master

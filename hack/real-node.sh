@@ -15,6 +15,7 @@
 # The node's address is on a veth interface of its own, so `kubectl logs` works. Pods use host networking.
 #
 #   real-node.sh up | down | check        (root; `check` says why this host cannot, and exits 1)
+#   real-node.sh topology-policy POLICY  (restarts the kubelet with that Topology Manager policy)
 #
 # Environment: KUBELET_BIN (dir with kubelet), SIM_BIN (dir with kubectl), SIM_DIR, NODE,
 # REAL_NODE_DIR.
@@ -67,6 +68,39 @@ images() {
   for t in "$WORK"/images/*.tar; do ctr_ images import "$t" >/dev/null; done
   rm -rf "$WORK/images"
   log "images imported: $AGENT_IMAGE, local.numastream/busybox:1 and the sandbox image"
+}
+
+# The kubelet in a mount namespace of its own, the view over /sys/devices/system/{cpu,node}:
+# cAdvisor, the CPU manager and Topology Manager see two NUMA nodes.
+start_kubelet() {
+  unshare --mount --propagation private /bin/sh -c '
+    mount --bind "$1/devices/system/cpu" /sys/devices/system/cpu &&
+    mount --bind "$1/devices/system/node" /sys/devices/system/node &&
+    shift && exec "$@"' numa-view "$WORK/sysroot" \
+    "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$WORK/kubelet-root" \
+    --cert-dir "$WORK/pki" --hostname-override "$NODE" --node-ip "$NODE_IP" --v=1 >>"$WORK/kubelet.log" 2>&1 &
+  echo $! >"$WORK/kubelet.pid"
+}
+
+# The kubelet restarted with another Topology Manager policy (restricted, single-numa-node, ...):
+# done when it is healthy and the node daemon's device plugin has registered both NICs again.
+topology_policy() { # policy
+  local pid; pid=$(cat "$WORK/kubelet.pid")
+  sed -i "s/^topologyManagerPolicy: .*/topologyManagerPolicy: $1/" "$WORK/kubelet.yaml"
+  kill "$pid"
+  for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  start_kubelet
+  local ok=0
+  for _ in $(seq 120); do
+    if curl -fsS http://127.0.0.1:30248/healthz >/dev/null 2>&1 &&
+      grep -q "topologyManagerPolicy\":\"$1\"" <(k get --raw "/api/v1/nodes/$NODE/proxy/configz" 2>/dev/null) &&
+      [[ $(k get node "$NODE" -o jsonpath='{.status.allocatable}' | grep -Eo '"numastream.io/nic-nsreal[01]":"[1-9]' | wc -l) -eq 2 ]]; then
+      ok=1; break
+    fi
+    sleep 0.5
+  done
+  ((ok)) || { echo "real-node: the kubelet did not come back with topologyManagerPolicy $1; see $WORK/kubelet.log" >&2; tail -20 "$WORK/kubelet.log" >&2; exit 1; }
+  log "kubelet restarted with topologyManagerPolicy $1 (its /configz says so), both NICs registered again"
 }
 
 up() {
@@ -130,18 +164,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
   numa_view
-  # The kubelet in a mount namespace of its own, the view over /sys/devices/system/{cpu,node}:
-  # cAdvisor, the CPU manager and Topology Manager see two NUMA nodes.
-  unshare --mount --propagation private /bin/sh -c '
-    mount --bind "$1/devices/system/cpu" /sys/devices/system/cpu &&
-    mount --bind "$1/devices/system/node" /sys/devices/system/node &&
-    shift && exec "$@"' numa-view "$WORK/sysroot" \
-    "$KUBELET" --config "$WORK/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$WORK/kubelet-root" \
-    --cert-dir "$WORK/pki" --hostname-override "$NODE" --node-ip "$NODE_IP" --v=1 >"$WORK/kubelet.log" 2>&1 &
-  echo $! >"$WORK/kubelet.pid"
+  start_kubelet
   { k wait --for=create "node/$NODE" --timeout=45s && k wait --for=condition=Ready "node/$NODE" --timeout=45s; } >/dev/null ||
     { echo "real-node: the kubelet did not become Ready; see $WORK/kubelet.log" >&2; tail -20 "$WORK/kubelet.log" >&2; exit 1; }
-  log "kubelet Ready as node $NODE ($NODE_IP), static CPU manager, Topology Manager; its view: CPU 0 on NUMA node 0, CPU 1 on node 1 (numa_view)"
+  log "kubelet Ready as node $NODE ($NODE_IP), static CPU manager, Topology Manager restricted; its view: CPU 0 on NUMA node 0, CPU 1 on node 1 (numa_view)"
 
   # The node daemon on the host, as its DaemonSet pod would run it: facts for NFD's features.d and
   # the NIC-locality device plugin in this kubelet's device-plugin directory.
@@ -192,6 +218,7 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  topology-policy) topology_policy "$2" ;;
   check) why=$(why_not); [[ -z "$why" ]] || { echo "$why"; exit 1; } ;;
-  *) echo "usage: $0 up|down|check" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|check|topology-policy POLICY" >&2; exit 2 ;;
 esac

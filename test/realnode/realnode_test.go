@@ -302,8 +302,9 @@ func cpusAllowed(t *testing.T, endpoint string) string {
 }
 
 // A container asking for an exclusive CPU and the NIC on NUMA node 0 (nsreal1), where the only
-// CPU (0) is the system's: the real kubelet's Topology Manager (restricted) refuses it, and says
-// so in the pod's status -- what the operator reads to re-plan (controllers: TopologyAffinityError).
+// CPU (0) is the system's: the real kubelet's Topology Manager (restricted, and again with
+// single-numa-node: make test-e2e-realnode restarts the kubelet with it) refuses it, and says so
+// in the pod's status -- what the operator reads to re-plan (controllers: TopologyAffinityError).
 func TestTheKubeletRefusesAContainerWhoseNICIsOnANodeWithoutAFreeCPU(t *testing.T) {
 	res := nicResource(t, nicNode0)
 	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi"),
@@ -322,7 +323,8 @@ func TestTheKubeletRefusesAContainerWhoseNICIsOnANodeWithoutAFreeCPU(t *testing.
 		p, got = phase(t, pod.Name)
 		return p == corev1.PodFailed || p == corev1.PodRunning, string(p)
 	})
-	t.Logf("pod %s: phase %s, reason %q, message %q", pod.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+	t.Logf("topologyManagerPolicy %s: pod %s: phase %s, reason %q, message %q", topologyPolicy(), pod.Name, got.Status.Phase,
+		got.Status.Reason, got.Status.Message)
 	if got.Status.Phase != corev1.PodFailed || got.Status.Reason != "TopologyAffinityError" {
 		t.Errorf("want the kubelet to refuse it with TopologyAffinityError, got %s %q: %s", got.Status.Phase,
 			got.Status.Reason, got.Status.Message)
@@ -330,4 +332,13 @@ func TestTheKubeletRefusesAContainerWhoseNICIsOnANodeWithoutAFreeCPU(t *testing.
 	if _, entries := cpuManagerState(t); entries[string(pod.UID)] != nil {
 		t.Errorf("a refused container holds CPUs: %v", entries[string(pod.UID)])
 	}
+}
+
+// topologyPolicy is the Topology Manager policy the node's kubelet runs with (hack/real-node.sh
+// topology-policy), as make test-e2e-realnode says.
+func topologyPolicy() string {
+	if p := os.Getenv("NUMASTREAM_TOPOLOGY_POLICY"); p != "" {
+		return p
+	}
+	return "restricted"
 }
