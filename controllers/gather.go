@@ -436,7 +436,7 @@ func request(sp *v1beta1.StreamPipeline, f facts) planner.Request {
 	req := planner.Request{
 		Senders: f.senders, Gateway: gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
 		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
-		HasSink:     sp.Spec.Sink != nil && (sp.Spec.Sink.File != nil || sp.Spec.Sink.ZMQ != nil || sp.Spec.Sink.HDF5 != nil || sp.Spec.Sink.Stream2 != nil),
+		HasSink:     len(sp.Spec.Consumers()) > 0,
 		Port:        int(sp.Spec.Port),
 		ChunkBytes:  sp.Spec.ChunkBytes,
 		PassThrough: passThrough(sp),

@@ -496,6 +496,52 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 			withSenders("updraft-1", "updraft-2")(sp)
 			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "scan.raw"}}
 		}, "sink.file.path must contain {stream}"},
+		"sink and sinks": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "live", Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
+		}, "give sink (one) or sinks (several consumers at once), not both"},
+		"no lossless consumer": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "live", Guarantee: v1beta1.GuaranteeLatest, Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
+		}, "at least one must be lossless"},
+		"a latest-only file": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "files", Guarantee: v1beta1.GuaranteeLatest, Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}},
+				{Name: "live", Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
+		}, "latest-only is for a live zmq consumer"},
+		"a consumer of two kinds": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "both", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"},
+				ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
+		}, "a consumer is exactly one of file, zmq, hdf5 or stream2"},
+		"a consumer of no kind": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "none"}}
+		}, "a consumer is exactly one of file, zmq, hdf5 or stream2"},
+		"two consumers of one name": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "a", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}},
+				{Name: "a", Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
+		}, "Duplicate value"},
+		"a consumer name that is not a DNS label": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "../x", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}}}
+		}, "spec.sinks[0].name"},
+		"nine consumers": {func(sp *v1beta1.StreamPipeline) {
+			for i := 0; i < 9; i++ {
+				sp.Spec.Sinks = append(sp.Spec.Sinks, v1beta1.Consumer{Name: fmt.Sprintf("z%d", i),
+					Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: fmt.Sprintf("tcp://viewer:%d", 7000+i)}}})
+			}
+		}, "spec.sinks: Too many"},
+		"a stream2 consumer of a synthetic source": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "again", Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{}}}}
+		}, "a stream2 consumer re-emits the series of one detector"},
+		"two stream2 consumers": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "a", Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31001}}},
+				{Name: "b", Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31002}}}}
+		}, "one stream2 re-emit per pipeline"},
+		"nxmx consumer of frames": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "mx", Sink: v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "scan.h5", NXmx: &v1beta1.NXmxFiles{}}}}}
+		}, "hdf5.nxmx writes Stream V2 series"},
+		"several senders into one consumer's file": {func(sp *v1beta1.StreamPipeline) {
+			withSenders("updraft-1", "updraft-2")(sp)
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "raw", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "scan.raw"}}}}
+		}, "path must contain {stream} when there are several senders"},
 		"pods pick their own node": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Pods = &v1beta1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
 		}, "kubernetes.io/hostname is set by the plan"},
@@ -1715,6 +1761,38 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 	}), storage.ReasonNotAllowed, "spec.sink.hdf5.root")
 	second := pipeline(ns, "second", sink(root.Name, "run-1/scan-0.h5"))
 	refused(second, storage.ReasonPathInUse, "spec.sink.hdf5.path")
+
+	// Several consumers (spec.sinks): files under the root and a live view are planned, with
+	// one agent configuration naming them all; two file consumers on one path are refused.
+	consumers := func(paths ...string) spOption {
+		return func(sp *v1beta1.StreamPipeline) {
+			sink(root.Name, "")(sp)
+			sp.Spec.Sink = nil
+			for i, p := range paths {
+				sp.Spec.Sinks = append(sp.Spec.Sinks, v1beta1.Consumer{Name: fmt.Sprintf("files-%d", i),
+					Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: root.Name, Path: p}}})
+			}
+			sp.Spec.Sinks = append(sp.Spec.Sinks, v1beta1.Consumer{Name: "live", Guarantee: v1beta1.GuaranteeLatest,
+				Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}})
+		}
+	}
+	fan := pipeline(ns, "fan", consumers("fan/a-{stream}.raw", "fan/b-{stream}.raw"))
+	if err := k8s.Create(ctx, fan); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, fan, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	eventually(t, "the gateway's configuration names the three consumers", func() (bool, string) {
+		cm := &corev1.ConfigMap{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fan-agent"}, cm); err != nil {
+			return false, err.Error()
+		}
+		var cfg render.AgentConfig
+		if err := json.Unmarshal([]byte(cm.Data["gateway-0.json"]), &cfg); err != nil {
+			return false, err.Error()
+		}
+		return len(cfg.Sinks) == 3 && cfg.Sinks[2].Guarantee == "latest", fmt.Sprintf("sinks %+v", cfg.Sinks)
+	})
+	refused(pipeline(ns, "fan-same", consumers("fan2/a-{stream}.raw", "fan2/a-{stream}.raw")), storage.ReasonNotAllowed, "spec.sinks[1].file.path")
 
 	if err := k8s.Delete(ctx, first); err != nil {
 		t.Fatal(err)

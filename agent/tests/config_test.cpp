@@ -267,7 +267,7 @@ TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
 // to the operator: every value the operator writes is the value the agent runs with.
 TEST(Config, GoldenConfigsFromTheOperator) {
   namespace fs = std::filesystem;
-  int files = 0, previews = 0, nxmx = 0;
+  int files = 0, previews = 0, nxmx = 0, fanouts = 0;
   for (const auto& entry : fs::directory_iterator(NUMASTREAM_GOLDEN)) {
     const std::string name = entry.path().filename().string();
     SCOPED_TRACE(name);
@@ -296,18 +296,32 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     if (gateway) {
       EXPECT_EQ(c.streams, doc["streams"].get<int>());
       const std::string kinds[] = {"null", "file", "zmq", "hdf5", "stream2"};
-      EXPECT_EQ(kinds[static_cast<int>(c.sink.kind)], doc["sink"]["kind"].get<std::string>());
-      EXPECT_EQ(c.sink.path, doc["sink"].value("path", ""));
-      EXPECT_EQ(c.sink.dataset, doc["sink"].value("dataset", "/exchange/data"));
-      EXPECT_EQ(c.sink.endpoint, doc["sink"].value("endpoint", ""));
+      // One sink, or several consumers (spec.sinks), each with its guarantee.
+      const json sinks = doc.contains("sinks") ? doc["sinks"] : json::array({doc["sink"]});
+      if (doc.contains("sinks")) {
+        ++fanouts;
+        ASSERT_EQ(c.consumers.size(), sinks.size());
+      }
+      for (std::size_t i = 0; i < c.consumers.size(); ++i) {
+        const SinkConfig& k = c.consumers[i].sink;
+        EXPECT_EQ(kinds[static_cast<int>(k.kind)], sinks[i]["kind"].get<std::string>()) << i;
+        EXPECT_EQ(k.path, sinks[i].value("path", "")) << i;
+        EXPECT_EQ(k.endpoint, sinks[i].value("endpoint", "")) << i;
+        EXPECT_EQ(c.consumers[i].guarantee == ConsumerConfig::Guarantee::latest, sinks[i].value("guarantee", "") == "latest") << i;
+      }
+      const json& sink = sinks[0];
+      EXPECT_EQ(kinds[static_cast<int>(c.sink.kind)], sink["kind"].get<std::string>());
+      EXPECT_EQ(c.sink.path, sink.value("path", ""));
+      EXPECT_EQ(c.sink.dataset, sink.value("dataset", "/exchange/data"));
+      EXPECT_EQ(c.sink.endpoint, sink.value("endpoint", ""));
       EXPECT_EQ(c.idle_timeout_s, doc["timeouts"]["idle_s"].get<double>());
       const json pv = doc.value("preview", json::object());
       EXPECT_EQ(c.preview.enabled, pv.value("enabled", false));
       EXPECT_EQ(c.preview.max_side, pv.value("max_side", 512));
       EXPECT_EQ(c.preview.interval_ms, pv.value("interval_ms", 500));
       if (c.preview.enabled) ++previews;
-      EXPECT_EQ(c.sink.frames_per_file, doc["sink"].value("frames_per_file", std::uint64_t{0}));
-      EXPECT_EQ(c.sink.instrument, doc["sink"].value("instrument", ""));
+      EXPECT_EQ(c.sink.frames_per_file, sink.value("frames_per_file", std::uint64_t{0}));
+      EXPECT_EQ(c.sink.instrument, sink.value("instrument", ""));
       if (c.sink.frames_per_file > 0) ++nxmx;
     } else {
       EXPECT_EQ(c.stream_id, doc["stream_id"].get<std::uint32_t>());
@@ -345,6 +359,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
   EXPECT_GE(files, 12) << "golden configurations in " << NUMASTREAM_GOLDEN;
   EXPECT_GE(previews, 1) << "a golden configuration with the live preview";
   EXPECT_GE(nxmx, 1) << "a golden configuration writing NXmx master and data files";
+  EXPECT_GE(fanouts, 1) << "a golden configuration with several consumers (sinks)";
 }
 
 }  // namespace

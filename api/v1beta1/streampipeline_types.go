@@ -1,6 +1,8 @@
 package v1beta1
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +35,12 @@ type Codec string
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.stream2) && size(self.senders) > 1)",message="a stream2 sink re-emits the series of one detector: one sender per StreamPipeline"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.hdf5) && has(self.sink.hdf5.nxmx)) || self.senders.all(s, has(s.source.stream2))",message="sink.hdf5.nxmx writes Stream V2 series: every sender's source must be stream2"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sinks))",message="give sink (one) or sinks (several consumers at once), not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.exists(k, !has(k.guarantee) || k.guarantee == 'lossless')",message="sinks: a chunk is acknowledged once its lossless consumers have it: at least one must be lossless"
+// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.filter(k, has(k.stream2)).size() <= 1",message="sinks: one stream2 re-emit per pipeline (one port on the gateway's Service)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sinks) && self.sinks.exists(k, has(k.stream2))) || (size(self.senders) == 1 && self.senders.all(s, has(s.source.stream2)))",message="a stream2 consumer re-emits the series of one detector: one sender, its source stream2"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sinks) && self.sinks.exists(k, has(k.hdf5) && has(k.hdf5.nxmx))) || self.senders.all(s, has(s.source.stream2))",message="hdf5.nxmx writes Stream V2 series: every sender's source must be stream2"
+// +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sinks) && self.sinks.exists(k, (has(k.file) && !k.file.path.contains('{stream}')) || (has(k.hdf5) && !k.hdf5.path.contains('{stream}'))))",message="a file or hdf5 consumer's path must contain {stream} when there are several senders: each stream writes its own file"
 type StreamPipelineSpec struct {
 	// Senders are the source nodes; each one is one stream (the paper's detectors).
 	// +kubebuilder:validation:MinItems=1
@@ -48,6 +56,16 @@ type StreamPipelineSpec struct {
 	// Sink is where verified chunks go on the gateway. Unset: verify and count (null sink).
 	// +optional
 	Sink *Sink `json:"sink,omitempty"`
+
+	// Sinks are several consumers of the same verified chunks at once, instead of sink: files,
+	// a Stream V2 re-emit and live zmq consumers fed by one gateway, each with its guarantee
+	// (docs/agent-config.md: sinks). The payload is shared among them, not copied.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Sinks []Consumer `json:"sinks,omitempty"`
 
 	// Codec for the chunks on the wire.
 	// +kubebuilder:default=lz4
@@ -519,6 +537,33 @@ type Sink struct {
 	Stream2 *Stream2Sink `json:"stream2,omitempty"`
 }
 
+// ConsumerGuarantee is what a consumer of several sinks is promised.
+// +kubebuilder:validation:Enum=lossless;latest
+type ConsumerGuarantee string
+
+const (
+	// GuaranteeLossless: every chunk; a chunk is acknowledged to its sender only once every
+	// lossless consumer has it, so a stopped one holds the others back (never loses anything).
+	GuaranteeLossless ConsumerGuarantee = "lossless"
+	// GuaranteeLatest: a live view or online analysis (zmq only) that never holds anyone back; a
+	// chunk it has no room for passes it by, counted.
+	GuaranteeLatest ConsumerGuarantee = "latest"
+)
+
+// Consumer is one of a pipeline's sinks, named, with its guarantee.
+// +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) == 1",message="a consumer is exactly one of file, zmq, hdf5 or stream2"
+// +kubebuilder:validation:XValidation:rule="!has(self.guarantee) || self.guarantee != 'latest' || has(self.zmq)",message="latest-only is for a live zmq consumer: files and Stream V2 series are written whole"
+type Consumer struct {
+	// Name of the consumer in status.observed.consumers.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=32
+	Name string `json:"name"`
+	// Guarantee: lossless (default) or latest.
+	// +optional
+	Guarantee ConsumerGuarantee `json:"guarantee,omitempty"`
+	Sink      `json:",inline"`
+}
+
 // Stream2Sink is where the gateway speaks Stream V2 again.
 type Stream2Sink struct {
 	// Port the gateway's PUSH socket binds (on every address of the gateway pod).
@@ -676,6 +721,12 @@ type Observed struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	Placement []StagePlacement `json:"placement,omitempty"`
+	// Consumers are, per stream, what each of spec.sinks got, from the gateway's own counts
+	// (running gateway pods with several consumers).
+	// +kubebuilder:validation:MaxItems=512
+	// +listType=atomic
+	// +optional
+	Consumers []ConsumerStatus `json:"consumers,omitempty"`
 	// Ratio is the compression ratio the gateway sees now (raw / wire bytes over the last
 	// interval).
 	// +optional
@@ -695,6 +746,25 @@ type Observed struct {
 	// UpdatedAt is when the agents were last read.
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+}
+
+// ConsumerStatus is one consumer of one stream (spec.sinks), as the gateway's agent counts it.
+type ConsumerStatus struct {
+	// Stream id.
+	Stream int32 `json:"stream"`
+	// Name of the consumer in spec.sinks.
+	Name string `json:"name"`
+	// Kind: file, hdf5, zmq or stream2.
+	Kind string `json:"kind"`
+	// Guarantee: lossless or latest.
+	Guarantee string `json:"guarantee"`
+	// Chunks handed to the consumer.
+	Chunks int64 `json:"chunks"`
+	// PassedOver: chunks a latest-only consumer had no room for (0 for a lossless one: it is
+	// waited for).
+	PassedOver int64 `json:"passedOver"`
+	// Behind: chunks waiting in its queue now (a lossless one with many is holding the others back).
+	Behind int64 `json:"behind"`
 }
 
 // StagePlacement is where one stage of one stream runs, as its agent reports it.
@@ -1044,4 +1114,34 @@ func (s *StreamPipelineSpec) FileMode() uint32 {
 		mode = m
 	}
 	return mode
+}
+
+// Consumers are where the gateway hands verified chunks: spec.sinks, or spec.sink as one
+// lossless consumer named "sink"; none for the null sink.
+func (s *StreamPipelineSpec) Consumers() []Consumer {
+	if len(s.Sinks) > 0 {
+		return s.Sinks
+	}
+	if k := s.Sink; k != nil && (k.File != nil || k.ZMQ != nil || k.HDF5 != nil || k.Stream2 != nil) {
+		return []Consumer{{Name: "sink", Guarantee: GuaranteeLossless, Sink: *k}}
+	}
+	return nil
+}
+
+// ConsumerField is the spec field of consumer i of Consumers() ("spec.sink", "spec.sinks[1]").
+func (s *StreamPipelineSpec) ConsumerField(i int) string {
+	if len(s.Sinks) > 0 {
+		return fmt.Sprintf("spec.sinks[%d]", i)
+	}
+	return "spec.sink"
+}
+
+// Stream2Consumer is the consumer that re-emits Stream V2, or nil.
+func (s *StreamPipelineSpec) Stream2Consumer() *Stream2Sink {
+	for _, k := range s.Consumers() {
+		if k.Stream2 != nil {
+			return k.Stream2
+		}
+	}
+	return nil
 }

@@ -242,6 +242,8 @@ type reading struct {
 	spillBytes, spillLost float64
 	// where the agents' threads run now
 	threads []threadRow
+	// what each consumer of several sinks got (numastream_consumer_*)
+	consumers []consumerRow
 }
 
 // NewObserver reads agents with the given timeout per request.
@@ -318,6 +320,7 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 		stages: stageCounters(samples)}
 	cur.spillBytes, cur.spillLost = spill(samples)
 	threads := threadRows(samples)
+	consumers := consumerRows(samples)
 	if prev, ok := o.prev[string(p.UID)]; ok {
 		if dt := now.Sub(prev.at); dt >= minRateWindow {
 			cur.rawRate = (r.RawBytes - prev.raw) * 8 / dt.Seconds() / 1e9
@@ -331,7 +334,7 @@ func (o *Observer) scrape(ctx context.Context, p *corev1.Pod) (Receiver, reading
 			cur.spillBytes, cur.spillLost = spillBytes, spillLost
 		}
 	}
-	cur.threads = threads
+	cur.threads, cur.consumers = threads, consumers
 	o.prev[string(p.UID)] = cur
 	return r, cur, nil
 }
@@ -370,6 +373,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	allLocal, anyKnown := true, false
 	localStreams, knownStreams := 0, 0
 	var placement []v1beta1.StagePlacement
+	var consumers []v1beta1.ConsumerStatus
 	for _, p := range gateways {
 		stream := p.Labels[render.LabelStream]
 		if done[stream] {
@@ -390,6 +394,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 			}
 			r, raw, wire = rr, cur.rawRate, cur.wireRate
 			placement = append(placement, placementOf(sp.Status.Plan, "gateway", streamID(p), cur.threads)...)
+			consumers = append(consumers, consumersOf(sp, streamID(p), cur.consumers)...)
 			liveRaw += cur.rawRate
 			liveWire += cur.wireRate
 			dBytes += cur.dBytesRate
@@ -457,6 +462,10 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		placement = placement[:256]
 	}
 	obs.Placement = placement
+	if len(consumers) > 512 {
+		consumers = consumers[:512]
+	}
+	obs.Consumers = consumers
 	if liveWire > 0 && liveRaw > 0 {
 		obs.Ratio = fmt.Sprintf("%.2f", liveRaw/liveWire)
 	}

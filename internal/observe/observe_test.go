@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -409,5 +410,61 @@ func TestObserverSetsWhereEachStageRunsBesideThePlan(t *testing.T) {
 	}
 	if obs.NICLocalStreams != "1/1" {
 		t.Errorf("NIC-local streams %q, want 1/1", obs.NICLocalStreams)
+	}
+}
+
+// A gateway with several consumers (spec.sinks): each one's counts (numastream_consumer_*) are
+// in status under its name, per stream: the files all of it, the live view's chunks passed over,
+// the re-emit's backlog.
+func TestObserverSaysWhatEachConsumerGot(t *testing.T) {
+	consumer := func(name string, i int, kind, guarantee string, v float64) string {
+		return fmt.Sprintf(`%s{role="receive",consumer="%d",kind=%q,guarantee=%q} %g`, name, i, kind, guarantee, v)
+	}
+	dx := strings.Join([]string{agentMetrics(0, 0, 500, 0, -1),
+		consumer("numastream_consumer_chunks_total", 0, "hdf5", "lossless", 500),
+		consumer("numastream_consumer_passed_over_total", 0, "hdf5", "lossless", 0),
+		consumer("numastream_consumer_behind", 0, "hdf5", "lossless", 0),
+		consumer("numastream_consumer_chunks_total", 1, "stream2", "lossless", 480),
+		consumer("numastream_consumer_passed_over_total", 1, "stream2", "lossless", 0),
+		consumer("numastream_consumer_behind", 1, "stream2", "lossless", 20),
+		consumer("numastream_consumer_chunks_total", 2, "zmq", "latest", 310),
+		consumer("numastream_consumer_passed_over_total", 2, "zmq", "latest", 190),
+		consumer("numastream_consumer_behind", 2, "zmq", "latest", 1),
+	}, "\n") + "\n"
+	srvRelay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(relayMetrics(1))) }))
+	srvDx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(dx)) }))
+	defer srvRelay.Close()
+	defer srvDx.Close()
+	o := NewObserver(time.Second)
+	o.URL = func(p *corev1.Pod, port int32) string {
+		if port == 9101 {
+			return srvDx.URL + "/metrics"
+		}
+		return srvRelay.URL + "/metrics"
+	}
+	gw := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "uid-gw", Labels: map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "3"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}},
+			{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
+	}
+	sp := &v1beta1.StreamPipeline{Spec: v1beta1.StreamPipelineSpec{Sinks: []v1beta1.Consumer{
+		{Name: "files", Sink: v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "x.h5"}}},
+		{Name: "analysis", Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{}}},
+		{Name: "live", Guarantee: v1beta1.GuaranteeLatest, Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}},
+	}}}
+	obs, err := o.Observe(context.Background(), sp, []corev1.Pod{gw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []v1beta1.ConsumerStatus{
+		{Stream: 3, Name: "files", Kind: "hdf5", Guarantee: "lossless", Chunks: 500},
+		{Stream: 3, Name: "analysis", Kind: "stream2", Guarantee: "lossless", Chunks: 480, Behind: 20},
+		{Stream: 3, Name: "live", Kind: "zmq", Guarantee: "latest", Chunks: 310, PassedOver: 190, Behind: 1},
+	}
+	if !reflect.DeepEqual(obs.Consumers, want) {
+		t.Errorf("consumers %+v\nwant %+v", obs.Consumers, want)
 	}
 }

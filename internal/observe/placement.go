@@ -138,3 +138,59 @@ func nodeList(m map[int]bool) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// consumerRow is one consumer's numastream_consumer_* samples of an agent with several sinks.
+type consumerRow struct {
+	index                      int
+	kind, guarantee            string
+	chunks, passedOver, behind float64
+}
+
+// consumerRows reads the numastream_consumer_* samples, by consumer index.
+func consumerRows(samples []Sample) []consumerRow {
+	byIndex := map[int]*consumerRow{}
+	for _, s := range samples {
+		var field func(*consumerRow) *float64
+		switch s.Name {
+		case "numastream_consumer_chunks_total":
+			field = func(r *consumerRow) *float64 { return &r.chunks }
+		case "numastream_consumer_passed_over_total":
+			field = func(r *consumerRow) *float64 { return &r.passedOver }
+		case "numastream_consumer_behind":
+			field = func(r *consumerRow) *float64 { return &r.behind }
+		default:
+			continue
+		}
+		i, err := strconv.Atoi(s.Labels["consumer"])
+		if err != nil || i < 0 {
+			continue
+		}
+		r, ok := byIndex[i]
+		if !ok {
+			r = &consumerRow{index: i, kind: s.Labels["kind"], guarantee: s.Labels["guarantee"]}
+			byIndex[i] = r
+		}
+		*field(r) = s.Value
+	}
+	out := make([]consumerRow, 0, len(byIndex))
+	for _, r := range byIndex {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].index < out[b].index })
+	return out
+}
+
+// consumersOf is the status rows of one stream's consumers, named as in spec.sinks.
+func consumersOf(sp *v1beta1.StreamPipeline, stream int32, rows []consumerRow) []v1beta1.ConsumerStatus {
+	ks := sp.Spec.Consumers()
+	out := make([]v1beta1.ConsumerStatus, 0, len(rows))
+	for _, r := range rows {
+		name := strconv.Itoa(r.index)
+		if r.index < len(ks) {
+			name = ks[r.index].Name
+		}
+		out = append(out, v1beta1.ConsumerStatus{Stream: stream, Name: name, Kind: r.kind, Guarantee: r.guarantee,
+			Chunks: int64(r.chunks), PassedOver: int64(r.passedOver), Behind: int64(r.behind)})
+	}
+	return out
+}

@@ -25,6 +25,7 @@ type AgentConfig struct {
 	Relay       bool            `json:"relay,omitempty"`
 	Source      *SourceConfig   `json:"source,omitempty"`
 	Sink        *SinkConfig     `json:"sink,omitempty"`
+	Sinks       []SinkConfig    `json:"sinks,omitempty"` // several consumers (spec.sinks), each with its guarantee
 	StateDir    string          `json:"state_dir,omitempty"`
 	Spill       *SpillConfig    `json:"spill,omitempty"`
 	Timeouts    *TimeoutsConfig `json:"timeouts,omitempty"`
@@ -63,6 +64,8 @@ type SinkConfig struct {
 	Instrument    string `json:"instrument,omitempty"`
 	Source        string `json:"source,omitempty"`
 	Sample        string `json:"sample,omitempty"`
+	// Guarantee: one of several sinks, "lossless" or "latest" (spec.sinks[].guarantee).
+	Guarantee string `json:"guarantee,omitempty"`
 }
 
 // SpillConfig is a sender's node-local spill (spec.spill).
@@ -151,9 +154,20 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 	base := agentConfig(in, n)
 	base.Endpoint = "tcp://0.0.0.0:" + strconv.Itoa(g.Port)
 	base.Streams = 1
-	base.Sink = sinkConfig(sp.Spec.Sink)
-	if base.Sink.Kind == "file" || base.Sink.Kind == "hdf5" {
-		base.Sink.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+	if len(sp.Spec.Sinks) > 0 {
+		for _, k := range sp.Spec.Sinks {
+			c := sinkConfig(&k.Sink)
+			c.Guarantee = string(k.Guarantee)
+			if c.Kind == "file" || c.Kind == "hdf5" {
+				c.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+			}
+			base.Sinks = append(base.Sinks, *c)
+		}
+	} else {
+		base.Sink = sinkConfig(sp.Spec.Sink)
+		if base.Sink.Kind == "file" || base.Sink.Kind == "hdf5" {
+			base.Sink.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+		}
 	}
 	base.Timeouts = &TimeoutsConfig{IdleSeconds: idleSeconds(sp)}
 	// Inside the pod the data interface has another name (Multus: net1) and sysfs shows only
@@ -173,7 +187,7 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 		}
 		relay.Security.AllowFrom = allow
 	}
-	relay.Sink = &SinkConfig{Kind: "zmq", Endpoint: RelaySocket}
+	relay.Sink, relay.Sinks = &SinkConfig{Kind: "zmq", Endpoint: RelaySocket}, nil
 	relay.Placement.Stages = placedStages(n.Containers[0].Stages)
 
 	decompress := base
@@ -298,21 +312,21 @@ func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 		}
 		return out
 	case s != nil && s.Stream2 != nil:
-		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s)), Redeliver: s.Stream2.Redeliver}
+		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s.Stream2)), Redeliver: s.Stream2.Redeliver}
 	default:
 		return &SinkConfig{Kind: "null"}
 	}
 }
 
 // stream2Port is the port a stream2 sink binds on the gateway (0: no stream2 sink).
-func stream2Port(s *v1beta1.Sink) int32 {
-	if s == nil || s.Stream2 == nil {
+func stream2Port(s *v1beta1.Stream2Sink) int32 {
+	if s == nil {
 		return 0
 	}
-	if s.Stream2.Port == 0 {
+	if s.Port == 0 {
 		return 31001
 	}
-	return s.Stream2.Port
+	return s.Port
 }
 
 func datasetOf(d *v1beta1.HDF5Dataset) string {

@@ -49,6 +49,17 @@ func goldenCases() map[string]*v1beta1.StreamPipeline {
 			sp.Spec.Sink = &v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "mx/{series}.h5",
 				NXmx: &v1beta1.NXmxFiles{FramesPerFile: 500, Instrument: "BL-2", Source: "facility ring", Sample: "lysozyme"}}}
 		}),
+		// A detector's series to NXmx files, re-emitted for online analysis and shown live.
+		"stream2-fanout": pipeline("stream2-fanout", func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Codec = v1beta1.Codec("bslz4")
+			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
+			sp.Spec.Sinks = []v1beta1.Consumer{
+				{Name: "files", Sink: v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "mx/{series}.h5",
+					NXmx: &v1beta1.NXmxFiles{FramesPerFile: 100}}}},
+				{Name: "analysis", Guarantee: v1beta1.GuaranteeLossless, Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31002}}},
+				{Name: "live", Guarantee: v1beta1.GuaranteeLatest, Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}},
+			}
+		}),
 		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.HostNetwork = true
 			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone, AllowFrom: []string{"10.50.0.0/16"}}

@@ -281,7 +281,7 @@ func service(in Inputs, n planner.GatewayPlan) *corev1.Service {
 	svc.Spec.Ports = append(svc.Spec.Ports,
 		corev1.ServicePort{Name: "metrics", Port: int32(rxMetrics), TargetPort: intstr.FromInt32(int32(rxMetrics))},
 		corev1.ServicePort{Name: "metrics-dx", Port: int32(dxMetrics), TargetPort: intstr.FromInt32(int32(dxMetrics))})
-	if port := stream2Port(sp.Spec.Sink); port > 0 {
+	if port := stream2Port(sp.Spec.Stream2Consumer()); port > 0 {
 		// Consumers written for the detector connect here, as they would to the detector.
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "stream2", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)})
 	}
@@ -620,9 +620,9 @@ func networkPolicy(in Inputs, metricsFrom []string) *networkingv1.NetworkPolicy 
 			},
 		},
 	}
-	if port := stream2Port(sp.Spec.Sink); port > 0 {
+	if port := stream2Port(sp.Spec.Stream2Consumer()); port > 0 {
 		// The Stream V2 consumers the spec names, else the pods of the pipeline's namespace.
-		consumers := sp.Spec.Sink.Stream2.Consumers
+		consumers := sp.Spec.Stream2Consumer().Consumers
 		if len(consumers) == 0 {
 			consumers = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
 		}
@@ -690,12 +690,18 @@ func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 		}
 	}
 	// The whole root (or claim) is mounted, never a subPath: a symbolic link in it resolves in
-	// the container, where nothing of the host above the root exists.
+	// the container, where nothing of the host above the root exists. Several file consumers
+	// write under one root or claim (storage.Check): one volume.
+	named := map[string]bool{}
 	for _, u := range podUses(sp, n) {
 		name := "data"
 		if u.Spill {
 			name = "spill"
 		}
+		if named[name] {
+			continue
+		}
+		named[name] = true
 		vols = append(vols, claim(name, storage.ClaimName(sp, u), u.ReadOnly))
 	}
 	return vols

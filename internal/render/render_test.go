@@ -1194,3 +1194,57 @@ func TestADecompressingContainerInTheSharedPoolAsksItsShare(t *testing.T) {
 		}
 	}
 }
+
+// Several consumers (spec.sinks): the decompressing agent gets them all with their guarantees
+// (the relay keeps its one hop), one data volume however many file consumers write under its
+// root, and the Stream V2 consumer's port on the gateway's Service and in its NetworkPolicy.
+func TestSeveralConsumersAreOneAgentsSinksWithOneVolumeAndTheStream2Port(t *testing.T) {
+	sp := goldenCases()["stream2-fanout"]
+	sp.Spec.Sinks = append(sp.Spec.Sinks, v1beta1.Consumer{Name: "raw", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "raw/s.bin"}}})
+	objs, _ := renderFor(t, sp)
+	var gw, relay AgentConfig
+	for key, doc := range objs.ConfigMap.Data {
+		target := &gw
+		switch {
+		case key == "gateway-0-relay.json":
+			target = &relay
+		case key != "gateway-0.json":
+			continue
+		}
+		if err := json.Unmarshal([]byte(doc), target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gw.Sink != nil || len(gw.Sinks) != 4 || gw.Sinks[2].Guarantee != "latest" || gw.Sinks[3].Kind != "file" || gw.Sinks[3].Mode == "" {
+		t.Errorf("decompressing agent: sink %+v, sinks %+v", gw.Sink, gw.Sinks)
+	}
+	if relay.Sinks != nil || relay.Sink == nil || relay.Sink.Kind != "zmq" {
+		t.Errorf("relay: sink %+v, sinks %+v: want its one hop to the decompressing agent", relay.Sink, relay.Sinks)
+	}
+	pod := objs.Jobs[1].Spec.Template.Spec
+	data := 0
+	for _, v := range pod.Volumes {
+		if v.Name == "data" {
+			data++
+		}
+	}
+	if data != 1 {
+		t.Errorf("%d data volumes, want 1: %+v", data, pod.Volumes)
+	}
+	port := false
+	for _, p := range objs.Services[0].Spec.Ports {
+		port = port || (p.Name == "stream2" && p.Port == 31002)
+	}
+	if !port {
+		t.Errorf("service ports %+v: no stream2 port 31002", objs.Services[0].Spec.Ports)
+	}
+	admitted := false
+	for _, r := range objs.NetworkPolicy.Spec.Ingress {
+		for _, p := range r.Ports {
+			admitted = admitted || (p.Port != nil && p.Port.IntVal == 31002)
+		}
+	}
+	if !admitted {
+		t.Errorf("NetworkPolicy %+v does not admit the Stream V2 consumers on 31002", objs.NetworkPolicy.Spec.Ingress)
+	}
+}

@@ -57,6 +57,8 @@ type Use struct {
 	ReadOnly bool
 	// Spill: the sender's spill directory (Path/<namespace>/<name>-<uid> under the root).
 	Spill bool
+	// Series: an hdf5 consumer of Stream V2 sources, one file (or NXmx set) per series.
+	Series bool
 }
 
 // Uses lists every place the pipeline's pods read or write, senders first.
@@ -75,16 +77,47 @@ func Uses(sp *v1beta1.StreamPipeline) []Use {
 			uses = append(uses, Use{Field: "spec.spill", Role: RoleSender, Node: s.Node, Stream: ids[i], Root: sp.Spec.Spill.Root, Path: sp.Spec.Spill.Path, Spill: true})
 		}
 	}
-	if k := sp.Spec.Sink; k != nil {
-		gw := sp.Spec.Gateway.Node
+	gw := sp.Spec.Gateway.Node
+	for i, k := range sp.Spec.Consumers() {
+		field := sp.Spec.ConsumerField(i)
 		if k.File != nil {
-			uses = append(uses, Use{Field: "spec.sink.file", Role: RoleGateway, Node: gw, Stream: -1, Root: k.File.Root, Claim: k.File.Claim, Path: k.File.Path})
+			uses = append(uses, Use{Field: field + ".file", Role: RoleGateway, Node: gw, Stream: -1, Root: k.File.Root, Claim: k.File.Claim, Path: k.File.Path})
 		}
 		if k.HDF5 != nil {
-			uses = append(uses, Use{Field: "spec.sink.hdf5", Role: RoleGateway, Node: gw, Stream: -1, Root: k.HDF5.Root, Claim: k.HDF5.Claim, Path: k.HDF5.Path})
+			uses = append(uses, Use{Field: field + ".hdf5", Role: RoleGateway, Node: gw, Stream: -1, Root: k.HDF5.Root, Claim: k.HDF5.Claim,
+				Path: k.HDF5.Path, Series: seriesSink(sp)})
 		}
 	}
 	return uses
+}
+
+// consumersShareOneVolume refuses file consumers of one gateway that write under different
+// roots or claims (the decompressing container mounts one, at /data) or to one path.
+func consumersShareOneVolume(sp *v1beta1.StreamPipeline) error {
+	var seen []Use
+	for _, u := range Uses(sp) {
+		if u.Role != RoleGateway {
+			continue
+		}
+		for _, o := range seen {
+			if u.Root != o.Root || u.Claim != o.Claim {
+				return &Refusal{ReasonNotAllowed, u.Field, fmt.Sprintf(
+					"every file consumer of a gateway writes under one root or claim (%s writes under %s)", o.Field, describeBase(o))}
+			}
+			if path.Clean(u.Path) == path.Clean(o.Path) {
+				return &Refusal{ReasonNotAllowed, u.Field + ".path", fmt.Sprintf("%s writes %q already", o.Field, o.Path)}
+			}
+		}
+		seen = append(seen, u)
+	}
+	return nil
+}
+
+func describeBase(u Use) string {
+	if u.Claim != "" {
+		return "claim " + u.Claim
+	}
+	return "root " + u.Root
 }
 
 // Refusal says why a pipeline may not use its storage, naming the field.
@@ -98,6 +131,9 @@ func (r *Refusal) Error() string { return r.Field + ": " + r.Message }
 // read-only where the pipeline writes, or does not admit the pipeline's namespace with the
 // user and group its agents run as. A claim is the namespace's own: nothing to check here.
 func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) error {
+	if err := consumersShareOneVolume(sp); err != nil {
+		return err
+	}
 	uid, gid := sp.Spec.RunAs()
 	for _, u := range Uses(sp) {
 		// The API refuses both since 0.2.0; pipelines stored by 0.1.0 (host paths) still hold them.
@@ -190,7 +226,7 @@ func Writes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) [
 		switch {
 		case u.Spill:
 			patterns = []string{path.Join(base, pipelineDir(sp)) + "/*"}
-		case sp.Spec.Sink.HDF5 != nil && seriesSink(sp):
+		case u.Series:
 			patterns = []string{seriesPattern(base)}
 		default:
 			for _, stream := range sp.StreamIDs() {

@@ -57,6 +57,18 @@ func fileSink(root, path string) func(*v1beta1.StreamPipeline) {
 	}
 }
 
+func sinks(ks ...v1beta1.Consumer) func(*v1beta1.StreamPipeline) {
+	return func(sp *v1beta1.StreamPipeline) { sp.Spec.Sinks = ks }
+}
+
+func fileConsumer(name, root, path string) v1beta1.Consumer {
+	return v1beta1.Consumer{Name: name, Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: root, Path: path}}}
+}
+
+func hdf5Consumer(name, root, path string) v1beta1.Consumer {
+	return v1beta1.Consumer{Name: name, Sink: v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: root, Path: path}}}
+}
+
 func ids(uid, gid int64) *v1beta1.Files { return &v1beta1.Files{User: &uid, Group: &gid} }
 
 // refusal checks err: nil when field is "" (allowed), else a Refusal of that field and reason,
@@ -120,6 +132,16 @@ func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 			fileSink("tenant-only", "x.raw")(sp)
 			sp.Spec.Files = ids(3000, 2000)
 		}, "spec.sink.file.root", "user 3000"},
+		// Several consumers (spec.sinks): each checked as its own field; the file consumers of
+		// one gateway share one root or claim (one volume) and never one path.
+		"sinks under one root": {"beamline-7", sinks(fileConsumer("raw", "archive", "x.raw"), hdf5Consumer("nx", "archive", "x.h5")), "", ""},
+		"a sink consumer under another root": {"beamline-7", sinks(fileConsumer("raw", "archive", "x.raw"), hdf5Consumer("nx", "archive-2", "x.h5")),
+			"spec.sinks[1].hdf5", "one root or claim (spec.sinks[0].file writes under root archive)"},
+		"two sink consumers on one path": {"beamline-7", sinks(fileConsumer("raw", "archive", "x.raw"), fileConsumer("raw2", "archive", "./x.raw")),
+			"spec.sinks[1].file.path", `spec.sinks[0].file writes "x.raw" already`},
+		"a sink consumer's root refused": {"beamline-7", sinks(fileConsumer("raw", "nvme", "x.raw")), "spec.sinks[0].file.root", "serves sender nodes"},
+		"a sink consumer escaping": {"beamline-7", sinks(fileConsumer("raw", "archive", "x.raw"), hdf5Consumer("nx", "archive", "../../etc/x.h5")),
+			"spec.sinks[1].hdf5.path", "not a path relative"},
 		"group out of range": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
 			fileSink("archive", "x.raw")(sp)
 			sp.Spec.Files = ids(2000, 65532)
