@@ -364,14 +364,7 @@ func TestObserverSetsWhereEachStageRunsBesideThePlan(t *testing.T) {
 	urls := map[string]string{"gw/9100": srvRelay.URL, "gw/9101": srvDx.URL, "tx/9100": srvSender.URL}
 	o := NewObserver(time.Second)
 	o.URL = func(p *corev1.Pod, port int32) string { return urls[p.Name+"/"+strconv.Itoa(int(port))] + "/metrics" }
-	gw := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "uid-gw", Labels: map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{
-			{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}},
-			{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
-		}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
-	}
+	gw := runningGateway("0")
 	tx := corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "tx", UID: "uid-tx", Labels: map[string]string{render.LabelRole: render.RoleSender, render.LabelStream: "0"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}}}},
@@ -442,14 +435,7 @@ func TestObserverSaysWhatEachConsumerGot(t *testing.T) {
 		}
 		return srvRelay.URL + "/metrics"
 	}
-	gw := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "uid-gw", Labels: map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "3"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{
-			{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}},
-			{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
-		}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
-	}
+	gw := runningGateway("3")
 	sp := &v1beta1.StreamPipeline{Spec: v1beta1.StreamPipelineSpec{Sinks: []v1beta1.Consumer{
 		{Name: "files", Sink: v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: "archive", Path: "x.h5"}}},
 		{Name: "analysis", Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{}}},
@@ -466,5 +452,18 @@ func TestObserverSaysWhatEachConsumerGot(t *testing.T) {
 	}
 	if !reflect.DeepEqual(obs.Consumers, want) {
 		t.Errorf("consumers %+v\nwant %+v", obs.Consumers, want)
+	}
+}
+
+// runningGateway is a running gateway pod "gw" of `stream`: its relaying container's metrics on
+// port 9100, its decompressing container's on 9101.
+func runningGateway(stream string) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", UID: "uid-gw", Labels: map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: stream}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: render.ReceiveContainer, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}},
+			{Name: render.DecompressContainer, Ports: []corev1.ContainerPort{{Name: "metrics-decompress", ContainerPort: 9101}}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
 	}
 }

@@ -120,6 +120,12 @@ func linkRx(t *testing.T) int64 {
 // pipeline is a StreamPipeline from detector-a to gateway-a over the data network.
 func pipeline(t *testing.T, ns, name string, chunks int64, sink string) *v1beta1.StreamPipeline {
 	t.Helper()
+	return pipelineTo(t, ns, name, chunks, sink, gateway, "fab0")
+}
+
+// pipelineTo is pipeline() into the gateway node `gw`'s data NIC `nic`.
+func pipelineTo(t *testing.T, ns, name string, chunks int64, sink, gw, nic string) *v1beta1.StreamPipeline {
+	t.Helper()
 	doc := fmt.Sprintf(`
 metadata: {name: %s, namespace: %s}
 spec:
@@ -128,8 +134,8 @@ spec:
       source: {synthetic: {chunks: %d, seed: 7}}
   gateway:
     node: %s
-    network: {nic: fab0, attachment: data-gateway, senderAttachment: data-detector}
-%s`, name, ns, detector, chunks, gateway, sink)
+    network: {nic: %s, attachment: data-gateway, senderAttachment: data-detector}
+%s`, name, ns, detector, chunks, gw, nic, sink)
 	sp := &v1beta1.StreamPipeline{}
 	if err := yaml.UnmarshalStrict([]byte(doc), sp); err != nil {
 		t.Fatal(err)

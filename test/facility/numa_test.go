@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
@@ -28,24 +27,10 @@ import (
 // reserves CPU 0 and Topology Manager (restricted, container scope) aligns CPUs with the NIC.
 const numaGateway = "gw-numa"
 
-// numaPipeline is a stream from detector-a to gw-numa's `nic`.
+// numaPipeline is an endless stream from detector-a to gw-numa's `nic`.
 func numaPipeline(t *testing.T, name, nic string) *v1beta1.StreamPipeline {
 	t.Helper()
-	doc := fmt.Sprintf(`
-metadata: {name: %s, namespace: %s}
-spec:
-  senders:
-    - node: %s
-      source: {synthetic: {chunks: 0, seed: 7}}
-  gateway:
-    node: %s
-    network: {nic: %s, attachment: data-gateway, senderAttachment: data-detector}
-`, name, ns, detector, numaGateway, nic)
-	sp := &v1beta1.StreamPipeline{}
-	if err := yaml.UnmarshalStrict([]byte(doc), sp); err != nil {
-		t.Fatal(err)
-	}
-	return sp
+	return pipelineTo(t, ns, name, 0, "", numaGateway, nic)
 }
 
 // agentThreads is, for every agent process of pod `pod` (a container's HOSTNAME is its pod's
