@@ -295,7 +295,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
     EXPECT_EQ(c.relay, doc.value("relay", false));
     if (gateway) {
       EXPECT_EQ(c.streams, doc["streams"].get<int>());
-      const std::string kinds[] = {"null", "file", "zmq", "hdf5", "stream2"};
+      const std::string kinds[] = {"null", "file", "zmq", "hdf5", "stream2", "numastream"};
       // One sink, or several consumers (spec.sinks), each with its guarantee.
       const json sinks = doc.contains("sinks") ? doc["sinks"] : json::array({doc["sink"]});
       if (doc.contains("sinks")) {
@@ -475,6 +475,21 @@ TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
   expect_refused(with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"mode", "0600"}}})), Role::receive,
                  "sinks[1].mode");
   expect_refused(with(json::array({file, {{"kind", "null"}}})), Role::receive, "sinks[1].kind");
+  // An onward numastream hop: acknowledged by the far receiver, keyed; never latest-only, never
+  // a path; only it (or a relay's one sink) takes keys.
+  const json keys = {{"secret_key_file", "/keys/gw.secret"}, {"server_key_file", "/keys/hpc.public"}};
+  const json onward = {{"kind", "numastream"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"curve", keys}};
+  const Config hop = parse_config(with(json::array({file, onward})), Role::receive);
+  EXPECT_EQ(hop.consumers[1].sink.kind, SinkConfig::Kind::numastream);
+  EXPECT_EQ(hop.consumers[1].sink.curve.server_key_file, "/keys/hpc.public");
+  json latest_hop = onward;
+  latest_hop["guarantee"] = "latest";
+  expect_refused(with(json::array({file, latest_hop})), Role::receive, "sinks[1].guarantee");
+  json hop_path = onward;
+  hop_path["path"] = "/data/x";
+  expect_refused(with(json::array({file, hop_path})), Role::receive, "sinks[1].path");
+  expect_refused(with(json::array({file, {{"kind", "zmq"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"curve", keys}}})),
+                 Role::receive, "sinks[1].curve");
   expect_refused(with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"colour", "red"}}})),
                  Role::receive, "sinks[1].colour");
   expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"},

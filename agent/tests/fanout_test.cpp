@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <set>
 #include <regex>
@@ -159,6 +161,74 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   EXPECT_EQ(r["lost"], 0);
   std::printf("latest-only consumer with a stalled reader: took %d, passed over %d; the file consumer took all 96\n",
               live["chunks"].get<int>(), live["passed_over"].get<int>());
+}
+
+// The onward hop as a consumer: one gateway writes its own file and carries the same verified
+// chunks on to a numastream receiver at another site (kind "numastream", encrypted to the far
+// receiver's key), which is killed mid-stream and restarted. A chunk is acknowledged to the
+// sender only once both the file here and the far receiver have it, so nothing is lost: both
+// files are the source, byte for byte, and the restarted far receiver resumed its own.
+TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRestarted) {
+  const std::string dir = temp_dir();
+  std::string source(96u << 20, '\0');
+  std::mt19937_64 rng(31);
+  for (std::size_t i = 0; i < source.size(); i += 8) {
+    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
+    std::memcpy(source.data() + i, &v, 8);
+  }
+  std::ofstream(dir + "/in", std::ios::binary) << source;
+  for (const char* name : {"far", "gw"}) {
+    Process k({kAgent, "keygen", "--out", dir + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir + "/allowed") << read_bytes(dir + "/gw.public");
+  const int port = free_ports(3);  // two connections, the far receiver
+  auto far_receiver = [&] {
+    return receiver(port + 2, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60", "--set",
+                                  "security.curve.secret_key_file=" + dir + "/far.secret", "--set",
+                                  "security.curve.allowed_keys_file=" + dir + "/allowed"});
+  };
+  std::optional<Process> far;
+  far.emplace(far_receiver());
+  const json sinks = json::array({
+      {{"kind", "file"}, {"path", dir + "/out.raw"}},
+      {{"kind", "numastream"},
+       {"endpoint", ep(port + 2)},
+       {"curve", {{"secret_key_file", dir + "/gw.secret"}, {"server_key_file", dir + "/far.public"}}}},
+  });
+  Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
+  Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
+                              "--reconnect-timeout", "60"}));
+  auto written = [&] {  // what the far receiver has in its file so far (0 before it exists)
+    std::error_code ec;
+    const auto n = fs::file_size(dir + "/far.raw.part", ec);
+    return ec ? std::uintmax_t{0} : n;
+  };
+  for (int i = 0; i < 400 && written() < (12u << 20); ++i) std::this_thread::sleep_for(25ms);
+  ASSERT_GE(written(), 12u << 20) << far->err();
+  far->signal(SIGKILL);
+  EXPECT_EQ(far->wait(10s), 128 + SIGKILL);
+  far.reset();
+  std::this_thread::sleep_for(1s);
+  far.emplace(far_receiver());
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(120s), 0) << rx.err();
+  ASSERT_EQ(far->wait(60s), 0) << far->err();
+  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's own file is the source, byte for byte";
+  EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file is the source, byte for byte";
+  const json g = summary(rx), f = summary(*far);
+  ASSERT_EQ(g["consumers"].size(), 2u) << g.dump();
+  const json& onward = g["consumers"][1];
+  EXPECT_EQ(onward["kind"], "numastream");
+  EXPECT_EQ(onward["chunks"], 96);
+  EXPECT_EQ(onward["onward"]["security"], "curve");
+  EXPECT_EQ(onward["onward"]["forwarded"].get<int>(), 96) << onward.dump();
+  EXPECT_GT(f["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file\n" << f.dump() << "\n" << far->err();
+  EXPECT_EQ(f["lost"], 0);
+  EXPECT_EQ(f["complete"], true);
+  EXPECT_EQ(f["security"], "encrypt");
+  std::printf("onward hop as a consumer: far receiver killed at %s and restarted; it resumed after %d chunks; both files whole\n",
+              "12 MiB", f["delivered_before"].get<int>());
 }
 
 // A lossless consumer that fails (its file cannot be written) fails the run, naming it: what

@@ -212,7 +212,7 @@ void parse_source(Fields& f, Config& c) {
 
 // One sink object (`sink`, or an entry of `sinks`) into `out`.
 void parse_sink_object(Fields& sf, SinkConfig& out) {
-  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2"});
+  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2", "numastream"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
@@ -254,9 +254,10 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     sf.forbid("path", "only used by the file and hdf5 sinks");
     out.redeliver = static_cast<int>(sf.integer("redeliver", out.redeliver, 0, 100000));
   } else {
-    out.kind = SinkConfig::Kind::zmq;
+    out.kind = kind == "numastream" ? SinkConfig::Kind::numastream : SinkConfig::Kind::zmq;
     out.endpoint = sf.required_string("endpoint");
     parse_endpoint(out.endpoint, sf.path("endpoint"));
+    sf.forbid("path", "only used by the file and hdf5 sinks");
   }
   if (out.frames_per_file == 0) {
     for (const char* k : {"frames_per_file", "instrument", "source", "sample"}) {
@@ -303,8 +304,8 @@ void parse_sink(Fields& f, Config& c) {
     sf.finish();
     using K = SinkConfig::Kind;
     if (k.sink.kind == K::null) throw ConfigError(at + ".kind", "a consumer of the stream needs a kind (file, hdf5, zmq, stream2)");
-    if (!k.sink.curve.secret_key_file.empty()) {
-      throw ConfigError(at + ".curve", "only a relay's onward link (one sink, relay: true) is keyed");
+    if (!k.sink.curve.secret_key_file.empty() && k.sink.kind != K::numastream) {
+      throw ConfigError(at + ".curve", "only an onward link is keyed: a numastream consumer, or a relay's one sink");
     }
     if (k.guarantee == ConsumerConfig::Guarantee::latest && k.sink.kind != K::zmq) {
       throw ConfigError(at + ".guarantee", "latest-only is for a live zmq consumer (numastream frames, each naming its "
@@ -544,7 +545,7 @@ Config parse_config(const json& doc, Role role) {
     if (c.relay && c.preview.enabled) {
       throw ConfigError("preview.enabled", "a relay forwards frames undecoded: the preview is the decompressing receiver's");
     }
-    if (!c.sink.curve.secret_key_file.empty() && !c.relay) {
+    if (!c.sink.curve.secret_key_file.empty() && !c.relay && c.sink.kind != SinkConfig::Kind::numastream) {
       throw ConfigError("sink.curve", "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
                                       "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
     }

@@ -55,7 +55,10 @@ struct SourceConfig {
 struct SinkConfig {
   // stream2: re-emits the Stream V2 messages its stream carries, byte for byte and in the order
   // the detector sent them, on a bound PUSH socket, for consumers written for the detector.
-  enum class Kind { null, file, zmq, hdf5, stream2 } kind = Kind::null;
+  // numastream: an acknowledged, resumable hop to a numastream receiver elsewhere (an HPC or
+  // analysis site) as one consumer of several (pipeline/onward_sink.hpp): a chunk counts as taken
+  // once the far receiver acknowledged it; keyed with `curve` like a relay's onward link.
+  enum class Kind { null, file, zmq, hdf5, stream2, numastream } kind = Kind::null;
   std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
   std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
   // file, hdf5: permission bits of the files written (and, with the search bits, of the

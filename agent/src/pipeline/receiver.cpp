@@ -38,6 +38,7 @@
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
 #include "pipeline/stream2_sink.hpp"
+#include "pipeline/onward_sink.hpp"
 #include "pipeline/zmq_sink.hpp"
 #include "codec/bitshuffle.hpp"
 
@@ -1030,6 +1031,26 @@ RunResult Receiver::run(const RunHooks& hooks) {
             kc, *ctx_, tracker_, reorder_window_, k_ack, k_discard,
             [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
         break;
+      case SinkConfig::Kind::numastream: {
+        std::optional<CurveSetup> curve;
+        if (!want.sink.curve.secret_key_file.empty()) {
+          SecurityConfig keys;
+          keys.secret_key_file = want.sink.curve.secret_key_file;
+          keys.server_key_file = want.sink.curve.server_key_file;
+          keys.mode = want.sink.curve.mode == SinkConfig::Curve::Mode::authenticate ? SecurityConfig::Mode::authenticate
+                                                                                     : SecurityConfig::Mode::encrypt;
+          curve = load_curve(keys, "sinks[" + std::to_string(consumers_.size()) + "].curve");
+        }
+        log_line("onward consumer to " + want.sink.endpoint + ": " +
+                 (!curve ? std::string("plain") : curve->authenticate_only ? "authenticating" : "CURVE: encrypting"));
+        // Whatever the upstream connections have unacknowledged may wait for the far receiver.
+        const int window = rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
+        k->sink = std::make_unique<OnwardSink>(
+            kc, *ctx_, std::move(curve), window, k_ack, k_discard,
+            [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
+            [this](std::uint32_t stream) { return metadata_of(stream); }, aborted);
+        break;
+      }
       case SinkConfig::Kind::zmq:
         k->sink = std::make_unique<ZmqSink>(
             kc, *ctx_, k_ack, [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
