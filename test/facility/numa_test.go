@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -241,6 +242,17 @@ func TestAGatewayOnTwoNUMANodesReceivesOnTheNICsCPUAndStatusShowsWhere(t *testin
 	}
 	if o := get(t, sp).Status.Observed; o == nil || o.NICLocalStreams != "1/1" {
 		t.Errorf("NIC-local streams %+v, want 1/1", o)
+	}
+	// What a person sees: the NIC-Local column, and the placement table in kubectl describe.
+	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", ns, "get", "streampipeline", sp.Name).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "NIC-LOCAL") || !strings.Contains(string(out), "1/1") {
+		t.Errorf("kubectl get: %v\n%s", err, out)
+	}
+	t.Logf("kubectl get:\n%s", out)
+	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", ns, "describe", "streampipeline", sp.Name).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Placement:") || !strings.Contains(string(out), "Numa Nodes:") ||
+		!strings.Contains(string(out), "On Plan:") {
+		t.Errorf("kubectl describe shows no placement: %v\n%s", err, out)
 	}
 	for _, role := range []string{render.RoleGateway, render.RoleSender} {
 		pod := running(t, sp, role)
