@@ -35,29 +35,15 @@ class OnwardSink final : public Sink {
   using EndFn = std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count)>;
   // A stream's metadata frame payload (pixel type, shape) as its sender sent it; empty: none.
   using MetaFn = std::function<std::string(std::uint32_t stream)>;
-  OnwardSink(const Config& cfg, zmq::Context& ctx, std::optional<CurveSetup> curve, int window, AckFn ack, AckFn discard,
-             EndFn end, MetaFn meta, std::function<bool()> aborted)
-      : cfg_(cfg), ctx_(ctx), curve_(std::move(curve)), window_(window), ack_(std::move(ack)), discard_(std::move(discard)),
-        end_(std::move(end)), meta_(std::move(meta)), aborted_(std::move(aborted)) {}
+  OnwardSink(const Config& cfg, zmq::Context& ctx, LinkOptions opts, std::optional<CurveSetup> curve, AckFn ack,
+             AckFn discard, EndFn end, MetaFn meta, std::function<bool()> aborted)
+      : cfg_(cfg), ctx_(ctx), opts_(std::move(opts)), curve_(std::move(curve)), ack_(std::move(ack)),
+        discard_(std::move(discard)), end_(std::move(end)), meta_(std::move(meta)), aborted_(std::move(aborted)) {}
 
   const char* name() const override { return "numastream"; }
 
   void start() override {
-    LinkOptions opts;
-    opts.endpoint = cfg_.sink.endpoint;
-    opts.name = "onward";
-    opts.hwm = cfg_.hwm;
-    opts.window = window_;
-    opts.connect_timeout_s = cfg_.connect_timeout_s;
-    opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
-    opts.ack_timeout_s = cfg_.ack_timeout_s;
-    if (curve_) {
-      opts.curve_public = curve_->public_key;
-      opts.curve_secret = curve_->secret_key;
-      opts.curve_server = curve_->server_key;
-      opts.authenticate_only = curve_->authenticate_only;
-    }
-    link_ = std::make_unique<AckedLink>(ctx_, opts, ledger_, aborted_,
+    link_ = std::make_unique<AckedLink>(ctx_, opts_, ledger_, aborted_,
                                         [this](const wire::Header& h, std::span<const std::uint64_t> seqs) { settled(h, seqs); });
     link_->connect();
   }
@@ -126,8 +112,8 @@ class OnwardSink final : public Sink {
 
   const Config& cfg_;
   zmq::Context& ctx_;
-  std::optional<CurveSetup> curve_;
-  int window_;
+  LinkOptions opts_;
+  std::optional<CurveSetup> curve_;  // for the summary: what the link used
   AckFn ack_, discard_;
   EndFn end_;
   MetaFn meta_;

@@ -173,6 +173,8 @@ class Receiver {
   std::optional<CurveSetup> curve_;
   std::optional<CurveSetup> onward_curve_;  // a relay's onward link (sink.curve)
   std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
+  // The window of an onward link: whatever the upstream connections have unacknowledged.
+  int onward_window() const { return rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_); }
 
   // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
   // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
@@ -673,21 +675,8 @@ void Receiver::relay_loop(StageThread& t) {
   };
   std::map<std::uint32_t, Order> order;
   std::map<std::uint32_t, std::uint64_t> forwarded;
-  LinkOptions opts;
-  opts.endpoint = cfg_.sink.endpoint;
-  opts.name = "relay";
-  opts.hwm = cfg_.hwm;
   // Whatever the upstream connections have unacknowledged may be here at once.
-  opts.window = rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
-  opts.connect_timeout_s = cfg_.connect_timeout_s;
-  opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
-  opts.ack_timeout_s = cfg_.ack_timeout_s;
-  if (onward_curve_) {
-    opts.curve_public = onward_curve_->public_key;
-    opts.curve_secret = onward_curve_->secret_key;
-    opts.curve_server = onward_curve_->server_key;
-    opts.authenticate_only = onward_curve_->authenticate_only;
-  }
+  const LinkOptions opts = link_options(cfg_, cfg_.sink.endpoint, "relay", onward_window(), onward_curve_);
   // Downstream acknowledgements go to every upstream connection of the stream.
   AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
                  [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
@@ -943,13 +932,8 @@ void Receiver::declare_metrics() {
 
 RunResult Receiver::run(const RunHooks& hooks) {
   curve_ = load_curve(cfg_.security);
-  if (!cfg_.sink.curve.secret_key_file.empty()) {
-    SecurityConfig onward;
-    onward.secret_key_file = cfg_.sink.curve.secret_key_file;
-    onward.server_key_file = cfg_.sink.curve.server_key_file;
-    onward.mode = cfg_.sink.curve.mode == SinkConfig::Curve::Mode::authenticate ? SecurityConfig::Mode::authenticate
-                                                                                : SecurityConfig::Mode::encrypt;
-    onward_curve_ = load_curve(onward, "sink.curve");
+  if (cfg_.relay && !cfg_.sink.curve.secret_key_file.empty()) {
+    onward_curve_ = load_onward_curve(cfg_.sink.curve, "sink.curve");
     log_line(std::string("onward link to ") + cfg_.sink.endpoint + ": " +
              (onward_curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") + " as " +
              onward_curve_->public_key + " (public key)");
@@ -1032,21 +1016,13 @@ RunResult Receiver::run(const RunHooks& hooks) {
             [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
         break;
       case SinkConfig::Kind::numastream: {
-        std::optional<CurveSetup> curve;
-        if (!want.sink.curve.secret_key_file.empty()) {
-          SecurityConfig keys;
-          keys.secret_key_file = want.sink.curve.secret_key_file;
-          keys.server_key_file = want.sink.curve.server_key_file;
-          keys.mode = want.sink.curve.mode == SinkConfig::Curve::Mode::authenticate ? SecurityConfig::Mode::authenticate
-                                                                                     : SecurityConfig::Mode::encrypt;
-          curve = load_curve(keys, "sinks[" + std::to_string(consumers_.size()) + "].curve");
-        }
+        std::optional<CurveSetup> curve =
+            load_onward_curve(want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
         log_line("onward consumer to " + want.sink.endpoint + ": " +
                  (!curve ? std::string("plain") : curve->authenticate_only ? "authenticating" : "CURVE: encrypting"));
         // Whatever the upstream connections have unacknowledged may wait for the far receiver.
-        const int window = rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
         k->sink = std::make_unique<OnwardSink>(
-            kc, *ctx_, std::move(curve), window, k_ack, k_discard,
+            kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve), curve, k_ack, k_discard,
             [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
             [this](std::uint32_t stream) { return metadata_of(stream); }, aborted);
         break;

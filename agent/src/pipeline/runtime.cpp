@@ -49,6 +49,35 @@ std::string trimmed(std::string s) {
 
 }  // namespace
 
+std::optional<CurveSetup> load_onward_curve(const SinkConfig::Curve& keys, const std::string& at) {
+  if (keys.secret_key_file.empty()) return std::nullopt;
+  SecurityConfig sec;
+  sec.secret_key_file = keys.secret_key_file;
+  sec.server_key_file = keys.server_key_file;
+  sec.mode = keys.mode == SinkConfig::Curve::Mode::authenticate ? SecurityConfig::Mode::authenticate
+                                                                : SecurityConfig::Mode::encrypt;
+  return load_curve(sec, at);
+}
+
+LinkOptions link_options(const Config& cfg, std::string endpoint, std::string name, int window,
+                         const std::optional<CurveSetup>& curve) {
+  LinkOptions opts;
+  opts.endpoint = std::move(endpoint);
+  opts.name = std::move(name);
+  opts.hwm = cfg.hwm;
+  opts.window = window;
+  opts.connect_timeout_s = cfg.connect_timeout_s;
+  opts.reconnect_timeout_s = cfg.reconnect_timeout_s;
+  opts.ack_timeout_s = cfg.ack_timeout_s;
+  if (curve) {
+    opts.curve_public = curve->public_key;
+    opts.curve_secret = curve->secret_key;
+    opts.curve_server = curve->server_key;
+    opts.authenticate_only = curve->authenticate_only;
+  }
+  return opts;
+}
+
 std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::string& at) {
   if (!sec.curve()) return std::nullopt;
   CurveSetup out;

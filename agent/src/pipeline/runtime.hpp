@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/buffer_pool.hpp"
+#include "net/link.hpp"
 #include "config/config.hpp"
 #include "host/placement.hpp"
 #include "obs/registry.hpp"
@@ -153,6 +154,13 @@ struct CurveSetup {
 };
 // `at` names the fields in errors ("security.curve", "sink.curve").
 std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::string& at = "security.curve");
+// The keys of an onward link (a relay's sink, a numastream consumer): its sink's `curve`; none
+// when it has no secret key file. `at` names the fields in errors ("sink.curve", "sinks[1].curve").
+std::optional<CurveSetup> load_onward_curve(const SinkConfig::Curve& keys, const std::string& at);
+
+// A link's options from the agent's configuration (high-water mark, timeouts) and its keys.
+LinkOptions link_options(const Config& cfg, std::string endpoint, std::string name, int window,
+                         const std::optional<CurveSetup>& curve);
 
 // Per-node pools: one per NUMA node a stage's threads use, sized in proportion to its threads.
 class NodePools {

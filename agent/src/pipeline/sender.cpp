@@ -390,22 +390,10 @@ void Sender::compress_loop(StageThread& t) {
 void Sender::send_loop(StageThread& t) {
   const int index = t.index;
   StageStats& st = t.stats;
-  LinkOptions opts;
-  opts.endpoint = endpoint_.for_connection(index);
-  opts.name = "connection " + std::to_string(index);
+  LinkOptions opts = link_options(cfg_, endpoint_.for_connection(index), "connection " + std::to_string(index),
+                                  cfg_.window, curve_);
   opts.connection = static_cast<std::uint16_t>(index);
   opts.connections = static_cast<std::uint16_t>(cfg_.connections);
-  opts.hwm = cfg_.hwm;
-  opts.window = cfg_.window;
-  opts.connect_timeout_s = cfg_.connect_timeout_s;
-  opts.reconnect_timeout_s = cfg_.reconnect_timeout_s;
-  opts.ack_timeout_s = cfg_.ack_timeout_s;
-  if (curve_) {
-    opts.curve_public = curve_->public_key;
-    opts.curve_secret = curve_->secret_key;
-    opts.curve_server = curve_->server_key;
-    opts.authenticate_only = curve_->authenticate_only;
-  }
   AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
   link.set_gaps(gap_book_);
   // What the gateway settled without keeping it: declared gone to every later gateway (and kept
