@@ -35,24 +35,28 @@ namespace fs = std::filesystem;
 
 const std::string kAgent = NUMASTREAM_AGENT;
 
-// One EIGER2 series (recorded from a real detector, replayed by the simulator) into three
-// consumers at once: NXmx master and data files, a Stream V2 re-emit, and the messages as they
-// came in a file. The re-emit's reader stops for 10 s after three messages: the others lose
-// nothing (a lossless consumer holds them back, never drops for them), and every copy ends whole:
-// the file byte for byte the detector's messages, the reader's messages byte-identical and in
-// order, the master and its data files holding every message of the series (test/codec/nxmx_test.py
-// reads such files back image by image).
-TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAndAFileAtOnceWithOneReaderStoppedTenSeconds) {
+// One EIGER2 series (recorded from a real detector, replayed by the simulator) into four
+// consumers at once: NXmx master and data files, a Stream V2 re-emit, the messages as they came
+// in a file, and an onward numastream hop to a far receiver that writes its own file. The
+// re-emit's reader stops for 10 s after three messages: the others lose nothing (a lossless
+// consumer holds them back, never drops for them), and every copy ends whole: both files byte
+// for byte the detector's messages, the reader's messages byte-identical and in order, the master
+// and its data files holding every message of the series (test/codec/nxmx_test.py reads such
+// files back image by image).
+TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWithOneReaderStoppedTenSeconds) {
   const std::string data = recordings();
   if (data.empty()) NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent");
   const fs::path rec = fs::path(data) / "r500k_bm_bslz4_16bit";
   const auto expected = expected_series(rec);
   const std::string dir = temp_dir();
-  const int port = free_ports(3);
+  const int port = free_ports(4);
+  const std::string far_dir = temp_dir();
+  Process far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", far_dir + "/messages.raw", "--idle-timeout", "60"}));
   const json sinks = json::array({
       {{"kind", "hdf5"}, {"path", dir + "/series-{series}.h5"}, {"layout", "nxmx"}, {"frames_per_file", 4}},
       {{"kind", "stream2"}, {"endpoint", ep(port + 1)}},
       {{"kind", "file"}, {"path", dir + "/messages.raw"}},
+      {{"kind", "numastream"}, {"endpoint", ep(port + 3)}},
   });
   Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--set",
               "sinks=" + sinks.dump(), "--idle-timeout", "60"});
@@ -72,12 +76,14 @@ TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAndAFileAtOnceWithOneReaderSt
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   EXPECT_EQ(detector.wait(40s), 0) << detector.err();
+  ASSERT_EQ(far.wait(60s), 0) << far.err();
 
   ASSERT_EQ(got.size(), expected.size()) << rx.err();
   EXPECT_TRUE(got == expected) << "the re-emitted messages are the detector's, byte for byte and in order";
   std::string all;
   for (const auto& m : expected) all += m;
   EXPECT_TRUE(read_bytes(dir + "/messages.raw") == all) << "the file holds every message as it came";
+  EXPECT_TRUE(read_bytes(far_dir + "/messages.raw") == all) << "the far site's file holds every message as it came";
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
@@ -107,14 +113,18 @@ TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAndAFileAtOnceWithOneReaderSt
   const json r = summary(rx);
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["complete"], true);
-  ASSERT_EQ(r["consumers"].size(), 3u) << r.dump();
+  ASSERT_EQ(r["consumers"].size(), 4u) << r.dump();
   for (const auto& k : r["consumers"]) {
     EXPECT_EQ(k["guarantee"], "lossless");
     EXPECT_EQ(k["chunks"], expected.size()) << k.dump();
     EXPECT_EQ(k["passed_over"], 0);
   }
-  std::printf("%zu messages to 3 consumers, the re-emit's reader stopped %.1f s: each consumer took %zu; file, "
-              "re-emit and NXmx files whole\n",
+  EXPECT_EQ(r["consumers"][3]["onward"]["forwarded"], expected.size()) << r.dump();
+  const json f = summary(far);
+  EXPECT_EQ(f["lost"], 0);
+  EXPECT_EQ(f["complete"], true);
+  std::printf("%zu messages to 4 consumers, the re-emit's reader stopped %.1f s: each consumer took %zu; file, "
+              "re-emit, NXmx files and the far site's file whole\n",
               expected.size(), pause_s, expected.size());
 }
 
