@@ -444,6 +444,33 @@ TEST(Config, SinksListsTheConsumersEachWithItsGuarantee) {
   EXPECT_TRUE(parse_config(minimal(), Role::receive).consumers.empty()) << "the null sink has no consumer";
 }
 
+// An onward consumer's connections: 1 unless given, at most 16, and only an onward consumer's.
+TEST(Config, AnOnwardConsumerTakesItsConnections) {
+  json doc = minimal();
+  doc["sinks"] = json::array({{{"kind", "file"}, {"path", "/data/a.raw"}},
+                              {{"kind", "numastream"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"connections", 8}}});
+  EXPECT_EQ(parse_config(doc, Role::receive).consumers[1].sink.connections, 8);
+  doc["sinks"][1].erase("connections");
+  EXPECT_EQ(parse_config(doc, Role::receive).consumers[1].sink.connections, 1);
+  for (int bad : {0, 17, -1}) {
+    doc["sinks"][1]["connections"] = bad;
+    expect_refused(doc, Role::receive, "sinks[1].connections");
+  }
+  doc["sinks"][1]["connections"] = 2;
+  doc["sinks"][0]["connections"] = 2;
+  expect_refused(doc, Role::receive, "sinks[0].connections");
+  doc["sinks"][0].erase("connections");
+  // The far receiver's public key itself, or a file: one of them.
+  const std::string key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+  doc["sinks"][1]["curve"] = {{"secret_key_file", "/keys/gateway.secret"}, {"server_key", key}};
+  EXPECT_EQ(parse_config(doc, Role::receive).consumers[1].sink.curve.server_key, key);
+  doc["sinks"][1]["curve"]["server_key_file"] = "/keys/far.public";
+  expect_refused(doc, Role::receive, "sinks[1].curve.server_key_file");
+  doc["sinks"][1]["curve"].erase("server_key_file");
+  doc["sinks"][1]["curve"]["server_key"] = "short";
+  expect_refused(doc, Role::receive, "sinks[1].curve.server_key");
+}
+
 TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
   auto with = [](json sinks) {
     json doc = minimal();

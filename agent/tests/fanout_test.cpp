@@ -204,7 +204,8 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
       {{"kind", "file"}, {"path", dir + "/out.raw"}},
       {{"kind", "numastream"},
        {"endpoint", ep(port + 2)},
-       {"curve", {{"secret_key_file", dir + "/gw.secret"}, {"server_key_file", dir + "/far.public"}}}},
+       // The far receiver's public key as it would sit in a manifest (a file works as well).
+       {"curve", {{"secret_key_file", dir + "/gw.secret"}, {"server_key", read_bytes(dir + "/far.public").substr(0, 40)}}}},
   });
   Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
   Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",

@@ -217,6 +217,7 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
   if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
   if (kind != "hdf5") sf.forbid("layout", "only used by the hdf5 sink");
+  if (kind != "numastream") sf.forbid("connections", "only used by a numastream (onward) consumer");
   if (kind != "file" && kind != "hdf5") sf.forbid("mode", "only used by the file and hdf5 sinks");
   if (const json* m = sf.raw("mode")) {
     if (!m->is_string()) throw ConfigError(sf.path("mode"), "must be a string of octal digits, like \"0640\"");
@@ -257,6 +258,7 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     out.kind = kind == "numastream" ? SinkConfig::Kind::numastream : SinkConfig::Kind::zmq;
     out.endpoint = sf.required_string("endpoint");
     parse_endpoint(out.endpoint, sf.path("endpoint"));
+    if (kind == "numastream") out.connections = static_cast<int>(sf.integer("connections", 1, 1, kMaxOnwardConnections));
     sf.forbid("path", "only used by the file and hdf5 sinks");
   }
   if (out.frames_per_file == 0) {
@@ -268,7 +270,16 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     // Checked against relay once the whole document is read (parse_config).
     Fields cf(*cv, sf.path("curve"));
     out.curve.secret_key_file = cf.required_string("secret_key_file");
-    out.curve.server_key_file = cf.required_string("server_key_file");
+    // The far receiver's public key: a file, or the key itself (public: it may sit in a manifest).
+    out.curve.server_key = cf.string("server_key", "");
+    if (out.curve.server_key.empty()) {
+      out.curve.server_key_file = cf.required_string("server_key_file");
+    } else {
+      cf.forbid("server_key_file", "give server_key or server_key_file, not both");
+      if (out.curve.server_key.size() != 40) {
+        throw ConfigError(cf.path("server_key"), "must be a CURVE public key (40 Z85 characters)");
+      }
+    }
     out.curve.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
                          ? SinkConfig::Curve::Mode::encrypt
                          : SinkConfig::Curve::Mode::authenticate;

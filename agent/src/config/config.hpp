@@ -52,6 +52,8 @@ struct SourceConfig {
   std::vector<std::uint64_t> shape;  // rows, cols of a chunk; empty: rows of 2560 (synthetic) or 1-D
 };
 
+inline constexpr int kMaxOnwardConnections = 16;
+
 struct SinkConfig {
   // stream2: re-emits the Stream V2 messages its stream carries, byte for byte and in the order
   // the detector sent them, on a bound PUSH socket, for consumers written for the detector.
@@ -68,11 +70,16 @@ struct SinkConfig {
   // their filesystem allows it, through it where it refuses; "buffered" (the default) through it.
   bool direct_io = false;
   std::string endpoint;  // zmq: downstream consumer endpoint to connect to; stream2: where to bind
+  // numastream: the onward link's connections, each to the far receiver's data port `endpoint`'s
+  // port + i (its connection i), chunks sent on whichever has room: over a long or lossy path
+  // one TCP connection carries less than the link (its window per round trip, its loss recovery).
+  int connections = 1;
   // zmq sink of a relay: the onward link to a numastream receiver elsewhere (an HPC or analysis
   // site), keyed: this agent's secret key, the far receiver's public key; encrypt (CURVE) or
   // authenticate only. Unset: plain.
   struct Curve {
     std::string secret_key_file, server_key_file;
+    std::string server_key;  // the far receiver's public key itself, instead of server_key_file
     enum class Mode { encrypt, authenticate } mode = Mode::encrypt;
   } curve;
   // stream2: copies of the last messages handed over, sent again after a consumer goes away

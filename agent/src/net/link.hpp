@@ -106,6 +106,8 @@ class AckedLink {
   void wait_welcome(double timeout_s);
   // Blocks, serving acknowledgements, until the window has room.
   void wait_for_credit();
+  // The window has room now (nothing served).
+  bool has_credit() const noexcept { return unacked_data_ < static_cast<std::size_t>(opts_.window); }
   // Hands a frame to the link, which keeps it until acknowledged.
   void send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame);
   // The same, as its header and its payload (a message received whole from a detector): sent as

@@ -5,9 +5,11 @@
 // the far receiver acknowledged it (kept, or gave it up: then it is named discarded), so the
 // gateway's own acknowledgement to the sender waits for the far site as for a file written
 // here; the link keeps every unacknowledged frame and sends it again after the far receiver
-// comes back. When the input ends, each stream is ended downstream with the totals its sender
-// announced, and the consumer waits until the far receiver acknowledged everything. Internal
-// to the agent.
+// comes back. Over `connections` links (the far receiver's connections 0..n-1, one record of
+// what it acknowledged), each chunk goes on the next one with room in its window, so a
+// connection recovering a loss holds back only its own frames. When the input ends, each stream
+// is ended on every connection with the totals its sender announced, and the consumer waits
+// until the far receiver acknowledged everything. Internal to the agent.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,8 +34,10 @@ namespace numastream {
 
 class OnwardSink final : public Sink {
  public:
-  // The end-of-stream frame for `stream` after `count` frames; none before its sender ended it.
-  using EndFn = std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count)>;
+  // The end-of-stream frame for `stream` on connection `connection` of `connections`, after
+  // `count` frames on it; none before its sender ended it.
+  using EndFn = std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count,
+                                                          std::uint16_t connection, std::uint16_t connections)>;
   // A stream's metadata frame payload (pixel type, shape) as its sender sent it; empty: none.
   using MetaFn = std::function<std::string(std::uint32_t stream)>;
   OnwardSink(const Config& cfg, zmq::Context& ctx, LinkOptions opts, std::optional<CurveSetup> curve, AckFn ack,
@@ -43,54 +48,97 @@ class OnwardSink final : public Sink {
   const char* name() const override { return "numastream"; }
 
   void start() override {
-    link_ = std::make_unique<AckedLink>(ctx_, opts_, ledger_, aborted_,
-                                        [this](const wire::Header& h, std::span<const std::uint64_t> seqs) { settled(h, seqs); });
-    link_->connect();
+    const int n = cfg_.sink.connections;
+    const Endpoint far = parse_endpoint(cfg_.sink.endpoint, "sink.endpoint");
+    for (int i = 0; i < n; ++i) {
+      LinkOptions o = opts_;
+      o.endpoint = far.for_connection(i);
+      o.name = n == 1 ? opts_.name : opts_.name + " connection " + std::to_string(i);
+      o.connection = static_cast<std::uint16_t>(i);
+      o.connections = static_cast<std::uint16_t>(n);
+      links_.push_back(std::make_unique<AckedLink>(
+          ctx_, o, ledger_, aborted_, [this](const wire::Header& h, std::span<const std::uint64_t> seqs) { settled(h, seqs); }));
+    }
+    for (auto& l : links_) l->connect();
+    forwarded_.assign(links_.size(), {});
   }
 
   void put(Chunk c, StageStats& st) override {
-    const wire::Header h = c.header;
+    wire::Header& h = c.header;
     const std::size_t size = wire::kHeaderSize + h.payload_size;
     if (announced_.insert(h.stream_id).second) {
-      if (std::string meta = meta_(h.stream_id); !meta.empty()) link_->set_metadata(h.stream_id, std::move(meta));
-      link_->announce(h.stream_id);
+      const std::string meta = meta_(h.stream_id);
+      for (auto& l : links_) {
+        if (!meta.empty()) l->set_metadata(h.stream_id, meta);
+        l->announce(h.stream_id);
+      }
     }
     waiting_[h.stream_id][h.sequence] = c.via;
-    link_->serve(0);  // what the far receiver acknowledged so far: settled here, known to a resume
+    std::size_t at;
     {
       ScopedTimer wait(st.blocked_output_ns);
-      link_->wait_for_credit();
-      link_->send(h.stream_id, h.sequence, c.whole());
+      at = with_room();
     }
-    ++forwarded_[h.stream_id];
+    // The far receiver counts each connection's frames: the header names the one that carries it.
+    h.connection = static_cast<std::uint16_t>(at);
+    h.connections = static_cast<std::uint16_t>(links_.size());
+    links_[at]->send(h.stream_id, h.sequence, c.whole());
+    ++forwarded_[at][h.stream_id];
     st.chunks++;
     st.bytes_out += size;
   }
 
   void idle(StageStats& /*st*/) override {
-    if (link_) link_->serve(0);
+    for (auto& l : links_) l->serve(0);
   }
 
   void drain(StageStats& st) override {
-    if (!link_) return;
+    if (links_.empty()) return;
     ScopedTimer wait(st.blocked_output_ns);
-    for (const auto& [stream, count] : forwarded_) {
-      if (auto end = end_(stream, count)) link_->send_end(stream, std::move(*end));
+    const auto n = static_cast<std::uint16_t>(links_.size());
+    for (std::uint32_t stream : announced_) {
+      for (std::uint16_t i = 0; i < n; ++i) {
+        const auto it = forwarded_[i].find(stream);
+        const std::uint64_t count = it == forwarded_[i].end() ? 0 : it->second;
+        if (auto end = end_(stream, count, i, n)) links_[i]->send_end(stream, std::move(*end));
+      }
     }
-    link_->finish();
+    for (auto& l : links_) l->finish();
   }
 
-  void close(bool /*aborted*/) override { link_.reset(); }
+  void close(bool /*aborted*/) override { links_.clear(); }
 
   void report(nlohmann::json& summary) const override {
-    std::uint64_t forwarded = 0;
-    for (const auto& [stream, n] : forwarded_) forwarded += n;
+    std::uint64_t forwarded = 0, retransmitted = 0;
+    for (const auto& per : forwarded_) {
+      for (const auto& [stream, count] : per) forwarded += count;
+    }
+    for (const auto& l : links_) retransmitted += l->retransmitted();
     summary["onward"] = {{"endpoint", cfg_.sink.endpoint},
+                         {"connections", cfg_.sink.connections},
                          {"forwarded", forwarded},
+                         {"retransmitted", retransmitted},
                          {"security", !curve_ ? "plain" : curve_->authenticate_only ? "authenticate" : "curve"}};
   }
 
  private:
+  // The next connection, from the one after the last used, with room in its window; while none
+  // has, every connection's acknowledgements are read (what they settle is settled here).
+  std::size_t with_room() {
+    const std::size_t n = links_.size();
+    for (int round = 0;; ++round) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t at = (next_ + i) % n;
+        links_[at]->serve(0);
+        if (links_[at]->has_credit()) {
+          next_ = at + 1;
+          return at;
+        }
+      }
+      links_[(next_ + static_cast<std::size_t>(round)) % n]->serve(n == 1 ? 100 : 2);
+    }
+  }
+
   // The far receiver acknowledged everything of a stream below the header's sequence and `seqs`
   // (or named `seqs` discarded): those chunks are settled for this consumer.
   void settled(const wire::Header& h, std::span<const std::uint64_t> seqs) {
@@ -119,10 +167,11 @@ class OnwardSink final : public Sink {
   MetaFn meta_;
   std::function<bool()> aborted_;
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
-  std::unique_ptr<AckedLink> link_;
+  std::vector<std::unique_ptr<AckedLink>> links_;
+  std::size_t next_ = 0;
   std::set<std::uint32_t> announced_;
   std::map<std::uint32_t, std::map<std::uint64_t, int>> waiting_;  // sent, not yet settled: stream -> seq -> via
-  std::map<std::uint32_t, std::uint64_t> forwarded_;
+  std::vector<std::map<std::uint32_t, std::uint64_t>> forwarded_;  // per connection: stream -> frames sent
 };
 
 }  // namespace numastream

@@ -99,7 +99,10 @@ class Receiver {
                                  std::uint32_t flags);
   // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
   // with the totals its sender announced; none before the sender ended the stream.
-  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count);
+  // A stream's end frame for the next hop: `count` frames on its connection `connection` of
+  // `connections`, the totals its sender announced.
+  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count, std::uint16_t connection = 0,
+                                             std::uint16_t connections = 1);
   void declare_metrics();
 
   // Where a stream's control frames go once a receiving thread has checked them: answered here,
@@ -646,14 +649,16 @@ bool Receiver::deliver(Chunk& out, StageStats& st) {
   return true;
 }
 
-std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count) {
+std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count,
+                                                     std::uint16_t connection, std::uint16_t connections) {
   auto eos = tracker_.end_of_stream(stream);
   if (!eos) return std::nullopt;
   std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
   wire::Header h;
   h.type = wire::FrameType::end_of_stream;
   h.stream_id = stream;
-  h.connections = 1;
+  h.connection = connection;
+  h.connections = connections;
   h.sequence = eos->total_chunks;
   h.payload_size = wire::kEndOfStreamPayload;
   wire::encode_header(h, frame);
@@ -1023,7 +1028,9 @@ RunResult Receiver::run(const RunHooks& hooks) {
         // Whatever the upstream connections have unacknowledged may wait for the far receiver.
         k->sink = std::make_unique<OnwardSink>(
             kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve), curve, k_ack, k_discard,
-            [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
+            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection, std::uint16_t connections) {
+              return downstream_end(stream, count, connection, connections);
+            },
             [this](std::uint32_t stream) { return metadata_of(stream); }, aborted);
         break;
       }

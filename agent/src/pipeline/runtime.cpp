@@ -56,7 +56,14 @@ std::optional<CurveSetup> load_onward_curve(const SinkConfig::Curve& keys, const
   sec.server_key_file = keys.server_key_file;
   sec.mode = keys.mode == SinkConfig::Curve::Mode::authenticate ? SecurityConfig::Mode::authenticate
                                                                 : SecurityConfig::Mode::encrypt;
-  return load_curve(sec, at);
+  std::optional<CurveSetup> out = load_curve(sec, at);
+  if (!keys.server_key.empty()) {
+    if (!zmq::curve_key_valid(keys.server_key)) {
+      throw ConfigError(at + ".server_key", "is not a CURVE public key (40 Z85 characters)");
+    }
+    out->server_key = keys.server_key;
+  }
+  return out;
 }
 
 LinkOptions link_options(const Config& cfg, std::string endpoint, std::string name, int window,
