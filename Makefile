@@ -95,7 +95,7 @@ bench-fanout: agent ## One stream into 1-4 lossless file consumers at once (sink
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-fanout.py
 
 .PHONY: bench-onward
-bench-onward: agent ## An onward consumer across a delay line (20 ms RTT, 0 and 0.1% loss, BBR and CUBIC) over 1, 2, 4, 8 connections: the far receiver's MB/s, medians and ratios (root)
+bench-onward: agent ## An onward consumer across a delay line (20 ms RTT, 0 and 0.1% loss, BBR and Reno) over 1, 2, 4, 8 connections: the far receiver's MB/s, medians and ratios (root)
 	@NUMASTREAM_REQUIRE_REAL=1 $(AGENT_BUILD)/agent_fault_tests --gtest_also_run_disabled_tests --gtest_filter='*BenchOnward*'
 
 ##@ Operator (Go)

@@ -454,6 +454,7 @@ func request(sp *v1beta1.StreamPipeline, f facts) planner.Request {
 	if sp.Spec.Connections != nil {
 		req.Connections = int(*sp.Spec.Connections)
 	}
+	req.Onward = render.OnwardRequests(sp)
 	if t := sp.Spec.Threads; t != nil {
 		if t.Compress != nil {
 			req.CompressThreads = int(*t.Compress)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -319,6 +320,16 @@ func toAPIPlan(p planner.Plan) *v1beta1.Plan {
 	out := &v1beta1.Plan{
 		Connections: int32(p.Connections), NICNUMANode: int32(p.NICNode),
 		PredictedMbps: int64(p.RateMbit), PredictedTotalMbps: int64(p.TotalMbit), Bottleneck: string(p.Bottleneck),
+	}
+	for _, g := range p.Gateways {
+		for _, o := range g.Onward {
+			per := int64(0) // nothing bounds a connection
+			if !math.IsInf(o.PerConnectionMbps, 1) {
+				per = int64(o.PerConnectionMbps)
+			}
+			out.Onward = append(out.Onward, v1beta1.OnwardPlan{StreamID: int32(g.Stream), Consumer: o.Name,
+				Connections: int32(o.Connections), PerConnectionMbps: per, PredictedMbps: int64(o.PredictedMbps), Limit: o.Limit})
+		}
 	}
 	ids := make([]int, 0, len(p.Holds))
 	for id := range p.Holds {

@@ -510,10 +510,10 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"a consumer of two kinds": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "both", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"},
 				ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
-		}, "a consumer is exactly one of file, zmq, hdf5 or stream2"},
+		}, "a consumer is exactly one of file, zmq, hdf5, stream2 or onward"},
 		"a consumer of no kind": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "none"}}
-		}, "a consumer is exactly one of file, zmq, hdf5 or stream2"},
+		}, "a consumer is exactly one of file, zmq, hdf5, stream2 or onward"},
 		"two consumers of one name": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "a", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}},
 				{Name: "a", Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
@@ -542,6 +542,27 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 			withSenders("updraft-1", "updraft-2")(sp)
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "raw", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "scan.raw"}}}}
 		}, "path must contain {stream} when there are several senders"},
+		"an onward hop as the only sink": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey}}
+		}, "the onward hop is one of spec.sinks"},
+		"an encrypted onward hop without the far receiver's key": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000"}}}}
+		}, "sinks[].onward.serverKey: the far receiver's public key is required"},
+		"a far receiver's key on a plain pipeline": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone}
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey}}}}
+		}, "unless spec.security.mode is none"},
+		"a far receiver's key that is not one": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: "short\"key"}}}}
+		}, "spec.sinks[0].onward.serverKey"},
+		"seventeen onward connections": {func(sp *v1beta1.StreamPipeline) {
+			n := int32(17)
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey, Connections: &n}}}}
+		}, "spec.sinks[0].onward.connections"},
+		"a loss over 100 percent": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey,
+				Link: &v1beta1.OnwardLink{LossPercent: "250"}}}}}
+		}, "spec.sinks[0].onward.link.lossPercent"},
 		"pods pick their own node": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Pods = &v1beta1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
 		}, "kubernetes.io/hostname is set by the plan"},
@@ -1777,11 +1798,28 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		}
 	}
 	fan := pipeline(ns, "fan", consumers("fan/a-{stream}.raw", "fan/b-{stream}.raw"))
+	// And an onward hop to an HPC site 20 ms away on a 200 Mbit/s path losing 0.1%.
+	fan.Spec.Sinks = append(fan.Spec.Sinks, v1beta1.Consumer{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{
+		Endpoint: "tcp://dtn.hpc.example:7000", ServerKey: farKey, Link: &v1beta1.OnwardLink{BandwidthMbps: 200,
+			RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond}, LossPercent: "0.1"}}}})
 	if err := k8s.Create(ctx, fan); err != nil {
 		t.Fatal(err)
 	}
 	condition(t, fan, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
-	eventually(t, "the gateway's configuration names the three consumers", func() (bool, string) {
+	eventually(t, "the plan says how the onward hop forwards", func() (bool, string) {
+		got := &v1beta1.StreamPipeline{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(fan), got); err != nil {
+			return false, err.Error()
+		}
+		p := got.Status.Plan
+		if p == nil || len(p.Onward) != 1 {
+			return false, fmt.Sprintf("plan %+v", p)
+		}
+		o := p.Onward[0]
+		return o.Consumer == "hpc" && o.Connections == 9 && o.PredictedMbps == 200 && o.Limit == "link" &&
+			o.PerConnectionMbps == 22, fmt.Sprintf("onward %+v", o)
+	})
+	eventually(t, "the gateway's configuration names the four consumers", func() (bool, string) {
 		cm := &corev1.ConfigMap{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fan-agent"}, cm); err != nil {
 			return false, err.Error()
@@ -1790,7 +1828,8 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		if err := json.Unmarshal([]byte(cm.Data["gateway-0.json"]), &cfg); err != nil {
 			return false, err.Error()
 		}
-		return len(cfg.Sinks) == 3 && cfg.Sinks[2].Guarantee == "latest", fmt.Sprintf("sinks %+v", cfg.Sinks)
+		return len(cfg.Sinks) == 4 && cfg.Sinks[2].Guarantee == "latest" && cfg.Sinks[3].Kind == "numastream" &&
+			cfg.Sinks[3].Connections == 9 && cfg.Sinks[3].Curve != nil && cfg.Sinks[3].Curve.ServerKey == farKey, fmt.Sprintf("sinks %+v", cfg.Sinks)
 	})
 	refused(pipeline(ns, "fan-same", consumers("fan2/a-{stream}.raw", "fan2/a-{stream}.raw")), storage.ReasonNotAllowed, "spec.sinks[1].file.path")
 
@@ -1992,3 +2031,6 @@ func TestNewKeysRollOneStreamAtATime(t *testing.T) {
 	eventually(t, "stream 1 replaced once stream 0 runs", replaced(first1, stream(1)))
 	eventually(t, "nothing waits its turn", func() (bool, string) { r := rolling(); return len(r) == 0, fmt.Sprint(r) })
 }
+
+// farKey is a far receiver's CURVE public key, as an onward consumer's spec names it.
+const farKey = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"

@@ -267,7 +267,7 @@ TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
 // to the operator: every value the operator writes is the value the agent runs with.
 TEST(Config, GoldenConfigsFromTheOperator) {
   namespace fs = std::filesystem;
-  int files = 0, previews = 0, nxmx = 0, fanouts = 0;
+  int files = 0, previews = 0, nxmx = 0, fanouts = 0, onwards = 0;
   for (const auto& entry : fs::directory_iterator(NUMASTREAM_GOLDEN)) {
     const std::string name = entry.path().filename().string();
     SCOPED_TRACE(name);
@@ -308,6 +308,14 @@ TEST(Config, GoldenConfigsFromTheOperator) {
         EXPECT_EQ(k.path, sinks[i].value("path", "")) << i;
         EXPECT_EQ(k.endpoint, sinks[i].value("endpoint", "")) << i;
         EXPECT_EQ(c.consumers[i].guarantee == ConsumerConfig::Guarantee::latest, sinks[i].value("guarantee", "") == "latest") << i;
+        if (k.kind == SinkConfig::Kind::numastream) {  // an onward hop: the plan's connections, its keys
+          ++onwards;
+          EXPECT_EQ(k.connections, sinks[i].value("connections", 1)) << i;
+          if (sinks[i].contains("curve")) {
+            EXPECT_EQ(k.curve.secret_key_file, sinks[i]["curve"]["secret_key_file"]) << i;
+            EXPECT_EQ(k.curve.server_key, sinks[i]["curve"]["server_key"]) << i;
+          }
+        }
       }
       const json& sink = sinks[0];
       EXPECT_EQ(kinds[static_cast<int>(c.sink.kind)], sink["kind"].get<std::string>());
@@ -360,6 +368,7 @@ TEST(Config, GoldenConfigsFromTheOperator) {
   EXPECT_GE(previews, 1) << "a golden configuration with the live preview";
   EXPECT_GE(nxmx, 1) << "a golden configuration writing NXmx master and data files";
   EXPECT_GE(fanouts, 1) << "a golden configuration with several consumers (sinks)";
+  EXPECT_GE(onwards, 1) << "a golden configuration with an onward hop (sinks kind numastream)";
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ type Codec string
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.hdf5) && has(self.sink.hdf5.nxmx)) || self.senders.all(s, has(s.source.stream2))",message="sink.hdf5.nxmx writes Stream V2 series: every sender's source must be stream2"
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sinks))",message="give sink (one) or sinks (several consumers at once), not both"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.onward))",message="sink.onward: the onward hop is one of spec.sinks (beside what the gateway keeps)"
+// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.all(k, !has(k.onward) || (has(k.onward.serverKey) != (has(self.security) && self.security.mode == 'none')))",message="sinks[].onward.serverKey: the far receiver's public key is required, unless spec.security.mode is none (then it has no use)"
 // +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.exists(k, !has(k.guarantee) || k.guarantee == 'lossless')",message="sinks: a chunk is acknowledged once its lossless consumers have it: at least one must be lossless"
 // +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.filter(k, has(k.stream2)).size() <= 1",message="sinks: one stream2 re-emit per pipeline (one port on the gateway's Service)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sinks) && self.sinks.exists(k, has(k.stream2))) || (size(self.senders) == 1 && self.senders.all(s, has(s.source.stream2)))",message="a stream2 consumer re-emits the series of one detector: one sender, its source stream2"
@@ -535,6 +537,54 @@ type Sink struct {
 	// to the gateway instead.
 	// +optional
 	Stream2 *Stream2Sink `json:"stream2,omitempty"`
+	// Onward carries every verified chunk on to a numastream receiver at another site (an HPC or
+	// analysis site's transfer node, another cluster's gateway): acknowledged by it, resumable,
+	// encrypted to its key, over connections the planner sizes from the path. One of spec.sinks.
+	// +optional
+	Onward *OnwardSink `json:"onward,omitempty"`
+}
+
+// OnwardSink is an acknowledged hop from the gateway to a numastream receiver elsewhere.
+type OnwardSink struct {
+	// Endpoint of the far receiver's first data port, tcp://host:port; connection i goes to
+	// port + i (start the far receiver with at least status.plan.onward[].connections).
+	// +kubebuilder:validation:Pattern=`^tcp://[^:]+:[0-9]{1,5}$`
+	Endpoint string `json:"endpoint"`
+	// ServerKey is the far receiver's CURVE public key (40 Z85 characters). The gateway connects
+	// with its own key (gateway.public in the pipeline's keys Secret, which the far receiver must
+	// admit), encrypting as spec.security.mode says. Required unless that mode is none.
+	// +kubebuilder:validation:Pattern=`^[0-9a-zA-Z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$`
+	// +optional
+	ServerKey string `json:"serverKey,omitempty"`
+	// Link is the path to the far site, for the planner to size the connections.
+	// +optional
+	Link *OnwardLink `json:"link,omitempty"`
+	// Connections to the far receiver, instead of the planner's choice.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	Connections *int32 `json:"connections,omitempty"`
+}
+
+// OnwardLink is the wide-area path from the gateway to the far site.
+type OnwardLink struct {
+	// BandwidthMbps of the path's narrowest hop, megabits per second (unset: the stream's rate
+	// is the goal). Several streams share it.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	BandwidthMbps int64 `json:"bandwidthMbps,omitempty"`
+	// RoundTrip time of the path, like "20ms".
+	// +optional
+	RoundTrip *metav1.Duration `json:"roundTrip,omitempty"`
+	// LossPercent of packets the path loses, like "0.1".
+	// +kubebuilder:validation:Pattern=`^(100|[0-9]{1,2})(\.[0-9]{1,4})?$`
+	// +optional
+	LossPercent string `json:"lossPercent,omitempty"`
+	// CongestionControl of the gateway's host (net.ipv4.tcp_congestion_control): loss-based
+	// (CUBIC, Reno; the default) or bbr.
+	// +kubebuilder:validation:Enum=loss-based;bbr
+	// +optional
+	CongestionControl string `json:"congestionControl,omitempty"`
 }
 
 // ConsumerGuarantee is what a consumer of several sinks is promised.
@@ -551,7 +601,7 @@ const (
 )
 
 // Consumer is one of a pipeline's sinks, named, with its guarantee.
-// +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) == 1",message="a consumer is exactly one of file, zmq, hdf5 or stream2"
+// +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) + (has(self.onward) ? 1 : 0) == 1",message="a consumer is exactly one of file, zmq, hdf5, stream2 or onward"
 // +kubebuilder:validation:XValidation:rule="!has(self.guarantee) || self.guarantee != 'latest' || has(self.zmq)",message="latest-only is for a live zmq consumer: files and Stream V2 series are written whole"
 type Consumer struct {
 	// Name of the consumer in status.observed.consumers.
@@ -669,6 +719,26 @@ type Plan struct {
 	PredictedTotalMbps int64 `json:"predictedTotalMbps"`
 	// Bottleneck names the stage that limits the rate.
 	Bottleneck string `json:"bottleneck"`
+	// Onward is how each stream's gateway forwards to each onward consumer (spec.sinks[].onward).
+	// +optional
+	Onward []OnwardPlan `json:"onward,omitempty"`
+}
+
+// OnwardPlan is one stream's onward hop to one consumer.
+type OnwardPlan struct {
+	// StreamID of the stream.
+	StreamID int32 `json:"streamID"`
+	// Consumer names the spec.sinks entry.
+	Consumer string `json:"consumer"`
+	// Connections to the far receiver.
+	Connections int32 `json:"connections"`
+	// PerConnectionMbps is what one connection carries on the path (0: nothing bounds it).
+	// +optional
+	PerConnectionMbps int64 `json:"perConnectionMbps,omitempty"`
+	// PredictedMbps is the raw rate the hop carries the stream at.
+	PredictedMbps int64 `json:"predictedMbps"`
+	// Limit: stream (the hop keeps up), link (the path's share) or connections (16 carry less).
+	Limit string `json:"limit"`
 }
 
 // Observed are the figures the agents report.

@@ -55,6 +55,9 @@ const (
 	StageTarget     StageName = "target"
 	// StageEncrypt is the sender's CURVE encryption (security mode curve): its own cores.
 	StageEncrypt StageName = "encrypt"
+	// StageOnward is the gateway's onward hop to another site (OnwardRequest), lossless: the
+	// stream goes no faster than the far site takes it.
+	StageOnward StageName = "onward"
 )
 
 // Request is one pipeline to plan.
@@ -106,6 +109,16 @@ type Request struct {
 	// encrypting what it sends, and each receiving core also decrypts what it receives.
 	// (authenticate mode costs nothing per byte: leave it false.)
 	Encrypt bool
+	// Onward are the pipeline's onward consumers: each gateway forwards its stream to each.
+	Onward []OnwardRequest
+}
+
+// OnwardRequest is one onward consumer of every stream.
+type OnwardRequest struct {
+	Name string
+	Link OnwardLink
+	// Connections: 0 = the planner sizes them from the link.
+	Connections int
 }
 
 // Role is what a pod does in a pipeline.
@@ -169,6 +182,14 @@ type GatewayPlan struct {
 	PodPlan
 	// Port is the stream's first data port (one per connection from there).
 	Port int
+	// Onward: the stream's hop to each onward consumer, in the request's order.
+	Onward []OnwardPrediction
+}
+
+// OnwardPrediction is one stream's hop to one onward consumer.
+type OnwardPrediction struct {
+	Name string
+	OnwardPlan
 }
 
 // Container names.
@@ -440,6 +461,7 @@ func Make(r Request) (Plan, error) {
 
 	plan := Plan{Connections: conns, NICNode: nic.NUMANode, Holds: map[int]int{}}
 	plan.RateMbit = math.Inf(1)
+	onward := make([][]OnwardPrediction, len(r.Senders))
 	for i, s := range r.Senders {
 		st := map[StageName]float64{
 			StageCompress:   sides[i].rate,
@@ -458,6 +480,7 @@ func Make(r Request) (Plan, error) {
 		if r.TargetMbit > 0 {
 			st[StageTarget] = r.TargetMbit
 		}
+		onward[i] = planOnward(r, st)
 		rate, neck := slowest(st)
 		plan.Streams = append(plan.Streams, StreamPrediction{Stream: id(i), RateMbit: rate, Bottleneck: neck, Stages: st})
 		plan.TotalMbit += rate
@@ -489,7 +512,7 @@ func Make(r Request) (Plan, error) {
 			pod.CPUs, pod.SharedMilliCPU = conns*perConn, sharedMilli
 		}
 		pod.Containers = gatewayContainers(pod, conns, conns*perConn, r.ChunkBytes)
-		plan.Gateways = append(plan.Gateways, GatewayPlan{PodPlan: pod, Port: r.Port + slot(i)*stride})
+		plan.Gateways = append(plan.Gateways, GatewayPlan{PodPlan: pod, Port: r.Port + slot(i)*stride, Onward: onward[i]})
 	}
 	rest := (decompress + sinkCores) * streams
 	if sharedMilli > 0 {
@@ -720,6 +743,26 @@ func holds(gw topology.Node, nicNode int, free map[int]int, receivers, rest int)
 		}
 	}
 	return h
+}
+
+// planOnward sizes a stream's hop to each onward consumer for the rate its other stages allow,
+// and adds the slowest hop to its stages (`st`) when it is slower than they are.
+func planOnward(r Request, st map[StageName]float64) []OnwardPrediction {
+	if len(r.Onward) == 0 {
+		return nil
+	}
+	before, _ := slowest(st)
+	out := make([]OnwardPrediction, 0, len(r.Onward))
+	hop := math.Inf(1)
+	for _, o := range r.Onward {
+		p := PlanOnward(before, len(r.Senders), o.Link, o.Connections)
+		out = append(out, OnwardPrediction{Name: o.Name, OnwardPlan: p})
+		hop = math.Min(hop, p.PredictedMbps)
+	}
+	if hop < before { // a hop that keeps up is not a stage that limits (ties go to the others)
+		st[StageOnward] = hop
+	}
+	return out
 }
 
 func slowest(stages map[StageName]float64) (float64, StageName) {

@@ -66,6 +66,18 @@ type SinkConfig struct {
 	Sample        string `json:"sample,omitempty"`
 	// Guarantee: one of several sinks, "lossless" or "latest" (spec.sinks[].guarantee).
 	Guarantee string `json:"guarantee,omitempty"`
+	// Connections: numastream (onward) sink, the links to the far receiver (the plan's).
+	Connections int `json:"connections,omitempty"`
+	// Curve: numastream (onward) sink, the gateway's key and the far receiver's public key.
+	Curve *OnwardCurveConfig `json:"curve,omitempty"`
+}
+
+// OnwardCurveConfig keys an onward hop: the gateway's secret key (from the pipeline's keys
+// Secret) and the far receiver's public key (spec.sinks[].onward.serverKey).
+type OnwardCurveConfig struct {
+	SecretKeyFile string `json:"secret_key_file"`
+	ServerKey     string `json:"server_key"`
+	Mode          string `json:"mode"`
 }
 
 // SpillConfig is a sender's node-local spill (spec.spill).
@@ -156,6 +168,10 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 	base.Streams = 1
 	if len(sp.Spec.Sinks) > 0 {
 		for _, k := range sp.Spec.Sinks {
+			if k.Onward != nil {
+				base.Sinks = append(base.Sinks, onwardSinkConfig(in, g, k))
+				continue
+			}
 			c := sinkConfig(&k.Sink)
 			c.Guarantee = string(k.Guarantee)
 			if c.Kind == "file" || c.Kind == "hdf5" {
@@ -295,6 +311,21 @@ func sourceConfig(s v1beta1.Source) *SourceConfig {
 	}
 }
 
+// onwardSinkConfig is consumer k's onward hop from gateway stream g: the plan's connections,
+// keyed with the gateway's key to the far receiver's when the pipeline has keys.
+func onwardSinkConfig(in Inputs, g planner.GatewayPlan, k v1beta1.Consumer) SinkConfig {
+	c := SinkConfig{Kind: "numastream", Endpoint: k.Onward.Endpoint, Guarantee: string(k.Guarantee), Connections: 1}
+	for _, o := range g.Onward {
+		if o.Name == k.Name {
+			c.Connections = o.Connections
+		}
+	}
+	if in.KeysSecret != "" && k.Onward.ServerKey != "" {
+		c.Curve = &OnwardCurveConfig{SecretKeyFile: KeysMountPath + "/secret", ServerKey: k.Onward.ServerKey, Mode: securityMode(in)}
+	}
+	return c
+}
+
 func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 	switch {
 	case s != nil && s.File != nil:
@@ -349,4 +380,34 @@ func idleSeconds(sp *v1beta1.StreamPipeline) int32 {
 		}
 	}
 	return 600
+}
+
+// OnwardRequests are the pipeline's onward consumers (spec.sinks[].onward) as the planner
+// takes them: the path each crosses, and the connections the spec fixes.
+func OnwardRequests(sp *v1beta1.StreamPipeline) []planner.OnwardRequest {
+	var out []planner.OnwardRequest
+	for _, k := range sp.Spec.Sinks {
+		o := k.Onward
+		if o == nil {
+			continue
+		}
+		r := planner.OnwardRequest{Name: k.Name, Link: planner.OnwardLink{Congestion: planner.CongestionLossBased}}
+		if o.Connections != nil {
+			r.Connections = int(*o.Connections)
+		}
+		if l := o.Link; l != nil {
+			r.Link.BandwidthMbps = float64(l.BandwidthMbps)
+			if l.RoundTrip != nil {
+				r.Link.RTT = l.RoundTrip.Duration
+			}
+			if loss, err := strconv.ParseFloat(l.LossPercent, 64); err == nil {
+				r.Link.Loss = loss / 100 // the API server checked its form
+			}
+			if l.CongestionControl == "bbr" {
+				r.Link.Congestion = planner.CongestionBBR
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }

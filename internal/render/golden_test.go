@@ -1,6 +1,9 @@
 package render
 
 import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"os"
 	"path/filepath"
 	"sort"
@@ -58,6 +61,16 @@ func goldenCases() map[string]*v1beta1.StreamPipeline {
 					NXmx: &v1beta1.NXmxFiles{FramesPerFile: 100}}}},
 				{Name: "analysis", Guarantee: v1beta1.GuaranteeLossless, Sink: v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31002}}},
 				{Name: "live", Guarantee: v1beta1.GuaranteeLatest, Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}},
+			}
+		}),
+		// Files here and an encrypted, acknowledged hop to an HPC site 20 ms away losing 0.1%.
+		"onward-hop": pipeline("onward-hop", withCurve, func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{
+				{Name: "archive", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "s-{stream}.raw"}}},
+				{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn.hpc.example:7000",
+					ServerKey: "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7",
+					Link: &v1beta1.OnwardLink{BandwidthMbps: 10000, RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond},
+						LossPercent: "0.1"}}}},
 			}
 		}),
 		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1beta1.StreamPipeline) {

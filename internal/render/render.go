@@ -470,7 +470,10 @@ func gatewayContainers(in Inputs, g planner.GatewayPlan, opts Options) []corev1.
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "relay", MountPath: RelayDir})
 	}
 	if in.KeysSecret != "" {
-		rx.VolumeMounts = append(rx.VolumeMounts, keysMount) // only the container on the network holds keys
+		rx.VolumeMounts = append(rx.VolumeMounts, keysMount) // the containers on the network hold keys
+		if hasOnward(sp) {
+			dx.VolumeMounts = append(dx.VolumeMounts, keysMount) // its onward hop connects with the gateway's key
+		}
 	}
 	return []corev1.Container{rx, dx}
 }
@@ -716,4 +719,14 @@ func podUses(sp *v1beta1.StreamPipeline, n planner.PodPlan) []storage.Use {
 		}
 	}
 	return out
+}
+
+// hasOnward: a consumer of the pipeline is an onward hop to another site.
+func hasOnward(sp *v1beta1.StreamPipeline) bool {
+	for _, k := range sp.Spec.Sinks {
+		if k.Onward != nil {
+			return true
+		}
+	}
+	return false
 }

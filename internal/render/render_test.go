@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -124,6 +125,7 @@ func inputsFor(t *testing.T, sp *v1beta1.StreamPipeline) Inputs {
 	plan, err := planner.Make(planner.Request{
 		Senders: senders, Gateway: gateway(), GatewayNIC: "ens1f0", Ratio: 2, Port: 5555,
 		Mode: planner.Mode(sp.Spec.Placement), HasSink: sp.Spec.Sink != nil, Slots: sp.StreamSlots(),
+		Onward:              OnwardRequests(sp),
 		ExtraPortsPerStream: map[bool]int{true: HostMetricsPortsPerStream}[sp.Spec.HostNetwork],
 	})
 	if err != nil {
@@ -1246,5 +1248,48 @@ func TestSeveralConsumersAreOneAgentsSinksWithOneVolumeAndTheStream2Port(t *test
 	}
 	if !admitted {
 		t.Errorf("NetworkPolicy %+v does not admit the Stream V2 consumers on 31002", objs.NetworkPolicy.Spec.Ingress)
+	}
+}
+
+// An onward consumer: the decompressing container, which runs it, gets the gateway's key too
+// (the far receiver admits gateway.public); its configuration has the plan's connections and
+// the far receiver's public key; the plan says what the hop carries.
+func TestAnOnwardConsumerConnectsWithTheGatewaysKeyOverThePlannedConnections(t *testing.T) {
+	const far = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+	sp := pipeline("hop", withCurve, func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sinks = []v1beta1.Consumer{
+			{Name: "here", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "s.raw"}}},
+			{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: far,
+				Link: &v1beta1.OnwardLink{BandwidthMbps: 200, RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond},
+					LossPercent: "0.1"}}}},
+		}
+	})
+	objs, plan := renderFor(t, sp)
+	g := plan.Gateways[0]
+	if len(g.Onward) != 1 || g.Onward[0].Limit != planner.OnwardLimitLink || g.Onward[0].Connections != 9 || g.Onward[0].PredictedMbps != 200 {
+		t.Fatalf("onward plan %+v: want the 200 Mbit/s link filled by nine 22.3 Mbit/s connections", g.Onward)
+	}
+	for _, j := range objs.Jobs {
+		if j.Labels[LabelRole] != RoleGateway {
+			continue
+		}
+		for _, c := range j.Spec.Template.Spec.Containers {
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				mounted = mounted || m.Name == "keys"
+			}
+			if !mounted {
+				t.Errorf("%s/%s has no keys: the onward hop could not connect", j.Name, c.Name)
+			}
+		}
+	}
+	var cfg AgentConfig
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-0.json"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	hop := cfg.Sinks[1]
+	if hop.Kind != "numastream" || hop.Endpoint != "tcp://dtn:7000" || hop.Connections != g.Onward[0].Connections ||
+		hop.Curve == nil || hop.Curve.ServerKey != far || hop.Curve.SecretKeyFile != KeysMountPath+"/secret" || hop.Curve.Mode != "encrypt" {
+		t.Errorf("onward sink %+v (curve %+v)", hop, hop.Curve)
 	}
 }
