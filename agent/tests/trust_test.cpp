@@ -342,13 +342,18 @@ std::vector<std::uint64_t> indices(const std::string& path) {
 // the gateway pauses for 1.5 s (a busy gateway); the sender is SIGKILLed during the pause and a
 // new one started with the same state. Every frame the first sender took and never had
 // acknowledged is declared missing, exactly, by sequence; the file is not published as complete;
-// the receiver exits 3 and its summary names the gap.
+// the receiver exits 3 and its summary names the gap. The gateway also carries the stream on to a
+// far receiver (an onward consumer): it declares the same gaps on, and the far site's file and
+// summary say exactly what the gateway's do.
 TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
-  int port = free_ports(3);
+  int port = free_ports(4);
   Detector detector(port + 2);
-  std::string dir = temp_dir(), state = temp_dir();
+  std::string dir = temp_dir(), state = temp_dir(), far_dir = temp_dir();
   const std::vector<std::string> with_state = {"--set", "state_dir=\"" + state + "\""};
-  Process rx(receiver(port, 2, {"--sink", "file", "--sink-path", dir + "/frames.raw"}));
+  Process far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", far_dir + "/frames.raw"}));
+  const json sinks = json::array({{{"kind", "file"}, {"path", dir + "/frames.raw"}},
+                                  {{"kind", "numastream"}, {"endpoint", ep(port + 3)}}});
+  Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump()}));
   auto tx_argv = sender(port, 2, detector.source());
   tx_argv.insert(tx_argv.end(), with_state.begin(), with_state.end());
   auto tx1 = std::make_unique<Process>(tx_argv);
@@ -382,6 +387,15 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
   const int rx_code = rx.wait(60s);
   json r = summary(rx), s2 = summary(*tx2);
   EXPECT_EQ(rx_code, 3) << "data is missing: the run says so\n" << rx.err();
+  EXPECT_EQ(far.wait(60s), 3) << "the far site says data is missing too\n" << far.err();
+  const json f = summary(far);
+  EXPECT_EQ(f["lost"], r["lost"]) << f.dump() << "\n" << r.dump();
+  ASSERT_EQ(f["streams"].size(), 1u) << f.dump();
+  EXPECT_EQ(f["streams"][0]["declared_missing"], r["streams"][0]["declared_missing"]) << f.dump();
+  EXPECT_EQ(f["streams"][0]["gaps"], r["streams"][0]["gaps"]) << "the far site names the gaps the sender declared";
+  EXPECT_EQ(indices(far_dir + "/frames.raw.part"), indices(dir + "/frames.raw.part"))
+      << "the far site holds the frames the gateway holds, no more, no less";
+  EXPECT_EQ(fs::file_size(far_dir + "/frames.raw.part"), fs::file_size(dir + "/frames.raw.part"));
   EXPECT_FALSE(fs::exists(dir + "/frames.raw")) << "not published as complete";
   ASSERT_TRUE(fs::exists(dir + "/frames.raw.part"));
   // The first sender's count, from its record: it took frames 0 .. taken-1 (its sequences).

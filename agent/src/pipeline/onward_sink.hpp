@@ -1,15 +1,16 @@
 // The onward consumer: one of a gateway's several consumers (config `sinks`, kind "numastream")
-// that carries the verified chunks on to a numastream receiver elsewhere (an HPC or analysis
-// site: another gateway, or a plain `numastream-agent receive`) over an acknowledged, resumable
-// link (net/link.hpp), encrypted when keyed. A chunk counts as taken by this consumer only once
-// the far receiver acknowledged it (kept, or gave it up: then it is named discarded), so the
-// gateway's own acknowledgement to the sender waits for the far site as for a file written
-// here; the link keeps every unacknowledged frame and sends it again after the far receiver
-// comes back. Over `connections` links (the far receiver's connections 0..n-1, one record of
-// what it acknowledged), each chunk goes on the next one with room in its window, so a
-// connection recovering a loss holds back only its own frames. When the input ends, each stream
-// is ended on every connection with the totals its sender announced, and the consumer waits
-// until the far receiver acknowledged everything. Internal to the agent.
+// that carries the verified chunks on to a numastream receiver elsewhere (an HPC or analysis site:
+// another gateway, or a plain `numastream-agent receive`) over an acknowledged, resumable link
+// (net/link.hpp), encrypted when keyed. A chunk counts as taken by this consumer only once the far
+// receiver acknowledged it (kept, or gave it up: then it is named discarded), so the gateway's own
+// acknowledgement to the sender waits for the far site as for a file written here; the link keeps
+// every unacknowledged frame and sends it again after the far receiver comes back. The gaps its
+// senders declared (chunks a restarted detector sender lost) are declared on, so the far receiver
+// names them missing as this one does. Over `connections` links (the far receiver's connections
+// 0..n-1, one record of what it acknowledged), each chunk goes on the next one with room in its
+// window, so a connection recovering a loss holds back only its own frames. When the input ends,
+// each stream is ended on every connection with the totals its sender announced, and the consumer
+// waits until the far receiver acknowledged everything. Internal to the agent.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +41,12 @@ class OnwardSink final : public Sink {
                                                           std::uint16_t connection, std::uint16_t connections)>;
   // A stream's metadata frame payload (pixel type, shape) as its sender sent it; empty: none.
   using MetaFn = std::function<std::string(std::uint32_t stream)>;
+  // `gaps`: what the senders declared gone, declared on to the far receiver as it grows.
   OnwardSink(const Config& cfg, zmq::Context& ctx, LinkOptions opts, std::optional<CurveSetup> curve, AckFn ack,
-             AckFn discard, EndFn end, MetaFn meta, std::function<bool()> aborted)
+             AckFn discard, EndFn end, MetaFn meta, std::shared_ptr<GapBook> gaps, std::function<bool()> aborted)
       : cfg_(cfg), ctx_(ctx), opts_(std::move(opts)), curve_(std::move(curve)), ack_(std::move(ack)),
-        discard_(std::move(discard)), end_(std::move(end)), meta_(std::move(meta)), aborted_(std::move(aborted)) {}
+        discard_(std::move(discard)), end_(std::move(end)), meta_(std::move(meta)), gaps_(std::move(gaps)),
+        aborted_(std::move(aborted)) {}
 
   const char* name() const override { return "numastream"; }
 
@@ -58,6 +61,7 @@ class OnwardSink final : public Sink {
       o.connections = static_cast<std::uint16_t>(n);
       links_.push_back(std::make_unique<AckedLink>(
           ctx_, o, ledger_, aborted_, [this](const wire::Header& h, std::span<const std::uint64_t> seqs) { settled(h, seqs); }));
+      links_.back()->set_gaps(gaps_);
     }
     for (auto& l : links_) l->connect();
     forwarded_.assign(links_.size(), {});
@@ -165,6 +169,7 @@ class OnwardSink final : public Sink {
   AckFn ack_, discard_;
   EndFn end_;
   MetaFn meta_;
+  std::shared_ptr<GapBook> gaps_;
   std::function<bool()> aborted_;
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
   std::vector<std::unique_ptr<AckedLink>> links_;

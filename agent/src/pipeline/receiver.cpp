@@ -185,6 +185,9 @@ class Receiver {
   AckLedger ledger_;
   std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
   std::shared_ptr<GapBook> relay_gaps_ = std::make_shared<GapBook>();  // declared downstream
+  // The gaps the senders declared, passed on by the onward consumers to their far receivers.
+  std::shared_ptr<GapBook> onward_gaps_ = std::make_shared<GapBook>();
+  bool onward_ = false;  // a consumer is an onward hop
   std::vector<std::unique_ptr<AckBox>> boxes_;
   std::atomic<std::uint64_t> acks_sent_{0};
   std::atomic<std::uint64_t> resumes_{0};
@@ -459,12 +462,19 @@ void Receiver::receive_loop(StageThread& t) {
     }
     if (h.type == wire::FrameType::gap) {
       auto gaps = wire::decode_gaps(bytes);
-      if (auto why = tracker_.on_gaps(h.stream_id, gaps); why != wire::DecodeError::ok) {
+      std::vector<wire::Gap> missing;
+      if (auto why = tracker_.on_gaps(h.stream_id, gaps, &missing); why != wire::DecodeError::ok) {
         refuse(why);
         continue;
       }
       gap_frames_++;
       control_->record().settle(h.stream_id, gaps);
+      // Declared on only what this gateway never had: a chunk of the gap it delivered before the
+      // declaration goes on to the far site as any other.
+      if (onward_ && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
+        throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
+                                 std::to_string(wire::kMaxGapRecords) + " separate gaps to declare onward");
+      }
       Inbound in{h, std::move(msg), std::nullopt, index};
       if (!control_->gaps(in)) break;
       continue;
@@ -1031,7 +1041,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
             [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection, std::uint16_t connections) {
               return downstream_end(stream, count, connection, connections);
             },
-            [this](std::uint32_t stream) { return metadata_of(stream); }, aborted);
+            [this](std::uint32_t stream) { return metadata_of(stream); }, onward_gaps_, aborted);
+        onward_ = true;
         break;
       }
       case SinkConfig::Kind::zmq:

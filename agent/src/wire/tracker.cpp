@@ -96,7 +96,8 @@ DecodeError StreamTracker::on_resume(std::uint32_t stream, std::uint64_t floor, 
   return DecodeError::ok;
 }
 
-DecodeError StreamTracker::on_gaps(std::uint32_t stream, std::span<const wire::Gap> incoming) {
+DecodeError StreamTracker::on_gaps(std::uint32_t stream, std::span<const wire::Gap> incoming,
+                                   std::vector<wire::Gap>* missing_out) {
   std::lock_guard lock(mu_);
   Stream* s = find_or_add(stream);
   if (!s) return DecodeError::too_many_streams;
@@ -128,6 +129,7 @@ DecodeError StreamTracker::on_gaps(std::uint32_t stream, std::span<const wire::G
     for (const auto& part : s->missing_part(g, window_)) missing.push_back(part);
   }
   if (s->gaps.size() + missing.size() > kMaxGaps) return DecodeError::out_of_window;
+  if (missing_out) *missing_out = missing;
   for (const auto& g : missing) {
     std::uint64_t newly = 0;
     if (g.first <= s->settled.floor()) {

@@ -48,7 +48,10 @@ class StreamTracker {
   // receiver has not seen may start at any floor; a known one only moves within its window.
   wire::DecodeError on_resume(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs);
   // A gap frame: the chunks will never come. They count as lost, are named, and are not waited for.
-  wire::DecodeError on_gaps(std::uint32_t stream, std::span<const wire::Gap> gaps);
+  // `missing` (if given) gets the parts of `gaps` this instance had not delivered: what is now
+  // missing, and will not be delivered after.
+  wire::DecodeError on_gaps(std::uint32_t stream, std::span<const wire::Gap> gaps,
+                            std::vector<wire::Gap>* missing = nullptr);
   // An end-of-stream frame; refused (contradicts_stream) when its total is below what the stream
   // already holds or unlike the total another connection announced, out_of_window when beyond it.
   wire::DecodeError on_end_of_stream(const wire::Header& h, const wire::EndOfStream& eos);
