@@ -436,13 +436,14 @@ func request(sp *v1beta1.StreamPipeline, f facts) planner.Request {
 	req := planner.Request{
 		Senders: f.senders, Gateway: gateway, GatewayNIC: sp.Spec.Gateway.Network.NIC,
 		Ratio: ratio, Mode: planner.NUMAAware, Held: f.held, HeldStreams: f.heldStreams,
-		HasSink:     len(sp.Spec.Consumers()) > 0,
-		Port:        int(sp.Spec.Port),
-		ChunkBytes:  sp.Spec.ChunkBytes,
-		PassThrough: passThrough(sp),
-		Encrypt:     sp.Spec.SecurityMode() == v1beta1.SecurityCurve,
-		StreamIDs:   sp.StreamIDs(),
-		Slots:       sp.StreamSlots(),
+		HasSink:        len(sp.Spec.Consumers()) > 0,
+		ExtraConsumers: render.ExtraConsumers(sp),
+		Port:           int(sp.Spec.Port),
+		ChunkBytes:     sp.Spec.ChunkBytes,
+		PassThrough:    passThrough(sp),
+		Encrypt:        sp.Spec.SecurityMode() == v1beta1.SecurityCurve,
+		StreamIDs:      sp.StreamIDs(),
+		Slots:          sp.StreamSlots(),
 	}
 	if sp.Spec.HostNetwork {
 		req.ExtraPortsPerStream = render.HostMetricsPortsPerStream

@@ -74,6 +74,10 @@ type Request struct {
 	// TargetMbit is the raw rate per stream to plan for; 0 = as fast as possible.
 	TargetMbit float64
 	HasSink    bool
+	// ExtraConsumers are the gateway's consumers past the first (spec.sinks), each true when it
+	// restores the order (file, zmq, stream2, onward: it holds a reorder window of chunks) and
+	// false for an HDF5 one (it writes each frame where it belongs): each holds buffers of its own.
+	ExtraConsumers []bool
 	// Held is what other pipelines already hold on the gateway: cores per NUMA node, and the
 	// number of their streams that share the NIC.
 	Held        map[int]int
@@ -511,7 +515,7 @@ func Make(r Request) (Plan, error) {
 		if sharedMilli > 0 {
 			pod.CPUs, pod.SharedMilliCPU = conns*perConn, sharedMilli
 		}
-		pod.Containers = gatewayContainers(pod, conns, conns*perConn, r.ChunkBytes)
+		pod.Containers = gatewayContainers(pod, conns, conns*perConn, r.ChunkBytes, r.ExtraConsumers)
 		plan.Gateways = append(plan.Gateways, GatewayPlan{PodPlan: pod, Port: r.Port + slot(i)*stride, Onward: onward[i]})
 	}
 	rest := (decompress + sinkCores) * streams
@@ -582,13 +586,17 @@ func senderContainers(n PodPlan, conns int, chunk int64) []Container {
 // threads share them) and the NIC-locality resource; the decompressing container holds the rest
 // (at least one), where one thread reads the relay's socket next to the decompressors, or, on a
 // gateway with no whole core left (SharedMilliCPU), a share of the node's shared pool.
-func gatewayContainers(n PodPlan, conns, rxCPUs int, chunk int64) []Container {
+func gatewayContainers(n PodPlan, conns, rxCPUs int, chunk int64, extra []bool) []Container {
 	if chunk <= 0 {
 		chunk = DefaultChunkBytes
 	}
 	rx := Container{Name: ContainerReceive, CPUs: rxCPUs, MemoryBytes: memoryFor(chunk, rxCPUs, conns)}
 	dxCPUs := max(1, n.CPUs-rxCPUs)
-	dx := Container{Name: ContainerDecompress, CPUs: dxCPUs, MemoryBytes: memoryFor(chunk, dxCPUs, conns)}
+	dxMemory := memoryFor(chunk, dxCPUs, conns)
+	for _, ordered := range extra {
+		dxMemory += consumerChunks(ordered, chunk, dxCPUs) * chunk
+	}
+	dx := Container{Name: ContainerDecompress, CPUs: dxCPUs, MemoryBytes: (dxMemory + (1<<20 - 1)) >> 20 << 20}
 	if n.SharedMilliCPU > 0 {
 		dx.CPUs, dx.MilliCPU = 0, n.SharedMilliCPU
 	}
@@ -609,6 +617,21 @@ func gatewayContainers(n PodPlan, conns, rxCPUs int, chunk int64) []Container {
 // per CPU ~3 chunks in flight (input, output, zero-copy on the wire), the credit window of every
 // connection (8 chunks each), queues, frames and the reorder window, plus 256 MiB for code and
 // ZeroMQ; rounded up to whole MiB.
+// consumerChunks is what one more consumer of a gateway's decompressing agent holds at most, in
+// chunks: its queue and, when it restores the order, a reorder window and the slack beyond it
+// (the agent's plan_receiver_pools with the defaults the operator leaves: queue 4, ZeroMQ
+// high-water mark 2, reorder window 16, adaptive room 5, one receiving connection from the
+// relay). The operator's contract test checks the container against the agent's own figure.
+func consumerChunks(ordered bool, chunk int64, decompressors int) int64 {
+	const queue, hwm, room, window = 4, 2, 5, 16
+	if !ordered {
+		return queue
+	}
+	perConnection := int64(2*hwm+4) + (8<<20)/max(1, chunk/2)
+	slack := int64(decompressors + room + queue)
+	return queue + max(window, perConnection+slack) + slack
+}
+
 func memoryFor(chunk int64, cpus, connections int) int64 {
 	bytes := int64(cpus*3+connections*8+28)*chunk + 256<<20
 	return (bytes + (1<<20 - 1)) >> 20 << 20

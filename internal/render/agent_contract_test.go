@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,6 +52,54 @@ func TestRenderedConfigsPassTheAgentsValidation(t *testing.T) {
 			out, err := exec.Command(agent, "check-config", role, "--config", path).CombinedOutput()
 			if err != nil {
 				t.Errorf("%s: %s refused by the agent: %v\n%s\n%s", name, key, err, out, cfg)
+			}
+		}
+	}
+}
+
+// Every agent container the operator renders has the memory its agent allocates for its buffer
+// pools at start (`check-config` prints it, from the agent's own sizing) and room for the rest of
+// the program: a container short of it is OOM-killed the moment the agent pre-faults its pools
+// (as a gateway with several consumers was, before the plan counted each consumer's buffers).
+func TestEveryAgentContainerHoldsItsBufferPools(t *testing.T) {
+	agent := testenv.Agent(t)
+	const program = 128 << 20 // the agent itself: code, ZeroMQ, HDF5's caches, stacks
+	dir := t.TempDir()
+	for name, sp := range goldenCases() {
+		objs, _ := renderFor(t, sp)
+		for _, j := range objs.Jobs {
+			for _, c := range j.Spec.Template.Spec.Containers {
+				key := ""
+				for i, a := range c.Args {
+					if a == "--config" && i+1 < len(c.Args) {
+						key = filepath.Base(c.Args[i+1])
+					}
+				}
+				cfg, ok := objs.ConfigMap.Data[key]
+				if !ok {
+					t.Fatalf("%s/%s: no configuration %q", name, c.Name, key)
+				}
+				path := filepath.Join(dir, name+"-"+key)
+				if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				out, err := exec.Command(agent, "check-config", c.Args[0], "--config", path).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s/%s: %v\n%s", name, key, err, out)
+				}
+				var pools int64
+				for _, line := range strings.Split(string(out), "\n") {
+					if f := strings.Fields(line); len(f) > 3 && f[0] == "buffer" && f[1] == "pools:" {
+						pools, _ = strconv.ParseInt(f[2], 10, 64)
+					}
+				}
+				limit := c.Resources.Limits.Memory().Value()
+				if limit < pools+program {
+					t.Errorf("%s/%s (%s): memory %d MiB, its agent's buffer pools %d MiB + %d MiB for the program",
+						name, c.Name, key, limit>>20, pools>>20, program>>20)
+				} else {
+					t.Logf("%s/%s: memory %d MiB, buffer pools %d MiB", name, c.Name, limit>>20, pools>>20)
+				}
 			}
 		}
 	}

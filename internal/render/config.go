@@ -411,3 +411,15 @@ func OnwardRequests(sp *v1beta1.StreamPipeline) []planner.OnwardRequest {
 	}
 	return out
 }
+
+// ExtraConsumers are the pipeline's consumers past the first as the planner sizes their memory:
+// true for one that restores the order (file, zmq, stream2, onward), false for an HDF5 one.
+func ExtraConsumers(sp *v1beta1.StreamPipeline) []bool {
+	var out []bool
+	for i, k := range sp.Spec.Sinks {
+		if i > 0 {
+			out = append(out, k.HDF5 == nil)
+		}
+	}
+	return out
+}

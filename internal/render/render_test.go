@@ -124,7 +124,8 @@ func inputsFor(t *testing.T, sp *v1beta1.StreamPipeline) Inputs {
 	}
 	plan, err := planner.Make(planner.Request{
 		Senders: senders, Gateway: gateway(), GatewayNIC: "ens1f0", Ratio: 2, Port: 5555,
-		Mode: planner.Mode(sp.Spec.Placement), HasSink: sp.Spec.Sink != nil, Slots: sp.StreamSlots(),
+		Mode: planner.Mode(sp.Spec.Placement), HasSink: len(sp.Spec.Consumers()) > 0, Slots: sp.StreamSlots(),
+		ExtraConsumers:      ExtraConsumers(sp),
 		Onward:              OnwardRequests(sp),
 		ExtraPortsPerStream: map[bool]int{true: HostMetricsPortsPerStream}[sp.Spec.HostNetwork],
 	})

@@ -24,6 +24,7 @@
 
 #include "app/bench.hpp"
 #include "config/cli.hpp"
+#include "pipeline/pools.hpp"
 #include "app/codec_tool.hpp"
 #include "app/detector_sim.hpp"
 #include "app/forward.hpp"
@@ -208,8 +209,9 @@ int main(int argc, char** argv) {
       }
       Role role = args[0] == "send" ? Role::send : Role::receive;
       args.erase(args.begin());
-      parse_config(config_from_args(args), role);
-      std::cout << "valid " << (role == Role::send ? "send" : "receive") << " configuration\n";
+      const Config c = parse_config(config_from_args(args), role);
+      std::cout << "valid " << (role == Role::send ? "send" : "receive") << " configuration\n"
+                << "buffer pools: " << planned_pool_bytes(c) << " bytes per NUMA node of the codec stage\n";
       return kExitOk;
     }
     if (cmd == "bench") return run_bench(args);

@@ -46,4 +46,19 @@ ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompre
   return p;
 }
 
+std::size_t planned_pool_bytes(const Config& cfg) {
+  auto threads = [&](Stage stage, int otherwise) {
+    auto it = cfg.stages.find(stage);
+    return it != cfg.stages.end() && it->second.threads > 0 ? it->second.threads : otherwise;
+  };
+  if (cfg.role == Role::send) {
+    const SenderPools p = plan_sender_pools(cfg, cfg.connections);
+    return (p.wire_buffers + static_cast<std::size_t>(threads(Stage::compress, 1))) * p.wire_capacity;
+  }
+  if (cfg.relay) return 0;  // a relay decodes nothing: frames stay in the messages they came in
+  const int decompressors = threads(Stage::decompress, 1);
+  const ReceiverPools p = plan_receiver_pools(cfg, threads(Stage::receive, cfg.connections), decompressors);
+  return (p.raw_buffers + static_cast<std::size_t>(decompressors)) * p.raw_capacity;
+}
+
 }  // namespace numastream

@@ -39,4 +39,11 @@ struct ReceiverPools {
 // not sent. The HDF5 sink takes bslz4 frames as they arrived: raw buffers fit the worst case.
 ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompressors);
 
+// The bytes an agent with this configuration allocates for its buffer pools at start (and
+// pre-faults) on each NUMA node its codec stage runs on, with the threads its placement names
+// (placement.stages; the defaults where it names none): what its container's memory must hold
+// besides the program (`numastream-agent check-config` prints it; the operator's contract test
+// compares it with the memory it gives the container).
+std::size_t planned_pool_bytes(const Config& cfg);
+
 }  // namespace numastream
