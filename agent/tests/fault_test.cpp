@@ -33,6 +33,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -321,6 +322,25 @@ class Fault : public ::testing::Test {
     return bed_->in(bed_->tx, a);
   }
 
+  // An onward hop's far receiver (its command line from `far`) killed and restarted: run until
+  // it has written 12 MiB, SIGKILLed, started again a second later; then the sender, the hop and
+  // the far receiver must each end with 0. The restarted far receiver's summary.
+  json far_killed_and_restarted(const std::function<std::vector<std::string>()>& far, Process& tx, Process& hop) {
+    {
+      Process rx(far());
+      wait_written(12u << 20);
+      rx.signal(SIGKILL);
+      EXPECT_EQ(rx.wait(10s), 128 + SIGKILL);
+    }
+    std::this_thread::sleep_for(1s);
+    Process rx(far());
+    EXPECT_EQ(tx.wait(180s), 0) << tx.err();
+    EXPECT_EQ(hop.wait(120s), 0) << hop.err();
+    const int code = rx.wait(60s);
+    if (code != 0) ADD_FAILURE() << "far receiver exit " << code << "\n" << rx.err();
+    return summary(rx);
+  }
+
   // Waits until the receiver's file holds at least `bytes`.
   void wait_written(std::size_t bytes) {
     for (int i = 0; i < 600; ++i) {
@@ -470,18 +490,9 @@ TEST_F(Fault, AnEncryptedOnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted)
   Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(relay_port),
                                  "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
                                  "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
-  {
-    Process rx(far_receiver());
-    wait_written(12u << 20);
-    rx.signal(SIGKILL);
-    EXPECT_EQ(rx.wait(10s), 128 + SIGKILL);
-  }
-  std::this_thread::sleep_for(1s);
-  Process rx(far_receiver());
-  ASSERT_EQ(tx.wait(180s), 0) << tx.err();
-  ASSERT_EQ(relay.wait(120s), 0) << relay.err();
-  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-  const json r = summary(rx), hop = summary(relay);
+  const json r = far_killed_and_restarted(far_receiver, tx, relay);
+  if (HasFatalFailure()) return;
+  const json hop = summary(relay);
   EXPECT_GT(r["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file";
   EXPECT_EQ(hop["role"], "relay");
   EXPECT_EQ(hop["onward_security"], "encrypt");
@@ -522,19 +533,10 @@ TEST_F(Fault, AnOnwardConsumerOverFourConnectionsAcrossADelayedLossyLinkLosesNot
   Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
                                  "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
                                  "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
-  {
-    Process rx(far_receiver());
-    wait_written(12u << 20);
-    rx.signal(SIGKILL);
-    EXPECT_EQ(rx.wait(10s), 128 + SIGKILL);
-  }
-  std::this_thread::sleep_for(1s);
-  Process rx(far_receiver());
-  ASSERT_EQ(tx.wait(180s), 0) << tx.err();
-  ASSERT_EQ(gw.wait(120s), 0) << gw.err();
-  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json r = far_killed_and_restarted(far_receiver, tx, gw);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(read_file(dir_ + "/here.raw"), read_file(src_)) << "the gateway's own file differs from the source";
-  const json r = summary(rx), g = summary(gw);
+  const json g = summary(gw);
   ASSERT_EQ(g["consumers"].size(), 2u) << g.dump();
   const json& onward = g["consumers"][1]["onward"];
   EXPECT_EQ(onward["connections"], 4);
