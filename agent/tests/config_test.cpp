@@ -480,6 +480,35 @@ TEST(Config, AnOnwardConsumerTakesItsConnections) {
   expect_refused(doc, Role::receive, "sinks[1].curve.server_key");
 }
 
+// A lossless consumer's spill: an absolute directory and a budget of at least 1 MiB, its own
+// directory; a latest-only consumer has none (it passes chunks over instead).
+TEST(Config, ALosslessConsumerTakesASpillOfItsOwn) {
+  json doc = minimal();
+  doc["sinks"] = json::array({{{"kind", "file"}, {"path", "/data/a.raw"}},
+                              {{"kind", "zmq"}, {"endpoint", "tcp://analysis:7000"},
+                               {"spill", {{"path", "/spill/analysis"}, {"max_bytes", 64 << 20}}}}});
+  const Config c = parse_config(doc, Role::receive);
+  EXPECT_EQ(c.consumers[1].spill.path, "/spill/analysis");
+  EXPECT_EQ(c.consumers[1].spill.max_bytes, 64u << 20);
+  EXPECT_FALSE(c.consumers[0].spill.enabled());
+  for (const auto& [spill, field] : std::vector<std::pair<json, std::string>>{
+           {{{"path", "relative"}, {"max_bytes", 64 << 20}}, "sinks[1].spill.path"},
+           {{{"path", "/spill/a"}}, "sinks[1].spill.max_bytes"},
+           {{{"path", "/spill/a"}, {"max_bytes", 1000}}, "sinks[1].spill.max_bytes"},
+           {{{"path", "/spill/a"}, {"max_bytes", 64 << 20}, {"extra", 1}}, "sinks[1].spill.extra"},
+       }) {
+    json bad = doc;
+    bad["sinks"][1]["spill"] = spill;
+    expect_refused(bad, Role::receive, field);
+  }
+  json latest = doc;
+  latest["sinks"][1]["guarantee"] = "latest";
+  expect_refused(latest, Role::receive, "sinks[1].spill");
+  json shared = doc;
+  shared["sinks"][0]["spill"] = doc["sinks"][1]["spill"];
+  expect_refused(shared, Role::receive, "sinks[1].spill.path");
+}
+
 TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
   auto with = [](json sinks) {
     json doc = minimal();

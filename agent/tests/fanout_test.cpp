@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -25,6 +26,7 @@
 #include "stream2_fixture.hpp"
 #include "store/nxmx_master.hpp"
 #include "store/series_file.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream::testing {
 namespace {
@@ -240,6 +242,153 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   EXPECT_EQ(f["security"], "encrypt");
   std::printf("onward hop as a consumer: far receiver killed at %s and restarted; it resumed after %d chunks; both files whole\n",
               "12 MiB", f["delivered_before"].get<int>());
+}
+
+// The payloads of the data frames a zmq consumer received, in sequence order (each sequence
+// once: a second copy fails the test), and how many end-of-stream frames came.
+std::string payloads(const std::vector<std::string>& frames, int& ends) {
+  std::map<std::uint64_t, std::string> by_seq;
+  ends = 0;
+  for (const auto& f : frames) {
+    wire::Header h;
+    const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(f.data()), f.size());
+    if (wire::decode(bytes, 64u << 20, h) != wire::DecodeError::ok) {
+      ADD_FAILURE() << "a frame the consumer got does not decode";
+      continue;
+    }
+    if (h.type == wire::FrameType::end_of_stream) ++ends;
+    if (h.type != wire::FrameType::data) continue;
+    if (!by_seq.emplace(h.sequence, f.substr(wire::kHeaderSize, h.payload_size)).second) {
+      ADD_FAILURE() << "chunk " << h.sequence << " came twice";
+    }
+  }
+  std::string out;
+  std::uint64_t next = 0;
+  for (const auto& [seq, payload] : by_seq) {
+    if (seq != next++) ADD_FAILURE() << "chunk " << next - 1 << " never came";
+    out += payload;
+  }
+  return out;
+}
+
+// One stream into a file and a live analysis (a zmq consumer, lossless, with a spill of its own)
+// whose reader stops after three chunks. With room in its spill the slow consumer holds nobody
+// back: the file consumer gets the whole stream while the reader still stops; then it reads on
+// and gets every chunk from the spill. With a spill too small for the stream it holds the others
+// back once that is full (the file stays short while the reader stops), and still loses nothing.
+TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
+  const std::string dir = temp_dir();
+  std::string source(48u << 20, '\0');
+  std::mt19937_64 rng(37);
+  for (std::size_t i = 0; i < source.size(); i += 8) {
+    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
+    std::memcpy(source.data() + i, &v, 8);
+  }
+  std::ofstream(dir + "/in", std::ios::binary) << source;
+  for (const std::uint64_t budget : {std::uint64_t{256} << 20, std::uint64_t{8} << 20}) {
+    SCOPED_TRACE("spill of " + std::to_string(budget >> 20) + " MiB");
+    const bool room = budget > source.size() + (16u << 20);
+    const int port = free_ports(3);
+    Consumer reader(ep(port + 2), /*bind=*/true, /*hwm=*/1);
+    const std::string out = dir + "/out-" + std::to_string(budget) + ".raw";
+    const json sinks = json::array({
+        {{"kind", "file"}, {"path", out}},
+        {{"kind", "zmq"}, {"endpoint", ep(port + 2)},
+         {"spill", {{"path", dir + "/spill-" + std::to_string(budget)}, {"max_bytes", budget}}}},
+    });
+    Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--idle-timeout", "60"}));
+    Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in"}));
+    std::vector<std::string> got = reader.take(3, 30s);
+    ASSERT_EQ(got.size(), 3u) << rx.err();
+    // The reader stops. The file consumer goes on (with room in the spill: to the end of the
+    // stream), or is held back once the spill is full.
+    auto file_whole = [&] {
+      std::error_code ec;
+      return fs::file_size(out + ".part", ec) == source.size() && !ec && read_bytes(out + ".part") == source;
+    };
+    for (int i = 0; i < (room ? 600 : 60) && !file_whole(); ++i) std::this_thread::sleep_for(50ms);
+    if (room) {
+      EXPECT_TRUE(file_whole()) << "the file is whole while the slow consumer's reader still stops";
+    } else {
+      EXPECT_FALSE(file_whole()) << "a full spill holds the others back";
+    }
+    auto rest = reader.take(48 + 1 - got.size(), 60s);  // reads on: every chunk, then the end of the stream
+    got.insert(got.end(), rest.begin(), rest.end());
+    ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+    ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+    int ends = 0;
+    EXPECT_TRUE(payloads(got, ends) == source) << "the slow consumer got every chunk once, " << got.size() << " frames";
+    EXPECT_EQ(ends, 1);
+    EXPECT_TRUE(read_bytes(out) == source);
+    const json r = summary(rx);
+    ASSERT_EQ(r["consumers"].size(), 2u) << r.dump();
+    const json& slow = r["consumers"][1];
+    EXPECT_EQ(slow["chunks"], 48) << slow.dump();
+    EXPECT_GT(slow["spill"]["spilled"].get<int>(), 0) << slow.dump();
+    EXPECT_LE(slow["spill"]["peak_bytes"].get<std::uint64_t>(), budget) << slow.dump();
+    EXPECT_EQ(r["lost"], 0);
+    std::printf("spill of %llu MiB: the slow consumer spilled %d of 48 chunks (peak %.1f MiB); %s\n",
+                static_cast<unsigned long long>(budget >> 20), slow["spill"]["spilled"].get<int>(),
+                slow["spill"]["peak_bytes"].get<double>() / (1 << 20),
+                room ? "the file was whole while its reader stopped" : "the full spill held the file back until it read on");
+  }
+}
+
+// A gateway killed while a slow consumer's chunks wait in its spill (the stream acknowledged to
+// its sender, which has ended): the next gateway process hands what the spill holds to that
+// consumer first, so its reader still gets every chunk (some perhaps twice: a frame read out of
+// the spill just before the kill is read again; each names its sequence).
+TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
+  const std::string dir = temp_dir();
+  std::string source(32u << 20, '\0');
+  std::mt19937_64 rng(41);
+  for (std::size_t i = 0; i < source.size(); i += 8) {
+    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
+    std::memcpy(source.data() + i, &v, 8);
+  }
+  std::ofstream(dir + "/in", std::ios::binary) << source;
+  const int port = free_ports(3);
+  Consumer reader(ep(port + 2), /*bind=*/true, /*hwm=*/1);
+  const json sinks = json::array({
+      {{"kind", "file"}, {"path", dir + "/out.raw"}},
+      {{"kind", "zmq"}, {"endpoint", ep(port + 2)}, {"spill", {{"path", dir + "/spill"}, {"max_bytes", 256 << 20}}}},
+  });
+  std::vector<std::string> got;
+  {
+    Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--idle-timeout", "60"}));
+    Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in"}));
+    got = reader.take(3, 30s);
+    ASSERT_EQ(got.size(), 3u) << rx.err();
+    ASSERT_EQ(tx.wait(60s), 0) << tx.err();  // every chunk acknowledged: in the file or the spill
+    rx.signal(SIGKILL);
+    EXPECT_EQ(rx.wait(10s), 128 + SIGKILL);
+  }
+  // The next process of the gateway; no sender comes back (it ended): once the reader has what
+  // the spill held, it is stopped.
+  Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump()}));
+  auto rest = reader.take(64, 10s);
+  got.insert(got.end(), rest.begin(), rest.end());
+  rx.signal(SIGTERM);
+  const int code = rx.wait(30s);
+  std::map<std::uint64_t, std::string> by_seq;
+  int other = 0;
+  for (const auto& f : got) {
+    wire::Header h;
+    const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(f.data()), f.size());
+    if (wire::decode(bytes, 64u << 20, h) != wire::DecodeError::ok) {
+      ++other;
+      continue;
+    }
+    if (h.type == wire::FrameType::data) by_seq.emplace(h.sequence, f.substr(wire::kHeaderSize, h.payload_size));
+  }
+  EXPECT_EQ(other, 0) << "frames that are not numastream frames";
+  ASSERT_EQ(by_seq.size(), 32u) << "the reader got " << by_seq.size() << " distinct chunks of 32\n" << rx.err();
+  std::string all;
+  for (const auto& [seq, payload] : by_seq) all += payload;
+  EXPECT_TRUE(all == source) << "every chunk, as the source has it";
+  EXPECT_NE(rx.err().find("an earlier process spilled go to its sink first"), std::string::npos) << rx.err();
+  std::printf("gateway killed with the slow consumer's chunks in its spill: the next process handed them on (it "
+              "exited %d); the reader got all 32 chunks (%zu frames)\n", code, got.size());
 }
 
 // A lossless consumer that fails (its file cannot be written) fails the run, naming it: what

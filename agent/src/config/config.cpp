@@ -297,7 +297,7 @@ void parse_sink(Fields& f, Config& c) {
     Fields sf(*one, f.path("sink"));
     parse_sink_object(sf, c.sink);
     sf.finish();
-    if (c.sink.kind != SinkConfig::Kind::null) c.consumers.push_back({c.sink, ConsumerConfig::Guarantee::lossless});
+    if (c.sink.kind != SinkConfig::Kind::null) c.consumers.push_back({c.sink, ConsumerConfig::Guarantee::lossless, {}});
     return;
   }
   if (!many) return;
@@ -312,6 +312,19 @@ void parse_sink(Fields& f, Config& c) {
     k.guarantee = sf.choice("guarantee", "lossless", {"lossless", "latest"}) == "latest"
                       ? ConsumerConfig::Guarantee::latest
                       : ConsumerConfig::Guarantee::lossless;
+    if (const json* sp = sf.raw("spill")) {
+      Fields spf(*sp, at + ".spill");
+      k.spill.path = spf.required_string("path");
+      if (k.spill.path.empty() || k.spill.path.front() != '/') {
+        throw ConfigError(at + ".spill.path", "must be an absolute directory (got \"" + k.spill.path + "\")");
+      }
+      if (!spf.raw("max_bytes")) throw ConfigError(at + ".spill.max_bytes", "is required: the most the spill may hold");
+      k.spill.max_bytes = static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1LL << 20, 1LL << 50));
+      spf.finish();
+      if (k.guarantee == ConsumerConfig::Guarantee::latest) {
+        throw ConfigError(at + ".spill", "a latest-only consumer passes chunks over instead: a spill is for a lossless one");
+      }
+    }
     sf.finish();
     using K = SinkConfig::Kind;
     if (k.sink.kind == K::null) throw ConfigError(at + ".kind", "a consumer of the stream needs a kind (file, hdf5, zmq, stream2)");
@@ -331,6 +344,9 @@ void parse_sink(Fields& f, Config& c) {
       if (file && (o.kind == K::file || o.kind == K::hdf5) && o.mode != k.sink.mode) {
         throw ConfigError(at + ".mode", "every file consumer of one receiver has the same mode (the process's umask; sinks[" +
                                             std::to_string(j) + "] has another)");
+      }
+      if (k.spill.enabled() && c.consumers[j].spill.path == k.spill.path) {
+        throw ConfigError(at + ".spill.path", "sinks[" + std::to_string(j) + "] spills there already");
       }
       if (!file && !o.endpoint.empty() && o.endpoint == k.sink.endpoint) {
         throw ConfigError(at + ".endpoint", "sinks[" + std::to_string(j) + "] uses " + o.endpoint + " already");

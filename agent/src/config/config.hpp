@@ -98,17 +98,22 @@ struct SinkConfig {
 // (the senders' windows and spills absorb it), it never makes them lose anything. latest: what
 // it can take; a chunk it has no room for is passed over (counted), it never holds anyone back
 // (a live view, an online analysis that wants the newest frames): zmq sinks only.
-struct ConsumerConfig {
-  SinkConfig sink;
-  enum class Guarantee { lossless, latest } guarantee = Guarantee::lossless;
-};
-
 // send: chunks written to node-local storage while the pipeline downstream falls behind
 // (data/spill.hpp), drained in order once it catches up.
 struct SpillConfig {
   std::string path;             // a directory (an emptyDir or hostPath volume); empty = no spill
   std::uint64_t max_bytes = 0;  // the most the spill files may hold
   bool enabled() const { return !path.empty(); }
+};
+
+// A lossless consumer with `spill`: what it has no room for goes to its spill on local storage
+// (data/spill.hpp) and counts as taken by it once written there, so a slow consumer holds the
+// others back only once its spill holds max_bytes; it is handed everything in order from there
+// (and what an earlier process left there first).
+struct ConsumerConfig {
+  SinkConfig sink;
+  enum class Guarantee { lossless, latest } guarantee = Guarantee::lossless;
+  SpillConfig spill;
 };
 
 // Authenticated, encrypted data connections (CURVE). Key files hold one 40-character Z85 key;

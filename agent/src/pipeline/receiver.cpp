@@ -25,6 +25,7 @@
 #include "pipeline/pipeline.hpp"
 #include "data/queue.hpp"
 #include "data/seqset.hpp"
+#include "data/spill.hpp"
 #include "wire/tracker.hpp"
 #include "net/transport.hpp"
 #include "wire/wire.hpp"
@@ -147,8 +148,22 @@ class Receiver {
     std::atomic<std::uint64_t> taken{0};        // handed to its sink
     std::atomic<std::uint64_t> passed_over{0};  // latest-only: no room in its queue
     std::string failed;                         // latest-only: why it stopped taking (its thread's)
+    // spill (a lossless consumer's, ConsumerConfig::spill): what its queue has no room for, in
+    // order, taken for it once written (`settle`: its acknowledgement in the join); while the
+    // spill holds anything, every later chunk goes there too. Its sink thread takes its queue
+    // first (older), then the spill; `spill_mu` guards the store and that choice.
+    std::unique_ptr<SpillStore> spill;
+    std::mutex spill_mu;
+    std::condition_variable spill_room;
+    AckFn settle;
+    std::atomic<std::uint64_t> spilled{0};
+    std::atomic<std::uint64_t> spill_peak_bytes{0};
     bool lossless() const noexcept { return guarantee == ConsumerConfig::Guarantee::lossless; }
   };
+  // Hands `c` to a consumer with a spill (see Consumer::spill); false once the run is closing.
+  bool to_spilling(Consumer& k, Chunk& c);
+  // The oldest chunk in a consumer's spill (via -1: taken for it already), if any.
+  std::optional<Chunk> from_spill(Consumer& k);
   std::vector<std::unique_ptr<Consumer>> consumers_;
   std::unique_ptr<AckJoin> join_;            // the lossless consumers' acknowledgements
   std::atomic<int> lossless_running_{0};     // lossless consumers' threads not yet ended
@@ -650,13 +665,50 @@ bool Receiver::deliver(Chunk& out, StageStats& st) {
     c.header = out.header;
     c.via = out.via;
     c.body = i + 1 == consumers_.size() ? std::move(shared) : shared.share();
-    if (k.lossless()) {
+    if (k.spill) {
+      if (!to_spilling(k, c)) return false;
+    } else if (k.lossless()) {
       if (!k.q->push(c)) return false;
     } else if (!k.q->try_push(c)) {
       ++k.passed_over;
     }
   }
   return true;
+}
+
+bool Receiver::to_spilling(Consumer& k, Chunk& c) {
+  std::unique_lock lock(k.spill_mu);
+  if (k.spill->empty() && k.q->try_push(c)) return true;
+  std::byte head[wire::kHeaderSize];
+  wire::encode_header(c.header, head);
+  const auto payload = c.payload();
+  while (!k.spill->append(head, payload)) {
+    // Full: this consumer holds the others back now, until its sink has read some out.
+    if (rt_.aborted() || k.q->closed()) return false;
+    k.spill_room.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  ++k.spilled;
+  k.spill_peak_bytes = std::max<std::uint64_t>(k.spill_peak_bytes.load(), k.spill->disk_bytes());
+  lock.unlock();
+  k.settle(c.via, c.header.stream_id, c.header.sequence);  // written where it cannot be lost: taken
+  return true;
+}
+
+std::optional<Chunk> Receiver::from_spill(Consumer& k) {
+  std::lock_guard lock(k.spill_mu);
+  if (k.spill->empty()) return std::nullopt;
+  const std::size_t size = k.spill->next_size();
+  zmq::Message m = zmq::Message::sized(size);
+  const std::size_t n = k.spill->read({m.mutable_data(), size});
+  k.spill_room.notify_all();
+  Chunk c;
+  if (wire::decode({m.mutable_data(), n}, cfg_.chunk_bytes, c.header) != wire::DecodeError::ok) {
+    throw std::runtime_error("consumer spill: a frame read back from " + k.spill->dir() + " is damaged");
+  }
+  c.body = std::move(m);
+  c.body_offset = wire::kHeaderSize;
+  c.via = -1;
+  return c;
 }
 
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count,
@@ -822,10 +874,16 @@ void Receiver::sink_loop(StageThread& t) {
     std::optional<Chunk> c;
     {
       ScopedTimer wait(st.blocked_input_ns);
-      c = k.q->pop_for(std::chrono::milliseconds(20), done);
+      // A spilling consumer's queue holds what came before its spill: the queue first.
+      if (k.spill) {
+        c = k.q->pop_for(std::chrono::milliseconds(0), done);
+        if (!c) c = from_spill(k);
+      }
+      if (!c) c = k.q->pop_for(std::chrono::milliseconds(20), done);
     }
     if (!c) {
-      if (done) break;
+      if (done && (!k.spill || k.spill->empty())) break;
+      if (done) continue;  // closed: what the spill holds still goes to the sink
       if (k.failed.empty()) k.sink->idle(st);
       continue;
     }
@@ -990,7 +1048,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) { discard(via, stream, seq); };
   // The consumers (a relay forwards frames undecoded over its own link, relay_loop: it has none).
   std::vector<ConsumerConfig> wanted = cfg_.consumers;
-  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null) wanted.push_back({cfg_.sink, {}});
+  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null) wanted.push_back({cfg_.sink, {}, {}});
   if (cfg_.relay) wanted.clear();
   const int lossless = static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
     return k.guarantee == ConsumerConfig::Guarantee::lossless;
@@ -1009,6 +1067,27 @@ RunResult Receiver::run(const RunHooks& hooks) {
     k->q = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
     AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {}, k_discard = k_ack;  // latest-only: not waited for
     if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined++);
+    if (want.spill.enabled()) {
+      // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
+      // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
+      // it was written there.
+      k->spill = std::make_unique<SpillStore>(want.spill.path, static_cast<std::uint32_t>(consumers_.size()),
+                                              want.spill.max_bytes,
+                                              [](std::span<const std::byte>, std::size_t) { return true; });
+      if (const auto& r = k->spill->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
+        log_line("consumer " + std::to_string(consumers_.size()) + ": " + std::to_string(r.frames) +
+                 " chunks an earlier process spilled go to its sink first" +
+                 (r.why_dropped.empty() ? "" : "; " + r.why_dropped));
+      }
+      k->settle = k_ack;
+      auto only_live = [](AckFn fn) {
+        return [fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
+          if (via >= 0) fn(via, stream, seq);
+        };
+      };
+      k_ack = only_live(k_ack);
+      k_discard = only_live(k_discard);
+    }
     // A latest-only consumer stops waiting for its reader once the lossless ones are done.
     std::function<bool()> aborted = [this] { return rt_.aborted(); };
     if (!k->lossless()) aborted = [this] { return rt_.aborted() || lossless_running_.load() == 0; };
@@ -1271,6 +1350,13 @@ RunResult Receiver::run(const RunHooks& hooks) {
                           {"passed_over", k.passed_over.load()},
                           {"behind", k.q->depth()},
                           {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
+      if (k.spill) {
+        o["spill"] = {{"path", k.spill->dir()},
+                      {"max_bytes", k.spill->max_bytes()},
+                      {"spilled", k.spilled.load()},
+                      {"peak_bytes", k.spill_peak_bytes.load()},
+                      {"recovered", k.spill->recovered().frames}};
+      }
       k.sink->report(o);
       each.push_back(std::move(o));
     }
