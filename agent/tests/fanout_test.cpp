@@ -37,6 +37,18 @@ namespace fs = std::filesystem;
 
 const std::string kAgent = NUMASTREAM_AGENT;
 
+// A source file of `bytes` at `path`: compressible, not trivially (seeded); its contents.
+std::string source_file(const std::string& path, std::size_t bytes, std::uint64_t seed) {
+  std::string source(bytes, '\0');
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < source.size(); i += 8) {
+    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
+    std::memcpy(source.data() + i, &v, 8);
+  }
+  std::ofstream(path, std::ios::binary) << source;
+  return source;
+}
+
 // One EIGER2 series (recorded from a real detector, replayed by the simulator) into four
 // consumers at once: NXmx master and data files, a Stream V2 re-emit, the messages as they came
 // in a file, and an onward numastream hop to a far receiver that writes its own file. The
@@ -135,13 +147,7 @@ TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWith
 // all: the file ends byte-identical to the source and the run ends on its own.
 TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   const std::string dir = temp_dir();
-  std::string source(96u << 20, '\0');
-  std::mt19937_64 rng(29);
-  for (std::size_t i = 0; i < source.size(); i += 8) {
-    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;  // compressible, not trivially
-    std::memcpy(source.data() + i, &v, 8);
-  }
-  std::ofstream(dir + "/in", std::ios::binary) << source;
+  const std::string source = source_file(dir + "/in", 96u << 20, 29);
   const int port = free_ports(4);  // two connections, the live reader, metrics
   Consumer stalled(ep(port + 2), /*bind=*/true, /*hwm=*/1);  // connected, never read: its buffers fill
   const json sinks = json::array({
@@ -182,13 +188,7 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
 // files are the source, byte for byte, and the restarted far receiver resumed its own.
 TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRestarted) {
   const std::string dir = temp_dir();
-  std::string source(96u << 20, '\0');
-  std::mt19937_64 rng(31);
-  for (std::size_t i = 0; i < source.size(); i += 8) {
-    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
-    std::memcpy(source.data() + i, &v, 8);
-  }
-  std::ofstream(dir + "/in", std::ios::binary) << source;
+  const std::string source = source_file(dir + "/in", 96u << 20, 31);
   for (const char* name : {"far", "gw"}) {
     Process k({kAgent, "keygen", "--out", dir + "/" + name});
     ASSERT_EQ(k.wait(10s), 0) << k.err();
@@ -278,13 +278,7 @@ std::string payloads(const std::vector<std::string>& frames, int& ends) {
 // back once that is full (the file stays short while the reader stops), and still loses nothing.
 TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
   const std::string dir = temp_dir();
-  std::string source(48u << 20, '\0');
-  std::mt19937_64 rng(37);
-  for (std::size_t i = 0; i < source.size(); i += 8) {
-    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
-    std::memcpy(source.data() + i, &v, 8);
-  }
-  std::ofstream(dir + "/in", std::ios::binary) << source;
+  const std::string source = source_file(dir + "/in", 48u << 20, 37);
   for (const std::uint64_t budget : {std::uint64_t{256} << 20, std::uint64_t{8} << 20}) {
     SCOPED_TRACE("spill of " + std::to_string(budget >> 20) + " MiB");
     const bool room = budget > source.size() + (16u << 20);
@@ -341,13 +335,7 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
 // what a gateway has handed to ZeroMQ is gone with it; an onward hop is acknowledged.)
 TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
   const std::string dir = temp_dir();
-  std::string source(32u << 20, '\0');
-  std::mt19937_64 rng(41);
-  for (std::size_t i = 0; i < source.size(); i += 8) {
-    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
-    std::memcpy(source.data() + i, &v, 8);
-  }
-  std::ofstream(dir + "/in", std::ios::binary) << source;
+  const std::string source = source_file(dir + "/in", 32u << 20, 41);
   const int port = free_ports(4);  // two connections, a spare, the far receiver
   Process far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"}));
   const json sinks = json::array({
