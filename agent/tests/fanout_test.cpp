@@ -282,7 +282,7 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
   for (const std::uint64_t budget : {std::uint64_t{256} << 20, std::uint64_t{8} << 20}) {
     SCOPED_TRACE("spill of " + std::to_string(budget >> 20) + " MiB");
     const bool room = budget > source.size() + (16u << 20);
-    const int port = free_ports(3);
+    const int port = free_ports(4);  // two connections, the slow reader, metrics
     Consumer reader(ep(port + 2), /*bind=*/true, /*hwm=*/1);
     const std::string out = dir + "/out-" + std::to_string(budget) + ".raw";
     const json sinks = json::array({
@@ -290,7 +290,8 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
         {{"kind", "zmq"}, {"endpoint", ep(port + 2)},
          {"spill", {{"path", dir + "/spill-" + std::to_string(budget)}, {"max_bytes", budget}}}},
     });
-    Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--idle-timeout", "60"}));
+    Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--idle-timeout", "60",
+                                  "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)}));
     Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in"}));
     std::vector<std::string> got = reader.take(3, 30s);
     ASSERT_EQ(got.size(), 3u) << rx.err();
@@ -306,6 +307,14 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
     } else {
       EXPECT_FALSE(file_whole()) << "a full spill holds the others back";
     }
+    // What the slow consumer's spill holds meanwhile, as the gateway reports it (the operator
+    // shows it as status.observed.consumers[].spillBytes): at least a chunk, at most its budget.
+    const std::regex held(R"(numastream_consumer_spill_bytes\{role="receive",consumer="1",kind="zmq",guarantee="lossless"\} ([0-9]+))");
+    std::smatch m;
+    const std::string metrics = http_get(port + 3, "/metrics");
+    ASSERT_TRUE(std::regex_search(metrics, m, held)) << metrics;
+    EXPECT_GE(std::stoull(m[1]), 1u << 20) << metrics;
+    EXPECT_LE(std::stoull(m[1]), budget) << metrics;
     auto rest = reader.take(48 + 1 - got.size(), 60s);  // reads on: every chunk, then the end of the stream
     got.insert(got.end(), rest.begin(), rest.end());
     ASSERT_EQ(tx.wait(60s), 0) << tx.err();
@@ -320,6 +329,7 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
     EXPECT_EQ(slow["chunks"], 48) << slow.dump();
     EXPECT_GT(slow["spill"]["spilled"].get<int>(), 0) << slow.dump();
     EXPECT_LE(slow["spill"]["peak_bytes"].get<std::uint64_t>(), budget) << slow.dump();
+    EXPECT_EQ(slow["spill"]["pending_bytes"], 0) << "every spilled chunk was handed on: " << slow.dump();
     EXPECT_EQ(r["lost"], 0);
     std::printf("spill of %llu MiB: the slow consumer spilled %d of 48 chunks (peak %.1f MiB); %s\n",
                 static_cast<unsigned long long>(budget >> 20), slow["spill"]["spilled"].get<int>(),
@@ -328,58 +338,142 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
   }
 }
 
+// An onward hop beside a file, the hop with a spill of its own (256 MiB unless said): the far
+// receiver, the gateway's command line, and what the far site and the spill hold.
+struct HopWithASpill {
+  std::string dir = temp_dir();
+  std::string source;
+  int port = free_ports(4);  // two connections, a spare, the far receiver
+  Process far;
+  std::vector<std::string> gateway;
+
+  HopWithASpill(std::size_t bytes, int seed, std::uint64_t spill_bytes = 256 << 20)
+      : source(source_file(dir + "/in", bytes, seed)),
+        far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"})) {
+    const json sinks = json::array({
+        {{"kind", "file"}, {"path", dir + "/out.raw"}},
+        {{"kind", "numastream"}, {"endpoint", ep(port + 3)}, {"spill", {{"path", dir + "/spill"}, {"max_bytes", spill_bytes}}}},
+    });
+    gateway = receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"});
+  }
+  // A sender window wider than the onward link's, so that the stopped far site fills the link and
+  // the consumer's queue behind it (with a narrower one the sender is the first to wait).
+  std::vector<std::string> sender_args() const {
+    return sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
+                            "--reconnect-timeout", "60", "--set", "window=128"});
+  }
+  static std::uintmax_t size_of(const std::string& path) {
+    std::error_code ec;
+    const auto n = fs::file_size(path, ec);
+    return ec ? std::uintmax_t{0} : n;
+  }
+  std::uintmax_t spilled() const {
+    std::uintmax_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir + "/spill", ec)) n += size_of(e.path().string());
+    return n;
+  }
+  // The far site stops taking (SIGSTOP) once it holds `bytes`: the hop's chunks go to its spill.
+  void stop_far_after(std::uintmax_t bytes) {
+    for (int i = 0; i < 400 && size_of(dir + "/far.raw.part") < bytes; ++i) std::this_thread::sleep_for(25ms);
+    far.signal(SIGSTOP);
+  }
+  // The far site runs again and ends; both sites hold the source, byte for byte.
+  void both_sites_whole(Process& gw) {
+    far.signal(SIGCONT);
+    ASSERT_EQ(gw.wait(120s), 0) << gw.err();
+    ASSERT_EQ(far.wait(60s), 0) << far.err();
+    EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file";
+    EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
+    EXPECT_NE(gw.err().find("an earlier process spilled go to its sink first"), std::string::npos) << gw.err();
+    const json f = summary(far);
+    EXPECT_EQ(f["lost"], 0);
+    EXPECT_EQ(f["complete"], true);
+  }
+};
+
 // A gateway killed while a slow consumer's chunks wait in its spill: an onward hop whose far
 // receiver is stopped (SIGSTOP), beside a file. The next gateway process hands what the spill
 // holds to that consumer first, the sender resends what was never acknowledged, and once the far
 // receiver runs again both sites hold the whole stream. (A zmq consumer could not show this:
 // what a gateway has handed to ZeroMQ is gone with it; an onward hop is acknowledged.)
 TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
-  const std::string dir = temp_dir();
-  const std::string source = source_file(dir + "/in", 32u << 20, 41);
-  const int port = free_ports(4);  // two connections, a spare, the far receiver
-  Process far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"}));
-  const json sinks = json::array({
-      {{"kind", "file"}, {"path", dir + "/out.raw"}},
-      {{"kind", "numastream"}, {"endpoint", ep(port + 3)}, {"spill", {{"path", dir + "/spill"}, {"max_bytes", 256 << 20}}}},
-  });
-  const auto gateway = receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"});
-  auto size_of = [](const std::string& path) {
-    std::error_code ec;
-    const auto n = fs::file_size(path, ec);
-    return ec ? std::uintmax_t{0} : n;
-  };
-  auto spilled = [&] {
-    std::uintmax_t n = 0;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir + "/spill", ec)) n += size_of(e.path().string());
-    return n;
-  };
-  auto gw = std::make_unique<Process>(gateway);
-  // A sender window wider than the onward link's, so that the stopped far site fills the link and
-  // the consumer's queue behind it (with a narrower one the sender is the first to wait).
-  Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
-                              "--reconnect-timeout", "60", "--set", "window=128"}));
-  for (int i = 0; i < 400 && size_of(dir + "/far.raw.part") < (3u << 20); ++i) std::this_thread::sleep_for(25ms);
-  far.signal(SIGSTOP);  // the far site stops taking: the onward consumer's chunks go to its spill
-  for (int i = 0; i < 400 && spilled() < (8u << 20); ++i) std::this_thread::sleep_for(25ms);
-  const std::uintmax_t held = spilled();
+  HopWithASpill hop(32u << 20, 41);
+  auto gw = std::make_unique<Process>(hop.gateway);
+  Process tx(hop.sender_args());
+  hop.stop_far_after(3u << 20);
+  for (int i = 0; i < 400 && hop.spilled() < (8u << 20); ++i) std::this_thread::sleep_for(25ms);
+  const std::uintmax_t held = hop.spilled();
   ASSERT_GE(held, 8u << 20) << gw->err();
   gw->signal(SIGKILL);
   EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
-  gw = std::make_unique<Process>(gateway);
-  far.signal(SIGCONT);
-  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
-  ASSERT_EQ(gw->wait(120s), 0) << gw->err();
-  ASSERT_EQ(far.wait(60s), 0) << far.err();
-  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file";
-  EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
-  EXPECT_NE(gw->err().find("an earlier process spilled go to its sink first"), std::string::npos) << gw->err();
-  const json f = summary(far);
-  EXPECT_EQ(f["lost"], 0);
-  EXPECT_EQ(f["complete"], true);
+  gw = std::make_unique<Process>(hop.gateway);
+  hop.both_sites_whole(*gw);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
   std::printf("gateway killed with %.1f MiB in the onward consumer's spill: the next process recovered %d chunks; "
               "both files whole\n", static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
+}
+
+// The whole stream acknowledged to its sender because the hop's spill took what the stopped far
+// site could not: the sender's end of stream stays unacknowledged until the spill has handed
+// every chunk of the stream on, so the sender waits, and a gateway killed then (its node
+// rebooted while the HPC site was down) gets the stream's end again from the sender: the next
+// process hands the spill on and ends the stream at both sites. (Acknowledged at once, the end
+// would let the sender finish, and the next gateway process would wait for a stream that never
+// comes back.)
+TEST(FanOut, AStreamsEndWaitsForWhatItsConsumersSpilledSoAGatewayKilledAfterTheSourceEndedStillEndsIt) {
+  HopWithASpill hop(24u << 20, 43);
+  auto gw = std::make_unique<Process>(hop.gateway);
+  Process tx(hop.sender_args());
+  hop.stop_far_after(2u << 20);
+  // The file consumer has the whole stream: every chunk was acknowledged to the sender.
+  for (int i = 0; i < 800 && HopWithASpill::size_of(hop.dir + "/out.raw.part") < hop.source.size(); ++i) {
+    std::this_thread::sleep_for(25ms);
+  }
+  ASSERT_EQ(HopWithASpill::size_of(hop.dir + "/out.raw.part"), hop.source.size()) << gw->err();
+  std::this_thread::sleep_for(2s);
+  EXPECT_TRUE(tx.running()) << "the sender ended with the stream's end acknowledged while the spill still held "
+                            << hop.spilled() << " bytes of it:\n" << tx.err();
+  const std::uintmax_t held = hop.spilled();
+  gw->signal(SIGKILL);
+  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
+  gw = std::make_unique<Process>(hop.gateway);
+  hop.both_sites_whole(*gw);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  const json g = summary(*gw);
+  EXPECT_EQ(g["complete"], true) << g.dump();
+  std::printf("the source ended and was acknowledged with %.1f MiB in the hop's spill; the sender waited for its end; "
+              "the gateway killed then: the next process recovered %d chunks and ended the stream at both sites\n",
+              static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
+}
+
+// Chunks the hop's sink has read out of its spill but the far site has not acknowledged (the far
+// site came back briefly and stopped again) stay in the spill: the gateway killed then loses
+// none of them, its next process hands them on again. (A small spill: segments of two chunks,
+// each deleted once read through unless a chunk in it is still held.)
+TEST(FanOut, ChunksReadOutOfASpillStayThereUntilTheFarSiteHasThem) {
+  HopWithASpill hop(32u << 20, 47, 16u << 20);
+  auto gw = std::make_unique<Process>(hop.gateway);
+  Process tx(hop.sender_args());
+  hop.stop_far_after(2u << 20);
+  for (int i = 0; i < 400 && hop.spilled() < (10u << 20); ++i) std::this_thread::sleep_for(25ms);
+  ASSERT_GE(hop.spilled(), 10u << 20) << gw->err();
+  const std::uintmax_t before = HopWithASpill::size_of(hop.dir + "/far.raw.part");
+  hop.far.signal(SIGCONT);  // back briefly: the hop reads its spill out and sends
+  for (int i = 0; i < 400 && HopWithASpill::size_of(hop.dir + "/far.raw.part") < before + (2u << 20); ++i) {
+    std::this_thread::sleep_for(5ms);
+  }
+  hop.far.signal(SIGSTOP);
+  std::this_thread::sleep_for(500ms);  // the hop's window fills from the spill again, unacknowledged
+  gw->signal(SIGKILL);
+  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
+  gw = std::make_unique<Process>(hop.gateway);
+  hop.both_sites_whole(*gw);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  const json g = summary(*gw);
+  std::printf("the far site back briefly and stopped again, the gateway killed: the next process recovered %d chunks "
+              "from the spill; both files whole\n", g["consumers"][1]["spill"]["recovered"].get<int>());
 }
 
 // A lossless consumer that fails (its file cannot be written) fails the run, naming it: what

@@ -175,5 +175,39 @@ TEST(Spill, ARefusedRecordEndsTheRecoveryAndLaterSegmentsGo) {
   EXPECT_EQ(s.disk_bytes(), 5u * (4 + (300 << 10)));
 }
 
+// Frames read out held (a consumer's spill: until its sink has the chunk) keep their segment on
+// disk, released in any order; a process that dies before releasing them leaves them to the
+// next one, which reads them again (they may come twice, never not at all).
+TEST(Spill, AHeldFrameStaysOnDiskUntilReleasedAndANextProcessRecoversIt) {
+  const std::string dir = temp_dir();
+  auto accept = [](std::span<const std::byte>, std::size_t) { return true; };
+  std::vector<std::byte> out(256 << 10);
+  {
+    SpillStore s(dir, 5, 8 << 20);  // segments of 1 MiB: four frames of 256 KiB + 4 bytes each
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(s.append(frame(256 << 10, i)));
+    std::vector<std::uint64_t> tokens(8);
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_EQ(s.read(out, &tokens[i]), 256u << 10);
+      EXPECT_EQ(out, frame(256 << 10, i));
+    }
+    EXPECT_TRUE(s.empty()) << "nothing left to read";
+    EXPECT_EQ(s.disk_bytes(), 8u * (4 + (256 << 10))) << "every segment held";
+    for (int i = 0; i < 3; ++i) s.release(tokens[i]);
+    EXPECT_EQ(seg_files(dir), 2u) << "the first segment still holds frame 3";
+    EXPECT_EQ(s.disk_bytes(), 8u * (4 + (256 << 10)));
+    s.release(tokens[7]);
+    s.release(tokens[3]);
+    EXPECT_EQ(s.disk_bytes(), 4u * (4 + (256 << 10))) << "the first segment released, the second still held";
+    // The process dies with frames 4-6 held: its segment stays for the next process.
+  }
+  SpillStore next(dir, 5, 8 << 20, accept);
+  EXPECT_EQ(next.recovered().frames, 4u) << "the held segment's frames, read again from its start";
+  for (int i = 4; i < 8; ++i) {
+    ASSERT_EQ(next.read(out), 256u << 10);
+    EXPECT_EQ(out, frame(256 << 10, i));
+  }
+  EXPECT_TRUE(next.empty());
+}
+
 }  // namespace
 }  // namespace numastream

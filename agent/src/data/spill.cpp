@@ -82,6 +82,7 @@ void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earl
     }
     Segment s;
     s.path = path;
+    s.id = number;
     s.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (s.fd < 0) throw_errno("spill: opening " + path);
     struct stat sb {};
@@ -133,17 +134,20 @@ void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earl
 }
 
 SpillStore::~SpillStore() {
-  if (frames_ == 0) {
+  const bool held = std::any_of(segments_.begin(), segments_.end(), [](const Segment& s) { return s.held > 0; });
+  if (frames_ == 0 && !held) {
     while (!segments_.empty()) drop_front();
     return;
   }
-  // Frames not sent: kept for the next process of the stream.
+  // Frames not sent, or held by a reader that has not released them: kept for the next
+  // process of the stream.
   for (auto& s : segments_) ::close(s.fd);
 }
 
 void SpillStore::open_segment() {
   Segment s;
-  s.path = dir_ + "/spill-" + std::to_string(stream_) + "-" + std::to_string(next_id_++) + ".seg";
+  s.id = next_id_++;
+  s.path = dir_ + "/spill-" + std::to_string(stream_) + "-" + std::to_string(s.id) + ".seg";
   s.fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (s.fd < 0) throw_errno("spill: creating " + s.path);
   segments_.push_back(std::move(s));
@@ -186,9 +190,18 @@ bool SpillStore::append(std::span<const std::byte> head, std::span<const std::by
   return true;
 }
 
+const SpillStore::Segment& SpillStore::reading() const {
+  NS_ASSERT(frames_ > 0);
+  for (const Segment& s : segments_) {
+    if (s.read_off < s.write_off) return s;
+  }
+  NS_ASSERT(false);
+  return segments_.back();
+}
+
 std::size_t SpillStore::next_size() const {
   if (frames_ == 0) return 0;
-  const Segment& s = segments_.front();
+  const Segment& s = reading();
   std::byte len[kLengthBytes];
   read_all(s.fd, len, kLengthBytes, s.read_off, s.path);
   std::uint32_t n = 0;
@@ -196,26 +209,51 @@ std::size_t SpillStore::next_size() const {
   return n;
 }
 
-std::size_t SpillStore::read(std::span<std::byte> out) {
+std::size_t SpillStore::read(std::span<std::byte> out) { return read(out, nullptr); }
+
+std::size_t SpillStore::read(std::span<std::byte> out, std::uint64_t* token) {
   NS_ASSERT(frames_ > 0);
   const std::size_t n = next_size();
   NS_ASSERT(out.size() >= n);
-  Segment& s = segments_.front();
+  auto& s = const_cast<Segment&>(reading());
   read_all(s.fd, out.data(), n, s.read_off + kLengthBytes, s.path);
   s.read_off += kLengthBytes + n;
   pending_ -= n;
   --frames_;
-  if (s.read_off == s.write_off) {
-    if (segments_.size() > 1) {
-      drop_front();
-    } else {
-      // The only segment, read through: start it again from the beginning.
-      if (::ftruncate(s.fd, 0) != 0) throw_errno("spill: truncating " + s.path);
-      disk_ -= s.write_off;
-      s.read_off = s.write_off = 0;
+  if (token) {
+    ++s.held;
+    *token = s.id;
+  }
+  trim();
+  return n;
+}
+
+void SpillStore::release(std::uint64_t token) {
+  for (Segment& s : segments_) {
+    if (s.id == token) {
+      NS_ASSERT(s.held > 0);
+      --s.held;
+      trim();
+      return;
     }
   }
-  return n;
+  NS_ASSERT(false);  // a token read() gave out, released once
+}
+
+void SpillStore::trim() {
+  while (!segments_.empty()) {
+    Segment& s = segments_.front();
+    if (s.read_off < s.write_off || s.held > 0) return;
+    if (segments_.size() > 1) {
+      drop_front();
+      continue;
+    }
+    // The only segment, read through: start it again from the beginning.
+    if (::ftruncate(s.fd, 0) != 0) throw_errno("spill: truncating " + s.path);
+    disk_ -= s.write_off;
+    s.read_off = s.write_off = 0;
+    return;
+  }
 }
 
 }  // namespace numastream

@@ -7,7 +7,10 @@
 //    not); append() refuses a frame that would pass it, and the caller decides what that means
 //    (wait, or count the frame lost);
 //  - frames live in segment files (spill-<stream>-<n>.seg) of about max_bytes / 8 each; a segment
-//    is deleted as soon as it has been read through, so space comes back while it drains;
+//    is deleted as soon as it has been read through, so space comes back while it drains; a
+//    frame read out *held* (read(out, &token)) keeps its segment on disk until release(token):
+//    for a reader that must not lose it until someone downstream has it (a consumer's spill:
+//    until its sink has taken the chunk);
 //  - one thread uses an instance (no locking); when it is destroyed empty its files are removed,
 //    and frames it still holds stay on disk for the next process of the stream;
 //  - an earlier process's frames are discarded, or recovered (a live source's next sender): the
@@ -55,10 +58,14 @@ class SpillStore {
   std::size_t next_size() const;
   // Moves the oldest frame into `out` (at least next_size() bytes); its size.
   std::size_t read(std::span<std::byte> out);
+  // The same, the frame held: its segment stays on disk (and a next process recovers the frame)
+  // until release(*token).
+  std::size_t read(std::span<std::byte> out, std::uint64_t* token);
+  void release(std::uint64_t token);
 
   // The last refused append was for want of disk space (ENOSPC, EDQUOT), not max_bytes.
   bool disk_full() const noexcept { return disk_full_; }
-  bool empty() const noexcept { return frames_ == 0; }
+  bool empty() const noexcept { return frames_ == 0; }  // nothing left to read (held frames aside)
   std::uint64_t frames() const noexcept { return frames_; }
   std::uint64_t pending_bytes() const noexcept { return pending_; }  // frames not read yet
   std::uint64_t disk_bytes() const noexcept { return disk_; }        // segment files on disk
@@ -72,9 +79,16 @@ class SpillStore {
     int fd = -1;
     std::uint64_t write_off = 0;
     std::uint64_t read_off = 0;
+    std::uint64_t id = 0;    // its number in the file name
+    std::uint64_t held = 0;  // frames read out held, not released
   };
   void open_segment();
   void drop_front();
+  // The segment the next frame is read from.
+  const Segment& reading() const;
+  // Drops the read-through segments at the front that hold no frame (the last one: starts it
+  // again from its beginning).
+  void trim();
   void recover(std::vector<std::pair<std::uint64_t, std::string>> earlier, const Recover& accept);
 
   std::string dir_;

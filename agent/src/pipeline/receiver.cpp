@@ -158,13 +158,43 @@ class Receiver {
     AckFn settle;
     std::atomic<std::uint64_t> spilled{0};
     std::atomic<std::uint64_t> spill_peak_bytes{0};
+    std::atomic<std::uint64_t> spill_pending_bytes{0};  // in the spill, not read out yet
+    // What the spill owes its sink (under spill_mu): chunks spilled, per stream, that the sink
+    // has not taken yet, and an earlier process's (their streams are known once read: via -2).
+    std::map<std::uint32_t, std::uint64_t> spill_owed;
+    std::uint64_t recovered_owed = 0;
+    std::uint64_t recovered_unread = 0;
+    // Chunks read out of the spill, held there (SpillStore::read's token) until the sink has
+    // them: a gateway that dies before leaves them to its next process.
+    std::multimap<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> spill_held;
     bool lossless() const noexcept { return guarantee == ConsumerConfig::Guarantee::lossless; }
   };
   // Hands `c` to a consumer with a spill (see Consumer::spill); false once the run is closing.
   bool to_spilling(Consumer& k, Chunk& c);
-  // The oldest chunk in a consumer's spill (via -1: taken for it already), if any.
+  // The oldest chunk in a consumer's spill (via -1, or -2 for an earlier process's: taken for
+  // it already), if any.
   std::optional<Chunk> from_spill(Consumer& k);
+  // Its sink took (or passed as had) a chunk that came from its spill.
+  static void spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint64_t seq);
+  // A consumer's spill still owes its sink chunks of `stream`.
+  bool spills_owe(std::uint32_t stream);
+  // A stream's end is acknowledged to its sender only once every chunk a consumer spilled has
+  // reached that consumer: the sender then stays (keeping its end frame) until the stream is
+  // whole at every consumer, so a gateway process that dies before sends it again to the next,
+  // which hands the spill on and ends the stream. Owed ends, by connection (each its thread's).
+  struct EndOwed {
+    std::uint32_t stream;
+    std::uint16_t connections;
+    zmq::Message peer;
+  };
+  std::vector<std::vector<EndOwed>> ends_owed_;
+  void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer, std::uint16_t connections);
+  void answer_owed_ends(zmq::Socket& sock, int via);
   std::vector<std::unique_ptr<Consumer>> consumers_;
+  // Each consumer's figures (metrics, summary) are reported with several, or one with a spill.
+  bool per_consumer_figures() const {
+    return consumers_.size() > 1 || (consumers_.size() == 1 && consumers_.front()->spill);
+  }
   std::unique_ptr<AckJoin> join_;            // the lossless consumers' acknowledgements
   std::atomic<int> lossless_running_{0};     // lossless consumers' threads not yet ended
   void in_flight(bool add, std::uint32_t stream, std::uint64_t seq) {
@@ -248,7 +278,7 @@ class Receiver::AnswerHere final : public ControlFrames {
   bool gaps(Inbound& /*in*/) override { return true; }
   void ended(const wire::Header& h, int via, zmq::Socket& sock, const zmq::Message& peer,
              std::uint16_t connections) override {
-    r_.answer(sock, peer, r_.welcome(h.stream_id, static_cast<std::uint16_t>(via), connections, wire::kAckEndOfStream));
+    r_.end_of_stream(h.stream_id, via, sock, peer, connections);
   }
 
  private:
@@ -279,6 +309,50 @@ void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
 void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
   const std::uint64_t floor = ledger_.insert(stream, seq);
   boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0, true);
+}
+
+void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
+                             std::uint16_t connections) {
+  if (!processing_done_ && spills_owe(stream)) {
+    auto& owed = ends_owed_[static_cast<std::size_t>(via)];
+    std::erase_if(owed, [stream](const EndOwed& e) { return e.stream == stream; });  // sent again
+    owed.push_back({stream, connections, const_cast<zmq::Message&>(peer).share()});
+    return;
+  }
+  answer(sock, peer, welcome(stream, static_cast<std::uint16_t>(via), connections, wire::kAckEndOfStream));
+}
+
+void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
+  auto& owed = ends_owed_[static_cast<std::size_t>(via)];
+  if (owed.empty()) return;
+  std::erase_if(owed, [&](const EndOwed& e) {
+    // Once the consumers are done (processing_done_), nothing more comes from their spills.
+    if (!processing_done_ && spills_owe(e.stream)) return false;
+    answer(sock, e.peer, welcome(e.stream, static_cast<std::uint16_t>(via), e.connections, wire::kAckEndOfStream));
+    return true;
+  });
+}
+
+bool Receiver::spills_owe(std::uint32_t stream) {
+  for (const auto& k : consumers_) {
+    if (!k->spill) continue;
+    std::lock_guard lock(k->spill_mu);
+    if (k->recovered_owed > 0 || k->spill_owed.count(stream)) return true;
+  }
+  return false;
+}
+
+void Receiver::spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint64_t seq) {
+  std::lock_guard lock(k.spill_mu);
+  if (auto it = k.spill_held.find({stream, seq}); it != k.spill_held.end()) {
+    k.spill->release(it->second);
+    k.spill_held.erase(it);
+  }
+  if (via == -2 && k.recovered_owed > 0) {
+    --k.recovered_owed;
+    return;
+  }
+  if (auto it = k.spill_owed.find(stream); it != k.spill_owed.end() && --it->second == 0) k.spill_owed.erase(it);
 }
 
 // The answer to a resume frame: everything the sink has taken of the stream.
@@ -354,6 +428,7 @@ void Receiver::receive_loop(StageThread& t) {
   std::set<std::string> announced;              // peers that opened with a resume frame
   std::optional<Clock::time_point> closing;
   while (!rt_.aborted()) {
+    answer_owed_ends(sock, index);
     if (processing_done_) {
       // Everything taken was acknowledged; stay until the senders have read it and left.
       if (!closing) closing = Clock::now();
@@ -688,7 +763,9 @@ bool Receiver::to_spilling(Consumer& k, Chunk& c) {
     k.spill_room.wait_for(lock, std::chrono::milliseconds(50));
   }
   ++k.spilled;
+  ++k.spill_owed[c.header.stream_id];
   k.spill_peak_bytes = std::max<std::uint64_t>(k.spill_peak_bytes.load(), k.spill->disk_bytes());
+  k.spill_pending_bytes = k.spill->pending_bytes();
   lock.unlock();
   k.settle(c.via, c.header.stream_id, c.header.sequence);  // written where it cannot be lost: taken
   return true;
@@ -699,7 +776,9 @@ std::optional<Chunk> Receiver::from_spill(Consumer& k) {
   if (k.spill->empty()) return std::nullopt;
   const std::size_t size = k.spill->next_size();
   zmq::Message m = zmq::Message::sized(size);
-  const std::size_t n = k.spill->read({m.mutable_data(), size});
+  std::uint64_t token = 0;
+  const std::size_t n = k.spill->read({m.mutable_data(), size}, &token);
+  k.spill_pending_bytes = k.spill->pending_bytes();
   k.spill_room.notify_all();
   Chunk c;
   if (wire::decode({m.mutable_data(), n}, cfg_.chunk_bytes, c.header) != wire::DecodeError::ok) {
@@ -707,7 +786,12 @@ std::optional<Chunk> Receiver::from_spill(Consumer& k) {
   }
   c.body = std::move(m);
   c.body_offset = wire::kHeaderSize;
+  k.spill_held.emplace(std::pair{c.header.stream_id, c.header.sequence}, token);
   c.via = -1;
+  if (k.recovered_unread > 0) {  // an earlier process's come first
+    --k.recovered_unread;
+    c.via = -2;
+  }
   return c;
 }
 
@@ -956,7 +1040,7 @@ void Receiver::declare_metrics() {
   // The first consumer's own families (a sink's families are named for its kind, not for a
   // consumer), then every consumer's figures.
   if (!consumers_.empty()) consumers_.front()->sink->declare_metrics(m);
-  if (consumers_.size() > 1) {
+  if (per_consumer_figures()) {
     auto each = [this](MetricSamples& s, auto value) {
       for (std::size_t i = 0; i < consumers_.size(); ++i) {
         const Consumer& k = *consumers_[i];
@@ -973,6 +1057,11 @@ void Receiver::declare_metrics() {
           [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); }); });
     m.add("numastream_consumer_behind", MetricType::gauge, "Chunks waiting in each consumer's queue.",
           [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); }); });
+    m.add("numastream_consumer_spill_bytes", MetricType::gauge,
+          "Bytes in each consumer's spill (sinks[].spill) not handed to its sink yet.",
+          [each](MetricSamples& s) {
+            each(s, [](const Consumer& k) { return static_cast<double>(k.spill_pending_bytes.load()); });
+          });
   }
   m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
             [this] { return static_cast<double>(acks_sent_.load()); });
@@ -1043,6 +1132,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     control_ = std::make_unique<AnswerHere>(*this);
   }
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
+  ends_owed_.resize(static_cast<std::size_t>(receivers));
   ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
   AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) { discard(via, stream, seq); };
@@ -1074,15 +1164,21 @@ RunResult Receiver::run(const RunHooks& hooks) {
       k->spill = std::make_unique<SpillStore>(want.spill.path, static_cast<std::uint32_t>(consumers_.size()),
                                               want.spill.max_bytes,
                                               [](std::span<const std::byte>, std::size_t) { return true; });
+      k->spill_pending_bytes = k->spill->pending_bytes();
+      k->recovered_owed = k->recovered_unread = k->spill->recovered().frames;
       if (const auto& r = k->spill->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
         log_line("consumer " + std::to_string(consumers_.size()) + ": " + std::to_string(r.frames) +
                  " chunks an earlier process spilled go to its sink first" +
                  (r.why_dropped.empty() ? "" : "; " + r.why_dropped));
       }
       k->settle = k_ack;
-      auto only_live = [](AckFn fn) {
-        return [fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
-          if (via >= 0) fn(via, stream, seq);
+      auto only_live = [kp = k.get()](AckFn fn) {
+        return [kp, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
+          if (via >= 0) {
+            fn(via, stream, seq);
+          } else {
+            spill_taken(*kp, via, stream, seq);
+          }
         };
       };
       k_ack = only_live(k_ack);
@@ -1337,9 +1433,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
                     {"stages", rt_.stages_json()},
                     {"drained", rt_.drain_requested()},
                     {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
-  // The first consumer reports as the one sink always did; with several, each also in `consumers`.
+  // The first consumer reports as the one sink always did; with several (or a spill), each also
+  // in `consumers`.
   if (!consumers_.empty()) consumers_.front()->sink->report(result.summary);
-  if (consumers_.size() > 1) {
+  if (per_consumer_figures()) {
     nlohmann::json each = nlohmann::json::array();
     for (std::size_t i = 0; i < consumers_.size(); ++i) {
       const Consumer& k = *consumers_[i];
@@ -1355,6 +1452,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                       {"max_bytes", k.spill->max_bytes()},
                       {"spilled", k.spilled.load()},
                       {"peak_bytes", k.spill_peak_bytes.load()},
+                      {"pending_bytes", k.spill_pending_bytes.load()},
                       {"recovered", k.spill->recovered().frames}};
       }
       k.sink->report(o);
