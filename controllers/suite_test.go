@@ -563,6 +563,23 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey,
 				Link: &v1beta1.OnwardLink{LossPercent: "250"}}}}}
 		}, "spec.sinks[0].onward.link.lossPercent"},
+		"a spill for a latest-only consumer": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "files", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}},
+				{Name: "live", Guarantee: v1beta1.GuaranteeLatest, Spill: &v1beta1.ConsumerSpill{MaxBytes: 1 << 30, Root: "nvme"},
+					Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://viewer:7000"}}}}
+		}, "a latest-only consumer passes chunks over instead: a spill is for a lossless one"},
+		"a consumer spill on no root (an emptyDir would lose acknowledged chunks)": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "files", Spill: &v1beta1.ConsumerSpill{MaxBytes: 1 << 30},
+				Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}}}
+		}, "spec.sinks[0].spill.root"},
+		"a consumer spill under a megabyte": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "files", Spill: &v1beta1.ConsumerSpill{MaxBytes: 4096, Root: "nvme"},
+				Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}}}
+		}, "spec.sinks[0].spill.maxBytes"},
+		"a consumer spill path leaving its root": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "files", Spill: &v1beta1.ConsumerSpill{MaxBytes: 1 << 30, Root: "nvme", Path: "a/../../etc"},
+				Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "a.raw"}}}}
+		}, "spec.sinks[0].spill.path"},
 		"pods pick their own node": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Pods = &v1beta1.PodSettings{NodeSelector: map[string]string{"kubernetes.io/hostname": "elsewhere"}}
 		}, "kubernetes.io/hostname is set by the plan"},
@@ -1798,10 +1815,12 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		}
 	}
 	fan := pipeline(ns, "fan", consumers("fan/a-{stream}.raw", "fan/b-{stream}.raw"))
-	// And an onward hop to an HPC site 20 ms away on a 200 Mbit/s path losing 0.1%.
-	fan.Spec.Sinks = append(fan.Spec.Sinks, v1beta1.Consumer{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{
-		Endpoint: "tcp://dtn.hpc.example:7000", ServerKey: farKey, Link: &v1beta1.OnwardLink{BandwidthMbps: 200,
-			RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond}, LossPercent: "0.1"}}}})
+	// And an onward hop to an HPC site 20 ms away on a 200 Mbit/s path losing 0.1%, with a spill
+	// of its own under the root.
+	fan.Spec.Sinks = append(fan.Spec.Sinks, v1beta1.Consumer{Name: "hpc", Spill: &v1beta1.ConsumerSpill{MaxBytes: 64 << 30, Root: root.Name, Path: "backlog"},
+		Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{
+			Endpoint: "tcp://dtn.hpc.example:7000", ServerKey: farKey, Link: &v1beta1.OnwardLink{BandwidthMbps: 200,
+				RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond}, LossPercent: "0.1"}}}})
 	if err := k8s.Create(ctx, fan); err != nil {
 		t.Fatal(err)
 	}
@@ -1828,10 +1847,15 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		if err := json.Unmarshal([]byte(cm.Data["gateway-0.json"]), &cfg); err != nil {
 			return false, err.Error()
 		}
+		spill := "/var/spill/backlog/" + ns + "/fan-" + string(fan.UID) + "/hpc/stream-0"
 		return len(cfg.Sinks) == 4 && cfg.Sinks[2].Guarantee == "latest" && cfg.Sinks[3].Kind == "numastream" &&
-			cfg.Sinks[3].Connections == 9 && cfg.Sinks[3].Curve != nil && cfg.Sinks[3].Curve.ServerKey == farKey, fmt.Sprintf("sinks %+v", cfg.Sinks)
+			cfg.Sinks[3].Connections == 9 && cfg.Sinks[3].Curve != nil && cfg.Sinks[3].Curve.ServerKey == farKey &&
+			cfg.Sinks[3].Spill != nil && cfg.Sinks[3].Spill.Path == spill, fmt.Sprintf("sinks %+v, want the last one's spill in %s", cfg.Sinks, spill)
 	})
 	refused(pipeline(ns, "fan-same", consumers("fan2/a-{stream}.raw", "fan2/a-{stream}.raw")), storage.ReasonNotAllowed, "spec.sinks[1].file.path")
+	refused(pipeline(ns, "fan-spill", consumers("fan3/a-{stream}.raw"), func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sinks[0].Spill = &v1beta1.ConsumerSpill{MaxBytes: 1 << 30, Root: "etc-kubernetes-manifests"}
+	}), storage.ReasonNotAllowed, "spec.sinks[0].spill.root")
 
 	if err := k8s.Delete(ctx, first); err != nil {
 		t.Fatal(err)

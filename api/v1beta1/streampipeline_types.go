@@ -603,6 +603,7 @@ const (
 // Consumer is one of a pipeline's sinks, named, with its guarantee.
 // +kubebuilder:validation:XValidation:rule="(has(self.file) ? 1 : 0) + (has(self.zmq) ? 1 : 0) + (has(self.hdf5) ? 1 : 0) + (has(self.stream2) ? 1 : 0) + (has(self.onward) ? 1 : 0) == 1",message="a consumer is exactly one of file, zmq, hdf5, stream2 or onward"
 // +kubebuilder:validation:XValidation:rule="!has(self.guarantee) || self.guarantee != 'latest' || has(self.zmq)",message="latest-only is for a live zmq consumer: files and Stream V2 series are written whole"
+// +kubebuilder:validation:XValidation:rule="!has(self.spill) || !has(self.guarantee) || self.guarantee != 'latest'",message="a latest-only consumer passes chunks over instead: a spill is for a lossless one"
 type Consumer struct {
 	// Name of the consumer in status.observed.consumers.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
@@ -611,7 +612,32 @@ type Consumer struct {
 	// Guarantee: lossless (default) or latest.
 	// +optional
 	Guarantee ConsumerGuarantee `json:"guarantee,omitempty"`
-	Sink      `json:",inline"`
+	// Spill lets this lossless consumer fall behind the others by up to MaxBytes on the gateway
+	// node's storage: what its queue has no room for is written there and counts as taken, so it
+	// holds the others back only once its spill is full (docs/agent-config.md: sinks).
+	// +optional
+	Spill *ConsumerSpill `json:"spill,omitempty"`
+	Sink  `json:",inline"`
+}
+
+// ConsumerSpill is a consumer's own backlog on the gateway node, under a StorageRoot the admin
+// made for gateway nodes. Never an emptyDir: the chunks in it are acknowledged to the senders
+// already, so they must outlive the gateway pod (a restarted gateway hands them on first).
+type ConsumerSpill struct {
+	// MaxBytes is the most the consumer's spill may hold, per stream.
+	// +kubebuilder:validation:Minimum=1048576
+	MaxBytes int64 `json:"maxBytes"`
+	// Root names a StorageRoot (role gateway) to spill into.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Root string `json:"root"`
+	// Path under the root; the consumer spills in <path>/<namespace>/<name>-<uid>/<consumer>/
+	// stream-<id> below it, so no two pipelines, consumers or streams share one. Relative,
+	// without "." or ".." segments or empty ones.
+	// +kubebuilder:validation:Pattern=`^([^/]*[^/.][^/]*|\.\.\.+)(/([^/]*[^/.][^/]*|\.\.\.+))*$`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Path string `json:"path,omitempty"`
 }
 
 // Stream2Sink is where the gateway speaks Stream V2 again.
@@ -835,6 +861,9 @@ type ConsumerStatus struct {
 	PassedOver int64 `json:"passedOver"`
 	// Behind: chunks waiting in its queue now (a lossless one with many is holding the others back).
 	Behind int64 `json:"behind"`
+	// SpillBytes: what its spill (spec.sinks[].spill) holds now, not yet handed to it.
+	// +optional
+	SpillBytes int64 `json:"spillBytes,omitempty"`
 }
 
 // StagePlacement is where one stage of one stream runs, as its agent reports it.

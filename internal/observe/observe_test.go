@@ -420,6 +420,7 @@ func TestObserverSaysWhatEachConsumerGot(t *testing.T) {
 		consumer("numastream_consumer_chunks_total", 1, "stream2", "lossless", 480),
 		consumer("numastream_consumer_passed_over_total", 1, "stream2", "lossless", 0),
 		consumer("numastream_consumer_behind", 1, "stream2", "lossless", 20),
+		consumer("numastream_consumer_spill_bytes", 1, "stream2", "lossless", 3<<30),
 		consumer("numastream_consumer_chunks_total", 2, "zmq", "latest", 310),
 		consumer("numastream_consumer_passed_over_total", 2, "zmq", "latest", 190),
 		consumer("numastream_consumer_behind", 2, "zmq", "latest", 1),
@@ -447,7 +448,7 @@ func TestObserverSaysWhatEachConsumerGot(t *testing.T) {
 	}
 	want := []v1beta1.ConsumerStatus{
 		{Stream: 3, Name: "files", Kind: "hdf5", Guarantee: "lossless", Chunks: 500},
-		{Stream: 3, Name: "analysis", Kind: "stream2", Guarantee: "lossless", Chunks: 480, Behind: 20},
+		{Stream: 3, Name: "analysis", Kind: "stream2", Guarantee: "lossless", Chunks: 480, Behind: 20, SpillBytes: 3 << 30},
 		{Stream: 3, Name: "live", Kind: "zmq", Guarantee: "latest", Chunks: 310, PassedOver: 190, Behind: 1},
 	}
 	if !reflect.DeepEqual(obs.Consumers, want) {

@@ -144,6 +144,7 @@ type consumerRow struct {
 	index                      int
 	kind, guarantee            string
 	chunks, passedOver, behind float64
+	spillBytes                 float64
 }
 
 // consumerRows reads the numastream_consumer_* samples, by consumer index.
@@ -158,6 +159,8 @@ func consumerRows(samples []Sample) []consumerRow {
 			field = func(r *consumerRow) *float64 { return &r.passedOver }
 		case "numastream_consumer_behind":
 			field = func(r *consumerRow) *float64 { return &r.behind }
+		case "numastream_consumer_spill_bytes":
+			field = func(r *consumerRow) *float64 { return &r.spillBytes }
 		default:
 			continue
 		}
@@ -190,7 +193,7 @@ func consumersOf(sp *v1beta1.StreamPipeline, stream int32, rows []consumerRow) [
 			name = ks[r.index].Name
 		}
 		out = append(out, v1beta1.ConsumerStatus{Stream: stream, Name: name, Kind: r.kind, Guarantee: r.guarantee,
-			Chunks: int64(r.chunks), PassedOver: int64(r.passedOver), Behind: int64(r.behind)})
+			Chunks: int64(r.chunks), PassedOver: int64(r.passedOver), Behind: int64(r.behind), SpillBytes: int64(r.spillBytes)})
 	}
 	return out
 }

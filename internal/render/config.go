@@ -70,6 +70,8 @@ type SinkConfig struct {
 	Connections int `json:"connections,omitempty"`
 	// Curve: numastream (onward) sink, the gateway's key and the far receiver's public key.
 	Curve *OnwardCurveConfig `json:"curve,omitempty"`
+	// Spill: a lossless consumer's own spill (spec.sinks[].spill).
+	Spill *SpillConfig `json:"spill,omitempty"`
 }
 
 // OnwardCurveConfig keys an onward hop: the gateway's secret key (from the pipeline's keys
@@ -80,7 +82,7 @@ type OnwardCurveConfig struct {
 	Mode          string `json:"mode"`
 }
 
-// SpillConfig is a sender's node-local spill (spec.spill).
+// SpillConfig is a sender's node-local spill (spec.spill) or a gateway consumer's (spec.sinks[].spill).
 type SpillConfig struct {
 	Path     string `json:"path"`
 	MaxBytes int64  `json:"max_bytes"`
@@ -168,16 +170,22 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 	base.Streams = 1
 	if len(sp.Spec.Sinks) > 0 {
 		for _, k := range sp.Spec.Sinks {
+			var c SinkConfig
 			if k.Onward != nil {
-				base.Sinks = append(base.Sinks, onwardSinkConfig(in, g, k))
-				continue
+				c = onwardSinkConfig(in, g, k)
+			} else {
+				c = *sinkConfig(&k.Sink)
+				c.Guarantee = string(k.Guarantee)
+				if c.Kind == "file" || c.Kind == "hdf5" {
+					c.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+				}
 			}
-			c := sinkConfig(&k.Sink)
-			c.Guarantee = string(k.Guarantee)
-			if c.Kind == "file" || c.Kind == "hdf5" {
-				c.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
+			if k.Spill != nil {
+				// Under the spill's root, a directory of this pipeline object, consumer and
+				// stream: the next gateway process of the stream recovers it, no other.
+				c.Spill = &SpillConfig{Path: SpillMountPath + "/" + storage.ConsumerSpillDir(sp, &k, n.Stream), MaxBytes: k.Spill.MaxBytes}
 			}
-			base.Sinks = append(base.Sinks, *c)
+			base.Sinks = append(base.Sinks, c)
 		}
 	} else {
 		base.Sink = sinkConfig(sp.Spec.Sink)

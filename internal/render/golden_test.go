@@ -67,10 +67,11 @@ func goldenCases() map[string]*v1beta1.StreamPipeline {
 		"onward-hop": pipeline("onward-hop", withCurve, func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{
 				{Name: "archive", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "s-{stream}.raw"}}},
-				{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn.hpc.example:7000",
-					ServerKey: "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7",
-					Link: &v1beta1.OnwardLink{BandwidthMbps: 10000, RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond},
-						LossPercent: "0.1"}}}},
+				{Name: "hpc", Spill: &v1beta1.ConsumerSpill{MaxBytes: 256 << 30, Root: "tape", Path: "hpc-backlog"},
+					Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn.hpc.example:7000",
+						ServerKey: "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7",
+						Link: &v1beta1.OnwardLink{BandwidthMbps: 10000, RoundTrip: &metav1.Duration{Duration: 20 * time.Millisecond},
+							LossPercent: "0.1"}}}},
 			}
 		}),
 		"hostnetwork-plain": pipeline("hostnetwork-plain", func(sp *v1beta1.StreamPipeline) {

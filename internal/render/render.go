@@ -466,6 +466,12 @@ func gatewayContainers(in Inputs, g planner.GatewayPlan, opts Options) []corev1.
 	if hasDataVolume(sp, n) {
 		dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: DataPathMount})
 	}
+	for _, u := range podUses(sp, n) {
+		if u.Spill { // the consumers' spills (one root: storage.Check)
+			dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: podVolumeName(sp, n, u), MountPath: SpillMountPath})
+			break
+		}
+	}
 	for _, c := range []*corev1.Container{&rx, &dx} {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "relay", MountPath: RelayDir})
 	}
@@ -697,10 +703,7 @@ func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 	// write under one root or claim (storage.Check): one volume.
 	named := map[string]bool{}
 	for _, u := range podUses(sp, n) {
-		name := "data"
-		if u.Spill {
-			name = "spill"
-		}
+		name := podVolumeName(sp, n, u)
 		if named[name] {
 			continue
 		}
@@ -708,6 +711,21 @@ func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 		vols = append(vols, claim(name, storage.ClaimName(sp, u), u.ReadOnly))
 	}
 	return vols
+}
+
+// podVolumeName is the volume through which a pod reaches use u: "data" for what it reads or
+// writes, "spill" for its spill, or "data" again for a spill under the claim the data is on (a
+// pod mounts a claim once).
+func podVolumeName(sp *v1beta1.StreamPipeline, n planner.PodPlan, u storage.Use) string {
+	if !u.Spill {
+		return "data"
+	}
+	for _, o := range podUses(sp, n) {
+		if !o.Spill && storage.ClaimName(sp, o) == storage.ClaimName(sp, u) {
+			return "data"
+		}
+	}
+	return "spill"
 }
 
 // podUses are the storage uses of one pod.

@@ -1294,3 +1294,77 @@ func TestAnOnwardConsumerConnectsWithTheGatewaysKeyOverThePlannedConnections(t *
 		t.Errorf("onward sink %+v (curve %+v)", hop, hop.Curve)
 	}
 }
+
+// A consumer's spill (spec.sinks[].spill) is under its StorageRoot on the gateway node, in a
+// directory of the pipeline object, the consumer and the stream, mounted only in the container
+// that runs the consumers; under the root the files are written to, the one data volume serves.
+func TestAConsumersSpillIsOnTheGatewayNodesRootInADirectoryOfItsOwn(t *testing.T) {
+	consumers := func(spillRoot string) option {
+		return func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{
+				{Name: "here", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "s{stream}.raw"}}},
+				{Name: "hpc", Spill: &v1beta1.ConsumerSpill{MaxBytes: 64 << 30, Root: spillRoot, Path: "spill"},
+					Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000"}}},
+			}
+		}
+	}
+	objs, _ := renderFor(t, pipeline("hop", withStreams(2), consumers("tape")))
+	for stream, key := range []string{"gateway-0.json", "gateway-1.json"} {
+		var cfg AgentConfig
+		if err := json.Unmarshal([]byte(objs.ConfigMap.Data[key]), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("/var/spill/spill/beamline/hop-uid-1/hpc/stream-%d", stream)
+		if s := cfg.Sinks[1].Spill; s == nil || s.Path != want || s.MaxBytes != 64<<30 || cfg.Sinks[0].Spill != nil {
+			t.Errorf("%s: sinks %+v: want the onward consumer's spill in %s", key, cfg.Sinks, want)
+		}
+	}
+	var relay AgentConfig
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-0-relay.json"]), &relay); err != nil {
+		t.Fatal(err)
+	}
+	if relay.Sink == nil || relay.Sink.Spill != nil {
+		t.Errorf("relay sink %+v: the relay has no consumer to spill for", relay.Sink)
+	}
+	mountedAt := func(c corev1.Container, path string) string {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == path {
+				return m.Name
+			}
+		}
+		return ""
+	}
+	for _, j := range objs.Jobs {
+		if j.Labels[LabelRole] != RoleGateway {
+			if volumeNamed(j.Spec.Template.Spec, "spill") != nil {
+				t.Errorf("%s: a sender with a consumer's spill volume", j.Name)
+			}
+			continue
+		}
+		pod := j.Spec.Template.Spec
+		v := volumeNamed(pod, "spill")
+		if v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ReadOnly {
+			t.Fatalf("%s: spill volume %+v: want the root's writable claim", j.Name, v)
+		}
+		rx, dx := pod.Containers[0], pod.Containers[1]
+		if mountedAt(dx, SpillMountPath) != "spill" || mountedAt(rx, SpillMountPath) != "" {
+			t.Errorf("%s: spill mounted in %q (consumers) and %q (relay): want spill and none", j.Name, mountedAt(dx, SpillMountPath), mountedAt(rx, SpillMountPath))
+		}
+	}
+	var pvs []string
+	for _, v := range objs.Volumes {
+		if v.PV != nil {
+			pvs = append(pvs, v.PV.Spec.HostPath.Path)
+		}
+	}
+	if !slices.Contains(pvs, "/tape-cache") {
+		t.Errorf("persistent volumes on %v: none holds the spill's root /tape-cache", pvs)
+	}
+
+	// Spilling under the files' own root: the pod mounts that claim once, at both places.
+	objs, _ = renderFor(t, pipeline("hop", withStreams(2), consumers("archive")))
+	pod := objs.Jobs[len(objs.Jobs)-1].Spec.Template.Spec
+	if volumeNamed(pod, "spill") != nil || mountedAt(pod.Containers[1], SpillMountPath) != "data" || mountedAt(pod.Containers[1], DataPathMount) != "data" {
+		t.Errorf("volumes %+v, mounts %+v: want the data volume at %s and %s", pod.Volumes, pod.Containers[1].VolumeMounts, DataPathMount, SpillMountPath)
+	}
+}

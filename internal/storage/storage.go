@@ -55,8 +55,10 @@ type Use struct {
 	// Path relative to the root or the claim.
 	Path     string
 	ReadOnly bool
-	// Spill: the sender's spill directory (Path/<namespace>/<name>-<uid> under the root).
-	Spill bool
+	// Spill: a sender's spill directory (Path/<namespace>/<name>-<uid> under the root), or a
+	// gateway consumer's (.../<consumer>/stream-<id>: Consumer names it).
+	Spill    bool
+	Consumer string
 	// Series: an hdf5 consumer of Stream V2 sources, one file (or NXmx set) per series.
 	Series bool
 }
@@ -87,16 +89,29 @@ func Uses(sp *v1beta1.StreamPipeline) []Use {
 			uses = append(uses, Use{Field: field + ".hdf5", Role: RoleGateway, Node: gw, Stream: -1, Root: k.HDF5.Root, Claim: k.HDF5.Claim,
 				Path: k.HDF5.Path, Series: seriesSink(sp)})
 		}
+		if s := k.Spill; s != nil {
+			uses = append(uses, Use{Field: field + ".spill", Role: RoleGateway, Node: gw, Stream: -1, Root: s.Root, Path: s.Path, Spill: true, Consumer: k.Name})
+		}
 	}
 	return uses
 }
 
 // consumersShareOneVolume refuses file consumers of one gateway that write under different
-// roots or claims (the decompressing container mounts one, at /data) or to one path.
+// roots or claims (the decompressing container mounts one, at /data) or to one path, and
+// consumer spills under different roots (it mounts one, at /var/spill).
 func consumersShareOneVolume(sp *v1beta1.StreamPipeline) error {
 	var seen []Use
+	spillRoot := ""
 	for _, u := range Uses(sp) {
 		if u.Role != RoleGateway {
+			continue
+		}
+		if u.Spill {
+			if spillRoot != "" && u.Root != spillRoot {
+				return &Refusal{ReasonNotAllowed, u.Field + ".root", fmt.Sprintf(
+					"every consumer of a gateway spills under one root (an earlier consumer spills under root %s)", spillRoot)}
+			}
+			spillRoot = u.Root
 			continue
 		}
 		for _, o := range seen {
@@ -225,7 +240,7 @@ func Writes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) [
 		var patterns []string
 		switch {
 		case u.Spill:
-			patterns = []string{path.Join(base, pipelineDir(sp)) + "/*"}
+			patterns = []string{path.Join(base, pipelineDir(sp), u.Consumer) + "/*"}
 		case u.Series:
 			patterns = []string{seriesPattern(base)}
 		default:
@@ -344,6 +359,12 @@ func pipelineDir(sp *v1beta1.StreamPipeline) string {
 // SpillDir is a sender's spill directory relative to its root: no two pipelines share one.
 func SpillDir(sp *v1beta1.StreamPipeline) string {
 	return path.Join(sp.Spec.Spill.Path, pipelineDir(sp))
+}
+
+// ConsumerSpillDir is a gateway consumer's spill directory for one stream, relative to the
+// spill's root: no two pipelines, consumers or streams share one.
+func ConsumerSpillDir(sp *v1beta1.StreamPipeline, k *v1beta1.Consumer, stream int) string {
+	return path.Join(k.Spill.Path, pipelineDir(sp), k.Name, fmt.Sprintf("stream-%d", stream))
 }
 
 // StateDir is the pipeline's state directory on its sender nodes.

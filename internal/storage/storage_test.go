@@ -69,6 +69,11 @@ func hdf5Consumer(name, root, path string) v1beta1.Consumer {
 	return v1beta1.Consumer{Name: name, Sink: v1beta1.Sink{HDF5: &v1beta1.HDF5Dataset{Root: root, Path: path}}}
 }
 
+func spilling(k v1beta1.Consumer, root, path string) v1beta1.Consumer {
+	k.Spill = &v1beta1.ConsumerSpill{MaxBytes: 1 << 30, Root: root, Path: path}
+	return k
+}
+
 func ids(uid, gid int64) *v1beta1.Files { return &v1beta1.Files{User: &uid, Group: &gid} }
 
 // refusal checks err: nil when field is "" (allowed), else a Refusal of that field and reason,
@@ -142,6 +147,17 @@ func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 		"a sink consumer's root refused": {"beamline-7", sinks(fileConsumer("raw", "nvme", "x.raw")), "spec.sinks[0].file.root", "serves sender nodes"},
 		"a sink consumer escaping": {"beamline-7", sinks(fileConsumer("raw", "archive", "x.raw"), hdf5Consumer("nx", "archive", "../../etc/x.h5")),
 			"spec.sinks[1].hdf5.path", "not a path relative"},
+		// A consumer's spill (spec.sinks[].spill) is gateway storage the pipeline writes.
+		"a consumer spilling on a gateway root": {"beamline-7", sinks(fileConsumer("raw", "archive", "x.raw"), spilling(fileConsumer("copy", "archive", "y.raw"), "archive", "spill")), "", ""},
+		"a consumer spilling on a sender root": {"beamline-7", sinks(spilling(fileConsumer("raw", "archive", "x.raw"), "nvme", "")),
+			"spec.sinks[0].spill.root", "serves sender nodes, not gateway nodes"},
+		"a consumer spill escaping": {"beamline-7", sinks(spilling(fileConsumer("raw", "archive", "x.raw"), "archive", "../../etc")),
+			"spec.sinks[0].spill.path", "not a path relative"},
+		"a consumer spilling on no root": {"beamline-7", sinks(spilling(fileConsumer("raw", "archive", "x.raw"), "etc", "")),
+			"spec.sinks[0].spill.root", `no StorageRoot "etc"`},
+		"consumers spilling under two roots": {"beamline-7", sinks(spilling(fileConsumer("raw", "archive", "x.raw"), "archive", "s"),
+			spilling(fileConsumer("copy", "archive", "y.raw"), "tenant-only", "s")),
+			"spec.sinks[1].spill.root", "every consumer of a gateway spills under one root (an earlier consumer spills under root archive)"},
 		"group out of range": {"beamline-7", func(sp *v1beta1.StreamPipeline) {
 			fileSink("archive", "x.raw")(sp)
 			sp.Spec.Files = ids(2000, 65532)
@@ -209,6 +225,10 @@ func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
 			sp.Spec.Gateway.Node = "det-a"
 			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "nvme", Path: "spill/ns/old-old-uid/stream-0.spill"}}
 		}, "ns", "spec.sink.file.path"},
+		"consumer spills never meet": {sinks(spilling(fileConsumer("raw", "archive", "old.raw"), "archive", "spill")),
+			sinks(spilling(fileConsumer("raw", "archive", "young.raw"), "archive", "spill")), "ns", ""},
+		"a sink into another's consumer spill": {sinks(spilling(fileConsumer("raw", "archive", "x.raw"), "archive", "spill")),
+			fileSink("archive", "spill/ns/old-old-uid/raw/stream-0/x.spill"), "ns", "spec.sink.file.path"},
 		"same path, other gateway": {fileSink("archive", "x.raw"), func(sp *v1beta1.StreamPipeline) {
 			fileSink("archive", "x.raw")(sp)
 			sp.Spec.Gateway.Node = "gw-2"
