@@ -1,6 +1,7 @@
 #include "data/spill.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -207,6 +208,27 @@ TEST(Spill, AHeldFrameStaysOnDiskUntilReleasedAndANextProcessRecoversIt) {
     EXPECT_EQ(out, frame(256 << 10, i));
   }
   EXPECT_TRUE(next.empty());
+}
+
+// The spill makes its directories the agent's own (0700) whatever the umask: a gateway with file
+// sinks runs under the files' (0137 for 0640), which would leave a new directory without its
+// search bit, and the spill could not be written (seen on the facility's gateway pods).
+TEST(Spill, ItsDirectoriesAreSearchableUnderTheFileSinksUmask) {
+  const std::string dir = temp_dir() + "/spill/ns/pipeline-uid/hpc/stream-0";
+  const mode_t before = ::umask(0137);
+  try {
+    SpillStore s(dir, 0, 8 << 20);
+    ASSERT_TRUE(s.append(frame(1000, 1)));
+    std::vector<std::byte> out(1000);
+    ASSERT_EQ(s.read(out), 1000u);
+  } catch (...) {
+    ::umask(before);
+    throw;
+  }
+  ::umask(before);
+  struct stat sb {};
+  ASSERT_EQ(::stat(dir.c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0700u);
 }
 
 }  // namespace

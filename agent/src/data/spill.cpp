@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 #include "base/error.hpp"
+#include "base/files.hpp"
 
 namespace numastream {
 namespace {
@@ -45,9 +47,14 @@ void read_all(int fd, std::byte* p, std::size_t n, std::uint64_t off, const std:
 SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes, const Recover& recover)
     : dir_(std::move(dir)), stream_(stream), max_(max_bytes),
       segment_bytes_(std::clamp<std::uint64_t>(max_bytes / 8, 1 << 20, 256ULL << 20)) {
+  // The agent's own (0700), whatever the umask: a gateway with file sinks sets the files' (0137
+  // for 0640), under which a directory would have no search bit.
+  try {
+    make_parent_dirs(dir_ + "/", 0600);
+  } catch (const std::system_error& e) {
+    throw std::runtime_error("spill: cannot create " + dir_ + ": " + e.what());
+  }
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) throw std::runtime_error("spill: cannot create " + dir_ + ": " + ec.message());
   // What an earlier process of this stream left: its segments by number.
   const std::string prefix = "spill-" + std::to_string(stream_) + "-";
   std::vector<std::pair<std::uint64_t, std::string>> earlier;
