@@ -378,12 +378,19 @@ struct HopWithASpill {
     for (int i = 0; i < 400 && size_of(dir + "/far.raw.part") < bytes; ++i) std::this_thread::sleep_for(25ms);
     far.signal(SIGSTOP);
   }
+  // The gateway SIGKILLed and started again, then as both_sites_whole.
+  void gateway_killed_then_both_sites_whole(std::unique_ptr<Process>& gw) {
+    gw->signal(SIGKILL);
+    EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
+    gw = std::make_unique<Process>(gateway);
+    both_sites_whole(*gw);
+  }
   // The far site runs again and ends; both sites hold the source, byte for byte.
   void both_sites_whole(Process& gw) {
     far.signal(SIGCONT);
     ASSERT_EQ(gw.wait(120s), 0) << gw.err();
     ASSERT_EQ(far.wait(60s), 0) << far.err();
-    EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file";
+    EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file: " << read_bytes(dir + "/out.raw").size() << " bytes of " << source.size() << "\n" << gw.err();
     EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
     EXPECT_NE(gw.err().find("an earlier process spilled go to its sink first"), std::string::npos) << gw.err();
     const json f = summary(far);
@@ -405,10 +412,7 @@ TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
   for (int i = 0; i < 400 && hop.spilled() < (8u << 20); ++i) std::this_thread::sleep_for(25ms);
   const std::uintmax_t held = hop.spilled();
   ASSERT_GE(held, 8u << 20) << gw->err();
-  gw->signal(SIGKILL);
-  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
-  gw = std::make_unique<Process>(hop.gateway);
-  hop.both_sites_whole(*gw);
+  hop.gateway_killed_then_both_sites_whole(gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
   std::printf("gateway killed with %.1f MiB in the onward consumer's spill: the next process recovered %d chunks; "
@@ -436,10 +440,7 @@ TEST(FanOut, AStreamsEndWaitsForWhatItsConsumersSpilledSoAGatewayKilledAfterTheS
   EXPECT_TRUE(tx.running()) << "the sender ended with the stream's end acknowledged while the spill still held "
                             << hop.spilled() << " bytes of it:\n" << tx.err();
   const std::uintmax_t held = hop.spilled();
-  gw->signal(SIGKILL);
-  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
-  gw = std::make_unique<Process>(hop.gateway);
-  hop.both_sites_whole(*gw);
+  hop.gateway_killed_then_both_sites_whole(gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
   EXPECT_EQ(g["complete"], true) << g.dump();
@@ -466,10 +467,7 @@ TEST(FanOut, ChunksReadOutOfASpillStayThereUntilTheFarSiteHasThem) {
   }
   hop.far.signal(SIGSTOP);
   std::this_thread::sleep_for(500ms);  // the hop's window fills from the spill again, unacknowledged
-  gw->signal(SIGKILL);
-  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
-  gw = std::make_unique<Process>(hop.gateway);
-  hop.both_sites_whole(*gw);
+  hop.gateway_killed_then_both_sites_whole(gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
   std::printf("the far site back briefly and stopped again, the gateway killed: the next process recovered %d chunks "

@@ -148,13 +148,15 @@ class Receiver {
     std::atomic<std::uint64_t> taken{0};        // handed to its sink
     std::atomic<std::uint64_t> passed_over{0};  // latest-only: no room in its queue
     std::string failed;                         // latest-only: why it stopped taking (its thread's)
-    // spill (a lossless consumer's, ConsumerConfig::spill): what its queue has no room for, in
-    // order, taken for it once written (`settle`: its acknowledgement in the join); while the
-    // spill holds anything, every later chunk goes there too. Its sink thread takes its queue
-    // first (older), then the spill; `spill_mu` guards the store and that choice.
+    // spill (a lossless consumer's, ConsumerConfig::spill): every chunk for it is written there,
+    // in order, and taken for it once written (`settle`: its acknowledgement in the join); its
+    // sink thread reads them back. So the consumer holds no chunk unacknowledged, however long
+    // its sink takes (an onward hop's window to a far site that stopped), until its spill is
+    // full. `spill_mu` guards the store; its queue is not used.
     std::unique_ptr<SpillStore> spill;
     std::mutex spill_mu;
-    std::condition_variable spill_room;
+    std::condition_variable spill_room;   // space came back
+    std::condition_variable spill_ready;  // a chunk was written
     AckFn settle;
     std::atomic<std::uint64_t> spilled{0};
     std::atomic<std::uint64_t> spill_peak_bytes{0};
@@ -172,8 +174,8 @@ class Receiver {
   // Hands `c` to a consumer with a spill (see Consumer::spill); false once the run is closing.
   bool to_spilling(Consumer& k, Chunk& c);
   // The oldest chunk in a consumer's spill (via -1, or -2 for an earlier process's: taken for
-  // it already), if any.
-  std::optional<Chunk> from_spill(Consumer& k);
+  // it already), waiting at most `wait` for one.
+  std::optional<Chunk> from_spill(Consumer& k, std::chrono::milliseconds wait);
   // Its sink took (or passed as had) a chunk that came from its spill.
   static void spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint64_t seq);
   // A consumer's spill still owes its sink chunks of `stream`.
@@ -347,6 +349,7 @@ void Receiver::spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint
   if (auto it = k.spill_held.find({stream, seq}); it != k.spill_held.end()) {
     k.spill->release(it->second);
     k.spill_held.erase(it);
+    k.spill_room.notify_all();  // its segment may be gone now
   }
   if (via == -2 && k.recovered_owed > 0) {
     --k.recovered_owed;
@@ -753,7 +756,6 @@ bool Receiver::deliver(Chunk& out, StageStats& st) {
 
 bool Receiver::to_spilling(Consumer& k, Chunk& c) {
   std::unique_lock lock(k.spill_mu);
-  if (k.spill->empty() && k.q->try_push(c)) return true;
   std::byte head[wire::kHeaderSize];
   wire::encode_header(c.header, head);
   const auto payload = c.payload();
@@ -767,13 +769,14 @@ bool Receiver::to_spilling(Consumer& k, Chunk& c) {
   k.spill_peak_bytes = std::max<std::uint64_t>(k.spill_peak_bytes.load(), k.spill->disk_bytes());
   k.spill_pending_bytes = k.spill->pending_bytes();
   lock.unlock();
+  k.spill_ready.notify_one();
   k.settle(c.via, c.header.stream_id, c.header.sequence);  // written where it cannot be lost: taken
   return true;
 }
 
-std::optional<Chunk> Receiver::from_spill(Consumer& k) {
-  std::lock_guard lock(k.spill_mu);
-  if (k.spill->empty()) return std::nullopt;
+std::optional<Chunk> Receiver::from_spill(Consumer& k, std::chrono::milliseconds wait) {
+  std::unique_lock lock(k.spill_mu);
+  if (!k.spill_ready.wait_for(lock, wait, [&k] { return !k.spill->empty(); })) return std::nullopt;
   const std::size_t size = k.spill->next_size();
   zmq::Message m = zmq::Message::sized(size);
   std::uint64_t token = 0;
@@ -958,16 +961,16 @@ void Receiver::sink_loop(StageThread& t) {
     std::optional<Chunk> c;
     {
       ScopedTimer wait(st.blocked_input_ns);
-      // A spilling consumer's queue holds what came before its spill: the queue first.
       if (k.spill) {
-        c = k.q->pop_for(std::chrono::milliseconds(0), done);
-        if (!c) c = from_spill(k);
+        // Closed once every chunk was written to the spill: it ends when the spill is read out.
+        done = k.q->closed();
+        c = from_spill(k, std::chrono::milliseconds(20));
+      } else {
+        c = k.q->pop_for(std::chrono::milliseconds(20), done);
       }
-      if (!c) c = k.q->pop_for(std::chrono::milliseconds(20), done);
     }
     if (!c) {
-      if (done && (!k.spill || k.spill->empty())) break;
-      if (done) continue;  // closed: what the spill holds still goes to the sink
+      if (done) break;
       if (k.failed.empty()) k.sink->idle(st);
       continue;
     }

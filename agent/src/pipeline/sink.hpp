@@ -241,6 +241,15 @@ class FileSink final : public Sink {
     drain();
     std::vector<std::string> incomplete;
     auto totals = tracker_.streams_json();
+    // A stream whose every chunk an earlier process wrote (and acknowledged) reaches this one as
+    // its end alone (a gateway killed between the two: its sender waits for the end while a
+    // consumer's spill hands the stream on): the earlier process's .part is resumed, and
+    // published below like any other.
+    for (const auto& s : totals) {
+      const auto id = s["stream_id"].get<std::uint32_t>();
+      if (outs_.count(id) || !s["complete"].get<bool>()) continue;
+      if (::access((stream_path(cfg_.sink.path, id) + ".part").c_str(), F_OK) == 0) open(id);
+    }
     std::string failed;
     for (auto& [id, o] : outs_) {
       const std::string part = stream_path(cfg_.sink.path, id) + ".part";
