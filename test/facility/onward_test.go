@@ -41,59 +41,24 @@ const (
 // files the same bytes, every chunk once), and the rate the far site saw is within the
 // planner's prediction for the hop.
 func TestAnOnwardHopToAnHPCSiteAcrossADelayedLossyLinkLosesNothing(t *testing.T) {
-	agent, line := os.Getenv("NUMASTREAM_AGENT"), os.Getenv("NUMASTREAM_DELAY_LINE")
-	if agent == "" || line == "" {
-		t.Fatal("NUMASTREAM_AGENT and NUMASTREAM_DELAY_LINE name the agent binary and the delay-line tool (make test-e2e-facility sets them)")
-	}
-	wan(t, line)
+	agent := wan(t)
 	dir := sinkDir(t, "onward")
-	far := t.TempDir()
-	run(t, agent, "keygen", "--out", filepath.Join(far, "far"))
-	run(t, agent, "keygen", "--out", filepath.Join(far, "gateway"))
-	run(t, agent, "keygen", "--out", filepath.Join(far, "sender"))
-	farPublic := strings.TrimSpace(read(t, filepath.Join(far, "far.public")))
-	gwPublic := strings.TrimSpace(read(t, filepath.Join(far, "gateway.public")))
-	if err := os.WriteFile(filepath.Join(far, "allowed"), []byte(gwPublic+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The pipeline's keys, the gateway's among them as the far site admits it.
-	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "onward-keys", Namespace: ns},
-		Data: map[string][]byte{render.GatewaySecretKey: []byte(read(t, filepath.Join(far, "gateway.secret"))),
-			render.GatewayPublicKey: []byte(gwPublic), render.SenderSecretKey(0): []byte(read(t, filepath.Join(far, "sender.secret"))),
-			render.SenderPublicKey(0): []byte(read(t, filepath.Join(far, "sender.public")))}}
-	if err := k8s.Create(ctx, keys); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(ctx, keys) })
-
+	site := newHPCSite(t, agent, "onward-keys")
+	far, keys := site.dir, site.keys
 	const chunks = 240
 	sp := paced(pipeline(t, ns, "onward", chunks, ""))
 	sp.Spec.ChunkBytes = 1 << 20
 	sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityCurve, KeysSecret: keys.Name}
 	sp.Spec.Sinks = []v1beta1.Consumer{
 		{Name: "archive", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: storageRoot, Path: "onward/here-{stream}.raw"}}},
-		{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{
-			Endpoint: fmt.Sprintf("tcp://%s:%d", wanFar, farPort), ServerKey: farPublic,
-			Link: &v1beta1.OnwardLink{BandwidthMbps: wanMbit, RoundTrip: &metav1.Duration{Duration: wanRTT},
-				LossPercent: strconv.FormatFloat(wanLoss*100, 'f', -1, 64), CongestionControl: congestionControl(t)}}}},
+		{Name: "hpc", Sink: v1beta1.Sink{Onward: site.onwardTo(t)}},
 	}
 	start(t, sp)
-	var hop v1beta1.OnwardPlan
-	eventually(t, "status.plan.onward", 120*time.Second, func() (bool, string) {
-		p := get(t, sp).Status.Plan
-		if p == nil || len(p.Onward) != 1 {
-			return false, fmt.Sprintf("plan %+v", p)
-		}
-		hop = p.Onward[0]
-		return true, ""
-	})
+	hop := onwardPlan(t, sp)
 	t.Logf("plan: onward hop %s: %d connection(s) of %d Mbit/s, predicted %d Mbit/s (limit %s); the pipeline's bottleneck %s",
 		hop.Consumer, hop.Connections, hop.PerConnectionMbps, hop.PredictedMbps, hop.Limit, get(t, sp).Status.Plan.Bottleneck)
 
-	receiverArgs := []string{"receive", "--endpoint", fmt.Sprintf("tcp://%s:%d", wanFar, farPort),
-		"--connections", strconv.Itoa(int(hop.Connections)), "--sink", "file", "--sink-path", filepath.Join(far, "there-{stream}.raw"),
-		"--idle-timeout", "120", "--set", "security.curve.secret_key_file=" + filepath.Join(far, "far.secret"),
-		"--set", "security.curve.allowed_keys_file=" + filepath.Join(far, "allowed")}
+	receiverArgs := site.receiverArgs(hop.Connections)
 	first := inHPC(t, nil, agent, receiverArgs...)
 	written := func() int64 {
 		st, err := os.Stat(filepath.Join(far, "there-0.raw.part"))
@@ -144,10 +109,74 @@ func TestAnOnwardHopToAnHPCSiteAcrossADelayedLossyLinkLosesNothing(t *testing.T)
 	}
 }
 
-// wan makes the HPC site's namespace and the delay line to it from gateway-a's node; both go
-// when the test ends.
-func wan(t *testing.T, tool string) {
+// hpcSite is the HPC site's receiver keys and the pipeline's keys Secret, which holds the gateway
+// key the far site admits.
+type hpcSite struct {
+	dir    string // the far receiver's keys (far.secret, allowed) and files
+	public string // its public key, for spec.sinks[].onward.serverKey
+	keys   *corev1.Secret
+}
+
+func newHPCSite(t *testing.T, agent, secret string) hpcSite {
 	t.Helper()
+	far := t.TempDir()
+	run(t, agent, "keygen", "--out", filepath.Join(far, "far"))
+	run(t, agent, "keygen", "--out", filepath.Join(far, "gateway"))
+	run(t, agent, "keygen", "--out", filepath.Join(far, "sender"))
+	gwPublic := strings.TrimSpace(read(t, filepath.Join(far, "gateway.public")))
+	if err := os.WriteFile(filepath.Join(far, "allowed"), []byte(gwPublic+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: ns},
+		Data: map[string][]byte{render.GatewaySecretKey: []byte(read(t, filepath.Join(far, "gateway.secret"))),
+			render.GatewayPublicKey: []byte(gwPublic), render.SenderSecretKey(0): []byte(read(t, filepath.Join(far, "sender.secret"))),
+			render.SenderPublicKey(0): []byte(read(t, filepath.Join(far, "sender.public")))}}
+	if err := k8s.Create(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(ctx, keys) })
+	return hpcSite{dir: far, public: strings.TrimSpace(read(t, filepath.Join(far, "far.public"))), keys: keys}
+}
+
+// receiverArgs: a plain `numastream-agent receive` at the HPC site, on `connections` ports from
+// farPort, writing there-{stream}.raw and admitting only the gateway's key.
+func (s hpcSite) receiverArgs(connections int32) []string {
+	return []string{"receive", "--endpoint", fmt.Sprintf("tcp://%s:%d", wanFar, farPort),
+		"--connections", strconv.Itoa(int(connections)), "--sink", "file", "--sink-path", filepath.Join(s.dir, "there-{stream}.raw"),
+		"--idle-timeout", "120", "--set", "security.curve.secret_key_file=" + filepath.Join(s.dir, "far.secret"),
+		"--set", "security.curve.allowed_keys_file=" + filepath.Join(s.dir, "allowed")}
+}
+
+// onwardTo is the pipeline's consumer that carries the stream to the HPC site over the WAN.
+func (s hpcSite) onwardTo(t *testing.T) *v1beta1.OnwardSink {
+	return &v1beta1.OnwardSink{Endpoint: fmt.Sprintf("tcp://%s:%d", wanFar, farPort), ServerKey: s.public,
+		Link: &v1beta1.OnwardLink{BandwidthMbps: wanMbit, RoundTrip: &metav1.Duration{Duration: wanRTT},
+			LossPercent: strconv.FormatFloat(wanLoss*100, 'f', -1, 64), CongestionControl: congestionControl(t)}}
+}
+
+// onwardPlan is the planner's onward hop of the pipeline (its one), once in status.
+func onwardPlan(t *testing.T, sp *v1beta1.StreamPipeline) v1beta1.OnwardPlan {
+	t.Helper()
+	var hop v1beta1.OnwardPlan
+	eventually(t, "status.plan.onward", 120*time.Second, func() (bool, string) {
+		p := get(t, sp).Status.Plan
+		if p == nil || len(p.Onward) != 1 {
+			return false, fmt.Sprintf("plan %+v", p)
+		}
+		hop = p.Onward[0]
+		return true, ""
+	})
+	return hop
+}
+
+// wan makes the HPC site's namespace and the delay line to it from gateway-a's node; both go
+// when the test ends. It returns the agent binary to run there.
+func wan(t *testing.T) string {
+	t.Helper()
+	agent, tool := os.Getenv("NUMASTREAM_AGENT"), os.Getenv("NUMASTREAM_DELAY_LINE")
+	if agent == "" || tool == "" {
+		t.Fatal("NUMASTREAM_AGENT and NUMASTREAM_DELAY_LINE name the agent binary and the delay-line tool (make test-e2e-facility sets them)")
+	}
 	node := "nsfac-" + gateway
 	_ = exec.Command("ip", "netns", "del", hpcNS).Run() // a killed earlier run's
 	for _, c := range [][]string{{"ip", "netns", "add", hpcNS}, {"ip", "-n", hpcNS, "link", "set", "lo", "up"}} {
@@ -181,6 +210,7 @@ func wan(t *testing.T, tool string) {
 	})
 	// The far site answers the pods' addresses back over the link.
 	run(t, "ip", "-n", hpcNS, "route", "add", podNetwork, "via", wanNear)
+	return agent
 }
 
 // congestionControl is what gateway-a's pods' TCP uses (a new network namespace starts with the
