@@ -613,8 +613,9 @@ type Consumer struct {
 	// +optional
 	Guarantee ConsumerGuarantee `json:"guarantee,omitempty"`
 	// Spill lets this lossless consumer fall behind the others by up to MaxBytes on the gateway
-	// node's storage: what its queue has no room for is written there and counts as taken, so it
-	// holds the others back only once its spill is full (docs/agent-config.md: sinks).
+	// node's storage: every chunk for it is written there and counts as taken once written (its
+	// sink reads them back), so it holds the others back only once its spill is full
+	// (docs/stream2.md).
 	// +optional
 	Spill *ConsumerSpill `json:"spill,omitempty"`
 	Sink  `json:",inline"`
