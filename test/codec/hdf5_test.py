@@ -226,6 +226,66 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         self.assertEqual((second["lost"], second["complete"], second["incomplete_files"]), (0, True, []), err2)
         self.assertFramesAreTheSource(out, 60)
 
+    def test_a_stream_an_earlier_gateway_wrote_whole_is_published_by_the_next(self):
+        # Two consumers: this HDF5 file, and an onward hop with a spill of its own to a far site
+        # that is down (its receiver stopped): every frame is written here and spilled for the
+        # hop, so every frame is acknowledged, and the sender waits for its stream's end (which
+        # waits for the spill to hand the stream on). The gateway is killed then: the next one gets
+        # the stream's end alone, and publishes the file the first one wrote whole (it stayed
+        # .part, the stream reported complete).
+        out = f"{self.tmp}/all.h5"
+        frames = 20
+        far_endpoint = f"tcp://127.0.0.1:{free_port()}"
+        far = subprocess.Popen([AGENT, "receive", "--endpoint", far_endpoint, "--chunk-bytes", str(self.CHUNK), "--sink", "file",
+                                "--sink-path", f"{self.tmp}/far.raw", "--idle-timeout", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(far.kill)
+        time.sleep(0.3)
+        far.send_signal(signal.SIGSTOP)
+        h5 = {"kind": "hdf5", "path": out}
+        if self.SINK_IO:
+            h5["io"] = self.SINK_IO[-1].split("=")[1]
+        sinks = [h5, {"kind": "numastream", "endpoint": far_endpoint,
+                      "spill": {"path": f"{self.tmp}/spill", "max_bytes": 64 << 20}}]
+        common = ["--endpoint", f"tcp://127.0.0.1:{free_port()}", "--chunk-bytes", str(self.CHUNK)]
+        rx_args = [AGENT, "receive", *common, "--set", "sinks=" + json.dumps(sinks), "--idle-timeout", "0",
+                   "--reconnect-timeout", "60"]
+        rx1 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        tx = subprocess.Popen([AGENT, "send", *common, "--codec", "bslz4", "--chunks", str(frames),
+                               "--reconnect-timeout", "60", "--set", "source.shape=[256,512]"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def spilled():
+            d = f"{self.tmp}/spill"
+            return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)) if os.path.isdir(d) else 0
+        # The whole stream in the spill: its size no longer grows (the hop's frames are not the
+        # file's bytes: their size is not known here). The last frames flushed and acknowledged.
+        deadline, last, since = time.time() + 30, -1, time.time()
+        while time.time() < deadline and (last <= 0 or time.time() - since < 1.0):
+            now = spilled()
+            if now != last:
+                last, since = now, time.time()
+            time.sleep(0.05)
+        self.assertGreater(last, 0, "nothing reached the hop's spill")
+        self.assertIsNone(tx.poll(), "the sender waits for its stream's end while the hop's spill holds it")
+        rx1.send_signal(signal.SIGKILL)
+        rx1.communicate(timeout=60)
+        self.assertTrue(os.path.exists(out + ".part"))
+        rx2 = subprocess.Popen(rx_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        far.send_signal(signal.SIGCONT)
+        tx_out, tx_err = tx.communicate(timeout=120)
+        out2, err2 = rx2.communicate(timeout=120)
+        far_out, far_err = far.communicate(timeout=60)
+        self.assertEqual((tx.returncode, rx2.returncode, far.returncode), (0, 0, 0), tx_err + err2 + far_err)
+        second = json.loads(out2.strip().splitlines()[-1])
+        self.assertEqual((second["delivered_before"], second["lost"], second["complete"], second["incomplete_files"]),
+                         (frames, 0, True, []), err2)
+        self.assertIn("frames an earlier process wrote are the whole stream: published", err2)
+        self.assertFalse(os.path.exists(out + ".part"))
+        self.assertFramesAreTheSource(out, frames)
+        self.assertEqual(os.path.getsize(f"{self.tmp}/far.raw"), frames * self.CHUNK, "the far site's copy, whole")
+
     def test_a_gateway_whose_filesystem_fills_up_fails_naming_it_and_resumes_when_space_returns(self):
         # The gateway's filesystem fills up mid-stream (a 4 MiB tmpfs with 2 MiB free): HDF5
         # cannot be trusted after a failed write, so the gateway stops, naming the path and the

@@ -87,6 +87,30 @@ class Hdf5Sink final : public Sink {
       if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) continue;
       incomplete.push_back(final_path + ".part");
     }
+    // A stream whose every frame an earlier process wrote (and acknowledged) reaches this one as
+    // its end alone (a gateway killed between the two: its sender waits for the end while a
+    // consumer's spill hands the stream on): the earlier process's .part is published when it
+    // holds every frame the sender announced.
+    for (const auto& s : totals) {
+      const auto id = s["stream_id"].get<std::uint32_t>();
+      const std::string final_path = stream_path(cfg_.sink.path, id);
+      const std::string part = final_path + ".part";
+      if (outs_.count(id) || !s["complete"].get<bool>() || ::access(part.c_str(), F_OK) != 0) continue;
+      std::uint64_t frames = 0;
+      try {
+        frames = hdf5::Reader(part, cfg_.sink.dataset).frames();
+      } catch (const std::exception& e) {
+        log_warn(std::string("hdf5 sink: ") + e.what());
+      }
+      const bool good = s["lost"].get<std::uint64_t>() == 0 && s["corrupt"].get<std::uint64_t>() == 0 &&
+                        s["expected_chunks"].is_number() && s["expected_chunks"].get<std::uint64_t>() == frames;
+      if (good && ::rename(part.c_str(), final_path.c_str()) == 0) {
+        log_line("hdf5 sink: " + final_path + ": the " + std::to_string(frames) +
+                 " frames an earlier process wrote are the whole stream: published");
+        continue;
+      }
+      incomplete.push_back(part);
+    }
     return incomplete;
   }
 
