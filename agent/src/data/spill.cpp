@@ -197,18 +197,16 @@ bool SpillStore::append(std::span<const std::byte> head, std::span<const std::by
   return true;
 }
 
-const SpillStore::Segment& SpillStore::reading() const {
+std::size_t SpillStore::reading() const {
   NS_ASSERT(frames_ > 0);
-  for (const Segment& s : segments_) {
-    if (s.read_off < s.write_off) return s;
-  }
-  NS_ASSERT(false);
-  return segments_.back();
+  std::size_t i = 0;
+  while (i + 1 < segments_.size() && segments_[i].read_off == segments_[i].write_off) ++i;
+  return i;
 }
 
 std::size_t SpillStore::next_size() const {
   if (frames_ == 0) return 0;
-  const Segment& s = reading();
+  const Segment& s = segments_[reading()];
   std::byte len[kLengthBytes];
   read_all(s.fd, len, kLengthBytes, s.read_off, s.path);
   std::uint32_t n = 0;
@@ -222,7 +220,7 @@ std::size_t SpillStore::read(std::span<std::byte> out, std::uint64_t* token) {
   NS_ASSERT(frames_ > 0);
   const std::size_t n = next_size();
   NS_ASSERT(out.size() >= n);
-  auto& s = const_cast<Segment&>(reading());
+  Segment& s = segments_[reading()];
   read_all(s.fd, out.data(), n, s.read_off + kLengthBytes, s.path);
   s.read_off += kLengthBytes + n;
   pending_ -= n;

@@ -84,8 +84,8 @@ class SpillStore {
   };
   void open_segment();
   void drop_front();
-  // The segment the next frame is read from.
-  const Segment& reading() const;
+  // Index in segments_ of the segment the next frame is read from.
+  std::size_t reading() const;
   // Drops the read-through segments at the front that hold no frame (the last one: starts it
   // again from its beginning).
   void trim();

@@ -1175,7 +1175,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
                  (r.why_dropped.empty() ? "" : "; " + r.why_dropped));
       }
       k->settle = k_ack;
-      auto only_live = [kp = k.get()](AckFn fn) {
+      // Live chunks join the acknowledgement; those read back from the spill release it.
+      auto spill_aware = [kp = k.get()](AckFn fn) {
         return [kp, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
           if (via >= 0) {
             fn(via, stream, seq);
@@ -1184,8 +1185,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
           }
         };
       };
-      k_ack = only_live(k_ack);
-      k_discard = only_live(k_discard);
+      k_ack = spill_aware(k_ack);
+      k_discard = spill_aware(k_discard);
     }
     // A latest-only consumer stops waiting for its reader once the lossless ones are done.
     std::function<bool()> aborted = [this] { return rt_.aborted(); };
