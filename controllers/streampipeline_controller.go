@@ -328,7 +328,8 @@ func toAPIPlan(p planner.Plan) *v1beta1.Plan {
 				per = int64(o.PerConnectionMbps)
 			}
 			out.Onward = append(out.Onward, v1beta1.OnwardPlan{StreamID: int32(g.Stream), Consumer: o.Name,
-				Connections: int32(o.Connections), PerConnectionMbps: per, PredictedMbps: int64(o.PredictedMbps), Limit: o.Limit})
+				Connections: int32(o.Connections), PerConnectionMbps: per, PredictedMbps: int64(o.RawMbps),
+				PredictedPathMbps: int64(o.PredictedMbps), Limit: o.Limit})
 		}
 	}
 	ids := make([]int, 0, len(p.Holds))

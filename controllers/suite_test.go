@@ -1835,8 +1835,9 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 			return false, fmt.Sprintf("plan %+v", p)
 		}
 		o := p.Onward[0]
-		return o.Consumer == "hpc" && o.Connections == 9 && o.PredictedMbps == 200 && o.Limit == "link" &&
-			o.PerConnectionMbps == 22, fmt.Sprintf("onward %+v", o)
+		// The path's 200 Mbit/s carry the stream compressed (expectedRatio 2): 400 of it.
+		return o.Consumer == "hpc" && o.Connections == 9 && o.PredictedPathMbps == 200 && o.PredictedMbps == 400 &&
+			o.Limit == "link" && o.PerConnectionMbps == 22, fmt.Sprintf("onward %+v", o)
 	})
 	eventually(t, "the gateway's configuration names the four consumers", func() (bool, string) {
 		cm := &corev1.ConfigMap{}

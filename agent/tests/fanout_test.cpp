@@ -210,8 +210,9 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
        {"curve", {{"secret_key_file", dir + "/gw.secret"}, {"server_key", read_bytes(dir + "/far.public").substr(0, 40)}}}},
   });
   Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
+  // bslz4 (bitshuffle, bytes): the source's four zero bits of each byte compress away.
   Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
-                              "--reconnect-timeout", "60"}));
+                              "--reconnect-timeout", "60", "--codec", "bslz4", "--dtype", "uint8"}));
   auto written = [&] {  // what the far receiver has in its file so far (0 before it exists)
     std::error_code ec;
     const auto n = fs::file_size(dir + "/far.raw.part", ec);
@@ -240,8 +241,14 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   EXPECT_EQ(f["lost"], 0);
   EXPECT_EQ(f["complete"], true);
   EXPECT_EQ(f["security"], "encrypt");
-  std::printf("onward hop as a consumer: far receiver killed at %s and restarted; it resumed after %d chunks; both files whole\n",
-              "12 MiB", f["delivered_before"].get<int>());
+  // The hop carries the chunks compressed as they came to the gateway (the far receiver decodes
+  // them): what the restarted far receiver got, it got at the ratio the gateway saw.
+  const double ratio_here = g["ratio"].get<double>(), ratio_there = f["ratio"].get<double>();
+  EXPECT_GT(ratio_here, 1.2) << "the source compresses";
+  EXPECT_NEAR(ratio_there, ratio_here, 0.05 * ratio_here) << "the far site got compressed chunks\n" << f.dump();
+  std::printf("onward hop as a consumer: far receiver killed at %s and restarted; it resumed after %d chunks; both files "
+              "whole; compressed %.2fx at the gateway, %.2fx on the hop\n",
+              "12 MiB", f["delivered_before"].get<int>(), ratio_here, ratio_there);
 }
 
 // The payloads of the data frames a zmq consumer received, in sequence order (each sequence

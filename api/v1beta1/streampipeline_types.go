@@ -764,6 +764,10 @@ type OnwardPlan struct {
 	PerConnectionMbps int64 `json:"perConnectionMbps,omitempty"`
 	// PredictedMbps is the raw rate the hop carries the stream at.
 	PredictedMbps int64 `json:"predictedMbps"`
+	// PredictedPathMbps is that rate on the path: the hop carries the chunks compressed as they
+	// reached the gateway (the far receiver decodes them), PredictedMbps / the expected ratio.
+	// +optional
+	PredictedPathMbps int64 `json:"predictedPathMbps,omitempty"`
 	// Limit: stream (the hop keeps up), link (the path's share) or connections (16 carry less).
 	Limit string `json:"limit"`
 }

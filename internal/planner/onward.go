@@ -63,7 +63,7 @@ type OnwardPlan struct {
 	Connections int
 	// PerConnectionMbps is what one connection carries on this path (+Inf: no bound).
 	PerConnectionMbps float64
-	// PredictedMbps is the rate the hop carries the stream at.
+	// PredictedMbps is the rate the hop carries the stream at, on the path.
 	PredictedMbps float64
 	// Limit names what bounds PredictedMbps.
 	Limit string
@@ -84,8 +84,8 @@ func (l OnwardLink) PerConnectionMbps() float64 {
 	return rate
 }
 
-// PlanOnward sizes the onward hop of one stream that arrives at `streamMbps` (raw, as it is
-// forwarded), when `streams` gateways share the path: as few connections as carry the stream,
+// PlanOnward sizes the onward hop of one stream that arrives at `streamMbps` (as it is
+// forwarded: compressed), when `streams` gateways share the path: as few connections as carry the stream,
 // or the path's share of it if that is less, at most MaxOnwardConnections; or `connections`
 // when given (> 0), predicted as what they carry.
 func PlanOnward(streamMbps float64, streams int, l OnwardLink, connections int) OnwardPlan {

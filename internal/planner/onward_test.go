@@ -72,7 +72,9 @@ func TestGivenConnectionsArePredictedAsWhatTheyCarry(t *testing.T) {
 }
 
 // The planner adds each gateway's onward hop to its stream's stages: a hop slower than the
-// pipeline is its bottleneck; sized by the planner, it keeps up.
+// pipeline is its bottleneck; sized by the planner, it keeps up. The hop carries the stream
+// compressed as it came (ratio 2 here): a connection's 70.7 Mbit/s on the path are 141 Mbit/s of
+// the stream, and half the connections a raw hop would need carry it.
 func TestAnOnwardHopSlowerThanThePipelineIsItsBottleneck(t *testing.T) {
 	r := request(updraft1)
 	r.TargetMbit = 1000 // 1 Gbit/s to an HPC site 20 ms away, 0.01% loss: 70.7 Mbit/s a connection
@@ -86,17 +88,23 @@ func TestAnOnwardHopSlowerThanThePipelineIsItsBottleneck(t *testing.T) {
 	if len(g.Onward) != 1 || g.Onward[0].Name != "hpc" || g.Onward[0].Connections != 1 {
 		t.Fatalf("gateway onward: %+v", g.Onward)
 	}
-	if p.Bottleneck != StageOnward || math.Abs(p.RateMbit-g.Onward[0].PredictedMbps) > 1e-9 {
-		t.Fatalf("bottleneck %s at %.1f, want onward at %.1f", p.Bottleneck, p.RateMbit, g.Onward[0].PredictedMbps)
+	hop := g.Onward[0]
+	if math.Abs(hop.PredictedMbps-hop.PerConnectionMbps) > 1e-9 || math.Abs(hop.RawMbps-r.Ratio*hop.PredictedMbps) > 1e-9 {
+		t.Fatalf("one connection: %.1f Mbit/s on the path, %.1f raw; want %.1f and x%.0f", hop.PredictedMbps, hop.RawMbps,
+			hop.PerConnectionMbps, r.Ratio)
+	}
+	if p.Bottleneck != StageOnward || math.Abs(p.RateMbit-hop.RawMbps) > 1e-9 {
+		t.Fatalf("bottleneck %s at %.1f, want onward at %.1f", p.Bottleneck, p.RateMbit, hop.RawMbps)
 	}
 	r.Onward[0].Connections = 0
 	p, err = Make(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Bottleneck != StageTarget || p.Gateways[0].Onward[0].Connections != 15 {
+	// 1000 Mbit/s raw is 500 on the path: 8 connections of 70.7 (15 for the stream decoded).
+	if p.Bottleneck != StageTarget || p.Gateways[0].Onward[0].Connections != 8 {
 		t.Fatalf("sized: bottleneck %s, %+v", p.Bottleneck, p.Gateways[0].Onward)
 	}
-	t.Logf("one connection: %.0f Mbit/s; sized: %d connections, stream %.0f Mbit/s (%s)", g.Onward[0].PredictedMbps,
-		p.Gateways[0].Onward[0].Connections, p.RateMbit, p.Bottleneck)
+	t.Logf("one connection: %.0f Mbit/s on the path, %.0f of the stream; sized: %d connections, stream %.0f Mbit/s (%s)",
+		hop.PredictedMbps, hop.RawMbps, p.Gateways[0].Onward[0].Connections, p.RateMbit, p.Bottleneck)
 }

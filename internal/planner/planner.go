@@ -190,10 +190,13 @@ type GatewayPlan struct {
 	Onward []OnwardPrediction
 }
 
-// OnwardPrediction is one stream's hop to one onward consumer.
+// OnwardPrediction is one stream's hop to one onward consumer. The hop carries the chunks
+// compressed as they reached the gateway (the far receiver decodes them), so its OnwardPlan is
+// in the path's (compressed) Mbit/s; RawMbps is the stream's raw rate through it (x Ratio).
 type OnwardPrediction struct {
 	Name string
 	OnwardPlan
+	RawMbps float64
 }
 
 // Container names.
@@ -769,7 +772,8 @@ func holds(gw topology.Node, nicNode int, free map[int]int, receivers, rest int)
 }
 
 // planOnward sizes a stream's hop to each onward consumer for the rate its other stages allow,
-// and adds the slowest hop to its stages (`st`) when it is slower than they are.
+// and adds the slowest hop to its stages (`st`) when it is slower than they are. The hop's path
+// carries the stream compressed: 1/Ratio of its raw rate.
 func planOnward(r Request, st map[StageName]float64) []OnwardPrediction {
 	if len(r.Onward) == 0 {
 		return nil
@@ -778,9 +782,10 @@ func planOnward(r Request, st map[StageName]float64) []OnwardPrediction {
 	out := make([]OnwardPrediction, 0, len(r.Onward))
 	hop := math.Inf(1)
 	for _, o := range r.Onward {
-		p := PlanOnward(before, len(r.Senders), o.Link, o.Connections)
-		out = append(out, OnwardPrediction{Name: o.Name, OnwardPlan: p})
-		hop = math.Min(hop, p.PredictedMbps)
+		p := PlanOnward(before/r.Ratio, len(r.Senders), o.Link, o.Connections)
+		raw := p.PredictedMbps * r.Ratio
+		out = append(out, OnwardPrediction{Name: o.Name, OnwardPlan: p, RawMbps: raw})
+		hop = math.Min(hop, raw)
 	}
 	if hop < before { // a hop that keeps up is not a stage that limits (ties go to the others)
 		st[StageOnward] = hop

@@ -1267,8 +1267,9 @@ func TestAnOnwardConsumerConnectsWithTheGatewaysKeyOverThePlannedConnections(t *
 	})
 	objs, plan := renderFor(t, sp)
 	g := plan.Gateways[0]
-	if len(g.Onward) != 1 || g.Onward[0].Limit != planner.OnwardLimitLink || g.Onward[0].Connections != 9 || g.Onward[0].PredictedMbps != 200 {
-		t.Fatalf("onward plan %+v: want the 200 Mbit/s link filled by nine 22.3 Mbit/s connections", g.Onward)
+	if len(g.Onward) != 1 || g.Onward[0].Limit != planner.OnwardLimitLink || g.Onward[0].Connections != 9 ||
+		g.Onward[0].PredictedMbps != 200 || g.Onward[0].RawMbps != 400 {
+		t.Fatalf("onward plan %+v: want the 200 Mbit/s link filled by nine 22.3 Mbit/s connections, 400 Mbit/s of the stream at ratio 2", g.Onward)
 	}
 	for _, j := range objs.Jobs {
 		if j.Labels[LabelRole] != RoleGateway {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,8 +56,8 @@ func TestAnOnwardHopToAnHPCSiteAcrossADelayedLossyLinkLosesNothing(t *testing.T)
 	}
 	start(t, sp)
 	hop := onwardPlan(t, sp)
-	t.Logf("plan: onward hop %s: %d connection(s) of %d Mbit/s, predicted %d Mbit/s (limit %s); the pipeline's bottleneck %s",
-		hop.Consumer, hop.Connections, hop.PerConnectionMbps, hop.PredictedMbps, hop.Limit, get(t, sp).Status.Plan.Bottleneck)
+	t.Logf("plan: onward hop %s: %d connection(s) of %d Mbit/s, predicted %d Mbit/s on the path, %d of the stream (limit %s); the pipeline's bottleneck %s",
+		hop.Consumer, hop.Connections, hop.PerConnectionMbps, hop.PredictedPathMbps, hop.PredictedMbps, hop.Limit, get(t, sp).Status.Plan.Bottleneck)
 
 	receiverArgs := site.receiverArgs(hop.Connections)
 	first := inHPC(t, nil, agent, receiverArgs...)
@@ -99,13 +100,20 @@ func TestAnOnwardHopToAnHPCSiteAcrossADelayedLossyLinkLosesNothing(t *testing.T)
 	if num(onward, "chunks") != chunks || onward["error"] != nil {
 		t.Errorf("the onward consumer: %v", onward)
 	}
-	// The rate the far site took the rest of the stream at (its own first-to-last chunk), against
-	// the planner's prediction for the hop: at most a tenth above it, at least half of it.
-	mbit := num(there, "raw_gbps") * 1000
-	t.Logf("far receiver: resumed after %.0f chunks, took %.0f more at %.0f Mbit/s (predicted %d: %.2fx); files %d bytes each, sha256 %s",
-		num(there, "delivered_before"), num(there, "chunks"), mbit, hop.PredictedMbps, mbit/float64(hop.PredictedMbps), sizeHere, here[:16])
-	if mbit > 1.1*float64(hop.PredictedMbps) || mbit < 0.5*float64(hop.PredictedMbps) {
-		t.Errorf("the hop carried %.0f Mbit/s, the planner predicted %d", mbit, hop.PredictedMbps)
+	// The rate the far site took the rest of the stream at on the path (its own first-to-last
+	// chunk; the hop carries the chunks compressed), against the planner's prediction for the
+	// path: at most a tenth above it, at least half of it. The chunks came compressed as the
+	// gateway got them: the far site's ratio is the gateway's.
+	mbit := num(there, "wire_gbps") * 1000
+	ratioHere, ratioThere := num(g, "ratio"), num(there, "ratio")
+	t.Logf("far receiver: resumed after %.0f chunks, took %.0f more at %.0f Mbit/s on the path (predicted %d: %.2fx), %.0f Mbit/s of the stream (ratio %.2f, the gateway's %.2f); files %d bytes each, sha256 %s",
+		num(there, "delivered_before"), num(there, "chunks"), mbit, hop.PredictedPathMbps, mbit/float64(hop.PredictedPathMbps),
+		num(there, "raw_gbps")*1000, ratioThere, ratioHere, sizeHere, here[:16])
+	if mbit > 1.1*float64(hop.PredictedPathMbps) || mbit < 0.5*float64(hop.PredictedPathMbps) {
+		t.Errorf("the hop carried %.0f Mbit/s on the path, the planner predicted %d", mbit, hop.PredictedPathMbps)
+	}
+	if math.Abs(ratioThere-ratioHere) > 0.05*ratioHere {
+		t.Errorf("the far site's chunks came at ratio %.2f, the gateway's at %.2f: the hop did not forward them compressed", ratioThere, ratioHere)
 	}
 }
 

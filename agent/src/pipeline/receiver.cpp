@@ -62,6 +62,15 @@ std::vector<SinkConfig> file_sinks(const Config& cfg) {
   return out;
 }
 
+// Whether a consumer takes a chunk compressed with `codec` as it came rather than decoded: an
+// onward hop does, whatever the codec (the far receiver decodes and verifies it again, and the
+// path to it carries the compressed bytes, a ratio fewer than decoded ones); the HDF5 sink does
+// bslz4 (it stores it so, HDF5 filter 32008). The gateway verifies every chunk either way.
+bool takes_as_arrived(const SinkConfig& sink, Codec codec) {
+  if (codec == Codec::none) return false;
+  return sink.kind == SinkConfig::Kind::numastream || (sink.kind == SinkConfig::Kind::hdf5 && codec == Codec::bslz4);
+}
+
 // A frame off the network: its header (decoded and validated once, by the receiving thread), the
 // message ZeroMQ read it into, and the connection it came on.
 struct Inbound {
@@ -90,7 +99,9 @@ class Receiver {
   void decompress_loop(StageThread& t);
   void sink_loop(StageThread& t);
   // Hands a verified chunk to every consumer (decompressing threads). False once the input ends.
-  bool deliver(Chunk& out, StageStats& st);
+  // `as_came`: the chunk compressed as it came, for the consumers that take it so (with others
+  // that take `out` decoded); none when every consumer takes `out`.
+  bool deliver(Chunk& out, std::optional<Chunk>& as_came, StageStats& st);
   void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
@@ -622,11 +633,6 @@ void Receiver::decompress_loop(StageThread& t) {
   BufferPool& pool = raw_pools_->for_node(t.numa_node);
   Decompressor dec(cfg_.chunk_bytes);
   const bool forward = !consumers_.empty();
-  // The HDF5 sink stores bslz4 frames as they arrived: they are checked, not decoded, unless
-  // their checksum is over the raw bytes or verify is decode (or another consumer wants them raw).
-  const bool keep_bslz4 = forward && std::all_of(consumers_.begin(), consumers_.end(), [](const auto& k) {
-    return k->cfg.sink.kind == SinkConfig::Kind::hdf5;
-  });
   std::vector<std::byte> scratch;
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
@@ -637,7 +643,17 @@ void Receiver::decompress_loop(StageThread& t) {
     out.via = in->via;
     wire::Header& h = out.header;
     h = in->header;
-    const bool keep = keep_bslz4 && h.codec == Codec::bslz4;
+    // Who takes the chunk compressed as it came (takes_as_arrived), who takes it decoded: with
+    // both, `out` is the decoded chunk and `as_came` the one that came; with one, `out` is it.
+    bool to_kept = false, to_decoded = !forward;
+    for (const auto& k : consumers_) (takes_as_arrived(k->cfg.sink, h.codec) ? to_kept : to_decoded) = true;
+    const bool keep = to_kept && !to_decoded;
+    std::optional<Chunk> as_came;
+    if (to_kept && to_decoded) {
+      as_came.emplace();
+      as_came->header = h;
+      as_came->via = in->via;
+    }
     // A payload that goes to the sink as it came stays in the message it came in (its own, for
     // a frame in two parts, or the frame's): nothing is copied into a buffer.
     const bool pass = keep || h.codec == Codec::none;
@@ -672,6 +688,7 @@ void Receiver::decompress_loop(StageThread& t) {
         std::span<std::byte> raw = out.payload_room().first(h.raw_size);
         ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
              (h.payload_checksum || wire::checksum(raw) == h.checksum);
+        if (ok && as_came) pass_on(*in, *as_came);
       }
       st.bytes_in += frame_size;
       in.reset();  // frees ZeroMQ's message
@@ -688,10 +705,10 @@ void Receiver::decompress_loop(StageThread& t) {
     }
     t.observe();
     if (preview_ && verdict == StreamTracker::Verdict::delivered && preview_->due(h.stream_id, h.raw_size)) {
-      // As it will reach the sink: decoded, or as it came (not compressed, or bslz4 kept).
+      // Decoded, or as it came (not compressed, or kept compressed for every consumer).
       const std::span<const std::byte> bytes =
-          keep || pass ? std::span<const std::byte>(out.payload())
-                       : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
+          pass ? std::span<const std::byte>(out.payload())
+               : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
       preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size, h.raw_size, bytes,
                       metadata_of(h.stream_id));
     }
@@ -726,23 +743,28 @@ void Receiver::decompress_loop(StageThread& t) {
     h.connection = 0;
     h.connections = 1;
     if (out.buffer) out.buffer->size = wire::kHeaderSize + h.payload_size;
-    if (!deliver(out, st)) break;
+    if (as_came) as_came->header.connection = 0, as_came->header.connections = 1;
+    if (!deliver(out, as_came, st)) break;
   }
 }
 
-bool Receiver::deliver(Chunk& out, StageStats& st) {
+bool Receiver::deliver(Chunk& out, std::optional<Chunk>& as_came, StageStats& st) {
   ScopedTimer wait(st.blocked_output_ns);
   if (consumers_.size() == 1) return consumers_.front()->q->push(out);
   // Several consumers share the payload (ZeroMQ counts the references; a pooled buffer returns
   // to its pool when the last lets it go): nothing is copied. A lossless consumer's queue is
-  // waited for; a latest-only one's is not: no room, and the chunk passes it by.
+  // waited for; a latest-only one's is not: no room, and the chunk passes it by. A consumer
+  // that takes it as it came shares that payload instead.
   zmq::Message shared = out.take_payload();
+  std::optional<zmq::Message> shared_as_came =
+      as_came ? std::optional<zmq::Message>(as_came->take_payload()) : std::nullopt;
   for (std::size_t i = 0; i < consumers_.size(); ++i) {
     Consumer& k = *consumers_[i];
+    const bool came = as_came && takes_as_arrived(k.cfg.sink, as_came->header.codec);
     Chunk c;
-    c.header = out.header;
+    c.header = came ? as_came->header : out.header;
     c.via = out.via;
-    c.body = i + 1 == consumers_.size() ? std::move(shared) : shared.share();
+    c.body = came ? shared_as_came->share() : shared.share();
     if (k.spill) {
       if (!to_spilling(k, c)) return false;
     } else if (k.lossless()) {
