@@ -139,6 +139,32 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
                 self.assertEqual((mb, cb), (ma, ca), f"frame {i}: the stored chunk changed on the way")
         self.assertEqual(sent["raw_bytes"], frames.nbytes)
 
+    def test_an_hdf5_file_beside_a_raw_file_keeps_the_frames_as_they_came(self):
+        # Two consumers of one gateway: the HDF5 file stores the bslz4 frames as they came (not
+        # decoded and encoded again because the file beside it takes them decoded), the raw file
+        # gets them decoded. The source's block size (1024) is one the agent never chooses.
+        rng = np.random.default_rng(5)
+        frames = rng.poisson(30, size=(6, 128, 300)).astype("<u2")
+        src = f"{self.tmp}/tomo.h5"
+        with h5py.File(src, "w") as f:
+            f.create_dataset("/exchange/data", data=frames, chunks=(1, 128, 300),
+                             **hdf5plugin.Bitshuffle(nelems=1024, cname="lz4"))
+        h5 = {"kind": "hdf5", "path": f"{self.tmp}/out.h5"}
+        if self.SINK_IO:
+            h5["io"] = self.SINK_IO[-1].split("=")[1]
+        sinks = [h5, {"kind": "file", "path": f"{self.tmp}/out.raw"}]
+        result = stream(self.tmp, ["--source", "hdf5", "--source-path", src, "--codec", "bslz4"],
+                        ["--set", "sinks=" + json.dumps(sinks)], 2 * 128 * 300)
+        self.assertDelivered(result, 6)
+        with h5py.File(src, "r") as a, h5py.File(f"{self.tmp}/out.h5", "r") as b:
+            da, db = a["/exchange/data"], b["/exchange/data"]
+            np.testing.assert_array_equal(db[...], frames)
+            for i in range(6):
+                self.assertEqual(db.id.read_direct_chunk((i, 0, 0)), da.id.read_direct_chunk((i, 0, 0)),
+                                 f"frame {i}: the stored chunk changed on the way")
+        with open(f"{self.tmp}/out.raw", "rb") as f:
+            self.assertEqual(f.read(), frames.tobytes(), "the raw file: the frames decoded")
+
     def test_uncompressed_hdf5_source_is_compressed_once(self):
         frames = (np.arange(6 * 64 * 80, dtype=np.uint32).reshape(6, 64, 80) % 1000).astype("<u4")
         src = f"{self.tmp}/plain.h5"
