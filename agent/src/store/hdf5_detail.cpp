@@ -1,5 +1,8 @@
 #include "store/hdf5_detail.hpp"
 
+#include <H5PLpublic.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -169,7 +172,13 @@ void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_
   if (!ok) fail(what, "write " + path);
 }
 
+PluginsOff::PluginsOff() : known_(H5PLget_loading_state(&state_) >= 0) { H5PLset_loading_state(0); }
+PluginsOff::~PluginsOff() {
+  if (known_) H5PLset_loading_state(state_);
+}
+
 hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem, const std::string& what) {
+  PluginsOff off;
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   H5Pset_chunk(dcpl, rank, chunk);
   herr_t rc = 0;
@@ -186,6 +195,34 @@ hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_
   return dcpl;
 }
 
+hid_t create_as_declared(hid_t loc, const std::string& path, hid_t type, hid_t space, hid_t dcpl,
+                         const std::string& what) {
+  hid_t d;
+  {
+    PluginsOff off;
+    d = H5Dcreate2(loc, path.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  }
+  if (d < 0) return d;
+  hid_t made = H5Dget_create_plist(d);
+  std::string rewritten;
+  for (int i = 0, n = H5Pget_nfilters(dcpl); i < n && rewritten.empty(); ++i) {
+    unsigned flags = 0, want[16] = {}, got[16] = {}, config = 0;
+    std::size_t nwant = 16, ngot = 16;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nwant, want, 0, nullptr, &config);
+    const bool same = H5Pget_filter_by_id2(made, id, &flags, &ngot, got, 0, nullptr, &config) >= 0 && ngot == nwant &&
+                      std::equal(want, want + nwant, got);
+    if (!same) rewritten = std::to_string(id);
+  }
+  H5Pclose(made);
+  if (!rewritten.empty()) {
+    H5Dclose(d);
+    H5Ldelete(loc, path.c_str(), H5P_DEFAULT);
+    throw std::runtime_error(what + ": create " + path + ": an HDF5 filter plugin loaded in this process rewrote filter " +
+                             rewritten + "'s parameters; the chunks are stored as they came and would not decode "
+                             "with them");
+  }
+  return d;
+}
 
 void u64_attribute(hid_t obj, const char* name, std::uint64_t value, const std::string& what) {
   hid_t scalar = H5Screate(H5S_SCALAR);
@@ -276,7 +313,7 @@ void write_value(hid_t file, const std::string& path, const stream2::Value& v, c
         // Stored as the detector compressed it: one chunk, the whole array.
         make_parents(file, path, what);
         hid_t dcpl = chunked(static_cast<int>(dims.size()), dims.data(), a.compression, dtype_size(a.dtype), what);
-        hid_t d = H5Dcreate2(file, path.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        hid_t d = create_as_declared(file, path, type, space, dcpl, what);
         H5Pclose(dcpl);
         const std::vector<hsize_t> zero(dims.size(), 0);
         const bool ok = d >= 0 && H5Dwrite_chunk(d, H5P_DEFAULT, 0, zero.data(), a.bytes.size(), a.bytes.data()) >= 0;

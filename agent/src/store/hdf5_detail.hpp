@@ -50,9 +50,29 @@ void group(hid_t file, const std::string& path, const char* nx_class, const std:
 // A dataset of `space` written at once from `data` of `mem_type` (the file type `file_type_id`).
 void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space, const void* data,
              const std::string& what);
+// HDF5's filter plugins are not loaded while one lives (declaring a filter and creating a dataset
+// with it load its plugin when one is installed).
+class PluginsOff {
+ public:
+  PluginsOff();
+  ~PluginsOff();
+  PluginsOff(const PluginsOff&) = delete;
+  PluginsOff& operator=(const PluginsOff&) = delete;
+
+ private:
+  unsigned state_ = 0;
+  bool known_;
+};
 // The creation properties of a dataset chunked by `chunk`, declaring the filter its chunks carry
 // (the caller closes them).
 hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem, const std::string& what);
+// A dataset created with `dcpl`'s filters declared exactly as given, for chunks written as they
+// came (direct chunk I/O). HDF5's filter plugins are not loaded meanwhile: a plugin's set_local
+// rewrites the declared parameters (Debian's bitshuffle 0.3 plugin, installed beside DIALS,
+// rewrote 32008's into ones no reader decodes our chunks with). Throws, naming the filter, when a
+// filter already loaded in the process rewrote them anyway. Returns < 0 when HDF5 fails.
+hid_t create_as_declared(hid_t loc, const std::string& path, hid_t type, hid_t space, hid_t dcpl,
+                         const std::string& what);
 // One field of a Stream V2 message at `path` in its HDF5 form: numbers and text as scalars,
 // lists as 1-d datasets, typed arrays with their shape (compressed ones stored as the detector
 // compressed them, one chunk). A path that exists already keeps its first value.

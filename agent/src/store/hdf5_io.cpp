@@ -164,6 +164,7 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   H5Pset_chunk(dcpl, rank, chunk);
   if (bslz4) {
+    PluginsOff off;
     // What the bitshuffle filter records: its version (0.4), the element size, block size 0
     // (the library's default), LZ4. Optional: HDF5 need not have the filter to store our chunks.
     const unsigned cd[5] = {0, 4, static_cast<unsigned>(elem), 0, bslz4::kHdf5CompressLz4};
@@ -171,7 +172,13 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
       fail(what_, "declare the bitshuffle filter");
     }
   }
-  dset_ = H5Dcreate2(file_, dataset.c_str(), file_type(shape.dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  try {
+    dset_ = create_as_declared(file_, dataset, file_type(shape.dtype), space, dcpl, what_);
+  } catch (...) {
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    throw;
+  }
   H5Pclose(dcpl);
   H5Sclose(space);
   if (dset_ < 0) fail(what_, "create the dataset");

@@ -266,7 +266,13 @@ SeriesFile::Channel& SeriesFile::channel(const std::string& name, const stream2:
   const std::string path = "/entry/data/" + name;
   hid_t space = H5Screate_simple(rank, dims, max);
   hid_t dcpl = chunked(rank, chunk, a.compression, dtype_size(a.dtype), path_);
-  c.dset = H5Dcreate2(file_, path.c_str(), file_type(a.dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  try {
+    c.dset = create_as_declared(file_, path, file_type(a.dtype), space, dcpl, path_);
+  } catch (...) {
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    throw;
+  }
   H5Pclose(dcpl);
   H5Sclose(space);
   if (c.dset < 0) fail(path_, "create " + path);
