@@ -117,15 +117,19 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         values = [int(v) for v in line.split(":", 1)[1].replace(",", " ").split()]
         self.assertEqual(values, src[5 % 4][7][:6].tolist())
 
-    def test_bslz4_hdf5_file_passes_through_without_recompression(self):
-        rng = np.random.default_rng(3)
-        frames = rng.poisson(30, size=(9, 128, 300)).astype("<u2")
+    def bslz4_source(self, count, seed):
+        """An HDF5 file of `count` bslz4 frames (128 x 300, uint16) and the frames. Its block size
+        is one the agent never chooses (1024 elements, not 4096): a frame decoded and encoded
+        again on the way would come out with other bytes."""
+        frames = np.random.default_rng(seed).poisson(30, size=(count, 128, 300)).astype("<u2")
         src = f"{self.tmp}/tomo.h5"
         with h5py.File(src, "w") as f:
-            # A block size the agent never chooses (1024 elements, not 4096): a frame decoded and
-            # encoded again on the way would come out with other bytes.
             f.create_dataset("/exchange/data", data=frames, chunks=(1, 128, 300),
                              **hdf5plugin.Bitshuffle(nelems=1024, cname="lz4"))
+        return frames, src
+
+    def test_bslz4_hdf5_file_passes_through_without_recompression(self):
+        frames, src = self.bslz4_source(9, 3)
         result = stream(self.tmp, ["--source", "hdf5", "--source-path", src, "--codec", "bslz4"],
                         ["--sink", "hdf5", *self.SINK_IO, "--sink-path", f"{self.tmp}/out.h5"], 2 * 128 * 300)
         sent, received = self.assertDelivered(result, 9)
@@ -142,13 +146,8 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
     def test_an_hdf5_file_beside_a_raw_file_keeps_the_frames_as_they_came(self):
         # Two consumers of one gateway: the HDF5 file stores the bslz4 frames as they came (not
         # decoded and encoded again because the file beside it takes them decoded), the raw file
-        # gets them decoded. The source's block size (1024) is one the agent never chooses.
-        rng = np.random.default_rng(5)
-        frames = rng.poisson(30, size=(6, 128, 300)).astype("<u2")
-        src = f"{self.tmp}/tomo.h5"
-        with h5py.File(src, "w") as f:
-            f.create_dataset("/exchange/data", data=frames, chunks=(1, 128, 300),
-                             **hdf5plugin.Bitshuffle(nelems=1024, cname="lz4"))
+        # gets them decoded.
+        frames, src = self.bslz4_source(6, 5)
         h5 = {"kind": "hdf5", "path": f"{self.tmp}/out.h5"}
         if self.SINK_IO:
             h5["io"] = self.SINK_IO[-1].split("=")[1]
