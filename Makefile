@@ -49,8 +49,8 @@ test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (ne
 	@cd $(AGENT_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 .PHONY: test-oracles
-test-oracles: agent ## The agent's bslz4, HDF5 files, Stream V2 series files, NXmx master and data files and live preview held against the reference libraries (bitshuffle, lz4, h5py, hdf5plugin, cbor2, Pillow, the NeXus NXmx definition), real EIGER2 frames and headless Chromium
-	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/oracle_test.py -v && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/hdf5_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/stream2_hdf5_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/nxmx_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/preview_test.py
+test-oracles: agent ## The agent's bslz4, HDF5 files, Stream V2 series files, NXmx master and data files and live preview held against the reference libraries (bitshuffle, lz4, h5py, hdf5plugin, cbor2, Pillow, the NeXus NXmx definition) and the field's programs (DIALS, silx, nxmx), real EIGER2 frames and headless Chromium
+	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/oracle_test.py -v && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/hdf5_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/stream2_hdf5_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/nxmx_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/mx_programs_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/preview_test.py
 
 .PHONY: test-faults
 test-faults: agent ## Fault scenarios in network namespaces (root), with their figures

@@ -45,6 +45,9 @@ test=(
   hdf5-tools hdf5-filter-plugin
   # a real browser (headless) for the gateway's live preview page
   chromium
+  # the field's own programs that open the NXmx series the gateway writes: DIALS (dials.import,
+  # dxtbx), and the bitshuffle filter its HDF5 reads bslz4 images with
+  python3-dials bitshuffle
 )
 case "$group" in
   build) packages=("${build[@]}") ;;

@@ -48,6 +48,9 @@ constexpr const char* kUsage =
     "                 projection i + 5c of `numastream-agent synth --frames IMAGES+5(CHANNELS-1)`\n"
     "                 with that seed and shape (16-bit counts, capped at 255 for uint8);\n"
     "                 --drop-images A-B never sends those image ids (the series ends normally)\n"
+    "  --goniometer AXIS=START,INCREMENT\n"
+    "                 (repeatable) the start message's goniometer: axis AXIS (omega, phi, chi, ...)\n"
+    "                 at START degrees, turning INCREMENT degrees per image (0: stills)\n"
     "  --series N     send the series N times (default 1)\n"
     "  --start        begin each series with a start message of our own (series id and unique id\n"
     "                 from the first recorded message that has them)\n"
@@ -73,6 +76,7 @@ struct Synthetic {
   std::string dtype = "uint16";
   std::vector<std::string> channels = {"threshold_1"};
   stream2::Compression compression = stream2::Compression::bslz4;
+  std::vector<stream2::StartInfo::Axis> goniometer;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -134,6 +138,7 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
   info.beam_center_x = static_cast<double>(syn.dims[1]) / 2;
   info.beam_center_y = static_cast<double>(syn.dims[0]) / 2;
   info.arm_date = utc_now();
+  info.goniometer = syn.goniometer;
   out.push_back(stream2::build_start(info));
   bslz4::Workspace ws;
   for (std::uint64_t i = 0; i < syn.images; ++i) {
@@ -150,7 +155,8 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
   return out;
 }
 
-std::vector<std::vector<std::byte>> replayed(const std::string& replay, bool start) {
+std::vector<std::vector<std::byte>> replayed(const std::string& replay, bool start,
+                                             const std::vector<stream2::StartInfo::Axis>& goniometer) {
   std::vector<fs::path> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(replay, ec)) {
@@ -161,7 +167,7 @@ std::vector<std::vector<std::byte>> replayed(const std::string& replay, bool sta
   if (files.empty()) throw ConfigError("--replay", "directory " + replay + " holds no files");
   std::vector<std::vector<std::byte>> messages;
   for (const auto& f : files) messages.push_back(read_file(f));
-  if (start) messages.insert(messages.begin(), stream2::start_for(messages));
+  if (start) messages.insert(messages.begin(), stream2::start_for(messages, goniometer));
   return messages;
 }
 
@@ -261,6 +267,19 @@ int run_detector_sim(const std::vector<std::string>& args) {
       } else {
         throw ConfigError("--compression", "must be bslz4 or lz4 (got " + c + ")");
       }
+    } else if (args[i] == "--goniometer") {
+      const std::string spec = value("--goniometer");
+      const auto eq = spec.find('=');
+      const auto parts = split(eq == std::string::npos ? "" : spec.substr(eq + 1), ',');
+      if (eq == 0 || eq == std::string::npos || parts.size() != 2 || spec.find('/') != std::string::npos) {
+        throw ConfigError("--goniometer", "must be AXIS=START,INCREMENT (got " + spec + ")");
+      }
+      std::size_t used = 0, used2 = 0;
+      const double start_deg = std::stod(parts[0], &used), step = std::stod(parts[1], &used2);
+      if (used != parts[0].size() || used2 != parts[1].size()) {
+        throw ConfigError("--goniometer", "START and INCREMENT must be numbers (got " + spec + ")");
+      }
+      syn.goniometer.push_back({spec.substr(0, eq), start_deg, step});
     } else if (args[i] == "--rate-hz") {
       rate_hz = std::stod(value("--rate-hz"));
     } else if (args[i] == "--linger-s") {
@@ -284,7 +303,7 @@ int run_detector_sim(const std::vector<std::string>& args) {
       all.push_back(synthetic_series(syn, static_cast<std::uint64_t>(s), "detector-sim-" + run + "-" + std::to_string(s)));
     }
   } else {
-    all.assign(static_cast<std::size_t>(series), replayed(replay, start));
+    all.assign(static_cast<std::size_t>(series), replayed(replay, start, syn.goniometer));
   }
   return send_series(endpoint, all, rate_hz, linger_s);
 }

@@ -473,7 +473,7 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
 }
 
 std::vector<std::byte> build_start(const StartInfo& info) {
-  Item map = header("start", info.series_id, info.series_unique_id, 20);
+  Item map = header("start", info.series_id, info.series_unique_id, 22);
   put(map.get(), "arm_date", tagged(kDateTime, owned(cbor_build_string(info.arm_date.c_str()))));
   put(map.get(), "detector_description", owned(cbor_build_string("numastream detector-sim (EIGER2-like)")));
   put(map.get(), "sensor_material", owned(cbor_build_string("Si")));
@@ -494,6 +494,18 @@ std::vector<std::byte> build_start(const StartInfo& info) {
   put(map.get(), "beam_center_y", owned(cbor_build_float8(info.beam_center_y)));
   put(map.get(), "incident_wavelength", owned(cbor_build_float8(info.incident_wavelength)));
   put(map.get(), "pixel_mask_enabled", owned(cbor_build_bool(true)));
+  const unsigned bits = info.dtype == "uint8" ? 8 : info.dtype == "uint16" ? 16 : 32;
+  put(map.get(), "saturation_value", owned(cbor_build_uint64((std::uint64_t{1} << bits) - 2)));
+  if (!info.goniometer.empty()) {
+    Item axes = owned(cbor_new_definite_map(info.goniometer.size()));
+    for (const auto& a : info.goniometer) {
+      Item axis = owned(cbor_new_definite_map(2));
+      put(axis.get(), "increment", owned(cbor_build_float8(a.increment)));
+      put(axis.get(), "start", owned(cbor_build_float8(a.start)));
+      put(axes.get(), a.name, std::move(axis));
+    }
+    put(map.get(), "goniometer", std::move(axes));
+  }
   Item channels = owned(cbor_new_definite_array(info.channels.size()));
   Item masks = owned(cbor_new_definite_map(info.channels.size()));
   std::vector<std::byte> mask(info.pixel_mask ? info.dims.at(0) * info.dims.at(1) * 4 : 0);
@@ -787,7 +799,8 @@ bool walk(std::span<const std::byte> message,
   return w.map("", root.get(), 0);
 }
 
-std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series) {
+std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series,
+                                 const std::vector<StartInfo::Axis>& goniometer) {
   std::uint64_t id = 1, images = 0;
   std::string unique = "numastream-detector-sim";
   bool named = false;
@@ -823,6 +836,7 @@ std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series)
   info.number_of_images = images;
   info.beam_center_x = static_cast<double>(info.dims[1]) / 2;
   info.beam_center_y = static_cast<double>(info.dims[0]) / 2;
+  info.goniometer = goniometer;
   return build_start(info);
 }
 

@@ -100,8 +100,10 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
                                    std::uint64_t number_of_images);
 // A start message as a detector sends one: also the arm date, image size, pixel type, channels,
 // the sensor (Si, 450 um), pixel size (75 um), detector translation (0.12 m along the beam) and a
-// few more geometry fields and, per channel, a pixel mask (uint32, all zero but pixel (0, 0) = 1) — what the
-// simulator's series and the tests' files carry.
+// few more geometry fields, the saturation value (the dtype's largest value but one: the largest
+// is "no data") and, per channel, a pixel mask (uint32, all zero but pixel (0, 0) = 1) — what the
+// simulator's series and the tests' files carry; with `goniometer`, its axes' start and increment
+// (degrees), as a detector armed for a rotation series sends them.
 struct StartInfo {
   std::uint64_t series_id = 1;
   std::string series_unique_id;
@@ -112,13 +114,19 @@ struct StartInfo {
   double count_time = 0.001, beam_center_x = 0, beam_center_y = 0, incident_wavelength = 1.0;
   std::string arm_date = "2026-01-01T00:00:00Z";  // RFC 3339, as a tag 0 date/time
   bool pixel_mask = true;
+  struct Axis {
+    std::string name;
+    double start = 0, increment = 0;
+  };
+  std::vector<Axis> goniometer;
 };
 std::vector<std::byte> build_start(const StartInfo& info);
 
 // The start message for a recorded series that lacks one: the series id and unique id of the
 // first message that names them, the number of its image messages; with the first image's
 // channels, shape, pixel type and series_date (as arm_date), the fields of build_start(StartInfo)
-// without a pixel mask.
-std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series);
+// without a pixel mask, and with `goniometer`'s axes.
+std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series,
+                                 const std::vector<StartInfo::Axis>& goniometer = {});
 
 }  // namespace numastream::stream2

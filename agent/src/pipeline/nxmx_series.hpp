@@ -188,6 +188,7 @@ class NxmxSeries final : public SeriesStore {
         if (error.empty()) error = e.what();
       }
     }
+    for (const auto& [k, f] : open_) m_.unfinished.insert(k);
     open_.clear();
     m_.incomplete = lacks;
     save();

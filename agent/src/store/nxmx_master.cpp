@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +29,12 @@ struct StartFacts {
   std::map<std::string, double> number;  // top-level numeric fields
   std::vector<double> translation;
   std::vector<std::string> channels;
+  std::string image_dtype;
+  struct Axis {
+    std::optional<double> start, increment;
+  };
+  std::map<std::string, Axis> goniometer;  // goniometer/<axis>/{start,increment}
+  std::string first_mask;                  // the channel whose pixel_mask came first
 };
 
 std::optional<double> numeric(const stream2::Value& v) {
@@ -166,6 +173,112 @@ std::string format_time(double t) {
   return stamp;
 }
 
+// The goniometer axes NXmx's sample chain is built from, innermost first (the sample sits on phi,
+// phi on chi, chi on omega), with their rotation vectors in NeXus's (McStas) coordinates: omega
+// and phi about -x, chi about +z, as the NXmx Gold Standard's single-axis and three-circle
+// goniometers have them. An axis the start message names that is not here stays in
+// detectorSpecific only.
+struct KnownAxis {
+  const char* name;
+  double vector[3];
+};
+constexpr KnownAxis kAxes[] = {{"phi", {-1, 0, 0}}, {"chi", {0, 0, 1}}, {"omega", {-1, 0, 0}}};
+
+// The value a pixel of `dtype` has where the detector has no data (all bits set): what a virtual
+// dataset gives for an image no data file holds yet, and what readers mask.
+std::uint64_t no_data(const std::string& dtype) {
+  if (dtype == "uint8") return 0xff;
+  if (dtype == "uint16") return 0xffff;
+  return 0xffffffff;
+}
+
+int bits_of(const std::string& dtype) { return dtype == "uint8" ? 8 : dtype == "uint16" ? 16 : 32; }
+
+void scalar_u64(hid_t file, const std::string& path, std::uint64_t v, const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  dataset(file, path, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar, &v, what);
+  H5Sclose(scalar);
+}
+
+void scalar_f64(hid_t file, const std::string& path, double v, const char* units, const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &v, what);
+  H5Sclose(scalar);
+  if (units) attribute_on(file, path, "units", units, what);
+}
+
+void f64_array(hid_t file, const std::string& path, const std::vector<double>& v, const std::string& what) {
+  const hsize_t n = v.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, space, v.data(), what);
+  H5Sclose(space);
+}
+
+// The images of each dataset of a data file left unfinished (a .part of a series given up), by
+// dataset name; empty when it does not open.
+std::map<std::string, hsize_t> extents_of(const std::string& file_path, const std::vector<std::string>& names) {
+  std::map<std::string, hsize_t> out;
+  hid_t f = H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return out;
+  for (const auto& name : names) {
+    const std::string at = "/entry/data/" + name;
+    if (H5Lexists(f, at.c_str(), H5P_DEFAULT) <= 0) continue;
+    hid_t d = H5Dopen2(f, at.c_str(), H5P_DEFAULT);
+    hid_t space = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dims[3] = {0, 0, 0};
+    if (space >= 0 && H5Sget_simple_extent_ndims(space) == 3 && H5Sget_simple_extent_dims(space, dims, nullptr) == 3) {
+      out[name] = dims[0];
+    }
+    if (space >= 0) H5Sclose(space);
+    if (d >= 0) H5Dclose(d);
+  }
+  H5Fclose(f);
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+// /entry/data/<name>: a virtual dataset of the series' `images` images over each data file's
+// /entry/data/<name> (file k holds images (k-1) * per_file ..), what DIALS, silx and h5py read
+// as one stack. A data file not yet published reads as no data (every bit set) until it is; one
+// left unfinished by a series given up (m.unfinished) maps the images it holds, by its .part name.
+void virtual_stack(hid_t file, const std::string& path, const std::string& name, std::uint64_t images,
+                   std::uint64_t rows, std::uint64_t cols, const std::string& dtype, const NxmxMaster& m,
+                   const std::map<std::uint64_t, std::map<std::string, hsize_t>>& unfinished) {
+  const hsize_t dims[3] = {images, rows, cols};
+  hid_t vspace = H5Screate_simple(3, dims, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  hid_t type = file_type(dtype);
+  const std::uint64_t fill = no_data(dtype);
+  H5Pset_fill_value(dcpl, H5T_NATIVE_UINT64, &fill);
+  bool ok = true;
+  for (std::uint64_t k = 1; ok && (k - 1) * m.frames_per_file < images; ++k) {
+    const std::uint64_t first = (k - 1) * m.frames_per_file;
+    hsize_t count = std::min<std::uint64_t>(m.frames_per_file, images - first);
+    std::string source = data_file_name(m.data_prefix, k);
+    if (const auto it = unfinished.find(k); it != unfinished.end()) {
+      const auto e = it->second.find(name);
+      if (e == it->second.end() || e->second == 0) continue;  // nothing of it written: no data
+      count = std::min<hsize_t>(count, e->second);
+      source += ".part";
+    }
+    const hsize_t start[3] = {first, 0, 0}, block[3] = {count, rows, cols};
+    hid_t src = H5Screate_simple(3, block, nullptr);
+    ok = H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start, nullptr, block, nullptr) >= 0 &&
+         H5Pset_virtual(dcpl, vspace, source.c_str(), ("/entry/data/" + name).c_str(), src) >= 0;
+    H5Sclose(src);
+  }
+  H5Sselect_all(vspace);
+  hid_t d = ok ? H5Dcreate2(file, (path + "/" + name).c_str(), type, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+  ok = d >= 0;
+  if (ok) {
+    text_attribute(d, "interpretation", "image", path);
+    H5Dclose(d);
+  }
+  H5Pclose(dcpl);
+  H5Sclose(vspace);
+  if (!ok) fail(path, "the virtual dataset /entry/data/" + name);
+}
+
 void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   group(file, "/entry", "NXentry", path);
   group(file, "/entry/data", "NXdata", path);
@@ -180,7 +293,10 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   H5Gclose(root);
 
   // The start message: every field in the detector's detectorSpecific (as the one-file layout
-  // stores them under the detector), those NXdetector names under its names.
+  // stores them under the detector), those NXdetector names under its names. The per-channel
+  // pixel masks are detectorSpecific/pixel_mask_<channel>, the first channel's also
+  // detectorSpecific/pixel_mask and the NXdetector's pixel_mask (2-d datasets, as XDS's readers
+  // and DIALS read them).
   StartFacts facts;
   const std::string specific = std::string(kDetector) + "/detectorSpecific";
   if (!m.start.empty()) {
@@ -190,19 +306,42 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     const bool ok = stream2::walk(
         m.start,
         [&](const std::string& field, const stream2::Value& v) {
-          write_value(file, specific + "/" + field, v, path);
           const auto slash = field.find('/');
-          const auto nx = nx_names().find(field.substr(0, slash));
-          if (nx != nx_names().end() && (slash == std::string::npos) == (nx->first != "pixel_mask" && nx->first != "threshold_energy")) {
+          const std::string top = field.substr(0, slash);
+          using K = stream2::Value::Kind;
+          if (top == "pixel_mask" && slash != std::string::npos) {
+            const std::string channel = field.substr(slash + 1);
+            write_value(file, specific + "/pixel_mask_" + channel, v, path);
+            if (facts.first_mask.empty() && v.kind == K::array && v.array.dims.size() == 2) {
+              facts.first_mask = channel;
+              write_value(file, specific + "/pixel_mask", v, path);
+              write_value(file, std::string(kDetector) + "/pixel_mask", v, path);
+            }
+            return;
+          }
+          write_value(file, specific + "/" + field, v, path);
+          const auto nx = nx_names().find(top);
+          if (nx != nx_names().end() && top != "pixel_mask" &&
+              (slash == std::string::npos) == (top != "threshold_energy")) {
             const std::string at = std::string(kDetector) + "/" + nx->second.name;
             write_value(file, at, v, path);  // the first channel's, for a per-channel field
             if (nx->second.units) attribute_on(file, at, "units", nx->second.units, path);
           }
           if (const auto x = numeric(v)) facts.number.emplace(field, *x);
-          using K = stream2::Value::Kind;
           if (field == "arm_date" && v.kind == K::text) facts.arm_date = std::string(v.s);
+          if (field == "image_dtype" && v.kind == K::text) facts.image_dtype = std::string(v.s);
           if (field == "detector_translation" && v.kind == K::reals) facts.translation = v.reals;
           if (field == "channels" && v.kind == K::texts) facts.channels.assign(v.texts.begin(), v.texts.end());
+          if (top == "goniometer") {
+            const auto second = field.find('/', slash + 1);
+            const auto x = numeric(v);
+            if (second != std::string::npos && x) {
+              auto& axis = facts.goniometer[field.substr(slash + 1, second - slash - 1)];
+              const std::string what = field.substr(second + 1);
+              if (what == "start") axis.start = *x;
+              if (what == "increment") axis.increment = *x;
+            }
+          }
         },
         skipped, error);
     if (!ok) throw std::runtime_error(path + ": the start message: " + error);
@@ -240,12 +379,18 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   text_field(file, "/entry/end_time_estimated", estimated, path);
   if (!m.end_time.empty()) text_field(file, "/entry/end_time", m.end_time, path);
 
-  // /entry/data: a link to every data file the series will have (dangling until it is written).
+  // /entry/data: a link to every data file the series will have (dangling until it is written),
+  // as DECTRIS's file writer links them (what XDS's readers open), and the virtual datasets over
+  // them (what NXdata's signal names: DIALS, silx and h5py read the series as one stack).
   hid_t data = H5Gopen2(file, "/entry/data", H5P_DEFAULT);
   text_attribute(data, "signal", "data", path);
-  if (images && m.frames_per_file > 0) {
-    const auto files = static_cast<std::uint64_t>((*images + static_cast<double>(m.frames_per_file) - 1) /
-                                                  static_cast<double>(m.frames_per_file));
+  const std::uint64_t count = images ? static_cast<std::uint64_t>(*images) : 0;
+  std::vector<std::string> stacks = {"data"};
+  for (const auto& c : facts.channels) {
+    if (c != "data") stacks.push_back(c);
+  }
+  if (count > 0 && m.frames_per_file > 0) {
+    const std::uint64_t files = (count + m.frames_per_file - 1) / m.frames_per_file;
     for (std::uint64_t k = 1; k <= files; ++k) {
       char suffix[16];
       std::snprintf(suffix, sizeof(suffix), "_%06llu", static_cast<unsigned long long>(k));
@@ -264,23 +409,74 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     }
   }
   H5Gclose(data);
+  const auto rows = number("image_size_y"), cols = number("image_size_x");
+  const bool stackable = count > 0 && m.frames_per_file > 0 && rows && cols &&
+                         (facts.image_dtype == "uint8" || facts.image_dtype == "uint16" ||
+                          facts.image_dtype == "uint32");
+  if (stackable) {
+    // The data files an unfinished series left as .part: the images each of their datasets holds.
+    std::map<std::uint64_t, std::map<std::string, hsize_t>> unfinished;
+    const auto slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    for (const auto k : m.unfinished) {
+      unfinished[k] = extents_of(dir + data_file_name(m.data_prefix, k) + ".part", stacks);
+    }
+    for (const auto& name : stacks) {
+      virtual_stack(file, "/entry/data", name, count, static_cast<std::uint64_t>(*rows),
+                    static_cast<std::uint64_t>(*cols), facts.image_dtype, m, unfinished);
+    }
+  }
 
-  // The instrument, the beam, the sample, the source.
+  // The instrument, the beam, the source.
   text_field(file, "/entry/instrument/name", m.instrument.empty() ? "unknown" : m.instrument, path);
   text_field(file, "/entry/source/name", m.source.empty() ? "unknown" : m.source, path);
   text_field(file, "/entry/sample/name", m.sample.empty() ? "unknown" : m.sample, path);
-  text_field(file, "/entry/sample/depends_on", ".", path);
   std::optional<double> wavelength = number("incident_wavelength");
   if (!wavelength && number("incident_energy") && *number("incident_energy") > 0) {
     wavelength = 12398.4198 / *number("incident_energy");  // hc in eV * angstrom
   }
   if (wavelength) {
-    hid_t scalar = H5Screate(H5S_SCALAR);
-    dataset(file, "/entry/instrument/beam/incident_wavelength", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar,
-            &*wavelength, path);
-    H5Sclose(scalar);
-    attribute_on(file, "/entry/instrument/beam/incident_wavelength", "units", "angstrom", path);
+    scalar_f64(file, "/entry/instrument/beam/incident_wavelength", *wavelength, "angstrom", path);
   }
+
+  // The sample: the goniometer's axes (kAxes) the start message gives, as a chain of rotations
+  // with an angle per image (start + i x increment) when one of them turns, so a rotation series
+  // is one sweep; a series where none turns is a series of stills (depends_on ".").
+  std::string sample_depends_on = ".";
+  const bool turns = std::any_of(facts.goniometer.begin(), facts.goniometer.end(),
+                                 [](const auto& a) { return a.second.increment.value_or(0) != 0; });
+  if (turns && count > 0) {
+    const std::string tr = "/entry/sample/transformations";
+    group(file, tr, "NXtransformations", path);
+    std::string depends_on = ".";
+    const double zero[3] = {0, 0, 0};
+    for (auto a = std::rbegin(kAxes); a != std::rend(kAxes); ++a) {  // outermost first
+      const auto it = facts.goniometer.find(a->name);
+      if (it == facts.goniometer.end()) continue;
+      const double start = it->second.start.value_or(0), step = it->second.increment.value_or(0);
+      std::vector<double> angles(count), ends(count);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        angles[i] = start + static_cast<double>(i) * step;
+        ends[i] = angles[i] + step;
+      }
+      const std::string at = tr + "/" + a->name;
+      f64_array(file, at, angles, path);
+      hid_t d = H5Dopen2(file, at.c_str(), H5P_DEFAULT);
+      text_attribute(d, "units", "deg", path);
+      text_attribute(d, "transformation_type", "rotation", path);
+      vector_attribute(d, "vector", a->vector, path);
+      vector_attribute(d, "offset", zero, path);
+      text_attribute(d, "offset_units", "m", path);
+      text_attribute(d, "depends_on", depends_on, path);
+      H5Dclose(d);
+      f64_array(file, at + "_end", ends, path);
+      attribute_on(file, at + "_end", "units", "deg", path);
+      scalar_f64(file, at + "_increment_set", step, "deg", path);
+      depends_on = at;
+    }
+    sample_depends_on = depends_on;
+  }
+  text_field(file, "/entry/sample/depends_on", sample_depends_on, path);
 
   // The detector in NXmx's names and geometry: where it is (detector_translation), where its
   // pixels are (the beam centre on the beam axis, fast pixels along -x, slow along -y).
@@ -288,10 +484,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   const auto px = number("pixel_size_x"), py = number("pixel_size_y");
   for (const auto& [name, v] : {std::pair{"x_pixel_size", px}, std::pair{"y_pixel_size", py}}) {
     if (!v) continue;
-    hid_t scalar = H5Screate(H5S_SCALAR);
-    dataset(file, det + "/" + name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &*v, path);
-    H5Sclose(scalar);
-    attribute_on(file, det + "/" + name, "units", "m", path);
+    scalar_f64(file, det + "/" + name, *v, "m", path);
+    if (!m.start.empty()) scalar_f64(file, specific + "/" + name, *v, "m", path);
   }
   group(file, det + "/transformations", "NXtransformations", path);
   double t[3] = {0, 0, 0};
@@ -303,7 +497,33 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   const std::string translation = det + "/transformations/translation";
   axis(file, translation, length, "m", along, zero, ".", path);
   text_field(file, det + "/depends_on", translation, path);
-  const auto rows = number("image_size_y"), cols = number("image_size_x");
+  if (facts.translation.size() == 3) scalar_f64(file, det + "/distance", length, "m", path);
+  if (!facts.image_dtype.empty()) {
+    for (const char* name : {"bit_depth_image", "bit_depth_readout"}) {
+      scalar_u64(file, det + "/" + name, static_cast<std::uint64_t>(bits_of(facts.image_dtype)), path);
+    }
+  }
+  // What XDS's readers (Neggia, Durin) take from DECTRIS's detectorSpecific. Neggia refuses a
+  // master without a pixel mask: a start message without one gets a mask of no pixel masked
+  // (uint8 zeros), which says so.
+  if (!m.start.empty() && facts.first_mask.empty() && rows && cols) {
+    const hsize_t dims[2] = {static_cast<hsize_t>(*rows), static_cast<hsize_t>(*cols)};
+    const std::vector<std::uint8_t> none(dims[0] * dims[1], 0);
+    hid_t space = H5Screate_simple(2, dims, nullptr);
+    for (const std::string& at : {det + "/pixel_mask", specific + "/pixel_mask"}) {
+      dataset(file, at, H5T_STD_U8LE, H5T_NATIVE_UINT8, space, none.data(), path);
+      attribute_on(file, at, "description", "the start message carried no pixel mask: no pixel is masked", path);
+    }
+    H5Sclose(space);
+  }
+  if (!m.start.empty()) {
+    if (count > 0) scalar_u64(file, specific + "/nimages", count, path);
+    scalar_u64(file, specific + "/ntrigger", 1, path);
+    if (rows && cols) {
+      scalar_u64(file, specific + "/x_pixels_in_detector", static_cast<std::uint64_t>(*cols), path);
+      scalar_u64(file, specific + "/y_pixels_in_detector", static_cast<std::uint64_t>(*rows), path);
+    }
+  }
   if (rows && cols && px && py) {
     const std::string module = det + "/module";
     group(file, module, "NXdetector_module", path);

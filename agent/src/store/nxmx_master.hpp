@@ -2,20 +2,36 @@
 // crystallography, what DIALS, XDS's readers and DECTRIS's own files follow): the series'
 // metadata and links to its data files, each of at most frames_per_file images
 // (<prefix>_data_000001.h5, ... : SeriesFile data parts):
-//   /entry                        NXentry: definition "NXmx", start_time, end_time_estimated,
-//                                 end_time once the series is complete; attributes series_id,
-//                                 series_unique_id, incomplete (what it lacks, when given up)
-//   /entry/data                   NXdata: data_000001, ... external links to each data file's
-//                                 /entry/data/data; <channel>_000001, ... to each channel
+//   /                             @default "entry"
+//   /entry                        NXentry (@default "data"): definition "NXmx", start_time,
+//                                 end_time_estimated, end_time once the series is complete;
+//                                 attributes series_id, series_unique_id, incomplete (what it
+//                                 lacks, when given up)
+//   /entry/data                   NXdata (@signal "data"): data, and <channel> for each channel:
+//                                 virtual datasets of number_of_images images over the data files
+//                                 (an image no published data file holds reads as no data, every
+//                                 bit set; a given-up series maps the images its .part files
+//                                 hold); data_000001, ... external links to each data file's
+//                                 /entry/data/data (the first channel), <channel>_000001, ... to
+//                                 each channel
 //   /entry/instrument             NXinstrument: name
-//   /entry/instrument/detector    NXdetector: the start message's fields (as SeriesFile stores
-//                                 them) and itself (stream2_start); units where Stream V2 gives
-//                                 them; x/y_pixel_size; depends_on and transformations/translation
-//                                 (detector_translation); module (NXdetector_module): data_origin,
-//                                 data_size, module_offset (the beam centre), fast and slow pixel
-//                                 directions (-x, -y: a detector facing the beam)
+//   /entry/instrument/detector    NXdetector: the start message's fields in NXmx's names, with
+//                                 units; x/y_pixel_size, distance, bit_depth_image/readout,
+//                                 pixel_mask (the first channel's); depends_on and
+//                                 transformations/translation (detector_translation); module
+//                                 (NXdetector_module): data_origin, data_size, module_offset (the
+//                                 beam centre), fast and slow pixel directions (-x, -y: a detector
+//                                 facing the beam); detectorSpecific: every start field as sent
+//                                 (pixel masks as pixel_mask_<channel>, the first also pixel_mask)
+//                                 and what XDS's readers take from DECTRIS's files (nimages,
+//                                 ntrigger, x/y_pixels_in_detector, x/y_pixel_size); the start
+//                                 message itself (stream2_start)
 //   /entry/instrument/beam        NXbeam: incident_wavelength (or from incident_energy)
-//   /entry/sample                 NXsample: name, depends_on "." (Stream V2 carries no axes)
+//   /entry/sample                 NXsample: name; depends_on the goniometer's chain
+//                                 (transformations/phi -> chi -> omega, an angle per image from
+//                                 the start message's goniometer start and increment, with
+//                                 <axis>_end and <axis>_increment_set) when an axis turns, "."
+//                                 for a series of stills
 //   /entry/source                 NXsource: name
 //   /entry/numastream             NXcollection: stream_id, start_sequence, end_sequence,
 //                                 frames_per_file: what lets a restarted gateway go on
@@ -26,6 +42,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +60,7 @@ struct NxmxMaster {
   std::string start_time;   // ISO 8601 UTC: the start message's arm_date, else the gateway's clock
   std::string end_time;     // the gateway's clock when the series was complete; "" until then
   std::string incomplete;   // what a given-up series lacks; "" otherwise
+  std::set<std::uint64_t> unfinished;  // data files a given-up series left as .part, by number
 };
 
 // The data file holding image `image_id` (from 1) and its name.
