@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -147,9 +148,20 @@ bool port_free(int port) {
   ::close(fd);
   return ok;
 }
+
+// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+int ephemeral_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 0;
+  return in >> first && first > 0 ? first : 32768;
+}
 }  // namespace
 
 int free_ports(int count) {
+  // Ports a test listens on lie below the kernel's ephemeral range (ip_local_port_range, from
+  // which every outgoing connection of the tests beside it takes its source port: a port found
+  // free there was taken by a connection before the listener bound it, "Address already in use")
+  // and below Kubernetes' NodePort range (30000-32767), above the well-known services' ports.
   // Seeded from the kernel's entropy, the pid and the clock together: pid ^ seconds gave two test
   // processes started a second apart with consecutive pids the same seed, so the same ports (a
   // sender then streamed into another test's receiver).
@@ -159,8 +171,10 @@ int free_ports(int count) {
                       static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())};
     return std::mt19937(seq);
   }();
+  const int low = 15000, high = std::min(30000, ephemeral_low()) - count;
+  if (high <= low) throw std::runtime_error("no port range below the ephemeral ports");
   for (int attempt = 0; attempt < 200; ++attempt) {
-    int base = 20000 + static_cast<int>(rng() % 30000);
+    int base = low + static_cast<int>(rng() % static_cast<unsigned>(high - low));
     bool ok = true;
     for (int i = 0; i < count && ok; ++i) ok = port_free(base + i);
     if (ok) return base;

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -98,15 +99,40 @@ func Condition(ctx context.Context, t testing.TB, c client.Client, sp *v1beta1.S
 	return cur
 }
 
-// FreePort is a TCP port on 127.0.0.1 that nothing listens on right now.
+// FreePort is a TCP port on 127.0.0.1 that nothing listens on right now, below the kernel's
+// ephemeral range (outgoing connections take their source ports there, and one could take a port
+// found free before its listener binds it) and below Kubernetes' NodePort range (30000-32767).
 func FreePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	high := min(30000, ephemeralLow())
+	for range 200 {
+		port := 15000 + rand.IntN(high-15000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return strconv.Itoa(port)
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	t.Fatal("no free port below the ephemeral range")
+	return ""
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(fields[0])
+	if err != nil || n <= 15000 {
+		return 32768
+	}
+	return n
 }
 
 // ClusterClient connects to the cluster of a kubeconfig with a client that knows the core types

@@ -5,7 +5,6 @@ Run: NUMASTREAM_AGENT=bin/numastream-agent $(hack/pyenv.sh) -m unittest -v test/
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,13 +14,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 
-AGENT = os.environ.get("NUMASTREAM_AGENT", "bin/numastream-agent")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from realdata import AGENT, free_port
 
 
 def stream(tmp, send_args, receive_args, chunk_bytes):

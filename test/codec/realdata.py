@@ -1,5 +1,7 @@
-"""What the codec tests share: the agent under test and where the real EIGER2 recordings are."""
+"""What the codec tests share: the agent under test, where the real EIGER2 recordings are, a free
+port."""
 import os
+import sys
 
 import numpy as np
 
@@ -22,3 +24,8 @@ def recording(test, name):
             test.fail(f"NUMASTREAM_REQUIRE_REAL=1: the EIGER2 recordings are not in {REAL}")
         test.skipTest(f"the EIGER2 recordings are not in {REAL}")
     return folder
+
+
+# A free loopback port below the ephemeral range: the benchmarks' helper (hack/benchlib.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "hack"))
+from benchlib import free_port  # noqa: E402,F401

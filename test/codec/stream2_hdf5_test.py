@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import struct
 import subprocess
 import tempfile
@@ -25,13 +24,7 @@ import hdf5plugin  # noqa: F401  (registers the bitshuffle and LZ4 filters with 
 import lz4.block
 import numpy as np
 
-from realdata import AGENT, REAL, REQUIRE_REAL, TYPED_ARRAY, recording
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from realdata import AGENT, REAL, REQUIRE_REAL, TYPED_ARRAY, free_port, recording
 
 
 def decode_bslz4(framed, dtype):
