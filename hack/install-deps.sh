@@ -48,6 +48,8 @@ test=(
   # the field's own programs that open the NXmx series the gateway writes: DIALS (dials.import,
   # dxtbx), and the bitshuffle filter its HDF5 reads bslz4 images with
   python3-dials bitshuffle
+  # headers for the reference decoder pyenv.sh builds from source (dectris-compression)
+  python3-dev
 )
 case "$group" in
   build) packages=("${build[@]}") ;;

@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 req=hack/requirements-oracle.txt
 nxdl=hack/requirements-nxdl.txt  # a package for its data only: installed without its dependencies
-key=$(cat "$req" "$nxdl" | sha256sum | cut -c1-12)
+sdist=hack/requirements-sdist.txt  # published as source only: built here (a C compiler, PyPI's build tools)
+key=$(cat "$req" "$nxdl" "$sdist" | sha256sum | cut -c1-12)
 dir=${NUMASTREAM_PYENV:-$HOME/.cache/numastream/pyenv-$key}
 if [ ! -x "$dir/bin/python" ] || [ ! -f "$dir/.complete" ]; then
   rm -rf "$dir"
@@ -18,6 +19,8 @@ if [ ! -x "$dir/bin/python" ] || [ ! -f "$dir/.complete" ]; then
     "$dir/bin/pip" install --disable-pip-version-check --no-input --only-binary=:all: -r "$req" >&2
   hack/quiet.sh "pyenv: pip install --no-deps (data: $(grep -v '^#' "$nxdl" | tr '\n' ' '))" -- \
     "$dir/bin/pip" install --disable-pip-version-check --no-input --only-binary=:all: --no-deps -r "$nxdl" >&2
+  hack/quiet.sh "pyenv: pip install (built from source: $(grep -v '^#' "$sdist" | tr '\n' ' '))" -- \
+    "$dir/bin/pip" install --disable-pip-version-check --no-input -r "$sdist" >&2
   touch "$dir/.complete"
 fi
 echo "$dir/bin/python"

@@ -2,7 +2,10 @@
 not the oracle virtualenv. Reads the experiments `dials.import` wrote and prints them as JSON; with
 --images, also writes those images' pixels as dxtbx reads them (and its static mask) as .npy.
 
-    /usr/bin/python3 dials_probe.py imported.expt [--images 0,9 --out DIR]
+    /usr/bin/python3 dials_probe.py imported.expt [--images 0,9 --out DIR] [--spots strong.refl]
+
+With --spots, also the spots `dials.find_spots` found: their centroids (x, y, z in pixels and
+images, DIALS's convention: pixel i spans [i, i + 1)).
 """
 import argparse
 import json
@@ -16,6 +19,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("expt")
 parser.add_argument("--images", default="")
 parser.add_argument("--out", default=".")
+parser.add_argument("--spots", default="")
 args = parser.parse_args()
 
 experiments = ExperimentListFactory.from_json_file(args.expt, check_format=True)
@@ -51,4 +55,9 @@ if args.images:
         np.save(os.path.join(args.out, f"image_{i}.npy"), pixels)
         mask = iset.get_mask(i)[0].as_numpy_array()
         np.save(os.path.join(args.out, f"mask_{i}.npy"), mask)
+if args.spots:
+    from dials.array_family import flex
+
+    table = flex.reflection_table.from_file(args.spots)
+    out["spots"] = [list(v) for v in table["xyzobs.px.value"]]
 print(json.dumps(out))

@@ -226,6 +226,37 @@ class SeriesOpenedByTheFieldsPrograms(unittest.TestCase):
         print(f"[mx] synthetic rotation, uint32 x 2 channels: dials.import: {', '.join(summary)}; oscillation "
               f"{s['oscillation']}, trusted range {s['trusted_range']}; the gap pixel masked")
 
+    def test_dials_finds_the_spots_planted_in_a_synthetic_rotation(self):
+        self.need_dials()
+        rows, cols, images = 128, 160, 10
+        rng = np.random.default_rng(2026)
+        planted = []
+        while len(planted) < 12:
+            x, y, z = int(rng.integers(8, cols - 8)), int(rng.integers(8, rows - 8)), int(rng.integers(1, images - 1))
+            if all(abs(x - a) > 8 or abs(y - b) > 8 or abs(z - c) > 3 for a, b, c in planted):
+                planted.append((x, y, z))
+        spots = os.path.join(self.tmp, "spots.txt")
+        with open(spots, "w") as f:
+            f.writelines(f"{x} {y} {z}\n" for x, y, z in planted)
+        master, _ = self.write_series(["--synthetic", "--images", str(images), "--shape", f"{rows}x{cols}",
+                                       "--goniometer", "omega=0,0.5", "--spots", spots])
+        self.dials_import(master)
+        run = subprocess.run(["dials.find_spots", "imported.expt", "nproc=1"], cwd=self.dials_out, capture_output=True,
+                             text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        probe = subprocess.run([DIALS_PYTHON, os.path.join(HERE, "dials_probe.py"), f"{self.dials_out}/imported.expt",
+                                "--spots", f"{self.dials_out}/strong.refl"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(probe.returncode, 0, probe.stderr)
+        found = json.loads(probe.stdout.strip().splitlines()[-1])["spots"]
+        self.assertEqual(len(found), len(planted), f"dials.find_spots found {found}, planted {planted}")
+        for x, y, z in planted:
+            # DIALS's pixel i spans [i, i + 1): a spot centred on pixel (x, y) of image z is at
+            # (x + 0.5, y + 0.5, z + 0.5).
+            near = [s for s in found if abs(s[0] - x - 0.5) < 0.5 and abs(s[1] - y - 0.5) < 0.5 and abs(s[2] - z - 0.5) < 0.6]
+            self.assertEqual(len(near), 1, f"planted ({x}, {y}) on image {z}: found {found}")
+        print(f"[mx] dials.find_spots on a synthetic rotation ({rows}x{cols}, {images} images): {len(found)} spots "
+              f"found, each within half a pixel of one of the {len(planted)} planted")
+
     def test_a_series_of_stills_imports_as_stills(self):
         self.need_dials()
         master, _ = self.write_series(["--synthetic", "--images", "6", "--shape", "64x100",

@@ -12,12 +12,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +54,10 @@ constexpr const char* kUsage =
     "  --goniometer AXIS=START,INCREMENT\n"
     "                 (repeatable) the start message's goniometer: axis AXIS (omega, phi, chi, ...)\n"
     "                 at START degrees, turning INCREMENT degrees per image (0: stills)\n"
+    "  --spots FILE   (synthetic) diffraction-like images: spots on a Poisson background of mean 2,\n"
+    "                 one per line of FILE, \"X Y IMAGE [PEAK]\": a Gaussian of sigma 1 pixel centred\n"
+    "                 on column X, row Y, PEAK counts (default 1000) on image IMAGE and a third of\n"
+    "                 that on the images beside it; every channel the same\n"
     "  --series N     send the series N times (default 1)\n"
     "  --start        begin each series with a start message of our own (series id and unique id\n"
     "                 from the first recorded message that has them)\n"
@@ -77,6 +84,15 @@ struct Synthetic {
   std::vector<std::string> channels = {"threshold_1"};
   stream2::Compression compression = stream2::Compression::bslz4;
   std::vector<stream2::StartInfo::Axis> goniometer;
+  // --spots FILE: diffraction-like images instead of projections: Bragg-like spots on a Poisson
+  // background (mean 2 counts), each a Gaussian of 1 pixel's sigma centred on pixel (x, y)
+  // (column, row) peaking on `image` with `peak` counts, a third of that on the images beside it.
+  struct Spot {
+    double x = 0, y = 0;
+    std::uint64_t image = 0;
+    double peak = 1000;
+  };
+  std::vector<Spot> spots;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -116,6 +132,42 @@ std::vector<std::byte> pixels(const Synthetic& syn, int frame) {
   return out;
 }
 
+// Image `image` of a --spots series as `dtype`: the background drawn from a generator seeded by
+// the series' seed and the image, then every spot's counts on it.
+std::vector<std::byte> spot_pixels(const Synthetic& syn, std::uint64_t image) {
+  const std::size_t rows = syn.dims[0], cols = syn.dims[1];
+  std::mt19937 rng(static_cast<std::uint32_t>(syn.seed * 1000003u + image));
+  std::poisson_distribution<std::uint32_t> background(2.0);
+  std::vector<std::uint32_t> counts(rows * cols);
+  for (auto& v : counts) v = background(rng);
+  for (const auto& spot : syn.spots) {
+    const double dz = static_cast<double>(image) - static_cast<double>(spot.image);
+    if (dz < -1 || dz > 1) continue;
+    const double along = dz == 0 ? 1.0 : 1.0 / 3.0;
+    const long cx = std::lround(spot.x), cy = std::lround(spot.y);
+    for (long y = std::max(0L, cy - 4); y <= std::min(static_cast<long>(rows) - 1, cy + 4); ++y) {
+      for (long x = std::max(0L, cx - 4); x <= std::min(static_cast<long>(cols) - 1, cx + 4); ++x) {
+        const double r2 = (x - spot.x) * (x - spot.x) + (y - spot.y) * (y - spot.y);
+        counts[static_cast<std::size_t>(y) * cols + static_cast<std::size_t>(x)] +=
+            static_cast<std::uint32_t>(std::lround(spot.peak * along * std::exp(-r2 / 2)));
+      }
+    }
+  }
+  const std::size_t elem = syn.dtype == "uint8" ? 1 : syn.dtype == "uint16" ? 2 : 4;
+  const std::uint32_t top = elem == 1 ? 254 : elem == 2 ? 65534 : 0xfffffffe;  // below "no data"
+  std::vector<std::byte> out(counts.size() * elem);
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const std::uint32_t v = std::min(counts[i], top);
+    if (elem == 1) out[i] = static_cast<std::byte>(v);
+    if (elem == 2) {
+      const auto w = static_cast<std::uint16_t>(v);
+      std::memcpy(out.data() + 2 * i, &w, 2);
+    }
+    if (elem == 4) std::memcpy(out.data() + 4 * i, &v, 4);
+  }
+  return out;
+}
+
 std::vector<std::byte> compress(const Synthetic& syn, std::span<const std::byte> raw, bslz4::Workspace& ws) {
   const std::size_t elem = syn.dtype == "uint8" ? 1 : syn.dtype == "uint16" ? 2 : 4;
   if (syn.compression == stream2::Compression::lz4) return hdf5_lz4::encode(raw);
@@ -146,7 +198,8 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
     std::vector<std::vector<std::byte>> frames;
     std::vector<stream2::ChannelPixels> channels;
     for (std::size_t c = 0; c < syn.channels.size(); ++c) {
-      frames.push_back(compress(syn, pixels(syn, static_cast<int>(i + 5 * c)), ws));
+      frames.push_back(compress(syn, syn.spots.empty() ? pixels(syn, static_cast<int>(i + 5 * c)) : spot_pixels(syn, i),
+                                ws));
     }
     for (std::size_t c = 0; c < syn.channels.size(); ++c) channels.push_back({syn.channels[c], frames[c]});
     out.push_back(stream2::build_image(series_id, unique, i, syn.dims, syn.dtype, syn.compression, channels));
@@ -280,6 +333,24 @@ int run_detector_sim(const std::vector<std::string>& args) {
         throw ConfigError("--goniometer", "START and INCREMENT must be numbers (got " + spec + ")");
       }
       syn.goniometer.push_back({spec.substr(0, eq), start_deg, step});
+    } else if (args[i] == "--spots") {
+      const std::string path = value("--spots");
+      std::ifstream in(path);
+      if (!in) throw ConfigError("--spots", "cannot read " + path);
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+        std::istringstream fields(line);
+        Synthetic::Spot spot;
+        if (!(fields >> spot.x >> spot.y >> spot.image)) {
+          throw ConfigError("--spots", path + " line " + std::to_string(n) + ": not \"X Y IMAGE [PEAK]\": " + line);
+        }
+        if (!(fields >> spot.peak)) spot.peak = 1000;
+        if (spot.x < 0 || spot.y < 0 || spot.peak <= 0) {
+          throw ConfigError("--spots", path + " line " + std::to_string(n) + ": X, Y must be >= 0 and PEAK > 0");
+        }
+        syn.spots.push_back(spot);
+      }
     } else if (args[i] == "--rate-hz") {
       rate_hz = std::stod(value("--rate-hz"));
     } else if (args[i] == "--linger-s") {

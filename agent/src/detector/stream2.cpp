@@ -473,7 +473,7 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
 }
 
 std::vector<std::byte> build_start(const StartInfo& info) {
-  Item map = header("start", info.series_id, info.series_unique_id, 22);
+  Item map = header("start", info.series_id, info.series_unique_id, 28);
   put(map.get(), "arm_date", tagged(kDateTime, owned(cbor_build_string(info.arm_date.c_str()))));
   put(map.get(), "detector_description", owned(cbor_build_string("numastream detector-sim (EIGER2-like)")));
   put(map.get(), "sensor_material", owned(cbor_build_string("Si")));
@@ -494,6 +494,17 @@ std::vector<std::byte> build_start(const StartInfo& info) {
   put(map.get(), "beam_center_y", owned(cbor_build_float8(info.beam_center_y)));
   put(map.get(), "incident_wavelength", owned(cbor_build_float8(info.incident_wavelength)));
   put(map.get(), "pixel_mask_enabled", owned(cbor_build_bool(true)));
+  put(map.get(), "detector_serial_number", owned(cbor_build_string("numastream-sim-0")));
+  put(map.get(), "countrate_correction_enabled", owned(cbor_build_bool(false)));
+  put(map.get(), "flatfield_enabled", owned(cbor_build_bool(false)));
+  put(map.get(), "virtual_pixel_interpolation_enabled", owned(cbor_build_bool(false)));
+  put(map.get(), "user_data", owned(cbor_new_definite_map(0)));
+  Item thresholds = owned(cbor_new_definite_map(info.channels.size()));
+  for (std::size_t c = 0; c < info.channels.size(); ++c) {
+    // 6 keV and up, a channel 2 keV above the one before (an EIGER2's two thresholds)
+    put(thresholds.get(), info.channels[c], owned(cbor_build_float8(6000.0 + 2000.0 * static_cast<double>(c))));
+  }
+  put(map.get(), "threshold_energy", std::move(thresholds));
   const unsigned bits = info.dtype == "uint8" ? 8 : info.dtype == "uint16" ? 16 : 32;
   put(map.get(), "saturation_value", owned(cbor_build_uint64((std::uint64_t{1} << bits) - 2)));
   if (!info.goniometer.empty()) {

@@ -100,7 +100,8 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
                                    std::uint64_t number_of_images);
 // A start message as a detector sends one: also the arm date, image size, pixel type, channels,
 // the sensor (Si, 450 um), pixel size (75 um), detector translation (0.12 m along the beam) and a
-// few more geometry fields, the saturation value (the dtype's largest value but one: the largest
+// few more geometry fields, the corrections (none enabled), the serial number, user data (empty),
+// each channel's threshold energy (6 keV, 8 keV, ...), the saturation value (the dtype's largest value but one: the largest
 // is "no data") and, per channel, a pixel mask (uint32, all zero but pixel (0, 0) = 1) — what the
 // simulator's series and the tests' files carry; with `goniometer`, its axes' start and increment
 // (degrees), as a detector armed for a rotation series sends them.
