@@ -14,10 +14,12 @@
 #     written past the page cache (io: direct, its log says so), which h5dump (Debian's) and h5py
 #     + hdf5plugin (tools we did not write) read back, checked against the source frames;
 #  6. detector data as beamlines produce it: a simulated EIGER2 (numastream-agent detector-sim in a
-#     pod on detector-a, test/facility/detector-sim.yaml) publishes two Stream V2 series; a third
-#     pipeline (test/facility/pipeline-stream2.yaml) carries its messages byte for byte across
-#     the link, and gateway-a writes one NXmx-style HDF5 file per series, the images as the
-#     detector compressed them, checked with h5py against the simulator's pixels;
+#     pod on detector-a, test/facility/detector-sim.yaml, armed for a rotation: omega from 0 by
+#     0.1 degree per image) publishes two Stream V2 series; a third pipeline
+#     (test/facility/pipeline-stream2.yaml, with sink.hdf5.nxmx) carries its messages byte for
+#     byte across the link, and gateway-a writes each series as an NXmx master and data files of
+#     10 images, the images as the detector compressed them, checked with h5py against the
+#     simulator's pixels and imported by DIALS (dials.import: one sweep, its oscillation);
 #  7. everything torn down, and checked gone.
 # Set DEMO_CHUNKS to stream more or less (default 300 projections, ~3.3 GB raw).
 set -euo pipefail
@@ -169,9 +171,9 @@ print(f"h5dump    frame 59, row 1080, pixels 1280-1283: {line.split(':', 1)[1].s
 sys.exit(1 if bad or ds.shape[0] != 60 else 0)
 PY
 
-say "6/7 a detector's Stream V2 series into one HDF5 file per series (test/facility/detector-sim.yaml, pipeline-stream2.yaml)"
+say "6/7 a detector's rotation series into NXmx master and data files (test/facility/detector-sim.yaml, pipeline-stream2.yaml)"
 k delete streampipeline facility-hdf5 --wait=true --timeout=60s >/dev/null
-k apply -f test/facility/detector-sim.yaml >/dev/null
+sed -e 's|--seed, "7",|--seed, "7", --goniometer, "omega=0,0.1",|' test/facility/detector-sim.yaml | k apply -f - >/dev/null
 ip=
 for _ in $(seq 120); do
   ip=$(k get pod eiger-sim -o jsonpath='{.status.podIP}' 2>/dev/null || true)
@@ -183,23 +185,25 @@ if [ -z "$ip" ]; then
   k describe pod eiger-sim >&2
   exit 1
 fi
-echo "detector  eiger-sim on detector-a, Stream V2 at tcp://$ip:31001: 2 series of 40 images, 514x1030 uint16, 2 thresholds, bslz4"
-sed -e "s/DETECTOR_IP/$ip/" test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
+echo "detector  eiger-sim on detector-a, Stream V2 at tcp://$ip:31001: 2 rotation series of 40 images (omega 0 + 0.1 deg per image), 514x1030 uint16, 2 thresholds, bslz4"
+sed -e "s/DETECTOR_IP/$ip/" \
+    -e 's|^\( *\)path: eiger-{series}.h5$|&\n\1nxmx: {framesPerFile: 10, instrument: "facility in a box", sample: "demo crystal"}|' \
+    test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
   sleep 0.5
 done
 k get streampipeline facility-stream2 -o json | python3 hack/print-plan.py
 for _ in $(seq 360); do
-  [ -f "$SINK/eiger-1.h5" ] && [ -f "$SINK/eiger-2.h5" ] && break
+  [ -f "$SINK/eiger-1_data_000004.h5" ] && [ -f "$SINK/eiger-2_data_000004.h5" ] && break
   sleep 0.5
 done
 tx=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=sender -o jsonpath='{.items[0].metadata.name}')
 gw=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
 k logs "$tx" -c agent | grep -E 'stream2: (series|the detector)' | sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /sender    /'
 k logs "$gw" -c decompress | grep -E 'hdf5 sink: series' | sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /gateway   /'
-if ! [ -f "$SINK/eiger-1.h5" ] || ! [ -f "$SINK/eiger-2.h5" ]; then
-  echo "the two series files did not appear within 180 s" >&2
+if ! [ -f "$SINK/eiger-1_data_000004.h5" ] || ! [ -f "$SINK/eiger-2_data_000004.h5" ]; then
+  echo "the two series' data files did not all appear within 180 s" >&2
   ls -la "$SINK" >&2
   k get streampipeline facility-stream2 -o yaml >&2
   exit 1
@@ -214,26 +218,45 @@ print(f"status    {o.get('chunksDelivered')} messages delivered, {o.get('chunksL
 PY
 bin/numastream-agent synth --out "$SINK/eiger-src.raw" --chunk-bytes $((514 * 1030 * 2)) --width 1030 --frames 45 --seed 7
 "$(bash hack/pyenv.sh)" - "$SINK" <<'PY'
-import sys
+import sys, time
 import h5py, hdf5plugin, numpy as np
 d = sys.argv[1]
 src = np.fromfile(f"{d}/eiger-src.raw", dtype="<u2").reshape(45, 514, 1030)
 bad = 0
 for s in (1, 2):
-    with h5py.File(f"{d}/eiger-{s}.h5", "r") as f:
-        det = f["/entry/instrument/detector"]
+    master = f"{d}/eiger-{s}_master.h5"
+    for _ in range(100):  # the master takes end_time once the series is complete
+        with h5py.File(master, "r") as f:
+            if "end_time" in f["/entry"]:
+                break
+        time.sleep(0.2)
+    with h5py.File(master, "r") as f:
         for c, name in enumerate(("threshold_1", "threshold_2")):
             ds = f[f"/entry/data/{name}"]
             wrong = [i for i in range(ds.shape[0]) if not np.array_equal(ds[i], src[i + 5 * c])]
             bad += len(wrong) + (ds.shape[0] != 40)
-            stored = sum(ds.id.get_chunk_info(i).size for i in range(ds.id.get_num_chunks()))
-            print(f"h5py      eiger-{s}.h5 /entry/data/{name} {ds.shape} {ds.dtype}, filters {sorted(ds._filters)}: "
-                  f"{ds.shape[0] - len(wrong)} of 40 images equal to the detector's pixels; "
-                  f"{stored / 1e6:.1f} MB stored for {ds.shape[0] * src[0].nbytes / 1e6:.1f} MB")
-        print(f"          series {int(f['/entry'].attrs['series_id'])} ({f['/entry'].attrs['series_unique_id']}): "
-              f"start fields {', '.join(k for k in sorted(det) if k != 'stream2_start')}")
+            print(f"h5py      eiger-{s}_master.h5 /entry/data/{name} {ds.shape} {ds.dtype} over "
+                  f"{len([k for k in f['/entry/data'] if k.startswith(name + '_')])} data files: "
+                  f"{ds.shape[0] - len(wrong)} of 40 images equal to the detector's pixels")
+        omega = f["/entry/sample/transformations/omega"][()]
+        print(f"          series {int(f['/entry'].attrs['series_id'])}: omega {omega[0]:.1f} to {omega[-1]:.1f} deg, "
+              f"{f['/entry/end_time'][()].decode()} end time")
 sys.exit(1 if bad else 0)
 PY
+if command -v dials.import >/dev/null; then
+  dials_dir=$(mktemp -d)
+  (cd "$dials_dir" && dials.import "$SINK/eiger-1_master.h5" >dials.out 2>&1) || { cat "$dials_dir/dials.out" >&2; exit 1; }
+  /usr/bin/python3 test/codec/dials_probe.py "$dials_dir/imported.expt" >"$dials_dir/probe.json"
+  python3 - "$dials_dir/probe.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["imagesets"][0]
+print(f"DIALS     dials.import eiger-1_master.h5: one {s['kind']} of {s['images']} images {s['image_range']}, "
+      f"oscillation {s['oscillation'][0]:.1f} + {s['oscillation'][1]:.2f} deg per image, wavelength "
+      f"{s['wavelength']:.3f} A, distance {s['distance_mm']:.1f} mm, beam centre "
+      f"({s['beam_centre_px'][0]:.1f}, {s['beam_centre_px'][1]:.1f}) px")
+PY
+  rm -rf "$dials_dir"
+fi
 k delete streampipeline facility-stream2 --wait=true --timeout=60s >/dev/null
 k delete pod eiger-sim --wait=true --timeout=60s >/dev/null
 
