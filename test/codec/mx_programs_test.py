@@ -61,6 +61,17 @@ def decoded_images(folder):
     return out
 
 
+def image_times(folder):
+    """{image_id: (start_time, stop_time, real_time)} of a recording, in seconds (the rationals
+    each image message carries)."""
+    out = {}
+    for p in sorted(glob.glob(os.path.join(folder, "*"))):
+        m = load_cbor(p)
+        if m["type"] == "image":
+            out[m["image_id"]] = tuple(m[k][0] / m[k][1] for k in ("start_time", "stop_time", "real_time"))
+    return out
+
+
 class SeriesOpenedByTheFieldsPrograms(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
@@ -173,6 +184,12 @@ class SeriesOpenedByTheFieldsPrograms(unittest.TestCase):
                     for c in channels:
                         for i in (0, 9):
                             np.testing.assert_array_equal(f[f"/entry/data/{c}"][i], want[i][c], err_msg=f"{c} {i}")
+                    det = f["/entry/instrument/detector"]
+                    times = image_times(folder)
+                    for k, field in enumerate(("start_time", "stop_time", "real_time")):
+                        self.assertEqual(det[field].attrs["units"], "s")
+                        np.testing.assert_allclose(det[field][()], [times[i][k] for i in range(10)],
+                                                   err_msg=f"{field}: each image message's, in seconds")
                 for i in (0, 9):
                     pixels, _ = self.dials_pixels(i)
                     # dxtbx reads pixels as int32 and gives the readout depth's all-ones as -1, the one
@@ -285,6 +302,10 @@ class SeriesOpenedByTheFieldsPrograms(unittest.TestCase):
                 np.testing.assert_array_equal(stack[4], part["/entry/data/data"][0],
                                               "image 4, in the .part the series left, read through the master")
             np.testing.assert_array_equal(stack[5], np.full((64, 100), 0xFFFF, np.uint16), "image 5: no data")
+            start = f["/entry/instrument/detector/start_time"][()]
+            self.assertEqual(len(start), 12)
+            self.assertTrue(np.isnan(start[5:8]).all(), f"no time for images never sent: {start}")
+            np.testing.assert_allclose(start[[0, 4, 8, 11]], [0, 0.004, 0.008, 0.011], err_msg="1 ms images")
         held, _ = self.dials_pixels(4)
         missing, _ = self.dials_pixels(5)
         self.assertGreater(held.max(), 0)

@@ -202,7 +202,13 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
                                 ws));
     }
     for (std::size_t c = 0; c < syn.channels.size(); ++c) channels.push_back({syn.channels[c], frames[c]});
-    out.push_back(stream2::build_image(series_id, unique, i, syn.dims, syn.dtype, syn.compression, channels));
+    // Images every count_time, each exposed for all of it, on a 10 MHz time base (an EIGER2's).
+    stream2::ImageTimes times;
+    times.series_date = info.arm_date;
+    times.real = static_cast<std::uint64_t>(std::llround(info.count_time * 1e7));
+    times.start = i * times.real;
+    times.stop = times.start + times.real;
+    out.push_back(stream2::build_image(series_id, unique, i, syn.dims, syn.dtype, syn.compression, channels, &times));
   }
   out.push_back(stream2::build_end(series_id, unique));
   return out;

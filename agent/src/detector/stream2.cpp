@@ -532,11 +532,22 @@ std::vector<std::byte> build_start(const StartInfo& info) {
 
 std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id, std::uint64_t image_id,
                                    const std::vector<std::uint64_t>& dims, const std::string& dtype,
-                                   Compression compression, const std::vector<ChannelPixels>& channels) {
+                                   Compression compression, const std::vector<ChannelPixels>& channels, const ImageTimes* times) {
   const TypedTag* t = typed_tag(dtype);
   if (!t) throw std::invalid_argument("stream2: no typed array tag for dtype \"" + dtype + "\"");
-  Item map = header("image", series_id, series_unique_id, 2);
+  Item map = header("image", series_id, series_unique_id, times ? 6 : 2);
   put(map.get(), "image_id", owned(cbor_build_uint64(image_id)));
+  if (times) {
+    put(map.get(), "series_date", tagged(kDateTime, owned(cbor_build_string(times->series_date.c_str()))));
+    const std::pair<const char*, std::uint64_t> fields[] = {
+        {"start_time", times->start}, {"stop_time", times->stop}, {"real_time", times->real}};
+    for (const auto& [name, ticks] : fields) {
+      Item rational = owned(cbor_new_definite_array(2));
+      push(rational.get(), owned(cbor_build_uint64(ticks)));
+      push(rational.get(), owned(cbor_build_uint64(times->ticks_per_second)));
+      put(map.get(), name, std::move(rational));
+    }
+  }
   Item data = owned(cbor_new_definite_map(channels.size()));
   for (const auto& c : channels) {
     Item content = bytes_item(c.bytes);

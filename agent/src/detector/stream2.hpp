@@ -77,16 +77,23 @@ bool walk(std::span<const std::byte> message,
           const std::function<void(const std::string& path, const Value& value)>& field,
           std::vector<std::string>& skipped, std::string& error);
 
+// An image's times as a detector sends them: series_date (RFC 3339), start_time, stop_time and
+// real_time as rationals of the time base `ticks_per_second` (start and stop from series_date).
+struct ImageTimes {
+  std::string series_date;
+  std::uint64_t start = 0, stop = 0, real = 0, ticks_per_second = 10000000;
+};
 // An image message of our own (the detector simulator's): each channel's pixels, already
 // compressed (`compression` bslz4 or lz4 in the HDF5 filters' framing), as a tag 40 array of
-// `dims`, typed `dtype`.
+// `dims`, typed `dtype`; with `times`, its series_date, start_time, stop_time and real_time.
 struct ChannelPixels {
   std::string name;
   std::span<const std::byte> bytes;
 };
 std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id, std::uint64_t image_id,
                                    const std::vector<std::uint64_t>& dims, const std::string& dtype,
-                                   Compression compression, const std::vector<ChannelPixels>& channels);
+                                   Compression compression, const std::vector<ChannelPixels>& channels,
+                                   const struct ImageTimes* times = nullptr);
 // The end message of a series. With `incomplete` (why), the end numastream's sender sends for a
 // series whose detector went away before its end: a Stream V2 end message (a consumer closes the
 // series instead of waiting for ever) with one more field, "numastream": {"incomplete": true,

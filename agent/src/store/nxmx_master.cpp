@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+
+#include <unistd.h>
 #include <stdexcept>
 
 #include "detector/stream2.hpp"
@@ -192,6 +194,19 @@ std::uint64_t no_data(const std::string& dtype) {
   return 0xffffffff;
 }
 
+// The per-image times the data files hold under the detector (SeriesFile::write_image).
+constexpr const char* kImageTimes[] = {"start_time", "stop_time", "real_time"};
+
+bool path_exists(hid_t f, const std::string& at) {
+  std::size_t pos = 0;
+  while ((pos = at.find('/', pos + 1)) != std::string::npos) {
+    if (H5Lexists(f, at.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return H5Lexists(f, at.c_str(), H5P_DEFAULT) > 0;
+}
+
+bool path_exists(const std::string& file_path) { return ::access(file_path.c_str(), F_OK) == 0; }
+
 int bits_of(const std::string& dtype) { return dtype == "uint8" ? 8 : dtype == "uint16" ? 16 : 32; }
 
 void scalar_u64(hid_t file, const std::string& path, std::uint64_t v, const std::string& what) {
@@ -214,20 +229,19 @@ void f64_array(hid_t file, const std::string& path, const std::vector<double>& v
   H5Sclose(space);
 }
 
-// The images of each dataset of a data file left unfinished (a .part of a series given up), by
-// dataset name; empty when it does not open.
-std::map<std::string, hsize_t> extents_of(const std::string& file_path, const std::vector<std::string>& names) {
+// The images each of `datasets` holds in a data file left unfinished (a .part of a series given
+// up), by dataset path; empty when it does not open.
+std::map<std::string, hsize_t> extents_of(const std::string& file_path, const std::vector<std::string>& datasets) {
   std::map<std::string, hsize_t> out;
   hid_t f = H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return out;
-  for (const auto& name : names) {
-    const std::string at = "/entry/data/" + name;
-    if (H5Lexists(f, at.c_str(), H5P_DEFAULT) <= 0) continue;
+  for (const auto& at : datasets) {
+    if (!path_exists(f, at)) continue;
     hid_t d = H5Dopen2(f, at.c_str(), H5P_DEFAULT);
     hid_t space = d >= 0 ? H5Dget_space(d) : -1;
     hsize_t dims[3] = {0, 0, 0};
-    if (space >= 0 && H5Sget_simple_extent_ndims(space) == 3 && H5Sget_simple_extent_dims(space, dims, nullptr) == 3) {
-      out[name] = dims[0];
+    if (space >= 0 && H5Sget_simple_extent_ndims(space) >= 1 && H5Sget_simple_extent_dims(space, dims, nullptr) >= 1) {
+      out[at] = dims[0];
     }
     if (space >= 0) H5Sclose(space);
     if (d >= 0) H5Dclose(d);
@@ -237,46 +251,54 @@ std::map<std::string, hsize_t> extents_of(const std::string& file_path, const st
   return out;
 }
 
-// /entry/data/<name>: a virtual dataset of the series' `images` images over each data file's
-// /entry/data/<name> (file k holds images (k-1) * per_file ..), what DIALS, silx and h5py read
-// as one stack. A data file not yet published reads as no data (every bit set) until it is; one
-// left unfinished by a series given up (m.unfinished) maps the images it holds, by its .part name.
-void virtual_stack(hid_t file, const std::string& path, const std::string& name, std::uint64_t images,
-                   std::uint64_t rows, std::uint64_t cols, const std::string& dtype, const NxmxMaster& m,
-                   const std::map<std::uint64_t, std::map<std::string, hsize_t>>& unfinished) {
-  const hsize_t dims[3] = {images, rows, cols};
-  hid_t vspace = H5Screate_simple(3, dims, nullptr);
+// What one virtual dataset of the master maps: `images` entries of `source` in the data files
+// (file k holds images (k-1) * per_file ..), each entry of shape `inner` (rows x cols for an
+// image, none for a per-image value), of `type`, reading `fill` (given as `fill_type`) where no
+// published data file holds it yet; a data file a given-up series left unfinished
+// (`unfinished`: by number, the entries of each source it holds) maps what it holds by its .part
+// name.
+struct Mapping {
+  std::string source;
+  std::vector<hsize_t> inner;
+  hid_t type, fill_type;
+  const void* fill;
+};
+
+void virtual_over_files(hid_t file, const std::string& at, std::uint64_t images, const Mapping& map,
+                        const NxmxMaster& m, const std::map<std::uint64_t, std::map<std::string, hsize_t>>& unfinished,
+                        const std::string& what) {
+  const int rank = static_cast<int>(map.inner.size()) + 1;
+  std::vector<hsize_t> dims = {images};
+  dims.insert(dims.end(), map.inner.begin(), map.inner.end());
+  hid_t vspace = H5Screate_simple(rank, dims.data(), nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  hid_t type = file_type(dtype);
-  const std::uint64_t fill = no_data(dtype);
-  H5Pset_fill_value(dcpl, H5T_NATIVE_UINT64, &fill);
+  H5Pset_fill_value(dcpl, map.fill_type, map.fill);
   bool ok = true;
   for (std::uint64_t k = 1; ok && (k - 1) * m.frames_per_file < images; ++k) {
     const std::uint64_t first = (k - 1) * m.frames_per_file;
     hsize_t count = std::min<std::uint64_t>(m.frames_per_file, images - first);
     std::string source = data_file_name(m.data_prefix, k);
     if (const auto it = unfinished.find(k); it != unfinished.end()) {
-      const auto e = it->second.find(name);
-      if (e == it->second.end() || e->second == 0) continue;  // nothing of it written: no data
+      const auto e = it->second.find(map.source);
+      if (e == it->second.end() || e->second == 0) continue;  // nothing of it written: the fill value
       count = std::min<hsize_t>(count, e->second);
       source += ".part";
     }
-    const hsize_t start[3] = {first, 0, 0}, block[3] = {count, rows, cols};
-    hid_t src = H5Screate_simple(3, block, nullptr);
-    ok = H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start, nullptr, block, nullptr) >= 0 &&
-         H5Pset_virtual(dcpl, vspace, source.c_str(), ("/entry/data/" + name).c_str(), src) >= 0;
+    std::vector<hsize_t> start(static_cast<std::size_t>(rank), 0), block = {count};
+    start[0] = first;
+    block.insert(block.end(), map.inner.begin(), map.inner.end());
+    hid_t src = H5Screate_simple(rank, block.data(), nullptr);
+    ok = H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr) >= 0 &&
+         H5Pset_virtual(dcpl, vspace, source.c_str(), map.source.c_str(), src) >= 0;
     H5Sclose(src);
   }
   H5Sselect_all(vspace);
-  hid_t d = ok ? H5Dcreate2(file, (path + "/" + name).c_str(), type, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+  hid_t d = ok ? H5Dcreate2(file, at.c_str(), map.type, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
   ok = d >= 0;
-  if (ok) {
-    text_attribute(d, "interpretation", "image", path);
-    H5Dclose(d);
-  }
+  if (ok) H5Dclose(d);
   H5Pclose(dcpl);
   H5Sclose(vspace);
-  if (!ok) fail(path, "the virtual dataset /entry/data/" + name);
+  if (!ok) fail(what, "the virtual dataset " + at);
 }
 
 void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
@@ -414,16 +436,33 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
                          (facts.image_dtype == "uint8" || facts.image_dtype == "uint16" ||
                           facts.image_dtype == "uint32");
   if (stackable) {
-    // The data files an unfinished series left as .part: the images each of their datasets holds.
-    std::map<std::uint64_t, std::map<std::string, hsize_t>> unfinished;
+    // The data files an unfinished series left as .part: what each of their datasets holds.
     const auto slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
-    for (const auto k : m.unfinished) {
-      unfinished[k] = extents_of(dir + data_file_name(m.data_prefix, k) + ".part", stacks);
-    }
+    std::vector<std::string> sources;
+    for (const auto& name : stacks) sources.push_back("/entry/data/" + name);
+    for (const char* t : kImageTimes) sources.push_back(std::string(kDetector) + "/" + t);
+    std::map<std::uint64_t, std::map<std::string, hsize_t>> unfinished;
+    for (const auto k : m.unfinished) unfinished[k] = extents_of(dir + data_file_name(m.data_prefix, k) + ".part", sources);
+    const std::uint64_t fill = no_data(facts.image_dtype);
+    hid_t type = file_type(facts.image_dtype);
     for (const auto& name : stacks) {
-      virtual_stack(file, "/entry/data", name, count, static_cast<std::uint64_t>(*rows),
-                    static_cast<std::uint64_t>(*cols), facts.image_dtype, m, unfinished);
+      const std::string at = "/entry/data/" + name;
+      const Mapping stack{at, {static_cast<hsize_t>(*rows), static_cast<hsize_t>(*cols)}, type, H5T_NATIVE_UINT64, &fill};
+      virtual_over_files(file, at, count, stack, m, unfinished, path);
+      attribute_on(file, at, "interpretation", "image", path);
+    }
+    // Each image's start, stop and real time (seconds from the series' date) as the data files
+    // hold them from the image messages, when the first data file has them (NaN where an image
+    // has not come).
+    const std::string first_file = dir + data_file_name(m.data_prefix, 1);
+    const auto present = extents_of(path_exists(first_file) ? first_file : first_file + ".part", sources);
+    const double nan = std::nan("");
+    for (const char* t : kImageTimes) {
+      const std::string at = std::string(kDetector) + "/" + t;
+      if (!present.count(at)) continue;
+      virtual_over_files(file, at, count, Mapping{at, {}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &nan}, m, unfinished, path);
+      attribute_on(file, at, "units", "s", path);
     }
   }
 

@@ -17,7 +17,9 @@
 //   /entry/instrument             NXinstrument: name
 //   /entry/instrument/detector    NXdetector: the start message's fields in NXmx's names, with
 //                                 units; x/y_pixel_size, distance, bit_depth_image/readout,
-//                                 pixel_mask (the first channel's); depends_on and
+//                                 pixel_mask (the first channel's); start_time, stop_time,
+//                                 real_time: virtual datasets of each image's times over the data
+//                                 files' (when they hold them); depends_on and
 //                                 transformations/translation (detector_translation); module
 //                                 (NXdetector_module): data_origin, data_size, module_offset (the
 //                                 beam centre), fast and slow pixel directions (-x, -y: a detector

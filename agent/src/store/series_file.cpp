@@ -2,6 +2,8 @@
 
 #include <hdf5.h>
 
+#include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -41,6 +43,56 @@ constexpr const char* kNumastream = "/entry/numastream";
 constexpr const char* kSequences = "/entry/numastream/sequences";
 
 }  // namespace
+
+// One image's time (seconds, from the image message's start_time, stop_time or real_time) at
+// `index` of the 1-d dataset `name` under the detector, made (with the detector's groups) at the
+// first: extended as images come in any order, NaN where an image has not come.
+static void store_time(hid_t file, const std::string& name, std::uint64_t index, double seconds, const std::string& series_date,
+                const std::string& what) {
+  for (const auto& [g, cls] : {std::pair{"/entry/instrument", "NXinstrument"}, {"/entry/instrument/detector", "NXdetector"}}) {
+    if (H5Lexists(file, g, H5P_DEFAULT) <= 0) group(file, g, cls, what);
+  }
+  const std::string path = std::string(kDetector) + name;
+  hid_t d = -1;
+  if (H5Lexists(file, path.c_str(), H5P_DEFAULT) > 0) {
+    d = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+  } else {
+    hsize_t dims = 0, max = H5S_UNLIMITED, chunk = 1024;
+    hid_t space = H5Screate_simple(1, &dims, &max);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, &chunk);
+    const double nan = std::nan("");
+    H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &nan);
+    d = H5Dcreate2(file, path.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    if (d >= 0) {
+      text_attribute(d, "units", "s", what);
+      if (!series_date.empty()) text_attribute(d, "start", series_date, what);
+    }
+  }
+  if (d < 0) fail(what, "create " + path);
+  hid_t space = H5Dget_space(d);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  H5Sclose(space);
+  bool ok = true;
+  if (index >= n) {
+    const hsize_t size = index + 1;
+    ok = H5Dset_extent(d, &size) >= 0;
+  }
+  if (ok) {
+    space = H5Dget_space(d);
+    const hsize_t at = index, one = 1;
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, &at, nullptr, &one, nullptr);
+    hid_t mem = H5Screate_simple(1, &one, nullptr);
+    ok = H5Dwrite(d, H5T_NATIVE_DOUBLE, mem, space, H5P_DEFAULT, &seconds) >= 0;
+    H5Sclose(mem);
+    H5Sclose(space);
+  }
+  H5Dclose(d);
+  if (!ok) fail(what, "write " + path);
+}
 
 SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct) : path_(path) {
   create(stream_id, direct, true);
@@ -294,9 +346,18 @@ SeriesFile::Channel& SeriesFile::channel(const std::string& name, const stream2:
 void SeriesFile::write_image(std::span<const std::byte> message, std::uint64_t image_id) {
   std::vector<std::string> skipped;
   std::string error;
+  std::map<std::string, double> times;  // start_time, stop_time, real_time: rationals, in seconds
+  std::string series_date;
   const bool ok = stream2::walk(
       message,
       [&](const std::string& p, const stream2::Value& v) {
+        using K = stream2::Value::Kind;
+        if ((p == "start_time" || p == "stop_time" || p == "real_time") && v.kind == K::reals && v.reals.size() == 2 &&
+            v.reals[1] > 0) {
+          times[p] = v.reals[0] / v.reals[1];
+          return;
+        }
+        if (p == "series_date" && v.kind == K::text) series_date = std::string(v.s);
         if (p.rfind("data/", 0) != 0 || v.kind != stream2::Value::Kind::array) return;
         const std::string name = p.substr(5);
         Channel& c = channel(name, v.array);
@@ -312,6 +373,8 @@ void SeriesFile::write_image(std::span<const std::byte> message, std::uint64_t i
       },
       skipped, error);
   if (!ok) throw std::runtime_error(path_ + ": image " + std::to_string(image_id) + ": " + error);
+  const std::uint64_t first = part_ ? part_->first_image : 0;
+  for (const auto& [name, seconds] : times) store_time(file_, name, image_id - first, seconds, series_date, path_);
 }
 
 void SeriesFile::mark_missing(const std::string& missing) {

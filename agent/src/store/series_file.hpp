@@ -7,7 +7,11 @@
 //                                filter 32008 for bslz4 or 32004 for lz4, as received)
 //   /entry/instrument/detector   NXdetector; the start message's fields (numbers, text, arrays,
 //                                nested maps as groups: pixel_mask/threshold_1, goniometer/...),
-//                                and the start message itself, byte for byte (stream2_start)
+//                                and the start message itself, byte for byte (stream2_start);
+//                                start_time, stop_time, real_time: each image's, in seconds (the
+//                                image messages' rationals; @start their series_date), by image
+//                                (a data file's: by its images; it has only these under the
+//                                detector)
 //   /entry/numastream            NXcollection; `sequences`: numastream's sequence of every message
 //                                the file holds (flushed with it), attributes stream_id and
 //                                start_sequence: what lets a restarted gateway go on writing it
