@@ -16,7 +16,8 @@ import numpy as np
 import zmq
 from dectris.compression import decompress
 
-from realdata import AGENT, free_port
+from realdata import AGENT, free_port, recording
+from stream2_hdf5_test import channels_of, load_cbor
 
 # RFC 8746 typed arrays (the little-endian unsigned ones Stream V2 images use) and DECTRIS's tags.
 TYPED = {64: "u1", 69: "<u2", 70: "<u4"}
@@ -99,40 +100,65 @@ class StreamV2ReadByDectrisDecoder(unittest.TestCase):
                 np.testing.assert_array_equal(got, pixels[m["image_id"] + 5 * k],
                                               err_msg=f"{where}: image {m['image_id']} {c} ({compression})")
 
+    def through_a_gateway(self, sim, count):
+        """The messages of detector-sim `sim`, read directly and through a sender and a gateway
+        that re-emits them (`--sink stream2`): (direct, re-emitted)."""
+        det, data, out = (f"tcp://127.0.0.1:{free_port()}" for _ in range(3))
+        p = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, "--linger-s", "30", *sim],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            raw = pull(det, count)
+        finally:
+            p.kill()
+            p.communicate()
+        rx = subprocess.Popen([AGENT, "receive", "--endpoint", data, "--chunk-bytes", str(4 << 20), "--sink", "stream2",
+                               "--sink-endpoint", out, "--idle-timeout", "30"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sim_p = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, "--linger-s", "30", *sim],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        tx = subprocess.Popen([AGENT, "send", "--endpoint", data, "--chunk-bytes", str(4 << 20), "--source", "stream2",
+                               "--source-endpoint", det], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            again = pull(out, count)
+        finally:
+            for q in (tx, sim_p, rx):
+                q.kill()
+                q.communicate()
+        return raw, again
+
+    def test_the_real_eiger2_recordings_decode_directly_and_re_emitted(self):
+        for name in ("r500k_bm_bslz4_16bit", "r500k_bm_bslz4_32bit", "r500k_bm_bslz4_8bit", "r500k_bm_lz4_16bit"):
+            with self.subTest(recording=name):
+                folder = recording(self, name)
+                files = sorted(os.listdir(folder))
+                want = {}
+                for f in files:
+                    m = load_cbor(os.path.join(folder, f))
+                    if m["type"] == "image":  # decoded by the reference libraries (bitshuffle, lz4)
+                        want[m["image_id"]] = {c: pixels for c, (pixels, _, _) in channels_of(m).items()}
+                raw, again = self.through_a_gateway(["--replay", folder, "--start"], len(files) + 1)
+                for where, messages in (("detector-sim", raw), ("the gateway's re-emit", again)):
+                    decoded = [cbor2.loads(m, tag_hook=tag_hook) for m in messages]
+                    self.assertEqual([m["type"] for m in decoded], ["start"] + ["image"] * len(want) + ["end"], where)
+                    for m in decoded[1:-1]:
+                        for c, pixels in want[m["image_id"]].items():
+                            np.testing.assert_array_equal(m["data"][c], pixels,
+                                                          err_msg=f"{name} {where}: image {m['image_id']} {c}")
+                print(f"[dectris] {name}: {len(files) + 1} messages, directly and re-emitted, decoded by cbor2 + "
+                      f"dectris-compression: {len(want)} images x {len(want[0])} channels equal to the reference "
+                      "libraries' decoding")
+
     def test_every_message_detector_sim_emits_and_the_gateway_re_emits_decodes(self):
         shape, images = (48, 80), 6
         cases = [(dtype, compression, channels) for dtype in ("uint8", "uint16", "uint32")
                  for compression in ("bslz4", "lz4") for channels in (["threshold_1"], ["threshold_1", "threshold_2"])]
         for dtype, compression, channels in cases:
             with self.subTest(dtype=dtype, compression=compression, channels=len(channels)):
-                det, data, out = (f"tcp://127.0.0.1:{free_port()}" for _ in range(3))
                 sim = ["--synthetic", "--images", str(images), "--shape", f"{shape[0]}x{shape[1]}", "--dtype", dtype,
                        "--compression", compression, "--channels", ",".join(channels), "--goniometer",
-                       "omega=0,0.25", "--linger-s", "30"]
-                # The detector itself, read directly.
-                p = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, *sim], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
-                try:
-                    raw = pull(det, images + 2)
-                finally:
-                    p.kill()
-                    p.communicate()
+                       "omega=0,0.25"]
+                raw, again = self.through_a_gateway(sim, images + 2)
                 self.assertSeriesDecodes(raw, images, channels, shape, dtype, compression, "detector-sim")
-                # Through a sender and a gateway that re-emits the series.
-                rx = subprocess.Popen([AGENT, "receive", "--endpoint", data, "--chunk-bytes", str(1 << 20),
-                                       "--sink", "stream2", "--sink-endpoint", out, "--idle-timeout", "30"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                sim_p = subprocess.Popen([AGENT, "detector-sim", "--endpoint", det, *sim], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True)
-                tx = subprocess.Popen([AGENT, "send", "--endpoint", data, "--chunk-bytes", str(1 << 20), "--source",
-                                       "stream2", "--source-endpoint", det], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
-                try:
-                    again = pull(out, images + 2)
-                finally:
-                    for q in (tx, sim_p, rx):
-                        q.kill()
-                        q.communicate()
                 self.assertEqual([cbor2.loads(m)["type"] for m in again], [cbor2.loads(m)["type"] for m in raw])
                 self.assertSeriesDecodes(again, images, channels, shape, dtype, compression, "the gateway's re-emit")
         print(f"[dectris] {len(cases)} series (uint8/16/32 x bslz4/lz4 x 1-2 channels): every message detector-sim "

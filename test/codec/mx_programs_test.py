@@ -184,6 +184,15 @@ class SeriesOpenedByTheFieldsPrograms(unittest.TestCase):
                     for c in channels:
                         for i in (0, 9):
                             np.testing.assert_array_equal(f[f"/entry/data/{c}"][i], want[i][c], err_msg=f"{c} {i}")
+                    entry = nxmx.NXmx(f).entries[0]  # the nxmx package's reading of the geometry
+                    chain = nxmx.get_dependency_chain(entry.samples[0].depends_on)
+                    self.assertEqual([(t.path, t.transformation_type) for t in chain],
+                                     [("/entry/sample/transformations/omega", "rotation")])
+                    np.testing.assert_allclose(chain[0][()].to("deg").magnitude, 10 + 0.5 * np.arange(10))
+                    module = entry.instruments[0].detectors[0].modules[0]
+                    self.assertEqual(list(module.data_size), [514, 1030])
+                    self.assertAlmostEqual(entry.instruments[0].beams[0].incident_wavelength.to("angstrom").magnitude,
+                                           1.0)
                     det = f["/entry/instrument/detector"]
                     times = image_times(folder)
                     for k, field in enumerate(("start_time", "stop_time", "real_time")):
