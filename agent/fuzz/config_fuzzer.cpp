@@ -3,19 +3,19 @@
 // exception escaping, a crash, or an out-of-bounds access is a bug.
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include "config/config.hpp"
 #include "base/error.hpp"
+#include "config/config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace numastream;
   std::string text(reinterpret_cast<const char*>(data), size);
   // The first line, when it contains '=', is also tried as a --set override.
   std::string override_line;
-  if (auto nl = text.find('\n'); nl != std::string::npos && text.substr(0, nl).find('=') != std::string::npos) {
+  if (auto nl = text.find('\n');
+      nl != std::string::npos && text.substr(0, nl).find('=') != std::string::npos) {
     override_line = text.substr(0, nl);
     text = text.substr(nl + 1);
   }

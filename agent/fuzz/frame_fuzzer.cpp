@@ -2,15 +2,18 @@
 // them. decode() must accept or refuse any message without reading outside it; an accepted data
 // frame is decompressed into a buffer of exactly raw_size bytes (out-of-bounds reads or writes
 // are caught by AddressSanitizer) and checksummed; ack, resume and end-of-stream payloads are
-// read as the receiver and sender read them, into the receiver's own record of its streams. Each input is tried as it is and, so that mutations
-// get past the header check to the code behind it, once more with the check re-stamped.
+// read as the receiver and sender read them, into the receiver's own record of its streams. Each
+// input is tried as it is and, so that mutations get past the header check to the code behind it,
+// once more with the check re-stamped.
+#include <xxhash.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
@@ -18,12 +21,8 @@
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
 
-#include <xxhash.h>
-#include <cstring>
-
 namespace {
 constexpr std::size_t kMaxRaw = 1 << 20;  // the receiver's chunk_bytes in this harness
-
 
 void exercise(std::span<const std::byte> msg) {
   using namespace numastream;
@@ -37,7 +36,8 @@ void exercise(std::span<const std::byte> msg) {
       std::span<std::byte> dst(raw.get(), h.raw_size);
       auto payload = msg.subspan(wire::kHeaderSize);
       if (h.payload_checksum) {  // what a gateway checks of a frame it stores without decoding
-        volatile bool framed = h.codec == Codec::bslz4 && bslz4::check_framing(payload, h.element_size, h.raw_size);
+        volatile bool framed =
+            h.codec == Codec::bslz4 && bslz4::check_framing(payload, h.element_size, h.raw_size);
         volatile auto sum = wire::checksum(payload);
         (void)framed;
         (void)sum;
@@ -56,7 +56,8 @@ void exercise(std::span<const std::byte> msg) {
     case wire::FrameType::metadata: {  // parsed as the HDF5 sink parses it
       auto body = msg.subspan(wire::kHeaderSize);
       auto doc = nlohmann::json::parse(reinterpret_cast<const char*>(body.data()),
-                                       reinterpret_cast<const char*>(body.data()) + body.size(), nullptr, false);
+                                       reinterpret_cast<const char*>(body.data()) + body.size(),
+                                       nullptr, false);
       volatile bool usable = !doc.is_discarded() && doc.is_object() && doc.contains("shape");
       (void)usable;
       break;

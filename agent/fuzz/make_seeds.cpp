@@ -14,11 +14,13 @@ using namespace numastream;
 namespace {
 
 void put(const std::string& path, const std::vector<std::byte>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
-std::vector<std::byte> data_frame(Codec codec, std::size_t raw_size, bool payload_checksum = false) {
+std::vector<std::byte> data_frame(Codec codec, std::size_t raw_size,
+                                  bool payload_checksum = false) {
   std::vector<std::byte> raw(raw_size);
   for (std::size_t i = 0; i < raw_size; ++i) raw[i] = static_cast<std::byte>((i * 7) % 13);
   Compressor comp(codec, 1, raw_size, 2);
@@ -53,7 +55,8 @@ int main(int argc, char** argv) {
   put(dir + "/frame/data-none", data_frame(Codec::none, 64));
   put(dir + "/frame/data-bslz4", data_frame(Codec::bslz4, 20000));
   put(dir + "/frame/data-bslz4-as-stored", data_frame(Codec::bslz4, 20000, true));
-  put(dir + "/frame/metadata", wire::encode_metadata(3, 0, 1, R"({"dtype":"uint16","shape":[2160,2560]})"));
+  put(dir + "/frame/metadata",
+      wire::encode_metadata(3, 0, 1, R"({"dtype":"uint16","shape":[2160,2560]})"));
   auto truncated = data_frame(Codec::lz4, 4096);
   truncated.resize(truncated.size() / 2);
   put(dir + "/frame/data-truncated", truncated);
@@ -67,16 +70,20 @@ int main(int argc, char** argv) {
   wire::encode_end_of_stream({300, 300u << 20, 150}, eos.data() + wire::kHeaderSize);
   put(dir + "/frame/end-of-stream", eos);
   std::vector<std::uint64_t> seqs = {5, 7, 9};
-  put(dir + "/frame/ack", wire::encode_ack(wire::FrameType::ack, 0, 0, 1, 4, wire::kAckEndOfStream, seqs));
+  put(dir + "/frame/ack",
+      wire::encode_ack(wire::FrameType::ack, 0, 0, 1, 4, wire::kAckEndOfStream, seqs));
   put(dir + "/frame/resume", wire::encode_ack(wire::FrameType::resume, 3, 1, 2, 100, 0, seqs));
   auto write_text = [&](const std::string& name, const std::string& text) {
     std::ofstream(dir + "/config/" + name) << text;
   };
-  write_text("send.json", R"({"version": 1, "endpoint": "tcp://gw:5555", "connections": 4, "chunk_bytes": 11059200,
+  write_text(
+      "send.json",
+      R"({"version": 1, "endpoint": "tcp://gw:5555", "connections": 4, "chunk_bytes": 11059200,
   "codec": "lz4", "stream_id": 2, "window": 8, "source": {"kind": "synthetic", "chunks": 100, "rate_gbps": 25},
   "placement": {"mode": "numa-aware", "stages": {"compress": {"threads": 8, "numa": "spread"}}},
   "timeouts": {"connect_s": 30, "reconnect_s": 60, "ack_s": 60}, "metrics": {"listen": "0.0.0.0:9100"}})");
-  write_text("receive.json", R"({"version": 1, "endpoint": "tcp://0.0.0.0:5555", "connections": 4, "streams": 1,
+  write_text("receive.json",
+             R"({"version": 1, "endpoint": "tcp://0.0.0.0:5555", "connections": 4, "streams": 1,
   "sink": {"kind": "file", "path": "/data/s-{stream}.raw"}, "reorder_window": 32,
   "placement": {"mode": "numa-aware", "nic_numa_node": 1,
     "stages": {"receive": {"threads": 4, "numa": "nic"}, "decompress": {"threads": 8, "numa": "0"}}}})");

@@ -40,12 +40,18 @@ class Script {
   // A sequence number near `base`, or of any magnitude.
   std::uint64_t seq(std::uint64_t base) {
     switch (byte() % 6) {
-      case 0: return base + byte();
-      case 1: return base > 0 ? base - 1 - byte() % (base < 256 ? base : 256) : 0;
-      case 2: return base + kWindow - 1 + byte() % 4;  // the window's edge
-      case 3: return std::uint64_t{1} << 40;
-      case 4: return ~std::uint64_t{0} - byte();
-      default: return u64();
+      case 0:
+        return base + byte();
+      case 1:
+        return base > 0 ? base - 1 - byte() % (base < 256 ? base : 256) : 0;
+      case 2:
+        return base + kWindow - 1 + byte() % 4;  // the window's edge
+      case 3:
+        return std::uint64_t{1} << 40;
+      case 4:
+        return ~std::uint64_t{0} - byte();
+      default:
+        return u64();
     }
   }
 
@@ -63,7 +69,8 @@ void fail(const char* why) {
 // decoder that disagree is a bug too).
 wire::Header decoded(const std::vector<std::byte>& frame) {
   wire::Header h;
-  if (wire::decode(frame, 1 << 20, h) != wire::DecodeError::ok) fail("a well-formed frame did not decode");
+  if (wire::decode(frame, 1 << 20, h) != wire::DecodeError::ok)
+    fail("a well-formed frame did not decode");
   return h;
 }
 
@@ -72,7 +79,8 @@ wire::Header decoded(const std::vector<std::byte>& frame) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Script in(data, size);
   StreamTracker tracker(kStreams, kWindow);
-  std::vector<SeqSet> ledgers;  // the acknowledged ledger per stream id % kStreams (bounded the same way)
+  std::vector<SeqSet>
+      ledgers;  // the acknowledged ledger per stream id % kStreams (bounded the same way)
   for (std::size_t i = 0; i < kStreams; ++i) ledgers.emplace_back(kWindow);
   std::uint64_t floors[8] = {};
   for (int step = 0; in.more() && step < 4096; ++step) {
@@ -93,7 +101,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           const std::uint64_t at = in.seq(floor);
           for (std::size_t i = 0; i < list.size(); ++i) list[i] = at + i;
         }
-        for (const auto& f : wire::encode_acks(wire::FrameType::resume, stream, connection, connections, floor, 0, list)) {
+        for (const auto& f : wire::encode_acks(wire::FrameType::resume, stream, connection,
+                                               connections, floor, 0, list)) {
           const wire::Header h = decoded(f);
           const auto seqs = wire::decode_ack_list(f);
           if (tracker.on_resume(h.stream_id, h.sequence, seqs) == wire::DecodeError::ok) {
@@ -110,7 +119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const bool ok = in.byte() % 8 != 0;
         if (tracker.admit(stream, q) != wire::DecodeError::ok) break;
         tracker.on_frame(stream, 64);
-        if (tracker.on_chunk(stream, q, ok, 64) != StreamTracker::Verdict::duplicate) ledger.insert(q);
+        if (tracker.on_chunk(stream, q, ok, 64) != StreamTracker::Verdict::duplicate)
+          ledger.insert(q);
         break;
       }
       case 4: {  // gaps
@@ -167,7 +177,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
     // The bound: per stream two windows of bits (settled, and of those resumed) and its gaps.
-    if (tracker.held_bytes() > kStreams * (2 * (kWindow / 8 + 8) + StreamTracker::kMaxGaps * sizeof(wire::Gap))) {
+    if (tracker.held_bytes() >
+        kStreams * (2 * (kWindow / 8 + 8) + StreamTracker::kMaxGaps * sizeof(wire::Gap))) {
       fail("the record outgrew its bound");
     }
     for (const auto& l : ledgers) {

@@ -34,12 +34,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::optional<std::uint64_t> series, image, images;
   bool mistyped = false;
   auto text = [&](std::optional<std::string>& out, const stream2::Value& v) {
-    if (v.kind == stream2::Value::Kind::text) out = std::string(v.s);
-    else mistyped = true;
+    if (v.kind == stream2::Value::Kind::text)
+      out = std::string(v.s);
+    else
+      mistyped = true;
   };
   auto number = [&](std::optional<std::uint64_t>& out, const stream2::Value& v) {
-    if (v.kind == stream2::Value::Kind::unsigned_integer) out = v.u;
-    else mistyped = true;
+    if (v.kind == stream2::Value::Kind::unsigned_integer)
+      out = v.u;
+    else
+      mistyped = true;
   };
   const bool walked = stream2::walk(
       std::as_bytes(std::span(data, size)),
@@ -49,12 +53,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (path == "series_id") number(series, v);
         if (path == "image_id") number(image, v);
         if (path == "number_of_images") number(images, v);
-        if (path == "numastream/reason" && v.kind == stream2::Value::Kind::text) reason = std::string(v.s);
-        for (const char* f : {"type/", "series_id/", "series_unique_id/", "image_id/", "number_of_images/"}) {
+        if (path == "numastream/reason" && v.kind == stream2::Value::Kind::text)
+          reason = std::string(v.s);
+        for (const char* f :
+             {"type/", "series_id/", "series_unique_id/", "image_id/", "number_of_images/"}) {
           if (path.starts_with(f)) mistyped = true;  // a routing field whose value is a map
         }
         if (v.kind != stream2::Value::Kind::array) return;
-        for (std::byte b : v.array.bytes) touched += static_cast<std::size_t>(b);  // ASan checks the reads
+        for (std::byte b : v.array.bytes)
+          touched += static_cast<std::size_t>(b);  // ASan checks the reads
         if (v.array.dims.empty()) __builtin_trap();
       },
       skipped, walk_error);
@@ -68,8 +75,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       mistyped = true;
     }
   }
-  const bool routable = type && (*type == "start" || *type == "image" || *type == "end") && series &&
-                        (*type != "image" || image);
+  const bool routable = type && (*type == "start" || *type == "image" || *type == "end") &&
+                        series && (*type != "image" || image);
   if (walked && !mistyped && routable && !m && error.find("nested deeper") == std::string::npos) {
     __builtin_trap();  // libcbor reads a whole Stream V2 message that parse refuses
   }

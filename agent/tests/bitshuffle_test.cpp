@@ -49,7 +49,8 @@ TEST(Bitshuffle, BothKernelsFollowTheDefinition) {
       std::vector<std::byte> a(in.size()), b(in.size()), back(in.size());
       shuffle_bits(in.data(), a.data(), n, e);
       shuffle_bits_portable(in.data(), b.data(), n, e);
-      EXPECT_EQ(a, want) << "dispatching kernel (avx2 " << avx2_in_use() << "), e=" << e << " n=" << n;
+      EXPECT_EQ(a, want) << "dispatching kernel (avx2 " << avx2_in_use() << "), e=" << e
+                         << " n=" << n;
       EXPECT_EQ(b, want) << "portable kernel, e=" << e << " n=" << n;
       unshuffle_bits(a.data(), back.data(), n, e);
       EXPECT_EQ(back, in) << "e=" << e << " n=" << n;
@@ -92,7 +93,8 @@ TEST(Bitshuffle, FramingIsTheHdf5Filters) {
   std::size_t size = ws.encode(raw, 2, enc);
   auto be = [&](std::size_t at, int bytes) {
     std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | std::to_integer<unsigned>(enc[at + static_cast<std::size_t>(i)]);
+    for (int i = 0; i < bytes; ++i)
+      v = (v << 8) | std::to_integer<unsigned>(enc[at + static_cast<std::size_t>(i)]);
     return v;
   };
   EXPECT_EQ(be(0, 8), raw.size());

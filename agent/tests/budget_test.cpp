@@ -1,9 +1,9 @@
+#include "host/budget.hpp"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include "host/budget.hpp"
 
 namespace numastream {
 namespace {
@@ -24,7 +24,8 @@ TEST(CpuBudget, CpuMaxReadsAsCpus) {
 
 // A cgroup as a resized container sees it: the cpuset grows, the quota with it.
 TEST(CpuBudget, ReadFromTheCgroupAndComparedAcrossAResize) {
-  const auto dir = std::filesystem::temp_directory_path() / ("budget-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("budget-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "cpuset.cpus.effective") << "2-3\n";
   std::ofstream(dir / "cpu.max") << "200000 100000\n";

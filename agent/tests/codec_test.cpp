@@ -19,8 +19,8 @@ std::vector<std::byte> projection(std::size_t bytes) {
   return v;
 }
 
-std::vector<std::byte> roundtrip(Codec codec, const std::vector<std::byte>& raw, Codec* used = nullptr,
-                                 std::size_t* encoded = nullptr) {
+std::vector<std::byte> roundtrip(Codec codec, const std::vector<std::byte>& raw,
+                                 Codec* used = nullptr, std::size_t* encoded = nullptr) {
   Compressor c(codec, 1, raw.size());
   std::vector<std::byte> enc(max_encoded_size(raw.size()));
   auto r = c.compress(raw, enc);

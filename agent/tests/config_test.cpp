@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "config/cli.hpp"
 #include "base/error.hpp"
+#include "config/cli.hpp"
 
 namespace numastream {
 namespace {
@@ -92,18 +92,22 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("placement.mode", "pinned"), Role::send, "placement.mode");
   expect_refused(with("source.kind", "tiff"), Role::send, "source.kind");
   expect_refused(with("source.kind", "hdf5"), Role::send, "source.path");
-  expect_refused(with("source", json{{"kind", "hdf5"}, {"path", "/d/scan.h5"}, {"dataset", "exchange/data"}}),
-                 Role::send, "source.dataset");
-  expect_refused(with("source", json{{"kind", "hdf5"}, {"path", "/d/scan.h5"}, {"dtype", "uint8"}}), Role::send,
-                 "source.dtype");
+  expect_refused(
+      with("source", json{{"kind", "hdf5"}, {"path", "/d/scan.h5"}, {"dataset", "exchange/data"}}),
+      Role::send, "source.dataset");
+  expect_refused(with("source", json{{"kind", "hdf5"}, {"path", "/d/scan.h5"}, {"dtype", "uint8"}}),
+                 Role::send, "source.dtype");
   expect_refused(with("source.dtype", "uint12"), Role::send, "source.dtype");
   expect_refused(with("source.shape", json::array({100, 100})), Role::send, "source.shape");
   expect_refused(with("source.shape", json::array({100})), Role::send, "source.shape");
   expect_refused(with("source.dataset", "/exchange/data"), Role::send, "source.dataset");
   expect_refused(with("sink.kind", "hdf5"), Role::receive, "sink.path");
-  expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"dataset", "/x"}}), Role::receive, "sink.dataset");
-  expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"io", "direct"}}), Role::receive, "sink.io");
-  expect_refused(with("sink", json{{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"io", "o_direct"}}), Role::receive, "sink.io");
+  expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"dataset", "/x"}}),
+                 Role::receive, "sink.dataset");
+  expect_refused(with("sink", json{{"kind", "file"}, {"path", "/d/x"}, {"io", "direct"}}),
+                 Role::receive, "sink.io");
+  expect_refused(with("sink", json{{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"io", "o_direct"}}),
+                 Role::receive, "sink.io");
   expect_refused(with("verify", "sometimes"), Role::receive, "verify");
   expect_refused(with("verify", "decode"), Role::send, "verify");
   expect_refused(with("source.kind", "file"), Role::send, "source.path");
@@ -113,31 +117,39 @@ TEST(Config, EveryProblemNamesItsField) {
   expect_refused(with("conections", 2), Role::send, "conections");
   expect_refused(with("version", 2), Role::send, "version");
   expect_refused(with("timeouts.connect_s", 0), Role::send, "timeouts.connect_s");
-  expect_refused(with("source.change", json{{"at_chunk", 100}}), Role::send, "source.change.flat_field");
-  expect_refused(with("source.change", json{{"flat_field", 1}}), Role::send, "source.change.at_chunk");
+  expect_refused(with("source.change", json{{"at_chunk", 100}}), Role::send,
+                 "source.change.flat_field");
+  expect_refused(with("source.change", json{{"flat_field", 1}}), Role::send,
+                 "source.change.at_chunk");
   expect_refused(with("source.flat_field", 0), Role::send, "source.flat_field");
   expect_refused(with("spill.path", "/var/spill"), Role::send, "spill.max_bytes");
-  expect_refused(with("spill", json{{"path", "spill"}, {"max_bytes", 1000}}), Role::send, "spill.path");
-  expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 0}}), Role::send, "spill.max_bytes");
+  expect_refused(with("spill", json{{"path", "spill"}, {"max_bytes", 1000}}), Role::send,
+                 "spill.path");
+  expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 0}}), Role::send,
+                 "spill.max_bytes");
   expect_refused(with("spill", json{{"path", "/s"}, {"max_bytes", 1000}}), Role::receive, "spill");
   expect_refused(with("source.drain_s", 5), Role::send, "source.drain_s");  // synthetic: not live
-  expect_refused(with("source", json{{"kind", "zmq"}, {"endpoint", "tcp://d:1"}, {"drain_s", -1}}), Role::send,
-                 "source.drain_s");
-  expect_refused(with("source", json{{"kind", "stream2"}, {"endpoint", "tcp://d:1"}, {"drain_quiet_ms", 0}}),
-                 Role::send, "source.drain_quiet_ms");
-  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8"})), Role::send, "security.allow_from");
+  expect_refused(with("source", json{{"kind", "zmq"}, {"endpoint", "tcp://d:1"}, {"drain_s", -1}}),
+                 Role::send, "source.drain_s");
+  expect_refused(
+      with("source", json{{"kind", "stream2"}, {"endpoint", "tcp://d:1"}, {"drain_quiet_ms", 0}}),
+      Role::send, "source.drain_quiet_ms");
+  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8"})), Role::send,
+                 "security.allow_from");
   expect_refused(with("security.allow_from", json::array()), Role::receive, "security.allow_from");
   expect_refused(with("security.allow_from", "10.0.0.0/8"), Role::receive, "security.allow_from");
-  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8", "10.0.0.0/33"})), Role::receive,
-                 "security.allow_from[1]");
+  expect_refused(with("security.allow_from", json::array({"10.0.0.0/8", "10.0.0.0/33"})),
+                 Role::receive, "security.allow_from[1]");
   expect_refused(with("security.allow_from", json::array({"10.0.0.0/8", 10})), Role::receive,
                  "security.allow_from[1]");
-  expect_refused(with("security.allow_from", json(std::vector<std::string>(257, "10.0.0.0/8"))), Role::receive,
-                 "security.allow_from");
+  expect_refused(with("security.allow_from", json(std::vector<std::string>(257, "10.0.0.0/8"))),
+                 Role::receive, "security.allow_from");
 }
 
 TEST(Config, AnHdf5SinkWritesThroughThePageCacheUnlessAskedForDirectIo) {
-  json doc = {{"version", 1}, {"endpoint", "tcp://0.0.0.0:6000"}, {"sink", {{"kind", "hdf5"}, {"path", "/d/x.h5"}}}};
+  json doc = {{"version", 1},
+              {"endpoint", "tcp://0.0.0.0:6000"},
+              {"sink", {{"kind", "hdf5"}, {"path", "/d/x.h5"}}}};
   EXPECT_FALSE(parse_config(doc, Role::receive).sink.direct_io);
   doc["sink"]["io"] = "direct";
   EXPECT_TRUE(parse_config(doc, Role::receive).sink.direct_io);
@@ -146,8 +158,11 @@ TEST(Config, AnHdf5SinkWritesThroughThePageCacheUnlessAskedForDirectIo) {
 }
 
 TEST(Config, AnHdf5SinkWritesNxmxMasterAndDataFilesWhenAskedWithItsNames) {
-  json doc = {{"version", 1}, {"endpoint", "tcp://0.0.0.0:6000"}, {"sink", {{"kind", "hdf5"}, {"path", "/d/{series}.h5"}}}};
-  EXPECT_EQ(parse_config(doc, Role::receive).sink.frames_per_file, 0u) << "one file per series unless asked";
+  json doc = {{"version", 1},
+              {"endpoint", "tcp://0.0.0.0:6000"},
+              {"sink", {{"kind", "hdf5"}, {"path", "/d/{series}.h5"}}}};
+  EXPECT_EQ(parse_config(doc, Role::receive).sink.frames_per_file, 0u)
+      << "one file per series unless asked";
   doc["sink"]["layout"] = "nxmx";
   Config c = parse_config(doc, Role::receive);
   EXPECT_EQ(c.sink.frames_per_file, 1000u);
@@ -164,13 +179,14 @@ TEST(Config, AnHdf5SinkWritesNxmxMasterAndDataFilesWhenAskedWithItsNames) {
     return json{{"version", 1}, {"endpoint", "tcp://0.0.0.0:6000"}, {"sink", std::move(sink)}};
   };
   const json nx = {{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"layout", "nxmx"}};
-  expect_refused(with_sink({{"kind", "file"}, {"path", "/d/x"}, {"layout", "nxmx"}}), Role::receive, "sink.layout");
-  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"layout", "dectris"}}), Role::receive,
+  expect_refused(with_sink({{"kind", "file"}, {"path", "/d/x"}, {"layout", "nxmx"}}), Role::receive,
                  "sink.layout");
-  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"frames_per_file", 10}}), Role::receive,
-                 "sink.frames_per_file");
-  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"instrument", "I24"}}), Role::receive,
-                 "sink.instrument");
+  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"layout", "dectris"}}),
+                 Role::receive, "sink.layout");
+  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"frames_per_file", 10}}),
+                 Role::receive, "sink.frames_per_file");
+  expect_refused(with_sink({{"kind", "hdf5"}, {"path", "/d/x.h5"}, {"instrument", "I24"}}),
+                 Role::receive, "sink.instrument");
   for (const json& bad : {json(0), json(-1), json(1000001), json("100"), json(1.5)}) {
     json sink = nx;
     sink["frames_per_file"] = bad;
@@ -210,9 +226,9 @@ TEST(Config, OverridesCreatePathsAndParseValues) {
 }
 
 TEST(Cli, FlagsOverrideTheFileAndKeepStringsStrings) {
-  json d = config_from_args({"--endpoint", "tcp://127.0.0.1:5000", "--connections=2", "--threads",
-                             "compress=3", "--numa", "receive=1", "--nic", "1234", "--set",
-                             "hwm=5"});
+  json d =
+      config_from_args({"--endpoint", "tcp://127.0.0.1:5000", "--connections=2", "--threads",
+                        "compress=3", "--numa", "receive=1", "--nic", "1234", "--set", "hwm=5"});
   EXPECT_EQ(d["connections"], 2);
   EXPECT_EQ(d["placement"]["stages"]["compress"]["threads"], 3);
   EXPECT_EQ(d["placement"]["stages"]["receive"]["numa"], "1") << "a NUMA target is a string";
@@ -239,7 +255,8 @@ TEST(Cli, BadFlagsAreNamed) {
 }
 
 TEST(Cli, SummaryFileIsTakenOutOfTheConfigFlags) {
-  std::vector<std::string> args = {"--endpoint", "tcp://a:1", "--summary-file", "/dev/termination-log", "--streams=2"};
+  std::vector<std::string> args = {"--endpoint", "tcp://a:1", "--summary-file",
+                                   "/dev/termination-log", "--streams=2"};
   EXPECT_EQ(take_summary_file(args), "/dev/termination-log");
   EXPECT_EQ(args, (std::vector<std::string>{"--endpoint", "tcp://a:1", "--streams=2"}));
   args = {"--summary-file=/tmp/s.json"};
@@ -250,8 +267,12 @@ TEST(Cli, SummaryFileIsTakenOutOfTheConfigFlags) {
 }
 
 TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
-  nlohmann::json s = {{"role", "receive"}, {"chunks", 150},      {"lost", 0},
-                      {"corrupt", 0},      {"raw_gbps", 0.97},   {"streams", nlohmann::json::array()},
+  nlohmann::json s = {{"role", "receive"},
+                      {"chunks", 150},
+                      {"lost", 0},
+                      {"corrupt", 0},
+                      {"raw_gbps", 0.97},
+                      {"streams", nlohmann::json::array()},
                       {"placement", {{"nic_local", true}, {"threads", nlohmann::json::array()}}},
                       {"error", std::string(10000, 'x')}};
   auto out = nlohmann::json::parse(termination_summary(s));
@@ -287,7 +308,8 @@ TEST(Config, GoldenConfigsFromTheOperator) {
       const auto stage = stage_from_name(stage_text);
       ASSERT_TRUE(stage && c.stages.count(*stage)) << stage_text;
       EXPECT_EQ(c.stages.at(*stage).threads, want["threads"].get<int>()) << stage_text;
-      EXPECT_EQ(c.stages.at(*stage).target.to_string(), want["numa"].get<std::string>()) << stage_text;
+      EXPECT_EQ(c.stages.at(*stage).target.to_string(), want["numa"].get<std::string>())
+          << stage_text;
     }
     if (doc["placement"].contains("nic_numa_node")) {
       EXPECT_EQ(c.nic_numa_node, doc["placement"]["nic_numa_node"].get<int>());
@@ -307,8 +329,11 @@ TEST(Config, GoldenConfigsFromTheOperator) {
         EXPECT_EQ(kinds[static_cast<int>(k.kind)], sinks[i]["kind"].get<std::string>()) << i;
         EXPECT_EQ(k.path, sinks[i].value("path", "")) << i;
         EXPECT_EQ(k.endpoint, sinks[i].value("endpoint", "")) << i;
-        EXPECT_EQ(c.consumers[i].guarantee == ConsumerConfig::Guarantee::latest, sinks[i].value("guarantee", "") == "latest") << i;
-        if (k.kind == SinkConfig::Kind::numastream) {  // an onward hop: the plan's connections, its keys
+        EXPECT_EQ(c.consumers[i].guarantee == ConsumerConfig::Guarantee::latest,
+                  sinks[i].value("guarantee", "") == "latest")
+            << i;
+        if (k.kind ==
+            SinkConfig::Kind::numastream) {  // an onward hop: the plan's connections, its keys
           ++onwards;
           EXPECT_EQ(k.connections, sinks[i].value("connections", 1)) << i;
           if (sinks[i].contains("curve")) {
@@ -355,13 +380,15 @@ TEST(Config, GoldenConfigsFromTheOperator) {
       EXPECT_EQ(c.security.secret_key_file, curve["secret_key_file"].get<std::string>());
       EXPECT_EQ(c.security.server_key_file, curve.value("server_key_file", ""));
       EXPECT_EQ(c.security.allowed_keys_file, curve.value("allowed_keys_file", ""));
-      EXPECT_EQ(c.security.mode == SecurityConfig::Mode::authenticate, curve["mode"] == "authenticate");
+      EXPECT_EQ(c.security.mode == SecurityConfig::Mode::authenticate,
+                curve["mode"] == "authenticate");
     } else {
       EXPECT_FALSE(c.security.curve());
     }
     EXPECT_EQ(c.security.allow_from, sec.value("allow_from", std::vector<std::string>{}));
     if (name.find("hostnetwork") != std::string::npos && name.find("relay") != std::string::npos) {
-      EXPECT_FALSE(c.security.allow_from.empty()) << name << ": a host-network gateway checks addresses";
+      EXPECT_FALSE(c.security.allow_from.empty())
+          << name << ": a host-network gateway checks addresses";
     }
   }
   EXPECT_GE(files, 12) << "golden configurations in " << NUMASTREAM_GOLDEN;
@@ -395,8 +422,9 @@ TEST(Config, ThePreviewIsAReceiversServedOnTheMetricsPortAndOffUnlessAsked) {
   json unserved = doc;
   unserved.erase("metrics");
   expect_refused(unserved, Role::receive, "preview.enabled");
-  for (auto [key, bad] : {std::pair{"max_side", json(8)}, std::pair{"max_side", json(100000)}, std::pair{"interval_ms", json(0)},
-                          std::pair{"enabled", json("yes")}, std::pair{"colour", json("viridis")}}) {
+  for (auto [key, bad] : {std::pair{"max_side", json(8)}, std::pair{"max_side", json(100000)},
+                          std::pair{"interval_ms", json(0)}, std::pair{"enabled", json("yes")},
+                          std::pair{"colour", json("viridis")}}) {
     json d = doc;
     d["preview"][key] = bad;
     expect_refused(d, Role::receive, std::string("preview.") + key);
@@ -412,10 +440,14 @@ namespace {
 // A relay's onward link may be keyed; nothing else takes sink.curve (a plain zmq sink pushes to
 // a consumer with no acknowledgement to key).
 TEST(Config, OnlyARelaysOnwardLinkTakesKeys) {
-  json doc = {{"endpoint", "tcp://0.0.0.0:6000"},
-              {"relay", true},
-              {"sink", {{"kind", "zmq"}, {"endpoint", "tcp://hpc-dtn:7000"},
-                        {"curve", {{"secret_key_file", "/keys/gw.secret"}, {"server_key_file", "/keys/hpc.public"}}}}}};
+  json doc = {
+      {"endpoint", "tcp://0.0.0.0:6000"},
+      {"relay", true},
+      {"sink",
+       {{"kind", "zmq"},
+        {"endpoint", "tcp://hpc-dtn:7000"},
+        {"curve",
+         {{"secret_key_file", "/keys/gw.secret"}, {"server_key_file", "/keys/hpc.public"}}}}}};
   const Config c = parse_config(doc, Role::receive);
   EXPECT_EQ(c.sink.curve.secret_key_file, "/keys/gw.secret");
   EXPECT_EQ(c.sink.curve.server_key_file, "/keys/hpc.public");
@@ -434,9 +466,10 @@ TEST(Config, OnlyARelaysOnwardLinkTakesKeys) {
 // sinks: several consumers at once, each with its guarantee; `sink` alone is one lossless one.
 TEST(Config, SinksListsTheConsumersEachWithItsGuarantee) {
   json doc = minimal();
-  doc["sinks"] = json::array({{{"kind", "hdf5"}, {"path", "/data/s-{series}.h5"}},
-                              {{"kind", "stream2"}, {"endpoint", "tcp://0.0.0.0:9999"}},
-                              {{"kind", "zmq"}, {"endpoint", "tcp://10.0.0.9:7000"}, {"guarantee", "latest"}}});
+  doc["sinks"] = json::array(
+      {{{"kind", "hdf5"}, {"path", "/data/s-{series}.h5"}},
+       {{"kind", "stream2"}, {"endpoint", "tcp://0.0.0.0:9999"}},
+       {{"kind", "zmq"}, {"endpoint", "tcp://10.0.0.9:7000"}, {"guarantee", "latest"}}});
   Config c = parse_config(doc, Role::receive);
   ASSERT_EQ(c.consumers.size(), 3u);
   EXPECT_EQ(c.consumers[0].sink.kind, SinkConfig::Kind::hdf5);
@@ -450,14 +483,16 @@ TEST(Config, SinksListsTheConsumersEachWithItsGuarantee) {
   Config o = parse_config(one, Role::receive);
   ASSERT_EQ(o.consumers.size(), 1u);
   EXPECT_EQ(o.consumers[0].guarantee, ConsumerConfig::Guarantee::lossless);
-  EXPECT_TRUE(parse_config(minimal(), Role::receive).consumers.empty()) << "the null sink has no consumer";
+  EXPECT_TRUE(parse_config(minimal(), Role::receive).consumers.empty())
+      << "the null sink has no consumer";
 }
 
 // An onward consumer's connections: 1 unless given, at most 16, and only an onward consumer's.
 TEST(Config, AnOnwardConsumerTakesItsConnections) {
   json doc = minimal();
-  doc["sinks"] = json::array({{{"kind", "file"}, {"path", "/data/a.raw"}},
-                              {{"kind", "numastream"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"connections", 8}}});
+  doc["sinks"] = json::array(
+      {{{"kind", "file"}, {"path", "/data/a.raw"}},
+       {{"kind", "numastream"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"connections", 8}}});
   EXPECT_EQ(parse_config(doc, Role::receive).consumers[1].sink.connections, 8);
   doc["sinks"][1].erase("connections");
   EXPECT_EQ(parse_config(doc, Role::receive).consumers[1].sink.connections, 1);
@@ -485,7 +520,8 @@ TEST(Config, AnOnwardConsumerTakesItsConnections) {
 TEST(Config, ALosslessConsumerTakesASpillOfItsOwn) {
   json doc = minimal();
   doc["sinks"] = json::array({{{"kind", "file"}, {"path", "/data/a.raw"}},
-                              {{"kind", "zmq"}, {"endpoint", "tcp://analysis:7000"},
+                              {{"kind", "zmq"},
+                               {"endpoint", "tcp://analysis:7000"},
                                {"spill", {{"path", "/spill/analysis"}, {"max_bytes", 64 << 20}}}}});
   const Config c = parse_config(doc, Role::receive);
   EXPECT_EQ(c.consumers[1].spill.path, "/spill/analysis");
@@ -520,29 +556,40 @@ TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
   both["sink"] = file;
   expect_refused(both, Role::receive, "sinks");
   expect_refused(with(json::array()), Role::receive, "sinks");
-  expect_refused(with(json::array({file, file, file, file, file, file, file, file, file})), Role::receive, "sinks");
+  expect_refused(with(json::array({file, file, file, file, file, file, file, file, file})),
+                 Role::receive, "sinks");
   expect_refused(with(file), Role::receive, "sinks");
   // A file written whole cannot pass chunks by.
-  expect_refused(with(json::array({{{"kind", "file"}, {"path", "/data/a.raw"}, {"guarantee", "latest"}}})), Role::receive,
-                 "sinks[0].guarantee");
-  expect_refused(with(json::array({{{"kind", "stream2"}, {"endpoint", "tcp://0.0.0.0:9"}, {"guarantee", "latest"}}})),
-                 Role::receive, "sinks[0].guarantee");
-  expect_refused(with(json::array({file, {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}, {"guarantee", "sometimes"}}})),
-                 Role::receive, "sinks[1].guarantee");
+  expect_refused(
+      with(json::array({{{"kind", "file"}, {"path", "/data/a.raw"}, {"guarantee", "latest"}}})),
+      Role::receive, "sinks[0].guarantee");
+  expect_refused(
+      with(json::array(
+          {{{"kind", "stream2"}, {"endpoint", "tcp://0.0.0.0:9"}, {"guarantee", "latest"}}})),
+      Role::receive, "sinks[0].guarantee");
+  expect_refused(
+      with(json::array(
+          {file, {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}, {"guarantee", "sometimes"}}})),
+      Role::receive, "sinks[1].guarantee");
   // Nobody would acknowledge anything.
-  expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}, {"guarantee", "latest"}}})),
-                 Role::receive, "sinks");
+  expect_refused(
+      with(json::array(
+          {{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}, {"guarantee", "latest"}}})),
+      Role::receive, "sinks");
   // Two consumers on one file, one endpoint; modes a single umask cannot give.
-  expect_refused(with(json::array({file, {{"kind", "hdf5"}, {"path", "/data/a.raw"}}})), Role::receive, "sinks[1].path");
+  expect_refused(with(json::array({file, {{"kind", "hdf5"}, {"path", "/data/a.raw"}}})),
+                 Role::receive, "sinks[1].path");
   expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}},
                                    {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}}})),
                  Role::receive, "sinks[1].endpoint");
-  expect_refused(with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"mode", "0600"}}})), Role::receive,
-                 "sinks[1].mode");
+  expect_refused(
+      with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"mode", "0600"}}})),
+      Role::receive, "sinks[1].mode");
   expect_refused(with(json::array({file, {{"kind", "null"}}})), Role::receive, "sinks[1].kind");
   // An onward numastream hop: acknowledged by the far receiver, keyed; never latest-only, never
   // a path; only it (or a relay's one sink) takes keys.
-  const json keys = {{"secret_key_file", "/keys/gw.secret"}, {"server_key_file", "/keys/hpc.public"}};
+  const json keys = {{"secret_key_file", "/keys/gw.secret"},
+                     {"server_key_file", "/keys/hpc.public"}};
   const json onward = {{"kind", "numastream"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"curve", keys}};
   const Config hop = parse_config(with(json::array({file, onward})), Role::receive);
   EXPECT_EQ(hop.consumers[1].sink.kind, SinkConfig::Kind::numastream);
@@ -553,14 +600,20 @@ TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
   json hop_path = onward;
   hop_path["path"] = "/data/x";
   expect_refused(with(json::array({file, hop_path})), Role::receive, "sinks[1].path");
-  expect_refused(with(json::array({file, {{"kind", "zmq"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"curve", keys}}})),
-                 Role::receive, "sinks[1].curve");
-  expect_refused(with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"colour", "red"}}})),
-                 Role::receive, "sinks[1].colour");
-  expect_refused(with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"},
-                                    {"curve", {{"secret_key_file", "/k"}, {"server_key_file", "/s"}}}}})),
-                 Role::receive, "sinks[0].curve");
-  json relay = with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}}, {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:6"}}}));
+  expect_refused(
+      with(json::array(
+          {file, {{"kind", "zmq"}, {"endpoint", "tcp://hpc-dtn:7000"}, {"curve", keys}}})),
+      Role::receive, "sinks[1].curve");
+  expect_refused(
+      with(json::array({file, {{"kind", "file"}, {"path", "/data/b.raw"}, {"colour", "red"}}})),
+      Role::receive, "sinks[1].colour");
+  expect_refused(
+      with(json::array({{{"kind", "zmq"},
+                         {"endpoint", "tcp://1.2.3.4:5"},
+                         {"curve", {{"secret_key_file", "/k"}, {"server_key_file", "/s"}}}}})),
+      Role::receive, "sinks[0].curve");
+  json relay = with(json::array({{{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:5"}},
+                                 {{"kind", "zmq"}, {"endpoint", "tcp://1.2.3.4:6"}}}));
   relay["relay"] = true;
   expect_refused(relay, Role::receive, "sinks");
   json send = with(json::array({file}));

@@ -36,8 +36,9 @@ namespace numastream::testing {
 // Packets are moved by one thread per direction.
 class DelayLine {
  public:
-  DelayLine(const std::string& ns_a, const std::string& ns_b, const std::string& ip_a, const std::string& ip_b,
-            std::chrono::microseconds delay, double loss, int n, double rate = 0)
+  DelayLine(const std::string& ns_a, const std::string& ns_b, const std::string& ip_a,
+            const std::string& ip_b, std::chrono::microseconds delay, double loss, int n,
+            double rate = 0)
       : delay_(delay), loss_(loss), rate_(rate) {
     const std::string dev_a = "dla" + std::to_string(n), dev_b = "dlb" + std::to_string(n);
     a_ = open_tun(ns_a, dev_a);
@@ -46,9 +47,11 @@ class DelayLine {
       why = "cannot open a TUN device (/dev/net/tun): " + std::string(std::strerror(errno));
       return;
     }
-    for (const auto& [ns, dev, self, peer] : {std::tuple{ns_a, dev_a, ip_a, ip_b}, std::tuple{ns_b, dev_b, ip_b, ip_a}}) {
-      for (const std::string& step : {"ip -n " + ns + " addr add " + self + " peer " + peer + " dev " + dev,
-                                      "ip -n " + ns + " link set " + dev + " up"}) {
+    for (const auto& [ns, dev, self, peer] :
+         {std::tuple{ns_a, dev_a, ip_a, ip_b}, std::tuple{ns_b, dev_b, ip_b, ip_a}}) {
+      for (const std::string& step :
+           {"ip -n " + ns + " addr add " + self + " peer " + peer + " dev " + dev,
+            "ip -n " + ns + " link set " + dev + " up"}) {
         std::string out;
         if (run(step, out) != 0) {
           why = "the host refused: " + step + ": " + out;
@@ -102,7 +105,8 @@ class DelayLine {
         ::close(fd);
         fd = -1;
       }
-    }).join();
+    })
+        .join();
     return fd;
   }
 
@@ -123,7 +127,8 @@ class DelayLine {
       timespec wait{0, 20'000'000};
       if (!q.empty()) {
         const auto left = std::max(std::chrono::nanoseconds(0), q.front().due - now);
-        wait = {static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
+        wait = {static_cast<time_t>(left.count() / 1'000'000'000),
+                static_cast<long>(left.count() % 1'000'000'000)};
       }
       pollfd p{from, POLLIN, 0};
       ::ppoll(&p, 1, &wait, nullptr);
@@ -136,7 +141,8 @@ class DelayLine {
             ++dropped_;
             continue;
           }
-          free_at = std::max(free_at, at) + std::chrono::nanoseconds(static_cast<std::int64_t>(n * 1e9 / rate_));
+          free_at = std::max(free_at, at) +
+                    std::chrono::nanoseconds(static_cast<std::int64_t>(n * 1e9 / rate_));
           at = free_at;
         }
         if (coin(rng) < loss_ || q.size() >= 100000) {

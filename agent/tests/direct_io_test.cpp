@@ -37,16 +37,19 @@ bool takes_o_direct(const std::string& dir) {
 // Frame `i`'s pixels: every byte depends on the frame and its place.
 std::vector<std::byte> frame(const FrameShape& s, std::uint64_t i) {
   std::vector<std::byte> out(s.frame_bytes());
-  for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<std::byte>((k * 131 + i * 7919 + k / 4099) & 0xff);
+  for (std::size_t k = 0; k < out.size(); ++k)
+    out[k] = static_cast<std::byte>((k * 131 + i * 7919 + k / 4099) & 0xff);
   return out;
 }
 
-void expect_frames(const std::string& path, const FrameShape& s, const std::vector<std::uint64_t>& indices) {
+void expect_frames(const std::string& path, const FrameShape& s,
+                   const std::vector<std::uint64_t>& indices) {
   Reader r(path, "/exchange/data");  // HDF5's own driver
   std::vector<std::byte> got(r.max_read_bytes());
   for (auto i : indices) {
     ASSERT_EQ(r.read_frame(i, got), s.frame_bytes()) << "frame " << i;
-    EXPECT_TRUE(std::equal(got.begin(), got.begin() + s.frame_bytes(), frame(s, i).begin())) << "frame " << i << " differs";
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + s.frame_bytes(), frame(s, i).begin()))
+        << "frame " << i << " differs";
   }
 }
 
@@ -74,7 +77,8 @@ TEST(DirectIo, FramesLargerThanTheWindowAndOutOfOrderReadBackThroughHdf5sOwnDriv
 TEST(DirectIo, FramesSmallerThanABlockWithFlushesBetweenThemReadBackAndResume) {
   const std::string dir = temp_dir();
   const std::string path = dir + "/small.h5";
-  FrameShape s{"uint8", {3, 5}};  // 15 bytes a frame: HDF5 packs them, rewriting blocks behind the window
+  FrameShape s{"uint8",
+               {3, 5}};  // 15 bytes a frame: HDF5 packs them, rewriting blocks behind the window
   std::vector<std::uint64_t> first(700);
   std::iota(first.begin(), first.end(), 0);
   {
@@ -86,7 +90,8 @@ TEST(DirectIo, FramesSmallerThanABlockWithFlushesBetweenThemReadBackAndResume) {
   }
   expect_frames(path, s, first);
   {
-    Writer w(path, "/exchange/data", s, false, true, true);  // resumed: the window's first block read back
+    Writer w(path, "/exchange/data", s, false, true,
+             true);  // resumed: the window's first block read back
     EXPECT_EQ(w.written().size(), first.size());
     EXPECT_EQ(w.direct(), takes_o_direct(dir));
     write_frames(w, s, {700, 701, 1500});

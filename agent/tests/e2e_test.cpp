@@ -1,12 +1,10 @@
 // End-to-end: the real agent binary as separate send and receive processes on 127.0.0.1.
-#include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <nlohmann/json.hpp>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -15,14 +13,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "wire/wire.hpp"
 #include "process.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream::testing {
 namespace {
@@ -43,7 +42,8 @@ struct Detector {
   explicit Detector(int port) : endpoint(ep(port)) {
     int zero = 0;
     zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
-    if (zmq_bind(push, endpoint.c_str()) != 0) throw std::runtime_error("detector: cannot bind " + endpoint);
+    if (zmq_bind(push, endpoint.c_str()) != 0)
+      throw std::runtime_error("detector: cannot bind " + endpoint);
   }
   ~Detector() {
     zmq_close(push);
@@ -52,14 +52,18 @@ struct Detector {
   // Blocks until the frame is queued; its size, or -1.
   int send(const std::string& frame) { return zmq_send(push, frame.data(), frame.size(), 0); }
   // The sender's flags that pull from it.
-  std::vector<std::string> source() const { return {"--source", "zmq", "--set", "source.endpoint=\"" + endpoint + "\""}; }
+  std::vector<std::string> source() const {
+    return {"--source", "zmq", "--set", "source.endpoint=\"" + endpoint + "\""};
+  }
 };
 
 // The sender's compressing threads at work now, from its metrics.
 int summary_threads_now(int mport) {
   std::smatch m;
   const std::string text = http_get(mport, "/metrics");
-  if (std::regex_search(text, m, std::regex("numastream_adaptive_active_threads\\{role=\"send\",stage=\"compress\"\\} ([0-9]+)"))) {
+  if (std::regex_search(text, m,
+                        std::regex("numastream_adaptive_active_threads\\{role=\"send\",stage="
+                                   "\"compress\"\\} ([0-9]+)"))) {
     return std::stoi(m[1]);
   }
   return -1;
@@ -153,18 +157,22 @@ TEST(EndToEnd, SenderFailsWhenTheReceiverDoesNotComeBack) {
 }
 
 // `version` and `--version` print the repository's VERSION (the chart's and the Go binaries' too)
-// and exit 0; every command answers --help on stdout with exit 0; an unknown flag exits 2 naming it.
+// and exit 0; every command answers --help on stdout with exit 0; an unknown flag exits 2 naming
+// it.
 TEST(EndToEnd, VersionIsTheRepositorysHelpExits0AndUnknownFlagsExit2) {
-  for (const char* cmd : {"send", "receive", "topology", "bench", "codec", "synth", "check-config", "keygen",
-                          "detector-sim", "version"}) {
+  for (const char* cmd : {"send", "receive", "topology", "bench", "codec", "synth", "check-config",
+                          "keygen", "detector-sim", "version"}) {
     Process p({NUMASTREAM_AGENT, cmd, "--help"});
     EXPECT_EQ(p.wait(10s), 0) << cmd << " --help: " << p.err();
-    EXPECT_NE(p.out().find(std::string("numastream-agent ") + cmd), std::string::npos) << cmd << ": " << p.out();
+    EXPECT_NE(p.out().find(std::string("numastream-agent ") + cmd), std::string::npos)
+        << cmd << ": " << p.out();
   }
   for (const char* flag : {"version", "--version"}) {
     Process p({NUMASTREAM_AGENT, flag});
     EXPECT_EQ(p.wait(10s), 0) << flag;
-    EXPECT_EQ(p.out().rfind(std::string("numastream-agent ") + NUMASTREAM_VERSION + " (wire format ", 0), 0u)
+    EXPECT_EQ(
+        p.out().rfind(std::string("numastream-agent ") + NUMASTREAM_VERSION + " (wire format ", 0),
+        0u)
         << flag << ": " << p.out();
   }
   Process bad({NUMASTREAM_AGENT, "--versoin"});
@@ -264,7 +272,8 @@ TEST(EndToEnd, GarbageOnTheDataPortsIsDroppedAndCounted) {
   int port = free_ports(2);
   Process rx(receiver(port, 2));
   Process tx(sender(port, 2, {"--chunks", "120", "--rate-gbps", "0.3"}));
-  for (int i = 0; i < 200 && rx.err().find("receiving on") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  for (int i = 0; i < 200 && rx.err().find("receiving on") == std::string::npos; ++i)
+    std::this_thread::sleep_for(20ms);
   std::mt19937 rng(11);
   for (int round = 0; round < 20; ++round) {
     // Not a ZeroMQ peer at all: a raw TCP connection that writes noise.
@@ -300,7 +309,8 @@ TEST(EndToEnd, GarbageOnTheDataPortsIsDroppedAndCounted) {
   zmq_connect(dealer, ep(port).c_str());
   for (std::size_t len : {1u, 20u, 47u}) zmq_send(dealer, std::string(len, 'x').data(), len, 0);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
-  for (int i = 0; i < 100 && rx.err().find("truncated") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 100 && rx.err().find("truncated") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);
   zmq_close(dealer);
   zmq_ctx_term(ctx);
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
@@ -326,13 +336,17 @@ TEST(EndToEnd, CurveAcceptsOnlyTheConfiguredSenderKeys) {
     Process k({kAgent, "keygen", "--out", dir + "/" + name});
     ASSERT_EQ(k.wait(10s), 0) << k.err();
   }
-  std::ofstream(dir + "/allowed") << "# the detector's sender\n" << read_file(dir + "/sender.public");
+  std::ofstream(dir + "/allowed") << "# the detector's sender\n"
+                                  << read_file(dir + "/sender.public");
   int port = free_ports(1);
-  Process rx(receiver(port, 1, {"--streams", "1", "--set", "security.curve.secret_key_file=" + dir + "/gateway.secret",
-                                "--set", "security.curve.allowed_keys_file=" + dir + "/allowed"}));
+  Process rx(receiver(
+      port, 1,
+      {"--streams", "1", "--set", "security.curve.secret_key_file=" + dir + "/gateway.secret",
+       "--set", "security.curve.allowed_keys_file=" + dir + "/allowed"}));
   auto curve_sender = [&](const std::string& key, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret",
-                                  "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
+    std::vector<std::string> a = {
+        "--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret", "--set",
+        "security.curve.server_key_file=" + dir + "/gateway.public"};
     a.insert(a.end(), extra.begin(), extra.end());
     return sender(port, 1, a);
   };
@@ -358,7 +372,8 @@ TEST(EndToEnd, CurveAcceptsOnlyTheConfiguredSenderKeys) {
       EXPECT_EQ(p->out().find(secret), std::string::npos) << name << "'s secret key was printed";
     }
   }
-  EXPECT_EQ(fs::status(dir + "/sender.secret").permissions() & fs::perms::group_read, fs::perms::none);
+  EXPECT_EQ(fs::status(dir + "/sender.secret").permissions() & fs::perms::group_read,
+            fs::perms::none);
 }
 
 // The gateway's onward hop to a numastream receiver elsewhere, keyed (sink.curve): the relay
@@ -380,20 +395,38 @@ TEST(EndToEnd, ARelaysOnwardHopIsEncryptedToAReceiverThatAcceptsOnlyItsKey) {
     for (std::size_t i = 0; i < data.size(); i += 2) data[i] = static_cast<char>(rng() % 16);
     std::ofstream(src, std::ios::binary) << data;
   }
-  Process far({kAgent, "receive", "--endpoint", ep(port), "--connections", "1", "--chunk-bytes", std::to_string(kMiB),
-               "--sink", "file", "--sink-path", dir + "/out.raw", "--idle-timeout", "30", "--set",
+  Process far({kAgent, "receive", "--endpoint", ep(port), "--connections", "1", "--chunk-bytes",
+               std::to_string(kMiB), "--sink", "file", "--sink-path", dir + "/out.raw",
+               "--idle-timeout", "30", "--set",
                "security.curve.secret_key_file=" + dir + "/far.secret", "--set",
                "security.curve.allowed_keys_file=" + dir + "/allowed"});
   auto relay = [&](const std::string& key, int at) {
-    return Process({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(at), "--connections", "2", "--chunk-bytes",
-                    std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ep(port), "--set",
-                    "sink.curve.secret_key_file=" + dir + "/" + key + ".secret", "--set",
-                    "sink.curve.server_key_file=" + dir + "/far.public", "--set", "timeouts.connect_s=5"});
+    return Process({kAgent,
+                    "receive",
+                    "--set",
+                    "relay=true",
+                    "--endpoint",
+                    ep(at),
+                    "--connections",
+                    "2",
+                    "--chunk-bytes",
+                    std::to_string(kMiB),
+                    "--sink",
+                    "zmq",
+                    "--sink-endpoint",
+                    ep(port),
+                    "--set",
+                    "sink.curve.secret_key_file=" + dir + "/" + key + ".secret",
+                    "--set",
+                    "sink.curve.server_key_file=" + dir + "/far.public",
+                    "--set",
+                    "timeouts.connect_s=5"});
   };
   {
     Process stranger = relay("stranger", port + 2);
     EXPECT_NE(stranger.wait(30s), 0) << stranger.err();
-    EXPECT_NE(stranger.err().find("refused this sender's key"), std::string::npos) << stranger.err();
+    EXPECT_NE(stranger.err().find("refused this sender's key"), std::string::npos)
+        << stranger.err();
   }
   Process hop = relay("relay", port + 2);
   Process tx(sender(port + 2, 2, {"--source", "file", "--source-path", src}));
@@ -405,7 +438,9 @@ TEST(EndToEnd, ARelaysOnwardHopIsEncryptedToAReceiverThatAcceptsOnlyItsKey) {
   EXPECT_EQ(h["onward_security"], "encrypt");
   EXPECT_EQ(f["security"], "encrypt");
   EXPECT_EQ(f["lost"], 0);
-  EXPECT_NE(hop.err().find("CURVE: encrypting as " + read_file(dir + "/relay.public").substr(0, 40)), std::string::npos)
+  EXPECT_NE(
+      hop.err().find("CURVE: encrypting as " + read_file(dir + "/relay.public").substr(0, 40)),
+      std::string::npos)
       << hop.err();
   for (const char* name : {"far", "relay", "stranger"}) {
     const std::string secret = read_file(dir + "/" + name + ".secret").substr(0, 40);
@@ -426,13 +461,16 @@ TEST(EndToEnd, AuthenticateModeAcceptsOnlyTheConfiguredSenderKeys) {
   }
   std::ofstream(dir + "/allowed") << read_file(dir + "/sender.public");
   int port = free_ports(1);
-  Process rx(receiver(port, 1, {"--streams", "1", "--set", "security.curve.mode=authenticate", "--set",
-                                "security.curve.secret_key_file=" + dir + "/gateway.secret", "--set",
-                                "security.curve.allowed_keys_file=" + dir + "/allowed"}));
-  auto keyed = [&](const std::string& key, const std::string& mode, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"--set", "security.curve.mode=" + mode,
-                                  "--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret",
-                                  "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
+  Process rx(receiver(port, 1,
+                      {"--streams", "1", "--set", "security.curve.mode=authenticate", "--set",
+                       "security.curve.secret_key_file=" + dir + "/gateway.secret", "--set",
+                       "security.curve.allowed_keys_file=" + dir + "/allowed"}));
+  auto keyed = [&](const std::string& key, const std::string& mode,
+                   std::vector<std::string> extra) {
+    std::vector<std::string> a = {
+        "--set", "security.curve.mode=" + mode,
+        "--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret",
+        "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
     a.insert(a.end(), extra.begin(), extra.end());
     return sender(port, 1, a);
   };
@@ -471,12 +509,14 @@ TEST(EndToEnd, UnwritableSinkIsRefusedAtStart) {
 TEST(EndToEnd, CurveKeyFilesAreCheckedAtStart) {
   std::string dir = temp_dir();
   std::ofstream(dir + "/garbage") << "not a key\n";
-  Process p(sender(free_ports(1), 1, {"--set", "security.curve.secret_key_file=" + dir + "/garbage", "--set",
-                                      "security.curve.server_key_file=" + dir + "/garbage"}));
+  Process p(sender(free_ports(1), 1,
+                   {"--set", "security.curve.secret_key_file=" + dir + "/garbage", "--set",
+                    "security.curve.server_key_file=" + dir + "/garbage"}));
   EXPECT_EQ(p.wait(10s), 2);
   EXPECT_NE(p.err().find("security.curve.secret_key_file"), std::string::npos) << p.err();
-  Process q(receiver(free_ports(1), 1, {"--set", "security.curve.secret_key_file=" + dir + "/missing", "--set",
-                                        "security.curve.allowed_keys_file=" + dir + "/garbage"}));
+  Process q(receiver(free_ports(1), 1,
+                     {"--set", "security.curve.secret_key_file=" + dir + "/missing", "--set",
+                      "security.curve.allowed_keys_file=" + dir + "/garbage"}));
   EXPECT_EQ(q.wait(10s), 2);
   EXPECT_NE(q.err().find("cannot read"), std::string::npos) << q.err();
 }
@@ -523,7 +563,8 @@ TEST(EndToEnd, SlowSinkSlowsTheSender) {
     int n = zmq_recv(pull, buf.data(), buf.size(), 0);
     ASSERT_GT(n, 0) << "rx: " << rx.err() << rx.out() << "\ntx: " << tx.wait(1s) << " " << tx.err();
     wire::Header h;
-    std::span<const std::byte> msg(reinterpret_cast<std::byte*>(buf.data()), static_cast<std::size_t>(n));
+    std::span<const std::byte> msg(reinterpret_cast<std::byte*>(buf.data()),
+                                   static_cast<std::size_t>(n));
     ASSERT_EQ(wire::decode(msg, static_cast<std::size_t>(chunk), h), wire::DecodeError::ok);
     if (h.type == wire::FrameType::end_of_stream) {
       EXPECT_EQ(wire::decode_end_of_stream(msg).total_chunks, static_cast<std::uint64_t>(kChunks));
@@ -551,7 +592,8 @@ TEST(EndToEnd, SlowSinkSlowsTheSender) {
 TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   int port = free_ports(2);
   Process rx(receiver(port, 2, {"--metrics-listen", "127.0.0.1:0"}));
-  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--metrics-listen", "127.0.0.1:0"}));
+  Process tx(
+      sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--metrics-listen", "127.0.0.1:0"}));
   int rport = metrics_port(rx);
   int tport = metrics_port(tx);
   ASSERT_GT(rport, 0) << rx.err();
@@ -559,19 +601,22 @@ TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   std::this_thread::sleep_for(1s);
   std::string m = http_get(rport, "/metrics");
   ASSERT_EQ(m.substr(0, 3), "200");
-  for (const char* want : {"numastream_thread_info{role=\"receive\",stage=\"receive\"",
-                           "numastream_chunks_delivered_total{role=\"receive\"}",
-                           "numastream_stage_blocked_seconds_total{role=\"receive\",stage=\"decompress\",cause=\"input\"}",
-                           "numastream_frames_malformed_total{role=\"receive\",reason=\"bad_magic\"} 0",
-                           "numastream_nic_local{role=\"receive\",stage=\"receive\"}",
-                           "numastream_compression_ratio{role=\"receive\"}"}) {
+  for (const char* want :
+       {"numastream_thread_info{role=\"receive\",stage=\"receive\"",
+        "numastream_chunks_delivered_total{role=\"receive\"}",
+        "numastream_stage_blocked_seconds_total{role=\"receive\",stage=\"decompress\",cause="
+        "\"input\"}",
+        "numastream_frames_malformed_total{role=\"receive\",reason=\"bad_magic\"} 0",
+        "numastream_nic_local{role=\"receive\",stage=\"receive\"}",
+        "numastream_compression_ratio{role=\"receive\"}"}) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
   }
   std::string tm = http_get(tport, "/metrics");
   EXPECT_NE(tm.find("numastream_chunks_sent_total{role=\"send\"}"), std::string::npos) << tm;
   EXPECT_EQ(http_get(rport, "/healthz").substr(0, 3), "200");
   EXPECT_EQ(http_get(rport, "/nope").substr(0, 3), "404");
-  // SIGINT: a person ends an endless stream (SIGTERM would pause it, see DrainedEndlessSenderPauses).
+  // SIGINT: a person ends an endless stream (SIGTERM would pause it, see
+  // DrainedEndlessSenderPauses).
   tx.signal(SIGINT);
   EXPECT_EQ(tx.wait(30s), 0) << tx.err();
   EXPECT_EQ(rx.wait(30s), 0) << rx.err();
@@ -598,7 +643,8 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
       std::smatch m;
       if (!std::regex_search(line, m, row)) continue;
       const std::string cell = m[1], type = m[2];
-      for (std::sregex_iterator it(cell.begin(), cell.end(), name), end; it != end; ++it) documented[(*it)[1]].insert(type);
+      for (std::sregex_iterator it(cell.begin(), cell.end(), name), end; it != end; ++it)
+        documented[(*it)[1]].insert(type);
     }
   }
   ASSERT_GT(documented.size(), 30u) << "the table was not read";
@@ -606,13 +652,18 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
   const int port = free_ports(3);
   const std::string dir = temp_dir(), spill = temp_dir();
   const std::string ipc = "ipc://" + dir + "/stream.sock";
-  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB), "--sink", "file",
-                      "--sink-path", dir + "/out.raw", "--idle-timeout", "30", "--metrics-listen", "127.0.0.1:0"});
-  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--connections", "2", "--chunk-bytes",
-                 std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ipc, "--metrics-listen", "127.0.0.1:0"});
-  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--spill-path", spill, "--spill-max-bytes", "67108864", "--set",
-                              "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
-  const std::vector<std::pair<std::string, Process*>> agents = {{"send", &tx}, {"relay", &relay}, {"receive", &decompress}};
+  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB),
+                      "--sink", "file", "--sink-path", dir + "/out.raw", "--idle-timeout", "30",
+                      "--metrics-listen", "127.0.0.1:0"});
+  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--connections",
+                 "2", "--chunk-bytes", std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint",
+                 ipc, "--metrics-listen", "127.0.0.1:0"});
+  Process tx(sender(port, 2,
+                    {"--chunks", "0", "--rate-gbps", "0.4", "--spill-path", spill,
+                     "--spill-max-bytes", "67108864", "--set",
+                     "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
+  const std::vector<std::pair<std::string, Process*>> agents = {
+      {"send", &tx}, {"relay", &relay}, {"receive", &decompress}};
   std::this_thread::sleep_for(1500ms);
   std::set<std::string> seen;
   for (const auto& [role, p] : agents) {
@@ -624,7 +675,8 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
     std::set<std::string> helped;
     std::istringstream in(text.substr(text.find("\r\n\r\n") + 4));
     std::string line;
-    const std::regex help(R"(^# HELP ([a-z0-9_]+) \S.*$)"), type(R"(^# TYPE ([a-z0-9_]+) (counter|gauge)$)"),
+    const std::regex help(R"(^# HELP ([a-z0-9_]+) \S.*$)"),
+        type(R"(^# TYPE ([a-z0-9_]+) (counter|gauge)$)"),
         sample(R"(^([a-z0-9_]+)\{role="([a-z]+)\"[,}].* [-+0-9.eEInfNa]+$)");
     while (std::getline(in, line)) {
       std::smatch m;
@@ -635,10 +687,12 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
         EXPECT_TRUE(helped.count(m[1])) << role << ": " << m[1] << " has no HELP before its TYPE";
         EXPECT_TRUE(types.emplace(m[1], m[2]).second) << role << ": two TYPE lines for " << m[1];
       } else if (std::regex_match(line, m, sample)) {
-        EXPECT_TRUE(types.count(m[1])) << role << ": a sample of " << m[1] << " before (or without) its TYPE";
+        EXPECT_TRUE(types.count(m[1]))
+            << role << ": a sample of " << m[1] << " before (or without) its TYPE";
         EXPECT_EQ(m[2], role) << line;
       } else {
-        ADD_FAILURE() << role << ": a line that is neither HELP, TYPE nor a sample with its role: " << line;
+        ADD_FAILURE() << role
+                      << ": a line that is neither HELP, TYPE nor a sample with its role: " << line;
       }
     }
     for (const auto& [family, t] : types) {
@@ -652,8 +706,9 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
     }
   }
   // What each of these processes is there to show.
-  for (const char* want : {"numastream_spill_bytes", "numastream_adaptive_active_threads", "numastream_chunks_sent_total",
-                           "numastream_chunks_delivered_total", "numastream_thread_info", "numastream_up"}) {
+  for (const char* want : {"numastream_spill_bytes", "numastream_adaptive_active_threads",
+                           "numastream_chunks_sent_total", "numastream_chunks_delivered_total",
+                           "numastream_thread_info", "numastream_up"}) {
     EXPECT_TRUE(seen.count(want)) << want;
   }
   tx.signal(SIGINT);
@@ -685,7 +740,8 @@ TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
   EXPECT_EQ(tx2.wait(30s), 0) << tx2.err();
   EXPECT_EQ(rx.wait(30s), 0) << rx.err();
   json s2 = summary(tx2), r = summary(rx);
-  EXPECT_GT(s2["skipped_acknowledged"].get<int>(), 0) << "the second sender resumed after the first";
+  EXPECT_GT(s2["skipped_acknowledged"].get<int>(), 0)
+      << "the second sender resumed after the first";
   EXPECT_EQ(r["chunks"].get<int>(), s1["acknowledged"].get<int>() + s2["chunks"].get<int>());
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["duplicates"], 0);
@@ -698,7 +754,8 @@ TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
 TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
   int port = free_ports(2);
   std::string state = temp_dir();
-  std::vector<std::string> endless = {"--chunks", "0", "--rate-gbps", "0.4", "--set", "state_dir=\"" + state + "\""};
+  std::vector<std::string> endless = {"--chunks", "0",     "--rate-gbps",
+                                      "0.4",      "--set", "state_dir=\"" + state + "\""};
   json r1, s1;
   {
     Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
@@ -721,7 +778,8 @@ TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
   EXPECT_EQ(rx.wait(30s), 0) << rx.err();
   json s2 = summary(tx), r2 = summary(rx);
   EXPECT_EQ(s2["state_floor"], r1["chunks"]) << tx.err();
-  EXPECT_EQ(r2["delivered_before"], r1["chunks"]) << "the new receiver was told what the first one took";
+  EXPECT_EQ(r2["delivered_before"], r1["chunks"])
+      << "the new receiver was told what the first one took";
   EXPECT_GT(r2["chunks"].get<int>(), 0);
   EXPECT_EQ(r2["lost"], 0);
   EXPECT_EQ(r2["duplicates"], 0);
@@ -730,10 +788,13 @@ TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
 // An unusable state directory is an error naming it.
 TEST(EndToEnd, StateDirUnusableIsNamed) {
   int port = free_ports(2);
-  Process tx(sender(port, 2, {"--set", "state_dir=\"/nonexistent/numastream-state\"", "--chunks", "1"}));
+  Process tx(
+      sender(port, 2, {"--set", "state_dir=\"/nonexistent/numastream-state\"", "--chunks", "1"}));
   EXPECT_EQ(tx.wait(10s), 1);
-  EXPECT_NE(tx.err().find("/nonexistent/numastream-state/stream-0.lock"), std::string::npos) << tx.err();
-  Process bad({kAgent, "check-config", "send", "--endpoint", "tcp://127.0.0.1:5000", "--set", "state_dir=\"rel\""});
+  EXPECT_NE(tx.err().find("/nonexistent/numastream-state/stream-0.lock"), std::string::npos)
+      << tx.err();
+  Process bad({kAgent, "check-config", "send", "--endpoint", "tcp://127.0.0.1:5000", "--set",
+               "state_dir=\"rel\""});
   EXPECT_EQ(bad.wait(10s), 2);
   EXPECT_NE(bad.err().find("state_dir"), std::string::npos) << bad.err();
 }
@@ -744,8 +805,9 @@ TEST(EndToEnd, SinkFilesGetTheirModeAndTheirDirectories) {
   std::string dir = temp_dir();
   ::umask(0);  // the agent inherits it; sink.mode must win anyway
   int port = free_ports(1);
-  Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", dir + "/run42/scan-{stream}/frames.raw",
-                                "--set", "sink.mode=\"0640\""}));
+  Process rx(receiver(port, 1,
+                      {"--sink", "file", "--sink-path", dir + "/run42/scan-{stream}/frames.raw",
+                       "--set", "sink.mode=\"0640\""}));
   Process tx(sender(port, 1, {"--chunks", "3"}));
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
@@ -759,13 +821,15 @@ TEST(EndToEnd, SinkFilesGetTheirModeAndTheirDirectories) {
   EXPECT_EQ(st.st_mode & 07777, 0640u);
 
   std::ofstream(dir + "/plain") << "a file, not a directory";
-  Process bad(receiver(free_ports(1), 1, {"--sink", "file", "--sink-path", dir + "/plain/sub/out.raw"}));
+  Process bad(
+      receiver(free_ports(1), 1, {"--sink", "file", "--sink-path", dir + "/plain/sub/out.raw"}));
   EXPECT_EQ(bad.wait(10s), 2);
   EXPECT_NE(bad.err().find("sink.path"), std::string::npos) << bad.err();
   EXPECT_NE(bad.err().find(dir + "/plain/sub"), std::string::npos) << bad.err();
   for (const char* mode : {"0646", "0440", "0750", "640x", "07640"}) {
-    Process m({kAgent, "check-config", "receive", "--endpoint", "tcp://0.0.0.0:5000", "--sink", "file",
-               "--sink-path", dir + "/x.raw", "--set", std::string("sink.mode=\"") + mode + "\""});
+    Process m({kAgent, "check-config", "receive", "--endpoint", "tcp://0.0.0.0:5000", "--sink",
+               "file", "--sink-path", dir + "/x.raw", "--set",
+               std::string("sink.mode=\"") + mode + "\""});
     EXPECT_EQ(m.wait(10s), 2) << mode;
     EXPECT_NE(m.err().find("sink.mode"), std::string::npos) << mode << ": " << m.err();
   }
@@ -818,7 +882,6 @@ TEST(EndToEnd, TopologyCommandPrintsThisMachineAndFixtures) {
   EXPECT_FALSE(t["allowed_cpus"].get<std::string>().empty());
 }
 
-
 // A detector's acquisition software pushes raw frames; the sender pulls them (an empty message
 // ends the stream) and the gateway writes them back byte for byte.
 TEST(EndToEnd, ZmqSourceFromADetectorEndpoint) {
@@ -853,7 +916,6 @@ TEST(EndToEnd, CheckConfigValidatesWithoutRunning) {
   EXPECT_NE(bad.err().find("placement.stages.receive"), std::string::npos) << bad.err();
 }
 
-
 // A gateway pod's two containers: the NIC-local relay receives over TCP and forwards frames over
 // IPC (a shared emptyDir) to the decompressing container, which verifies and writes them.
 TEST(EndToEnd, RelayOverIpcIntoTheDecompressingContainer) {
@@ -862,8 +924,9 @@ TEST(EndToEnd, RelayOverIpcIntoTheDecompressingContainer) {
   std::string ipc = "ipc://" + dir + "/stream.sock";
   Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB),
                       "--sink", "file", "--sink-path", dir + "/out.raw", "--idle-timeout", "20"});
-  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--connections", "2",
-                 "--chunk-bytes", std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ipc});
+  Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--connections",
+                 "2", "--chunk-bytes", std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint",
+                 ipc});
   std::string src = dir + "/in.raw";
   {
     std::string data(static_cast<std::size_t>(5 * kMiB + 777), '\0');
@@ -886,11 +949,11 @@ TEST(EndToEnd, RelayOverIpcIntoTheDecompressingContainer) {
 }
 
 TEST(EndToEnd, RelayNeedsAZmqSink) {
-  Process p({kAgent, "check-config", "receive", "--endpoint", "tcp://0.0.0.0:5000", "--set", "relay=true"});
+  Process p({kAgent, "check-config", "receive", "--endpoint", "tcp://0.0.0.0:5000", "--set",
+             "relay=true"});
   EXPECT_EQ(p.wait(10s), 2);
   EXPECT_NE(p.err().find("sink.kind"), std::string::npos) << p.err();
 }
-
 
 // Many more decompressing threads than cores finish far out of order; the file sink must wait
 // for every chunk it has received rather than give up on it.
@@ -899,9 +962,11 @@ TEST(EndToEnd, FileSinkKeepsEveryChunkWithOversubscribedDecompressors) {
   int port = free_ports(1);
   std::string dir = temp_dir();
   const std::string chunk = "11059200";
-  Process rx(receiver(port, 1, {"--chunk-bytes", chunk, "--threads", "decompress=24", "--sink", "file",
-                                "--sink-path", dir + "/out.raw"}));
-  Process tx(sender(port, 1, {"--chunk-bytes", chunk, "--chunks", "200", "--threads", "compress=12"}));
+  Process rx(receiver(port, 1,
+                      {"--chunk-bytes", chunk, "--threads", "decompress=24", "--sink", "file",
+                       "--sink-path", dir + "/out.raw"}));
+  Process tx(
+      sender(port, 1, {"--chunk-bytes", chunk, "--chunks", "200", "--threads", "compress=12"}));
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   ASSERT_EQ(rx.wait(120s), 0) << rx.err();
   json r = summary(rx);
@@ -929,12 +994,14 @@ namespace {
 TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
   const int port = free_ports(2);
   Process rx(receiver(port, 2, {"--idle-timeout", "60"}));
-  Process tx(sender(port, 2, {"--chunks", "0", "--codec", "lz4", "--set",
-                              "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
+  Process tx(sender(port, 2,
+                    {"--chunks", "0", "--codec", "lz4", "--set",
+                     "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
   const int mport = metrics_port(tx);
   ASSERT_GT(mport, 0) << tx.err();
   const std::string grown =
-      "numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"grow\",reason=\"codec_busy\"} 1";
+      "numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"grow\",reason="
+      "\"codec_busy\"} 1";
   std::string metrics;
   for (int i = 0; i < 600 && metrics.find(grown) == std::string::npos; ++i) {
     std::this_thread::sleep_for(100ms);
@@ -944,8 +1011,10 @@ TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   ASSERT_NE(metrics.find(grown), std::string::npos) << metrics << tx.err();
-  EXPECT_NE(metrics.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} 2"), std::string::npos);
-  EXPECT_NE(tx.err().find("adaptive: compress 1 -> 2 active threads: compress is the bottleneck and send has CPU to spare"),
+  EXPECT_NE(metrics.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} 2"),
+            std::string::npos);
+  EXPECT_NE(tx.err().find("adaptive: compress 1 -> 2 active threads: compress is the bottleneck "
+                          "and send has CPU to spare"),
             std::string::npos)
       << tx.err();
   const json s = summary(tx), r = summary(rx);
@@ -955,13 +1024,16 @@ TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
   // Where every pinned thread runs is in numastream_thread_info, the spares too (adaptive="true"),
   // each on a sending thread's CPU: what the operator shows as placement is what the kernel runs.
   std::map<std::string, std::set<std::string>> cpus;  // stage/adaptive -> CPUs
-  const std::regex row(R"re(numastream_thread_info\{role="send",stage="([a-z]+)",thread="[0-9]+",cpu="(-?[0-9]+)",numa_node="-?[0-9]+",pinned="[a-z]+",nic_local="[a-z]+",adaptive="([a-z]+)"\} 1)re");
-  for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), row); it != std::sregex_iterator(); ++it) {
+  const std::regex row(
+      R"re(numastream_thread_info\{role="send",stage="([a-z]+)",thread="[0-9]+",cpu="(-?[0-9]+)",numa_node="-?[0-9]+",pinned="[a-z]+",nic_local="[a-z]+",adaptive="([a-z]+)"\} 1)re");
+  for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), row);
+       it != std::sregex_iterator(); ++it) {
     cpus[(*it)[1].str() + "/" + (*it)[3].str()].insert((*it)[2].str());
   }
   EXPECT_EQ(cpus["compress/false"].size(), 1u) << metrics;
   ASSERT_FALSE(cpus["compress/true"].empty()) << "the spares are not reported\n" << metrics;
-  for (const auto& cpu : cpus["compress/true"]) EXPECT_TRUE(cpus["send/false"].count(cpu)) << cpu << "\n" << metrics;
+  for (const auto& cpu : cpus["compress/true"])
+    EXPECT_TRUE(cpus["send/false"].count(cpu)) << cpu << "\n" << metrics;
   EXPECT_EQ(r["chunks"], s["chunks"]);
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["corrupt"], 0);
@@ -972,8 +1044,9 @@ TEST(Adaptive, ACompressionBottleneckGrowsIntoTheIdleSendingCpus) {
 TEST(Adaptive, OffKeepsThePlan) {
   const int port = free_ports(2);
   Process rx(receiver(port, 2));
-  Process tx(sender(port, 2, {"--chunks", "400", "--codec", "lz4", "--set", "placement.stages.compress.threads=1",
-                              "--set", "placement.adaptive=false"}));
+  Process tx(sender(port, 2,
+                    {"--chunks", "400", "--codec", "lz4", "--set",
+                     "placement.stages.compress.threads=1", "--set", "placement.adaptive=false"}));
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   const json s = summary(tx);
@@ -1000,7 +1073,9 @@ TEST(Adaptive, TheAgentUsesACpuBudgetThatChangesUnderIt) {
   std::ofstream(cg + "/cpu.max") << "100000 100000\n";
   const int port = free_ports(2);
   Process rx(receiver(port, 2));
-  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.2", "--cgroup-root", cg, "--metrics-listen", "127.0.0.1:0"}));
+  Process tx(sender(port, 2,
+                    {"--chunks", "0", "--rate-gbps", "0.2", "--cgroup-root", cg, "--metrics-listen",
+                     "127.0.0.1:0"}));
   const int mport = metrics_port(tx);
   ASSERT_GT(mport, 0) << tx.err();
   auto wait_for = [&](const std::string& what) {
@@ -1015,29 +1090,40 @@ TEST(Adaptive, TheAgentUsesACpuBudgetThatChangesUnderIt) {
   const int planned = summary_threads_now(mport);
   std::ofstream(cg + "/cpuset.cpus.effective") << "0-1\n";
   std::ofstream(cg + "/cpu.max") << "max 100000\n";
-  std::string grown = wait_for("numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"grow\",reason=\"cpu_budget\"} 1");
-  EXPECT_NE(grown.find("numastream_cpu_budget_changes_total{role=\"send\"} 1"), std::string::npos) << grown;
+  std::string grown = wait_for(
+      "numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"grow\",reason="
+      "\"cpu_budget\"} 1");
+  EXPECT_NE(grown.find("numastream_cpu_budget_changes_total{role=\"send\"} 1"), std::string::npos)
+      << grown;
   EXPECT_NE(grown.find("numastream_cpu_budget_cpus{role=\"send\"} 2"), std::string::npos) << grown;
-  EXPECT_NE(grown.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} " + std::to_string(planned + 1)),
+  EXPECT_NE(grown.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} " +
+                       std::to_string(planned + 1)),
             std::string::npos)
       << grown;
   // Back to one CPU: a compressing thread parks, and the threads pinned on CPU 1 move to CPU 0.
   std::ofstream(cg + "/cpuset.cpus.effective") << "0\n";
   std::ofstream(cg + "/cpu.max") << "100000 100000\n";
-  std::string shrunk = wait_for("numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"shrink\",reason=\"cpu_budget\"} 1");
+  std::string shrunk = wait_for(
+      "numastream_adaptive_changes_total{role=\"send\",stage=\"compress\",move=\"shrink\",reason="
+      "\"cpu_budget\"} 1");
   tx.signal(SIGINT);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-  EXPECT_NE(shrunk.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} " + std::to_string(planned)),
+  EXPECT_NE(shrunk.find("numastream_adaptive_active_threads{role=\"send\",stage=\"compress\"} " +
+                        std::to_string(planned)),
             std::string::npos)
       << shrunk;
-  EXPECT_NE(tx.err().find("adaptive: the CPU budget changed: CPUs 0, quota 1.00 CPUs -> CPUs 0-1, no quota"),
+  EXPECT_NE(tx.err().find(
+                "adaptive: the CPU budget changed: CPUs 0, quota 1.00 CPUs -> CPUs 0-1, no quota"),
             std::string::npos)
       << tx.err();
-  EXPECT_NE(tx.err().find("active threads: the CPU budget grew from 1 to 2 CPUs (CPUs 0-1, no quota): 1 more compress threads started"),
+  EXPECT_NE(tx.err().find("active threads: the CPU budget grew from 1 to 2 CPUs (CPUs 0-1, no "
+                          "quota): 1 more compress threads started"),
             std::string::npos)
       << tx.err();
-  EXPECT_NE(tx.err().find("pinned threads moved onto the CPUs the budget kept (0)"), std::string::npos) << tx.err();
+  EXPECT_NE(tx.err().find("pinned threads moved onto the CPUs the budget kept (0)"),
+            std::string::npos)
+      << tx.err();
   const json s = summary(tx), r = summary(rx);
   EXPECT_EQ(s["adaptive"]["cpu_budget"], "CPUs 0, quota 1.00 CPUs");
   EXPECT_EQ(r["lost"], 0);
@@ -1070,10 +1156,13 @@ struct SlowConsumer {
       while (!stop) {
         const int size = zmq_recv(pull, buf.data(), buf.size(), 0);
         // Chunks only: the end-of-stream frame the sink forwards last is not one.
-        if (size < static_cast<int>(wire::kHeaderSize) || buf[5] != static_cast<char>(wire::FrameType::data)) continue;
+        if (size < static_cast<int>(wire::kHeaderSize) ||
+            buf[5] != static_cast<char>(wire::FrameType::data))
+          continue;
         const int n = ++got;
-        std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                  std::chrono::duration<double>(n / per_second)));
+        std::this_thread::sleep_until(
+            start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(n / per_second)));
       }
     });
   }
@@ -1101,10 +1190,13 @@ TEST(Spill, APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost) {
   const int port = free_ports(3);
   const std::string spill = temp_dir();
   SlowConsumer consumer(port + 2, 12);
-  Process rx(receiver(port, 2, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
+  Process rx(receiver(port, 2,
+                      {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
   // 1 MiB chunks at 0.2013 Gbit/s: 24 a second.
-  Process tx(sender(port, 2, {"--chunks", "720", "--rate-gbps", "0.2013", "--spill-path", spill,
-                              "--spill-max-bytes", std::to_string(1024LL * kMiB), "--metrics-listen", "127.0.0.1:0"}));
+  Process tx(sender(
+      port, 2,
+      {"--chunks", "720", "--rate-gbps", "0.2013", "--spill-path", spill, "--spill-max-bytes",
+       std::to_string(1024LL * kMiB), "--metrics-listen", "127.0.0.1:0"}));
   const int mport = metrics_port(tx);
   ASSERT_GT(mport, 0) << tx.err();
   std::uint64_t seen_on_disk = 0;
@@ -1134,8 +1226,8 @@ TEST(Spill, APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost) {
   EXPECT_GE(peak, seen_on_disk);
   const std::uint64_t rss = s["max_rss_kb"].get<std::uint64_t>() * 1024;
   EXPECT_LT(rss, 160u * kMiB) << "spilled " << peak << " bytes at most";
-  std::cerr << "spill: peak " << peak / kMiB << " MiB, sender RSS " << rss / kMiB << " MiB, spilled "
-            << sp["spilled_chunks"] << " chunks\n";
+  std::cerr << "spill: peak " << peak / kMiB << " MiB, sender RSS " << rss / kMiB
+            << " MiB, spilled " << sp["spilled_chunks"] << " chunks\n";
 }
 
 // A spill too small for the backlog: a source that cannot wait loses what the full spill refuses,
@@ -1145,9 +1237,11 @@ TEST(Spill, AFullSpillCountsWhatIsLostAndTheReceiverReportsIt) {
   const int port = free_ports(3);
   const std::string spill = temp_dir();
   SlowConsumer consumer(port + 2, 6);
-  Process rx(receiver(port, 1, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
-  Process tx(sender(port, 1, {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,
-                              "--spill-max-bytes", std::to_string(8 * kMiB)}));
+  Process rx(receiver(port, 1,
+                      {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
+  Process tx(sender(port, 1,
+                    {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,
+                     "--spill-max-bytes", std::to_string(8 * kMiB)}));
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   EXPECT_NE(rx.wait(60s), 0) << "chunks are missing: " << rx.err();
   const json s = summary(tx), r = summary(rx);
@@ -1164,7 +1258,9 @@ TEST(Spill, AFullSpillCountsWhatIsLostAndTheReceiverReportsIt) {
   ASSERT_GE(r["streams"][0]["gaps"].size(), 1u);
   EXPECT_EQ(r["streams"][0]["gaps"][0]["reason"], "spill_full");
   EXPECT_NE(tx.err().find("spill: full ("), std::string::npos) << tx.err();
-  EXPECT_NE(tx.err().find("chunks lost: the spill (8388608 bytes) was full and the source cannot wait"), std::string::npos)
+  EXPECT_NE(
+      tx.err().find("chunks lost: the spill (8388608 bytes) was full and the source cannot wait"),
+      std::string::npos)
       << tx.err();
 }
 
@@ -1178,9 +1274,11 @@ TEST(Spill, ASpillFilesystemThatFillsUpCountsWhatIsLostNamingThePath) {
   Tmpfs tmpfs(spill, "8m");
   ASSERT_TRUE(tmpfs.mounted());
   SlowConsumer consumer(port + 2, 6);
-  Process rx(receiver(port, 1, {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
-  Process tx(sender(port, 1, {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,
-                              "--spill-max-bytes", std::to_string(1024LL * kMiB)}));
+  Process rx(receiver(port, 1,
+                      {"--sink", "zmq", "--sink-endpoint", ep(port + 2), "--idle-timeout", "120"}));
+  Process tx(sender(port, 1,
+                    {"--chunks", "120", "--rate-gbps", "0.2013", "--spill-path", spill,
+                     "--spill-max-bytes", std::to_string(1024LL * kMiB)}));
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   EXPECT_NE(rx.wait(60s), 0) << "chunks are missing: " << rx.err();
   const json s = summary(tx), r = summary(rx);
@@ -1190,14 +1288,15 @@ TEST(Spill, ASpillFilesystemThatFillsUpCountsWhatIsLostNamingThePath) {
   EXPECT_LE(s["spill"]["peak_bytes"].get<std::uint64_t>(), 8u * kMiB);
   EXPECT_EQ(r["lost"], lost) << "the receiver names the same chunks missing";
   EXPECT_EQ(r["chunks"].get<std::uint64_t>() + lost, 120u);
-  EXPECT_NE(tx.err().find("spill: no space left on the device of " + spill), std::string::npos) << tx.err();
-  EXPECT_GT(s["spill"]["spilled_bytes"].get<std::uint64_t>(), s["spill"]["peak_bytes"].get<std::uint64_t>())
+  EXPECT_NE(tx.err().find("spill: no space left on the device of " + spill), std::string::npos)
+      << tx.err();
+  EXPECT_GT(s["spill"]["spilled_bytes"].get<std::uint64_t>(),
+            s["spill"]["peak_bytes"].get<std::uint64_t>())
       << "spilled again once space came back: " << s["spill"].dump();
-  std::cout << "[spill] 8 MiB tmpfs under a 1 GiB spill: " << s["spill"]["spilled_chunks"] << " chunks spilled, peak "
-            << s["spill"]["peak_bytes"] << " bytes, " << lost << " lost for want of space, the receiver names " << r["lost"]
-            << std::endl;
+  std::cout << "[spill] 8 MiB tmpfs under a 1 GiB spill: " << s["spill"]["spilled_chunks"]
+            << " chunks spilled, peak " << s["spill"]["peak_bytes"] << " bytes, " << lost
+            << " lost for want of space, the receiver names " << r["lost"] << std::endl;
 }
-
 
 // security.allow_from: a receiver admits connections only from the address blocks it lists,
 // checked before any key. A sender from elsewhere is refused at once and told why (with the right
@@ -1210,10 +1309,12 @@ TEST(EndToEnd, AllowFromAdmitsOnlyTheListedAddresses) {
     ASSERT_EQ(k.wait(10s), 0) << k.err();
   }
   std::ofstream(dir + "/allowed") << read_file(dir + "/sender.public");
-  const std::vector<std::string> curve_rx = {"--set", "security.curve.secret_key_file=" + dir + "/gateway.secret",
-                                             "--set", "security.curve.allowed_keys_file=" + dir + "/allowed"};
-  const std::vector<std::string> curve_tx = {"--set", "security.curve.secret_key_file=" + dir + "/sender.secret",
-                                             "--set", "security.curve.server_key_file=" + dir + "/gateway.public"};
+  const std::vector<std::string> curve_rx = {
+      "--set", "security.curve.secret_key_file=" + dir + "/gateway.secret", "--set",
+      "security.curve.allowed_keys_file=" + dir + "/allowed"};
+  const std::vector<std::string> curve_tx = {
+      "--set", "security.curve.secret_key_file=" + dir + "/sender.secret", "--set",
+      "security.curve.server_key_file=" + dir + "/gateway.public"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -1222,30 +1323,40 @@ TEST(EndToEnd, AllowFromAdmitsOnlyTheListedAddresses) {
   for (bool curve : {false, true}) {
     SCOPED_TRACE(curve ? "curve" : "plain");
     int port = free_ports(1);
-    Process rx(receiver(port, 1, with({"--streams", "1", "--metrics-listen", "127.0.0.1:0", "--set", elsewhere},
-                                      curve ? curve_rx : std::vector<std::string>{})));
+    Process rx(
+        receiver(port, 1,
+                 with({"--streams", "1", "--metrics-listen", "127.0.0.1:0", "--set", elsewhere},
+                      curve ? curve_rx : std::vector<std::string>{})));
     int rport = metrics_port(rx);
     ASSERT_GT(rport, 0) << rx.err();
-    Process tx(sender(port, 1, with({"--chunks", "5"}, curve ? curve_tx : std::vector<std::string>{})));
+    Process tx(
+        sender(port, 1, with({"--chunks", "5"}, curve ? curve_tx : std::vector<std::string>{})));
     EXPECT_EQ(tx.wait(20s), 1) << tx.err();
     EXPECT_NE(tx.err().find("security.allow_from"), std::string::npos) << tx.err();
     const std::string m = http_get(rport, "/metrics");
-    const std::string counted = "numastream_connections_rejected_total{role=\"receive\",reason=\"address\"} ";
+    const std::string counted =
+        "numastream_connections_rejected_total{role=\"receive\",reason=\"address\"} ";
     const auto at = m.find(counted);
     ASSERT_NE(at, std::string::npos) << m;
     EXPECT_GE(std::stoi(m.substr(at + counted.size())), 1) << m;
-    EXPECT_NE(m.find("numastream_connections_rejected_total{role=\"receive\",reason=\"auth\"} 0"), std::string::npos)
-        << "an address refusal is not a key refusal\n" << m;
-    EXPECT_NE(rx.err().find(" WARN numastream-agent: refused a connection from 127.0.0.1: not in security.allow_from"),
+    EXPECT_NE(m.find("numastream_connections_rejected_total{role=\"receive\",reason=\"auth\"} 0"),
+              std::string::npos)
+        << "an address refusal is not a key refusal\n"
+        << m;
+    EXPECT_NE(rx.err().find(" WARN numastream-agent: refused a connection from 127.0.0.1: not in "
+                            "security.allow_from"),
               std::string::npos)
         << rx.err();
     // Every line of the log: UTC time to the millisecond, a level, the agent's name.
-    const std::regex line(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARN|ERROR) numastream-agent: .+)");
+    const std::regex line(
+        R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARN|ERROR) numastream-agent: .+)");
     std::istringstream lines(rx.err() + tx.err());
     int n = 0;
     for (std::string l; std::getline(lines, l); ++n) EXPECT_TRUE(std::regex_match(l, line)) << l;
     EXPECT_GE(n, 3);
-    EXPECT_NE(tx.err().find(" ERROR numastream-agent: "), std::string::npos) << "the refused sender's last line\n" << tx.err();
+    EXPECT_NE(tx.err().find(" ERROR numastream-agent: "), std::string::npos)
+        << "the refused sender's last line\n"
+        << tx.err();
     rx.signal(SIGKILL);
     rx.wait(10s);
   }
@@ -1253,19 +1364,23 @@ TEST(EndToEnd, AllowFromAdmitsOnlyTheListedAddresses) {
   for (bool curve : {false, true}) {
     SCOPED_TRACE(curve ? "curve" : "plain");
     int port = free_ports(1);
-    Process rx(receiver(port, 1, with({"--streams", "1", "--set", R"(security.allow_from=["192.0.2.0/24","127.0.0.0/8"])"},
-                                      curve ? curve_rx : std::vector<std::string>{})));
-    Process tx(sender(port, 1, with({"--chunks", "40"}, curve ? curve_tx : std::vector<std::string>{})));
+    Process rx(receiver(
+        port, 1,
+        with({"--streams", "1", "--set", R"(security.allow_from=["192.0.2.0/24","127.0.0.0/8"])"},
+             curve ? curve_rx : std::vector<std::string>{})));
+    Process tx(
+        sender(port, 1, with({"--chunks", "40"}, curve ? curve_tx : std::vector<std::string>{})));
     ASSERT_EQ(tx.wait(60s), 0) << tx.err();
     ASSERT_EQ(rx.wait(60s), 0) << rx.err();
     json r = summary(rx);
     EXPECT_EQ(r["chunks"], 40);
     EXPECT_EQ(r["lost"], 0);
     EXPECT_EQ(r["rejected_connections"]["address"], 0) << r.dump();
-    EXPECT_NE(rx.err().find("accepting connections only from 192.0.2.0/24, 127.0.0.0/8"), std::string::npos) << rx.err();
+    EXPECT_NE(rx.err().find("accepting connections only from 192.0.2.0/24, 127.0.0.0/8"),
+              std::string::npos)
+        << rx.err();
   }
 }
-
 
 }  // namespace
 }  // namespace numastream::testing

@@ -1,7 +1,6 @@
 // Fan-out, end to end with the real agent binary: one gateway hands each verified chunk to
 // several consumers at once (`sinks`), each with its guarantee.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <zmq.h>
 
@@ -13,19 +12,18 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <set>
 #include <regex>
+#include <set>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "detector/stream2.hpp"
 #include "process.hpp"
-#include "stream2_fixture.hpp"
 #include "store/nxmx_master.hpp"
 #include "store/series_file.hpp"
+#include "stream2_fixture.hpp"
 #include "wire/wire.hpp"
 
 namespace numastream::testing {
@@ -57,35 +55,45 @@ std::string source_file(const std::string& path, std::size_t bytes, std::uint64_
 // for byte the detector's messages, the reader's messages byte-identical and in order, the master
 // and its data files holding every message of the series (test/codec/nxmx_test.py reads such
 // files back image by image).
-TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWithOneReaderStoppedTenSeconds) {
+TEST(
+    FanOut,
+    ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWithOneReaderStoppedTenSeconds) {
   const std::string data = recordings();
-  if (data.empty()) NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent");
+  if (data.empty())
+    NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA
+                            ") are absent");
   const fs::path rec = fs::path(data) / "r500k_bm_bslz4_16bit";
   const auto expected = expected_series(rec);
   const std::string dir = temp_dir();
   const int port = free_ports(4);
   const std::string far_dir = temp_dir();
-  Process far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", far_dir + "/messages.raw", "--idle-timeout", "60"}));
+  Process far(receiver(
+      port + 3, 1,
+      {"--sink", "file", "--sink-path", far_dir + "/messages.raw", "--idle-timeout", "60"}));
   const json sinks = json::array({
-      {{"kind", "hdf5"}, {"path", dir + "/series-{series}.h5"}, {"layout", "nxmx"}, {"frames_per_file", 4}},
+      {{"kind", "hdf5"},
+       {"path", dir + "/series-{series}.h5"},
+       {"layout", "nxmx"},
+       {"frames_per_file", 4}},
       {{"kind", "stream2"}, {"endpoint", ep(port + 1)}},
       {{"kind", "file"}, {"path", dir + "/messages.raw"}},
       {{"kind", "numastream"}, {"endpoint", ep(port + 3)}},
   });
-  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--set",
-              "sinks=" + sinks.dump(), "--idle-timeout", "60"});
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--set", "sinks=" + sinks.dump(), "--idle-timeout", "60"});
   Consumer reader(ep(port + 1), /*bind=*/false, /*hwm=*/1);
-  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", rec.string(), "--start",
-                    "--rate-hz", "20", "--linger-s", "30"});
-  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
-              "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", rec.string(),
+                    "--start", "--rate-hz", "20", "--linger-s", "30"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--source", "stream2", "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
   std::vector<std::string> got = reader.take(3, 60s);
   ASSERT_EQ(got.size(), 3u) << rx.err();
   const auto paused = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(10s);  // the reader stops
   auto rest = reader.take(expected.size() - got.size(), 60s);
   got.insert(got.end(), rest.begin(), rest.end());
-  const double pause_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - paused).count();
+  const double pause_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - paused).count();
   tx.signal(SIGINT);  // a person ends the detector's endless stream
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
@@ -93,22 +101,27 @@ TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWith
   ASSERT_EQ(far.wait(60s), 0) << far.err();
 
   ASSERT_EQ(got.size(), expected.size()) << rx.err();
-  EXPECT_TRUE(got == expected) << "the re-emitted messages are the detector's, byte for byte and in order";
+  EXPECT_TRUE(got == expected)
+      << "the re-emitted messages are the detector's, byte for byte and in order";
   std::string all;
   for (const auto& m : expected) all += m;
-  EXPECT_TRUE(read_bytes(dir + "/messages.raw") == all) << "the file holds every message as it came";
-  EXPECT_TRUE(read_bytes(far_dir + "/messages.raw") == all) << "the far site's file holds every message as it came";
+  EXPECT_TRUE(read_bytes(dir + "/messages.raw") == all)
+      << "the file holds every message as it came";
+  EXPECT_TRUE(read_bytes(far_dir + "/messages.raw") == all)
+      << "the far site's file holds every message as it came";
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   std::string error_text;
-  const auto start = stream2::parse(std::span(reinterpret_cast<const std::byte*>(expected.front().data()),
-                                              expected.front().size()),
-                                    error_text);
+  const auto start =
+      stream2::parse(std::span(reinterpret_cast<const std::byte*>(expected.front().data()),
+                               expected.front().size()),
+                     error_text);
   ASSERT_TRUE(start.has_value()) << error_text;
   const std::string series = "series-" + std::to_string(start->series_id);
-  EXPECT_EQ(files, (std::vector<std::string>{"messages.raw", series + "_data_000001.h5", series + "_data_000002.h5",
-                                             series + "_data_000003.h5", series + "_master.h5"}))
+  EXPECT_EQ(files, (std::vector<std::string>{"messages.raw", series + "_data_000001.h5",
+                                             series + "_data_000002.h5", series + "_data_000003.h5",
+                                             series + "_master.h5"}))
       << "one master, three whole data files of 4 + 4 + 2 images: " << rx.err();
   const auto master = hdf5::read_master(dir + "/" + series + "_master.h5");
   ASSERT_TRUE(master.has_value());
@@ -122,7 +135,8 @@ TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWith
     ASSERT_TRUE(id.has_value()) << k;
     held.insert(id->sequences.begin(), id->sequences.end());
   }
-  EXPECT_EQ(held.size(), expected.size()) << "the master and its data files hold every message of the series";
+  EXPECT_EQ(held.size(), expected.size())
+      << "the master and its data files hold every message of the series";
 
   const json r = summary(rx);
   EXPECT_EQ(r["lost"], 0);
@@ -137,9 +151,11 @@ TEST(FanOut, ADetectorSeriesReachesNxmxFilesAReEmitAFileAndAnOnwardHopAtOnceWith
   const json f = summary(far);
   EXPECT_EQ(f["lost"], 0);
   EXPECT_EQ(f["complete"], true);
-  std::printf("%zu messages to 4 consumers, the re-emit's reader stopped %.1f s: each consumer took %zu; file, "
-              "re-emit, NXmx files and the far site's file whole\n",
-              expected.size(), pause_s, expected.size());
+  std::printf(
+      "%zu messages to 4 consumers, the re-emit's reader stopped %.1f s: each consumer took %zu; "
+      "file, "
+      "re-emit, NXmx files and the far site's file whole\n",
+      expected.size(), pause_s, expected.size());
 }
 
 // A latest-only consumer (a live view's zmq socket) whose reader never reads: it takes what it
@@ -149,15 +165,21 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   const std::string dir = temp_dir();
   const std::string source = source_file(dir + "/in", 96u << 20, 29);
   const int port = free_ports(4);  // two connections, the live reader, metrics
-  Consumer stalled(ep(port + 2), /*bind=*/true, /*hwm=*/1);  // connected, never read: its buffers fill
+  Consumer stalled(ep(port + 2), /*bind=*/true,
+                   /*hwm=*/1);  // connected, never read: its buffers fill
   const json sinks = json::array({
       {{"kind", "file"}, {"path", dir + "/out.raw"}},
       {{"kind", "zmq"}, {"endpoint", ep(port + 2)}, {"guarantee", "latest"}},
   });
-  Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)}));
-  // Paced (about 4 s) so that the metrics are read while it runs: each consumer's figures, labelled.
-  Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2"}));
-  const std::regex family(R"(numastream_consumer_chunks_total\{role="receive",consumer="1",kind="zmq",guarantee="latest"\} [0-9]+)");
+  Process rx(receiver(port, 2,
+                      {"--set", "sinks=" + sinks.dump(), "--metrics-listen",
+                       "127.0.0.1:" + std::to_string(port + 3)}));
+  // Paced (about 4 s) so that the metrics are read while it runs: each consumer's figures,
+  // labelled.
+  Process tx(
+      sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2"}));
+  const std::regex family(
+      R"(numastream_consumer_chunks_total\{role="receive",consumer="1",kind="zmq",guarantee="latest"\} [0-9]+)");
   std::string metrics;
   for (int i = 0; i < 100 && !std::regex_search(metrics, family); ++i) {
     std::this_thread::sleep_for(50ms);
@@ -166,7 +188,8 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   EXPECT_TRUE(std::regex_search(metrics, family)) << metrics;
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the lossless consumer's file is the source, byte for byte";
+  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source)
+      << "the lossless consumer's file is the source, byte for byte";
   const json r = summary(rx);
   ASSERT_EQ(r["consumers"].size(), 2u) << r.dump();
   const json& file = r["consumers"][0];
@@ -174,11 +197,14 @@ TEST(FanOut, ALatestOnlyConsumerThatNeverReadsHoldsNobodyBack) {
   EXPECT_EQ(file["chunks"], 96);
   EXPECT_EQ(file["guarantee"], "lossless");
   EXPECT_EQ(live["guarantee"], "latest");
-  EXPECT_GT(live["passed_over"].get<int>(), 0) << "a reader that never reads cannot have taken all 96";
+  EXPECT_GT(live["passed_over"].get<int>(), 0)
+      << "a reader that never reads cannot have taken all 96";
   EXPECT_EQ(live["chunks"].get<int>() + live["passed_over"].get<int>(), 96) << live.dump();
   EXPECT_EQ(r["lost"], 0);
-  std::printf("latest-only consumer with a stalled reader: took %d, passed over %d; the file consumer took all 96\n",
-              live["chunks"].get<int>(), live["passed_over"].get<int>());
+  std::printf(
+      "latest-only consumer with a stalled reader: took %d, passed over %d; the file consumer took "
+      "all 96\n",
+      live["chunks"].get<int>(), live["passed_over"].get<int>());
 }
 
 // The onward hop as a consumer: one gateway writes its own file and carries the same verified
@@ -196,9 +222,10 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   std::ofstream(dir + "/allowed") << read_bytes(dir + "/gw.public");
   const int port = free_ports(3);  // two connections, the far receiver
   auto far_receiver = [&] {
-    return receiver(port + 2, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60", "--set",
-                                  "security.curve.secret_key_file=" + dir + "/far.secret", "--set",
-                                  "security.curve.allowed_keys_file=" + dir + "/allowed"});
+    return receiver(port + 2, 1,
+                    {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60",
+                     "--set", "security.curve.secret_key_file=" + dir + "/far.secret", "--set",
+                     "security.curve.allowed_keys_file=" + dir + "/allowed"});
   };
   std::optional<Process> far;
   far.emplace(far_receiver());
@@ -207,12 +234,17 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
       {{"kind", "numastream"},
        {"endpoint", ep(port + 2)},
        // The far receiver's public key as it would sit in a manifest (a file works as well).
-       {"curve", {{"secret_key_file", dir + "/gw.secret"}, {"server_key", read_bytes(dir + "/far.public").substr(0, 40)}}}},
+       {"curve",
+        {{"secret_key_file", dir + "/gw.secret"},
+         {"server_key", read_bytes(dir + "/far.public").substr(0, 40)}}}},
   });
-  Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
+  Process rx(receiver(
+      port, 2,
+      {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
   // bslz4 (bitshuffle, bytes): the source's four zero bits of each byte compress away.
-  Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
-                              "--reconnect-timeout", "60", "--codec", "bslz4", "--dtype", "uint8"}));
+  Process tx(sender(port, 2,
+                    {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
+                     "--reconnect-timeout", "60", "--codec", "bslz4", "--dtype", "uint8"}));
   auto written = [&] {  // what the far receiver has in its file so far (0 before it exists)
     std::error_code ec;
     const auto n = fs::file_size(dir + "/far.raw.part", ec);
@@ -228,8 +260,10 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   ASSERT_EQ(rx.wait(120s), 0) << rx.err();
   ASSERT_EQ(far->wait(60s), 0) << far->err();
-  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's own file is the source, byte for byte";
-  EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file is the source, byte for byte";
+  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source)
+      << "the gateway's own file is the source, byte for byte";
+  EXPECT_TRUE(read_bytes(dir + "/far.raw") == source)
+      << "the far site's file is the source, byte for byte";
   const json g = summary(rx), f = summary(*far);
   ASSERT_EQ(g["consumers"].size(), 2u) << g.dump();
   const json& onward = g["consumers"][1];
@@ -237,7 +271,9 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   EXPECT_EQ(onward["chunks"], 96);
   EXPECT_EQ(onward["onward"]["security"], "curve");
   EXPECT_EQ(onward["onward"]["forwarded"].get<int>(), 96) << onward.dump();
-  EXPECT_GT(f["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file\n" << f.dump() << "\n" << far->err();
+  EXPECT_GT(f["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file\n"
+                                                 << f.dump() << "\n"
+                                                 << far->err();
   EXPECT_EQ(f["lost"], 0);
   EXPECT_EQ(f["complete"], true);
   EXPECT_EQ(f["security"], "encrypt");
@@ -245,10 +281,13 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   // them): what the restarted far receiver got, it got at the ratio the gateway saw.
   const double ratio_here = g["ratio"].get<double>(), ratio_there = f["ratio"].get<double>();
   EXPECT_GT(ratio_here, 1.2) << "the source compresses";
-  EXPECT_NEAR(ratio_there, ratio_here, 0.05 * ratio_here) << "the far site got compressed chunks\n" << f.dump();
-  std::printf("onward hop as a consumer: far receiver killed at %s and restarted; it resumed after %d chunks; both files "
-              "whole; compressed %.2fx at the gateway, %.2fx on the hop\n",
-              "12 MiB", f["delivered_before"].get<int>(), ratio_here, ratio_there);
+  EXPECT_NEAR(ratio_there, ratio_here, 0.05 * ratio_here) << "the far site got compressed chunks\n"
+                                                          << f.dump();
+  std::printf(
+      "onward hop as a consumer: far receiver killed at %s and restarted; it resumed after %d "
+      "chunks; both files "
+      "whole; compressed %.2fx at the gateway, %.2fx on the hop\n",
+      "12 MiB", f["delivered_before"].get<int>(), ratio_here, ratio_there);
 }
 
 // The payloads of the data frames a zmq consumer received, in sequence order (each sequence
@@ -294,11 +333,13 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
     const std::string out = dir + "/out-" + std::to_string(budget) + ".raw";
     const json sinks = json::array({
         {{"kind", "file"}, {"path", out}},
-        {{"kind", "zmq"}, {"endpoint", ep(port + 2)},
+        {{"kind", "zmq"},
+         {"endpoint", ep(port + 2)},
          {"spill", {{"path", dir + "/spill-" + std::to_string(budget)}, {"max_bytes", budget}}}},
     });
-    Process rx(receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--idle-timeout", "60",
-                                  "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)}));
+    Process rx(receiver(port, 2,
+                        {"--set", "sinks=" + sinks.dump(), "--idle-timeout", "60",
+                         "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)}));
     Process tx(sender(port, 2, {"--source", "file", "--source-path", dir + "/in"}));
     std::vector<std::string> got = reader.take(3, 30s);
     ASSERT_EQ(got.size(), 3u) << rx.err();
@@ -306,7 +347,8 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
     // stream), or is held back once the spill is full.
     auto file_whole = [&] {
       std::error_code ec;
-      return fs::file_size(out + ".part", ec) == source.size() && !ec && read_bytes(out + ".part") == source;
+      return fs::file_size(out + ".part", ec) == source.size() && !ec &&
+             read_bytes(out + ".part") == source;
     };
     for (int i = 0; i < (room ? 600 : 60) && !file_whole(); ++i) std::this_thread::sleep_for(50ms);
     if (room) {
@@ -316,18 +358,21 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
     }
     // What the slow consumer's spill holds meanwhile, as the gateway reports it (the operator
     // shows it as status.observed.consumers[].spillBytes): at least a chunk, at most its budget.
-    const std::regex held(R"(numastream_consumer_spill_bytes\{role="receive",consumer="1",kind="zmq",guarantee="lossless"\} ([0-9]+))");
+    const std::regex held(
+        R"(numastream_consumer_spill_bytes\{role="receive",consumer="1",kind="zmq",guarantee="lossless"\} ([0-9]+))");
     std::smatch m;
     const std::string metrics = http_get(port + 3, "/metrics");
     ASSERT_TRUE(std::regex_search(metrics, m, held)) << metrics;
     EXPECT_GE(std::stoull(m[1]), 1u << 20) << metrics;
     EXPECT_LE(std::stoull(m[1]), budget) << metrics;
-    auto rest = reader.take(48 + 1 - got.size(), 60s);  // reads on: every chunk, then the end of the stream
+    auto rest =
+        reader.take(48 + 1 - got.size(), 60s);  // reads on: every chunk, then the end of the stream
     got.insert(got.end(), rest.begin(), rest.end());
     ASSERT_EQ(tx.wait(60s), 0) << tx.err();
     ASSERT_EQ(rx.wait(60s), 0) << rx.err();
     int ends = 0;
-    EXPECT_TRUE(payloads(got, ends) == source) << "the slow consumer got every chunk once, " << got.size() << " frames";
+    EXPECT_TRUE(payloads(got, ends) == source)
+        << "the slow consumer got every chunk once, " << got.size() << " frames";
     EXPECT_EQ(ends, 1);
     EXPECT_TRUE(read_bytes(out) == source);
     const json r = summary(rx);
@@ -336,12 +381,15 @@ TEST(FanOut, ASlowConsumerWithASpillHoldsNobodyBackUntilItsSpillIsFull) {
     EXPECT_EQ(slow["chunks"], 48) << slow.dump();
     EXPECT_GT(slow["spill"]["spilled"].get<int>(), 0) << slow.dump();
     EXPECT_LE(slow["spill"]["peak_bytes"].get<std::uint64_t>(), budget) << slow.dump();
-    EXPECT_EQ(slow["spill"]["pending_bytes"], 0) << "every spilled chunk was handed on: " << slow.dump();
+    EXPECT_EQ(slow["spill"]["pending_bytes"], 0)
+        << "every spilled chunk was handed on: " << slow.dump();
     EXPECT_EQ(r["lost"], 0);
-    std::printf("spill of %llu MiB: the slow consumer spilled %d of 48 chunks (peak %.1f MiB); %s\n",
-                static_cast<unsigned long long>(budget >> 20), slow["spill"]["spilled"].get<int>(),
-                slow["spill"]["peak_bytes"].get<double>() / (1 << 20),
-                room ? "the file was whole while its reader stopped" : "the full spill held the file back until it read on");
+    std::printf(
+        "spill of %llu MiB: the slow consumer spilled %d of 48 chunks (peak %.1f MiB); %s\n",
+        static_cast<unsigned long long>(budget >> 20), slow["spill"]["spilled"].get<int>(),
+        slow["spill"]["peak_bytes"].get<double>() / (1 << 20),
+        room ? "the file was whole while its reader stopped"
+             : "the full spill held the file back until it read on");
   }
 }
 
@@ -356,18 +404,24 @@ struct HopWithASpill {
 
   HopWithASpill(std::size_t bytes, int seed, std::uint64_t spill_bytes = 256 << 20)
       : source(source_file(dir + "/in", bytes, seed)),
-        far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"})) {
+        far(receiver(port + 3, 1,
+                     {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"})) {
     const json sinks = json::array({
         {{"kind", "file"}, {"path", dir + "/out.raw"}},
-        {{"kind", "numastream"}, {"endpoint", ep(port + 3)}, {"spill", {{"path", dir + "/spill"}, {"max_bytes", spill_bytes}}}},
+        {{"kind", "numastream"},
+         {"endpoint", ep(port + 3)},
+         {"spill", {{"path", dir + "/spill"}, {"max_bytes", spill_bytes}}}},
     });
-    gateway = receiver(port, 2, {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"});
+    gateway = receiver(
+        port, 2,
+        {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"});
   }
   // A sender window wider than the onward link's, so that the stopped far site fills the link and
   // the consumer's queue behind it (with a narrower one the sender is the first to wait).
   std::vector<std::string> sender_args() const {
-    return sender(port, 2, {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
-                            "--reconnect-timeout", "60", "--set", "window=128"});
+    return sender(port, 2,
+                  {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
+                   "--reconnect-timeout", "60", "--set", "window=128"});
   }
   static std::uintmax_t size_of(const std::string& path) {
     std::error_code ec;
@@ -377,12 +431,14 @@ struct HopWithASpill {
   std::uintmax_t spilled() const {
     std::uintmax_t n = 0;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir + "/spill", ec)) n += size_of(e.path().string());
+    for (const auto& e : fs::directory_iterator(dir + "/spill", ec))
+      n += size_of(e.path().string());
     return n;
   }
   // The far site stops taking (SIGSTOP) once it holds `bytes`: the hop's chunks go to its spill.
   void stop_far_after(std::uintmax_t bytes) {
-    for (int i = 0; i < 400 && size_of(dir + "/far.raw.part") < bytes; ++i) std::this_thread::sleep_for(25ms);
+    for (int i = 0; i < 400 && size_of(dir + "/far.raw.part") < bytes; ++i)
+      std::this_thread::sleep_for(25ms);
     far.signal(SIGSTOP);
   }
   // The gateway SIGKILLed and started again, then as both_sites_whole.
@@ -397,9 +453,13 @@ struct HopWithASpill {
     far.signal(SIGCONT);
     ASSERT_EQ(gw.wait(120s), 0) << gw.err();
     ASSERT_EQ(far.wait(60s), 0) << far.err();
-    EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file: " << read_bytes(dir + "/out.raw").size() << " bytes of " << source.size() << "\n" << gw.err();
+    EXPECT_TRUE(read_bytes(dir + "/out.raw") == source)
+        << "the gateway's file: " << read_bytes(dir + "/out.raw").size() << " bytes of "
+        << source.size() << "\n"
+        << gw.err();
     EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
-    EXPECT_NE(gw.err().find("an earlier process spilled go to its sink first"), std::string::npos) << gw.err();
+    EXPECT_NE(gw.err().find("an earlier process spilled go to its sink first"), std::string::npos)
+        << gw.err();
     const json f = summary(far);
     EXPECT_EQ(f["lost"], 0);
     EXPECT_EQ(f["complete"], true);
@@ -422,8 +482,11 @@ TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
   hop.gateway_killed_then_both_sites_whole(gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
-  std::printf("gateway killed with %.1f MiB in the onward consumer's spill: the next process recovered %d chunks; "
-              "both files whole\n", static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
+  std::printf(
+      "gateway killed with %.1f MiB in the onward consumer's spill: the next process recovered %d "
+      "chunks; "
+      "both files whole\n",
+      static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
 }
 
 // The whole stream acknowledged to its sender because the hop's spill took what the stopped far
@@ -433,27 +496,34 @@ TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
 // process hands the spill on and ends the stream at both sites. (Acknowledged at once, the end
 // would let the sender finish, and the next gateway process would wait for a stream that never
 // comes back.)
-TEST(FanOut, AStreamsEndWaitsForWhatItsConsumersSpilledSoAGatewayKilledAfterTheSourceEndedStillEndsIt) {
+TEST(FanOut,
+     AStreamsEndWaitsForWhatItsConsumersSpilledSoAGatewayKilledAfterTheSourceEndedStillEndsIt) {
   HopWithASpill hop(24u << 20, 43);
   auto gw = std::make_unique<Process>(hop.gateway);
   Process tx(hop.sender_args());
   hop.stop_far_after(2u << 20);
   // The file consumer has the whole stream: every chunk was acknowledged to the sender.
-  for (int i = 0; i < 800 && HopWithASpill::size_of(hop.dir + "/out.raw.part") < hop.source.size(); ++i) {
+  for (int i = 0; i < 800 && HopWithASpill::size_of(hop.dir + "/out.raw.part") < hop.source.size();
+       ++i) {
     std::this_thread::sleep_for(25ms);
   }
   ASSERT_EQ(HopWithASpill::size_of(hop.dir + "/out.raw.part"), hop.source.size()) << gw->err();
   std::this_thread::sleep_for(2s);
-  EXPECT_TRUE(tx.running()) << "the sender ended with the stream's end acknowledged while the spill still held "
-                            << hop.spilled() << " bytes of it:\n" << tx.err();
+  EXPECT_TRUE(tx.running())
+      << "the sender ended with the stream's end acknowledged while the spill still held "
+      << hop.spilled() << " bytes of it:\n"
+      << tx.err();
   const std::uintmax_t held = hop.spilled();
   hop.gateway_killed_then_both_sites_whole(gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
   EXPECT_EQ(g["complete"], true) << g.dump();
-  std::printf("the source ended and was acknowledged with %.1f MiB in the hop's spill; the sender waited for its end; "
-              "the gateway killed then: the next process recovered %d chunks and ended the stream at both sites\n",
-              static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
+  std::printf(
+      "the source ended and was acknowledged with %.1f MiB in the hop's spill; the sender waited "
+      "for its end; "
+      "the gateway killed then: the next process recovered %d chunks and ended the stream at both "
+      "sites\n",
+      static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
 }
 
 // Chunks the hop's sink has read out of its spill but the far site has not acknowledged (the far
@@ -469,16 +539,21 @@ TEST(FanOut, ChunksReadOutOfASpillStayThereUntilTheFarSiteHasThem) {
   ASSERT_GE(hop.spilled(), 10u << 20) << gw->err();
   const std::uintmax_t before = HopWithASpill::size_of(hop.dir + "/far.raw.part");
   hop.far.signal(SIGCONT);  // back briefly: the hop reads its spill out and sends
-  for (int i = 0; i < 400 && HopWithASpill::size_of(hop.dir + "/far.raw.part") < before + (2u << 20); ++i) {
+  for (int i = 0;
+       i < 400 && HopWithASpill::size_of(hop.dir + "/far.raw.part") < before + (2u << 20); ++i) {
     std::this_thread::sleep_for(5ms);
   }
   hop.far.signal(SIGSTOP);
-  std::this_thread::sleep_for(500ms);  // the hop's window fills from the spill again, unacknowledged
+  std::this_thread::sleep_for(
+      500ms);  // the hop's window fills from the spill again, unacknowledged
   hop.gateway_killed_then_both_sites_whole(gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
   const json g = summary(*gw);
-  std::printf("the far site back briefly and stopped again, the gateway killed: the next process recovered %d chunks "
-              "from the spill; both files whole\n", g["consumers"][1]["spill"]["recovered"].get<int>());
+  std::printf(
+      "the far site back briefly and stopped again, the gateway killed: the next process recovered "
+      "%d chunks "
+      "from the spill; both files whole\n",
+      g["consumers"][1]["spill"]["recovered"].get<int>());
 }
 
 // A lossless consumer that fails (its file cannot be written) fails the run, naming it: what

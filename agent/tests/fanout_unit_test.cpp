@@ -1,11 +1,11 @@
-#include "pipeline/fanout.hpp"
-
 #include <gtest/gtest.h>
 
 #include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
+
+#include "pipeline/fanout.hpp"
 
 namespace numastream {
 namespace {
@@ -83,7 +83,8 @@ TEST(AckJoin, ConsumersOnTheirOwnThreadsAcknowledgeEachChunkExactlyOnce) {
       auto [ack, discard] = j.of(who);
       for (int i = 0; i < kChunks; ++i) {
         // Each consumer in its own order.
-        const std::uint64_t seq = who % 2 ? static_cast<std::uint64_t>(i) : static_cast<std::uint64_t>(kChunks - 1 - i);
+        const std::uint64_t seq =
+            who % 2 ? static_cast<std::uint64_t>(i) : static_cast<std::uint64_t>(kChunks - 1 - i);
         ack(who, 0, seq);
       }
     });

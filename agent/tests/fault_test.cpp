@@ -11,24 +11,23 @@
 // delay line of two TUN devices carries the packets between the namespaces (DelayLine).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
-#include <poll.h>
-#include <sys/ioctl.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -37,13 +36,14 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
 
-#include "wire/wire.hpp"
 #include "delay_line.hpp"
 #include "process.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream::testing {
 namespace {
@@ -114,17 +114,21 @@ class Testbed {
     const std::string loss = std::to_string(per_mille / 10) + "." + std::to_string(per_mille % 10);
     bool netem = true;
     for (const auto& [ns, dev] : {std::pair{tx, tx_dev}, std::pair{rx, rx_dev}}) {
-      netem = netem && sh("ip netns exec " + ns + " tc qdisc add dev " + dev + " root netem delay " +
-                          std::to_string(delay_ms) + "ms loss " + loss + "%") == 0;
+      netem =
+          netem && sh("ip netns exec " + ns + " tc qdisc add dev " + dev + " root netem delay " +
+                      std::to_string(delay_ms) + "ms loss " + loss + "%") == 0;
     }
     if (netem) return true;
     for (const auto& ns : {tx, rx}) {
       sh("ip netns exec " + ns + " tc qdisc del dev " + (ns == tx ? tx_dev : rx_dev) + " root");
       EXPECT_EQ(sh("ip netns exec " + ns + " nft add table inet fault"), 0);
       EXPECT_EQ(sh("ip netns exec " + ns +
-                   " nft add chain inet fault out '{ type filter hook output priority 0; }'"), 0);
-      EXPECT_EQ(sh("ip netns exec " + ns + " nft add rule inet fault out oifname != lo numgen random mod 1000 '<' " +
-                   std::to_string(per_mille) + " counter drop"), 0);
+                   " nft add chain inet fault out '{ type filter hook output priority 0; }'"),
+                0);
+      EXPECT_EQ(sh("ip netns exec " + ns +
+                   " nft add rule inet fault out oifname != lo numgen random mod 1000 '<' " +
+                   std::to_string(per_mille) + " counter drop"),
+                0);
     }
     return false;
   }
@@ -268,7 +272,8 @@ class DelayProxy {
       if (n <= 0) break;
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return held < (16u << 20); });
-      q.push_back({std::chrono::steady_clock::now(), std::vector<char>(buf.begin(), buf.begin() + n)});
+      q.push_back(
+          {std::chrono::steady_clock::now(), std::vector<char>(buf.begin(), buf.begin() + n)});
       held += static_cast<std::size_t>(n);
       cv.notify_all();
     }
@@ -308,16 +313,30 @@ class Fault : public ::testing::Test {
   }
 
   std::vector<std::string> receiver_argv(std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort),
-                                  "--connections", "2", "--chunk-bytes", std::to_string(kChunk),
-                                  "--sink", "file", "--sink-path", dir_ + "/out.raw", "--idle-timeout", "60"};
+    std::vector<std::string> a = {
+        kAgent,           "receive", "--endpoint",    "tcp://0.0.0.0:" + std::to_string(kPort),
+        "--connections",  "2",       "--chunk-bytes", std::to_string(kChunk),
+        "--sink",         "file",    "--sink-path",   dir_ + "/out.raw",
+        "--idle-timeout", "60"};
     a.insert(a.end(), extra.begin(), extra.end());
     return bed_->in(bed_->rx, a);
   }
-  std::vector<std::string> sender_argv(const std::string& host, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {kAgent, "send", "--endpoint", "tcp://" + host + ":" + std::to_string(kPort),
-                                  "--connections", "2", "--chunk-bytes", std::to_string(kChunk),
-                                  "--source", "file", "--source-path", src_, "--reconnect-timeout", "60"};
+  std::vector<std::string> sender_argv(const std::string& host,
+                                       std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {kAgent,
+                                  "send",
+                                  "--endpoint",
+                                  "tcp://" + host + ":" + std::to_string(kPort),
+                                  "--connections",
+                                  "2",
+                                  "--chunk-bytes",
+                                  std::to_string(kChunk),
+                                  "--source",
+                                  "file",
+                                  "--source-path",
+                                  src_,
+                                  "--reconnect-timeout",
+                                  "60"};
     a.insert(a.end(), extra.begin(), extra.end());
     return bed_->in(bed_->tx, a);
   }
@@ -325,7 +344,8 @@ class Fault : public ::testing::Test {
   // An onward hop's far receiver (its command line from `far`) killed and restarted: run until
   // it has written 12 MiB, SIGKILLed, started again a second later; then the sender, the hop and
   // the far receiver must each end with 0. The restarted far receiver's summary.
-  json far_killed_and_restarted(const std::function<std::vector<std::string>()>& far, Process& tx, Process& hop) {
+  json far_killed_and_restarted(const std::function<std::vector<std::string>()>& far, Process& tx,
+                                Process& hop) {
     {
       Process rx(far());
       wait_written(12u << 20);
@@ -356,9 +376,11 @@ class Fault : public ::testing::Test {
   // counted; memory stayed bounded. Prints the figures for the record.
   void expect_exactly_once(const std::string& scenario, const json& tx, const json& rx) {
     const std::uint64_t total = (fs::file_size(src_) + kChunk - 1) / kChunk;
-    EXPECT_EQ(read_file(dir_ + "/out.raw"), read_file(src_)) << "the sink's file differs from the source";
+    EXPECT_EQ(read_file(dir_ + "/out.raw"), read_file(src_))
+        << "the sink's file differs from the source";
     EXPECT_FALSE(fs::exists(dir_ + "/out.raw.part"));
-    const std::uint64_t delivered = rx["chunks"].get<std::uint64_t>() + rx["delivered_before"].get<std::uint64_t>();
+    const std::uint64_t delivered =
+        rx["chunks"].get<std::uint64_t>() + rx["delivered_before"].get<std::uint64_t>();
     EXPECT_EQ(delivered, total);
     EXPECT_EQ(rx["lost"], 0);
     EXPECT_EQ(rx["corrupt"], 0);
@@ -368,9 +390,9 @@ class Fault : public ::testing::Test {
     std::cout << "[fault] " << scenario << ": chunks " << total << ", sent " << tx["chunks"]
               << " (retransmitted " << tx["retransmitted"] << ", reconnects " << tx["reconnects"]
               << "), delivered " << delivered << " (earlier instance " << rx["delivered_before"]
-              << "), duplicates dropped " << rx["duplicates"] << ", lost " << rx["lost"] << ", corrupt "
-              << rx["corrupt"] << ", rss rx " << rx["max_rss_kb"] << " KiB tx " << tx["max_rss_kb"]
-              << " KiB" << std::endl;
+              << "), duplicates dropped " << rx["duplicates"] << ", lost " << rx["lost"]
+              << ", corrupt " << rx["corrupt"] << ", rss rx " << rx["max_rss_kb"] << " KiB tx "
+              << tx["max_rss_kb"] << " KiB" << std::endl;
   }
 
   std::unique_ptr<Testbed> bed_;
@@ -404,7 +426,9 @@ TEST_F(Fault, OnePercentLossWithTenMillisecondsDelay) {
   Process tx(sender_argv(host));
   ASSERT_EQ(tx.wait(180s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-  std::string how = netem ? "netem" : "nftables + delaying proxy, " + std::to_string(bed_->dropped()) + " packets dropped";
+  std::string how =
+      netem ? "netem"
+            : "nftables + delaying proxy, " + std::to_string(bed_->dropped()) + " packets dropped";
   if (!netem) {
     EXPECT_GT(bed_->dropped(), 0) << "the loss rule dropped nothing";
   }
@@ -426,7 +450,8 @@ TEST_F(Fault, ReceiverKilledAndRestarted) {
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   json r = summary(rx);
-  EXPECT_GT(r["delivered_before"].get<int>(), 0) << "the restarted receiver resumed the earlier file";
+  EXPECT_GT(r["delivered_before"].get<int>(), 0)
+      << "the restarted receiver resumed the earlier file";
   EXPECT_NE(rx.err().find("resuming"), std::string::npos) << rx.err();
   EXPECT_GT(summary(tx)["reconnects"].get<int>(), 0);
   expect_exactly_once("receiver SIGKILL + restart", summary(tx), r);
@@ -445,7 +470,8 @@ TEST_F(Fault, SenderKilledAndRestarted) {
   ASSERT_EQ(tx.wait(120s), 0) << tx.err();
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   json s = summary(tx);
-  EXPECT_GT(s["skipped_acknowledged"].get<int>(), 0) << "the restarted sender skipped what the receiver had";
+  EXPECT_GT(s["skipped_acknowledged"].get<int>(), 0)
+      << "the restarted sender skipped what the receiver had";
   expect_exactly_once("sender SIGKILL + restart", s, summary(rx));
 }
 
@@ -475,21 +501,39 @@ TEST_F(Fault, AnEncryptedOnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted)
   }
   const int relay_port = kPort + 20;
   auto far_receiver = [&] {
-    return bed_->in(bed_->rx, {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort), "--connections",
-                               "1", "--chunk-bytes", std::to_string(kChunk), "--sink", "file", "--sink-path",
-                               dir_ + "/out.raw", "--idle-timeout", "60", "--set",
-                               "security.curve.secret_key_file=" + dir_ + "/far.secret", "--set",
-                               "security.curve.allowed_keys_file=" + dir_ + "/allowed"});
+    return bed_->in(
+        bed_->rx, {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort),
+                   "--connections", "1", "--chunk-bytes", std::to_string(kChunk), "--sink", "file",
+                   "--sink-path", dir_ + "/out.raw", "--idle-timeout", "60", "--set",
+                   "security.curve.secret_key_file=" + dir_ + "/far.secret", "--set",
+                   "security.curve.allowed_keys_file=" + dir_ + "/allowed"});
   };
-  Process relay(bed_->in(bed_->tx, {kAgent, "receive", "--set", "relay=true", "--endpoint",
-                                    "tcp://127.0.0.1:" + std::to_string(relay_port), "--connections", "2",
-                                    "--chunk-bytes", std::to_string(kChunk), "--sink", "zmq", "--sink-endpoint",
-                                    "tcp://" + far + ":" + std::to_string(kPort), "--reconnect-timeout", "60",
-                                    "--idle-timeout", "60", "--set", "sink.curve.secret_key_file=" + dir_ + "/relay.secret",
-                                    "--set", "sink.curve.server_key_file=" + dir_ + "/far.public"}));
-  Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(relay_port),
-                                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
-                                 "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
+  Process relay(bed_->in(bed_->tx, {kAgent,
+                                    "receive",
+                                    "--set",
+                                    "relay=true",
+                                    "--endpoint",
+                                    "tcp://127.0.0.1:" + std::to_string(relay_port),
+                                    "--connections",
+                                    "2",
+                                    "--chunk-bytes",
+                                    std::to_string(kChunk),
+                                    "--sink",
+                                    "zmq",
+                                    "--sink-endpoint",
+                                    "tcp://" + far + ":" + std::to_string(kPort),
+                                    "--reconnect-timeout",
+                                    "60",
+                                    "--idle-timeout",
+                                    "60",
+                                    "--set",
+                                    "sink.curve.secret_key_file=" + dir_ + "/relay.secret",
+                                    "--set",
+                                    "sink.curve.server_key_file=" + dir_ + "/far.public"}));
+  Process tx(bed_->in(
+      bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(relay_port),
+                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
+                 "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
   const json r = far_killed_and_restarted(far_receiver, tx, relay);
   if (HasFatalFailure()) return;
   const json hop = summary(relay);
@@ -501,8 +545,11 @@ TEST_F(Fault, AnEncryptedOnwardHopAcrossDelayAndLossWithTheFarReceiverRestarted)
     EXPECT_GT(bed_->dropped(), 0) << "the loss rule dropped nothing";
   }
   std::cout << "[fault] encrypted onward hop, 20 ms RTT, 1% loss ("
-            << (netem ? "netem" : "nftables + delaying proxy, " + std::to_string(bed_->dropped()) + " packets dropped")
-            << "): relay " << hop["chunks"] << " chunks at " << hop["raw_gbps"] << " Gbit/s" << std::endl;
+            << (netem ? "netem"
+                      : "nftables + delaying proxy, " + std::to_string(bed_->dropped()) +
+                            " packets dropped")
+            << "): relay " << hop["chunks"] << " chunks at " << hop["raw_gbps"] << " Gbit/s"
+            << std::endl;
   expect_exactly_once("onward hop: far receiver SIGKILL + restart", summary(tx), r);
 }
 
@@ -519,23 +566,29 @@ TEST_F(Fault, AnOnwardConsumerOverFourConnectionsAcrossADelayedLossyLinkLosesNot
   if (!wan.ok) NUMASTREAM_SKIP_OR_FAIL("no delay line: " << wan.why);
   const int gw_port = kPort + 20;
   auto far_receiver = [&] {
-    return bed_->in(bed_->rx, {kAgent, "receive", "--endpoint", "tcp://" + far_ip + ":" + std::to_string(kPort),
-                               "--connections", "4", "--chunk-bytes", std::to_string(kChunk), "--sink", "file",
-                               "--sink-path", dir_ + "/out.raw", "--idle-timeout", "60"});
+    return bed_->in(
+        bed_->rx, {kAgent, "receive", "--endpoint", "tcp://" + far_ip + ":" + std::to_string(kPort),
+                   "--connections", "4", "--chunk-bytes", std::to_string(kChunk), "--sink", "file",
+                   "--sink-path", dir_ + "/out.raw", "--idle-timeout", "60"});
   };
   const json sinks = json::array({
       {{"kind", "file"}, {"path", dir_ + "/here.raw"}},
-      {{"kind", "numastream"}, {"endpoint", "tcp://" + far_ip + ":" + std::to_string(kPort)}, {"connections", 4}},
+      {{"kind", "numastream"},
+       {"endpoint", "tcp://" + far_ip + ":" + std::to_string(kPort)},
+       {"connections", 4}},
   });
-  Process gw(bed_->in(bed_->tx, {kAgent, "receive", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
-                                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--set",
-                                 "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
-  Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
-                                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
-                                 "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
+  Process gw(bed_->in(
+      bed_->tx, {kAgent, "receive", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
+                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--set",
+                 "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"}));
+  Process tx(bed_->in(
+      bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
+                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--source", "file",
+                 "--source-path", src_, "--rate-gbps", "0.2", "--reconnect-timeout", "60"}));
   const json r = far_killed_and_restarted(far_receiver, tx, gw);
   if (HasFatalFailure()) return;
-  EXPECT_EQ(read_file(dir_ + "/here.raw"), read_file(src_)) << "the gateway's own file differs from the source";
+  EXPECT_EQ(read_file(dir_ + "/here.raw"), read_file(src_))
+      << "the gateway's own file differs from the source";
   const json g = summary(gw);
   ASSERT_EQ(g["consumers"].size(), 2u) << g.dump();
   const json& onward = g["consumers"][1]["onward"];
@@ -543,9 +596,10 @@ TEST_F(Fault, AnOnwardConsumerOverFourConnectionsAcrossADelayedLossyLinkLosesNot
   EXPECT_EQ(onward["forwarded"], (48u << 20) / kChunk) << onward.dump();
   EXPECT_GT(r["delivered_before"].get<int>(), 0) << "the restarted far receiver resumed its file";
   EXPECT_GT(wan.dropped(), 0u) << "the delay line dropped nothing";
-  std::cout << "[fault] onward consumer, 4 connections, 20 ms RTT, 0.1% loss (delay line: " << wan.carried()
-            << " packets carried, " << wan.dropped() << " dropped): far receiver SIGKILLed and restarted, "
-            << onward["retransmitted"] << " frames sent again" << std::endl;
+  std::cout << "[fault] onward consumer, 4 connections, 20 ms RTT, 0.1% loss (delay line: "
+            << wan.carried() << " packets carried, " << wan.dropped()
+            << " dropped): far receiver SIGKILLed and restarted, " << onward["retransmitted"]
+            << " frames sent again" << std::endl;
   expect_exactly_once("onward consumer across a delayed lossy link", summary(tx), r);
 }
 
@@ -560,45 +614,56 @@ TEST_F(Fault, DISABLED_BenchOnwardConnectionsAcrossADelayedLink) {
   const std::string far_ip = "10.232." + std::to_string(bed_->n) + ".2";
   const std::vector<int> counts = {1, 2, 4, 8};
   for (const std::string cc : {"bbr", "reno"})
-  for (double loss : {0.0, 0.001}) {
-    ASSERT_EQ(sh("ip netns exec " + bed_->tx + " sysctl -w net.ipv4.tcp_congestion_control=" + cc), 0) << cc;
-    DelayLine wan(bed_->tx, bed_->rx, near_ip, far_ip, 10ms, loss, bed_->n);
-    if (!wan.ok) NUMASTREAM_SKIP_OR_FAIL("no delay line: " << wan.why);
-    std::map<int, std::vector<double>> mbps;
-    for (int round = 0; round < 3; ++round) {
-      for (int n : counts) {
-        const int port = kPort + 40 * (round + 1) + n;
-        const int gw_port = kPort + 300 + n;
-        fs::remove(dir_ + "/out.raw");
-        Process rx(bed_->in(bed_->rx, {kAgent, "receive", "--endpoint", "tcp://" + far_ip + ":" + std::to_string(port),
-                                       "--connections", std::to_string(n), "--chunk-bytes", std::to_string(kChunk),
-                                       "--sink", "null", "--idle-timeout", "60"}));
-        const json sinks = json::array({{{"kind", "numastream"},
-                                         {"endpoint", "tcp://" + far_ip + ":" + std::to_string(port)},
-                                         {"connections", n}}});
-        Process gw(bed_->in(bed_->tx, {kAgent, "receive", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
-                                       "--connections", "1", "--chunk-bytes", std::to_string(kChunk), "--set",
-                                       "sinks=" + sinks.dump(), "--idle-timeout", "60"}));
-        Process tx(bed_->in(bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
-                                       "--connections", "1", "--chunk-bytes", std::to_string(kChunk), "--source",
-                                       "file", "--source-path", src_, "--set", "window=64"}));
-        ASSERT_EQ(tx.wait(300s), 0) << tx.err();
-        ASSERT_EQ(gw.wait(60s), 0) << gw.err();
-        ASSERT_EQ(rx.wait(60s), 0) << rx.err();
-        const json far = summary(rx);
-        // On the path: the hop carries chunks as they came (random bytes: as large decoded).
-        mbps[n].push_back(far["wire_gbps"].get<double>() * 1000 / 8);
+    for (double loss : {0.0, 0.001}) {
+      ASSERT_EQ(
+          sh("ip netns exec " + bed_->tx + " sysctl -w net.ipv4.tcp_congestion_control=" + cc), 0)
+          << cc;
+      DelayLine wan(bed_->tx, bed_->rx, near_ip, far_ip, 10ms, loss, bed_->n);
+      if (!wan.ok) NUMASTREAM_SKIP_OR_FAIL("no delay line: " << wan.why);
+      std::map<int, std::vector<double>> mbps;
+      for (int round = 0; round < 3; ++round) {
+        for (int n : counts) {
+          const int port = kPort + 40 * (round + 1) + n;
+          const int gw_port = kPort + 300 + n;
+          fs::remove(dir_ + "/out.raw");
+          Process rx(bed_->in(
+              bed_->rx,
+              {kAgent, "receive", "--endpoint", "tcp://" + far_ip + ":" + std::to_string(port),
+               "--connections", std::to_string(n), "--chunk-bytes", std::to_string(kChunk),
+               "--sink", "null", "--idle-timeout", "60"}));
+          const json sinks =
+              json::array({{{"kind", "numastream"},
+                            {"endpoint", "tcp://" + far_ip + ":" + std::to_string(port)},
+                            {"connections", n}}});
+          Process gw(bed_->in(
+              bed_->tx,
+              {kAgent, "receive", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
+               "--connections", "1", "--chunk-bytes", std::to_string(kChunk), "--set",
+               "sinks=" + sinks.dump(), "--idle-timeout", "60"}));
+          Process tx(bed_->in(
+              bed_->tx, {kAgent, "send", "--endpoint", "tcp://127.0.0.1:" + std::to_string(gw_port),
+                         "--connections", "1", "--chunk-bytes", std::to_string(kChunk), "--source",
+                         "file", "--source-path", src_, "--set", "window=64"}));
+          ASSERT_EQ(tx.wait(300s), 0) << tx.err();
+          ASSERT_EQ(gw.wait(60s), 0) << gw.err();
+          ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+          const json far = summary(rx);
+          // On the path: the hop carries chunks as they came (random bytes: as large decoded).
+          mbps[n].push_back(far["wire_gbps"].get<double>() * 1000 / 8);
+        }
       }
+      for (int n : counts) {
+        std::sort(mbps[n].begin(), mbps[n].end());
+        std::sort(mbps[1].begin(), mbps[1].end());
+        std::printf(
+            "[bench-onward] %s, 20 ms RTT, loss %.1f%%, %d connection%s: median %.1f MB/s (%.2fx "
+            "one connection)\n",
+            cc.c_str(), loss * 100, n, n == 1 ? "" : "s", mbps[n][1], mbps[n][1] / mbps[1][1]);
+      }
+      std::printf("[bench-onward] the delay line carried %llu packets, dropped %llu\n",
+                  static_cast<unsigned long long>(wan.carried()),
+                  static_cast<unsigned long long>(wan.dropped()));
     }
-    for (int n : counts) {
-      std::sort(mbps[n].begin(), mbps[n].end());
-      std::sort(mbps[1].begin(), mbps[1].end());
-      std::printf("[bench-onward] %s, 20 ms RTT, loss %.1f%%, %d connection%s: median %.1f MB/s (%.2fx one connection)\n",
-                  cc.c_str(), loss * 100, n, n == 1 ? "" : "s", mbps[n][1], mbps[n][1] / mbps[1][1]);
-    }
-    std::printf("[bench-onward] the delay line carried %llu packets, dropped %llu\n",
-                static_cast<unsigned long long>(wan.carried()), static_cast<unsigned long long>(wan.dropped()));
-  }
 }
 
 // A sink that takes one chunk per 10 ms (an analysis consumer's PULL socket next to the
@@ -626,7 +691,8 @@ TEST_F(Fault, SlowSinkThrottlesTheSender) {
     while (bound) {
       int n = zmq_recv(pull, buf.data(), buf.size(), 0);
       if (n <= 0) break;
-      std::span<const std::byte> msg(reinterpret_cast<std::byte*>(buf.data()), static_cast<std::size_t>(n));
+      std::span<const std::byte> msg(reinterpret_cast<std::byte*>(buf.data()),
+                                     static_cast<std::size_t>(n));
       wire::Header h;
       if (wire::decode(msg, kChunk, h) != wire::DecodeError::ok) break;
       if (h.type == wire::FrameType::end_of_stream) {
@@ -641,9 +707,10 @@ TEST_F(Fault, SlowSinkThrottlesTheSender) {
     zmq_ctx_term(ctx);
   });
   for (int i = 0; i < 100 && !bound; ++i) std::this_thread::sleep_for(20ms);
-  Process rx(bed_->in(bed_->rx, {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort),
-                                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--sink", "zmq",
-                                 "--sink-endpoint", "tcp://127.0.0.1:" + std::to_string(sink_port)}));
+  Process rx(bed_->in(
+      bed_->rx, {kAgent, "receive", "--endpoint", "tcp://0.0.0.0:" + std::to_string(kPort),
+                 "--connections", "2", "--chunk-bytes", std::to_string(kChunk), "--sink", "zmq",
+                 "--sink-endpoint", "tcp://127.0.0.1:" + std::to_string(sink_port)}));
   Process tx(sender_argv(bed_->rx_ip));
   EXPECT_EQ(tx.wait(120s), 0) << tx.err();
   EXPECT_EQ(rx.wait(60s), 0) << rx.err();

@@ -1,9 +1,9 @@
+#include "pipeline/governor.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
-
-#include "pipeline/governor.hpp"
 
 namespace numastream::adaptive {
 namespace {
@@ -40,7 +40,8 @@ TEST(Adaptive, NoGrowthWithoutSpareCpuOrRoom) {
   Window busy_neighbour = codec_bound();
   busy_neighbour.neighbour_busy = 1.9;  // 5% idle: growing would only take its CPU
   EXPECT_EQ(decide(busy_neighbour, limits(1, 3), "compress", "send").move, Move::none);
-  EXPECT_EQ(decide(codec_bound(), limits(1, 1), "compress", "send").move, Move::none) << "at the maximum";
+  EXPECT_EQ(decide(codec_bound(), limits(1, 1), "compress", "send").move, Move::none)
+      << "at the maximum";
 }
 
 TEST(Adaptive, ACodecWaitingOnTheRestShrinks) {
@@ -58,7 +59,8 @@ TEST(Adaptive, ACodecWaitingOnTheRestShrinks) {
   w.active = 1;
   w.busy = 0.3;
   w.blocked_input = 0.7;
-  EXPECT_EQ(decide(w, limits(1, 3), "compress", "send").move, Move::none) << "never below the minimum";
+  EXPECT_EQ(decide(w, limits(1, 3), "compress", "send").move, Move::none)
+      << "never below the minimum";
 }
 
 TEST(Adaptive, HysteresisConfirmsThenCoolsDown) {

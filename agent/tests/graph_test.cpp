@@ -22,9 +22,10 @@ namespace {
 using namespace std::chrono_literals;
 
 Config unpinned() {
-  return parse_config({{"endpoint", "tcp://127.0.0.1:5555"},
-                       {"placement", {{"mode", "os"}, {"stages", {{"compress", {{"threads", 3}}}}}}}},
-                      Role::send);
+  return parse_config(
+      {{"endpoint", "tcp://127.0.0.1:5555"},
+       {"placement", {{"mode", "os"}, {"stages", {{"compress", {{"threads", 3}}}}}}}},
+      Role::send);
 }
 
 TEST(StageGraph, EachStageClosesItsOutputOnceAfterItsLastWorkerAndTheNextDrainsIt) {
@@ -121,18 +122,20 @@ TEST(StageGraph, AFailingWorkerIsTheRunsErrorAndEveryStageStillEnds) {
   graph.add({.stage = Stage::source,
              .threads = 1,
              .what = [](int) { return std::string("source: "); },
-             .body = [&](StageThread&) {
-               for (int i = 0;; ++i) {
-                 if (!raw.push(i)) return;  // closed by the abort
-               }
-             }});
+             .body =
+                 [&](StageThread&) {
+                   for (int i = 0;; ++i) {
+                     if (!raw.push(i)) return;  // closed by the abort
+                   }
+                 }});
   graph.add({.stage = Stage::compress,
              .threads = 3,
              .what = [](int i) { return "compress " + std::to_string(i) + ": "; },
              .body =
                  [&](StageThread& t) {
                    while (auto v = t.next(raw)) {
-                     if (t.index == 1 && *v > 100) throw std::runtime_error("codec refused chunk " + std::to_string(*v));
+                     if (t.index == 1 && *v > 100)
+                       throw std::runtime_error("codec refused chunk " + std::to_string(*v));
                    }
                  }});
   graph.run();

@@ -3,11 +3,10 @@
 #include "obs/http.hpp"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
@@ -33,7 +32,8 @@ int connect_to(int port) {
 std::string probe(int port, const std::string& path, std::chrono::milliseconds timeout) {
   int fd = connect_to(port);
   if (fd < 0) return "";
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  timeval tv{static_cast<time_t>(timeout.count() / 1000),
+             static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
   (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
@@ -53,7 +53,8 @@ struct Idle {
 };
 
 TEST(MetricsServer, AnswersTheProbeWhileFiftyClientsSayNothing) {
-  MetricsServer server("127.0.0.1:0", [] { return std::string("numastream_up 1\n"); }, [] { return true; });
+  MetricsServer server(
+      "127.0.0.1:0", [] { return std::string("numastream_up 1\n"); }, [] { return true; });
   Idle idle;
   for (int i = 0; i < 50; ++i) {
     int fd = connect_to(server.port());
@@ -64,7 +65,9 @@ TEST(MetricsServer, AnswersTheProbeWhileFiftyClientsSayNothing) {
     const std::string health = probe(server.port(), "/healthz", std::chrono::milliseconds(1000));
     EXPECT_NE(health.find("200 OK"), std::string::npos) << "round " << round << ": " << health;
   }
-  EXPECT_NE(probe(server.port(), "/metrics", std::chrono::milliseconds(1000)).find("numastream_up 1"), std::string::npos);
+  EXPECT_NE(
+      probe(server.port(), "/metrics", std::chrono::milliseconds(1000)).find("numastream_up 1"),
+      std::string::npos);
 }
 
 // More silent clients than it serves at once: the oldest silent ones make room, the probe is
@@ -72,7 +75,8 @@ TEST(MetricsServer, AnswersTheProbeWhileFiftyClientsSayNothing) {
 TEST(MetricsServer, ClientsPastItsLimitDoNotLockTheProbeOut) {
   MetricsServer::Limits limits;
   limits.max_clients = 8;
-  MetricsServer server("127.0.0.1:0", [] { return std::string(); }, [] { return false; }, limits);
+  MetricsServer server(
+      "127.0.0.1:0", [] { return std::string(); }, [] { return false; }, limits);
   Idle idle;
   for (int i = 0; i < 40; ++i) idle.fds.push_back(connect_to(server.port()));
   const std::string health = probe(server.port(), "/healthz", std::chrono::milliseconds(1000));
@@ -83,7 +87,8 @@ TEST(MetricsServer, ClientsPastItsLimitDoNotLockTheProbeOut) {
 TEST(MetricsServer, ASilentClientIsClosedAtItsDeadline) {
   MetricsServer::Limits limits;
   limits.request_timeout = std::chrono::milliseconds(200);
-  MetricsServer server("127.0.0.1:0", [] { return std::string(); }, [] { return true; }, limits);
+  MetricsServer server(
+      "127.0.0.1:0", [] { return std::string(); }, [] { return true; }, limits);
   int fd = connect_to(server.port());
   ASSERT_GE(fd, 0);
   timeval tv{3, 0};

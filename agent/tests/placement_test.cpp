@@ -48,7 +48,8 @@ TEST(Placement, PaperGatewayReceiversNicLocalDecompressionElsewhere) {
   Topology t = fixture("paper-gateway");
   auto allowed = parse_cpulist("0-31");
   Placement p = place(t, allowed, 1,
-                      {stage(Stage::receive, 4, "nic"), stage(Stage::decompress, 4, "0"), stage(Stage::io, 4, "nic")});
+                      {stage(Stage::receive, 4, "nic"), stage(Stage::decompress, 4, "0"),
+                       stage(Stage::io, 4, "nic")});
   EXPECT_EQ(nodes_of(p, Stage::receive), std::set<int>{1});
   EXPECT_EQ(nodes_of(p, Stage::io), std::set<int>{1});
   EXPECT_EQ(nodes_of(p, Stage::decompress), std::set<int>{0});
@@ -144,7 +145,8 @@ TEST(Placement, SingleNodeVmPlacesEverythingOnNodeZero) {
 TEST(Placement, ThreadsKeepRequestOrderInTheResult) {
   Topology t = fixture("paper-gateway");
   Placement p = place(t, parse_cpulist("0-31"), 1,
-                      {stage(Stage::source, 1, "any"), stage(Stage::compress, 2, "spread"), stage(Stage::send, 2, "nic")});
+                      {stage(Stage::source, 1, "any"), stage(Stage::compress, 2, "spread"),
+                       stage(Stage::send, 2, "nic")});
   ASSERT_EQ(p.threads.size(), 5u);
   EXPECT_EQ(p.threads[0].stage, Stage::source);
   EXPECT_EQ(p.threads[1].stage, Stage::compress);
@@ -173,11 +175,13 @@ TEST(Placement, ThreadsTakeACoreEachBeforeSharingOneWithASibling) {
   Placement p = place(t, parse_cpulist("16-19"), 1, {stage(Stage::receive, 2, "nic")});
   ASSERT_EQ(p.threads.size(), 2u);
   EXPECT_EQ(p.threads[0].cpu, 16);
-  EXPECT_EQ(p.threads[1].cpu, 18) << "the second receiving thread takes the other core, not 16's sibling";
+  EXPECT_EQ(p.threads[1].cpu, 18)
+      << "the second receiving thread takes the other core, not 16's sibling";
   p = place(t, parse_cpulist("16-19"), 1, {stage(Stage::receive, 3, "nic")});
   std::set<int> cpus;
   for (const auto& th : p.threads) cpus.insert(th.cpu);
-  EXPECT_EQ(cpus, (std::set<int>{16, 17, 18})) << "a third thread takes a sibling only once each core has one";
+  EXPECT_EQ(cpus, (std::set<int>{16, 17, 18}))
+      << "a third thread takes a sibling only once each core has one";
   // Without the kernel's core ids every CPU is a core of its own: lowest ids first, as before.
   t.core_of.clear();
   p = place(t, parse_cpulist("16-19"), 1, {stage(Stage::receive, 2, "nic")});
@@ -186,7 +190,8 @@ TEST(Placement, ThreadsTakeACoreEachBeforeSharingOneWithASibling) {
 }
 
 TEST(Placement, OsModePinsNothing) {
-  Placement p = place_os({stage(Stage::receive, 2, "nic"), stage(Stage::decompress, 3, "spread")}, 1);
+  Placement p =
+      place_os({stage(Stage::receive, 2, "nic"), stage(Stage::decompress, 3, "spread")}, 1);
   ASSERT_EQ(p.threads.size(), 5u);
   for (const auto& th : p.threads) {
     EXPECT_EQ(th.cpu, -1);

@@ -83,12 +83,15 @@ TEST(ReceiverPools, HoldWhatTheConnectionsHaveInFlightAndWhatEachSinkKeeps) {
     EXPECT_EQ(p.reorder_window, k.window) << k.name;
     EXPECT_EQ(p.slack, k.slack) << k.name;
     EXPECT_EQ(p.raw_buffers, k.buffers) << k.name;
-    EXPECT_EQ(p.raw_capacity, wire::kHeaderSize + (k.sink == K::hdf5 ? max_encoded_size(c.chunk_bytes) : c.chunk_bytes))
+    EXPECT_EQ(
+        p.raw_capacity,
+        wire::kHeaderSize + (k.sink == K::hdf5 ? max_encoded_size(c.chunk_bytes) : c.chunk_bytes))
         << k.name;
   }
   Config c = base();
   c.reorder_window = 100;
-  EXPECT_EQ(plan_receiver_pools(c, 1, 1).reorder_window, 100u) << "the configured window is the least";
+  EXPECT_EQ(plan_receiver_pools(c, 1, 1).reorder_window, 100u)
+      << "the configured window is the least";
 }
 
 // Consumers share a chunk's buffer, but each may hold others: the pool covers every one's queue
@@ -109,7 +112,8 @@ TEST(ReceiverPools, SeveralConsumersEachHoldTheirOwn) {
   EXPECT_EQ(p.raw_buffers, 4u + 4 + 2 * (4 + 26 + 8));
   EXPECT_EQ(p.raw_capacity, wire::kHeaderSize + max_encoded_size(c.chunk_bytes));
   c.consumers.pop_back();
-  EXPECT_EQ(plan_receiver_pools(c, 2, 4).raw_buffers, 4u + 4 + (4 + 26 + 8)) << "one consumer fewer";
+  EXPECT_EQ(plan_receiver_pools(c, 2, 4).raw_buffers, 4u + 4 + (4 + 26 + 8))
+      << "one consumer fewer";
 }
 
 }  // namespace

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
 
 #include "codec/codec.hpp"
 #include "codec/hdf5_lz4.hpp"
@@ -45,7 +45,8 @@ std::array<std::uint8_t, 3> scale(double t) {
 std::vector<std::uint16_t> pattern() {
   std::vector<std::uint16_t> f(256 * 256);
   for (std::size_t r = 0; r < 256; ++r) {
-    for (std::size_t c = 0; c < 256; ++c) f[r * 256 + c] = r < 32 && c < 32 ? 0xffff : c < 128 ? 1 : 10000;
+    for (std::size_t c = 0; c < 256; ++c)
+      f[r * 256 + c] = r < 32 && c < 32 ? 0xffff : c < 128 ? 1 : 10000;
   }
   return f;
 }
@@ -55,9 +56,10 @@ TEST(PreviewImage, BinsToFitMarksMaskedPixelsAndScalesLogarithmically) {
   const image::Rgb img = image::render(frame, "uint16", 256, 256, 100);  // 3 x 3 blocks
   EXPECT_EQ(img.width, 86u);
   EXPECT_EQ(img.height, 86u);
-  const auto masked = std::array<std::uint8_t, 3>{image::kMasked[0], image::kMasked[1], image::kMasked[2]};
+  const auto masked =
+      std::array<std::uint8_t, 3>{image::kMasked[0], image::kMasked[1], image::kMasked[2]};
   EXPECT_EQ(at(img, 0, 0), masked);
-  EXPECT_EQ(at(img, 9, 9), masked);  // rows and cols 27-29: all masked
+  EXPECT_EQ(at(img, 9, 9), masked);    // rows and cols 27-29: all masked
   EXPECT_NE(at(img, 10, 10), masked);  // 30-32: partly, shown as the rest of the block
   EXPECT_EQ(at(img, 50, 10), scale(0));
   EXPECT_EQ(at(img, 50, 80), scale(1));
@@ -67,7 +69,8 @@ TEST(PreviewImage, BinsToFitMarksMaskedPixelsAndScalesLogarithmically) {
 
 TEST(PreviewImage, RefusesBytesThatAreNotTheFrameItIsToldAndUnknownTypes) {
   const auto frame = u16(pattern());
-  EXPECT_THROW(image::render(std::span(frame).first(1000), "uint16", 256, 256, 512), std::invalid_argument);
+  EXPECT_THROW(image::render(std::span(frame).first(1000), "uint16", 256, 256, 512),
+               std::invalid_argument);
   EXPECT_THROW(image::render(frame, "complex64", 256, 128, 512), std::invalid_argument);
   EXPECT_THROW(image::render(frame, "uint16", 0, 256, 512), std::invalid_argument);
   // rows x cols that overflow must not pass the size check.
@@ -77,8 +80,10 @@ TEST(PreviewImage, RefusesBytesThatAreNotTheFrameItIsToldAndUnknownTypes) {
   std::vector<std::byte> nb(nans.size() * 4);
   std::memcpy(nb.data(), nans.data(), nb.size());
   const image::Rgb all = image::render(nb, "float32", 4, 4, 512);
-  EXPECT_EQ(at(all, 3, 3), (std::array<std::uint8_t, 3>{image::kMasked[0], image::kMasked[1], image::kMasked[2]}));
-  const image::Rgb flat = image::render(u16(std::vector<std::uint16_t>(16, 7)), "uint16", 4, 4, 512);
+  EXPECT_EQ(at(all, 3, 3),
+            (std::array<std::uint8_t, 3>{image::kMasked[0], image::kMasked[1], image::kMasked[2]}));
+  const image::Rgb flat =
+      image::render(u16(std::vector<std::uint16_t>(16, 7)), "uint16", 4, 4, 512);
   EXPECT_EQ(at(flat, 2, 2), scale(0));
 }
 
@@ -93,11 +98,14 @@ TEST(PreviewImage, ThePngHoldsTheImageAsZlibWroteIt) {
   // IDAT: the rows, each after its filter byte (0), deflated.
   const auto idat = png.find("IDAT");
   ASSERT_NE(idat, std::string::npos);
-  const std::uint32_t len = (std::uint8_t(png[idat - 4]) << 24) | (std::uint8_t(png[idat - 3]) << 16) |
+  const std::uint32_t len = (std::uint8_t(png[idat - 4]) << 24) |
+                            (std::uint8_t(png[idat - 3]) << 16) |
                             (std::uint8_t(png[idat - 2]) << 8) | std::uint8_t(png[idat - 1]);
   std::string raw(2 * (1 + 9), '\0');
   uLongf n = raw.size();
-  ASSERT_EQ(uncompress(reinterpret_cast<Bytef*>(raw.data()), &n, reinterpret_cast<const Bytef*>(png.data() + idat + 4), len), Z_OK);
+  ASSERT_EQ(uncompress(reinterpret_cast<Bytef*>(raw.data()), &n,
+                       reinterpret_cast<const Bytef*>(png.data() + idat + 4), len),
+            Z_OK);
   ASSERT_EQ(n, raw.size());
   EXPECT_EQ(raw[0], 0);
   EXPECT_EQ(std::uint8_t(raw[1 + 8]), 80);
@@ -154,8 +162,8 @@ TEST(Preview, DecodesCompressedFramesAndStreamV2Images) {
   Compressor comp(Codec::bslz4, 1, frame.size(), 2);
   std::vector<std::byte> packed(max_encoded_size(frame.size()));
   packed.resize(comp.compress(frame, packed).size);
-  const auto message = stream2::build_image(5, "u5", 11, {256, 256}, "uint16", stream2::Compression::bslz4,
-                                            {{"threshold_1", packed}});
+  const auto message = stream2::build_image(5, "u5", 11, {256, 256}, "uint16",
+                                            stream2::Compression::bslz4, {{"threshold_1", packed}});
   Preview p(512, 0ms);
   const auto start = stream2::build_start(5, "u5", 100);
   p.offer(2, 39, Codec::none, 0, start.size(), start, R"({"dtype":"stream2"})");
@@ -165,8 +173,9 @@ TEST(Preview, DecodesCompressedFramesAndStreamV2Images) {
   EXPECT_EQ(get(p, "/preview/stream/2.png").body, expected);
   // LZ4 in the HDF5 filter's framing (32004), beside a channel it does not show.
   const auto framed = hdf5_lz4::encode(frame);
-  const auto lz4_message = stream2::build_image(5, "u5", 12, {256, 256}, "uint16", stream2::Compression::lz4,
-                                                {{"difference", framed}, {"threshold_1", framed}});
+  const auto lz4_message =
+      stream2::build_image(5, "u5", 12, {256, 256}, "uint16", stream2::Compression::lz4,
+                           {{"difference", framed}, {"threshold_1", framed}});
   p.offer(2, 41, Codec::none, 0, lz4_message.size(), lz4_message, R"({"dtype":"stream2"})");
   EXPECT_EQ(get(p, "/preview/stream/2.png").body, expected);
 }
@@ -188,15 +197,17 @@ TEST(Preview, AnswersWhatItCannotShowWithTheReason) {
   const auto streams = nlohmann::json::parse(get(p, "/preview/streams.json").body);
   ASSERT_EQ(streams.size(), 3u);
   EXPECT_NE(streams[0]["error"].get<std::string>().find("does not decode"), std::string::npos);
-  for (const char* path : {"/preview/stream/x.png", "/preview/stream/.png", "/preview/stream/99999999999.png",
-                           "/preview/stream/4294967296.png", "/preview/stream/9.png", "/preview/stream/0.jpg"}) {
+  for (const char* path :
+       {"/preview/stream/x.png", "/preview/stream/.png", "/preview/stream/99999999999.png",
+        "/preview/stream/4294967296.png", "/preview/stream/9.png", "/preview/stream/0.jpg"}) {
     EXPECT_EQ(get(p, path).code, 404) << path;
   }
   EXPECT_FALSE(p.answer("/metrics")) << "not the preview's";
   // A well-formed message whose framing claims a frame of 2^40 bytes is not decoded into memory.
   std::vector<std::byte> huge(16);
   huge[2] = std::byte{1};  // 2^40 raw bytes, big-endian
-  const auto claim = stream2::build_image(1, "u", 0, {1u << 20, 1u << 19}, "uint16", stream2::Compression::lz4, {{"t1", huge}});
+  const auto claim = stream2::build_image(1, "u", 0, {1u << 20, 1u << 19}, "uint16",
+                                          stream2::Compression::lz4, {{"t1", huge}});
   p.offer(4, 0, Codec::none, 0, claim.size(), claim, R"({"dtype":"stream2"})");
   r = get(p, "/preview/stream/4.png");
   EXPECT_EQ(r.code, 503);

@@ -23,16 +23,20 @@
 namespace numastream::testing {
 
 std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra) {
-  std::vector<std::string> a = {NUMASTREAM_AGENT, "receive", "--endpoint", ep(port), "--connections",
-                                std::to_string(connections), "--chunk-bytes", std::to_string(1 << 20),
+  std::vector<std::string> a = {NUMASTREAM_AGENT, "receive",
+                                "--endpoint",     ep(port),
+                                "--connections",  std::to_string(connections),
+                                "--chunk-bytes",  std::to_string(1 << 20),
                                 "--idle-timeout", "20"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
 
 std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra) {
-  std::vector<std::string> a = {NUMASTREAM_AGENT, "send", "--endpoint", ep(port), "--connections",
-                                std::to_string(connections), "--chunk-bytes", std::to_string(1 << 20),
+  std::vector<std::string> a = {NUMASTREAM_AGENT,    "send",
+                                "--endpoint",        ep(port),
+                                "--connections",     std::to_string(connections),
+                                "--chunk-bytes",     std::to_string(1 << 20),
                                 "--connect-timeout", "10"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
@@ -167,8 +171,9 @@ int free_ports(int count) {
   // sender then streamed into another test's receiver).
   static std::mt19937 rng = [] {
     std::random_device rd;
-    std::seed_seq seq{rd(), rd(), static_cast<unsigned>(getpid()),
-                      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())};
+    std::seed_seq seq{
+        rd(), rd(), static_cast<unsigned>(getpid()),
+        static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())};
     return std::mt19937(seq);
   }();
   const int low = 15000, high = std::min(30000, ephemeral_low()) - count;
@@ -210,13 +215,15 @@ nlohmann::json summary(const Process& p) {
   auto end = out.find_last_not_of('\n');
   if (end == std::string::npos) return nlohmann::json();
   auto start = out.rfind('\n', end);
-  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr, false);
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
+                               nullptr, false);
 }
 
 std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
 Tmpfs::Tmpfs(std::string dir, const std::string& size) : dir_(std::move(dir)) {
-  mounted_ = std::system(("mount -t tmpfs -o size=" + size + " numastream-test " + dir_).c_str()) == 0;
+  mounted_ =
+      std::system(("mount -t tmpfs -o size=" + size + " numastream-test " + dir_).c_str()) == 0;
 }
 
 Tmpfs::~Tmpfs() {

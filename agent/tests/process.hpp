@@ -4,10 +4,9 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace numastream::testing {
 
@@ -37,10 +36,10 @@ class Process {
 // run its real parts here then fails instead of skipping.
 bool require_real();
 // Skips the current test saying why, or fails it when the run must be real.
-#define NUMASTREAM_SKIP_OR_FAIL(why)                                                            \
-  do {                                                                                          \
+#define NUMASTREAM_SKIP_OR_FAIL(why)                                                           \
+  do {                                                                                         \
     if (::numastream::testing::require_real()) FAIL() << "NUMASTREAM_REQUIRE_REAL=1: " << why; \
-    GTEST_SKIP() << why;                                                                        \
+    GTEST_SKIP() << why;                                                                       \
   } while (0)
 
 // The agent's command lines on 127.0.0.1 with 1 MiB chunks: a receiver (idle limit 20 s) and a

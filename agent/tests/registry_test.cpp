@@ -30,16 +30,19 @@ TEST(MetricRegistry, WritesHelpTypeAndSamplesWithItsOwnLabelsFirst) {
             "numastream_depth{role=\"send\",queue=\"raw\"} 1\n"
             "numastream_depth{role=\"send\",queue=\"wire\"} 2.5\n");
   chunks = 12345678901234.0;  // read at each scrape, written exactly
-  EXPECT_NE(m.text().find("numastream_chunks_total{role=\"send\"} 12345678901234\n"), std::string::npos);
+  EXPECT_NE(m.text().find("numastream_chunks_total{role=\"send\"} 12345678901234\n"),
+            std::string::npos);
 }
 
 TEST(MetricRegistry, EscapesLabelValuesAndHelpAndSpellsNonFiniteValuesAsPrometheusDoes) {
   MetricRegistry m;
-  m.add("numastream_gaps", MetricType::gauge, "A help text with a \\ and a\nnewline.", [](MetricSamples& s) {
-    s.add({{"gap", "stream 0: \"chunks\" 1-2\\3\nnext"}}, std::numeric_limits<double>::quiet_NaN());
-    s.add({{"gap", "b"}}, std::numeric_limits<double>::infinity());
-    s.add({{"gap", "c"}}, -std::numeric_limits<double>::infinity());
-  });
+  m.add("numastream_gaps", MetricType::gauge, "A help text with a \\ and a\nnewline.",
+        [](MetricSamples& s) {
+          s.add({{"gap", "stream 0: \"chunks\" 1-2\\3\nnext"}},
+                std::numeric_limits<double>::quiet_NaN());
+          s.add({{"gap", "b"}}, std::numeric_limits<double>::infinity());
+          s.add({{"gap", "c"}}, -std::numeric_limits<double>::infinity());
+        });
   EXPECT_EQ(m.text(),
             "# HELP numastream_gaps A help text with a \\\\ and a\\nnewline.\n"
             "# TYPE numastream_gaps gauge\n"
@@ -68,20 +71,30 @@ TEST(MetricRegistry, RefusesWhatAScraperWouldMisreadNamingTheMetric) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   };
-  refused([&] { m.gauge("numastream_up", "Again.", [] { return 0; }); }, "numastream_up is declared twice");
-  refused([&] { m.gauge("numastream_no_help", "", [] { return 0; }); }, "numastream_no_help has no help text");
-  refused([&] { m.counter("numastream_chunks", "Chunks.", [] { return 0; }); }, "a counter's name ends in _total");
-  refused([&] { m.gauge("numastream_chunks_total", "Chunks.", [] { return 0; }); }, "ending in _total is a counter's");
-  refused([&] { m.gauge("numastream-bad", "Bad.", [] { return 0; }); }, "'numastream-bad' is not a Prometheus metric name");
-  refused([&] { m.gauge("9numastream", "Bad.", [] { return 0; }); }, "not a Prometheus metric name");
+  refused([&] { m.gauge("numastream_up", "Again.", [] { return 0; }); },
+          "numastream_up is declared twice");
+  refused([&] { m.gauge("numastream_no_help", "", [] { return 0; }); },
+          "numastream_no_help has no help text");
+  refused([&] { m.counter("numastream_chunks", "Chunks.", [] { return 0; }); },
+          "a counter's name ends in _total");
+  refused([&] { m.gauge("numastream_chunks_total", "Chunks.", [] { return 0; }); },
+          "ending in _total is a counter's");
+  refused([&] { m.gauge("numastream-bad", "Bad.", [] { return 0; }); },
+          "'numastream-bad' is not a Prometheus metric name");
+  refused([&] { m.gauge("9numastream", "Bad.", [] { return 0; }); },
+          "not a Prometheus metric name");
   refused([] { MetricRegistry bad({{"ro le", "x"}}); }, "label name 'ro le'");
 
   // A label is checked when written: the first scrape finds it.
   MetricRegistry bad_label({{"role", "receive"}});
-  bad_label.add("numastream_a", MetricType::gauge, "A.", [](MetricSamples& s) { s.add({{"__reserved", "x"}}, 1); });
+  bad_label.add("numastream_a", MetricType::gauge, "A.", [](MetricSamples& s) {
+    s.add({{"__reserved", "x"}}, 1);
+  });
   refused([&] { (void)bad_label.text(); }, "numastream_a: label name '__reserved'");
   MetricRegistry own_label({{"role", "receive"}});
-  own_label.add("numastream_b", MetricType::gauge, "B.", [](MetricSamples& s) { s.add({{"role", "send"}}, 1); });
+  own_label.add("numastream_b", MetricType::gauge, "B.", [](MetricSamples& s) {
+    s.add({{"role", "send"}}, 1);
+  });
   refused([&] { (void)own_label.text(); }, "label 'role' is the registry's own");
 }
 
@@ -93,7 +106,8 @@ TEST(MetricRegistry, DeclaringWhileScrapingIsSafe) {
   std::thread scraper([&] {
     while (!done) (void)m.text();
   });
-  for (int i = 0; i < 500; ++i) m.gauge("numastream_g" + std::to_string(i), "G.", [i] { return i; });
+  for (int i = 0; i < 500; ++i)
+    m.gauge("numastream_g" + std::to_string(i), "G.", [i] { return i; });
   done = true;
   scraper.join();
   EXPECT_EQ(m.families().size(), 500u);

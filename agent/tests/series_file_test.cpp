@@ -44,9 +44,10 @@ std::string temp_dir() {
   f.flush();
   std::vector<std::byte> pixels(256 * 256 * 2);
   for (std::uint64_t id = 0; id < 100000; ++id) {
-    for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::byte>((i + id) * 7);
-    const auto image = stream2::build_image(1, "crash", id, {256, 256}, "uint16", stream2::Compression::none,
-                                            {{"threshold_1", pixels}});
+    for (std::size_t i = 0; i < pixels.size(); ++i)
+      pixels[i] = static_cast<std::byte>((i + id) * 7);
+    const auto image = stream2::build_image(1, "crash", id, {256, 256}, "uint16",
+                                            stream2::Compression::none, {{"threshold_1", pixels}});
     f.write_image(image, id);
     f.record(id + 1);  // message sequence = image id + 1 (the start message is 0)
     f.flush();
@@ -84,17 +85,20 @@ TEST(SeriesFile, AGatewayKilledAtAnyMomentLeavesNoRecordOfAnImageTheFileLacks) {
       for (const auto& [channel, written] : f->images()) ids.insert(written.begin(), written.end());
       for (std::uint64_t seq : f->sequences_held()) {
         if (seq == 0) continue;
-        EXPECT_TRUE(ids.count(seq - 1)) << (direct ? "direct" : "buffered") << " trial " << trial << ": message " << seq
-                                        << " is recorded but image " << seq - 1 << " is not in the file ("
-                                        << ids.size() << " images, " << f->sequences_held().size() << " recorded)";
+        EXPECT_TRUE(ids.count(seq - 1))
+            << (direct ? "direct" : "buffered") << " trial " << trial << ": message " << seq
+            << " is recorded but image " << seq - 1 << " is not in the file (" << ids.size()
+            << " images, " << f->sequences_held().size() << " recorded)";
       }
       checked_images += static_cast<int>(ids.size());
       f->close();
     }
   }
   EXPECT_GT(opened, 0);
-  std::printf("%d files left by a killed writer opened (%d did not), %d images in them checked against the record\n",
-              opened, unopenable, checked_images);
+  std::printf(
+      "%d files left by a killed writer opened (%d did not), %d images in them checked against the "
+      "record\n",
+      opened, unopenable, checked_images);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "data/spill.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -20,19 +20,21 @@ std::string temp_dir() {
 
 std::vector<std::byte> frame(std::size_t size, int tag) {
   std::vector<std::byte> f(size);
-  for (std::size_t i = 0; i < size; ++i) f[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(tag)) & 0xFF);
+  for (std::size_t i = 0; i < size; ++i)
+    f[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(tag)) & 0xFF);
   return f;
 }
 
 std::size_t seg_files(const std::string& dir) {
   std::size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().extension() == ".seg";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    n += e.path().extension() == ".seg";
   return n;
 }
 
 TEST(Spill, FramesComeBackInOrderAcrossSegments) {
   const std::string dir = temp_dir();
-  SpillStore s(dir, 7, 64 << 20);  // segments of 8 MiB
+  SpillStore s(dir, 7, 64 << 20);                                         // segments of 8 MiB
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(s.append(frame(1 << 20, i)));  // ~5 segments
   EXPECT_EQ(s.frames(), 40u);
   EXPECT_EQ(s.pending_bytes(), 40u << 20);
@@ -101,7 +103,10 @@ TEST(Spill, AnEmptyStoreRemovesItsFilesAndOneWithFramesLeavesThemForTheNextProce
     first.read(out);
   }
   EXPECT_EQ(seg_files(dir), 0u) << "read through: nothing left";
-  { SpillStore first(dir, 3, 8 << 20); first.append(frame(1000, 1)); }
+  {
+    SpillStore first(dir, 3, 8 << 20);
+    first.append(frame(1000, 1));
+  }
   EXPECT_EQ(seg_files(dir), 1u) << "a frame never read stays on disk";
   {
     SpillStore a(dir, 3, 8 << 20);  // no recovery: what the earlier process left is removed
@@ -122,11 +127,13 @@ TEST(Spill, AnEarlierProcessesFramesAreRecoveredInOrderUpToACutRecord) {
     SpillStore first(dir, 5, 8 << 20);  // segments of 1 MiB: 4 frames of 300 KiB fill one
     for (int i = 0; i < 8; ++i) ASSERT_TRUE(first.append(frame(300 << 10, i)));
     std::vector<std::byte> out(300 << 10);
-    for (int i = 0; i < 5; ++i) first.read(out);  // segment 0 read through and removed, frame 4 read out
+    for (int i = 0; i < 5; ++i)
+      first.read(out);  // segment 0 read through and removed, frame 4 read out
   }
   // A crash while writing a ninth record: its length and half of it.
   std::string last;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) last = std::max(last, e.path().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    last = std::max(last, e.path().string());
   {
     FILE* f = std::fopen(last.c_str(), "ab");
     const std::uint32_t n = 300 << 10;
@@ -145,7 +152,8 @@ TEST(Spill, AnEarlierProcessesFramesAreRecoveredInOrderUpToACutRecord) {
   // acknowledged: it comes again) and the cut record.
   EXPECT_EQ(s.recovered().frames, 4u);
   EXPECT_EQ(s.recovered().dropped_bytes, 4u + (150 << 10));
-  EXPECT_NE(s.recovered().why_dropped.find("cut short"), std::string::npos) << s.recovered().why_dropped;
+  EXPECT_NE(s.recovered().why_dropped.find("cut short"), std::string::npos)
+      << s.recovered().why_dropped;
   EXPECT_EQ(seen_sizes, std::vector<std::size_t>(4, 300 << 10));
   ASSERT_TRUE(s.append(frame(1000, 42)));
   std::vector<std::byte> out(300 << 10);
@@ -164,7 +172,8 @@ TEST(Spill, ARefusedRecordEndsTheRecoveryAndLaterSegmentsGo) {
   const std::string dir = temp_dir();
   {
     SpillStore first(dir, 6, 8 << 20);
-    for (int i = 0; i < 10; ++i) ASSERT_TRUE(first.append(frame(300 << 10, i)));  // segments 0-3, 4-7, 8-9
+    for (int i = 0; i < 10; ++i)
+      ASSERT_TRUE(first.append(frame(300 << 10, i)));  // segments 0-3, 4-7, 8-9
   }
   int n = 0;
   SpillStore s(dir, 6, 8 << 20, [&](std::span<const std::byte>, std::size_t) { return n++ < 5; });
@@ -198,7 +207,8 @@ TEST(Spill, AHeldFrameStaysOnDiskUntilReleasedAndANextProcessRecoversIt) {
     EXPECT_EQ(s.disk_bytes(), 8u * (4 + (256 << 10)));
     s.release(tokens[7]);
     s.release(tokens[3]);
-    EXPECT_EQ(s.disk_bytes(), 4u * (4 + (256 << 10))) << "the first segment released, the second still held";
+    EXPECT_EQ(s.disk_bytes(), 4u * (4 + (256 << 10)))
+        << "the first segment released, the second still held";
     // The process dies with frames 4-6 held: its segment stays for the next process.
   }
   SpillStore next(dir, 5, 8 << 20, accept);

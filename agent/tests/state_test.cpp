@@ -35,7 +35,8 @@ TEST(StreamState, OneHolderAtATime) {
     StreamState second(dir, 0, 0.3);
     FAIL() << "two senders of one stream held its record";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("another sender of stream 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("another sender of stream 0"), std::string::npos)
+        << e.what();
   }
   StreamState other_stream(dir, 1, 0.3);  // another stream's record is another lock
   first.reset();
@@ -59,7 +60,8 @@ TEST(StreamState, KeepsTheDeclaredGaps) {
   std::string dir = temp_dir();
   {
     StreamState s(dir, 4, 1);
-    s.save(30, {}, {{10, 15, wire::GapReason::sender_restarted}, {20, 21, wire::GapReason::spill_full}});
+    s.save(30, {},
+           {{10, 15, wire::GapReason::sender_restarted}, {20, 21, wire::GapReason::spill_full}});
   }
   StreamState s(dir, 4, 1);
   EXPECT_EQ(s.gaps(), (std::vector<wire::Gap>{{10, 15, wire::GapReason::sender_restarted},

@@ -83,7 +83,8 @@ struct Consumer {
       if (zmq_poll(&item, 1, 200) <= 0) continue;
       zmq_msg_t m;
       zmq_msg_init(&m);
-      if (zmq_msg_recv(&m, pull, 0) >= 0) got.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
+      if (zmq_msg_recv(&m, pull, 0) >= 0)
+        got.emplace_back(static_cast<const char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
       zmq_msg_close(&m);
     }
     return got;

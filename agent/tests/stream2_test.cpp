@@ -2,13 +2,11 @@
 // simulator replays messages recorded from a real EIGER2 R 500K, the sender carries them, the
 // gateway re-emits them on its stream2 sink, and a consumer written for the detector (a PULL
 // socket) reads them there.
-#include <gtest/gtest.h>
+#include "detector/stream2.hpp"
 
-#include <map>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <zmq.h>
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -16,10 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
-#include "detector/stream2.hpp"
 #include "process.hpp"
 #include "stream2_fixture.hpp"
 #include "wire/wire.hpp"
@@ -33,11 +32,12 @@ namespace fs = std::filesystem;
 
 const std::string kAgent = NUMASTREAM_AGENT;
 
-#define SKIP_WITHOUT_RECORDINGS(dir)                                                                  \
-  do {                                                                                                \
-    if ((dir).empty()) {                                                                              \
-      NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA ") are absent"); \
-    }                                                                                                 \
+#define SKIP_WITHOUT_RECORDINGS(dir)                                                           \
+  do {                                                                                         \
+    if ((dir).empty()) {                                                                       \
+      NUMASTREAM_SKIP_OR_FAIL("the real EIGER2 Stream V2 recordings (" NUMASTREAM_STREAM2_DATA \
+                              ") are absent");                                                 \
+    }                                                                                          \
   } while (0)
 
 struct Passage {
@@ -50,31 +50,34 @@ struct Passage {
 // The sender is ended with SIGINT once the consumer has `want` messages (or gave up). With
 // `relay`, the gateway is a pod's two containers: a relay takes the connection and forwards over
 // IPC to the receiver.
-Passage through_the_gateway(const fs::path& dir, std::size_t want, std::vector<std::string> detector_flags = {},
-                            bool relay = false) {
+Passage through_the_gateway(const fs::path& dir, std::size_t want,
+                            std::vector<std::string> detector_flags = {}, bool relay = false) {
   const int port = free_ports(4);
   Passage run;
   const std::string ipc = "ipc://" + temp_dir() + "/stream.sock";
-  Process rx({kAgent, "receive", "--endpoint", relay ? ipc : ep(port), "--chunk-bytes", std::to_string(4 << 20),
-              "--sink", "stream2", "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
+  Process rx({kAgent, "receive", "--endpoint", relay ? ipc : ep(port), "--chunk-bytes",
+              std::to_string(4 << 20), "--sink", "stream2", "--sink-endpoint", ep(port + 1),
+              "--idle-timeout", "30"});
   std::optional<Process> relaying;
   if (relay) {
-    relaying.emplace(std::vector<std::string>{kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port),
-                                              "--chunk-bytes", std::to_string(4 << 20), "--sink", "zmq",
-                                              "--sink-endpoint", ipc});
+    relaying.emplace(std::vector<std::string>{
+        kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--chunk-bytes",
+        std::to_string(4 << 20), "--sink", "zmq", "--sink-endpoint", ipc});
   }
   Consumer consumer(ep(port + 1));
-  std::vector<std::string> det = {kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", dir.string(), "--start",
-                                  "--linger-s", "5"};
+  std::vector<std::string> det = {kAgent,       "detector-sim", "--endpoint",
+                                  ep(port + 2), "--replay",     dir.string(),
+                                  "--start",    "--linger-s",   "5"};
   det.insert(det.end(), detector_flags.begin(), detector_flags.end());
   Process detector(det);
-  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
-              "--source-endpoint", ep(port + 2), "--connect-timeout", "10", "--metrics-listen",
-              "127.0.0.1:" + std::to_string(port + 3)});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--source", "stream2", "--source-endpoint", ep(port + 2), "--connect-timeout", "10",
+              "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)});
   run.consumed = consumer.take(want, 60s);
   // The detector pauses after its series: what the gateway took is acknowledged all the same
   // (the sending threads read acknowledgements while they have nothing to send).
-  const std::string acked = "numastream_chunks_acknowledged{role=\"send\"} " + std::to_string(run.consumed.size()) + "\n";
+  const std::string acked =
+      "numastream_chunks_acknowledged{role=\"send\"} " + std::to_string(run.consumed.size()) + "\n";
   for (int i = 0; i < 100 && http_get(port + 3, "/metrics").find(acked) == std::string::npos; ++i) {
     std::this_thread::sleep_for(100ms);
   }
@@ -111,10 +114,15 @@ TEST(Stream2, ParseReadsTheRecordingsRoutingFieldsAsLibcborDoes) {
       std::map<std::string, std::string> fields;
       std::vector<std::string> skipped;
       std::string walk_error;
-      ASSERT_TRUE(stream2::walk(msg, [&](const std::string& path, const stream2::Value& v) {
-        if (v.kind == stream2::Value::Kind::text) fields[path] = std::string(v.s);
-        if (v.kind == stream2::Value::Kind::unsigned_integer) fields[path] = std::to_string(v.u);
-      }, skipped, walk_error)) << f << ": " << walk_error;
+      ASSERT_TRUE(stream2::walk(
+          msg,
+          [&](const std::string& path, const stream2::Value& v) {
+            if (v.kind == stream2::Value::Kind::text) fields[path] = std::string(v.s);
+            if (v.kind == stream2::Value::Kind::unsigned_integer)
+              fields[path] = std::to_string(v.u);
+          },
+          skipped, walk_error))
+          << f << ": " << walk_error;
       EXPECT_EQ(fields["type"], stream2::type_name(m->type)) << f;
       EXPECT_EQ(fields["series_id"], std::to_string(m->series_id)) << f;
       EXPECT_EQ(fields["series_unique_id"], m->series_unique_id) << f;
@@ -138,10 +146,12 @@ TEST(Stream2, TheBareForwarderPassesTheMessagesOnAsTheyAre) {
   const int port = free_ports(2);
   Process fwd({kAgent, "forward", "--from", ep(port), "--to", ep(port + 1)});
   Consumer consumer(ep(port + 1));
-  Process detector({kAgent, "detector-sim", "--endpoint", ep(port), "--replay", dir.string(), "--start", "--linger-s", "5"});
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port), "--replay", dir.string(),
+                    "--start", "--linger-s", "5"});
   const auto consumed = consumer.take(expected.size(), 30s);
   ASSERT_EQ(consumed.size(), expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(consumed[i] == expected[i]) << "message " << i;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(consumed[i] == expected[i]) << "message " << i;
   EXPECT_EQ(detector.wait(30s), 0) << detector.err();
   fwd.signal(SIGINT);
   ASSERT_EQ(fwd.wait(30s), 0) << fwd.err();
@@ -159,7 +169,8 @@ TEST(Stream2, TheBareForwarderPassesTheMessagesOnAsTheyAre) {
 TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
   const std::string data = recordings();
   SKIP_WITHOUT_RECORDINGS(data);
-  for (const char* series : {"r500k_bm_bslz4_16bit", "r500k_bm_bslz4_8bit", "r500k_bm_bslz4_32bit", "r500k_bm_lz4_16bit"}) {
+  for (const char* series : {"r500k_bm_bslz4_16bit", "r500k_bm_bslz4_8bit", "r500k_bm_bslz4_32bit",
+                             "r500k_bm_lz4_16bit"}) {
     SCOPED_TRACE(series);
     const fs::path dir = fs::path(data) / series;
     const auto expected = expected_series(dir);
@@ -167,10 +178,12 @@ TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
     Passage run = through_the_gateway(dir, expected.size());
     ASSERT_EQ(run.consumed.size(), expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i) {
-      EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i << " differs (" << run.consumed[i].size() << " bytes, "
-                                                  << expected[i].size() << " sent)";
+      EXPECT_TRUE(run.consumed[i] == expected[i])
+          << "message " << i << " differs (" << run.consumed[i].size() << " bytes, "
+          << expected[i].size() << " sent)";
     }
-    EXPECT_TRUE(run.acknowledged_while_idle) << "the sender's acknowledged count lagged what the gateway took";
+    EXPECT_TRUE(run.acknowledged_while_idle)
+        << "the sender's acknowledged count lagged what the gateway took";
     // Each message crossed in the message the sender received it in: numastream's header in one
     // part, the detector's bytes in the next, neither copied; none made whole.
     EXPECT_EQ(run.receiver["frames_in_two_parts"], 12);
@@ -202,7 +215,8 @@ TEST(Stream2, ThroughAGatewaysRelayEachMessageStaysInItsOwnMessage) {
   const auto expected = expected_series(dir);
   Passage run = through_the_gateway(dir, expected.size(), {}, true);
   ASSERT_EQ(run.consumed.size(), expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
   EXPECT_EQ(run.relay["role"], "relay");
   EXPECT_EQ(run.relay["frames_in_two_parts"], 12);
   EXPECT_EQ(run.receiver["frames_in_two_parts"], 12);
@@ -215,14 +229,18 @@ TEST(Stream2, MessagesThatAreNotStreamV2AreCountedAndDropped) {
   const std::string data = recordings();
   SKIP_WITHOUT_RECORDINGS(data);
   const fs::path dir = temp_dir();
-  for (const auto& f : files_of(fs::path(data) / "r500k_bm_bslz4_16bit")) fs::copy_file(f, dir / f.filename());
+  for (const auto& f : files_of(fs::path(data) / "r500k_bm_bslz4_16bit"))
+    fs::copy_file(f, dir / f.filename());
   const auto expected = expected_series(dir);
   std::ofstream(dir / "000003a.cbor", std::ios::binary) << "not CBOR at all";
-  std::ofstream(dir / "000007a.cbor", std::ios::binary) << std::string("\xa1\x61x\x01", 4);  // {"x": 1}: no type
-  std::ofstream(dir / "000009a.cbor", std::ios::binary) << std::string("\xa0\xa0", 2);  // a map, then more
+  std::ofstream(dir / "000007a.cbor", std::ios::binary)
+      << std::string("\xa1\x61x\x01", 4);  // {"x": 1}: no type
+  std::ofstream(dir / "000009a.cbor", std::ios::binary)
+      << std::string("\xa0\xa0", 2);  // a map, then more
   Passage run = through_the_gateway(dir, expected.size());
   ASSERT_EQ(run.consumed.size(), expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
   EXPECT_EQ(run.sender["stream2"]["malformed"], 3);
   EXPECT_EQ(run.sender["stream2"]["images"], 10);
   EXPECT_EQ(run.receiver["lost"], 0);
@@ -242,10 +260,10 @@ TEST(Stream2, ASenderMakesFramesWholeForAReceiverThatDoesNotTakeTwoParts) {
   int zero = 0;
   zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
   ASSERT_EQ(zmq_bind(router, ep(port).c_str()), 0);
-  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 1), "--replay", dir.string(), "--start",
-                    "--linger-s", "5"});
-  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
-              "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 1), "--replay", dir.string(),
+                    "--start", "--linger-s", "5"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--source", "stream2", "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
   std::vector<std::string> payloads;
   std::size_t most_parts = 0;
   auto reply = [&](const zmq_msg_t& id, const std::vector<std::byte>& frame) {
@@ -282,16 +300,20 @@ TEST(Stream2, ASenderMakesFramesWholeForAReceiverThatDoesNotTakeTwoParts) {
     wire::Header h;
     if (parts.size() == 1 && wire::decode(parts[0], 4 << 20, h) == wire::DecodeError::ok) {
       if (h.type == wire::FrameType::resume) {
-        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, 0, 0, {}));
+        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections,
+                                   0, 0, {}));
       } else if (h.type == wire::FrameType::data) {
-        const std::span<const std::byte> payload(parts[0].data() + wire::kHeaderSize, h.payload_size);
+        const std::span<const std::byte> payload(parts[0].data() + wire::kHeaderSize,
+                                                 h.payload_size);
         EXPECT_EQ(wire::checksum(payload), h.checksum);
-        if (h.sequence == payloads.size()) payloads.emplace_back(reinterpret_cast<const char*>(payload.data()), payload.size());
+        if (h.sequence == payloads.size())
+          payloads.emplace_back(reinterpret_cast<const char*>(payload.data()), payload.size());
         const std::uint64_t seq = h.sequence;
-        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, 0, 0, {&seq, 1}));
+        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections,
+                                   0, 0, {&seq, 1}));
       } else if (h.type == wire::FrameType::end_of_stream) {
-        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, h.sequence,
-                                   wire::kAckEndOfStream, {}));
+        reply(id, wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections,
+                                   h.sequence, wire::kAckEndOfStream, {}));
       }
     }
     zmq_msg_close(&id);
@@ -302,7 +324,8 @@ TEST(Stream2, ASenderMakesFramesWholeForAReceiverThatDoesNotTakeTwoParts) {
   EXPECT_EQ(detector.wait(30s), 0) << detector.err();
   EXPECT_EQ(most_parts, 1u) << "every frame came whole";
   ASSERT_EQ(payloads.size(), expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_TRUE(payloads[i] == expected[i]) << "message " << i;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(payloads[i] == expected[i]) << "message " << i;
   const json s = summary(tx);
   EXPECT_EQ(s["frames_in_two_parts"], 0);
   EXPECT_GE(s["frames_made_whole"].get<int>(), 12);
@@ -323,16 +346,16 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
   SKIP_WITHOUT_RECORDINGS(data);
   const auto files = files_of(fs::path(data) / "r500k_bm_bslz4_16bit");
   const int port = free_ports(3);
-  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
-              "--sink-endpoint", ep(port + 2), "--idle-timeout", "30"});
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--sink", "stream2", "--sink-endpoint", ep(port + 2), "--idle-timeout", "30"});
   Consumer consumer(ep(port + 2));
   void* ctx = zmq_ctx_new();
   void* push = zmq_socket(ctx, ZMQ_PUSH);
   int linger = 5000;  // what was sent reaches the sender before the socket goes
   zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof(linger));
   ASSERT_EQ(zmq_bind(push, ep(port + 1).c_str()), 0);
-  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
-              "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--source", "stream2", "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
   auto start = stream2::build_start(1, "01GRXWT80JSDY2FNW8SGCCDZD9", 10);
   ASSERT_GE(zmq_send(push, start.data(), start.size(), 0), 0);
   for (int i = 0; i < 3; ++i) {
@@ -341,7 +364,8 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
   }
   zmq_close(push);
   zmq_ctx_term(ctx);  // the detector is gone, 3 images into a series of 10
-  for (int i = 0; i < 100 && tx.err().find("INCOMPLETE") == std::string::npos; ++i) std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 100 && tx.err().find("INCOMPLETE") == std::string::npos; ++i)
+    std::this_thread::sleep_for(100ms);
   // A consumer written for the detector gets the series closed: start, 3 images, and an end
   // message of numastream's that says why (a field Stream V2 consumers ignore).
   const auto consumed = consumer.take(5, 30s);
@@ -354,19 +378,24 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
   EXPECT_EQ(s["stream2"]["images"], 3);
   EXPECT_EQ(s["stream2"]["series_ended"], 0);
   EXPECT_TRUE(s["stream2"]["series_open"].is_null());
-  EXPECT_EQ(r["chunks"], 5) << "what the detector sent before it went arrives, verified, and the sender's end";
+  EXPECT_EQ(r["chunks"], 5)
+      << "what the detector sent before it went arrives, verified, and the sender's end";
   EXPECT_EQ(r["lost"], 0);
   ASSERT_EQ(consumed.size(), 5u);
   std::string error;
-  auto end = stream2::parse(std::as_bytes(std::span(consumed.back().data(), consumed.back().size())), error);
+  auto end = stream2::parse(
+      std::as_bytes(std::span(consumed.back().data(), consumed.back().size())), error);
   ASSERT_TRUE(end) << error;
   EXPECT_EQ(end->type, stream2::Type::end);
   EXPECT_EQ(end->series_id, 1u);
   EXPECT_EQ(end->series_unique_id, "01GRXWT80JSDY2FNW8SGCCDZD9");
-  EXPECT_NE(end->incomplete.find("disconnected after 3 images"), std::string::npos) << end->incomplete;
+  EXPECT_NE(end->incomplete.find("disconnected after 3 images"), std::string::npos)
+      << end->incomplete;
   EXPECT_EQ(r["stream2_series_incomplete"], 1) << "the gateway names it too";
-  EXPECT_NE(r["stream2_series_incomplete_last"][0].get<std::string>().find("series 1 (01GRXWT80JSDY2FNW8SGCCDZD9): the detector"),
-            std::string::npos) << r.dump();
+  EXPECT_NE(r["stream2_series_incomplete_last"][0].get<std::string>().find(
+                "series 1 (01GRXWT80JSDY2FNW8SGCCDZD9): the detector"),
+            std::string::npos)
+      << r.dump();
 }
 
 }  // namespace
@@ -386,14 +415,14 @@ TEST(Stream2, AConsumerRestartedMidSeriesGetsTheSeriesAgainAndMissesNothing) {
   const fs::path dir = fs::path(data) / "r500k_bm_bslz4_16bit";
   const auto expected = expected_series(dir);
   const int port = free_ports(3);
-  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--sink", "stream2",
-              "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
+  Process rx({kAgent, "receive", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--sink", "stream2", "--sink-endpoint", ep(port + 1), "--idle-timeout", "30"});
   // 12 messages at 8 per second: the consumer goes 5 messages in, the restarted one comes back
   // while the series still runs.
-  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", dir.string(), "--start",
-                    "--rate-hz", "8", "--linger-s", "10"});
-  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20), "--source", "stream2",
-              "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--replay", dir.string(),
+                    "--start", "--rate-hz", "8", "--linger-s", "10"});
+  Process tx({kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(4 << 20),
+              "--source", "stream2", "--source-endpoint", ep(port + 2), "--connect-timeout", "10"});
   std::vector<std::string> first, second;
   {
     Consumer consumer(ep(port + 1));
@@ -415,7 +444,8 @@ TEST(Stream2, AConsumerRestartedMidSeriesGetsTheSeriesAgainAndMissesNothing) {
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   ASSERT_EQ(detector.wait(30s), 0) << detector.err();
   ASSERT_FALSE(second.empty());
-  EXPECT_TRUE(second.front() == expected.front()) << "the restarted consumer learns the series first: its start message";
+  EXPECT_TRUE(second.front() == expected.front())
+      << "the restarted consumer learns the series first: its start message";
   EXPECT_TRUE(second.back() == expected.back()) << "and gets to its end";
   std::size_t missing = 0, foreign = 0, again = 0;
   for (const auto& m : expected) {
@@ -424,7 +454,8 @@ TEST(Stream2, AConsumerRestartedMidSeriesGetsTheSeriesAgainAndMissesNothing) {
     missing += !in_first && !in_second;
     again += in_first && in_second && m != expected.front();
   }
-  for (const auto& m : second) foreign += std::find(expected.begin(), expected.end(), m) == expected.end();
+  for (const auto& m : second)
+    foreign += std::find(expected.begin(), expected.end(), m) == expected.end();
   EXPECT_EQ(missing, 0u) << "every message reached a consumer";
   EXPECT_EQ(foreign, 0u) << "and each came byte-identical";
   const json r = summary(rx);
@@ -432,8 +463,9 @@ TEST(Stream2, AConsumerRestartedMidSeriesGetsTheSeriesAgainAndMissesNothing) {
   EXPECT_GE(r["stream2_sink"]["redelivered"].get<int>(), 1);
   EXPECT_NE(rx.err().find("a consumer went away"), std::string::npos) << rx.err();
   EXPECT_EQ(r["lost"], 0);
-  std::printf("first consumer took %zu, the restarted one %zu (%zu seen again); gateway redelivered %d\n", first.size(),
-              second.size(), again, r["stream2_sink"]["redelivered"].get<int>());
+  std::printf(
+      "first consumer took %zu, the restarted one %zu (%zu seen again); gateway redelivered %d\n",
+      first.size(), second.size(), again, r["stream2_sink"]["redelivered"].get<int>());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "host/topology.hpp"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "host/cpuset.hpp"

@@ -117,7 +117,8 @@ TEST(StreamTracker, StreamIdsPastTheLimitAreRefused) {
   StreamTracker t(3);
   for (std::uint32_t id = 0; id < 3; ++id) EXPECT_EQ(t.admit(id, 0), wire::DecodeError::ok);
   std::mt19937 rng(5);
-  for (int i = 0; i < 10000; ++i) EXPECT_EQ(t.admit_stream(rng() | 8u), wire::DecodeError::too_many_streams);
+  for (int i = 0; i < 10000; ++i)
+    EXPECT_EQ(t.admit_stream(rng() | 8u), wire::DecodeError::too_many_streams);
   EXPECT_EQ(t.admit(1, 1), wire::DecodeError::ok) << "the streams it holds go on";
   EXPECT_EQ(t.streams_json().size(), 3u);
 }
@@ -136,7 +137,8 @@ TEST(StreamTracker, ResumeFloorsAndListsStayInTheWindow) {
   for (std::size_t i = 0; i < many.size(); ++i) many[i] = 5'000'000'000ull + 1 + i;
   many.back() = 5'000'000'000ull + (1 << 16) - 1;
   EXPECT_EQ(t.on_resume(0, 5'000'000'000ull, many), wire::DecodeError::ok);
-  EXPECT_LE(t.held_bytes(), 2 * (1u << 16) / 8) << "two windows of bits: settled, and of those resumed";
+  EXPECT_LE(t.held_bytes(), 2 * (1u << 16) / 8)
+      << "two windows of bits: settled, and of those resumed";
   EXPECT_EQ(t.admit(0, 5'000'000'000ull), wire::DecodeError::ok);
 }
 
@@ -157,13 +159,17 @@ TEST(StreamTracker, AFloorCannotJumpOnceAFrameOfTheStreamWasTaken) {
 TEST(StreamTracker, ForgedEndOfStreamTotalsAreRefused) {
   StreamTracker t;
   for (std::uint64_t q = 0; q < 10; ++q) t.on_chunk(0, q, true, 1);
-  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 0, 2), {4, 4, 4}), wire::DecodeError::contradicts_stream)
+  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 0, 2), {4, 4, 4}),
+            wire::DecodeError::contradicts_stream)
       << "10 chunks arrived: a total of 4 would publish a truncated file";
-  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 0, 2), {std::uint64_t{1} << 40, 1, 1}), wire::DecodeError::out_of_window);
+  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 0, 2), {std::uint64_t{1} << 40, 1, 1}),
+            wire::DecodeError::out_of_window);
   EXPECT_EQ(t.on_end_of_stream(eos_header(0, 0, 2), {12, 12, 6}), wire::DecodeError::ok);
-  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 1, 2), {11, 11, 5}), wire::DecodeError::contradicts_stream)
+  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 1, 2), {11, 11, 5}),
+            wire::DecodeError::contradicts_stream)
       << "the other connection announced 12";
-  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 1, 3), {12, 12, 5}), wire::DecodeError::contradicts_stream)
+  EXPECT_EQ(t.on_end_of_stream(eos_header(0, 1, 3), {12, 12, 5}),
+            wire::DecodeError::contradicts_stream)
       << "the connection count changed";
   EXPECT_EQ(t.admit(0, 12), wire::DecodeError::out_of_window) << "past the announced end";
   EXPECT_EQ(t.on_end_of_stream(eos_header(0, 1, 2), {12, 12, 6}), wire::DecodeError::ok);
@@ -190,7 +196,8 @@ TEST(StreamTracker, DeclaredGapsAreMissingNamedAndNotCountedTwice) {
   EXPECT_EQ(j[0]["gaps"][0]["reason"], "sender_restarted");
   EXPECT_EQ(j[0]["gaps"][0]["chunks"], 4);
   // Far-ahead and huge gaps are refused.
-  const std::vector<wire::Gap> far = {{std::uint64_t{1} << 40, (std::uint64_t{1} << 40) + 1, wire::GapReason::spill_full}};
+  const std::vector<wire::Gap> far = {
+      {std::uint64_t{1} << 40, (std::uint64_t{1} << 40) + 1, wire::GapReason::spill_full}};
   EXPECT_EQ(t.on_gaps(0, far), wire::DecodeError::out_of_window);
   const std::vector<wire::Gap> late = {{12, 13, wire::GapReason::spill_full}};
   EXPECT_EQ(t.on_gaps(0, late), wire::DecodeError::contradicts_stream) << "past the announced end";
@@ -223,7 +230,8 @@ TEST(StreamTracker, AGapNeverCoversWhatWasDeliveredHere) {
                                                {5, 8, wire::GapReason::sender_restarted}}));
   EXPECT_EQ(t.past_gaps(0, 3), 4u);
   EXPECT_EQ(t.past_gaps(0, 5), 8u);
-  EXPECT_EQ(t.on_chunk(0, 6, true, 1), StreamTracker::Verdict::duplicate) << "declared gone: not taken late";
+  EXPECT_EQ(t.on_chunk(0, 6, true, 1), StreamTracker::Verdict::duplicate)
+      << "declared gone: not taken late";
   t.on_end_of_stream(eos_header(0, 0, 1), {8, 8, 4});
   EXPECT_EQ(t.totals().declared_missing, 4u);
   EXPECT_EQ(t.totals().lost, 4u);

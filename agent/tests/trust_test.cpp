@@ -10,14 +10,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "process.hpp"
 #include "wire/wire.hpp"
@@ -38,7 +37,8 @@ class Peer {
   explicit Peer(int port) {
     int zero = 0, timeout_ms = 5000;
     zmq_setsockopt(sock_, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(sock_, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));  // a receiver gone fails the test
+    zmq_setsockopt(sock_, ZMQ_SNDTIMEO, &timeout_ms,
+                   sizeof(timeout_ms));  // a receiver gone fails the test
     zmq_connect(sock_, ep(port).c_str());
   }
   ~Peer() {
@@ -57,7 +57,8 @@ class Peer {
   }
   // A send timed out: the receiver stopped reading (or is gone).
   bool failed() const { return failed_; }
-  void resume(std::uint32_t stream, std::uint64_t floor, const std::vector<std::uint64_t>& seqs = {}) {
+  void resume(std::uint32_t stream, std::uint64_t floor,
+              const std::vector<std::uint64_t>& seqs = {}) {
     send(wire::encode_ack(wire::FrameType::resume, stream, 0, 1, floor, 0, seqs));
   }
   // A data frame that passes every check: codec none, checksum of its bytes.
@@ -84,7 +85,9 @@ class Peer {
     wire::encode_end_of_stream({total, total * 64, total}, f.data() + wire::kHeaderSize);
     send(f);
   }
-  void gaps(std::uint32_t stream, const std::vector<wire::Gap>& g) { send(wire::encode_gaps(stream, 0, 1, g)); }
+  void gaps(std::uint32_t stream, const std::vector<wire::Gap>& g) {
+    send(wire::encode_gaps(stream, 0, 1, g));
+  }
   // A data frame whose bytes do not match its checksum (damaged on the way).
   void corrupt(std::uint32_t stream, std::uint64_t seq) {
     std::vector<std::byte> f(wire::kHeaderSize + 64, std::byte{7});
@@ -133,7 +136,8 @@ class Peer {
   }
   // Another frame's header in front of a payload part (only data frames come in two parts).
   void two_part_resume(std::uint32_t stream) {
-    send_parts({wire::encode_ack(wire::FrameType::resume, stream, 0, 1, 0, 0, {}), std::vector<std::byte>()});
+    send_parts({wire::encode_ack(wire::FrameType::resume, stream, 0, 1, 0, 0, {}),
+                std::vector<std::byte>()});
   }
   void metadata(std::uint32_t stream) {
     send(wire::encode_metadata(stream, 0, 1, std::string(wire::kMaxMetadata, 'm')));
@@ -152,9 +156,9 @@ void barrage(Peer& p) {
   p.resume(7, 0);
   p.data(7, 0);
   p.data(7, 1);
-  p.data(7, far);                  // a far-ahead sequence
+  p.data(7, far);  // a far-ahead sequence
   p.data(7, ~std::uint64_t{0});
-  p.resume(7, far);                // a far-ahead floor
+  p.resume(7, far);  // a far-ahead floor
   std::vector<std::uint64_t> list(wire::kMaxAckEntries);
   for (int round = 0; round < 20; ++round) {  // huge resume lists, all outside the window
     for (std::size_t i = 0; i < list.size(); ++i) list[i] = far + round * list.size() + i;
@@ -166,8 +170,8 @@ void barrage(Peer& p) {
   p.two_part(7, 5, 64, 64, 1);     // a third part
   p.two_part(7, 6, 64, 64, 1000);  // a thousand more parts
   p.two_part(7, 7, 64, 64, 0, wire::kHeaderSize + 8);  // bytes after the header in its part
-  p.two_part_resume(7);            // only a data frame comes in two parts
-  p.end(7, 1);                     // totals below what arrived (0 to 2)
+  p.two_part_resume(7);                                // only a data frame comes in two parts
+  p.end(7, 1);                                         // totals below what arrived (0 to 2)
   p.gaps(7, {{2, far, wire::GapReason::spill_full}});  // a gap of 2^40 chunks
   p.gaps(7, {{far, far + 1, wire::GapReason::spill_full}});
   for (std::uint32_t id = 100; id < 5100; ++id) p.resume(id, 0);  // thousands of streams
@@ -182,7 +186,9 @@ TEST(Trust, HostileFramesAreRefusedByNameWithBoundedMemoryAndAnHonestStreamIsDel
     // what authentication is for: docs/security.md), the barrage comes while it streams.
     // Its answer to the resume frame may queue behind the barrage when the machine is slow (an
     // AddressSanitizer build on a loaded machine took more than 10 s): it waits up to 60 s.
-    Process tx(sender(port, 1, {"--chunks", "50", "--rate-gbps", "0.05", "--set", "timeouts.connect_s=60"}));  // 8 s
+    Process tx(sender(
+        port, 1,
+        {"--chunks", "50", "--rate-gbps", "0.05", "--set", "timeouts.connect_s=60"}));  // 8 s
     std::this_thread::sleep_for(1s);
     Peer hostile(port);
     barrage(hostile);
@@ -208,8 +214,9 @@ TEST(Trust, HostileFramesAreRefusedByNameWithBoundedMemoryAndAnHonestStreamIsDel
   EXPECT_EQ(honest["lost"], 0);
   EXPECT_EQ(honest["complete"], true);
   EXPECT_LT(r["max_rss_kb"].get<long>(), 160 * 1024) << "bounded by configuration";
-  std::cout << "[trust] hostile barrage: refused " << why.dump() << ", receiver max RSS " << r["max_rss_kb"]
-            << " KiB; honest stream " << honest["delivered"] << " of 50 delivered" << std::endl;
+  std::cout << "[trust] hostile barrage: refused " << why.dump() << ", receiver max RSS "
+            << r["max_rss_kb"] << " KiB; honest stream " << honest["delivered"]
+            << " of 50 delivered" << std::endl;
 }
 
 // A receiver that serves until stopped (`streams 0`) under the same barrage, twice over: memory
@@ -223,7 +230,8 @@ TEST(Trust, AnEndlessReceiverUnderHostileFramesStaysBoundedAndEndsOnSigterm) {
     std::this_thread::sleep_for(1s);
     barrage(hostile);
     EXPECT_FALSE(hostile.failed()) << "the receiver stopped reading: " << rx.err();
-    for (int i = 0; i < 100 && rx.err().find("too_many_streams") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
+    for (int i = 0; i < 100 && rx.err().find("too_many_streams") == std::string::npos; ++i)
+      std::this_thread::sleep_for(50ms);
     std::this_thread::sleep_for(2s);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -235,8 +243,8 @@ TEST(Trust, AnEndlessReceiverUnderHostileFramesStaysBoundedAndEndsOnSigterm) {
   json r = summary(rx);
   ASSERT_TRUE(r.is_object()) << rx.err();
   EXPECT_LT(r["max_rss_kb"].get<long>(), 160 * 1024) << r.dump();
-  std::cout << "[trust] endless receiver, two barrages: max RSS " << r["max_rss_kb"] << " KiB, ended "
-            << secs << " s after SIGTERM (exit " << code << ")" << std::endl;
+  std::cout << "[trust] endless receiver, two barrages: max RSS " << r["max_rss_kb"]
+            << " KiB, ended " << secs << " s after SIGTERM (exit " << code << ")" << std::endl;
 }
 
 // A fatal error in a stage (a file sink whose path cannot hold a second stream) ends the receiver
@@ -244,7 +252,8 @@ TEST(Trust, AnEndlessReceiverUnderHostileFramesStaysBoundedAndEndsOnSigterm) {
 TEST(Trust, AFatalSinkErrorEndsTheReceiverNonZeroWithinSeconds) {
   int port = free_ports(1);
   std::string dir = temp_dir();
-  Process rx(receiver(port, 1, {"--streams", "2", "--sink", "file", "--sink-path", dir + "/one.raw"}));
+  Process rx(
+      receiver(port, 1, {"--streams", "2", "--sink", "file", "--sink-path", dir + "/one.raw"}));
   Process a(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=1"}));
   std::this_thread::sleep_for(1s);
   Process b(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=2"}));
@@ -273,15 +282,20 @@ TEST(Trust, ASinkFilesystemThatFillsUpHoldsTheSenderBackAndResumesWhenSpaceRetur
   std::ofstream(src_dir + "/in", std::ios::binary) << source;
   int port = free_ports(3);
   Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", disk + "/frames.raw"}));
-  Process tx(sender(port, 1, {"--source", "file", "--source-path", src_dir + "/in", "--metrics-listen",
-                              "127.0.0.1:" + std::to_string(port + 2)}));
-  for (int i = 0; i < 200 && rx.err().find("no space left") == std::string::npos; ++i) std::this_thread::sleep_for(50ms);
-  ASSERT_NE(rx.err().find("no space left for " + disk + "/frames.raw.part"), std::string::npos) << rx.err();
+  Process tx(sender(port, 1,
+                    {"--source", "file", "--source-path", src_dir + "/in", "--metrics-listen",
+                     "127.0.0.1:" + std::to_string(port + 2)}));
+  for (int i = 0; i < 200 && rx.err().find("no space left") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_NE(rx.err().find("no space left for " + disk + "/frames.raw.part"), std::string::npos)
+      << rx.err();
   std::this_thread::sleep_for(2s);
   EXPECT_TRUE(tx.running()) << "held back, not failed: " << tx.err();
   std::smatch m;
   const std::string metrics = http_get(port + 2, "/metrics");
-  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("numastream_chunks_acknowledged\\{[^}]*\\} ([0-9]+)"))) << metrics;
+  ASSERT_TRUE(std::regex_search(metrics, m,
+                                std::regex("numastream_chunks_acknowledged\\{[^}]*\\} ([0-9]+)")))
+      << metrics;
   const auto acked = std::stoull(m[1]);
   const auto written = fs::file_size(disk + "/frames.raw.part") / kMiB;
   EXPECT_LE(acked, written) << "nothing acknowledged that is not in the file";
@@ -294,8 +308,8 @@ TEST(Trust, ASinkFilesystemThatFillsUpHoldsTheSenderBackAndResumesWhenSpaceRetur
   EXPECT_EQ(r["lost"], 0);
   EXPECT_GE(r["sink_out_of_space"].get<int>(), 1);
   EXPECT_TRUE(read_file(disk + "/frames.raw") == source) << "byte-identical after the stall";
-  std::cout << "[trust] sink filesystem full: held at " << written << " of 16 chunks written (" << acked
-            << " acknowledged), resumed when space returned, 0 lost" << std::endl;
+  std::cout << "[trust] sink filesystem full: held at " << written << " of 16 chunks written ("
+            << acked << " acknowledged), resumed when space returned, 0 lost" << std::endl;
 }
 
 // A detector's acquisition software: PUSH bound at `port`, frames of 1 MiB whose first 8 bytes
@@ -309,7 +323,8 @@ struct Detector {
     zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(push, ZMQ_SNDHWM, &one, sizeof(one));
     zmq_setsockopt(push, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));  // a detector goes on
-    if (zmq_bind(push, endpoint.c_str()) != 0) throw std::runtime_error("detector: cannot bind " + endpoint);
+    if (zmq_bind(push, endpoint.c_str()) != 0)
+      throw std::runtime_error("detector: cannot bind " + endpoint);
   }
   ~Detector() {
     zmq_close(push);
@@ -317,12 +332,15 @@ struct Detector {
   }
   bool send(std::uint64_t index) {
     std::string frame(kMiB, '\0');
-    for (std::size_t k = 8; k < frame.size(); k += 2) frame[k] = static_cast<char>((index + k / 4096) % 7);
+    for (std::size_t k = 8; k < frame.size(); k += 2)
+      frame[k] = static_cast<char>((index + k / 4096) % 7);
     std::memcpy(frame.data(), &index, 8);
     return zmq_send(push, frame.data(), frame.size(), 0) == static_cast<int>(frame.size());
   }
   void end() { zmq_send(push, "", 0, 0); }
-  std::vector<std::string> source() const { return {"--source", "zmq", "--set", "source.endpoint=\"" + endpoint + "\""}; }
+  std::vector<std::string> source() const {
+    return {"--source", "zmq", "--set", "source.endpoint=\"" + endpoint + "\""};
+  }
 };
 
 // The indices of the 1 MiB frames in a file, in file order.
@@ -362,7 +380,8 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
   std::uint64_t sent = 0;
   bool paused = false, resumed = false;
   while (sent < 300) {
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!paused && t > 1.0) {
       rx.signal(SIGSTOP);  // the gateway is busy
       paused = true;
@@ -392,7 +411,8 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
   EXPECT_EQ(f["lost"], r["lost"]) << f.dump() << "\n" << r.dump();
   ASSERT_EQ(f["streams"].size(), 1u) << f.dump();
   EXPECT_EQ(f["streams"][0]["declared_missing"], r["streams"][0]["declared_missing"]) << f.dump();
-  EXPECT_EQ(f["streams"][0]["gaps"], r["streams"][0]["gaps"]) << "the far site names the gaps the sender declared";
+  EXPECT_EQ(f["streams"][0]["gaps"], r["streams"][0]["gaps"])
+      << "the far site names the gaps the sender declared";
   EXPECT_EQ(indices(far_dir + "/frames.raw.part"), indices(dir + "/frames.raw.part"))
       << "the far site holds the frames the gateway holds, no more, no less";
   EXPECT_EQ(fs::file_size(far_dir + "/frames.raw.part"), fs::file_size(dir + "/frames.raw.part"));
@@ -401,11 +421,13 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
   // The first sender's count, from its record: it took frames 0 .. taken-1 (its sequences).
   std::smatch m;
   const std::string log2 = tx2->err();
-  ASSERT_TRUE(std::regex_search(log2, m, std::regex("earlier senders took ([0-9]+) chunks"))) << log2;
+  ASSERT_TRUE(std::regex_search(log2, m, std::regex("earlier senders took ([0-9]+) chunks")))
+      << log2;
   const std::uint64_t taken = std::stoull(m[1]);
   auto in_file = indices(dir + "/frames.raw.part");
   ASSERT_FALSE(in_file.empty());
-  for (std::size_t i = 1; i < in_file.size(); ++i) ASSERT_LT(in_file[i - 1], in_file[i]) << "in order, once";
+  for (std::size_t i = 1; i < in_file.size(); ++i)
+    ASSERT_LT(in_file[i - 1], in_file[i]) << "in order, once";
   std::set<std::uint64_t> have(in_file.begin(), in_file.end());
   std::uint64_t first_lost_by_sender = taken, missing_of_first = 0;
   for (std::uint64_t i = 0; i < taken; ++i) {
@@ -426,7 +448,8 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
   // the dead sender had on the wire may still reach the receiver, which counts those delivered.
   // Named for the status (numastream_gaps_last): one piece or several around delivered chunks.
   ASSERT_GE(r["gaps_last"].size(), 1u) << r.dump();
-  for (const auto& g : r["gaps_last"]) EXPECT_NE(g.get<std::string>().find("(sender_restarted)"), std::string::npos) << g;
+  for (const auto& g : r["gaps_last"])
+    EXPECT_NE(g.get<std::string>().find("(sender_restarted)"), std::string::npos) << g;
   EXPECT_GE(s2["declared_missing_from_earlier_senders"].get<std::uint64_t>(), missing_of_first);
   // The second sender's frames follow without a hole: what is missing above the first sender's
   // count was lost inside ZeroMQ before any sender took it (a raw zmq source carries no ids of
@@ -439,12 +462,14 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
     }
   }
   for (std::uint64_t i = first_of_second; i < 300; ++i) EXPECT_TRUE(have.count(i)) << "frame " << i;
-  std::cout << "[trust] live source, sender SIGKILL + restart during a 1.5 s gateway pause: detector sent 300, "
-            << "first sender took " << taken << ", in the file " << in_file.size() << ", declared missing "
-            << missing_of_first << " (frames " << first_lost_by_sender << "..), lost inside ZeroMQ before any sender "
-            << "took them " << first_of_second - taken << "; receiver exit " << rx_code << std::endl;
+  std::cout << "[trust] live source, sender SIGKILL + restart during a 1.5 s gateway pause: "
+               "detector sent 300, "
+            << "first sender took " << taken << ", in the file " << in_file.size()
+            << ", declared missing " << missing_of_first << " (frames " << first_lost_by_sender
+            << "..), lost inside ZeroMQ before any sender "
+            << "took them " << first_of_second - taken << "; receiver exit " << rx_code
+            << std::endl;
 }
-
 
 // A detector that streams in bursts (an acquisition, a pause, the next one): `bursts` of
 // `frames` frames at 100/s, `pause` between them; frames numbered on across bursts. `each`
@@ -460,7 +485,8 @@ void stream_bursts(Detector& d, int bursts, std::uint64_t frames, std::chrono::m
     // Frames keep their 10 ms schedule; a pause is a real one, measured from the burst's last
     // frame: a detector that fell behind (a slow sender under a sanitizer) must not catch up
     // through it.
-    due = sent % frames == 0 ? std::chrono::steady_clock::now() + pause : due + std::chrono::milliseconds(10);
+    due = sent % frames == 0 ? std::chrono::steady_clock::now() + pause
+                             : due + std::chrono::milliseconds(10);
     std::this_thread::sleep_until(due);
   }
   for (int i = 0; i < 500 && zmq_send(d.push, "", 0, 0) != 0; ++i) {
@@ -502,16 +528,19 @@ TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesAndTheNextOne
   ASSERT_EQ(rx.wait(60s), 0) << rx.err();
   const json s1 = summary(tx1), r = summary(rx);
   EXPECT_TRUE(s1["paused"].get<bool>()) << s1.dump();
-  EXPECT_NE(tx1.err().find("the detector paused: nothing was in transit"), std::string::npos) << tx1.err();
+  EXPECT_NE(tx1.err().find("the detector paused: nothing was in transit"), std::string::npos)
+      << tx1.err();
   const auto in_file = indices(dir + "/frames.raw");
   ASSERT_EQ(in_file.size(), 300u);
   for (std::uint64_t i = 0; i < 300; ++i) ASSERT_EQ(in_file[i], i) << "every frame once, in order";
   EXPECT_EQ(s1["acknowledged"], 150) << "the first sender read the whole burst after SIGTERM";
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["streams"][0]["declared_missing"], 0);
-  std::cout << "[trust] live source, SIGTERM 0.5 s into a 1.5 s burst: the first sender read on to frame "
-            << s1["acknowledged"] << " and exited " << tx1_code << " at " << tx1_exit_at
-            << " s, in the pause; the next sender took the next burst; 300 of 300 in the file, in order" << std::endl;
+  std::cout
+      << "[trust] live source, SIGTERM 0.5 s into a 1.5 s burst: the first sender read on to frame "
+      << s1["acknowledged"] << " and exited " << tx1_code << " at " << tx1_exit_at
+      << " s, in the pause; the next sender took the next burst; 300 of 300 in the file, in order"
+      << std::endl;
 }
 
 // Asked to stop while the detector streams, a live-source sender reads on; when the detector
@@ -548,8 +577,8 @@ TEST(Trust, ALiveSourceSendersSpillSurvivesItsRestart) {
   std::string dir = temp_dir(), state = temp_dir(), spill = temp_dir();
   Process rx(receiver(port, 2, {"--sink", "file", "--sink-path", dir + "/frames.raw"}));
   auto tx_argv = sender(port, 2, detector.source());
-  tx_argv.insert(tx_argv.end(), {"--set", "state_dir=\"" + state + "\"", "--spill-path", spill, "--spill-max-bytes",
-                                 std::to_string(512LL * kMiB)});
+  tx_argv.insert(tx_argv.end(), {"--set", "state_dir=\"" + state + "\"", "--spill-path", spill,
+                                 "--spill-max-bytes", std::to_string(512LL * kMiB)});
   auto tx1 = std::make_unique<Process>(tx_argv);
   std::unique_ptr<Process> tx2;
   bool paused = false, resumed = false;
@@ -577,19 +606,26 @@ TEST(Trust, ALiveSourceSendersSpillSurvivesItsRestart) {
   const json r = summary(rx), s2 = summary(*tx2);
   const std::string log2 = tx2->err();
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(log2, m, std::regex("spill: ([0-9]+) chunks \\([0-9]+ bytes\\) an earlier sender spilled "
-                                                    "are sent first, chunks ([0-9]+)\\.\\.([0-9]+)")))
-      << "spilled at the kill: " << spilled_at_kill << " bytes\n" << log2;
-  const std::uint64_t recovered = std::stoull(m[1]), first = std::stoull(m[2]), last = std::stoull(m[3]);
+  ASSERT_TRUE(std::regex_search(
+      log2, m,
+      std::regex("spill: ([0-9]+) chunks \\([0-9]+ bytes\\) an earlier sender spilled "
+                 "are sent first, chunks ([0-9]+)\\.\\.([0-9]+)")))
+      << "spilled at the kill: " << spilled_at_kill << " bytes\n"
+      << log2;
+  const std::uint64_t recovered = std::stoull(m[1]), first = std::stoull(m[2]),
+                      last = std::stoull(m[3]);
   EXPECT_GT(recovered, 20u) << "the pause filled the spill";
   EXPECT_EQ(s2["spill"]["recovered_chunks"], recovered);
   const std::string file = dir + (rx_code == 0 ? "/frames.raw" : "/frames.raw.part");
   const auto in_file = indices(file);
-  for (std::size_t i = 1; i < in_file.size(); ++i) ASSERT_LT(in_file[i - 1], in_file[i]) << "in order, once";
+  for (std::size_t i = 1; i < in_file.size(); ++i)
+    ASSERT_LT(in_file[i - 1], in_file[i]) << "in order, once";
   const std::set<std::uint64_t> have(in_file.begin(), in_file.end());
-  for (std::uint64_t i = first; i <= last; ++i) EXPECT_TRUE(have.count(i)) << "spilled chunk " << i << " delivered";
+  for (std::uint64_t i = first; i <= last; ++i)
+    EXPECT_TRUE(have.count(i)) << "spilled chunk " << i << " delivered";
   // What is absent below the first sender's count is exactly what the receiver names missing.
-  ASSERT_TRUE(std::regex_search(log2, m, std::regex("earlier senders took ([0-9]+) chunks"))) << log2;
+  ASSERT_TRUE(std::regex_search(log2, m, std::regex("earlier senders took ([0-9]+) chunks")))
+      << log2;
   const std::uint64_t taken = std::stoull(m[1]);
   std::uint64_t absent = 0;
   for (std::uint64_t i = 0; i < taken; ++i) absent += have.count(i) == 0;
@@ -597,10 +633,11 @@ TEST(Trust, ALiveSourceSendersSpillSurvivesItsRestart) {
   EXPECT_EQ(r["streams"][0]["declared_missing"], absent);
   EXPECT_EQ(rx_code, absent > 0 ? 3 : 0) << rx.err();
   EXPECT_LT(absent, recovered) << "the spill saved more than the restart lost";
-  std::cout << "[trust] live source with a spill, SIGKILL during a 1.6 s gateway pause: " << spilled_at_kill / 1024
-            << " KiB spilled (lz4); the next sender sent the " << recovered << " spilled chunks (" << first << ".." << last
-            << ") first; " << absent << " chunks the dead sender held outside the spill declared missing; "
-            << in_file.size() << " in the file" << std::endl;
+  std::cout << "[trust] live source with a spill, SIGKILL during a 1.6 s gateway pause: "
+            << spilled_at_kill / 1024 << " KiB spilled (lz4); the next sender sent the "
+            << recovered << " spilled chunks (" << first << ".." << last << ") first; " << absent
+            << " chunks the dead sender held outside the spill declared missing; " << in_file.size()
+            << " in the file" << std::endl;
 }
 
 // The gateway's filesystem stalls (an ext4 image on a loop device, frozen with fsfreeze: every
@@ -615,13 +652,13 @@ TEST(Trust, AStalledSinkFilesystemHoldsTheSenderBackAndTheStreamGoesOnWhenItThaw
     const int rc = std::system((cmd + " 2>&1").c_str());
     return rc;
   };
-  ASSERT_EQ(sh("truncate -s 96M " + base + "/fs.img && mkfs.ext4 -q -F " + base + "/fs.img"), 0) << "e2fsprogs";
-  if (sh("mount -o loop " + base + "/fs.img " + disk) != 0) NUMASTREAM_SKIP_OR_FAIL("this kernel gives no loop device");
+  ASSERT_EQ(sh("truncate -s 96M " + base + "/fs.img && mkfs.ext4 -q -F " + base + "/fs.img"), 0)
+      << "e2fsprogs";
+  if (sh("mount -o loop " + base + "/fs.img " + disk) != 0)
+    NUMASTREAM_SKIP_OR_FAIL("this kernel gives no loop device");
   struct Unmount {
     std::string dir;
-    ~Unmount() {
-      std::system(("fsfreeze -u " + dir + " 2>/dev/null; umount -l " + dir).c_str());
-    }
+    ~Unmount() { std::system(("fsfreeze -u " + dir + " 2>/dev/null; umount -l " + dir).c_str()); }
   } unmount{disk};
   std::string source(24 * kMiB, '\0');
   for (std::size_t i = 0; i < source.size(); i += 5) source[i] = static_cast<char>(i / 8192);
@@ -629,12 +666,14 @@ TEST(Trust, AStalledSinkFilesystemHoldsTheSenderBackAndTheStreamGoesOnWhenItThaw
   int port = free_ports(3);
   Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", disk + "/frames.raw"}));
   // 24 chunks of 1 MiB at 0.05 Gbit/s: about 4 s.
-  Process tx(sender(port, 1, {"--source", "file", "--source-path", src_dir + "/in", "--rate-gbps", "0.05",
-                              "--metrics-listen", "127.0.0.1:" + std::to_string(port + 2)}));
+  Process tx(sender(port, 1,
+                    {"--source", "file", "--source-path", src_dir + "/in", "--rate-gbps", "0.05",
+                     "--metrics-listen", "127.0.0.1:" + std::to_string(port + 2)}));
   auto acknowledged = [&] {
     std::smatch m;
     const std::string metrics = http_get(port + 2, "/metrics");
-    return std::regex_search(metrics, m, std::regex("numastream_chunks_acknowledged\\{[^}]*\\} ([0-9]+)"))
+    return std::regex_search(metrics, m,
+                             std::regex("numastream_chunks_acknowledged\\{[^}]*\\} ([0-9]+)"))
                ? std::stoull(m[1])
                : 0ull;
   };
@@ -653,7 +692,9 @@ TEST(Trust, AStalledSinkFilesystemHoldsTheSenderBackAndTheStreamGoesOnWhenItThaw
   EXPECT_EQ(summary(rx)["lost"], 0);
   EXPECT_TRUE(read_file(disk + "/frames.raw") == source) << "byte-identical after the stall";
   std::cout << "[trust] sink filesystem frozen 4 s mid-stream: acknowledged held at " << held_at
-            << " of 24 chunks, the sender waited, the stream went on after the thaw; 0 lost, byte-identical" << std::endl;
+            << " of 24 chunks, the sender waited, the stream went on after the thaw; 0 lost, "
+               "byte-identical"
+            << std::endl;
 }
 
 // A gateway that answers the way a receiver does, and calls chunk `bad` discarded (settled
@@ -684,18 +725,20 @@ struct DiscardingGateway {
       zmq_msg_recv(&id, sock, 0);
       zmq_msg_recv(&body, sock, 0);
       wire::Header h;
-      const std::span<const std::byte> bytes(static_cast<const std::byte*>(zmq_msg_data(&body)), zmq_msg_size(&body));
+      const std::span<const std::byte> bytes(static_cast<const std::byte*>(zmq_msg_data(&body)),
+                                             zmq_msg_size(&body));
       if (wire::decode(bytes, 1 << 24, h) == wire::DecodeError::ok) {
         std::vector<std::byte> answer;
         if (h.type == wire::FrameType::resume) {
-          answer = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, 0, 0, {});
+          answer = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections,
+                                    0, 0, {});
         } else if (h.type == wire::FrameType::data) {
           seen.insert(h.sequence);
           const std::uint64_t seq = h.sequence;
           std::uint64_t floor = 0;  // every sequence below it taken, as a receiver says
           while (seen.count(floor)) ++floor;
-          answer = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections, floor,
-                                    seq == bad ? wire::kAckDiscarded : 0, {&seq, 1});
+          answer = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection, h.connections,
+                                    floor, seq == bad ? wire::kAckDiscarded : 0, {&seq, 1});
         }
         if (!answer.empty()) {
           zmq_send(sock, zmq_msg_data(&id), zmq_msg_size(&id), ZMQ_SNDMORE);
@@ -717,7 +760,8 @@ TEST(Trust, AChunkAGatewayDiscardedIsNamedMissingByTheGatewaysAfterIt) {
   const int port = free_ports(2);
   const std::string state = temp_dir();
   // 40 chunks at about 23 a second: the first gateway takes 12, the next one the rest.
-  Process tx(sender(port, 1, {"--chunks", "40", "--rate-gbps", "0.2", "--set", "state_dir=\"" + state + "\""}));
+  Process tx(sender(
+      port, 1, {"--chunks", "40", "--rate-gbps", "0.2", "--set", "state_dir=\"" + state + "\""}));
   std::set<std::uint64_t> seen;
   {
     DiscardingGateway first(port);
@@ -738,7 +782,8 @@ TEST(Trust, AChunkAGatewayDiscardedIsNamedMissingByTheGatewaysAfterIt) {
   EXPECT_EQ(st["gaps"][0]["reason"], "gateway_discarded");
   EXPECT_EQ(st["gaps"][0]["first"], 5);
   EXPECT_EQ(r["lost"], 1);
-  EXPECT_EQ(r["delivered_before"].get<std::uint64_t>() + r["chunks"].get<std::uint64_t>() + 1, 40u) << r.dump();
+  EXPECT_EQ(r["delivered_before"].get<std::uint64_t>() + r["chunks"].get<std::uint64_t>() + 1, 40u)
+      << r.dump();
 }
 
 // A chunk that fails verification is settled (counted corrupt, never waited for) and named back to
@@ -754,7 +799,8 @@ TEST(Trust, ACorruptChunkIsAcknowledgedAsDiscarded) {
   bool named = false;
   for (const auto& frame : p.replies(3s)) {
     wire::Header h;
-    if (wire::decode(frame, 0, h) != wire::DecodeError::ok || h.type != wire::FrameType::ack) continue;
+    if (wire::decode(frame, 0, h) != wire::DecodeError::ok || h.type != wire::FrameType::ack)
+      continue;
     if (h.raw_size & wire::kAckDiscarded) {
       EXPECT_EQ(wire::decode_ack_list(frame), std::vector<std::uint64_t>{1});
       named = true;
@@ -781,8 +827,8 @@ TEST(Trust, ARelayEndsDownstreamAStreamResumedWithNothingLeftToSend) {
   const int port = free_ports(1);
   const std::string dir = temp_dir();
   const std::string ipc = "ipc://" + dir + "/stream.sock";
-  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB), "--sink", "null",
-                      "--streams", "1", "--idle-timeout", "20"});
+  Process decompress({kAgent, "receive", "--endpoint", ipc, "--chunk-bytes", std::to_string(kMiB),
+                      "--sink", "null", "--streams", "1", "--idle-timeout", "20"});
   Process relay({kAgent, "receive", "--set", "relay=true", "--endpoint", ep(port), "--chunk-bytes",
                  std::to_string(kMiB), "--sink", "zmq", "--sink-endpoint", ipc, "--streams", "1"});
   Peer sender(port);

@@ -70,19 +70,24 @@ TEST(Wire, ADataHeaderIsJudgedWithoutItsPayload) {
   ASSERT_EQ(decode_data_header(head, m.size(), kMaxRaw, out), DecodeError::ok);
   EXPECT_EQ(out.sequence, 123456789012ull);
   EXPECT_EQ(decode_data_header(head, m.size() - 1, kMaxRaw, out), DecodeError::size_mismatch);
-  EXPECT_EQ(decode_data_header(head.first(kHeaderSize - 1), m.size(), kMaxRaw, out), DecodeError::truncated);
+  EXPECT_EQ(decode_data_header(head.first(kHeaderSize - 1), m.size(), kMaxRaw, out),
+            DecodeError::truncated);
   EXPECT_EQ(decode_data_header(head, m.size(), 999, out), DecodeError::oversized);
   auto damaged = m;
   damaged[20] ^= std::byte{1};
-  EXPECT_EQ(decode_data_header({damaged.data(), 64}, m.size(), kMaxRaw, out), DecodeError::bad_header_check);
-  const auto eos = frame([] {
-    Header h;
-    h.type = FrameType::end_of_stream;
-    h.connections = 1;
-    h.payload_size = kEndOfStreamPayload;
-    return h;
-  }(), kEndOfStreamPayload);
-  EXPECT_EQ(decode_data_header({eos.data(), kHeaderSize}, eos.size(), kMaxRaw, out), DecodeError::bad_type);
+  EXPECT_EQ(decode_data_header({damaged.data(), 64}, m.size(), kMaxRaw, out),
+            DecodeError::bad_header_check);
+  const auto eos = frame(
+      [] {
+        Header h;
+        h.type = FrameType::end_of_stream;
+        h.connections = 1;
+        h.payload_size = kEndOfStreamPayload;
+        return h;
+      }(),
+      kEndOfStreamPayload);
+  EXPECT_EQ(decode_data_header({eos.data(), kHeaderSize}, eos.size(), kMaxRaw, out),
+            DecodeError::bad_type);
 }
 
 TEST(Wire, LayoutIsLittleEndianWithMagicFirst) {
@@ -260,7 +265,8 @@ namespace {
 
 // checksum() takes AVX2 where the CPU has it; its value is XXH3-64's whatever computes it: the
 // library's own build agrees on every length around XXH3's internal boundaries (16, 128, 240
-// bytes, its 1 KiB stripes, its blocks) and on a frame's worth, and on XXH3's known value of nothing.
+// bytes, its 1 KiB stripes, its blocks) and on a frame's worth, and on XXH3's known value of
+// nothing.
 TEST(Wire, TheChecksumIsXxh3WhicheverVectorUnitComputesIt) {
   std::mt19937_64 rng(42);
   std::vector<std::byte> data((4 << 20) + 77);
@@ -275,8 +281,8 @@ TEST(Wire, TheChecksumIsXxh3WhicheverVectorUnitComputesIt) {
       ASSERT_EQ(checksum(s), checksum_portable(s)) << n << " bytes from offset " << offset;
     }
   }
-  std::cout << "[wire] checksum: XXH3-64 with " << (__builtin_cpu_supports("avx2") ? "AVX2" : "the library (SSE2)")
-            << std::endl;
+  std::cout << "[wire] checksum: XXH3-64 with "
+            << (__builtin_cpu_supports("avx2") ? "AVX2" : "the library (SSE2)") << std::endl;
 }
 
 }  // namespace

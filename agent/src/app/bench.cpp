@@ -1,30 +1,29 @@
 #include "app/bench.hpp"
 
 #include <lz4.h>
-#include <sodium.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sodium.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
-#include "host/cpuset.hpp"
-#include "pipeline/pipeline.hpp"
 #include "codec/synth.hpp"
+#include "host/cpuset.hpp"
 #include "net/transport.hpp"
+#include "pipeline/pipeline.hpp"
 
 namespace numastream {
 namespace {
@@ -76,7 +75,8 @@ CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
   SynthParams p;
   p.chunk_bytes = chunk;
   p.frames = frames;
-  std::vector<std::vector<std::byte>> raw(static_cast<std::size_t>(frames), std::vector<std::byte>(chunk));
+  std::vector<std::vector<std::byte>> raw(static_cast<std::size_t>(frames),
+                                          std::vector<std::byte>(chunk));
   for (int f = 0; f < frames; ++f) generate_projection(p, f, raw[static_cast<std::size_t>(f)]);
   const std::size_t cap = max_encoded_size(chunk);
   std::vector<std::vector<std::byte>> enc(raw.size(), std::vector<std::byte>(cap));
@@ -89,9 +89,8 @@ CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
   Compressor lz4(Codec::lz4, 1, chunk);
   std::vector<double> ours_c, ref_c, ours_d, ref_d;
   for (int r = 0; r < rounds; ++r) {
-    ours_c.push_back(rate_mbps(chunk, n, 1, [&](std::size_t i) {
-      enc_size[i] = lz4.compress(raw[i], enc[i]).size;
-    }));
+    ours_c.push_back(rate_mbps(
+        chunk, n, 1, [&](std::size_t i) { enc_size[i] = lz4.compress(raw[i], enc[i]).size; }));
     ref_c.push_back(rate_mbps(chunk, n, 1, [&](std::size_t i) {
       LZ4_compress_default(reinterpret_cast<const char*>(raw[i].data()),
                            reinterpret_cast<char*>(enc[i].data()), static_cast<int>(chunk),
@@ -116,9 +115,8 @@ CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
   f.ratio = static_cast<double>(chunk * n) / static_cast<double>(total);
 
   Compressor shuf(Codec::shuffle_lz4, 1, chunk);
-  f.shuffle_compress_mbps = rate_mbps(chunk, n, rounds, [&](std::size_t i) {
-    enc_size[i] = shuf.compress(raw[i], enc[i]).size;
-  });
+  f.shuffle_compress_mbps = rate_mbps(
+      chunk, n, rounds, [&](std::size_t i) { enc_size[i] = shuf.compress(raw[i], enc[i]).size; });
   total = 0;
   for (auto s : enc_size) total += s;
   f.shuffle_ratio = static_cast<double>(chunk * n) / static_cast<double>(total);
@@ -128,9 +126,8 @@ CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
   });
 
   Compressor bs(Codec::bslz4, 1, chunk, 2);
-  f.bslz4_compress_mbps = rate_mbps(chunk, n, rounds, [&](std::size_t i) {
-    enc_size[i] = bs.compress(raw[i], enc[i]).size;
-  });
+  f.bslz4_compress_mbps = rate_mbps(
+      chunk, n, rounds, [&](std::size_t i) { enc_size[i] = bs.compress(raw[i], enc[i]).size; });
   total = 0;
   for (auto s : enc_size) total += s;
   f.bslz4_ratio = static_cast<double>(chunk * n) / static_cast<double>(total);
@@ -192,12 +189,14 @@ nlohmann::json bench_loopback(const LoopbackSetting& s, std::size_t chunk, std::
   tx["source"] = {{"kind", "synthetic"}, {"chunks", chunks}};
   tx["placement"]["stages"] = {{"compress", {{"threads", s.compress}}}};
   if (!s.curve_dir.empty()) {
-    rx["security"] = {{"curve", {{"secret_key_file", s.curve_dir + "/gateway.secret"},
-                                 {"allowed_keys_file", s.curve_dir + "/allowed"},
-                                 {"mode", s.curve_mode}}}};
-    tx["security"] = {{"curve", {{"secret_key_file", s.curve_dir + "/sender.secret"},
-                                 {"server_key_file", s.curve_dir + "/gateway.public"},
-                                 {"mode", s.curve_mode}}}};
+    rx["security"] = {{"curve",
+                       {{"secret_key_file", s.curve_dir + "/gateway.secret"},
+                        {"allowed_keys_file", s.curve_dir + "/allowed"},
+                        {"mode", s.curve_mode}}}};
+    tx["security"] = {{"curve",
+                       {{"secret_key_file", s.curve_dir + "/sender.secret"},
+                        {"server_key_file", s.curve_dir + "/gateway.public"},
+                        {"mode", s.curve_mode}}}};
   }
   Config rcfg = parse_config(rx, Role::receive);
   Config scfg = parse_config(tx, Role::send);
@@ -238,9 +237,11 @@ int run_bench(const std::vector<std::string>& args) {
     } else if (a == "--rounds" && i + 1 < args.size()) {
       rounds = std::max(1, std::stoi(args[++i]));
     } else {
-      std::fprintf(stderr, "numastream-agent bench: unknown argument '%s'\n"
-                           "usage: numastream-agent bench [codec|loopback|curve|all] [--json] "
-                           "[--rounds N] [--chunks N]\n", a.c_str());
+      std::fprintf(stderr,
+                   "numastream-agent bench: unknown argument '%s'\n"
+                   "usage: numastream-agent bench [codec|loopback|curve|all] [--json] "
+                   "[--rounds N] [--chunks N]\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -262,26 +263,34 @@ int run_bench(const std::vector<std::string>& args) {
                      {"bslz4_decompress_mbps", f.bslz4_decompress_mbps},
                      {"bslz4_avx2", bslz4::avx2_in_use()}};
   if (!json) {
-    std::printf("codec (one core, MB per CPU-second, %zu-byte synthetic projections, median of %d rounds)\n", chunk, rounds);
+    std::printf(
+        "codec (one core, MB per CPU-second, %zu-byte synthetic projections, median of %d "
+        "rounds)\n",
+        chunk, rounds);
     std::printf("  lz4          compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
                 f.compress_mbps, f.decompress_mbps, f.ratio);
-    std::printf("  lz4 library  compress %7.0f MB/s  decompress %7.0f MB/s  (ours/library %.3f, %.3f)\n",
-                f.lz4_compress_mbps, f.lz4_decompress_mbps, f.compress_mbps / f.lz4_compress_mbps,
-                f.decompress_mbps / f.lz4_decompress_mbps);
+    std::printf(
+        "  lz4 library  compress %7.0f MB/s  decompress %7.0f MB/s  (ours/library %.3f, %.3f)\n",
+        f.lz4_compress_mbps, f.lz4_decompress_mbps, f.compress_mbps / f.lz4_compress_mbps,
+        f.decompress_mbps / f.lz4_decompress_mbps);
     std::printf("  shuffle-lz4  compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
                 f.shuffle_compress_mbps, f.shuffle_decompress_mbps, f.shuffle_ratio);
-    std::printf("  bslz4        compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f  (avx2 %s)\n",
-                f.bslz4_compress_mbps, f.bslz4_decompress_mbps, f.bslz4_ratio,
-                bslz4::avx2_in_use() ? "yes" : "no");
+    std::printf(
+        "  bslz4        compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f  (avx2 %s)\n",
+        f.bslz4_compress_mbps, f.bslz4_decompress_mbps, f.bslz4_ratio,
+        bslz4::avx2_in_use() ? "yes" : "no");
     std::fflush(stdout);
   }
   if (what == "loopback" || what == "all") {
     const double cores = static_cast<double>(allowed_cpus().size());
     const double limit = cores / (1.0 / f.compress_mbps + 1.0 / f.decompress_mbps);
-    report["loopback"] = {{"cpu_work_limit_mbps", limit}, {"cores", cores}, {"runs", nlohmann::json::array()}};
+    report["loopback"] = {
+        {"cpu_work_limit_mbps", limit}, {"cores", cores}, {"runs", nlohmann::json::array()}};
     if (!json) {
-      std::printf("loopback (sender and receiver on 127.0.0.1, %llu chunks; CPU-work limit "
-                  "cores/(1/c+1/d) = %.0f MB/s)\n", static_cast<unsigned long long>(chunks), limit);
+      std::printf(
+          "loopback (sender and receiver on 127.0.0.1, %llu chunks; CPU-work limit "
+          "cores/(1/c+1/d) = %.0f MB/s)\n",
+          static_cast<unsigned long long>(chunks), limit);
     }
     const int n = static_cast<int>(cores);
     std::vector<LoopbackSetting> settings = {{"os", n, 2, std::max(1, n / 2), "", ""},
@@ -308,9 +317,14 @@ int run_bench(const std::vector<std::string>& args) {
     std::string dir = write_bench_keys();
     std::vector<double> plain, curve, auth;
     for (int r = 0; r < rounds; ++r) {
-      plain.push_back(bench_loopback({"numa-aware", n, 2, n, "", ""}, chunk, chunks)["raw_mbps"].get<double>());
-      curve.push_back(bench_loopback({"numa-aware", n, 2, n, dir, "encrypt"}, chunk, chunks)["raw_mbps"].get<double>());
-      auth.push_back(bench_loopback({"numa-aware", n, 2, n, dir, "authenticate"}, chunk, chunks)["raw_mbps"].get<double>());
+      plain.push_back(
+          bench_loopback({"numa-aware", n, 2, n, "", ""}, chunk, chunks)["raw_mbps"].get<double>());
+      curve.push_back(
+          bench_loopback({"numa-aware", n, 2, n, dir, "encrypt"}, chunk, chunks)["raw_mbps"]
+              .get<double>());
+      auth.push_back(
+          bench_loopback({"numa-aware", n, 2, n, dir, "authenticate"}, chunk, chunks)["raw_mbps"]
+              .get<double>());
     }
     std::filesystem::remove_all(dir);
     auto median = [](std::vector<double> v) {
@@ -318,21 +332,26 @@ int run_bench(const std::vector<std::string>& args) {
       return v[v.size() / 2];
     };
     // The cipher alone, on one core: what CurveZMQ does to every byte (XSalsa20-Poly1305).
-    std::vector<unsigned char> buf(chunk / 2 + crypto_secretbox_MACBYTES), key(crypto_secretbox_KEYBYTES, 7),
-        nonce(crypto_secretbox_NONCEBYTES, 1);
+    std::vector<unsigned char> buf(chunk / 2 + crypto_secretbox_MACBYTES),
+        key(crypto_secretbox_KEYBYTES, 7), nonce(crypto_secretbox_NONCEBYTES, 1);
     if (sodium_init() < 0) throw std::runtime_error("libsodium cannot start");
     const double seal_mbps = rate_mbps(chunk / 2, 1, std::max(rounds, 3), [&](std::size_t) {
       crypto_secretbox_easy(buf.data(), buf.data(), chunk / 2, nonce.data(), key.data());
     });
     const double p = median(plain), c = median(curve), a = median(auth);
     report["curve"] = {{"cipher_mbps_per_core", seal_mbps},
-                       {"plain_raw_mbps", p}, {"encrypt_raw_mbps", c}, {"authenticate_raw_mbps", a},
-                       {"encrypt_ratio", c / p}, {"authenticate_ratio", a / p}, {"rounds", rounds}};
+                       {"plain_raw_mbps", p},
+                       {"encrypt_raw_mbps", c},
+                       {"authenticate_raw_mbps", a},
+                       {"encrypt_ratio", c / p},
+                       {"authenticate_ratio", a / p},
+                       {"rounds", rounds}};
     if (!json) {
-      std::printf("curve (loopback numa-aware C=%d S=R=2 D=%d, %d rounds, medians)\n"
-                  "  plain %7.0f MB/s raw  encrypt %7.0f MB/s (%.2f)  authenticate %7.0f MB/s (%.2f)\n"
-                  "  cipher alone (XSalsa20-Poly1305, one core) %7.0f MB/s of wire data\n",
-                  n, n, rounds, p, c, c / p, a, a / p, seal_mbps);
+      std::printf(
+          "curve (loopback numa-aware C=%d S=R=2 D=%d, %d rounds, medians)\n"
+          "  plain %7.0f MB/s raw  encrypt %7.0f MB/s (%.2f)  authenticate %7.0f MB/s (%.2f)\n"
+          "  cipher alone (XSalsa20-Poly1305, one core) %7.0f MB/s of wire data\n",
+          n, n, rounds, p, c, c / p, a, a / p, seal_mbps);
     }
   }
   if (json) std::cout << report.dump() << std::endl;

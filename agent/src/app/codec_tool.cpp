@@ -6,17 +6,17 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
-#include "base/error.hpp"
-#include "pipeline/pipeline.hpp"
 #include "codec/synth.hpp"
+#include "pipeline/pipeline.hpp"
 
 namespace numastream {
 namespace {
@@ -110,9 +110,11 @@ int run_codec_tool(const std::vector<std::string>& args) {
     return kExitOk;
   }
   if (*codec == Codec::bslz4) {
-    if (in.size() < bslz4::kHeaderBytes) throw std::runtime_error(files[0] + " is shorter than a bslz4 header");
+    if (in.size() < bslz4::kHeaderBytes)
+      throw std::runtime_error(files[0] + " is shorter than a bslz4 header");
     raw_bytes = 0;
-    for (int i = 0; i < 8; ++i) raw_bytes = (raw_bytes << 8) | std::to_integer<std::size_t>(in[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < 8; ++i)
+      raw_bytes = (raw_bytes << 8) | std::to_integer<std::size_t>(in[static_cast<std::size_t>(i)]);
   } else if (raw_bytes == 0) {
     throw ConfigError("--raw-bytes", "is required to decode " + std::string(codec_name(*codec)));
   }
@@ -120,8 +122,9 @@ int run_codec_tool(const std::vector<std::string>& args) {
   std::vector<std::byte> out(raw_bytes);
   Decompressor dec(raw_bytes);
   if (!dec.decompress(*codec, in, out, element_size)) {
-    std::fprintf(stderr, "numastream-agent codec: %s is not valid %s data of %zu bytes (element size %zu)\n",
-                 files[0].c_str(), std::string(codec_name(*codec)).c_str(), raw_bytes, element_size);
+    std::fprintf(
+        stderr, "numastream-agent codec: %s is not valid %s data of %zu bytes (element size %zu)\n",
+        files[0].c_str(), std::string(codec_name(*codec)).c_str(), raw_bytes, element_size);
     return kExitIntegrity;
   }
   write_file(files[1], out);
@@ -152,7 +155,8 @@ int run_synth_tool(const std::vector<std::string>& args) {
   }
   if (out.empty()) throw ConfigError("--out", "is required");
   if (p.width == 0 || p.chunk_bytes % 2) {
-    throw ConfigError("--chunk-bytes", "must be a whole number of 16-bit pixels (and --width positive)");
+    throw ConfigError("--chunk-bytes",
+                      "must be a whole number of 16-bit pixels (and --width positive)");
   }
   p.frames = static_cast<int>(frames);
   std::vector<std::byte> all(p.chunk_bytes * frames);

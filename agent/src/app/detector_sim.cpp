@@ -6,16 +6,15 @@
 // message); as many series as asked, at a fixed message rate or as fast as the consumer takes them.
 #include "app/detector_sim.hpp"
 
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -40,10 +39,12 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
-    "usage: numastream-agent detector-sim --endpoint tcp://*:31001 (--replay DIR [--start] | --synthetic)\n"
+    "usage: numastream-agent detector-sim --endpoint tcp://*:31001 (--replay DIR [--start] | "
+    "--synthetic)\n"
     "           [--series N] [--rate-hz R] [--linger-s S]\n"
     "  --replay DIR   send the files of DIR (sorted by name), one Stream V2 message each\n"
-    "  --synthetic    send series of synthetic projections: series ids 1..N, each a start message,\n"
+    "  --synthetic    send series of synthetic projections: series ids 1..N, each a start "
+    "message,\n"
     "                 --images N (default 10) image messages, an end message; with\n"
     "                 --shape ROWSxCOLS (default 514x1030), --dtype uint8|uint16|uint32 (default\n"
     "                 uint16), --channels a,b,... (default threshold_1), --compression bslz4|lz4\n"
@@ -52,17 +53,22 @@ constexpr const char* kUsage =
     "                 with that seed and shape (16-bit counts, capped at 255 for uint8);\n"
     "                 --drop-images A-B never sends those image ids (the series ends normally)\n"
     "  --goniometer AXIS=START,INCREMENT\n"
-    "                 (repeatable) the start message's goniometer: axis AXIS (omega, phi, chi, ...)\n"
+    "                 (repeatable) the start message's goniometer: axis AXIS (omega, phi, chi, "
+    "...)\n"
     "                 at START degrees, turning INCREMENT degrees per image (0: stills)\n"
-    "  --spots FILE   (synthetic) diffraction-like images: spots on a Poisson background of mean 2,\n"
-    "                 one per line of FILE, \"X Y IMAGE [PEAK]\": a Gaussian of sigma 1 pixel centred\n"
-    "                 on column X, row Y, PEAK counts (default 1000) on image IMAGE and a third of\n"
+    "  --spots FILE   (synthetic) diffraction-like images: spots on a Poisson background of mean "
+    "2,\n"
+    "                 one per line of FILE, \"X Y IMAGE [PEAK]\": a Gaussian of sigma 1 pixel "
+    "centred\n"
+    "                 on column X, row Y, PEAK counts (default 1000) on image IMAGE and a third "
+    "of\n"
     "                 that on the images beside it; every channel the same\n"
     "  --series N     send the series N times (default 1)\n"
     "  --start        begin each series with a start message of our own (series id and unique id\n"
     "                 from the first recorded message that has them)\n"
     "  --rate-hz R    at most R messages per second (default: as fast as the consumer takes them)\n"
-    "  --linger-s S   after the last message, wait up to S s for a consumer to take what is queued\n"
+    "  --linger-s S   after the last message, wait up to S s for a consumer to take what is "
+    "queued\n"
     "                 (default 60)\n";
 
 std::vector<std::byte> read_file(const fs::path& p) {
@@ -70,7 +76,8 @@ std::vector<std::byte> read_file(const fs::path& p) {
   if (!in) throw ConfigError("--replay", "cannot read " + p.string());
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::byte> out(bytes.size());
-  std::transform(bytes.begin(), bytes.end(), out.begin(), [](char c) { return static_cast<std::byte>(c); });
+  std::transform(bytes.begin(), bytes.end(), out.begin(),
+                 [](char c) { return static_cast<std::byte>(c); });
   return out;
 }
 
@@ -113,7 +120,8 @@ std::vector<std::byte> pixels(const Synthetic& syn, int frame) {
   p.seed = syn.seed;
   p.chunk_bytes = n * 2;
   p.width = syn.dims[1];
-  p.frames = static_cast<int>(syn.images + 5 * (syn.channels.size() - 1));  // the series' projections
+  p.frames =
+      static_cast<int>(syn.images + 5 * (syn.channels.size() - 1));  // the series' projections
   std::vector<std::byte> counts(n * 2);
   generate_projection(p, frame, counts);
   if (syn.dtype == "uint16") return counts;
@@ -168,7 +176,8 @@ std::vector<std::byte> spot_pixels(const Synthetic& syn, std::uint64_t image) {
   return out;
 }
 
-std::vector<std::byte> compress(const Synthetic& syn, std::span<const std::byte> raw, bslz4::Workspace& ws) {
+std::vector<std::byte> compress(const Synthetic& syn, std::span<const std::byte> raw,
+                                bslz4::Workspace& ws) {
   const std::size_t elem = syn.dtype == "uint8" ? 1 : syn.dtype == "uint16" ? 2 : 4;
   if (syn.compression == stream2::Compression::lz4) return hdf5_lz4::encode(raw);
   std::vector<std::byte> out(bslz4::max_encoded_size(raw.size()));
@@ -198,24 +207,28 @@ std::vector<std::vector<std::byte>> synthetic_series(const Synthetic& syn, std::
     std::vector<std::vector<std::byte>> frames;
     std::vector<stream2::ChannelPixels> channels;
     for (std::size_t c = 0; c < syn.channels.size(); ++c) {
-      frames.push_back(compress(syn, syn.spots.empty() ? pixels(syn, static_cast<int>(i + 5 * c)) : spot_pixels(syn, i),
-                                ws));
+      frames.push_back(compress(
+          syn, syn.spots.empty() ? pixels(syn, static_cast<int>(i + 5 * c)) : spot_pixels(syn, i),
+          ws));
     }
-    for (std::size_t c = 0; c < syn.channels.size(); ++c) channels.push_back({syn.channels[c], frames[c]});
+    for (std::size_t c = 0; c < syn.channels.size(); ++c)
+      channels.push_back({syn.channels[c], frames[c]});
     // Images every count_time, each exposed for all of it, on a 10 MHz time base (an EIGER2's).
     stream2::ImageTimes times;
     times.series_date = info.arm_date;
     times.real = static_cast<std::uint64_t>(std::llround(info.count_time * 1e7));
     times.start = i * times.real;
     times.stop = times.start + times.real;
-    out.push_back(stream2::build_image(series_id, unique, i, syn.dims, syn.dtype, syn.compression, channels, &times));
+    out.push_back(stream2::build_image(series_id, unique, i, syn.dims, syn.dtype, syn.compression,
+                                       channels, &times));
   }
   out.push_back(stream2::build_end(series_id, unique));
   return out;
 }
 
-std::vector<std::vector<std::byte>> replayed(const std::string& replay, bool start,
-                                             const std::vector<stream2::StartInfo::Axis>& goniometer) {
+std::vector<std::vector<std::byte>> replayed(
+    const std::string& replay, bool start,
+    const std::vector<stream2::StartInfo::Axis>& goniometer) {
   std::vector<fs::path> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(replay, ec)) {
@@ -230,8 +243,9 @@ std::vector<std::vector<std::byte>> replayed(const std::string& replay, bool sta
   return messages;
 }
 
-int send_series(const std::string& endpoint, const std::vector<std::vector<std::vector<std::byte>>>& all,
-                double rate_hz, double linger_s) {
+int send_series(const std::string& endpoint,
+                const std::vector<std::vector<std::vector<std::byte>>>& all, double rate_hz,
+                double linger_s) {
   std::size_t per_series = all.empty() ? 0 : all[0].size();
   const long series = static_cast<long>(all.size());
   zmq::Context ctx(1, {});
@@ -239,8 +253,8 @@ int send_series(const std::string& endpoint, const std::vector<std::vector<std::
   sock.set_int(ZMQ_SNDHWM, 1000);
   sock.set_int(ZMQ_LINGER, static_cast<int>(linger_s * 1000));
   sock.bind(endpoint);
-  std::fprintf(stderr, "detector-sim: %zu messages per series, %ld series, on %s\n", per_series, series,
-               endpoint.c_str());
+  std::fprintf(stderr, "detector-sim: %zu messages per series, %ld series, on %s\n", per_series,
+               series, endpoint.c_str());
   using Clock = std::chrono::steady_clock;
   // The clock starts when the first message is taken (the first send waits for a consumer).
   Clock::time_point t0;
@@ -249,8 +263,9 @@ int send_series(const std::string& endpoint, const std::vector<std::vector<std::
     for (const auto& m : messages) {
       if (sent == 1) t0 = Clock::now();
       if (rate_hz > 0 && sent > 0) {
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(static_cast<double>(sent - 1) / rate_hz)));
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<Clock::duration>(
+                     std::chrono::duration<double>(static_cast<double>(sent - 1) / rate_hz)));
       }
       // Blocks while no consumer is connected or its queue is full: a detector waits the same way.
       if (zmq_send(sock.get(), m.data(), m.size(), 0) < 0) {
@@ -294,18 +309,23 @@ int run_detector_sim(const std::vector<std::string>& args) {
       syn.images = std::stoull(value("--images"));
     } else if (args[i] == "--drop-images") {
       const auto parts = split(value("--drop-images"), '-');
-      if (parts.empty() || parts.size() > 2) throw ConfigError("--drop-images", "must be ID or FIRST-LAST (got " + args[i] + ")");
+      if (parts.empty() || parts.size() > 2)
+        throw ConfigError("--drop-images", "must be ID or FIRST-LAST (got " + args[i] + ")");
       syn.drop_first = std::stoull(parts[0]);
       syn.drop_last = std::stoull(parts.back());
-      if (syn.drop_last < syn.drop_first) throw ConfigError("--drop-images", "FIRST-LAST with FIRST <= LAST");
+      if (syn.drop_last < syn.drop_first)
+        throw ConfigError("--drop-images", "FIRST-LAST with FIRST <= LAST");
     } else if (args[i] == "--seed") {
       syn.seed = std::stoull(value("--seed"));
     } else if (args[i] == "--shape") {
       const auto parts = split(value("--shape"), 'x');
-      if (parts.size() != 2) throw ConfigError("--shape", "must be ROWSxCOLS (got " + args[i] + ")");
+      if (parts.size() != 2)
+        throw ConfigError("--shape", "must be ROWSxCOLS (got " + args[i] + ")");
       syn.dims = {std::stoull(parts[0]), std::stoull(parts[1])};
       if (syn.dims[0] == 0 || syn.dims[1] == 0 || syn.dims[0] * syn.dims[1] > (1ull << 28)) {
-        throw ConfigError("--shape", "rows and columns must be positive, at most 2^28 pixels (got " + args[i] + ")");
+        throw ConfigError(
+            "--shape",
+            "rows and columns must be positive, at most 2^28 pixels (got " + args[i] + ")");
       }
     } else if (args[i] == "--dtype") {
       syn.dtype = value("--dtype");
@@ -315,7 +335,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
     } else if (args[i] == "--channels") {
       syn.channels = split(value("--channels"), ',');
       for (const auto& c : syn.channels) {
-        if (c.empty() || c.find('/') != std::string::npos) throw ConfigError("--channels", "a channel name is empty or has '/'");
+        if (c.empty() || c.find('/') != std::string::npos)
+          throw ConfigError("--channels", "a channel name is empty or has '/'");
       }
     } else if (args[i] == "--compression") {
       const std::string c = value("--compression");
@@ -330,7 +351,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
       const std::string spec = value("--goniometer");
       const auto eq = spec.find('=');
       const auto parts = split(eq == std::string::npos ? "" : spec.substr(eq + 1), ',');
-      if (eq == 0 || eq == std::string::npos || parts.size() != 2 || spec.find('/') != std::string::npos) {
+      if (eq == 0 || eq == std::string::npos || parts.size() != 2 ||
+          spec.find('/') != std::string::npos) {
         throw ConfigError("--goniometer", "must be AXIS=START,INCREMENT (got " + spec + ")");
       }
       std::size_t used = 0, used2 = 0;
@@ -345,15 +367,19 @@ int run_detector_sim(const std::vector<std::string>& args) {
       if (!in) throw ConfigError("--spots", "cannot read " + path);
       std::string line;
       for (int n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+        if (line.find_first_not_of(" \t") == std::string::npos ||
+            line[line.find_first_not_of(" \t")] == '#')
+          continue;
         std::istringstream fields(line);
         Synthetic::Spot spot;
         if (!(fields >> spot.x >> spot.y >> spot.image)) {
-          throw ConfigError("--spots", path + " line " + std::to_string(n) + ": not \"X Y IMAGE [PEAK]\": " + line);
+          throw ConfigError("--spots", path + " line " + std::to_string(n) +
+                                           ": not \"X Y IMAGE [PEAK]\": " + line);
         }
         if (!(fields >> spot.peak)) spot.peak = 1000;
         if (spot.x < 0 || spot.y < 0 || spot.peak <= 0) {
-          throw ConfigError("--spots", path + " line " + std::to_string(n) + ": X, Y must be >= 0 and PEAK > 0");
+          throw ConfigError(
+              "--spots", path + " line " + std::to_string(n) + ": X, Y must be >= 0 and PEAK > 0");
         }
         syn.spots.push_back(spot);
       }
@@ -362,7 +388,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
     } else if (args[i] == "--linger-s") {
       linger_s = std::stod(value("--linger-s"));
     } else {
-      std::fprintf(stderr, "numastream-agent detector-sim: unknown flag '%s'\n%s", args[i].c_str(), kUsage);
+      std::fprintf(stderr, "numastream-agent detector-sim: unknown flag '%s'\n%s", args[i].c_str(),
+                   kUsage);
       return kExitUsage;
     }
   }
@@ -377,7 +404,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
     // Unique across runs and restarts, as a DCU's series_unique_id is: the start time and process.
     const std::string run = std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
     for (long s = 1; s <= series; ++s) {
-      all.push_back(synthetic_series(syn, static_cast<std::uint64_t>(s), "detector-sim-" + run + "-" + std::to_string(s)));
+      all.push_back(synthetic_series(syn, static_cast<std::uint64_t>(s),
+                                     "detector-sim-" + run + "-" + std::to_string(s)));
     }
   } else {
     all.assign(static_cast<std::size_t>(series), replayed(replay, start, syn.goniometer));

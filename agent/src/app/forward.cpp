@@ -8,10 +8,10 @@
 
 #include <zmq.h>
 
-#include <csignal>
 #include <chrono>
-#include <cstdio>
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -95,7 +95,8 @@ int run_forward(const std::vector<std::string>& args) {
   zmq_msg_close(&msg);
   const double secs = messages > 1 ? std::chrono::duration<double>(last - t0).count() : 0;
   std::printf("{\"role\":\"forward\",\"messages\":%llu,\"bytes\":%llu,\"seconds\":%.3f}\n",
-              static_cast<unsigned long long>(messages), static_cast<unsigned long long>(bytes), secs);
+              static_cast<unsigned long long>(messages), static_cast<unsigned long long>(bytes),
+              secs);
   std::fflush(stdout);
   return kExitOk;
 }

@@ -1,19 +1,18 @@
 // numastream-agent: the data plane. This file only parses the command line.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
-
-#include <malloc.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -23,17 +22,17 @@
 #include <vector>
 
 #include "app/bench.hpp"
-#include "config/cli.hpp"
-#include "pipeline/pools.hpp"
 #include "app/codec_tool.hpp"
 #include "app/detector_sim.hpp"
 #include "app/forward.hpp"
-#include "host/cpuset.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
-#include "pipeline/pipeline.hpp"
+#include "config/cli.hpp"
+#include "host/cpuset.hpp"
 #include "host/topology.hpp"
 #include "net/transport.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/pools.hpp"
 #include "wire/wire.hpp"
 
 namespace {
@@ -51,7 +50,8 @@ constexpr const char* kUsage =
     "  synth      synthetic tomography projections into a file: --out F [--chunk-bytes N]\n"
     "             [--width W] [--frames K] [--seed S]\n"
     "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
-    "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and PREFIX.public\n"
+    "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and "
+    "PREFIX.public\n"
     "  detector-sim  a DECTRIS Stream V2 detector: --endpoint tcp://*:31001 --replay DIR\n"
     "             [--series N] [--start] [--rate-hz R] (recorded messages, one per file)\n"
     "  forward    a bare ZeroMQ PULL -> PUSH forwarder, the benchmarks' bound: --from ENDPOINT\n"
@@ -108,8 +108,10 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
   SignalDrain signals;
   // A start-up failure (a key file, the sink or state directory) propagates to main, which
   // names it and exits 2 for a configuration error, 1 otherwise.
-  RunResult r = role == Role::send ? run_sender(cfg, signals.token()) : run_receiver(cfg, signals.token());
-  std::cout << r.summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+  RunResult r =
+      role == Role::send ? run_sender(cfg, signals.token()) : run_receiver(cfg, signals.token());
+  std::cout << r.summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << std::endl;
   if (!summary_file.empty()) {
     // In a pod: /dev/termination-log, so the operator reads the figures after the exit.
     std::ofstream f(summary_file, std::ios::trunc);
@@ -211,7 +213,8 @@ int main(int argc, char** argv) {
       args.erase(args.begin());
       const Config c = parse_config(config_from_args(args), role);
       std::cout << "valid " << (role == Role::send ? "send" : "receive") << " configuration\n"
-                << "buffer pools: " << planned_pool_bytes(c) << " bytes per NUMA node of the codec stage\n";
+                << "buffer pools: " << planned_pool_bytes(c)
+                << " bytes per NUMA node of the codec stage\n";
       return kExitOk;
     }
     if (cmd == "bench") return run_bench(args);
@@ -221,7 +224,8 @@ int main(int argc, char** argv) {
     if (cmd == "detector-sim") return run_detector_sim(args);
     if (cmd == "forward") return run_forward(args);
     if (cmd == "version" || cmd == "--version") {
-      std::cout << "numastream-agent " NUMASTREAM_VERSION " (wire format " << static_cast<int>(wire::kVersion) << ")\n";
+      std::cout << "numastream-agent " NUMASTREAM_VERSION " (wire format "
+                << static_cast<int>(wire::kVersion) << ")\n";
       return kExitOk;
     }
   } catch (const ConfigError& e) {

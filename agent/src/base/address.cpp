@@ -33,7 +33,8 @@ std::optional<std::pair<std::array<std::uint8_t, 16>, bool>> parse_ip(std::strin
   return std::nullopt;
 }
 
-bool same_prefix(const std::array<std::uint8_t, 16>& a, const std::array<std::uint8_t, 16>& b, int bits) {
+bool same_prefix(const std::array<std::uint8_t, 16>& a, const std::array<std::uint8_t, 16>& b,
+                 int bits) {
   int i = 0;
   for (; bits >= 8; bits -= 8, ++i) {
     if (a[i] != b[i]) return false;
@@ -49,7 +50,8 @@ AddressBlocks AddressBlocks::parse(const std::vector<std::string>& entries) {
   AddressBlocks out;
   for (const std::string& entry : entries) {
     const auto bad = [&](const std::string& why) {
-      return std::invalid_argument("\"" + (entry.size() > 60 ? entry.substr(0, 57) + "..." : entry) +
+      return std::invalid_argument("\"" +
+                                   (entry.size() > 60 ? entry.substr(0, 57) + "..." : entry) +
                                    "\" is not an address block: " + why);
     };
     const std::string_view text(entry);
@@ -61,7 +63,8 @@ AddressBlocks AddressBlocks::parse(const std::vector<std::string>& entries) {
     if (slash != std::string_view::npos) {
       const std::string_view p = text.substr(slash + 1);
       const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), prefix);
-      if (p.empty() || p.size() > 3 || ec != std::errc() || end != p.data() + p.size() || prefix < 0 || prefix > width) {
+      if (p.empty() || p.size() > 3 || ec != std::errc() || end != p.data() + p.size() ||
+          prefix < 0 || prefix > width) {
         throw bad("the prefix length must be a number from 0 to " + std::to_string(width));
       }
     }
@@ -72,7 +75,8 @@ AddressBlocks AddressBlocks::parse(const std::vector<std::string>& entries) {
     for (int bit = 0; bit < b.prefix; ++bit) {
       zeroed[bit / 8] |= static_cast<std::uint8_t>(b.net[bit / 8] & (0x80 >> (bit % 8)));
     }
-    if (zeroed != b.net) throw bad("bits are set past the prefix (did you mean the network address?)");
+    if (zeroed != b.net)
+      throw bad("bits are set past the prefix (did you mean the network address?)");
     out.blocks_.push_back(b);
   }
   return out;

@@ -23,16 +23,22 @@ void make_parent_dirs(const std::string& path, unsigned file_mode) {
 }
 
 unsigned parse_file_mode(const std::string& text) {
-  if (text.empty() || text.size() > 4) throw std::invalid_argument("must be 3 or 4 octal digits, like \"0640\"");
+  if (text.empty() || text.size() > 4)
+    throw std::invalid_argument("must be 3 or 4 octal digits, like \"0640\"");
   unsigned mode = 0;
   for (char c : text) {
-    if (c < '0' || c > '7') throw std::invalid_argument("must be octal digits, like \"0640\" (got \"" + text + "\")");
+    if (c < '0' || c > '7')
+      throw std::invalid_argument("must be octal digits, like \"0640\" (got \"" + text + "\")");
     mode = mode * 8 + static_cast<unsigned>(c - '0');
   }
-  if (mode > 0777u) throw std::invalid_argument("has bits beyond the permissions (got \"" + text + "\")");
-  if ((mode & 0600u) != 0600u) throw std::invalid_argument("must let the owner read and write (got \"" + text + "\"): a resumed stream writes on");
+  if (mode > 0777u)
+    throw std::invalid_argument("has bits beyond the permissions (got \"" + text + "\")");
+  if ((mode & 0600u) != 0600u)
+    throw std::invalid_argument("must let the owner read and write (got \"" + text +
+                                "\"): a resumed stream writes on");
   if (mode & 0002u) throw std::invalid_argument("must not let others write (got \"" + text + "\")");
-  if (mode & 0111u) throw std::invalid_argument("must not make data files executable (got \"" + text + "\")");
+  if (mode & 0111u)
+    throw std::invalid_argument("must not make data files executable (got \"" + text + "\")");
   return mode;
 }
 

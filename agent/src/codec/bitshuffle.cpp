@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <new>
 
 namespace numastream::bslz4 {
@@ -17,7 +17,8 @@ constexpr std::size_t kBlockMultiple = 8;
 constexpr std::size_t kMinBlockElements = 128;
 
 void put_be(std::byte* p, std::uint64_t v, int bytes) noexcept {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<std::byte>((v >> (8 * (bytes - 1 - i))) & 0xff);
+  for (int i = 0; i < bytes; ++i)
+    p[i] = static_cast<std::byte>((v >> (8 * (bytes - 1 - i))) & 0xff);
 }
 
 std::uint64_t get_be(const std::byte* p, int bytes) noexcept {
@@ -65,7 +66,8 @@ void bits_to_planes(const std::byte* in, std::byte* planes, std::size_t n, std::
     for (std::size_t m = m0; m < m1; ++m) {
       std::uint64_t x = 0;
       for (std::size_t k = 0; k < 8; ++k) {
-        x |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(src[k * plane + m])) << (8 * k);
+        x |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(src[k * plane + m]))
+             << (8 * k);
       }
       x = transpose8x8(x);
       std::memcpy(dst + 8 * m, &x, 8);
@@ -87,11 +89,15 @@ void planes_to_bytes_t(const std::byte* planes, std::byte* out, std::size_t n) n
   }
 }
 
-void bytes_to_planes(const std::byte* in, std::byte* planes, std::size_t n, std::size_t e) noexcept {
+void bytes_to_planes(const std::byte* in, std::byte* planes, std::size_t n,
+                     std::size_t e) noexcept {
   switch (e) {
-    case 2: return bytes_to_planes_t<2>(in, planes, n);
-    case 4: return bytes_to_planes_t<4>(in, planes, n);
-    case 8: return bytes_to_planes_t<8>(in, planes, n);
+    case 2:
+      return bytes_to_planes_t<2>(in, planes, n);
+    case 4:
+      return bytes_to_planes_t<4>(in, planes, n);
+    case 8:
+      return bytes_to_planes_t<8>(in, planes, n);
     default:
       for (std::size_t i = 0; i < n; ++i) {
         for (std::size_t j = 0; j < e; ++j) planes[j * n + i] = in[i * e + j];
@@ -99,11 +105,15 @@ void bytes_to_planes(const std::byte* in, std::byte* planes, std::size_t n, std:
   }
 }
 
-void planes_to_bytes(const std::byte* planes, std::byte* out, std::size_t n, std::size_t e) noexcept {
+void planes_to_bytes(const std::byte* planes, std::byte* out, std::size_t n,
+                     std::size_t e) noexcept {
   switch (e) {
-    case 2: return planes_to_bytes_t<2>(planes, out, n);
-    case 4: return planes_to_bytes_t<4>(planes, out, n);
-    case 8: return planes_to_bytes_t<8>(planes, out, n);
+    case 2:
+      return planes_to_bytes_t<2>(planes, out, n);
+    case 4:
+      return planes_to_bytes_t<4>(planes, out, n);
+    case 8:
+      return planes_to_bytes_t<8>(planes, out, n);
     default:
       for (std::size_t i = 0; i < n; ++i) {
         for (std::size_t j = 0; j < e; ++j) out[i * e + j] = planes[j * n + i];
@@ -189,12 +199,17 @@ __attribute__((target("avx2"))) void bits_to_planes_avx2(const std::byte* in, st
         for (int u = 0; u < 2; ++u) {
           const __m256i lo = b[4 * h + u], hi = b[4 * h + 2 + u];
           const int col = 8 * h + 4 * u;  // first column (of 16 in the lane) of these two results
-          const __m256i c01 = transpose8x8_avx2(_mm256_unpacklo_epi32(lo, hi));  // columns col, col+1
-          const __m256i c23 = transpose8x8_avx2(_mm256_unpackhi_epi32(lo, hi));  // columns col+2, col+3
+          const __m256i c01 =
+              transpose8x8_avx2(_mm256_unpacklo_epi32(lo, hi));  // columns col, col+1
+          const __m256i c23 =
+              transpose8x8_avx2(_mm256_unpackhi_epi32(lo, hi));  // columns col+2, col+3
           _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * col), _mm256_castsi256_si128(c01));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * col + 16), _mm256_castsi256_si128(c23));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 128 + 8 * col), _mm256_extracti128_si256(c01, 1));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 128 + 8 * col + 16), _mm256_extracti128_si256(c23, 1));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 8 * col + 16),
+                           _mm256_castsi256_si128(c23));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 128 + 8 * col),
+                           _mm256_extracti128_si256(c01, 1));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 128 + 8 * col + 16),
+                           _mm256_extracti128_si256(c23, 1));
         }
       }
     }
@@ -206,8 +221,8 @@ __attribute__((target("avx2"))) void bits_to_planes_avx2(const std::byte* in, st
 // a time.
 __attribute__((target("avx2"))) void bytes_to_planes2_avx2(const std::byte* in, std::byte* planes,
                                                            std::size_t n) noexcept {
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   std::byte* lo = planes;
   std::byte* hi = planes + n;
   const std::size_t wide = n / 32;
@@ -216,8 +231,10 @@ __attribute__((target("avx2"))) void bytes_to_planes2_avx2(const std::byte* in, 
     __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 64 * q + 32));
     a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(a, split), 0xD8);  // lo 16 | hi 16
     b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, split), 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + 32 * q), _mm256_permute2x128_si256(a, b, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + 32 * q), _mm256_permute2x128_si256(a, b, 0x31));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + 32 * q),
+                        _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + 32 * q),
+                        _mm256_permute2x128_si256(a, b, 0x31));
   }
   for (std::size_t i = wide * 32; i < n; ++i) {
     lo[i] = in[2 * i];
@@ -235,8 +252,10 @@ __attribute__((target("avx2"))) void planes_to_bytes2_avx2(const std::byte* plan
     __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + 32 * q));
     __m256i a = _mm256_unpacklo_epi8(l, h);  // samples 0-7 | 16-23
     __m256i b = _mm256_unpackhi_epi8(l, h);  // samples 8-15 | 24-31
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * q), _mm256_permute2x128_si256(a, b, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * q + 32), _mm256_permute2x128_si256(a, b, 0x31));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * q),
+                        _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * q + 32),
+                        _mm256_permute2x128_si256(a, b, 0x31));
   }
   for (std::size_t i = wide * 32; i < n; ++i) {
     out[2 * i] = lo[i];
@@ -246,7 +265,8 @@ __attribute__((target("avx2"))) void planes_to_bytes2_avx2(const std::byte* plan
 
 bool cpu_has_avx2() noexcept {
   static const bool has = [] {
-    if (const char* off = std::getenv("NUMASTREAM_NO_AVX2"); off && *off && *off != '0') return false;
+    if (const char* off = std::getenv("NUMASTREAM_NO_AVX2"); off && *off && *off != '0')
+      return false;
     return __builtin_cpu_supports("avx2") != 0;
   }();
   return has;
@@ -267,7 +287,8 @@ std::size_t max_encoded_size(std::size_t raw_bytes) noexcept {
 
 bool avx2_in_use() noexcept { return cpu_has_avx2(); }
 
-void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n, std::size_t e) noexcept {
+void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
+                           std::size_t e) noexcept {
   const std::byte* planes = in;
   if (e > 1) {
     std::byte* tmp = plane_scratch(n * e);
@@ -277,7 +298,8 @@ void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n, s
   planes_to_bits(planes, out, n, e, 0, n / 8);
 }
 
-void unshuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n, std::size_t e) noexcept {
+void unshuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
+                             std::size_t e) noexcept {
   if (e == 1) return bits_to_planes(in, out, n, e, 0, n / 8);
   std::byte* tmp = plane_scratch(n * e);
   bits_to_planes(in, tmp, n, e, 0, n / 8);
@@ -329,8 +351,8 @@ std::byte* Workspace::block(std::size_t bytes) {
   return block_;
 }
 
-std::size_t Workspace::encode(std::span<const std::byte> raw, std::size_t e, std::span<std::byte> out,
-                              std::size_t block_elements) noexcept {
+std::size_t Workspace::encode(std::span<const std::byte> raw, std::size_t e,
+                              std::span<std::byte> out, std::size_t block_elements) noexcept {
   const std::size_t n = raw.size() / e;
   std::size_t bs = block_elements ? block_elements : default_block_elements(e);
   bs = bs < kMinBlockElements ? kMinBlockElements : bs - bs % kBlockMultiple;
@@ -343,7 +365,8 @@ std::size_t Workspace::encode(std::span<const std::byte> raw, std::size_t e, std
     shuffle_bits(raw.data() + first * e, tmp, count, e);
     int c = LZ4_compress_fast_extState(lz4_state_, reinterpret_cast<const char*>(tmp),
                                        reinterpret_cast<char*>(out.data() + pos + 4),
-                                       static_cast<int>(bytes), LZ4_compressBound(static_cast<int>(bytes)), 1);
+                                       static_cast<int>(bytes),
+                                       LZ4_compressBound(static_cast<int>(bytes)), 1);
     put_be(out.data() + pos, static_cast<std::uint64_t>(c), 4);
     pos += 4 + static_cast<std::size_t>(c);
   };
@@ -364,7 +387,8 @@ namespace {
 // Walks the framing; `on_block(first element, elements, compressed bytes)` sees each block and
 // may refuse it. True when the structure is exactly right.
 template <typename F>
-bool walk(std::span<const std::byte> in, std::size_t e, std::size_t raw_bytes, F on_block) noexcept {
+bool walk(std::span<const std::byte> in, std::size_t e, std::size_t raw_bytes,
+          F on_block) noexcept {
   if (e == 0 || in.size() < kHeaderBytes || raw_bytes % e) return false;
   if (get_be(in.data(), 8) != raw_bytes) return false;
   const std::uint64_t block_bytes = get_be(in.data() + 8, 4);
@@ -398,7 +422,8 @@ bool walk(std::span<const std::byte> in, std::size_t e, std::size_t raw_bytes, F
 
 }  // namespace
 
-bool Workspace::decode(std::span<const std::byte> in, std::size_t e, std::span<std::byte> out) noexcept {
+bool Workspace::decode(std::span<const std::byte> in, std::size_t e,
+                       std::span<std::byte> out) noexcept {
   if (e == 0 || in.size() < kHeaderBytes) return false;
   const std::uint64_t block_bytes = get_be(in.data() + 8, 4);
   if (block_bytes == 0) return false;
@@ -409,14 +434,16 @@ bool Workspace::decode(std::span<const std::byte> in, std::size_t e, std::span<s
   } catch (...) {
     return false;
   }
-  bool ok = walk(in, e, out.size(), [&](std::size_t first, std::size_t count, std::span<const std::byte> c) {
-    const int bytes = static_cast<int>(count * e);
-    int got = LZ4_decompress_safe(reinterpret_cast<const char*>(c.data()), reinterpret_cast<char*>(tmp),
-                                  static_cast<int>(c.size()), bytes);
-    if (got != bytes) return false;
-    unshuffle_bits(tmp, out.data() + first * e, count, e);
-    return true;
-  });
+  bool ok = walk(
+      in, e, out.size(), [&](std::size_t first, std::size_t count, std::span<const std::byte> c) {
+        const int bytes = static_cast<int>(count * e);
+        int got =
+            LZ4_decompress_safe(reinterpret_cast<const char*>(c.data()),
+                                reinterpret_cast<char*>(tmp), static_cast<int>(c.size()), bytes);
+        if (got != bytes) return false;
+        unshuffle_bits(tmp, out.data() + first * e, count, e);
+        return true;
+      });
   if (!ok) return false;
   const std::size_t tail_elements = (out.size() / e) % kBlockMultiple;
   const std::size_t tail = tail_elements * e;
@@ -425,7 +452,8 @@ bool Workspace::decode(std::span<const std::byte> in, std::size_t e, std::span<s
 }
 
 bool check_framing(std::span<const std::byte> in, std::size_t e, std::size_t raw_bytes) noexcept {
-  return walk(in, e, raw_bytes, [](std::size_t, std::size_t, std::span<const std::byte>) { return true; });
+  return walk(in, e, raw_bytes,
+              [](std::size_t, std::size_t, std::span<const std::byte>) { return true; });
 }
 
 }  // namespace numastream::bslz4

@@ -33,11 +33,15 @@ std::size_t default_block_elements(std::size_t elem_size) noexcept;
 std::size_t max_encoded_size(std::size_t raw_bytes) noexcept;
 
 // One bit-shuffle; `in` and `out` hold n * elem_size bytes, n a multiple of 8, no overlap.
-void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t elem_size) noexcept;
-void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t elem_size) noexcept;
+void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n,
+                  std::size_t elem_size) noexcept;
+void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n,
+                    std::size_t elem_size) noexcept;
 // The portable versions (the dispatching ones above use AVX2 when the CPU has it).
-void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n, std::size_t elem_size) noexcept;
-void unshuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n, std::size_t elem_size) noexcept;
+void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
+                           std::size_t elem_size) noexcept;
+void unshuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
+                             std::size_t elem_size) noexcept;
 bool avx2_in_use() noexcept;
 
 // Scratch space one thread reuses: a shuffled block and LZ4's state.
@@ -50,12 +54,13 @@ class Workspace {
 
   // Encodes raw (a whole number of elements) into `out` (at least max_encoded_size(raw.size())).
   // Returns the bytes written. `block_elements` 0 takes the default.
-  std::size_t encode(std::span<const std::byte> raw, std::size_t elem_size, std::span<std::byte> out,
-                     std::size_t block_elements = 0) noexcept;
+  std::size_t encode(std::span<const std::byte> raw, std::size_t elem_size,
+                     std::span<std::byte> out, std::size_t block_elements = 0) noexcept;
   // Decodes into exactly out.size() bytes. False for anything malformed: a raw size that is not
   // out.size(), a block size that is not a positive multiple of 8 elements, a block length past the
   // end, an LZ4 block that does not decode to exactly its size, bytes left over.
-  bool decode(std::span<const std::byte> in, std::size_t elem_size, std::span<std::byte> out) noexcept;
+  bool decode(std::span<const std::byte> in, std::size_t elem_size,
+              std::span<std::byte> out) noexcept;
 
  private:
   std::byte* block(std::size_t bytes);
@@ -67,6 +72,7 @@ class Workspace {
 // The framing's structure without decoding: the raw size is `raw_bytes`, the block size is valid
 // for `elem_size`, every block length lies inside the input and the last one ends where the
 // verbatim tail begins. What a gateway checks of a frame it stores without decompressing.
-bool check_framing(std::span<const std::byte> in, std::size_t elem_size, std::size_t raw_bytes) noexcept;
+bool check_framing(std::span<const std::byte> in, std::size_t elem_size,
+                   std::size_t raw_bytes) noexcept;
 
 }  // namespace numastream::bslz4

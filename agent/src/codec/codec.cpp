@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "codec/bitshuffle.hpp"
 #include "base/error.hpp"
+#include "codec/bitshuffle.hpp"
 
 namespace numastream {
 
@@ -20,10 +20,14 @@ std::optional<Codec> parse_codec(std::string_view name) noexcept {
 
 std::string_view codec_name(Codec c) noexcept {
   switch (c) {
-    case Codec::none: return "none";
-    case Codec::lz4: return "lz4";
-    case Codec::shuffle_lz4: return "shuffle-lz4";
-    case Codec::bslz4: return "bslz4";
+    case Codec::none:
+      return "none";
+    case Codec::lz4:
+      return "lz4";
+    case Codec::shuffle_lz4:
+      return "shuffle-lz4";
+    case Codec::bslz4:
+      return "bslz4";
   }
   return "unknown";
 }
@@ -63,7 +67,9 @@ void unshuffle16(const std::byte* in, std::byte* out, std::size_t n) noexcept {
 }
 
 Compressor::Compressor(Codec codec, int acceleration, std::size_t max_raw, std::size_t element_size)
-    : codec_(codec), acceleration_(acceleration < 1 ? 1 : acceleration), max_raw_(max_raw),
+    : codec_(codec),
+      acceleration_(acceleration < 1 ? 1 : acceleration),
+      max_raw_(max_raw),
       element_size_(element_size) {
   NS_ASSERT(max_raw <= static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE));
   if (codec_ == Codec::bslz4) {
@@ -94,10 +100,9 @@ Compressor::Result Compressor::compress(std::span<const std::byte> raw,
       shuffle16(raw.data(), scratch_.get(), raw.size());
       src = scratch_.get();
     }
-    int n = LZ4_compress_fast_extState(lz4_state_.get(), reinterpret_cast<const char*>(src),
-                                       reinterpret_cast<char*>(out.data()),
-                                       static_cast<int>(raw.size()), static_cast<int>(out.size()),
-                                       acceleration_);
+    int n = LZ4_compress_fast_extState(
+        lz4_state_.get(), reinterpret_cast<const char*>(src), reinterpret_cast<char*>(out.data()),
+        static_cast<int>(raw.size()), static_cast<int>(out.size()), acceleration_);
     if (n > 0 && static_cast<std::size_t>(n) < raw.size()) {
       return {codec_, static_cast<std::size_t>(n)};
     }
@@ -108,7 +113,8 @@ Compressor::Result Compressor::compress(std::span<const std::byte> raw,
 }
 
 Decompressor::Decompressor(std::size_t max_raw)
-    : max_raw_(max_raw), scratch_(std::make_unique<std::byte[]>(max_raw ? max_raw : 1)),
+    : max_raw_(max_raw),
+      scratch_(std::make_unique<std::byte[]>(max_raw ? max_raw : 1)),
       bslz4_(std::make_unique<bslz4::Workspace>()) {}
 
 Decompressor::~Decompressor() = default;

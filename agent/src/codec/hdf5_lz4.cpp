@@ -23,9 +23,12 @@ std::uint64_t get_be(const std::byte* p, int bytes) {
 }  // namespace
 
 std::vector<std::byte> encode(std::span<const std::byte> raw, std::size_t block_bytes) {
-  if (block_bytes == 0 || block_bytes > (1u << 30)) throw std::invalid_argument("hdf5_lz4: block size out of range");
-  std::vector<std::byte> out(12 + raw.size() + (raw.size() / block_bytes + 1) *
-                                                   (4 + static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(block_bytes)))));
+  if (block_bytes == 0 || block_bytes > (1u << 30))
+    throw std::invalid_argument("hdf5_lz4: block size out of range");
+  std::vector<std::byte> out(
+      12 + raw.size() +
+      (raw.size() / block_bytes + 1) *
+          (4 + static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(block_bytes)))));
   put_be(out.data(), raw.size(), 8);
   put_be(out.data() + 8, block_bytes, 4);
   std::size_t pos = 12;
@@ -33,7 +36,8 @@ std::vector<std::byte> encode(std::span<const std::byte> raw, std::size_t block_
     const std::size_t n = std::min(block_bytes, raw.size() - off);
     const char* src = reinterpret_cast<const char*>(raw.data() + off);
     char* dst = reinterpret_cast<char*>(out.data() + pos + 4);
-    int c = LZ4_compress_default(src, dst, static_cast<int>(n), LZ4_compressBound(static_cast<int>(n)));
+    int c =
+        LZ4_compress_default(src, dst, static_cast<int>(n), LZ4_compressBound(static_cast<int>(n)));
     if (c <= 0 || static_cast<std::size_t>(c) >= n) {  // stored as it is
       std::memcpy(dst, src, n);
       c = static_cast<int>(n);
@@ -59,7 +63,8 @@ bool decode(std::span<const std::byte> in, std::span<std::byte> out) noexcept {
     char* dst = reinterpret_cast<char*>(out.data() + off);
     if (c == n) {
       std::memcpy(dst, in.data() + pos, n);
-    } else if (LZ4_decompress_safe(reinterpret_cast<const char*>(in.data() + pos), dst, static_cast<int>(c),
+    } else if (LZ4_decompress_safe(reinterpret_cast<const char*>(in.data() + pos), dst,
+                                   static_cast<int>(c),
                                    static_cast<int>(n)) != static_cast<int>(n)) {
       return false;
     }

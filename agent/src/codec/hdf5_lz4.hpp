@@ -12,7 +12,8 @@ namespace numastream::hdf5_lz4 {
 
 inline constexpr std::size_t kDefaultBlockBytes = 8192;  // what DECTRIS detectors use
 
-std::vector<std::byte> encode(std::span<const std::byte> raw, std::size_t block_bytes = kDefaultBlockBytes);
+std::vector<std::byte> encode(std::span<const std::byte> raw,
+                              std::size_t block_bytes = kDefaultBlockBytes);
 // Decodes into exactly out.size() bytes; false for anything malformed.
 bool decode(std::span<const std::byte> in, std::span<std::byte> out) noexcept;
 

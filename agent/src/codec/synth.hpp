@@ -14,10 +14,10 @@ namespace numastream {
 struct SynthParams {
   std::uint64_t seed = 1;
   std::size_t chunk_bytes = 2560 * 2160 * 2;  // one 2560x2160 16-bit projection
-  std::size_t width = 2560;                    // pixels per row
-  int frames = 4;                              // distinct projections, cycled
-  double flat_field = 10.0;                    // mean photon counts of the open beam
-  double attenuation = 1.5;                    // mu * length through the thickest part
+  std::size_t width = 2560;                   // pixels per row
+  int frames = 4;                             // distinct projections, cycled
+  double flat_field = 10.0;                   // mean photon counts of the open beam
+  double attenuation = 1.5;                   // mu * length through the thickest part
 };
 
 // Fills `out` (params.chunk_bytes long) with projection number `frame`.

@@ -75,7 +75,8 @@ std::string take_summary_file(std::vector<std::string>& args) {
     if (args[i] == "--summary-file") {
       if (i + 1 >= args.size()) throw ConfigError("--summary-file", "needs a value");
       path = args[i + 1];
-      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i), args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i),
+                 args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
     } else if (args[i].rfind("--summary-file=", 0) == 0) {
       path = args[i].substr(15);
       args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
@@ -87,15 +88,16 @@ std::string take_summary_file(std::vector<std::string>& args) {
 }
 
 std::string termination_summary(const nlohmann::json& summary) {
-  static const char* kKeys[] = {"role",       "verified",  "chunks",    "delivered_before", "acknowledged",
-                                "lost",       "corrupt",   "duplicates", "raw_bytes",       "wire_bytes",
-                                "seconds",    "raw_gbps",  "wire_gbps", "resumes",          "complete",
-                                "drained"};
+  static const char* kKeys[] = {"role",         "verified",   "chunks",   "delivered_before",
+                                "acknowledged", "lost",       "corrupt",  "duplicates",
+                                "raw_bytes",    "wire_bytes", "seconds",  "raw_gbps",
+                                "wire_gbps",    "resumes",    "complete", "drained"};
   nlohmann::json out = nlohmann::json::object();
   for (const char* k : kKeys) {
     if (summary.contains(k)) out[k] = summary[k];
   }
-  if (summary.contains("placement") && summary["placement"].is_object() && summary["placement"].contains("nic_local")) {
+  if (summary.contains("placement") && summary["placement"].is_object() &&
+      summary["placement"].contains("nic_local")) {
     out["nic_local"] = summary["placement"]["nic_local"];
   }
   if (summary.contains("error") && summary["error"].is_string()) {
@@ -134,18 +136,24 @@ nlohmann::json config_from_args(const std::vector<std::string>& args) {
       }
       std::string field = flag == "--threads" ? "threads" : "numa";
       std::string v = value.substr(eq + 1);
-      if (field == "numa") v = nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // always a string
+      if (field == "numa")
+        v = nlohmann::json(v).dump(-1, ' ', false,
+                                   nlohmann::json::error_handler_t::replace);  // always a string
       overrides.push_back("placement.stages." + value.substr(0, eq) + "." + field + "=" + v);
     } else if (auto it = shortcuts().find(flag); it != shortcuts().end()) {
       // String-valued fields stay strings even when they look like numbers.
-      static const char* kStrings[] = {"endpoint", "codec", "source.kind", "source.path", "source.endpoint", "sink.kind",
-                                       "source.dataset", "source.dtype", "sink.dataset", "verify",
-                                       "sink.path", "sink.endpoint", "placement.mode", "sink.layout",
-                                       "sink.instrument", "sink.source", "sink.sample",
-                                       "placement.nic", "metrics.listen", "sysfs_root", "cgroup_root"};
+      static const char* kStrings[] = {
+          "endpoint",    "codec",          "source.kind",    "source.path",    "source.endpoint",
+          "sink.kind",   "source.dataset", "source.dtype",   "sink.dataset",   "verify",
+          "sink.path",   "sink.endpoint",  "placement.mode", "sink.layout",    "sink.instrument",
+          "sink.source", "sink.sample",    "placement.nic",  "metrics.listen", "sysfs_root",
+          "cgroup_root"};
       bool is_string = false;
       for (const char* s : kStrings) is_string = is_string || it->second == s;
-      overrides.push_back(it->second + "=" + (is_string ? nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : value));
+      overrides.push_back(it->second + "=" +
+                          (is_string ? nlohmann::json(value).dump(
+                                           -1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                     : value));
     } else {
       throw ConfigError(flag, "unknown flag (see --help)");
     }

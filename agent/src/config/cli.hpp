@@ -2,10 +2,9 @@
 // the file and the flags share one validation path and one set of field names.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
 

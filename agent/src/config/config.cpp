@@ -1,16 +1,15 @@
 #include "config/config.hpp"
 
-#include "base/address.hpp"
-#include "base/files.hpp"
-#include "codec/dtype.hpp"
-
 #include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "base/address.hpp"
 #include "base/error.hpp"
+#include "base/files.hpp"
+#include "codec/dtype.hpp"
 
 namespace numastream {
 namespace {
@@ -33,7 +32,8 @@ class Fields {
  public:
   Fields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
     if (!obj_.is_object()) {
-      throw ConfigError(path_.empty() ? "<root>" : path_, "must be an object (got " + show(obj_) + ")");
+      throw ConfigError(path_.empty() ? "<root>" : path_,
+                        "must be an object (got " + show(obj_) + ")");
     }
   }
 
@@ -135,22 +135,27 @@ void parse_source(Fields& f, Config& c) {
   const json* v = f.raw("source");
   if (!v) return;
   Fields sf(*v, f.path("source"));
-  std::string kind = sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5", "stream2"});
+  std::string kind =
+      sf.choice("kind", "synthetic", {"synthetic", "file", "zmq", "hdf5", "stream2"});
   c.source.rate_gbps = sf.number("rate_gbps", 0, 0, 1e6);
   const bool live = kind == "zmq" || kind == "stream2";
   if (!live) {
-    for (const char* k : {"drain_s", "drain_quiet_ms"}) sf.forbid(k, "only used by the live sources (zmq, stream2)");
+    for (const char* k : {"drain_s", "drain_quiet_ms"})
+      sf.forbid(k, "only used by the live sources (zmq, stream2)");
   }
   c.source.drain_s = sf.number("drain_s", c.source.drain_s, 0, 3600);
-  c.source.drain_quiet_ms = static_cast<int>(sf.integer("drain_quiet_ms", c.source.drain_quiet_ms, 10, 600000));
+  c.source.drain_quiet_ms =
+      static_cast<int>(sf.integer("drain_quiet_ms", c.source.drain_quiet_ms, 10, 600000));
   if (kind == "hdf5") {
     c.source.kind = SourceConfig::Kind::hdf5;
     c.source.path = sf.required_string("path");
     c.source.dataset = sf.string("dataset", c.source.dataset);
     if (c.source.dataset.empty() || c.source.dataset.front() != '/') {
-      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
+      throw ConfigError(sf.path("dataset"),
+                        "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
     }
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
+      sf.forbid(k, "only used by the synthetic source");
     for (const char* k : {"dtype", "shape"}) sf.forbid(k, "the HDF5 dataset says it");
     sf.forbid("endpoint", "only used by the zmq source");
     sf.finish();
@@ -161,20 +166,25 @@ void parse_source(Fields& f, Config& c) {
     c.source.kind = SourceConfig::Kind::stream2;
     c.source.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.source.endpoint, sf.path("endpoint"));
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
-    for (const char* k : {"dtype", "shape"}) sf.forbid(k, "a Stream V2 series says it in its start message");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
+      sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"dtype", "shape"})
+      sf.forbid(k, "a Stream V2 series says it in its start message");
     sf.forbid("path", "only used by the file and hdf5 sources");
     sf.finish();
     return;
   }
   c.source.dtype = sf.string("dtype", c.source.dtype);
   if (!dtype_known(c.source.dtype)) {
-    throw ConfigError(sf.path("dtype"), "must be one of uint8, uint16, uint32, uint64, int8, int16, int32, int64, "
-                                        "float32, float64 (got \"" + c.source.dtype + "\")");
+    throw ConfigError(sf.path("dtype"),
+                      "must be one of uint8, uint16, uint32, uint64, int8, int16, int32, int64, "
+                      "float32, float64 (got \"" +
+                          c.source.dtype + "\")");
   }
   if (const json* sh = sf.raw("shape")) {
-    if (!sh->is_array() || sh->size() != 2 || !(*sh)[0].is_number_unsigned() || !(*sh)[1].is_number_unsigned() ||
-        (*sh)[0].get<std::uint64_t>() == 0 || (*sh)[1].get<std::uint64_t>() == 0) {
+    if (!sh->is_array() || sh->size() != 2 || !(*sh)[0].is_number_unsigned() ||
+        !(*sh)[1].is_number_unsigned() || (*sh)[0].get<std::uint64_t>() == 0 ||
+        (*sh)[1].get<std::uint64_t>() == 0) {
       throw ConfigError(sf.path("shape"), "must be [rows, cols], both positive");
     }
     c.source.shape = {(*sh)[0].get<std::uint64_t>(), (*sh)[1].get<std::uint64_t>()};
@@ -189,8 +199,10 @@ void parse_source(Fields& f, Config& c) {
       Fields cf(*ch, sf.path("change"));
       c.source.change_at = static_cast<std::uint64_t>(cf.integer("at_chunk", 0, 1, 1LL << 48));
       c.source.change_flat_field = cf.number("flat_field", 0, 0.1, 10000);
-      if (!cf.has("at_chunk")) throw ConfigError(cf.path("at_chunk"), "is required: the chunk the change comes at");
-      if (!cf.has("flat_field")) throw ConfigError(cf.path("flat_field"), "is required: the beam's counts after the change");
+      if (!cf.has("at_chunk"))
+        throw ConfigError(cf.path("at_chunk"), "is required: the chunk the change comes at");
+      if (!cf.has("flat_field"))
+        throw ConfigError(cf.path("flat_field"), "is required: the beam's counts after the change");
       cf.finish();
     }
     sf.forbid("path", "only used by the file source");
@@ -198,13 +210,15 @@ void parse_source(Fields& f, Config& c) {
   } else if (kind == "file") {
     c.source.kind = SourceConfig::Kind::file;
     c.source.path = sf.required_string("path");
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
+      sf.forbid(k, "only used by the synthetic source");
     sf.forbid("endpoint", "only used by the zmq source");
   } else {
     c.source.kind = SourceConfig::Kind::zmq;
     c.source.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.source.endpoint, sf.path("endpoint"));
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"}) sf.forbid(k, "only used by the synthetic source");
+    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
+      sf.forbid(k, "only used by the synthetic source");
     sf.forbid("path", "only used by the file source");
   }
   sf.finish();
@@ -212,7 +226,8 @@ void parse_source(Fields& f, Config& c) {
 
 // One sink object (`sink`, or an entry of `sinks`) into `out`.
 void parse_sink_object(Fields& sf, SinkConfig& out) {
-  std::string kind = sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2", "numastream"});
+  std::string kind =
+      sf.choice("kind", "null", {"null", "file", "zmq", "hdf5", "stream2", "numastream"});
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
@@ -220,7 +235,8 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
   if (kind != "numastream") sf.forbid("connections", "only used by a numastream (onward) consumer");
   if (kind != "file" && kind != "hdf5") sf.forbid("mode", "only used by the file and hdf5 sinks");
   if (const json* m = sf.raw("mode")) {
-    if (!m->is_string()) throw ConfigError(sf.path("mode"), "must be a string of octal digits, like \"0640\"");
+    if (!m->is_string())
+      throw ConfigError(sf.path("mode"), "must be a string of octal digits, like \"0640\"");
     try {
       out.mode = parse_file_mode(m->get<std::string>());
     } catch (const std::invalid_argument& e) {
@@ -235,12 +251,15 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     out.dataset = sf.string("dataset", out.dataset);
     out.direct_io = sf.choice("io", "buffered", {"buffered", "direct"}) == "direct";
     if (out.dataset.empty() || out.dataset.front() != '/') {
-      throw ConfigError(sf.path("dataset"), "must be an absolute path in the file (got \"" + out.dataset + "\")");
+      throw ConfigError(sf.path("dataset"),
+                        "must be an absolute path in the file (got \"" + out.dataset + "\")");
     }
     if (sf.choice("layout", "file", {"file", "nxmx"}) == "nxmx") {
-      out.frames_per_file = static_cast<std::uint64_t>(sf.integer("frames_per_file", 1000, 1, 1000000));
-      for (auto [key, field] : {std::pair{"instrument", &out.instrument}, std::pair{"source", &out.source},
-                                std::pair{"sample", &out.sample}}) {
+      out.frames_per_file =
+          static_cast<std::uint64_t>(sf.integer("frames_per_file", 1000, 1, 1000000));
+      for (auto [key, field] :
+           {std::pair{"instrument", &out.instrument}, std::pair{"source", &out.source},
+            std::pair{"sample", &out.sample}}) {
         *field = sf.string(key, "");
         if (field->size() > 1024) throw ConfigError(sf.path(key), "must be at most 1024 bytes");
       }
@@ -258,7 +277,8 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     out.kind = kind == "numastream" ? SinkConfig::Kind::numastream : SinkConfig::Kind::zmq;
     out.endpoint = sf.required_string("endpoint");
     parse_endpoint(out.endpoint, sf.path("endpoint"));
-    if (kind == "numastream") out.connections = static_cast<int>(sf.integer("connections", 1, 1, kMaxOnwardConnections));
+    if (kind == "numastream")
+      out.connections = static_cast<int>(sf.integer("connections", 1, 1, kMaxOnwardConnections));
     sf.forbid("path", "only used by the file and hdf5 sinks");
   }
   if (out.frames_per_file == 0) {
@@ -292,17 +312,20 @@ constexpr std::size_t kMaxConsumers = 8;
 void parse_sink(Fields& f, Config& c) {
   const json* one = f.raw("sink");
   const json* many = f.raw("sinks");
-  if (one && many) throw ConfigError("sinks", "give either sink (one) or sinks (several at once), not both");
+  if (one && many)
+    throw ConfigError("sinks", "give either sink (one) or sinks (several at once), not both");
   if (one) {
     Fields sf(*one, f.path("sink"));
     parse_sink_object(sf, c.sink);
     sf.finish();
-    if (c.sink.kind != SinkConfig::Kind::null) c.consumers.push_back({c.sink, ConsumerConfig::Guarantee::lossless, {}});
+    if (c.sink.kind != SinkConfig::Kind::null)
+      c.consumers.push_back({c.sink, ConsumerConfig::Guarantee::lossless, {}});
     return;
   }
   if (!many) return;
   if (!many->is_array() || many->empty() || many->size() > kMaxConsumers) {
-    throw ConfigError("sinks", "must be a list of 1 to " + std::to_string(kMaxConsumers) + " sinks (got " + show(*many) + ")");
+    throw ConfigError("sinks", "must be a list of 1 to " + std::to_string(kMaxConsumers) +
+                                   " sinks (got " + show(*many) + ")");
   }
   for (std::size_t i = 0; i < many->size(); ++i) {
     const std::string at = "sinks[" + std::to_string(i) + "]";
@@ -316,47 +339,66 @@ void parse_sink(Fields& f, Config& c) {
       Fields spf(*sp, at + ".spill");
       k.spill.path = spf.required_string("path");
       if (k.spill.path.empty() || k.spill.path.front() != '/') {
-        throw ConfigError(at + ".spill.path", "must be an absolute directory (got \"" + k.spill.path + "\")");
+        throw ConfigError(at + ".spill.path",
+                          "must be an absolute directory (got \"" + k.spill.path + "\")");
       }
-      if (!spf.raw("max_bytes")) throw ConfigError(at + ".spill.max_bytes", "is required: the most the spill may hold");
-      k.spill.max_bytes = static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1LL << 20, 1LL << 50));
+      if (!spf.raw("max_bytes"))
+        throw ConfigError(at + ".spill.max_bytes", "is required: the most the spill may hold");
+      k.spill.max_bytes =
+          static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1LL << 20, 1LL << 50));
       spf.finish();
       if (k.guarantee == ConsumerConfig::Guarantee::latest) {
-        throw ConfigError(at + ".spill", "a latest-only consumer passes chunks over instead: a spill is for a lossless one");
+        throw ConfigError(
+            at + ".spill",
+            "a latest-only consumer passes chunks over instead: a spill is for a lossless one");
       }
     }
     sf.finish();
     using K = SinkConfig::Kind;
-    if (k.sink.kind == K::null) throw ConfigError(at + ".kind", "a consumer of the stream needs a kind (file, hdf5, zmq, stream2)");
+    if (k.sink.kind == K::null)
+      throw ConfigError(at + ".kind",
+                        "a consumer of the stream needs a kind (file, hdf5, zmq, stream2)");
     if (!k.sink.curve.secret_key_file.empty() && k.sink.kind != K::numastream) {
-      throw ConfigError(at + ".curve", "only an onward link is keyed: a numastream consumer, or a relay's one sink");
+      throw ConfigError(
+          at + ".curve",
+          "only an onward link is keyed: a numastream consumer, or a relay's one sink");
     }
     if (k.guarantee == ConsumerConfig::Guarantee::latest && k.sink.kind != K::zmq) {
-      throw ConfigError(at + ".guarantee", "latest-only is for a live zmq consumer (numastream frames, each naming its "
-                                           "sequence); a file, an hdf5 file and a Stream V2 series are written whole");
+      throw ConfigError(
+          at + ".guarantee",
+          "latest-only is for a live zmq consumer (numastream frames, each naming its "
+          "sequence); a file, an hdf5 file and a Stream V2 series are written whole");
     }
     for (std::size_t j = 0; j < c.consumers.size(); ++j) {
       const SinkConfig& o = c.consumers[j].sink;
       const bool file = k.sink.kind == K::file || k.sink.kind == K::hdf5;
       if (file && (o.kind == K::file || o.kind == K::hdf5) && o.path == k.sink.path) {
-        throw ConfigError(at + ".path", "sinks[" + std::to_string(j) + "] writes " + o.path + " already");
+        throw ConfigError(at + ".path",
+                          "sinks[" + std::to_string(j) + "] writes " + o.path + " already");
       }
       if (file && (o.kind == K::file || o.kind == K::hdf5) && o.mode != k.sink.mode) {
-        throw ConfigError(at + ".mode", "every file consumer of one receiver has the same mode (the process's umask; sinks[" +
-                                            std::to_string(j) + "] has another)");
+        throw ConfigError(
+            at + ".mode",
+            "every file consumer of one receiver has the same mode (the process's umask; sinks[" +
+                std::to_string(j) + "] has another)");
       }
       if (k.spill.enabled() && c.consumers[j].spill.path == k.spill.path) {
-        throw ConfigError(at + ".spill.path", "sinks[" + std::to_string(j) + "] spills there already");
+        throw ConfigError(at + ".spill.path",
+                          "sinks[" + std::to_string(j) + "] spills there already");
       }
       if (!file && !o.endpoint.empty() && o.endpoint == k.sink.endpoint) {
-        throw ConfigError(at + ".endpoint", "sinks[" + std::to_string(j) + "] uses " + o.endpoint + " already");
+        throw ConfigError(at + ".endpoint",
+                          "sinks[" + std::to_string(j) + "] uses " + o.endpoint + " already");
       }
     }
     c.consumers.push_back(std::move(k));
   }
-  if (std::none_of(c.consumers.begin(), c.consumers.end(),
-                   [](const ConsumerConfig& k) { return k.guarantee == ConsumerConfig::Guarantee::lossless; })) {
-    throw ConfigError("sinks", "a chunk is acknowledged once its lossless consumers have it: at least one must be lossless");
+  if (std::none_of(c.consumers.begin(), c.consumers.end(), [](const ConsumerConfig& k) {
+        return k.guarantee == ConsumerConfig::Guarantee::lossless;
+      })) {
+    throw ConfigError("sinks",
+                      "a chunk is acknowledged once its lossless consumers have it: at least one "
+                      "must be lossless");
   }
   c.sink = c.consumers.front().sink;
 }
@@ -399,8 +441,7 @@ void parse_placement(Fields& f, Config& c) {
   pf.finish();
 }
 
-void check_stage_threads(const Config& c, Stage stage, int must_be,
-                         const std::string& why) {
+void check_stage_threads(const Config& c, Stage stage, int must_be, const std::string& why) {
   auto it = c.stages.find(stage);
   if (it != c.stages.end() && it->second.threads != 0 && it->second.threads != must_be) {
     throw ConfigError("placement.stages." + stage + ".threads",
@@ -427,7 +468,9 @@ Endpoint parse_endpoint(const std::string& text, const std::string& field) {
     Endpoint e;
     e.ipc_path = text.substr(6);
     if (e.ipc_path.empty() || e.ipc_path[0] != '/' || e.ipc_path.size() > 100) {
-      throw ConfigError(field, "ipc endpoints need an absolute path of at most 100 characters (got \"" + text + "\")");
+      throw ConfigError(
+          field,
+          "ipc endpoints need an absolute path of at most 100 characters (got \"" + text + "\")");
     }
     return e;
   }
@@ -484,7 +527,8 @@ Config parse_config(const json& doc, Role role) {
       throw ConfigError("spill.path", "must be an absolute path (got \"" + c.spill.path + "\")");
     }
     c.spill.max_bytes = static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1, 1LL << 50));
-    if (!spf.has("max_bytes")) throw ConfigError("spill.max_bytes", "is required: the most the spill may hold");
+    if (!spf.has("max_bytes"))
+      throw ConfigError("spill.max_bytes", "is required: the most the spill may hold");
     spf.finish();
   }
   if (const json* m = f.raw("metrics")) {
@@ -499,10 +543,12 @@ Config parse_config(const json& doc, Role role) {
       c.preview.enabled = e->get<bool>();
     }
     c.preview.max_side = static_cast<int>(pf.integer("max_side", c.preview.max_side, 16, 4096));
-    c.preview.interval_ms = static_cast<int>(pf.integer("interval_ms", c.preview.interval_ms, 50, 60000));
+    c.preview.interval_ms =
+        static_cast<int>(pf.integer("interval_ms", c.preview.interval_ms, 50, 60000));
     pf.finish();
     if (c.preview.enabled && c.metrics_listen.empty()) {
-      throw ConfigError("preview.enabled", "the preview is served on the metrics port: set metrics.listen");
+      throw ConfigError("preview.enabled",
+                        "the preview is served on the metrics port: set metrics.listen");
     }
   }
   if (const json* t = f.raw("timeouts")) {
@@ -531,13 +577,17 @@ Config parse_config(const json& doc, Role role) {
       cf.finish();
     }
     if (const json* af = secf.raw("allow_from")) {
-      if (send) throw ConfigError(secf.path("allow_from"), "only used by receive (the addresses senders connect from)");
+      if (send)
+        throw ConfigError(secf.path("allow_from"),
+                          "only used by receive (the addresses senders connect from)");
       if (!af->is_array() || af->empty() || af->size() > 256) {
-        throw ConfigError(secf.path("allow_from"), "must be a list of 1 to 256 address blocks (got " + show(*af) + ")");
+        throw ConfigError(secf.path("allow_from"),
+                          "must be a list of 1 to 256 address blocks (got " + show(*af) + ")");
       }
       for (std::size_t i = 0; i < af->size(); ++i) {
         const std::string at = secf.path("allow_from") + "[" + std::to_string(i) + "]";
-        if (!(*af)[i].is_string()) throw ConfigError(at, "must be a string (got " + show((*af)[i]) + ")");
+        if (!(*af)[i].is_string())
+          throw ConfigError(at, "must be a string (got " + show((*af)[i]) + ")");
         try {
           AddressBlocks::parse({(*af)[i].get<std::string>()});
         } catch (const std::invalid_argument& e) {
@@ -551,33 +601,43 @@ Config parse_config(const json& doc, Role role) {
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);
-    for (const char* k : {"sink", "sinks", "streams", "max_streams", "reorder_window", "relay", "verify", "preview"}) {
+    for (const char* k : {"sink", "sinks", "streams", "max_streams", "reorder_window", "relay",
+                          "verify", "preview"}) {
       f.forbid(k, "only used by receive");
     }
   } else {
     c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
     c.max_streams = static_cast<int>(f.integer("max_streams", std::max(64, c.streams), 1, 4096));
     if (c.max_streams < c.streams) {
-      throw ConfigError("max_streams", std::to_string(c.max_streams) + " is below streams (" + std::to_string(c.streams) + ")");
+      throw ConfigError("max_streams", std::to_string(c.max_streams) + " is below streams (" +
+                                           std::to_string(c.streams) + ")");
     }
     if (const json* r = f.raw("relay")) {
       if (!r->is_boolean()) throw ConfigError("relay", "must be true or false");
       c.relay = r->get<bool>();
     }
     c.reorder_window = static_cast<int>(f.integer("reorder_window", c.reorder_window, 1, 4096));
-    c.verify = f.choice("verify", "checksum", {"checksum", "decode"}) == "decode" ? Config::Verify::decode
-                                                                                  : Config::Verify::checksum;
+    c.verify = f.choice("verify", "checksum", {"checksum", "decode"}) == "decode"
+                   ? Config::Verify::decode
+                   : Config::Verify::checksum;
     parse_sink(f, c);
     for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
     if (c.relay && c.preview.enabled) {
-      throw ConfigError("preview.enabled", "a relay forwards frames undecoded: the preview is the decompressing receiver's");
+      throw ConfigError(
+          "preview.enabled",
+          "a relay forwards frames undecoded: the preview is the decompressing receiver's");
     }
-    if (!c.sink.curve.secret_key_file.empty() && !c.relay && c.sink.kind != SinkConfig::Kind::numastream) {
-      throw ConfigError("sink.curve", "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
-                                      "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
+    if (!c.sink.curve.secret_key_file.empty() && !c.relay &&
+        c.sink.kind != SinkConfig::Kind::numastream) {
+      throw ConfigError(
+          "sink.curve",
+          "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
+          "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
     }
     if (c.relay && c.consumers.size() > 1) {
-      throw ConfigError("sinks", "a relay forwards frames undecoded to one place (sink); the decompressing receiver fans out");
+      throw ConfigError("sinks",
+                        "a relay forwards frames undecoded to one place (sink); the decompressing "
+                        "receiver fans out");
     }
     if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
       throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
@@ -596,12 +656,14 @@ Config parse_config(const json& doc, Role role) {
   }
   if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
       c.chunk_bytes % dtype_size(c.source.dtype)) {
-    throw ConfigError("chunk_bytes", "must be a whole number of " + c.source.dtype + " samples for codec bslz4");
+    throw ConfigError("chunk_bytes",
+                      "must be a whole number of " + c.source.dtype + " samples for codec bslz4");
   }
   if (send && !c.source.shape.empty() &&
       c.source.shape[0] * c.source.shape[1] * dtype_size(c.source.dtype) != c.chunk_bytes) {
-    throw ConfigError("source.shape", "rows x cols x " + std::to_string(dtype_size(c.source.dtype)) +
-                                          " bytes must be chunk_bytes (" + std::to_string(c.chunk_bytes) + ")");
+    throw ConfigError("source.shape",
+                      "rows x cols x " + std::to_string(dtype_size(c.source.dtype)) +
+                          " bytes must be chunk_bytes (" + std::to_string(c.chunk_bytes) + ")");
   }
   if (c.codec == Codec::shuffle_lz4 && c.chunk_bytes % 2) {
     throw ConfigError("chunk_bytes", "must be even for codec shuffle-lz4 (16-bit samples)");
@@ -622,7 +684,8 @@ void apply_override(json& doc, const std::string& assignment) {
   std::size_t start = 0;
   while (true) {
     auto dot = path.find('.', start);
-    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (key.empty()) throw ConfigError(path, "empty component in field path");
     if (!node->is_object()) {
       if (!node->is_null()) throw ConfigError(path, "'" + key + "' is inside a non-object value");

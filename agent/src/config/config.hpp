@@ -6,11 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "codec/codec.hpp"
 #include "host/placement.hpp"
@@ -30,16 +29,17 @@ struct SourceConfig {
   enum class Kind { synthetic, file, zmq, hdf5, stream2 } kind = Kind::synthetic;
   std::uint64_t chunks = 0;  // synthetic: chunks to send; 0 = until stopped
   std::uint64_t seed = 1;
-  int frames = 4;            // synthetic: distinct projections, cycled
-  double flat_field = 10;    // synthetic: mean photon counts of the open beam (fewer: more compressible)
+  int frames = 4;  // synthetic: distinct projections, cycled
+  double flat_field =
+      10;  // synthetic: mean photon counts of the open beam (fewer: more compressible)
   // synthetic: from chunk change_at on (0: never), the beam gives change_flat_field counts
   // instead: a stream whose compressibility changes halfway (an exposure or filter change).
   std::uint64_t change_at = 0;
   double change_flat_field = 0;
-  std::string path;          // file: a file or a directory of files (sorted by name)
-  std::string endpoint;      // zmq: connect a PULL socket here; each message is one chunk, an
-                             // empty message ends the stream. stream2: the detector's endpoint
-  double rate_gbps = 0;      // 0: as fast as possible; else pace the source (detector emulation)
+  std::string path;      // file: a file or a directory of files (sorted by name)
+  std::string endpoint;  // zmq: connect a PULL socket here; each message is one chunk, an
+                         // empty message ends the stream. stream2: the detector's endpoint
+  double rate_gbps = 0;  // 0: as fast as possible; else pace the source (detector emulation)
   // zmq, stream2 (live): a drain (SIGTERM) reads on until the detector pauses for drain_quiet_ms,
   // or drain_s passes: whatever is in transit when the detector socket closes is lost (PUSH/PULL
   // has no acknowledgement), and a pause is when nothing is.
@@ -49,7 +49,8 @@ struct SourceConfig {
   // The pixels of a chunk (synthetic, file, zmq; an HDF5 dataset says its own): bslz4 shuffles
   // by their size, an HDF5 sink stores them as that type.
   std::string dtype = "uint16";
-  std::vector<std::uint64_t> shape;  // rows, cols of a chunk; empty: rows of 2560 (synthetic) or 1-D
+  std::vector<std::uint64_t>
+      shape;  // rows, cols of a chunk; empty: rows of 2560 (synthetic) or 1-D
 };
 
 inline constexpr int kMaxOnwardConnections = 16;
@@ -61,7 +62,7 @@ struct SinkConfig {
   // analysis site) as one consumer of several (pipeline/onward_sink.hpp): a chunk counts as taken
   // once the far receiver acknowledged it; keyed with `curve` like a relay's onward link.
   enum class Kind { null, file, zmq, hdf5, stream2, numastream } kind = Kind::null;
-  std::string path;      // file, hdf5: output path; "{stream}" is replaced by the stream id
+  std::string path;  // file, hdf5: output path; "{stream}" is replaced by the stream id
   std::string dataset = "/exchange/data";  // hdf5: frames x rows x cols
   // file, hdf5: permission bits of the files written (and, with the search bits, of the
   // directories made above them); the owner reads and writes, others never write.
@@ -121,7 +122,8 @@ struct ConsumerConfig {
 struct SecurityConfig {
   std::string secret_key_file;    // this agent's secret key
   std::string server_key_file;    // send: the receiver's public key
-  std::string allowed_keys_file;  // receive: the senders' public keys, one per line (lines starting with # are comments)
+  std::string allowed_keys_file;  // receive: the senders' public keys, one per line (lines starting
+                                  // with # are comments)
   // encrypt: CURVE on every frame. authenticate: the same keys only prove who connects (ZeroMQ
   // PLAIN with a token both ends derive from them); frames travel unencrypted, at no cost per byte.
   enum class Mode { encrypt, authenticate } mode = Mode::encrypt;
@@ -134,29 +136,30 @@ struct SecurityConfig {
 
 struct Config {
   Role role = Role::send;
-  std::string endpoint;          // tcp://host:port; connection i uses port + i
+  std::string endpoint;  // tcp://host:port; connection i uses port + i
   int connections = 1;
-  std::uint32_t stream_id = 0;   // send: this stream's id
-  int streams = 1;               // receive: streams to expect before finishing; 0 = until stopped
-  int max_streams = 64;          // receive: streams held at most (a new stream id past it is refused)
+  std::uint32_t stream_id = 0;  // send: this stream's id
+  int streams = 1;              // receive: streams to expect before finishing; 0 = until stopped
+  int max_streams = 64;  // receive: streams held at most (a new stream id past it is refused)
   std::size_t chunk_bytes = 2560 * 2160 * 2;  // send: chunk size; receive: largest accepted
   Codec codec = Codec::lz4;
   int acceleration = 1;
   SourceConfig source;
-  SinkConfig sink;              // receive: the sink, or the first of `sinks`
+  SinkConfig sink;  // receive: the sink, or the first of `sinks`
   // receive (not a relay): every consumer of the verified chunks, `sink` alone (lossless) or the
   // `sinks` list; empty for the null sink. One sink thread each.
   std::vector<ConsumerConfig> consumers;
-  bool pin = true;               // placement.mode: numa-aware (true) or os (false)
-  bool adaptive = true;          // placement.adaptive: the codec stage grows into idle CPUs (pipeline/governor.hpp)
-  std::string nic;               // data NIC name (for `nic` targets and the NIC-local report)
+  bool pin = true;  // placement.mode: numa-aware (true) or os (false)
+  bool adaptive =
+      true;  // placement.adaptive: the codec stage grows into idle CPUs (pipeline/governor.hpp)
+  std::string nic;                   // data NIC name (for `nic` targets and the NIC-local report)
   std::optional<int> nic_numa_node;  // overrides sysfs (virtual interfaces in pods)
   std::map<Stage, StageConfig> stages;
   int queue_depth = 4;
-  int hwm = 2;                   // ZeroMQ high-water mark per connection, in messages
-  int window = 8;                // send: unacknowledged chunks per connection at most (credit)
-  int reorder_window = 16;       // file sink: chunks held to restore order
-  std::string metrics_listen;    // host:port; empty = no metrics server
+  int hwm = 2;                 // ZeroMQ high-water mark per connection, in messages
+  int window = 8;              // send: unacknowledged chunks per connection at most (credit)
+  int reorder_window = 16;     // file sink: chunks held to restore order
+  std::string metrics_listen;  // host:port; empty = no metrics server
   // receive: the latest frame of each stream as a picture on the metrics port (/preview), taken
   // at most every interval_ms, drawn at most max_side pixels a side. Off unless asked: it shows
   // the experiment's data to whoever reaches the port.
@@ -167,19 +170,19 @@ struct Config {
   } preview;
   std::string sysfs_root = "/sys";
   std::string cgroup_root = "/sys/fs/cgroup";  // this process's cgroup (v2), for its CPU budget
-  std::string state_dir;         // send: keep the acknowledged record here across restarts ("" = no)
-  SpillConfig spill;             // send
+  std::string state_dir;  // send: keep the acknowledged record here across restarts ("" = no)
+  SpillConfig spill;      // send
   SecurityConfig security;
   // receive: checksum (frames that arrived compressed are checked by their checksum over the wire
   // bytes and their framing; the others are decoded, as they must be to check a checksum of the
   // raw bytes) or decode (every frame decoded as well).
   enum class Verify { checksum, decode } verify = Verify::checksum;
-  bool relay = false;            // receive: forward frames undecoded to sink.endpoint (the
-                                 // NIC-local receiving container of a gateway pod)
+  bool relay = false;  // receive: forward frames undecoded to sink.endpoint (the
+                       // NIC-local receiving container of a gateway pod)
   double connect_timeout_s = 30;
-  double idle_timeout_s = 60;    // receive: fail a started stream silent this long; 0 = never
+  double idle_timeout_s = 60;       // receive: fail a started stream silent this long; 0 = never
   double reconnect_timeout_s = 60;  // send: how long a lost receiver may take to come back
-  double ack_timeout_s = 60;     // send: a connected receiver acknowledging nothing this long fails
+  double ack_timeout_s = 60;  // send: a connected receiver acknowledging nothing this long fails
 
   // Stage names for the role, in pipeline order.
   std::vector<Stage> stage_names() const;

@@ -21,8 +21,7 @@ constexpr std::size_t kAlign = 4096;
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes,
-                       int numa_node)
+BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes, int numa_node)
     : name_(std::move(name)), buffer_bytes_(buffer_bytes), numa_node_(numa_node) {
   NS_ASSERT(count >= 1);
   std::size_t stride = round_up(buffer_bytes ? buffer_bytes : 1);
@@ -61,10 +60,9 @@ Buffer* BufferPool::acquire() {
   if (free_.empty() && !closed_) {
     auto start = std::chrono::steady_clock::now();
     available_.wait(lock, [&] { return !free_.empty() || closed_; });
-    wait_ns_ += static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                             start)
-            .count());
+    wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::steady_clock::now() - start)
+                                               .count());
   }
   if (closed_) return nullptr;
   Buffer* b = free_.back();

@@ -119,10 +119,9 @@ class BoundedQueue {
   }
 
   static std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point start) {
-    return static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                             start)
-            .count());
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - start)
+                                          .count());
   }
 
   mutable std::mutex mu_;
@@ -158,9 +157,10 @@ class OrderedQueue {
     if (seq != next_ && items_.size() >= capacity_ && !closed_) {
       auto start = std::chrono::steady_clock::now();
       cv_.wait(lock, [&] { return seq == next_ || items_.size() < capacity_ || closed_; });
-      push_wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                      std::chrono::steady_clock::now() - start)
-                                                      .count());
+      push_wait_ns_ +=
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count());
     }
     if (closed_) return false;
     items_.emplace(seq, std::move(item));
@@ -187,9 +187,10 @@ class OrderedQueue {
     if (!ready()) {
       auto start = std::chrono::steady_clock::now();
       cv_.wait_for(lock, timeout, ready);
-      pop_wait_ns_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                     std::chrono::steady_clock::now() - start)
-                                                     .count());
+      pop_wait_ns_ +=
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count());
       if (!ready()) return std::nullopt;
     }
     if (items_.empty()) {

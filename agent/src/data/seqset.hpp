@@ -24,10 +24,13 @@ class SeqSet {
   // cannot wrap).
   static constexpr std::uint64_t kMaxSeq = std::uint64_t{1} << 62;
 
-  explicit SeqSet(std::uint64_t window = kDefaultWindow) : window_(std::max<std::uint64_t>(64, window)) {}
+  explicit SeqSet(std::uint64_t window = kDefaultWindow)
+      : window_(std::max<std::uint64_t>(64, window)) {}
 
   // Whether `seq` is a sequence this set can hold now (below the floor, or within the window).
-  bool fits(std::uint64_t seq) const noexcept { return seq < floor_ || (seq < kMaxSeq && seq - floor_ < window_); }
+  bool fits(std::uint64_t seq) const noexcept {
+    return seq < floor_ || (seq < kMaxSeq && seq - floor_ < window_);
+  }
 
   // True when `seq` was not yet in the set. A sequence beyond the window is not added (false).
   bool insert(std::uint64_t seq) {
@@ -86,7 +89,8 @@ class SeqSet {
   std::uint64_t floor() const noexcept { return floor_; }
   std::uint64_t window() const noexcept { return window_; }
   // Members above the floor, ascending, at most `max`.
-  std::vector<std::uint64_t> above(std::size_t max = std::numeric_limits<std::size_t>::max()) const {
+  std::vector<std::uint64_t> above(
+      std::size_t max = std::numeric_limits<std::size_t>::max()) const {
     std::vector<std::uint64_t> out;
     for (std::size_t w = 0; w < words_.size() && out.size() < max; ++w) {
       std::uint64_t bits = words_[w];

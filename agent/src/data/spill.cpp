@@ -16,7 +16,8 @@
 namespace numastream {
 namespace {
 
-constexpr std::size_t kLengthBytes = 4;  // each record: its frame's length (little-endian), then the frame
+constexpr std::size_t kLengthBytes =
+    4;  // each record: its frame's length (little-endian), then the frame
 
 bool write_all(int fd, const std::byte* p, std::size_t n, std::uint64_t off) {
   while (n > 0) {
@@ -35,7 +36,8 @@ void read_all(int fd, std::byte* p, std::size_t n, std::uint64_t off, const std:
     ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw_errno("spill: reading " + path);
-    if (r == 0) throw std::runtime_error("spill: " + path + " is shorter than what was written to it");
+    if (r == 0)
+      throw std::runtime_error("spill: " + path + " is shorter than what was written to it");
     p += r;
     n -= static_cast<std::size_t>(r);
     off += static_cast<std::uint64_t>(r);
@@ -44,8 +46,11 @@ void read_all(int fd, std::byte* p, std::size_t n, std::uint64_t off, const std:
 
 }  // namespace
 
-SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes, const Recover& recover)
-    : dir_(std::move(dir)), stream_(stream), max_(max_bytes),
+SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes,
+                       const Recover& recover)
+    : dir_(std::move(dir)),
+      stream_(stream),
+      max_(max_bytes),
       segment_bytes_(std::clamp<std::uint64_t>(max_bytes / 8, 1 << 20, 256ULL << 20)) {
   // The agent's own (0700), whatever the umask: a gateway with file sinks sets the files' (0137
   // for 0640), under which a directory would have no search bit.
@@ -60,7 +65,9 @@ SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_
   std::vector<std::pair<std::uint64_t, std::string>> earlier;
   for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + 4 || name.substr(name.size() - 4) != ".seg") continue;
+    if (name.rfind(prefix, 0) != 0 || name.size() <= prefix.size() + 4 ||
+        name.substr(name.size() - 4) != ".seg")
+      continue;
     const std::string number = name.substr(prefix.size(), name.size() - prefix.size() - 4);
     if (number.find_first_not_of("0123456789") != std::string::npos || number.size() > 18) continue;
     earlier.emplace_back(std::stoull(number), e.path().string());
@@ -77,13 +84,15 @@ SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_
 
 // Keeps the earlier segments' records, oldest first, up to the first cut or refused one; the
 // rest of that segment is cut off and every later segment removed.
-void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earlier, const Recover& accept) {
+void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earlier,
+                         const Recover& accept) {
   bool stopped = false;
   for (const auto& [number, path] : earlier) {
     next_id_ = std::max(next_id_, number + 1);
     if (stopped) {
       struct stat sb {};
-      if (::stat(path.c_str(), &sb) == 0) recovered_.dropped_bytes += static_cast<std::uint64_t>(sb.st_size);
+      if (::stat(path.c_str(), &sb) == 0)
+        recovered_.dropped_bytes += static_cast<std::uint64_t>(sb.st_size);
       ::unlink(path.c_str());
       continue;
     }
@@ -102,10 +111,12 @@ void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earl
       std::uint32_t n = 0;
       if (left >= kLengthBytes) {
         read_all(s.fd, head, kLengthBytes, s.write_off, path);
-        for (std::size_t i = 0; i < kLengthBytes; ++i) n |= static_cast<std::uint32_t>(head[i]) << (8 * i);
+        for (std::size_t i = 0; i < kLengthBytes; ++i)
+          n |= static_cast<std::uint32_t>(head[i]) << (8 * i);
       }
       if (left < kLengthBytes || n == 0 || kLengthBytes + std::uint64_t{n} > left) {
-        recovered_.why_dropped = path + ": a record cut short at byte " + std::to_string(s.write_off) +
+        recovered_.why_dropped = path + ": a record cut short at byte " +
+                                 std::to_string(s.write_off) +
                                  " (the earlier sender stopped while writing it)";
         stopped = true;
         break;
@@ -113,8 +124,8 @@ void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earl
       const std::size_t h = std::min<std::size_t>(n, kRecoverHead);
       read_all(s.fd, head + kLengthBytes, h, s.write_off + kLengthBytes, path);
       if (!accept({head + kLengthBytes, h}, n)) {
-        recovered_.why_dropped = path + ": the record at byte " + std::to_string(s.write_off) + " is not a frame of stream " +
-                                 std::to_string(stream_);
+        recovered_.why_dropped = path + ": the record at byte " + std::to_string(s.write_off) +
+                                 " is not a frame of stream " + std::to_string(stream_);
         stopped = true;
         break;
       }
@@ -124,7 +135,8 @@ void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earl
     }
     if (s.write_off < file_size) {
       recovered_.dropped_bytes += file_size - s.write_off;
-      if (::ftruncate(s.fd, static_cast<off_t>(s.write_off)) != 0) throw_errno("spill: truncating " + path);
+      if (::ftruncate(s.fd, static_cast<off_t>(s.write_off)) != 0)
+        throw_errno("spill: truncating " + path);
     }
     if (frames == 0) {
       ::close(s.fd);
@@ -141,7 +153,8 @@ void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earl
 }
 
 SpillStore::~SpillStore() {
-  const bool held = std::any_of(segments_.begin(), segments_.end(), [](const Segment& s) { return s.held > 0; });
+  const bool held =
+      std::any_of(segments_.begin(), segments_.end(), [](const Segment& s) { return s.held > 0; });
   if (frames_ == 0 && !held) {
     while (!segments_.empty()) drop_front();
     return;

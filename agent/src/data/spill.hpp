@@ -45,7 +45,8 @@ class SpillStore {
   };
 
   // Without `recover`, what an earlier process of the stream left is removed.
-  SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes, const Recover& recover = {});
+  SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_bytes,
+             const Recover& recover = {});
   ~SpillStore();
   SpillStore(const SpillStore&) = delete;
   SpillStore& operator=(const SpillStore&) = delete;

@@ -17,9 +17,9 @@ struct ItemDeleter {
 using Item = std::unique_ptr<cbor_item_t, ItemDeleter>;
 
 constexpr std::uint64_t kSelfDescribe = 55799;
-constexpr std::uint64_t kMultiDim = 40;        // RFC 8746 row-major multi-dimensional array
-constexpr std::uint64_t kCompressed = 56500;   // DECTRIS: [algorithm, element size, bytes]
-constexpr std::uint64_t kDateTime = 0;         // RFC 8949 standard date/time string
+constexpr std::uint64_t kMultiDim = 40;       // RFC 8746 row-major multi-dimensional array
+constexpr std::uint64_t kCompressed = 56500;  // DECTRIS: [algorithm, element size, bytes]
+constexpr std::uint64_t kDateTime = 0;        // RFC 8949 standard date/time string
 constexpr int kMaxDepth = 8;
 constexpr const char* kOurs = "numastream";  // the field numastream's own end messages add
 
@@ -29,9 +29,10 @@ struct TypedTag {
   const char* dtype;
   std::uint64_t size;
 };
-constexpr TypedTag kTypedTags[] = {{64, "uint8", 1},  {68, "uint8", 1},   {69, "uint16", 2},  {70, "uint32", 4},
-                                   {71, "uint64", 8}, {72, "int8", 1},    {77, "int16", 2},   {78, "int32", 4},
-                                   {79, "int64", 8},  {85, "float32", 4}, {86, "float64", 8}};
+constexpr TypedTag kTypedTags[] = {{64, "uint8", 1},   {68, "uint8", 1},  {69, "uint16", 2},
+                                   {70, "uint32", 4},  {71, "uint64", 8}, {72, "int8", 1},
+                                   {77, "int16", 2},   {78, "int32", 4},  {79, "int64", 8},
+                                   {85, "float32", 4}, {86, "float64", 8}};
 
 const TypedTag* typed_tag(std::uint64_t tag) {
   for (const auto& t : kTypedTags) {
@@ -49,7 +50,8 @@ const TypedTag* typed_tag(const std::string& dtype) {
 
 std::optional<std::string_view> text(cbor_item_t* item) {
   if (!cbor_isa_string(item) || !cbor_string_is_definite(item)) return std::nullopt;
-  return std::string_view(reinterpret_cast<const char*>(cbor_string_handle(item)), cbor_string_length(item));
+  return std::string_view(reinterpret_cast<const char*>(cbor_string_handle(item)),
+                          cbor_string_length(item));
 }
 
 std::optional<std::uint64_t> unsigned_int(cbor_item_t* item) {
@@ -92,9 +94,12 @@ bool sizes_plausible(std::span<const std::byte> bytes) {
 
 const char* type_name(Type t) noexcept {
   switch (t) {
-    case Type::start: return "start";
-    case Type::image: return "image";
-    case Type::end: return "end";
+    case Type::start:
+      return "start";
+    case Type::image:
+      return "image";
+    case Type::end:
+      return "end";
   }
   return "?";
 }
@@ -165,7 +170,8 @@ class Reader {
   bool skip_body(const Head& h, int depth) {
     switch (h.major) {
       case 0:
-      case 1: return true;
+      case 1:
+        return true;
       case 2:
       case 3:
         if (h.indefinite) return skip_chunks(h.major);
@@ -193,8 +199,9 @@ class Reader {
         }
         return true;
       }
-      case 6: return skip(depth + 1);  // a tag: its item follows
-      default:                          // simple values and floats: the head said it all
+      case 6:
+        return skip(depth + 1);  // a tag: its item follows
+      default:                   // simple values and floats: the head said it all
         if (h.indefinite) return fail("a break outside an indefinite item");
         return true;
     }
@@ -441,12 +448,14 @@ std::vector<std::byte> serialize(Item map) {
     std::free(buf);
     throw std::bad_alloc();
   }
-  std::vector<std::byte> out(reinterpret_cast<std::byte*>(buf), reinterpret_cast<std::byte*>(buf) + n);
+  std::vector<std::byte> out(reinterpret_cast<std::byte*>(buf),
+                             reinterpret_cast<std::byte*>(buf) + n);
   std::free(buf);
   return out;
 }
 
-Item header(const char* type, std::uint64_t series_id, const std::string& unique, std::size_t fields) {
+Item header(const char* type, std::uint64_t series_id, const std::string& unique,
+            std::size_t fields) {
   Item map = owned(cbor_new_definite_map(fields + 3));
   put(map.get(), "type", owned(cbor_build_string(type)));
   put(map.get(), "series_id", owned(cbor_build_uint64(series_id)));
@@ -458,9 +467,12 @@ Item header(const char* type, std::uint64_t series_id, const std::string& unique
 
 const char* compression_name(Compression c) noexcept {
   switch (c) {
-    case Compression::none: return "none";
-    case Compression::bslz4: return "bslz4";
-    case Compression::lz4: return "lz4";
+    case Compression::none:
+      return "none";
+    case Compression::bslz4:
+      return "bslz4";
+    case Compression::lz4:
+      return "lz4";
   }
   return "?";
 }
@@ -475,7 +487,8 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
 std::vector<std::byte> build_start(const StartInfo& info) {
   Item map = header("start", info.series_id, info.series_unique_id, 28);
   put(map.get(), "arm_date", tagged(kDateTime, owned(cbor_build_string(info.arm_date.c_str()))));
-  put(map.get(), "detector_description", owned(cbor_build_string("numastream detector-sim (EIGER2-like)")));
+  put(map.get(), "detector_description",
+      owned(cbor_build_string("numastream detector-sim (EIGER2-like)")));
   put(map.get(), "sensor_material", owned(cbor_build_string("Si")));
   put(map.get(), "sensor_thickness", owned(cbor_build_float8(450e-6)));
   put(map.get(), "pixel_size_x", owned(cbor_build_float8(75e-6)));
@@ -483,7 +496,8 @@ std::vector<std::byte> build_start(const StartInfo& info) {
   Item translation = owned(cbor_new_definite_array(3));
   for (const double t : {0.0, 0.0, 0.12}) push(translation.get(), owned(cbor_build_float8(t)));
   put(map.get(), "detector_translation", std::move(translation));
-  put(map.get(), "incident_energy", owned(cbor_build_float8(12398.4198 / info.incident_wavelength)));
+  put(map.get(), "incident_energy",
+      owned(cbor_build_float8(12398.4198 / info.incident_wavelength)));
   put(map.get(), "number_of_images", owned(cbor_build_uint64(info.number_of_images)));
   put(map.get(), "image_size_y", owned(cbor_build_uint64(info.dims.at(0))));
   put(map.get(), "image_size_x", owned(cbor_build_uint64(info.dims.at(1))));
@@ -502,7 +516,8 @@ std::vector<std::byte> build_start(const StartInfo& info) {
   Item thresholds = owned(cbor_new_definite_map(info.channels.size()));
   for (std::size_t c = 0; c < info.channels.size(); ++c) {
     // 6 keV and up, a channel 2 keV above the one before (an EIGER2's two thresholds)
-    put(thresholds.get(), info.channels[c], owned(cbor_build_float8(6000.0 + 2000.0 * static_cast<double>(c))));
+    put(thresholds.get(), info.channels[c],
+        owned(cbor_build_float8(6000.0 + 2000.0 * static_cast<double>(c))));
   }
   put(map.get(), "threshold_energy", std::move(thresholds));
   const unsigned bits = info.dtype == "uint8" ? 8 : info.dtype == "uint16" ? 16 : 32;
@@ -530,15 +545,18 @@ std::vector<std::byte> build_start(const StartInfo& info) {
   return serialize(std::move(map));
 }
 
-std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id, std::uint64_t image_id,
-                                   const std::vector<std::uint64_t>& dims, const std::string& dtype,
-                                   Compression compression, const std::vector<ChannelPixels>& channels, const ImageTimes* times) {
+std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id,
+                                   std::uint64_t image_id, const std::vector<std::uint64_t>& dims,
+                                   const std::string& dtype, Compression compression,
+                                   const std::vector<ChannelPixels>& channels,
+                                   const ImageTimes* times) {
   const TypedTag* t = typed_tag(dtype);
   if (!t) throw std::invalid_argument("stream2: no typed array tag for dtype \"" + dtype + "\"");
   Item map = header("image", series_id, series_unique_id, times ? 6 : 2);
   put(map.get(), "image_id", owned(cbor_build_uint64(image_id)));
   if (times) {
-    put(map.get(), "series_date", tagged(kDateTime, owned(cbor_build_string(times->series_date.c_str()))));
+    put(map.get(), "series_date",
+        tagged(kDateTime, owned(cbor_build_string(times->series_date.c_str()))));
     const std::pair<const char*, std::uint64_t> fields[] = {
         {"start_time", times->start}, {"stop_time", times->stop}, {"real_time", times->real}};
     for (const auto& [name, ticks] : fields) {
@@ -598,7 +616,8 @@ bool typed_array(cbor_item_t* tag, Array& a, std::string& error) {
     cbor_item_t** parts = cbor_array_handle(triple.get());
     auto algo = text(parts[0]);
     auto elem = unsigned_int(parts[1]);
-    if (!algo || !elem || !cbor_isa_bytestring(parts[2]) || !cbor_bytestring_is_definite(parts[2])) {
+    if (!algo || !elem || !cbor_isa_bytestring(parts[2]) ||
+        !cbor_bytestring_is_definite(parts[2])) {
       error = "tag 56500 does not hold [algorithm, element size, bytes]";
       return false;
     }
@@ -613,11 +632,13 @@ bool typed_array(cbor_item_t* tag, Array& a, std::string& error) {
     // bslz4 shuffles bits by element: its element size must be the array's. lz4 ignores it (an
     // EIGER2 states 0 for its lz4 frames).
     if (a.compression == Compression::bslz4 && *elem != t->size) {
-      error = "tag 56500 states element size " + std::to_string(*elem) + " for a " + a.dtype + " array";
+      error =
+          "tag 56500 states element size " + std::to_string(*elem) + " for a " + a.dtype + " array";
       return false;
     }
     a.elem_size = *elem;
-    a.bytes = {reinterpret_cast<const std::byte*>(cbor_bytestring_handle(parts[2])), cbor_bytestring_length(parts[2])};
+    a.bytes = {reinterpret_cast<const std::byte*>(cbor_bytestring_handle(parts[2])),
+               cbor_bytestring_length(parts[2])};
     return true;
   }
   if (!cbor_isa_bytestring(content.get()) || !cbor_bytestring_is_definite(content.get())) {
@@ -653,7 +674,8 @@ struct Walker {
     if (cbor_tag_value(item) == kMultiDim) {
       Item pair(cbor_tag_item(item));
       if (!cbor_isa_array(pair.get()) || cbor_array_size(pair.get()) != 2 ||
-          !cbor_isa_array(cbor_array_handle(pair.get())[0]) || !cbor_isa_tag(cbor_array_handle(pair.get())[1]) ||
+          !cbor_isa_array(cbor_array_handle(pair.get())[0]) ||
+          !cbor_isa_tag(cbor_array_handle(pair.get())[1]) ||
           !typed_tag(cbor_tag_value(cbor_array_handle(pair.get())[1]))) {
         error = path + ": tag 40 does not hold [dimensions, typed array]";
         return false;
@@ -702,7 +724,8 @@ struct Walker {
   static std::optional<double> number(cbor_item_t* item) {
     if (cbor_isa_uint(item)) return static_cast<double>(cbor_get_int(item));
     if (cbor_isa_negint(item)) return -1.0 - static_cast<double>(cbor_get_int(item));
-    if (cbor_isa_float_ctrl(item) && !cbor_float_ctrl_is_ctrl(item)) return cbor_float_get_float(item);
+    if (cbor_isa_float_ctrl(item) && !cbor_float_ctrl_is_ctrl(item))
+      return cbor_float_get_float(item);
     return std::nullopt;
   }
 
@@ -733,7 +756,8 @@ struct Walker {
       v.kind = Value::Kind::text;
       v.s = *t;
     } else if (cbor_isa_tag(item)) {
-      if (cbor_tag_value(item) == kMultiDim || typed_tag(cbor_tag_value(item))) return array(path, item);
+      if (cbor_tag_value(item) == kMultiDim || typed_tag(cbor_tag_value(item)))
+        return array(path, item);
       if (cbor_tag_value(item) == kDateTime) {  // arm_date, series_date: RFC 3339 text
         const Item inner(cbor_tag_item(item));
         if (auto date = text(inner.get())) {
@@ -803,16 +827,19 @@ bool walk(std::span<const std::byte> message,
           const std::function<void(const std::string& path, const Value& value)>& field,
           std::vector<std::string>& skipped, std::string& error) {
   if (message.empty() || !sizes_plausible(message)) {
-    error = message.empty() ? "empty message" : "an array or map declares more items than the message has bytes";
+    error = message.empty() ? "empty message"
+                            : "an array or map declares more items than the message has bytes";
     return false;
   }
   cbor_load_result result{};
-  Item root(cbor_load(reinterpret_cast<const unsigned char*>(message.data()), message.size(), &result));
+  Item root(
+      cbor_load(reinterpret_cast<const unsigned char*>(message.data()), message.size(), &result));
   if (!root || result.error.code != CBOR_ERR_NONE || result.read != message.size()) {
     error = "not one CBOR item";
     return false;
   }
-  if (cbor_isa_tag(root.get()) && cbor_tag_value(root.get()) == kSelfDescribe) root = Item(cbor_tag_item(root.get()));
+  if (cbor_isa_tag(root.get()) && cbor_tag_value(root.get()) == kSelfDescribe)
+    root = Item(cbor_tag_item(root.get()));
   if (!root || !cbor_isa_map(root.get()) || !cbor_map_is_definite(root.get())) {
     error = "not a CBOR map";
     return false;
@@ -843,8 +870,11 @@ std::vector<std::byte> start_for(std::span<const std::vector<std::byte>> series,
       walk(
           m,
           [&](const std::string& path, const Value& v) {
-            if (path == "series_date" && v.kind == Value::Kind::text) info.arm_date = std::string(v.s);
-            if (path.rfind("data/", 0) != 0 || v.kind != Value::Kind::array || v.array.dims.size() != 2) return;
+            if (path == "series_date" && v.kind == Value::Kind::text)
+              info.arm_date = std::string(v.s);
+            if (path.rfind("data/", 0) != 0 || v.kind != Value::Kind::array ||
+                v.array.dims.size() != 2)
+              return;
             info.channels.push_back(path.substr(5));
             info.dims = v.array.dims;
             info.dtype = v.array.dtype;

@@ -48,8 +48,8 @@ struct Array {
   std::vector<std::uint64_t> dims;  // {rows, cols} (tag 40), or {elements} (a plain typed array)
   std::string dtype;                // codec/dtype.hpp names
   Compression compression = Compression::none;
-  std::uint64_t elem_size = 0;      // as tag 56500 states it (compressed arrays)
-  std::span<const std::byte> bytes; // as in the message
+  std::uint64_t elem_size = 0;       // as tag 56500 states it (compressed arrays)
+  std::span<const std::byte> bytes;  // as in the message
 };
 
 // One field of a message that a file can store.
@@ -90,9 +90,10 @@ struct ChannelPixels {
   std::string name;
   std::span<const std::byte> bytes;
 };
-std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id, std::uint64_t image_id,
-                                   const std::vector<std::uint64_t>& dims, const std::string& dtype,
-                                   Compression compression, const std::vector<ChannelPixels>& channels,
+std::vector<std::byte> build_image(std::uint64_t series_id, const std::string& series_unique_id,
+                                   std::uint64_t image_id, const std::vector<std::uint64_t>& dims,
+                                   const std::string& dtype, Compression compression,
+                                   const std::vector<ChannelPixels>& channels,
                                    const struct ImageTimes* times = nullptr);
 // The end message of a series. With `incomplete` (why), the end numastream's sender sends for a
 // series whose detector went away before its end: a Stream V2 end message (a consumer closes the
@@ -108,10 +109,10 @@ std::vector<std::byte> build_start(std::uint64_t series_id, const std::string& s
 // A start message as a detector sends one: also the arm date, image size, pixel type, channels,
 // the sensor (Si, 450 um), pixel size (75 um), detector translation (0.12 m along the beam) and a
 // few more geometry fields, the corrections (none enabled), the serial number, user data (empty),
-// each channel's threshold energy (6 keV, 8 keV, ...), the saturation value (the dtype's largest value but one: the largest
-// is "no data") and, per channel, a pixel mask (uint32, all zero but pixel (0, 0) = 1) — what the
-// simulator's series and the tests' files carry; with `goniometer`, its axes' start and increment
-// (degrees), as a detector armed for a rotation series sends them.
+// each channel's threshold energy (6 keV, 8 keV, ...), the saturation value (the dtype's largest
+// value but one: the largest is "no data") and, per channel, a pixel mask (uint32, all zero but
+// pixel (0, 0) = 1) — what the simulator's series and the tests' files carry; with `goniometer`,
+// its axes' start and increment (degrees), as a detector armed for a rotation series sends them.
 struct StartInfo {
   std::uint64_t series_id = 1;
   std::string series_unique_id;

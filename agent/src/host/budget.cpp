@@ -28,7 +28,8 @@ int CpuBudget::capacity() const {
 double parse_cpu_max(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string quota, period;
-  if (!(in >> quota >> period)) throw std::invalid_argument("cpu.max: \"" + std::string(text) + "\" is not \"QUOTA PERIOD\"");
+  if (!(in >> quota >> period))
+    throw std::invalid_argument("cpu.max: \"" + std::string(text) + "\" is not \"QUOTA PERIOD\"");
   try {
     const double p = std::stod(period);
     if (p <= 0) throw std::invalid_argument("period");

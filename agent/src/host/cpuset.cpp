@@ -15,15 +15,17 @@ int parse_cpu(std::string_view token, std::string_view whole) {
   int value = -1;
   auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
   if (ec != std::errc() || end != token.data() + token.size() || value < 0 || value > 65535) {
-    throw std::invalid_argument("bad cpulist '" + std::string(whole) + "': '" +
-                                std::string(token) + "' is not a CPU number");
+    throw std::invalid_argument("bad cpulist '" + std::string(whole) + "': '" + std::string(token) +
+                                "' is not a CPU number");
   }
   return value;
 }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -36,7 +38,8 @@ std::vector<int> parse_cpulist(std::string_view text) {
     auto comma = rest.find(',');
     std::string_view item = trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty()) throw std::invalid_argument("bad cpulist '" + std::string(text) + "': empty item");
+    if (item.empty())
+      throw std::invalid_argument("bad cpulist '" + std::string(text) + "': empty item");
     auto dash = item.find('-');
     if (dash == std::string_view::npos) {
       cpus.push_back(parse_cpu(item, text));

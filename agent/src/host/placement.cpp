@@ -18,16 +18,21 @@ NumaTarget NumaTarget::parse(std::string_view text) {
   if (ec == std::errc() && end == text.data() + text.size() && node >= 0 && node < 4096) {
     return {Kind::node, node};
   }
-  throw std::invalid_argument("'" + std::string(text) +
-                              "' is not a NUMA target (use a node id, \"nic\", \"spread\" or \"any\")");
+  throw std::invalid_argument(
+      "'" + std::string(text) +
+      "' is not a NUMA target (use a node id, \"nic\", \"spread\" or \"any\")");
 }
 
 std::string NumaTarget::to_string() const {
   switch (kind) {
-    case Kind::any: return "any";
-    case Kind::spread: return "spread";
-    case Kind::nic: return "nic";
-    case Kind::node: return std::to_string(node);
+    case Kind::any:
+      return "any";
+    case Kind::spread:
+      return "spread";
+    case Kind::nic:
+      return "nic";
+    case Kind::node:
+      return std::to_string(node);
   }
   return "any";
 }
@@ -68,9 +73,12 @@ namespace {
 int priority(NumaTarget::Kind k) {
   switch (k) {
     case NumaTarget::Kind::node:
-    case NumaTarget::Kind::nic: return 0;
-    case NumaTarget::Kind::spread: return 1;
-    case NumaTarget::Kind::any: return 2;
+    case NumaTarget::Kind::nic:
+      return 0;
+    case NumaTarget::Kind::spread:
+      return 1;
+    case NumaTarget::Kind::any:
+      return 2;
   }
   return 2;
 }
@@ -92,7 +100,8 @@ class CpuLedger {
   int least_used(const std::vector<int>& cpus) const {
     int best = cpus.front();
     for (int c : cpus) {
-      if (uses(c) < uses(best) || (uses(c) == uses(best) && core_uses(c) < core_uses(best))) best = c;
+      if (uses(c) < uses(best) || (uses(c) == uses(best) && core_uses(c) < core_uses(best)))
+        best = c;
     }
     return best;
   }
@@ -150,8 +159,9 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
     int requested = -1;
     if (target.kind == NumaTarget::Kind::nic) {
       if (!nic_node) {
-        result.warnings.push_back("stage '" + req.stage +
-                                  "': target 'nic' but the NIC's NUMA node is unknown; placed on any node");
+        result.warnings.push_back(
+            "stage '" + req.stage +
+            "': target 'nic' but the NIC's NUMA node is unknown; placed on any node");
         target = {NumaTarget::Kind::any, -1};
       } else {
         target = {NumaTarget::Kind::node, *nic_node};
@@ -166,8 +176,7 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
         target = {NumaTarget::Kind::any, -1};
       } else if (usable[target.node].empty()) {
         result.warnings.push_back("stage '" + req.stage + "': NUMA node " +
-                                  std::to_string(target.node) +
-                                  " has none of the allowed CPUs (" +
+                                  std::to_string(target.node) + " has none of the allowed CPUs (" +
                                   format_cpulist(allowed_sorted) + "); placed on any node");
         target = {NumaTarget::Kind::any, -1};
       }
@@ -216,8 +225,8 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
     std::string stages;
     for (Stage s : sharing) stages += (stages.empty() ? "" : ", ") + s;
     result.warnings.push_back(std::to_string(result.threads.size()) + " threads on " +
-                              std::to_string(all_usable.size()) +
-                              " allowed CPUs: threads of " + stages + " share CPUs");
+                              std::to_string(all_usable.size()) + " allowed CPUs: threads of " +
+                              stages + " share CPUs");
   }
   return result;
 }

@@ -33,11 +33,11 @@ struct StageRequest {
 
 struct ThreadSlot {
   Stage stage = Stage::source;
-  int index = 0;           // thread number within the stage
-  int cpu = -1;            // -1: not pinned (placement mode "os")
-  int numa_node = -1;      // memory node for this thread's buffers; -1: no preference
-  int requested_node = -1; // the node the target asked for, -1 when the target named none
-  bool shared_cpu = false; // another thread of this process was given the same CPU
+  int index = 0;            // thread number within the stage
+  int cpu = -1;             // -1: not pinned (placement mode "os")
+  int numa_node = -1;       // memory node for this thread's buffers; -1: no preference
+  int requested_node = -1;  // the node the target asked for, -1 when the target named none
+  bool shared_cpu = false;  // another thread of this process was given the same CPU
 };
 
 struct Placement {

@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
-
-#include <nlohmann/json.hpp>
 
 #include "host/cpuset.hpp"
 
@@ -91,7 +90,8 @@ int count_cores(const std::vector<int>& cpus, std::map<int, long>& core_of) {
   return static_cast<int>(cores.size());
 }
 
-std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs, std::map<int, long>& core_of) {
+std::vector<NumaNode> read_nodes(const fs::path& root, bool& from_sysfs,
+                                 std::map<int, long>& core_of) {
   std::vector<NumaNode> nodes;
   fs::path node_root = root / "devices/system/node";
   std::error_code ec;

@@ -4,31 +4,31 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace numastream {
 
 struct NumaNode {
   int id = 0;
-  std::vector<int> cpus;       // from node<N>/cpulist
-  int cores = 0;               // physical cores among cpus (hardware threads of one core count once)
-  std::vector<int> distances;  // SLIT row from node<N>/distance, indexed by node order; may be empty
+  std::vector<int> cpus;  // from node<N>/cpulist
+  int cores = 0;          // physical cores among cpus (hardware threads of one core count once)
+  std::vector<int>
+      distances;  // SLIT row from node<N>/distance, indexed by node order; may be empty
   std::uint64_t mem_total_kb = 0;
 };
 
 struct Nic {
   std::string name;
-  int numa_node = -1;        // -1: the kernel does not know (single-node machines, some VMs)
-  std::string pci_address;   // empty for virtual interfaces
+  int numa_node = -1;            // -1: the kernel does not know (single-node machines, some VMs)
+  std::string pci_address;       // empty for virtual interfaces
   std::int64_t speed_mbps = -1;  // -1: unknown (link down or virtual)
   std::string operstate;
-  bool is_virtual = true;    // no backing device (veth, bridge, macvlan, ...)
+  bool is_virtual = true;  // no backing device (veth, bridge, macvlan, ...)
 };
 
 struct Topology {

@@ -11,7 +11,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string seconds(double s) {
   std::string out = std::to_string(s);
@@ -26,7 +28,8 @@ bool GapBook::add(std::uint32_t stream, std::span<const wire::Gap> gaps) {
   std::lock_guard lock(mu_);
   std::vector<wire::Gap> all = gaps_[stream];
   all.insert(all.end(), gaps.begin(), gaps.end());
-  std::sort(all.begin(), all.end(), [](const wire::Gap& a, const wire::Gap& b) { return a.first < b.first; });
+  std::sort(all.begin(), all.end(),
+            [](const wire::Gap& a, const wire::Gap& b) { return a.first < b.first; });
   std::vector<wire::Gap> merged;
   for (const auto& g : all) {
     if (!merged.empty() && merged.back().end >= g.first && merged.back().reason == g.reason) {
@@ -58,7 +61,8 @@ std::uint64_t GapBook::chunks(std::uint32_t stream) const {
   return n;
 }
 
-void AckLedger::merge(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs) {
+void AckLedger::merge(std::uint32_t stream, std::uint64_t floor,
+                      std::span<const std::uint64_t> seqs) {
   std::lock_guard lock(mu_);
   streams_[stream].merge(floor, seqs);
 }
@@ -76,7 +80,8 @@ bool AckLedger::contains(std::uint32_t stream, std::uint64_t seq) const {
   return it != streams_.end() && it->second.contains(seq);
 }
 
-std::pair<std::uint64_t, std::vector<std::uint64_t>> AckLedger::snapshot(std::uint32_t stream) const {
+std::pair<std::uint64_t, std::vector<std::uint64_t>> AckLedger::snapshot(
+    std::uint32_t stream) const {
   std::lock_guard lock(mu_);
   auto it = streams_.find(stream);
   if (it == streams_.end()) return {0, {}};
@@ -109,8 +114,11 @@ std::uint64_t AckLedger::end(std::uint32_t stream) const {
 
 AckedLink::AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLedger> ledger,
                      std::function<bool()> aborted, AckFn on_ack)
-    : opts_(std::move(opts)), ledger_(std::move(ledger)), aborted_(std::move(aborted)),
-      on_ack_(std::move(on_ack)), sock_(ctx, ZMQ_DEALER) {
+    : opts_(std::move(opts)),
+      ledger_(std::move(ledger)),
+      aborted_(std::move(aborted)),
+      on_ack_(std::move(on_ack)),
+      sock_(ctx, ZMQ_DEALER) {
   sock_.set_int(ZMQ_SNDHWM, opts_.hwm);
   sock_.set_int(ZMQ_RCVHWM, 100000);  // acknowledgements are small; never make the receiver wait
   sock_.set_int(ZMQ_IMMEDIATE, 1);    // queue only on a live connection
@@ -119,7 +127,8 @@ AckedLink::AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLed
   sock_.set_int(ZMQ_RECONNECT_IVL_MAX, 1000);
   if (opts_.endpoint.rfind("tcp://", 0) == 0) zmq::enable_keepalive(sock_);
   if (!opts_.curve_secret.empty() && opts_.authenticate_only) {
-    zmq::plain_client(sock_, opts_.curve_public, zmq::pair_token(opts_.curve_secret, opts_.curve_server));
+    zmq::plain_client(sock_, opts_.curve_public,
+                      zmq::pair_token(opts_.curve_secret, opts_.curve_server));
   } else if (!opts_.curve_secret.empty()) {
     zmq::curve_client(sock_, {opts_.curve_public, opts_.curve_secret}, opts_.curve_server);
   }
@@ -130,9 +139,7 @@ AckedLink::AckedLink(zmq::Context& ctx, LinkOptions opts, std::shared_ptr<AckLed
 
 AckedLink::~AckedLink() = default;
 
-std::string AckedLink::describe() const {
-  return opts_.name + " to " + opts_.endpoint;
-}
+std::string AckedLink::describe() const { return opts_.name + " to " + opts_.endpoint; }
 
 void AckedLink::check_aborted() const {
   if (aborted_()) throw std::runtime_error("stopped");
@@ -142,19 +149,25 @@ void AckedLink::check_aborted() const {
 void AckedLink::check_handshake() const {
   if (mon_->auth_failures() > 0) {
     if (opts_.curve_public.empty()) {
-      throw std::runtime_error(describe() + ": the receiver refused the address this sender connects from; add it "
-                                            "to the receiver's security.allow_from");
+      throw std::runtime_error(
+          describe() +
+          ": the receiver refused the address this sender connects from; add it "
+          "to the receiver's security.allow_from");
     }
-    throw std::runtime_error(describe() + ": the receiver refused this sender's key (or the address it connects "
-                                          "from); add its public key " + opts_.curve_public +
-                             " to the receiver's allowed keys (or its address to security.allow_from)");
+    throw std::runtime_error(
+        describe() +
+        ": the receiver refused this sender's key (or the address it connects "
+        "from); add its public key " +
+        opts_.curve_public +
+        " to the receiver's allowed keys (or its address to security.allow_from)");
   }
   if (mon_->protocol_failures() > 0) {
-    throw std::runtime_error(describe() + ": the handshake with the receiver failed: " +
-                             (opts_.curve_secret.empty()
-                                  ? "it requires authenticated streams (security.curve)"
-                                  : "it uses another security mode (encrypt / authenticate / none), or its public "
-                                    "key is not the one configured"));
+    throw std::runtime_error(
+        describe() + ": the handshake with the receiver failed: " +
+        (opts_.curve_secret.empty()
+             ? "it requires authenticated streams (security.curve)"
+             : "it uses another security mode (encrypt / authenticate / none), or its public "
+               "key is not the one configured"));
   }
 }
 
@@ -163,8 +176,8 @@ void AckedLink::connect() {
   while (!mon_->connected()) {
     check_aborted();
     if (since(start) > opts_.connect_timeout_s) {
-      throw std::runtime_error("no receiver accepted a connection at " + opts_.endpoint + " within " +
-                               seconds(opts_.connect_timeout_s));
+      throw std::runtime_error("no receiver accepted a connection at " + opts_.endpoint +
+                               " within " + seconds(opts_.connect_timeout_s));
     }
     zmq_pollitem_t item{mon_->get(), 0, ZMQ_POLLIN, 0};
     zmq_poll(&item, 1, 100);
@@ -176,18 +189,21 @@ void AckedLink::connect() {
 
 void AckedLink::announce(std::uint32_t stream) {
   announced_.insert(stream);
-  if (need_resend_ || !write_resume(stream) || !write_metadata(stream)) pump(0);  // a reconnect announces every stream again
+  if (need_resend_ || !write_resume(stream) || !write_metadata(stream))
+    pump(0);  // a reconnect announces every stream again
 }
 
 void AckedLink::set_metadata(std::uint32_t stream, std::string text) {
   metadata_[stream] = std::move(text);
-  // Already announced (a relay learns it after the resume): it goes out now, and after every resume.
+  // Already announced (a relay learns it after the resume): it goes out now, and after every
+  // resume.
   if (announced_.count(stream) && !need_resend_ && !write_metadata(stream)) pump(0);
 }
 
 bool AckedLink::write_resume(std::uint32_t stream) {
   auto [floor, above] = ledger_->snapshot(stream);
-  for (auto& bytes : wire::encode_acks(wire::FrameType::resume, stream, opts_.connection, opts_.connections, floor, 0, above)) {
+  for (auto& bytes : wire::encode_acks(wire::FrameType::resume, stream, opts_.connection,
+                                       opts_.connections, floor, 0, above)) {
     zmq::Message m = zmq::Message::of(bytes);
     if (!write(m)) return false;
   }
@@ -197,14 +213,16 @@ bool AckedLink::write_resume(std::uint32_t stream) {
 bool AckedLink::write_metadata(std::uint32_t stream) {
   auto it = metadata_.find(stream);
   if (it != metadata_.end()) {
-    zmq::Message m = zmq::Message::of(wire::encode_metadata(stream, opts_.connection, opts_.connections, it->second));
+    zmq::Message m = zmq::Message::of(
+        wire::encode_metadata(stream, opts_.connection, opts_.connections, it->second));
     if (!write(m)) return false;
   }
   if (!gaps_) return true;
   gaps_sent_ = gaps_->version();
   const auto gaps = gaps_->of(stream);
   if (gaps.empty()) return true;
-  zmq::Message m = zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
+  zmq::Message m =
+      zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
   return write(m);
 }
 
@@ -212,8 +230,10 @@ void AckedLink::wait_welcome(double timeout_s) {
   const auto start = Clock::now();
   while (!welcomed_) {
     if (since(start) > timeout_s) {
-      throw std::runtime_error(describe() + ": connected, but the receiver did not answer the stream's "
-                               "resume frame within " + seconds(timeout_s) +
+      throw std::runtime_error(describe() +
+                               ": connected, but the receiver did not answer the stream's "
+                               "resume frame within " +
+                               seconds(timeout_s) +
                                " (is it a numastream receiver of the same wire version?)");
     }
     pump(100);
@@ -229,7 +249,8 @@ void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame
   send(stream, seq, Held{std::move(frame), std::nullopt});
 }
 
-void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message head, zmq::Message body) {
+void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message head,
+                     zmq::Message body) {
   send(stream, seq, Held{std::move(head), std::move(body)});
 }
 
@@ -245,7 +266,8 @@ void AckedLink::send(std::uint32_t stream, std::uint64_t seq, Held frame) {
 
 void AckedLink::send_end(std::uint32_t stream, zmq::Message frame) {
   if (unacked_.empty()) last_progress_ = Clock::now();
-  auto [it, inserted] = unacked_.insert_or_assign(Key{stream, kEnd}, Held{std::move(frame), std::nullopt});
+  auto [it, inserted] =
+      unacked_.insert_or_assign(Key{stream, kEnd}, Held{std::move(frame), std::nullopt});
   if (!need_resend_ && !write(it->second)) pump(0);
 }
 
@@ -277,7 +299,8 @@ bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
   // References of our own, taken first: reading acknowledgements below may acknowledge the frame
   // and erase it from the unacknowledged frames (a restarted receiver that already has it); sending
   // it then is harmless, the receiver drops duplicates. (Taken inside the loop, the frame could be
-  // gone: zmq_msg_copy on a freed message, "Bad address", seen in Fault.ReceiverKilledAndRestarted.)
+  // gone: zmq_msg_copy on a freed message, "Bad address", seen in
+  // Fault.ReceiverKilledAndRestarted.)
   zmq::Message copy = m.share();
   std::optional<zmq::Message> rest;
   if (body) rest = body->share();
@@ -299,7 +322,8 @@ bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
       check_progress();  // blocked longer than the receiver may stay silent: a stuck peer
       continue;
     }
-    if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(), ZMQ_DONTWAIT | (rest ? ZMQ_SNDMORE : 0)) >= 0) {
+    if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(),
+                     ZMQ_DONTWAIT | (rest ? ZMQ_SNDMORE : 0)) >= 0) {
       // The first part taken, the rest of the message is too: ZeroMQ counts a message against the
       // high-water mark once, at its first part, and delivers all of its parts or none.
       if (rest) {
@@ -349,7 +373,8 @@ void AckedLink::read_acks() {
       auto it = unacked_.find({h.stream_id, kEnd});
       if (it != unacked_.end()) drop(it);
     }
-    if ((h.raw_size & wire::kAckDiscarded) && on_discarded_ && !seqs.empty()) on_discarded_(h.stream_id, seqs);
+    if ((h.raw_size & wire::kAckDiscarded) && on_discarded_ && !seqs.empty())
+      on_discarded_(h.stream_id, seqs);
     if (on_ack_) on_ack_(h, seqs);
   }
 }
@@ -373,10 +398,10 @@ void AckedLink::pump(int timeout_ms) {
     if (mon_->connected()) {
       resend_all();
     } else if (since(down_since_) > opts_.reconnect_timeout_s) {
-      throw std::runtime_error(describe() + ": the receiver went away and did not come back within " +
-                               seconds(opts_.reconnect_timeout_s) + "; " +
-                               std::to_string(unacked_data_) +
-                               " chunks were never acknowledged (the receiver's summary lists them)");
+      throw std::runtime_error(
+          describe() + ": the receiver went away and did not come back within " +
+          seconds(opts_.reconnect_timeout_s) + "; " + std::to_string(unacked_data_) +
+          " chunks were never acknowledged (the receiver's summary lists them)");
     }
     return;
   }
@@ -386,7 +411,8 @@ void AckedLink::pump(int timeout_ms) {
     for (auto stream : announced_) {
       const auto gaps = gaps_->of(stream);
       if (gaps.empty()) continue;
-      zmq::Message m = zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
+      zmq::Message m =
+          zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
       if (!write(m)) return;  // dropped: the resume after the reconnect carries them
     }
     gaps_sent_ = version;
@@ -396,9 +422,10 @@ void AckedLink::pump(int timeout_ms) {
 
 void AckedLink::check_progress() const {
   if (!unacked_.empty() && since(last_progress_) > opts_.ack_timeout_s) {
-    throw std::runtime_error(describe() + ": the receiver is connected but acknowledged nothing for " +
-                             seconds(opts_.ack_timeout_s) + " with " + std::to_string(unacked_data_) +
-                             " chunks outstanding");
+    throw std::runtime_error(describe() +
+                             ": the receiver is connected but acknowledged nothing for " +
+                             seconds(opts_.ack_timeout_s) + " with " +
+                             std::to_string(unacked_data_) + " chunks outstanding");
   }
 }
 

@@ -67,14 +67,14 @@ class GapBook {
 
 struct LinkOptions {
   std::string endpoint;
-  std::string name;               // names the monitor and the link in messages
-  std::uint16_t connection = 0;   // stamped on resume frames
+  std::string name;              // names the monitor and the link in messages
+  std::uint16_t connection = 0;  // stamped on resume frames
   std::uint16_t connections = 1;
   int hwm = 2;
   int window = 16;                // unacknowledged data frames at most
   double connect_timeout_s = 30;  // first connection
   double reconnect_timeout_s = 60;
-  double ack_timeout_s = 60;      // connected, frames outstanding, no acknowledgement
+  double ack_timeout_s = 60;  // connected, frames outstanding, no acknowledgement
   // CURVE: this agent's keys and the receiver's public key; empty = plain connection.
   std::string curve_public, curve_secret, curve_server;
   bool authenticate_only = false;  // prove the key (PLAIN + pair token), do not encrypt
@@ -107,7 +107,9 @@ class AckedLink {
   // Blocks, serving acknowledgements, until the window has room.
   void wait_for_credit();
   // The window has room now (nothing served).
-  bool has_credit() const noexcept { return unacked_data_ < static_cast<std::size_t>(opts_.window); }
+  bool has_credit() const noexcept {
+    return unacked_data_ < static_cast<std::size_t>(opts_.window);
+  }
   // Hands a frame to the link, which keeps it until acknowledged.
   void send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame);
   // The same, as its header and its payload (a message received whole from a detector): sent as

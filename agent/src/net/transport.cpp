@@ -4,9 +4,9 @@
 #include <zmq.h>
 
 #include <cstring>
-#include <vector>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 namespace numastream::zmq {
 namespace {
@@ -102,10 +102,12 @@ Message Message::sized(std::size_t size) {
 }
 
 Message Message::slice(Message m, std::size_t offset, std::size_t size) {
-  if (offset + size > m.bytes().size()) throw std::logic_error("Message::slice: past the message's end");
+  if (offset + size > m.bytes().size())
+    throw std::logic_error("Message::slice: past the message's end");
   auto* held = new Message(std::move(m));
-  return adopt(held->mutable_data() + offset, size, [](void*, void* hint) noexcept { delete static_cast<Message*>(hint); },
-               held);
+  return adopt(
+      held->mutable_data() + offset, size,
+      [](void*, void* hint) noexcept { delete static_cast<Message*>(hint); }, held);
 }
 
 Message Message::of(std::span<const std::byte> bytes) {
@@ -116,7 +118,8 @@ Message Message::of(std::span<const std::byte> bytes) {
 
 Message Message::share() {
   Message m;
-  if (zmq_msg_copy(reinterpret_cast<zmq_msg_t*>(m.storage_), reinterpret_cast<zmq_msg_t*>(storage_)) != 0) {
+  if (zmq_msg_copy(reinterpret_cast<zmq_msg_t*>(m.storage_),
+                   reinterpret_cast<zmq_msg_t*>(storage_)) != 0) {
     fail("zmq_msg_copy");
   }
   return m;
@@ -125,7 +128,8 @@ Message Message::share() {
 bool Message::more() noexcept { return zmq_msg_more(reinterpret_cast<zmq_msg_t*>(storage_)) != 0; }
 
 bool Message::receive(Socket& sock) {
-  if (zmq_msg_recv(reinterpret_cast<zmq_msg_t*>(storage_), sock.get(), ZMQ_DONTWAIT) >= 0) return true;
+  if (zmq_msg_recv(reinterpret_cast<zmq_msg_t*>(storage_), sock.get(), ZMQ_DONTWAIT) >= 0)
+    return true;
   if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) return false;
   fail("receive");
 }
@@ -139,13 +143,13 @@ std::byte* Message::mutable_data() noexcept {
   return static_cast<std::byte*>(zmq_msg_data(reinterpret_cast<zmq_msg_t*>(storage_)));
 }
 
-Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name)
-    : pair_(ctx, ZMQ_PAIR) {
+Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name) : pair_(ctx, ZMQ_PAIR) {
   std::string addr = "inproc://monitor-" + name;
   if (zmq_socket_monitor(watched.get(), addr.c_str(),
                          ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED |
                              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
     fail("zmq_socket_monitor");
   }
   pair_.set_int(ZMQ_LINGER, 0);
@@ -188,7 +192,8 @@ void Monitor::drain() noexcept {
       if (peers_ > 0) --peers_;
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       ++auth_failures_;
-    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+               event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       ++handshake_failures_;
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) ++protocol_failures_;
     }
@@ -247,7 +252,8 @@ bool curve_key_valid(const std::string& z85) {
 std::string curve_public_of(const std::string& secret) {
   if (!curve_key_valid(secret)) throw std::invalid_argument("not a 40-character Z85 CURVE key");
   char pub[41];
-  if (zmq_curve_public(pub, secret.c_str()) != 0) throw std::invalid_argument("not a CURVE secret key");
+  if (zmq_curve_public(pub, secret.c_str()) != 0)
+    throw std::invalid_argument("not a CURVE secret key");
   return pub;
 }
 
@@ -279,7 +285,8 @@ std::string pair_token(const std::string& my_secret, const std::string& their_pu
   crypto_generichash_state st;
   crypto_generichash_init(&st, nullptr, 0, sizeof(digest));
   crypto_generichash_update(&st, shared, sizeof(shared));
-  crypto_generichash_update(&st, reinterpret_cast<const std::uint8_t*>(kContext), sizeof(kContext) - 1);
+  crypto_generichash_update(&st, reinterpret_cast<const std::uint8_t*>(kContext),
+                            sizeof(kContext) - 1);
   crypto_generichash_final(&st, digest, sizeof(digest));
   sodium_memzero(shared, sizeof(shared));
   sodium_memzero(sk, sizeof(sk));
@@ -304,11 +311,13 @@ void plain_server(Socket& sock) {
 }
 
 void address_checked_server(Socket& sock) {
-  if (zmq_setsockopt(sock.get(), ZMQ_ZAP_DOMAIN, "numastream", 10) != 0) fail("address-checked server");
+  if (zmq_setsockopt(sock.get(), ZMQ_ZAP_DOMAIN, "numastream", 10) != 0)
+    fail("address-checked server");
 }
 
-ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed, std::string server_secret,
-                                   AddressBlocks allow_from, std::function<void(const std::string&)> on_address_refused)
+ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed,
+                                   std::string server_secret, AddressBlocks allow_from,
+                                   std::function<void(const std::string&)> on_address_refused)
     : rep_(ctx, ZMQ_REP),
       allowed_(std::move(allowed)),
       server_secret_(std::move(server_secret)),
@@ -327,7 +336,8 @@ ZapAuthenticator::~ZapAuthenticator() {
 // Request: version, request id, domain, address, routing id, mechanism, credentials...
 ZapAuthenticator::Verdict ZapAuthenticator::judge(const std::vector<std::string>& parts) const {
   if (parts.size() < 6 || parts[0] != "1.0") return Verdict::key;
-  if (parts[2] != "numastream") return Verdict::accepted;  // a socket without our check (a Stream V2 sink's)
+  if (parts[2] != "numastream")
+    return Verdict::accepted;  // a socket without our check (a Stream V2 sink's)
   if (!allow_from_.empty() && !allow_from_.contains(parts[3])) return Verdict::address;
   const std::string& mechanism = parts[5];
   if (allowed_.empty() && server_secret_.empty()) {  // no keys: the address was the check
@@ -335,14 +345,17 @@ ZapAuthenticator::Verdict ZapAuthenticator::judge(const std::vector<std::string>
   }
   if (mechanism == "CURVE" && parts.size() >= 7 && parts[6].size() == 32) {
     char z85[41];
-    if (!zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(parts[6].data()), 32)) return Verdict::key;
+    if (!zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(parts[6].data()), 32))
+      return Verdict::key;
     return allowed_.count(z85) > 0 ? Verdict::accepted : Verdict::key;
   }
-  if (mechanism == "PLAIN" && parts.size() >= 8 && !server_secret_.empty() && allowed_.count(parts[6]) > 0) {
+  if (mechanism == "PLAIN" && parts.size() >= 8 && !server_secret_.empty() &&
+      allowed_.count(parts[6]) > 0) {
     // Username: the sender's public key; password: the token only its key pair can derive.
     try {
       const std::string want = pair_token(server_secret_, parts[6]);
-      const bool match = parts[7].size() == want.size() && sodium_memcmp(parts[7].data(), want.data(), want.size()) == 0;
+      const bool match = parts[7].size() == want.size() &&
+                         sodium_memcmp(parts[7].data(), want.data(), want.size()) == 0;
       return match ? Verdict::accepted : Verdict::key;
     } catch (const std::invalid_argument&) {
       return Verdict::key;
@@ -378,8 +391,14 @@ void ZapAuthenticator::serve() {
       refused_++;
     }
     const std::string id = parts.size() > 1 ? parts[1] : "";
-    const std::string reply[] = {"1.0", id, ok ? "200" : "400",
-                                 ok ? "OK" : v == Verdict::address ? "address not allowed" : "key not allowed", "", ""};
+    const std::string reply[] = {"1.0",
+                                 id,
+                                 ok ? "200" : "400",
+                                 ok                      ? "OK"
+                                 : v == Verdict::address ? "address not allowed"
+                                                         : "key not allowed",
+                                 "",
+                                 ""};
     for (std::size_t i = 0; i < 6; ++i) {
       zmq_send(rep_.get(), reply[i].data(), reply[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
     }

@@ -8,8 +8,8 @@
 #include <functional>
 #include <set>
 #include <span>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/address.hpp"
@@ -159,8 +159,9 @@ class ZapAuthenticator {
  public:
   // allowed_public_keys empty and no server_secret: the sockets have no keys (NULL mechanism),
   // only the address is checked. on_address_refused hears each peer refused for its address.
-  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys, std::string server_secret = "",
-                   AddressBlocks allow_from = {}, std::function<void(const std::string&)> on_address_refused = {});
+  ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys,
+                   std::string server_secret = "", AddressBlocks allow_from = {},
+                   std::function<void(const std::string&)> on_address_refused = {});
   ~ZapAuthenticator();
   ZapAuthenticator(const ZapAuthenticator&) = delete;
   ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
@@ -201,8 +202,8 @@ SendOutcome send_watched_impl(Socket& sock, Monitor& mon, void* msg, bool (*abor
 
 template <typename AbortFn>
 SendOutcome send_watched(Socket& sock, Monitor& mon, void* msg, AbortFn aborted) {
-  return send_watched_impl(sock, mon, msg,
-                           [](void* c) { return (*static_cast<AbortFn*>(c))(); }, &aborted);
+  return send_watched_impl(
+      sock, mon, msg, [](void* c) { return (*static_cast<AbortFn*>(c))(); }, &aborted);
 }
 
 }  // namespace numastream::zmq

@@ -7,28 +7,32 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 #include "base/error.hpp"
 
 namespace numastream {
 namespace {
 
-std::string response(int code, const char* reason, const std::string& type, const std::string& body) {
+std::string response(int code, const char* reason, const std::string& type,
+                     const std::string& body) {
   return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-         "\r\nCache-Control: no-store\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-         body;
+         "\r\nCache-Control: no-store\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
 }
 
 }  // namespace
 
 MetricsServer::MetricsServer(const std::string& listen, std::function<std::string()> metrics,
                              std::function<bool()> healthy, Limits limits, Route more)
-    : metrics_(std::move(metrics)), healthy_(std::move(healthy)), limits_(limits), more_(std::move(more)) {
+    : metrics_(std::move(metrics)),
+      healthy_(std::move(healthy)),
+      limits_(limits),
+      more_(std::move(more)) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     throw ConfigError("metrics.listen", "must be host:port (got \"" + listen + "\")");
@@ -62,9 +66,8 @@ MetricsServer::MetricsServer(const std::string& listen, std::function<std::strin
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-  port_ = bound.ss_family == AF_INET6
-              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   thread_ = std::jthread([this](std::stop_token st) { serve(st); });
 }
 
@@ -88,7 +91,11 @@ std::string MetricsServer::answer(const std::string& req) const {
   if (path.empty()) return response(400, "Bad Request", "text/plain", "only GET is served\n");
   if (more_) {
     if (auto r = more_(path.substr(0, path.find('?')))) {
-      return response(r->code, r->code == 200 ? "OK" : r->code == 404 ? "Not Found" : "Service Unavailable", r->type, r->body);
+      return response(r->code,
+                      r->code == 200   ? "OK"
+                      : r->code == 404 ? "Not Found"
+                                       : "Service Unavailable",
+                      r->type, r->body);
     }
   }
   return response(404, "Not Found", "text/plain", "try /metrics or /healthz\n");
@@ -114,7 +121,8 @@ void MetricsServer::serve(std::stop_token stop) {
   while (!stop.stop_requested()) {
     std::vector<pollfd> fds;
     fds.push_back({fd_, POLLIN, 0});
-    for (const auto& c : clients) fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+    for (const auto& c : clients)
+      fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
     const auto now = Clock::now();
     // Existing connections first (their indices match fds[1..]).
@@ -129,7 +137,8 @@ void MetricsServer::serve(std::stop_token stop) {
         char buf[1024];
         ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
         if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
-        const bool whole = c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
+        const bool whole =
+            c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
         if (whole || n == 0 || c.in.size() >= limits_.max_request_bytes) {
           if (c.in.empty()) {
             drop(i);
@@ -159,7 +168,8 @@ void MetricsServer::serve(std::stop_token stop) {
       if (fd < 0) break;
       if (clients.size() >= limits_.max_clients) {
         // Full: the oldest connection still sending its request makes room; else the new one goes.
-        auto idle = std::find_if(clients.begin(), clients.end(), [](const Client& c) { return !c.answering; });
+        auto idle = std::find_if(clients.begin(), clients.end(),
+                                 [](const Client& c) { return !c.answering; });
         if (idle == clients.end()) {
           ::close(fd);
           continue;

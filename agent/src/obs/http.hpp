@@ -27,9 +27,9 @@ class MetricsServer {
   // nullopt (404).
   using Route = std::function<std::optional<HttpReply>(const std::string& path)>;
   struct Limits {
-    std::size_t max_clients = 64;                            // connections served at once
-    std::chrono::milliseconds request_timeout{2000};         // to send the request
-    std::chrono::milliseconds response_timeout{5000};        // to take the answer
+    std::size_t max_clients = 64;                      // connections served at once
+    std::chrono::milliseconds request_timeout{2000};   // to send the request
+    std::chrono::milliseconds response_timeout{5000};  // to take the answer
     std::size_t max_request_bytes = 8192;
   };
   // `listen` is "host:port" (port 0 picks a free port). Throws std::system_error when it cannot

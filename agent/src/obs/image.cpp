@@ -18,7 +18,8 @@ template <typename T>
 double read_unsigned(const std::byte* p) {
   T v;
   std::memcpy(&v, p, sizeof v);
-  return v == std::numeric_limits<T>::max() ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(v);
+  return v == std::numeric_limits<T>::max() ? std::numeric_limits<double>::quiet_NaN()
+                                            : static_cast<double>(v);
 }
 
 template <typename T>
@@ -49,13 +50,16 @@ Kind kind_of(const std::string& dtype) {
 
 void chunk(std::string& out, const char type[4], const std::string& data) {
   const std::uint32_t n = static_cast<std::uint32_t>(data.size());
-  const char len[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+  const char len[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 8), static_cast<char>(n)};
   out.append(len, 4);
   const std::size_t start = out.size();
   out.append(type, 4);
   out += data;
-  uLong crc = crc32(0, reinterpret_cast<const Bytef*>(out.data() + start), static_cast<uInt>(out.size() - start));
-  const char c[4] = {static_cast<char>(crc >> 24), static_cast<char>(crc >> 16), static_cast<char>(crc >> 8), static_cast<char>(crc)};
+  uLong crc = crc32(0, reinterpret_cast<const Bytef*>(out.data() + start),
+                    static_cast<uInt>(out.size() - start));
+  const char c[4] = {static_cast<char>(crc >> 24), static_cast<char>(crc >> 16),
+                     static_cast<char>(crc >> 8), static_cast<char>(crc)};
   out.append(c, 4);
 }
 
@@ -66,25 +70,32 @@ void be32(std::string& s, std::uint32_t v) {
 }  // namespace
 
 void colour(double t, std::uint8_t out[3]) noexcept {
-  static constexpr double stops[][3] = {{0, 0, 4}, {87, 16, 110}, {188, 55, 84}, {249, 142, 9}, {252, 255, 164}};
+  static constexpr double stops[][3] = {
+      {0, 0, 4}, {87, 16, 110}, {188, 55, 84}, {249, 142, 9}, {252, 255, 164}};
   if (!(t > 0)) t = 0;  // NaN too
   if (t > 1) t = 1;
   const double x = t * 4;
   const int i = std::min(3, static_cast<int>(x));
   const double f = x - i;
-  for (int c = 0; c < 3; ++c) out[c] = static_cast<std::uint8_t>(std::lround(stops[i][c] + f * (stops[i + 1][c] - stops[i][c])));
+  for (int c = 0; c < 3; ++c)
+    out[c] =
+        static_cast<std::uint8_t>(std::lround(stops[i][c] + f * (stops[i + 1][c] - stops[i][c])));
 }
 
-Rgb render(std::span<const std::byte> pixels, const std::string& dtype, std::size_t rows, std::size_t cols,
-           std::size_t max_side) {
+Rgb render(std::span<const std::byte> pixels, const std::string& dtype, std::size_t rows,
+           std::size_t cols, std::size_t max_side) {
   const Kind k = kind_of(dtype);
-  if (rows == 0 || cols == 0) throw std::invalid_argument("a frame of " + std::to_string(rows) + " x " + std::to_string(cols) + " pixels");
+  if (rows == 0 || cols == 0)
+    throw std::invalid_argument("a frame of " + std::to_string(rows) + " x " +
+                                std::to_string(cols) + " pixels");
   if (rows > pixels.size() / cols / k.size || rows * cols * k.size != pixels.size()) {
-    throw std::invalid_argument(std::to_string(pixels.size()) + " bytes are not " + std::to_string(rows) + " x " +
-                                std::to_string(cols) + " pixels of " + dtype);
+    throw std::invalid_argument(std::to_string(pixels.size()) + " bytes are not " +
+                                std::to_string(rows) + " x " + std::to_string(cols) +
+                                " pixels of " + dtype);
   }
   max_side = std::max<std::size_t>(1, max_side);
-  const std::size_t b = std::max((rows + max_side - 1) / max_side, (cols + max_side - 1) / max_side);
+  const std::size_t b =
+      std::max((rows + max_side - 1) / max_side, (cols + max_side - 1) / max_side);
   Rgb img;
   img.height = (rows + b - 1) / b;
   img.width = (cols + b - 1) / b;
@@ -129,12 +140,14 @@ std::string png(const Rgb& image) {
   raw.reserve(image.height * (image.width * 3 + 1));
   for (std::size_t r = 0; r < image.height; ++r) {
     raw += '\0';  // filter: none
-    raw.append(reinterpret_cast<const char*>(image.pixels.data() + r * image.width * 3), image.width * 3);
+    raw.append(reinterpret_cast<const char*>(image.pixels.data() + r * image.width * 3),
+               image.width * 3);
   }
   uLongf size = compressBound(static_cast<uLong>(raw.size()));
   std::string z(size, '\0');
-  if (compress2(reinterpret_cast<Bytef*>(z.data()), &size, reinterpret_cast<const Bytef*>(raw.data()),
-                static_cast<uLong>(raw.size()), 6) != Z_OK) {
+  if (compress2(reinterpret_cast<Bytef*>(z.data()), &size,
+                reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
+                6) != Z_OK) {
     throw std::runtime_error("png: zlib could not compress the image");
   }
   z.resize(size);

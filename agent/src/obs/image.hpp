@@ -28,8 +28,8 @@ void colour(double t, std::uint8_t out[3]) noexcept;
 // every bit set (how EIGER detectors mark gaps and bad pixels), a NaN. The colour scale runs from
 // the lowest to the highest binned value, logarithmically. Throws std::invalid_argument naming
 // the problem when the bytes do not hold rows x cols pixels of a known dtype.
-Rgb render(std::span<const std::byte> pixels, const std::string& dtype, std::size_t rows, std::size_t cols,
-           std::size_t max_side);
+Rgb render(std::span<const std::byte> pixels, const std::string& dtype, std::size_t rows,
+           std::size_t cols, std::size_t max_side);
 
 // The image as a PNG file (8-bit RGB).
 std::string png(const Rgb& image);

@@ -8,7 +8,8 @@ namespace numastream {
 namespace {
 
 bool name_char(char c, bool first, bool colon) {
-  const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
+  const bool alpha =
+      (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
   return alpha || (!first && c >= '0' && c <= '9');
 }
 
@@ -22,7 +23,8 @@ bool valid_name(const std::string& n, bool colon) {
 
 void check_label_name(const std::string& family, const std::string& n) {
   if (!valid_name(n, false) || n.rfind("__", 0) == 0) {
-    throw std::logic_error("metric " + family + ": label name '" + n + "' is not a Prometheus label name");
+    throw std::logic_error("metric " + family + ": label name '" + n +
+                           "' is not a Prometheus label name");
   }
 }
 
@@ -41,7 +43,8 @@ std::string escape_help(const std::string& v) {
   return out;
 }
 
-void write_labels(std::string& out, const std::string& family, const MetricLabels& common, const MetricLabels& own) {
+void write_labels(std::string& out, const std::string& family, const MetricLabels& common,
+                  const MetricLabels& own) {
   if (common.empty() && own.empty()) return;
   out += '{';
   bool first = true;
@@ -50,7 +53,9 @@ void write_labels(std::string& out, const std::string& family, const MetricLabel
       if (set == &own) {
         check_label_name(family, k);
         for (const auto& [ck, cv] : common) {
-          if (ck == k) throw std::logic_error("metric " + family + ": label '" + k + "' is the registry's own");
+          if (ck == k)
+            throw std::logic_error("metric " + family + ": label '" + k +
+                                   "' is the registry's own");
         }
       }
       if (!first) out += ',';
@@ -75,7 +80,9 @@ std::string number(double v) {
 
 }  // namespace
 
-const char* metric_type_name(MetricType t) { return t == MetricType::counter ? "counter" : "gauge"; }
+const char* metric_type_name(MetricType t) {
+  return t == MetricType::counter ? "counter" : "gauge";
+}
 
 std::string escape_label_value(const std::string& v) {
   std::string out;
@@ -95,12 +102,14 @@ MetricRegistry::MetricRegistry(MetricLabels common) : common_(std::move(common))
 }
 
 void MetricRegistry::add(std::string name, MetricType type, std::string help, Read read) {
-  if (!valid_name(name, true)) throw std::logic_error("metric '" + name + "' is not a Prometheus metric name");
+  if (!valid_name(name, true))
+    throw std::logic_error("metric '" + name + "' is not a Prometheus metric name");
   if (help.empty()) throw std::logic_error("metric " + name + " has no help text");
   const bool total = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
   if ((type == MetricType::counter) != total) {
-    throw std::logic_error("metric " + name + (total ? ": a name ending in _total is a counter's"
-                                                     : ": a counter's name ends in _total"));
+    throw std::logic_error(
+        "metric " + name +
+        (total ? ": a name ending in _total is a counter's" : ": a counter's name ends in _total"));
   }
   std::lock_guard lock(mu_);
   for (const auto& e : entries_) {
@@ -110,11 +119,13 @@ void MetricRegistry::add(std::string name, MetricType type, std::string help, Re
 }
 
 void MetricRegistry::counter(std::string name, std::string help, std::function<double()> value) {
-  add(std::move(name), MetricType::counter, std::move(help), [value = std::move(value)](MetricSamples& s) { s.add(value()); });
+  add(std::move(name), MetricType::counter, std::move(help),
+      [value = std::move(value)](MetricSamples& s) { s.add(value()); });
 }
 
 void MetricRegistry::gauge(std::string name, std::string help, std::function<double()> value) {
-  add(std::move(name), MetricType::gauge, std::move(help), [value = std::move(value)](MetricSamples& s) { s.add(value()); });
+  add(std::move(name), MetricType::gauge, std::move(help),
+      [value = std::move(value)](MetricSamples& s) { s.add(value()); });
 }
 
 std::string MetricRegistry::text() const {

@@ -40,7 +40,8 @@ class MetricRegistry {
   // `common`: the labels every sample carries, first.
   MetricRegistry() = default;
   explicit MetricRegistry(MetricLabels common);
-  MetricRegistry(std::initializer_list<MetricLabels::value_type> common) : MetricRegistry(MetricLabels(common)) {}
+  MetricRegistry(std::initializer_list<MetricLabels::value_type> common)
+      : MetricRegistry(MetricLabels(common)) {}
   MetricRegistry(const MetricRegistry&) = delete;
   MetricRegistry& operator=(const MetricRegistry&) = delete;
 

@@ -35,15 +35,19 @@ struct Chunk {
 
   // The payload: header.payload_size bytes after the header's room, or in the body.
   std::span<std::byte> payload() const noexcept {
-    if (body) return {const_cast<zmq::Message&>(*body).mutable_data() + body_offset, header.payload_size};
+    if (body)
+      return {const_cast<zmq::Message&>(*body).mutable_data() + body_offset, header.payload_size};
     return {buffer->data + wire::kHeaderSize, header.payload_size};
   }
   // The payload as a message of its own, uncopied (the chunk gives it up).
   zmq::Message take_payload() {
     if (body && body_offset == 0) return std::exchange(*body, zmq::Message());
-    if (body) return zmq::Message::slice(std::exchange(*body, zmq::Message()), body_offset, header.payload_size);
+    if (body)
+      return zmq::Message::slice(std::exchange(*body, zmq::Message()), body_offset,
+                                 header.payload_size);
     Buffer* buf = buffer.release();  // ZeroMQ returns it to its pool once sent
-    return zmq::Message::adopt(buf->data + wire::kHeaderSize, header.payload_size, return_to_pool, buf);
+    return zmq::Message::adopt(buf->data + wire::kHeaderSize, header.payload_size, return_to_pool,
+                               buf);
   }
   // The frame as one message (header and payload), for a peer that takes frames whole: the
   // buffer or the frame it arrived as, its header rewritten, zero-copy; or the header and a
@@ -56,7 +60,8 @@ struct Chunk {
     if (!body) {
       seal();
       Buffer* buf = buffer.release();  // ZeroMQ returns it to its pool once sent
-      return zmq::Message::adopt(buf->data, wire::kHeaderSize + header.payload_size, return_to_pool, buf);
+      return zmq::Message::adopt(buf->data, wire::kHeaderSize + header.payload_size, return_to_pool,
+                                 buf);
     }
     zmq::Message m = zmq::Message::sized(wire::kHeaderSize + header.payload_size);
     wire::encode_header(header, m.mutable_data());

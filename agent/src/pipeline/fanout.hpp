@@ -20,9 +20,12 @@ namespace numastream {
 class AckJoin {
  public:
   // `lossless`: how many consumers must settle each chunk (1..64).
-  AckJoin(int lossless, AckFn ack, AckFn discard, std::function<bool(std::uint32_t, std::uint64_t)> settled)
-      : all_(lossless >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << lossless) - 1), ack_(std::move(ack)),
-        discard_(std::move(discard)), settled_(std::move(settled)) {}
+  AckJoin(int lossless, AckFn ack, AckFn discard,
+          std::function<bool(std::uint32_t, std::uint64_t)> settled)
+      : all_(lossless >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << lossless) - 1),
+        ack_(std::move(ack)),
+        discard_(std::move(discard)),
+        settled_(std::move(settled)) {}
 
   // Consumer `who` (0-based among the lossless) kept the chunk (`kept`), or gave it up.
   void settle(int who, int via, std::uint32_t stream, std::uint64_t seq, bool kept) {
@@ -54,8 +57,12 @@ class AckJoin {
   }
   // The acknowledgement and discard functions of consumer `who`.
   std::pair<AckFn, AckFn> of(int who) {
-    return {[this, who](int via, std::uint32_t stream, std::uint64_t seq) { settle(who, via, stream, seq, true); },
-            [this, who](int via, std::uint32_t stream, std::uint64_t seq) { settle(who, via, stream, seq, false); }};
+    return {[this, who](int via, std::uint32_t stream, std::uint64_t seq) {
+              settle(who, via, stream, seq, true);
+            },
+            [this, who](int via, std::uint32_t stream, std::uint64_t seq) {
+              settle(who, via, stream, seq, false);
+            }};
   }
   // Chunks some lossless consumer has settled and another not yet.
   std::size_t open() const {

@@ -20,9 +20,12 @@ std::string percent(double f) {
 
 const char* move_name(Move m) noexcept {
   switch (m) {
-    case Move::none: return "none";
-    case Move::grow: return "grow";
-    case Move::shrink: return "shrink";
+    case Move::none:
+      return "none";
+    case Move::grow:
+      return "grow";
+    case Move::shrink:
+      return "shrink";
   }
   return "?";
 }
@@ -31,15 +34,19 @@ Decision decide(const Window& w, const Limits& limits, const char* codec, const 
   Decision d;
   if (w.seconds <= 0 || w.active <= 0) return d;
   const double capacity = w.active * w.seconds;
-  const double busy = w.busy / capacity, in = w.blocked_input / capacity, out = w.blocked_output / capacity;
-  const double spare = w.neighbour_threads > 0 ? 1 - w.neighbour_busy / (w.neighbour_threads * w.seconds) : 0;
-  const std::string figures = std::string(codec) + " busy " + percent(busy) + ", waiting on input " + percent(in) +
-                              ", on output " + percent(out) + "; " + neighbour + " idle " + percent(spare);
+  const double busy = w.busy / capacity, in = w.blocked_input / capacity,
+               out = w.blocked_output / capacity;
+  const double spare =
+      w.neighbour_threads > 0 ? 1 - w.neighbour_busy / (w.neighbour_threads * w.seconds) : 0;
+  const std::string figures = std::string(codec) + " busy " + percent(busy) +
+                              ", waiting on input " + percent(in) + ", on output " + percent(out) +
+                              "; " + neighbour + " idle " + percent(spare);
   if (busy >= limits.busy_high && out <= limits.wait_output_max && spare >= limits.spare_low &&
       w.active < limits.max_active) {
     d.move = Move::grow;
     d.reason = "codec_busy";
-    d.why = std::string(codec) + " is the bottleneck and " + neighbour + " has CPU to spare (" + figures + ")";
+    d.why = std::string(codec) + " is the bottleneck and " + neighbour + " has CPU to spare (" +
+            figures + ")";
   } else if (w.active > limits.min_active && out >= limits.wait_high) {
     d.move = Move::shrink;
     d.reason = "waits_downstream";
@@ -53,7 +60,9 @@ Decision decide(const Window& w, const Limits& limits, const char* codec, const 
 }
 
 Governor::Governor(Limits limits, int initial, int confirm, int cooldown)
-    : limits_(limits), confirm_(std::max(1, confirm)), cooldown_(std::max(0, cooldown)),
+    : limits_(limits),
+      confirm_(std::max(1, confirm)),
+      cooldown_(std::max(0, cooldown)),
       active_(std::clamp(initial, limits.min_active, limits.max_active)) {}
 
 Move Governor::feed(const Decision& d) {
@@ -139,9 +148,13 @@ CpuBudget budget_or_affinity(const std::string& root) {
 
 }  // namespace
 
-Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, StartWorkers start_workers,
-                       double interval_s)
-    : rt_(rt), codec_(codec), neighbour_(neighbour), governor_(governor), start_workers_(std::move(start_workers)),
+Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor,
+                       StartWorkers start_workers, double interval_s)
+    : rt_(rt),
+      codec_(codec),
+      neighbour_(neighbour),
+      governor_(governor),
+      start_workers_(std::move(start_workers)),
       interval_s_(interval_s),
       budget_(budget_or_affinity(rt.cfg.cgroup_root)),
       thread_([this](std::stop_token st) { loop(st); }) {}
@@ -162,11 +175,13 @@ void Controller::loop(std::stop_token st) {
   };
   auto snap = [&] {
     const StageStats& c = rt_.stats(codec_);
-    return Snap{c.busy_ns.load(), c.blocked_input_ns.load(), c.blocked_output_ns.load(), rt_.stats(neighbour_).busy_ns.load()};
+    return Snap{c.busy_ns.load(), c.blocked_input_ns.load(), c.blocked_output_ns.load(),
+                rt_.stats(neighbour_).busy_ns.load()};
   };
   Snap prev = snap();
   auto t0 = Clock::now();
-  const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s_));
+  const auto interval =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s_));
   std::mutex sleep_mu;
   std::condition_variable_any sleep_cv;
   while (!st.stop_requested()) {
@@ -189,15 +204,16 @@ void Controller::loop(std::stop_token st) {
     t0 = t1;
     watch_budget(t1);
     const int before = governor_.active();
-    const Decision d = decide(w, governor_.limits(), stage_name(codec_).data(), stage_name(neighbour_).data());
+    const Decision d =
+        decide(w, governor_.limits(), stage_name(codec_).data(), stage_name(neighbour_).data());
     const Move m = governor_.feed(d);
     if (m == Move::none) continue;
     record(t1, m, d.reason, before, governor_.active(), d.why);
   }
 }
 
-void Controller::record(std::chrono::steady_clock::time_point now, Move m, const char* reason, int before, int after,
-                        const std::string& why) {
+void Controller::record(std::chrono::steady_clock::time_point now, Move m, const char* reason,
+                        int before, int after, const std::string& why) {
   log_line("adaptive: " + std::string(stage_name(codec_)) + " " + std::to_string(before) + " -> " +
            std::to_string(after) + " active threads: " + why);
   std::lock_guard lock(mu_);
@@ -211,11 +227,13 @@ void Controller::record(std::chrono::steady_clock::time_point now, Move m, const
   if (log_.size() > 20) log_.erase(log_.begin());
 }
 
-void Controller::use_budget(const CpuBudget& from, const CpuBudget& to, std::chrono::steady_clock::time_point now) {
+void Controller::use_budget(const CpuBudget& from, const CpuBudget& to,
+                            std::chrono::steady_clock::time_point now) {
   if (rt_.cfg.pin) {
     if (const int moved = rt_.repin(to.cpus); moved > 0) {
-      log_line("adaptive: " + std::to_string(moved) + " pinned threads moved onto the CPUs the budget kept (" +
-               format_cpulist(to.cpus) + ")");
+      log_line("adaptive: " + std::to_string(moved) +
+               " pinned threads moved onto the CPUs the budget kept (" + format_cpulist(to.cpus) +
+               ")");
     }
   }
   const int was = from.capacity(), now_cap = to.capacity();
@@ -232,15 +250,15 @@ void Controller::use_budget(const CpuBudget& from, const CpuBudget& to, std::chr
     governor_.add_workers(started);
     const int after = governor_.set_active(before + started);
     record(now, Move::grow, "cpu_budget", before, after,
-           "the CPU budget grew from " + std::to_string(was) + " to " + std::to_string(now_cap) + " CPUs (" +
-               to.to_string() + "): " + std::to_string(started) + " more " + std::string(stage_name(codec_)) +
-               " threads started");
+           "the CPU budget grew from " + std::to_string(was) + " to " + std::to_string(now_cap) +
+               " CPUs (" + to.to_string() + "): " + std::to_string(started) + " more " +
+               std::string(stage_name(codec_)) + " threads started");
   } else if (now_cap < was && before > 1) {
     const int after = governor_.set_active(before - (was - now_cap));
     if (after == before) return;
     record(now, Move::shrink, "cpu_budget", before, after,
-           "the CPU budget shrank from " + std::to_string(was) + " to " + std::to_string(now_cap) + " CPUs (" +
-               to.to_string() + ")");
+           "the CPU budget shrank from " + std::to_string(was) + " to " + std::to_string(now_cap) +
+               " CPUs (" + to.to_string() + ")");
   }
 }
 
@@ -306,12 +324,14 @@ void Controller::report(nlohmann::json& summary) const {
 void Controller::declare_metrics(MetricRegistry& m) const {
   const std::string stage(stage_name(codec_));
   m.add("numastream_adaptive_active_threads", MetricType::gauge,
-        "Threads of the codec stage at work now (placement.adaptive).", [this, stage](MetricSamples& s) {
+        "Threads of the codec stage at work now (placement.adaptive).",
+        [this, stage](MetricSamples& s) {
           std::lock_guard lock(mu_);
           s.add({{"stage", stage}}, governor_.active());
         });
   m.counter("numastream_cpu_budget_changes_total",
-            "Changes of the process's CPU budget (cgroup cpuset or quota) seen while it ran.", [this] {
+            "Changes of the process's CPU budget (cgroup cpuset or quota) seen while it ran.",
+            [this] {
               std::lock_guard lock(mu_);
               return static_cast<double>(budget_changes_);
             });
@@ -320,10 +340,12 @@ void Controller::declare_metrics(MetricRegistry& m) const {
     return static_cast<double>(budget_.cpus.size());
   });
   m.add("numastream_adaptive_changes_total", MetricType::counter,
-        "Changes of the codec stage's active threads, by move and reason.", [this, stage](MetricSamples& s) {
+        "Changes of the codec stage's active threads, by move and reason.",
+        [this, stage](MetricSamples& s) {
           std::lock_guard lock(mu_);
           for (const char* move : {"grow", "shrink"}) {
-            for (const char* reason : {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
+            for (const char* reason :
+                 {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
               auto it = changes_.find({move, reason});
               s.add({{"stage", stage}, {"move", move}, {"reason", reason}},
                     it == changes_.end() ? 0 : static_cast<double>(it->second));

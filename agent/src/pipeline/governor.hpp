@@ -1,7 +1,7 @@
 // The adaptive runtime inside one agent (placement.adaptive): the codec stage's threads (compress
 // on a sender, decompress on a gateway) grow into the CPUs of the stage they share a node with
-// (send, receive) when the codec is the bottleneck and that stage has time to spare, and shrink back
-// when the codec waits on the rest of the pipeline. A codec stage is a pool of workers taking
+// (send, receive) when the codec is the bottleneck and that stage has time to spare, and shrink
+// back when the codec waits on the rest of the pipeline. A codec stage is a pool of workers taking
 // independent chunks from one queue: a worker parks or resumes between chunks, so a change never
 // pauses the stream or touches a chunk. Decisions come from the stages' measured busy and blocked
 // times over fixed windows, with hysteresis: a move must be called for in `confirm` windows in a
@@ -15,11 +15,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "host/budget.hpp"
 #include "host/stage.hpp"
@@ -31,7 +30,7 @@ namespace numastream::adaptive {
 // accumulate time) and its neighbour stage's threads, in thread-seconds.
 struct Window {
   double seconds = 0;
-  int active = 0;  // codec workers active in the window
+  int active = 0;                                          // codec workers active in the window
   double busy = 0, blocked_input = 0, blocked_output = 0;  // codec workers
   int neighbour_threads = 0;
   double neighbour_busy = 0;
@@ -48,10 +47,10 @@ struct Decision {
 
 struct Limits {
   int min_active = 1, max_active = 1;
-  double busy_high = 0.85;       // codec workers this busy are the bottleneck...
-  double spare_low = 0.30;       // ...when the neighbour is idle at least this much
-  double wait_high = 0.30;       // codec workers waiting on output (or input) this much: too many
-  double wait_output_max = 0.10; // a growing codec stage must not already wait on its output
+  double busy_high = 0.85;        // codec workers this busy are the bottleneck...
+  double spare_low = 0.30;        // ...when the neighbour is idle at least this much
+  double wait_high = 0.30;        // codec workers waiting on output (or input) this much: too many
+  double wait_output_max = 0.10;  // a growing codec stage must not already wait on its output
 };
 
 // What the window calls for (no hysteresis: see Governor).
@@ -108,8 +107,8 @@ class Controller {
   // Starts `n` more codec workers numbered from `first_index`, pinned on `cpus` in turn (empty:
   // unpinned); returns how many it started.
   using StartWorkers = std::function<int(int n, int first_index, const std::vector<int>& cpus)>;
-  Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor, StartWorkers start_workers = {},
-             double interval_s = 1.0);
+  Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& governor,
+             StartWorkers start_workers = {}, double interval_s = 1.0);
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -121,9 +120,10 @@ class Controller {
  private:
   void loop(std::stop_token st);
   void watch_budget(std::chrono::steady_clock::time_point now);
-  void use_budget(const CpuBudget& from, const CpuBudget& to, std::chrono::steady_clock::time_point now);
-  void record(std::chrono::steady_clock::time_point now, Move m, const char* reason, int before, int after,
-              const std::string& why);
+  void use_budget(const CpuBudget& from, const CpuBudget& to,
+                  std::chrono::steady_clock::time_point now);
+  void record(std::chrono::steady_clock::time_point now, Move m, const char* reason, int before,
+              int after, const std::string& why);
 
   Runtime& rt_;
   Stage codec_, neighbour_;
@@ -147,8 +147,9 @@ class ExtraWorkers {
   struct Stage_ {
     Stage stage;
     std::function<void(StageThread&)> body;  // the codec loop
-    std::function<bool(int)> admit;          // counts n more workers in; false (none) once the input is done
-    std::function<void()> ended;             // after each worker's body
+    std::function<bool(int)>
+        admit;                    // counts n more workers in; false (none) once the input is done
+    std::function<void()> ended;  // after each worker's body
   };
   explicit ExtraWorkers(Runtime& rt, Stage_ s) : rt_(rt), s_(std::move(s)) {}
   ~ExtraWorkers() { join(); }

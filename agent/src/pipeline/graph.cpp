@@ -49,12 +49,14 @@ void StageGraph::run(const std::function<void()>& supervise) {
       };
     };
     for (int i = 0; i < w.threads; ++i) {
-      threads[k].emplace_back(worker([this, &w, i] { rt_.run_stage(w.stage, i, w.what(i), w.body); }));
+      threads[k].emplace_back(
+          worker([this, &w, i] { rt_.run_stage(w.stage, i, w.what(i), w.body); }));
     }
     const int first_spare = w.spare_index >= 0 ? w.spare_index : w.threads;
     for (int j = 0; j < w.spares; ++j) {
       threads[k].emplace_back(worker([this, &w, j, first_spare] {
-        rt_.run_spare(w.stage, first_spare + j, w.host, w.host_first + j, w.what(first_spare + j), w.body);
+        rt_.run_spare(w.stage, first_spare + j, w.host, w.host_first + j, w.what(first_spare + j),
+                      w.body);
       }));
     }
   }

@@ -11,19 +11,18 @@
 
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "config/config.hpp"
+#include "pipeline/series_sink.hpp"
+#include "pipeline/sink.hpp"
 #include "store/hdf5_io.hpp"
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
-#include "pipeline/series_sink.hpp"
-#include "pipeline/sink.hpp"
 
 namespace numastream {
 
@@ -39,10 +38,12 @@ class Hdf5Sink final : public Sink {
   void put(Chunk c, StageStats& st) override {
     if (series_ || (outs_.empty() && carries_series(c.header.stream_id))) {
       if (!series_) {
-        NxmxOptions nxmx{cfg_.sink.frames_per_file, cfg_.sink.instrument, cfg_.sink.source, cfg_.sink.sample};
+        NxmxOptions nxmx{cfg_.sink.frames_per_file, cfg_.sink.instrument, cfg_.sink.source,
+                         cfg_.sink.sample};
         series_ = std::make_unique<SeriesSink>(
             cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_,
-            [this](std::uint32_t id) { return tracker_.resumed(id); }, incomplete_, std::move(nxmx));
+            [this](std::uint32_t id) { return tracker_.resumed(id); }, incomplete_,
+            std::move(nxmx));
       }
       series_->put(std::move(c), st);
       return;
@@ -51,7 +52,8 @@ class Hdf5Sink final : public Sink {
     const wire::Header& h = c.header;
     hdf5::Writer& w = open(h);
     if (!w.written().count(h.sequence)) {
-      w.write_frame(h.sequence, c.payload(), h.codec == Codec::bslz4 ? hdf5::Stored::bslz4 : hdf5::Stored::raw);
+      w.write_frame(h.sequence, c.payload(),
+                    h.codec == Codec::bslz4 ? hdf5::Stored::bslz4 : hdf5::Stored::raw);
       dirty_.insert(h.stream_id);
     }
     // Acknowledged once the file holds it: after the next flush (a killed gateway's file then
@@ -95,15 +97,17 @@ class Hdf5Sink final : public Sink {
       const auto id = s["stream_id"].get<std::uint32_t>();
       const std::string final_path = stream_path(cfg_.sink.path, id);
       const std::string part = final_path + ".part";
-      if (outs_.count(id) || !s["complete"].get<bool>() || ::access(part.c_str(), F_OK) != 0) continue;
+      if (outs_.count(id) || !s["complete"].get<bool>() || ::access(part.c_str(), F_OK) != 0)
+        continue;
       std::uint64_t frames = 0;
       try {
         frames = hdf5::Reader(part, cfg_.sink.dataset).frames();
       } catch (const std::exception& e) {
         log_warn(std::string("hdf5 sink: ") + e.what());
       }
-      const bool good = s["lost"].get<std::uint64_t>() == 0 && s["corrupt"].get<std::uint64_t>() == 0 &&
-                        s["expected_chunks"].is_number() && s["expected_chunks"].get<std::uint64_t>() == frames;
+      const bool good =
+          s["lost"].get<std::uint64_t>() == 0 && s["corrupt"].get<std::uint64_t>() == 0 &&
+          s["expected_chunks"].is_number() && s["expected_chunks"].get<std::uint64_t>() == frames;
       if (good && ::rename(part.c_str(), final_path.c_str()) == 0) {
         log_line("hdf5 sink: " + final_path + ": the " + std::to_string(frames) +
                  " frames an earlier process wrote are the whole stream: published");
@@ -114,7 +118,7 @@ class Hdf5Sink final : public Sink {
     return incomplete;
   }
 
- void report(nlohmann::json& summary) const override {
+  void report(nlohmann::json& summary) const override {
     if (series_) return series_->report(summary);
     // Each file's path and how it was written: "direct" (past the page cache) or "page cache".
     summary["files_io"] = io_;
@@ -142,14 +146,17 @@ class Hdf5Sink final : public Sink {
                                ") arrived but sink.path has no {stream} placeholder");
     }
     if (cfg_.sink.frames_per_file > 0) {
-      log_warn("hdf5 sink: stream " + std::to_string(h.stream_id) + " carries frames, not Stream V2 series: sink.layout "
-               "nxmx is for series; its frames go to one file, " + stream_path(cfg_.sink.path, h.stream_id));
+      log_warn("hdf5 sink: stream " + std::to_string(h.stream_id) +
+               " carries frames, not Stream V2 series: sink.layout "
+               "nxmx is for series; its frames go to one file, " +
+               stream_path(cfg_.sink.path, h.stream_id));
     }
     const std::string text = metadata_(h.stream_id);
     auto meta = nlohmann::json::parse(text, nullptr, false);
     if (text.empty() || meta.is_discarded() || !meta.contains("dtype") || !meta.contains("shape")) {
       throw std::runtime_error("hdf5 sink: stream " + std::to_string(h.stream_id) +
-                               " sent no usable metadata (pixel type and frame shape): got \"" + text + "\"");
+                               " sent no usable metadata (pixel type and frame shape): got \"" +
+                               text + "\"");
     }
     hdf5::FrameShape shape;
     shape.dtype = meta["dtype"].get<std::string>();
@@ -157,16 +164,17 @@ class Hdf5Sink final : public Sink {
     if (h.raw_size != shape.frame_bytes()) {
       throw std::runtime_error("hdf5 sink: stream " + std::to_string(h.stream_id) + ": chunk " +
                                std::to_string(h.sequence) + " has " + std::to_string(h.raw_size) +
-                               " bytes, a frame of its metadata " + text + " has " + std::to_string(shape.frame_bytes()));
+                               " bytes, a frame of its metadata " + text + " has " +
+                               std::to_string(shape.frame_bytes()));
     }
     const std::string path = stream_path(cfg_.sink.path, h.stream_id) + ".part";
     const bool resume = tracker_.resumed(h.stream_id) && ::access(path.c_str(), F_OK) == 0;
     make_parent_dirs(path, cfg_.sink.mode);
-    auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4, resume,
-                                            cfg_.sink.direct_io);
+    auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4,
+                                            resume, cfg_.sink.direct_io);
     if (resume) {
-      log_line("hdf5 sink: resuming " + path + ": " + std::to_string(w->written().size()) + " frames already written" +
-               io_note(cfg_.sink.direct_io, w->direct()));
+      log_line("hdf5 sink: resuming " + path + ": " + std::to_string(w->written().size()) +
+               " frames already written" + io_note(cfg_.sink.direct_io, w->direct()));
     } else if (cfg_.sink.direct_io) {
       log_line("hdf5 sink: " + path + io_note(true, w->direct()));
     }
@@ -180,9 +188,9 @@ class Hdf5Sink final : public Sink {
   MetadataFn metadata_;
   std::map<std::uint32_t, std::unique_ptr<hdf5::Writer>> outs_;
   std::map<std::string, std::string> io_;  // each file: "direct" or "page cache"
-  std::set<std::uint32_t> dirty_;   // streams written since the last flush
-  DeferredAcks held_{ack_};          // frames written since the last flush
-  IncompleteSeries incomplete_;  // Stream V2 series (series_) that ended incomplete
+  std::set<std::uint32_t> dirty_;          // streams written since the last flush
+  DeferredAcks held_{ack_};                // frames written since the last flush
+  IncompleteSeries incomplete_;            // Stream V2 series (series_) that ended incomplete
   std::unique_ptr<SeriesSink> series_;
 };
 

@@ -45,7 +45,8 @@ class NxmxSeries final : public SeriesStore {
   // `path`: the series' name from the sink's pattern ("/data/12.h5"): its master is
   // /data/12_master.h5, its data files /data/12_data_000001.h5, ...
   NxmxSeries(const std::string& path, std::uint32_t stream_id, std::uint64_t series_id,
-             const std::string& series_unique_id, bool direct, unsigned mode, const NxmxOptions& options)
+             const std::string& series_unique_id, bool direct, unsigned mode,
+             const NxmxOptions& options)
       : prefix_(prefix_of(path)), direct_(direct) {
     make_parent_dirs(path, mode);
     m_.series_id = series_id;
@@ -67,9 +68,11 @@ class NxmxSeries final : public SeriesStore {
                      std::uint32_t stream_id) {
     const std::string prefix = prefix_of(path);
     const std::string master = prefix + "_master.h5";
-    if (!path_exists(master)) return data_files(prefix).empty() ? Probe{} : Probe{Probe::State::other, {}};
+    if (!path_exists(master))
+      return data_files(prefix).empty() ? Probe{} : Probe{Probe::State::other, {}};
     const auto m = hdf5::read_master(master);
-    if (!m || m->series_id != series_id || m->series_unique_id != unique_id || m->stream_id != stream_id) {
+    if (!m || m->series_id != series_id || m->series_unique_id != unique_id ||
+        m->stream_id != stream_id) {
       return {Probe::State::other, {}};
     }
     if (m->end_time.empty() && m->incomplete.empty()) return {Probe::State::open, {}};
@@ -77,7 +80,8 @@ class NxmxSeries final : public SeriesStore {
     if (m->start_sequence) p.sequences.insert(*m->start_sequence);
     if (m->end_sequence) p.sequences.insert(*m->end_sequence);
     for (const auto& [k, file] : data_files(prefix)) {
-      if (const auto id = hdf5::SeriesFile::identify(file)) p.sequences.insert(id->sequences.begin(), id->sequences.end());
+      if (const auto id = hdf5::SeriesFile::identify(file))
+        p.sequences.insert(id->sequences.begin(), id->sequences.end());
     }
     return p;
   }
@@ -88,9 +92,11 @@ class NxmxSeries final : public SeriesStore {
     const std::string prefix = prefix_of(path);
     auto m = hdf5::read_master(prefix + "_master.h5");
     if (!m) {
-      throw std::runtime_error(prefix + "_master.h5: cannot be resumed (not an NXmx master numastream wrote). It and "
-                               "its data files hold messages an earlier gateway acknowledged and are left as they "
-                               "are: move them aside to write the series anew");
+      throw std::runtime_error(
+          prefix +
+          "_master.h5: cannot be resumed (not an NXmx master numastream wrote). It and "
+          "its data files hold messages an earlier gateway acknowledged and are left as they "
+          "are: move them aside to write the series anew");
     }
     std::unique_ptr<NxmxSeries> s(new NxmxSeries(prefix, direct));
     s->m_ = std::move(*m);
@@ -105,7 +111,8 @@ class NxmxSeries final : public SeriesStore {
         for (const auto& [channel, ids] : f->images()) s->ids_.insert(ids.begin(), ids.end());
         s->open_.emplace(k, std::move(f));
       } else {
-        if (const auto id = hdf5::SeriesFile::identify(file)) s->held_.insert(id->sequences.begin(), id->sequences.end());
+        if (const auto id = hdf5::SeriesFile::identify(file))
+          s->held_.insert(id->sequences.begin(), id->sequences.end());
         const std::uint64_t first = (k - 1) * s->m_.frames_per_file;
         for (std::uint64_t i = first; i < first + s->capacity(k); ++i) s->ids_.insert(i);
         s->published_.insert(k);
@@ -114,11 +121,12 @@ class NxmxSeries final : public SeriesStore {
     return s;
   }
 
-  std::vector<std::string> write_start(std::span<const std::byte> message, std::uint64_t, const std::string&,
-                                       std::uint64_t sequence) override {
+  std::vector<std::string> write_start(std::span<const std::byte> message, std::uint64_t,
+                                       const std::string&, std::uint64_t sequence) override {
     std::vector<std::string> skipped;
     std::string error;
-    if (!stream2::walk(message, [](const std::string&, const stream2::Value&) {}, skipped, error)) {
+    if (!stream2::walk(
+            message, [](const std::string&, const stream2::Value&) {}, skipped, error)) {
       throw std::runtime_error(master() + ": the start message: " + error);
     }
     m_.start.assign(message.begin(), message.end());
@@ -131,12 +139,14 @@ class NxmxSeries final : public SeriesStore {
     return skipped;
   }
 
-  void write_image(std::span<const std::byte> message, std::uint64_t image_id, std::uint64_t sequence) override {
+  void write_image(std::span<const std::byte> message, std::uint64_t image_id,
+                   std::uint64_t sequence) override {
     const std::uint64_t k = hdf5::data_file_of(image_id, m_.frames_per_file);
     if (published_.count(k)) {
       // A detector that sent an image id twice: the first is in a file a reader may have open.
-      log_warn("hdf5 sink: " + master() + ": image " + std::to_string(image_id) + " again (message " +
-               std::to_string(sequence) + "): its data file " + hdf5::data_file_name(prefix_, k) +
+      log_warn("hdf5 sink: " + master() + ": image " + std::to_string(image_id) +
+               " again (message " + std::to_string(sequence) + "): its data file " +
+               hdf5::data_file_name(prefix_, k) +
                " is complete and published; this copy is not written");
       return;
     }
@@ -148,8 +158,11 @@ class NxmxSeries final : public SeriesStore {
       part.series_unique_id = m_.series_unique_id;
       part.first_image = (k - 1) * m_.frames_per_file;
       part.capacity = m_.frames_per_file;
-      it = open_.emplace(k, std::make_unique<hdf5::SeriesFile>(hdf5::data_file_name(prefix_, k) + ".part",
-                                                                m_.stream_id, direct_, part)).first;
+      it = open_
+               .emplace(
+                   k, std::make_unique<hdf5::SeriesFile>(hdf5::data_file_name(prefix_, k) + ".part",
+                                                         m_.stream_id, direct_, part))
+               .first;
       direct_used_ = it->second->direct();
     }
     it->second->write_image(message, image_id);
@@ -172,7 +185,8 @@ class NxmxSeries final : public SeriesStore {
   void publish() override {
     for (auto it = open_.begin(); it != open_.end();) it = publish_if_whole(it);
     if (!open_.empty()) {
-      throw std::runtime_error(master() + ": data file " + hdf5::data_file_name(prefix_, open_.begin()->first) +
+      throw std::runtime_error(master() + ": data file " +
+                               hdf5::data_file_name(prefix_, open_.begin()->first) +
                                " lacks images of a series taken for complete");
     }
     m_.end_time = utc_now();
@@ -253,14 +267,16 @@ class NxmxSeries final : public SeriesStore {
   std::uint64_t capacity(std::uint64_t k) const {
     const std::uint64_t first = (k - 1) * m_.frames_per_file;
     if (!number_of_images_) return m_.frames_per_file;
-    return *number_of_images_ <= first ? 0 : std::min(m_.frames_per_file, *number_of_images_ - first);
+    return *number_of_images_ <= first ? 0
+                                       : std::min(m_.frames_per_file, *number_of_images_ - first);
   }
   using Open = std::map<std::uint64_t, std::unique_ptr<hdf5::SeriesFile>>::iterator;
   // Closes and publishes data file it->first when it holds each of its images; the next one.
   Open publish_if_whole(Open it) {
     const std::uint64_t k = it->first;
     const std::uint64_t first = (k - 1) * m_.frames_per_file, n = capacity(k);
-    if (n == 0 || std::distance(ids_.lower_bound(first), ids_.lower_bound(first + n)) != static_cast<long>(n)) {
+    if (n == 0 || std::distance(ids_.lower_bound(first), ids_.lower_bound(first + n)) !=
+                      static_cast<long>(n)) {
       return std::next(it);
     }
     it->second->close();
@@ -277,10 +293,11 @@ class NxmxSeries final : public SeriesStore {
   bool saved_ = false;  // the master is on disk
   hdf5::NxmxMaster m_;
   std::optional<std::uint64_t> number_of_images_;
-  std::map<std::uint64_t, std::unique_ptr<hdf5::SeriesFile>> open_;  // data files being written (.part)
-  std::set<std::uint64_t> published_;                                // data files whole and renamed
-  std::set<std::uint64_t> ids_;                                      // image ids written
-  std::set<std::uint64_t> held_;                                     // numastream sequences in the files
+  std::map<std::uint64_t, std::unique_ptr<hdf5::SeriesFile>>
+      open_;                           // data files being written (.part)
+  std::set<std::uint64_t> published_;  // data files whole and renamed
+  std::set<std::uint64_t> ids_;        // image ids written
+  std::set<std::uint64_t> held_;       // numastream sequences in the files
 };
 
 }  // namespace numastream

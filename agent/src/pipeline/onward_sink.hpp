@@ -17,12 +17,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
 #include "net/link.hpp"
@@ -38,14 +37,23 @@ class OnwardSink final : public Sink {
   // The end-of-stream frame for `stream` on connection `connection` of `connections`, after
   // `count` frames on it; none before its sender ended it.
   using EndFn = std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count,
-                                                          std::uint16_t connection, std::uint16_t connections)>;
+                                                          std::uint16_t connection,
+                                                          std::uint16_t connections)>;
   // A stream's metadata frame payload (pixel type, shape) as its sender sent it; empty: none.
   using MetaFn = std::function<std::string(std::uint32_t stream)>;
   // `gaps`: what the senders declared gone, declared on to the far receiver as it grows.
-  OnwardSink(const Config& cfg, zmq::Context& ctx, LinkOptions opts, std::optional<CurveSetup> curve, AckFn ack,
-             AckFn discard, EndFn end, MetaFn meta, std::shared_ptr<GapBook> gaps, std::function<bool()> aborted)
-      : cfg_(cfg), ctx_(ctx), opts_(std::move(opts)), curve_(std::move(curve)), ack_(std::move(ack)),
-        discard_(std::move(discard)), end_(std::move(end)), meta_(std::move(meta)), gaps_(std::move(gaps)),
+  OnwardSink(const Config& cfg, zmq::Context& ctx, LinkOptions opts,
+             std::optional<CurveSetup> curve, AckFn ack, AckFn discard, EndFn end, MetaFn meta,
+             std::shared_ptr<GapBook> gaps, std::function<bool()> aborted)
+      : cfg_(cfg),
+        ctx_(ctx),
+        opts_(std::move(opts)),
+        curve_(std::move(curve)),
+        ack_(std::move(ack)),
+        discard_(std::move(discard)),
+        end_(std::move(end)),
+        meta_(std::move(meta)),
+        gaps_(std::move(gaps)),
         aborted_(std::move(aborted)) {}
 
   const char* name() const override { return "numastream"; }
@@ -60,7 +68,10 @@ class OnwardSink final : public Sink {
       o.connection = static_cast<std::uint16_t>(i);
       o.connections = static_cast<std::uint16_t>(n);
       links_.push_back(std::make_unique<AckedLink>(
-          ctx_, o, ledger_, aborted_, [this](const wire::Header& h, std::span<const std::uint64_t> seqs) { settled(h, seqs); }));
+          ctx_, o, ledger_, aborted_,
+          [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
+            settled(h, seqs);
+          }));
       links_.back()->set_gaps(gaps_);
     }
     for (auto& l : links_) l->connect();
@@ -122,7 +133,9 @@ class OnwardSink final : public Sink {
                          {"connections", cfg_.sink.connections},
                          {"forwarded", forwarded},
                          {"retransmitted", retransmitted},
-                         {"security", !curve_ ? "plain" : curve_->authenticate_only ? "authenticate" : "curve"}};
+                         {"security", !curve_                     ? "plain"
+                                      : curve_->authenticate_only ? "authenticate"
+                                                                  : "curve"}};
   }
 
  private:
@@ -175,8 +188,10 @@ class OnwardSink final : public Sink {
   std::vector<std::unique_ptr<AckedLink>> links_;
   std::size_t next_ = 0;
   std::set<std::uint32_t> announced_;
-  std::map<std::uint32_t, std::map<std::uint64_t, int>> waiting_;  // sent, not yet settled: stream -> seq -> via
-  std::vector<std::map<std::uint32_t, std::uint64_t>> forwarded_;  // per connection: stream -> frames sent
+  std::map<std::uint32_t, std::map<std::uint64_t, int>>
+      waiting_;  // sent, not yet settled: stream -> seq -> via
+  std::vector<std::map<std::uint32_t, std::uint64_t>>
+      forwarded_;  // per connection: stream -> frames sent
 };
 
 }  // namespace numastream

@@ -4,9 +4,8 @@
 #pragma once
 
 #include <functional>
-#include <stop_token>
-
 #include <nlohmann/json.hpp>
+#include <stop_token>
 
 #include "config/config.hpp"
 

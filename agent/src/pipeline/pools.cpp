@@ -13,9 +13,10 @@ SenderPools plan_sender_pools(const Config& cfg, int senders) {
   SenderPools p;
   p.spares = cfg.adaptive ? senders : 0;
   p.wire_capacity = wire::kHeaderSize + max_encoded_size(cfg.chunk_bytes);
-  p.wire_buffers = static_cast<std::size_t>(cfg.queue_depth + senders * (cfg.window + 1) + 1 + p.spares +
-                                            (p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0) +
-                                            (cfg.spill.enabled() ? cfg.queue_depth + 1 : 0));
+  p.wire_buffers =
+      static_cast<std::size_t>(cfg.queue_depth + senders * (cfg.window + 1) + 1 + p.spares +
+                               (p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0) +
+                               (cfg.spill.enabled() ? cfg.queue_depth + 1 : 0));
   return p;
 }
 
@@ -24,10 +25,12 @@ ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompre
   p.spares = cfg.adaptive && !cfg.relay && decompressors > 0 ? receivers : 0;
   p.room = p.spares + (p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0);
   const std::size_t wire_estimate = std::max<std::size_t>(1, cfg.chunk_bytes / 2);
-  const std::size_t per_connection = static_cast<std::size_t>(2 * cfg.hwm + 4) + (8u << 20) / wire_estimate;
-  p.reorder_window = std::max<std::size_t>(
-      static_cast<std::size_t>(cfg.reorder_window),
-      static_cast<std::size_t>(receivers) * per_connection + static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth));
+  const std::size_t per_connection =
+      static_cast<std::size_t>(2 * cfg.hwm + 4) + (8u << 20) / wire_estimate;
+  p.reorder_window =
+      std::max<std::size_t>(static_cast<std::size_t>(cfg.reorder_window),
+                            static_cast<std::size_t>(receivers) * per_connection +
+                                static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth));
   p.slack = static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth);
   // What the consumers may hold at once: each its queue, and what a file or Stream V2 sink holds
   // to restore the order (an HDF5 sink writes each chunk where it belongs). Consumers share the
@@ -39,9 +42,11 @@ ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompre
   std::size_t held = 0;
   for (const auto& s : sinks) {
     hdf5 = hdf5 || s.kind == SinkConfig::Kind::hdf5;
-    held += static_cast<std::size_t>(cfg.queue_depth) + (s.kind == SinkConfig::Kind::hdf5 ? 0 : p.reorder_window + p.slack);
+    held += static_cast<std::size_t>(cfg.queue_depth) +
+            (s.kind == SinkConfig::Kind::hdf5 ? 0 : p.reorder_window + p.slack);
   }
-  p.raw_buffers = (sinks.empty() ? 0 : static_cast<std::size_t>(cfg.hwm + 2) + held) + static_cast<std::size_t>(p.room);
+  p.raw_buffers = (sinks.empty() ? 0 : static_cast<std::size_t>(cfg.hwm + 2) + held) +
+                  static_cast<std::size_t>(p.room);
   p.raw_capacity = wire::kHeaderSize + (hdf5 ? max_encoded_size(cfg.chunk_bytes) : cfg.chunk_bytes);
   return p;
 }
@@ -53,11 +58,13 @@ std::size_t planned_pool_bytes(const Config& cfg) {
   };
   if (cfg.role == Role::send) {
     const SenderPools p = plan_sender_pools(cfg, cfg.connections);
-    return (p.wire_buffers + static_cast<std::size_t>(threads(Stage::compress, 1))) * p.wire_capacity;
+    return (p.wire_buffers + static_cast<std::size_t>(threads(Stage::compress, 1))) *
+           p.wire_capacity;
   }
   if (cfg.relay) return 0;  // a relay decodes nothing: frames stay in the messages they came in
   const int decompressors = threads(Stage::decompress, 1);
-  const ReceiverPools p = plan_receiver_pools(cfg, threads(Stage::receive, cfg.connections), decompressors);
+  const ReceiverPools p =
+      plan_receiver_pools(cfg, threads(Stage::receive, cfg.connections), decompressors);
   return (p.raw_buffers + static_cast<std::size_t>(decompressors)) * p.raw_capacity;
 }
 

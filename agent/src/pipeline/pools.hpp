@@ -11,9 +11,9 @@ namespace numastream {
 
 // The sender: compressed chunks travel in "wire" buffers from the compressors to the wire.
 struct SenderPools {
-  int spares = 0;                  // adaptive: spare compressing threads (one per sending thread)
-  std::size_t wire_buffers = 0;    // per NUMA node the compressors run on
-  std::size_t wire_capacity = 0;   // bytes: a header and the worst-case encoded chunk
+  int spares = 0;                 // adaptive: spare compressing threads (one per sending thread)
+  std::size_t wire_buffers = 0;   // per NUMA node the compressors run on
+  std::size_t wire_capacity = 0;  // bytes: a header and the worst-case encoded chunk
 };
 
 // Buffers held downstream of the compressors: the ordered queue, each connection's window of
@@ -24,12 +24,12 @@ SenderPools plan_sender_pools(const Config& cfg, int senders);
 
 // The receiver: decoded chunks travel in "raw" buffers from the decompressors to the sink.
 struct ReceiverPools {
-  int spares = 0;                   // adaptive: spare decompressing threads (one per receiving thread)
-  int room = 0;                     // adaptive: the spares and the extra workers a CPU budget may add
-  std::size_t reorder_window = 0;   // chunks the file sink holds to restore the order
-  std::size_t slack = 0;            // what the decompressors and the sink's queue may hold beyond it
-  std::size_t raw_buffers = 0;      // per NUMA node the decompressors run on
-  std::size_t raw_capacity = 0;     // bytes: a header and a chunk as the sink takes it
+  int spares = 0;  // adaptive: spare decompressing threads (one per receiving thread)
+  int room = 0;    // adaptive: the spares and the extra workers a CPU budget may add
+  std::size_t reorder_window = 0;  // chunks the file sink holds to restore the order
+  std::size_t slack = 0;           // what the decompressors and the sink's queue may hold beyond it
+  std::size_t raw_buffers = 0;     // per NUMA node the decompressors run on
+  std::size_t raw_capacity = 0;    // bytes: a header and a chunk as the sink takes it
 };
 
 // The reorder window holds what several connections have in flight at once (ZeroMQ's queues on

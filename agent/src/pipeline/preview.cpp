@@ -1,9 +1,8 @@
 #include "pipeline/preview.hpp"
 
 #include <cmath>
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "codec/dtype.hpp"
 #include "codec/hdf5_lz4.hpp"
@@ -103,7 +102,8 @@ Pixels decode_stream2(std::span<const std::byte> message) {
         found = path.substr(5);
         const stream2::Array& a = v.array;
         const std::size_t elem = dtype_size(a.dtype);
-        if (elem == 0) throw std::invalid_argument("channel " + found + ": pixels of type '" + a.dtype + "'");
+        if (elem == 0)
+          throw std::invalid_argument("channel " + found + ": pixels of type '" + a.dtype + "'");
         std::size_t count = 1;
         for (auto d : a.dims) count *= d;  // at most 2^48 (stream2::walk)
         if (count > kMaxFrameBytes / elem) {
@@ -113,15 +113,18 @@ Pixels decode_stream2(std::span<const std::byte> message) {
         p.dtype = a.dtype;
         p.bytes.resize(count * elem);
         if (a.compression == stream2::Compression::none) {
-          if (a.bytes.size() != p.bytes.size()) throw std::invalid_argument("channel " + found + ": size");
+          if (a.bytes.size() != p.bytes.size())
+            throw std::invalid_argument("channel " + found + ": size");
           std::copy(a.bytes.begin(), a.bytes.end(), p.bytes.begin());
         } else {
           // In the HDF5 filters' framing: bslz4 is numastream's own; lz4 is filter 32004's.
           Decompressor dec(p.bytes.size());
-          const bool decoded = a.compression == stream2::Compression::bslz4 ? dec.decompress(Codec::bslz4, a.bytes, p.bytes, elem)
-                                                                            : hdf5_lz4::decode(a.bytes, p.bytes);
+          const bool decoded = a.compression == stream2::Compression::bslz4
+                                   ? dec.decompress(Codec::bslz4, a.bytes, p.bytes, elem)
+                                   : hdf5_lz4::decode(a.bytes, p.bytes);
           if (!decoded) {
-            throw std::invalid_argument("channel " + found + ": its " + stream2::compression_name(a.compression) +
+            throw std::invalid_argument("channel " + found + ": its " +
+                                        stream2::compression_name(a.compression) +
                                         " pixels do not decode");
           }
         }
@@ -143,8 +146,9 @@ bool Preview::due(std::uint32_t stream, std::uint64_t raw_bytes) {
   return l.generation == 0 || Clock::now() - l.taken >= interval_;
 }
 
-void Preview::offer(std::uint32_t stream, std::uint64_t sequence, Codec codec, std::size_t element_size,
-                    std::size_t raw_size, std::span<const std::byte> bytes, const std::string& metadata) {
+void Preview::offer(std::uint32_t stream, std::uint64_t sequence, Codec codec,
+                    std::size_t element_size, std::size_t raw_size,
+                    std::span<const std::byte> bytes, const std::string& metadata) {
   if (metadata.find("\"stream2\"") != std::string::npos) {
     // Only images are shown: a start or end message leaves the next message due.
     std::string error;
@@ -188,17 +192,20 @@ void Preview::render(std::uint32_t stream) {
       p = decode_stream2(l.bytes);
     } else {
       const std::size_t elem = dtype_size(dtype);
-      if (elem == 0) throw std::invalid_argument("the stream's pixel type is unknown ('" + dtype + "')");
+      if (elem == 0)
+        throw std::invalid_argument("the stream's pixel type is unknown ('" + dtype + "')");
       p.dtype = dtype;
       if (l.codec == Codec::none) {
         p.bytes = l.bytes;
       } else {
         p.bytes.resize(l.raw_size);
         Decompressor dec(l.raw_size);
-        if (!dec.decompress(l.codec, l.bytes, p.bytes, l.element_size)) throw std::invalid_argument("the chunk does not decode");
+        if (!dec.decompress(l.codec, l.bytes, p.bytes, l.element_size))
+          throw std::invalid_argument("the chunk does not decode");
       }
       std::vector<std::uint64_t> dims;
-      if (meta.contains("shape") && meta["shape"].is_array()) dims = meta["shape"].get<std::vector<std::uint64_t>>();
+      if (meta.contains("shape") && meta["shape"].is_array())
+        dims = meta["shape"].get<std::vector<std::uint64_t>>();
       if (dims.size() == 2 && dims[0] * dims[1] * elem != p.bytes.size()) {
         // A chunk of whole rows (a synthetic stream's), or a last chunk short of a frame.
         dims = {p.bytes.size() / elem / std::max<std::uint64_t>(1, dims[1]), dims[1]};
@@ -220,7 +227,8 @@ void Preview::render(std::uint32_t stream) {
   }
   std::lock_guard lock(mu_);
   Latest& to = streams_[stream];
-  if (to.png_generation >= l.generation) return;  // drawn meanwhile (only the server's thread draws)
+  if (to.png_generation >= l.generation)
+    return;  // drawn meanwhile (only the server's thread draws)
   to.png_generation = l.generation;
   to.png = std::move(l.png);
   to.error = std::move(l.error);
@@ -269,8 +277,10 @@ std::optional<HttpReply> Preview::answer(const std::string& path) {
     render(stream);
     std::lock_guard lock(mu_);
     auto it = streams_.find(stream);
-    if (it == streams_.end() || it->second.generation == 0) return HttpReply{404, "text/plain", "no frame of stream " + id + " yet\n"};
-    if (it->second.png.empty()) return HttpReply{503, "text/plain", "stream " + id + ": " + it->second.error + "\n"};
+    if (it == streams_.end() || it->second.generation == 0)
+      return HttpReply{404, "text/plain", "no frame of stream " + id + " yet\n"};
+    if (it->second.png.empty())
+      return HttpReply{503, "text/plain", "stream " + id + ": " + it->second.error + "\n"};
     return HttpReply{200, "image/png", it->second.png};
   }
   return std::nullopt;

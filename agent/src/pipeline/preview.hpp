@@ -23,7 +23,8 @@ namespace numastream {
 
 class Preview {
  public:
-  Preview(std::size_t max_side, std::chrono::milliseconds interval) : max_side_(max_side), interval_(interval) {}
+  Preview(std::size_t max_side, std::chrono::milliseconds interval)
+      : max_side_(max_side), interval_(interval) {}
 
   // A chunk of `raw_bytes` of `stream` was delivered (counted for the rates the page shows);
   // whether its frame is wanted now. Called for every delivered chunk.

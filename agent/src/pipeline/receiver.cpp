@@ -1,7 +1,7 @@
 // The receive pipeline: receive xR -> decompress xD -> sink.
-#include <sys/stat.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -17,31 +17,31 @@
 #include <set>
 #include <thread>
 
-#include "data/buffer_pool.hpp"
-#include "codec/codec.hpp"
-#include "obs/http.hpp"
 #include "base/files.hpp"
-#include "pipeline/pools.hpp"
-#include "pipeline/pipeline.hpp"
+#include "codec/bitshuffle.hpp"
+#include "codec/codec.hpp"
+#include "data/buffer_pool.hpp"
 #include "data/queue.hpp"
 #include "data/seqset.hpp"
 #include "data/spill.hpp"
-#include "wire/tracker.hpp"
-#include "net/transport.hpp"
-#include "wire/wire.hpp"
 #include "net/link.hpp"
+#include "net/transport.hpp"
+#include "obs/http.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/fanout.hpp"
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
+#include "pipeline/hdf5_sink.hpp"
+#include "pipeline/onward_sink.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/pools.hpp"
 #include "pipeline/preview.hpp"
 #include "pipeline/runtime.hpp"
-#include "pipeline/hdf5_sink.hpp"
 #include "pipeline/sink.hpp"
 #include "pipeline/stream2_sink.hpp"
-#include "pipeline/onward_sink.hpp"
 #include "pipeline/zmq_sink.hpp"
-#include "codec/bitshuffle.hpp"
+#include "wire/tracker.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream {
 namespace {
@@ -53,11 +53,13 @@ std::vector<SinkConfig> file_sinks(const Config& cfg) {
   std::vector<SinkConfig> out;
   if (cfg.relay) return out;
   if (cfg.consumers.empty()) {
-    if (cfg.sink.kind == SinkConfig::Kind::file || cfg.sink.kind == SinkConfig::Kind::hdf5) out.push_back(cfg.sink);
+    if (cfg.sink.kind == SinkConfig::Kind::file || cfg.sink.kind == SinkConfig::Kind::hdf5)
+      out.push_back(cfg.sink);
     return out;
   }
   for (const auto& k : cfg.consumers) {
-    if (k.sink.kind == SinkConfig::Kind::file || k.sink.kind == SinkConfig::Kind::hdf5) out.push_back(k.sink);
+    if (k.sink.kind == SinkConfig::Kind::file || k.sink.kind == SinkConfig::Kind::hdf5)
+      out.push_back(k.sink);
   }
   return out;
 }
@@ -68,7 +70,8 @@ std::vector<SinkConfig> file_sinks(const Config& cfg) {
 // bslz4 (it stores it so, HDF5 filter 32008). The gateway verifies every chunk either way.
 bool takes_as_arrived(const SinkConfig& sink, Codec codec) {
   if (codec == Codec::none) return false;
-  return sink.kind == SinkConfig::Kind::numastream || (sink.kind == SinkConfig::Kind::hdf5 && codec == Codec::bslz4);
+  return sink.kind == SinkConfig::Kind::numastream ||
+         (sink.kind == SinkConfig::Kind::hdf5 && codec == Codec::bslz4);
 }
 
 // A frame off the network: its header (decoded and validated once, by the receiving thread), the
@@ -86,7 +89,9 @@ struct Inbound {
 class Receiver {
  public:
   Receiver(const Config& cfg, std::stop_token stop)
-      : cfg_(cfg), rt_(cfg, stop), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")),
+      : cfg_(cfg),
+        rt_(cfg, stop),
+        endpoint_(parse_endpoint(cfg.endpoint, "endpoint")),
         tracker_(static_cast<std::size_t>(cfg.max_streams)) {}
   RunResult run(const RunHooks& hooks);
 
@@ -94,7 +99,8 @@ class Receiver {
   // The stage threads' bodies (run by Runtime::run_stage).
   void receive_loop(StageThread& t);
   void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
-  void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::vector<std::byte>>& frames);
+  void answer(zmq::Socket& sock, const zmq::Message& peer,
+              const std::vector<std::vector<std::byte>>& frames);
   void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
   void decompress_loop(StageThread& t);
   void sink_loop(StageThread& t);
@@ -107,13 +113,14 @@ class Receiver {
   // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
   // as discarded, which declares it gone to every later gateway of the stream.
   void discard(int via, std::uint32_t stream, std::uint64_t seq);
-  std::vector<std::vector<std::byte>> welcome(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
-                                 std::uint32_t flags);
+  std::vector<std::vector<std::byte>> welcome(std::uint32_t stream, std::uint16_t connection,
+                                              std::uint16_t connections, std::uint32_t flags);
   // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
   // with the totals its sender announced; none before the sender ended the stream.
   // A stream's end frame for the next hop: `count` frames on its connection `connection` of
   // `connections`, the totals its sender announced.
-  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count, std::uint16_t connection = 0,
+  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count,
+                                             std::uint16_t connection = 0,
                                              std::uint16_t connections = 1);
   void declare_metrics();
 
@@ -128,7 +135,8 @@ class Receiver {
     virtual AckLedger& record() = 0;
     // After a resume frame (merged into record()), a stream's metadata, declared gaps. False
     // once the run ends (nothing more is taken).
-    virtual bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer, std::uint16_t connections) = 0;
+    virtual bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer,
+                         std::uint16_t connections) = 0;
     virtual bool metadata(Inbound& in) = 0;
     virtual bool gaps(Inbound& in) = 0;
     // A stream's end frame, checked against what its sender announced.
@@ -201,15 +209,16 @@ class Receiver {
     zmq::Message peer;
   };
   std::vector<std::vector<EndOwed>> ends_owed_;
-  void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer, std::uint16_t connections);
+  void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
+                     std::uint16_t connections);
   void answer_owed_ends(zmq::Socket& sock, int via);
   std::vector<std::unique_ptr<Consumer>> consumers_;
   // Each consumer's figures (metrics, summary) are reported with several, or one with a spill.
   bool per_consumer_figures() const {
     return consumers_.size() > 1 || (consumers_.size() == 1 && consumers_.front()->spill);
   }
-  std::unique_ptr<AckJoin> join_;            // the lossless consumers' acknowledgements
-  std::atomic<int> lossless_running_{0};     // lossless consumers' threads not yet ended
+  std::unique_ptr<AckJoin> join_;         // the lossless consumers' acknowledgements
+  std::atomic<int> lossless_running_{0};  // lossless consumers' threads not yet ended
   void in_flight(bool add, std::uint32_t stream, std::uint64_t seq) {
     for (auto& k : consumers_) {
       if (!k->in_flight) continue;
@@ -221,7 +230,7 @@ class Receiver {
     }
   }
   std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
-  bool track_in_flight_ = false;  // a file sink waits for chunks on their way to it
+  bool track_in_flight_ = false;      // a file sink waits for chunks on their way to it
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
   std::mutex meta_mu_;
   std::map<std::uint32_t, std::string> meta_;
@@ -232,10 +241,12 @@ class Receiver {
   }
   std::unique_ptr<zmq::Context> ctx_;
   std::optional<CurveSetup> curve_;
-  std::optional<CurveSetup> onward_curve_;  // a relay's onward link (sink.curve)
+  std::optional<CurveSetup> onward_curve_;      // a relay's onward link (sink.curve)
   std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
   // The window of an onward link: whatever the upstream connections have unacknowledged.
-  int onward_window() const { return rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_); }
+  int onward_window() const {
+    return rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
+  }
 
   // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
   // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
@@ -253,14 +264,16 @@ class Receiver {
   std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
   std::atomic<std::uint64_t> two_part_{0};     // data frames taken in two parts (payload uncopied)
   std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
-  std::atomic<std::uint64_t> rejected_auth_{0};       // peers refused by authentication (key or address)
+  std::atomic<std::uint64_t> rejected_auth_{0};  // peers refused by authentication (key or address)
   std::uint64_t zap_refused_key_ = 0, zap_refused_address_ = 0;  // its counts, once it has gone
   std::uint64_t refused_key() const { return zap_ ? zap_->refused() : zap_refused_key_; }
-  std::uint64_t refused_address() const { return zap_ ? zap_->refused_address() : zap_refused_address_; }
-  std::atomic<std::uint64_t> accepted_{0};            // connections accepted on the data ports
-  std::atomic<std::uint64_t> opened_{0};              // of them, those that opened a stream
-  std::atomic<bool> processing_done_{false};   // sink side finished: last acknowledgements out
-  std::atomic<bool> stop_taking_{false};       // the run is ending: new data is not taken
+  std::uint64_t refused_address() const {
+    return zap_ ? zap_->refused_address() : zap_refused_address_;
+  }
+  std::atomic<std::uint64_t> accepted_{0};    // connections accepted on the data ports
+  std::atomic<std::uint64_t> opened_{0};      // of them, those that opened a stream
+  std::atomic<bool> processing_done_{false};  // sink side finished: last acknowledgements out
+  std::atomic<bool> stop_taking_{false};      // the run is ending: new data is not taken
   // Sender connections up now, over every receiving thread: their TCP keepalive (probes after
   // 5 s idle) is the heartbeat of a quiet stream.
   std::atomic<int> connected_peers_{0};
@@ -270,7 +283,8 @@ class Receiver {
   // them to work (pipeline/governor.hpp).
   int spares_ = 0;
   std::unique_ptr<adaptive::Governor> governor_;
-  std::unique_ptr<adaptive::ExtraWorkers> extra_;  // decompressors started when the CPU budget grows
+  std::unique_ptr<adaptive::ExtraWorkers>
+      extra_;  // decompressors started when the CPU budget grows
   std::unique_ptr<adaptive::Controller> controller_;
   std::atomic<std::int64_t> first_ns_{-1};
   std::atomic<std::int64_t> last_ns_{0};
@@ -283,8 +297,10 @@ class Receiver::AnswerHere final : public ControlFrames {
  public:
   explicit AnswerHere(Receiver& r) : r_(r) {}
   AckLedger& record() override { return r_.ledger_; }
-  bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer, std::uint16_t connections) override {
-    r_.answer(sock, peer, r_.welcome(in.header.stream_id, static_cast<std::uint16_t>(in.via), connections, 0));
+  bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer,
+               std::uint16_t connections) override {
+    r_.answer(sock, peer,
+              r_.welcome(in.header.stream_id, static_cast<std::uint16_t>(in.via), connections, 0));
     return true;
   }
   bool metadata(Inbound& /*in*/) override { return true; }
@@ -305,7 +321,9 @@ class Receiver::PassDownstream final : public ControlFrames {
  public:
   explicit PassDownstream(Receiver& r) : r_(r) {}
   AckLedger& record() override { return *r_.relay_ledger_; }
-  bool resumed(Inbound& in, zmq::Socket&, const zmq::Message&, std::uint16_t) override { return r_.wire_q_->push(in); }
+  bool resumed(Inbound& in, zmq::Socket&, const zmq::Message&, std::uint16_t) override {
+    return r_.wire_q_->push(in);
+  }
   bool metadata(Inbound& in) override { return r_.wire_q_->push(in); }
   bool gaps(Inbound& in) override { return r_.wire_q_->push(in); }
   void ended(const wire::Header&, int, zmq::Socket&, const zmq::Message&, std::uint16_t) override {}
@@ -324,15 +342,16 @@ void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
   boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0, true);
 }
 
-void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
-                             std::uint16_t connections) {
+void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock,
+                             const zmq::Message& peer, std::uint16_t connections) {
   if (!processing_done_ && spills_owe(stream)) {
     auto& owed = ends_owed_[static_cast<std::size_t>(via)];
     std::erase_if(owed, [stream](const EndOwed& e) { return e.stream == stream; });  // sent again
     owed.push_back({stream, connections, const_cast<zmq::Message&>(peer).share()});
     return;
   }
-  answer(sock, peer, welcome(stream, static_cast<std::uint16_t>(via), connections, wire::kAckEndOfStream));
+  answer(sock, peer,
+         welcome(stream, static_cast<std::uint16_t>(via), connections, wire::kAckEndOfStream));
 }
 
 void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
@@ -341,7 +360,9 @@ void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
   std::erase_if(owed, [&](const EndOwed& e) {
     // Once the consumers are done (processing_done_), nothing more comes from their spills.
     if (!processing_done_ && spills_owe(e.stream)) return false;
-    answer(sock, e.peer, welcome(e.stream, static_cast<std::uint16_t>(via), e.connections, wire::kAckEndOfStream));
+    answer(
+        sock, e.peer,
+        welcome(e.stream, static_cast<std::uint16_t>(via), e.connections, wire::kAckEndOfStream));
     return true;
   });
 }
@@ -366,29 +387,38 @@ void Receiver::spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint
     --k.recovered_owed;
     return;
   }
-  if (auto it = k.spill_owed.find(stream); it != k.spill_owed.end() && --it->second == 0) k.spill_owed.erase(it);
+  if (auto it = k.spill_owed.find(stream); it != k.spill_owed.end() && --it->second == 0)
+    k.spill_owed.erase(it);
 }
 
 // The answer to a resume frame: everything the sink has taken of the stream.
-std::vector<std::vector<std::byte>> Receiver::welcome(std::uint32_t stream, std::uint16_t connection,
-                                                      std::uint16_t connections, std::uint32_t flags) {
+std::vector<std::vector<std::byte>> Receiver::welcome(std::uint32_t stream,
+                                                      std::uint16_t connection,
+                                                      std::uint16_t connections,
+                                                      std::uint32_t flags) {
   const auto [floor, above] = control_->record().snapshot(stream);
-  return wire::encode_acks(wire::FrameType::ack, stream, connection, connections, floor, flags, above);
+  return wire::encode_acks(wire::FrameType::ack, stream, connection, connections, floor, flags,
+                           above);
 }
 
-void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::vector<std::byte>>& frames) {
+void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer,
+                      const std::vector<std::vector<std::byte>>& frames) {
   for (const auto& f : frames) answer(sock, peer, f);
 }
 
-void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame) {
+void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer,
+                      const std::vector<std::byte>& frame) {
   zmq::Message id = const_cast<zmq::Message&>(peer).share();
   zmq::Message body = zmq::Message::of(frame);
   // ROUTER_MANDATORY: a peer that has gone fails with EHOSTUNREACH; it resumes when it returns.
-  if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return;
-  if (zmq_msg_send(static_cast<zmq_msg_t*>(body.raw()), sock.get(), ZMQ_DONTWAIT) >= 0) ++acks_sent_;
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+    return;
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(body.raw()), sock.get(), ZMQ_DONTWAIT) >= 0)
+    ++acks_sent_;
 }
 
-void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers) {
+void Receiver::send_acks(zmq::Socket& sock, int index,
+                         std::map<std::uint32_t, zmq::Message>& peers) {
   auto pending = boxes_[static_cast<std::size_t>(index)]->take();
   for (auto& [stream, p] : pending) {
     auto it = peers.find(stream);
@@ -403,7 +433,8 @@ void Receiver::send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, z
     if (!p.discarded.empty()) {
       answer(sock, it->second,
              wire::encode_acks(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
-                               static_cast<std::uint16_t>(boxes_.size()), p.floor, wire::kAckDiscarded, p.discarded));
+                               static_cast<std::uint16_t>(boxes_.size()), p.floor,
+                               wire::kAckDiscarded, p.discarded));
     }
   }
 }
@@ -439,7 +470,7 @@ void Receiver::receive_loop(StageThread& t) {
     ~PeerCount() { total -= mine; }
   } peers{connected_peers_};
   std::map<std::uint32_t, zmq::Message> streams;  // stream -> the connection carrying it here
-  std::set<std::string> announced;              // peers that opened with a resume frame
+  std::set<std::string> announced;                // peers that opened with a resume frame
   std::optional<Clock::time_point> closing;
   while (!rt_.aborted()) {
     answer_owed_ends(sock, index);
@@ -447,7 +478,8 @@ void Receiver::receive_loop(StageThread& t) {
       // Everything taken was acknowledged; stay until the senders have read it and left.
       if (!closing) closing = Clock::now();
       mon.drain();
-      if (box.empty() && (mon.peers() == 0 || Clock::now() - *closing > std::chrono::seconds(5))) break;
+      if (box.empty() && (mon.peers() == 0 || Clock::now() - *closing > std::chrono::seconds(5)))
+        break;
     }
     zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLIN, 0},
                               {nullptr, box.fd(), ZMQ_POLLIN, 0},
@@ -466,13 +498,17 @@ void Receiver::receive_loop(StageThread& t) {
       peers.publish(mon.peers());
       accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
       if (mon.handshake_failures() > before_handshake) {
-        if (rejected_handshake_.fetch_add(static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
-          log_warn("connection " + std::to_string(index) + ": dropped a peer that failed the ZeroMQ handshake");
+        if (rejected_handshake_.fetch_add(
+                static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
+          log_warn("connection " + std::to_string(index) +
+                   ": dropped a peer that failed the ZeroMQ handshake");
         }
       }
       if (mon.auth_failures() > before_auth) {
-        if (rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
-          log_warn("connection " + std::to_string(index) + ": refused a peer whose key or address is not allowed");
+        if (rejected_auth_.fetch_add(
+                static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
+          log_warn("connection " + std::to_string(index) +
+                   ": refused a peer whose key or address is not allowed");
         }
       }
     }
@@ -504,40 +540,51 @@ void Receiver::receive_loop(StageThread& t) {
       err = wire::DecodeError::size_mismatch;
     } else if (body) {
       // Only a data frame comes in two parts, and its first part is the header alone.
-      err = bytes.size() != wire::kHeaderSize ? wire::DecodeError::size_mismatch
-                                              : wire::decode_data_header(bytes, frame_size, cfg_.chunk_bytes, h);
+      err = bytes.size() != wire::kHeaderSize
+                ? wire::DecodeError::size_mismatch
+                : wire::decode_data_header(bytes, frame_size, cfg_.chunk_bytes, h);
     } else {
       err = wire::decode(bytes, cfg_.chunk_bytes, h);
     }
-    if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack) err = wire::DecodeError::bad_type;
+    if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack)
+      err = wire::DecodeError::bad_type;
     // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
     auto refuse = [&](wire::DecodeError why) {
       if (malformed_[static_cast<std::size_t>(why)]++ < 3) {
         log_warn("connection " + std::to_string(index) + ": dropped a " +
-                 (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window) ? "refused" : "malformed") +
-                 " frame (" + std::string(wire::decode_error_name(why)) + ", " + std::to_string(frame_size) +
-                 " bytes" + (parts > 1 ? " in " + std::to_string(parts) + " parts" : std::string()) + (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
-                                                              ", sequence " + std::to_string(h.sequence)
-                                                        : std::string()) + ")");
+                 (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window)
+                      ? "refused"
+                      : "malformed") +
+                 " frame (" + std::string(wire::decode_error_name(why)) + ", " +
+                 std::to_string(frame_size) + " bytes" +
+                 (parts > 1 ? " in " + std::to_string(parts) + " parts" : std::string()) +
+                 (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
+                                                     ", sequence " + std::to_string(h.sequence)
+                                               : std::string()) +
+                 ")");
       }
     };
     if (err != wire::DecodeError::ok) {
       refuse(err);
       continue;
     }
-    const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size());
+    const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()),
+                              peer.bytes().size());
     if (h.type == wire::FrameType::resume) {
       auto seqs = wire::decode_ack_list(bytes);
-      if (auto why = tracker_.on_resume(h.stream_id, h.sequence, seqs); why != wire::DecodeError::ok) {
+      if (auto why = tracker_.on_resume(h.stream_id, h.sequence, seqs);
+          why != wire::DecodeError::ok) {
         refuse(why);
         continue;
       }
       ++resumes_;
       if (announced.insert(peer_id).second) ++opened_;
       streams[h.stream_id] = peer.share();
-      // First, that data frames may come in two parts (a sender that does not know it ignores this).
-      answer(sock, peer, wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(index),
-                                          connections, 0, wire::kAckTwoPart, {}));
+      // First, that data frames may come in two parts (a sender that does not know it ignores
+      // this).
+      answer(sock, peer,
+             wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(index),
+                              connections, 0, wire::kAckTwoPart, {}));
       control_->record().merge(h.stream_id, h.sequence, seqs);
       Inbound in{h, std::move(msg), std::nullopt, index};
       if (!control_->resumed(in, sock, peer, connections)) break;
@@ -558,7 +605,8 @@ void Receiver::receive_loop(StageThread& t) {
     if (h.type == wire::FrameType::metadata) {
       {
         std::lock_guard lock(meta_mu_);
-        meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize, h.payload_size);
+        meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize,
+                                  h.payload_size);
       }
       Inbound in{h, std::move(msg), std::nullopt, index};
       if (!control_->metadata(in)) break;
@@ -577,14 +625,16 @@ void Receiver::receive_loop(StageThread& t) {
       // declaration goes on to the far site as any other.
       if (onward_ && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
         throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
-                                 std::to_string(wire::kMaxGapRecords) + " separate gaps to declare onward");
+                                 std::to_string(wire::kMaxGapRecords) +
+                                 " separate gaps to declare onward");
       }
       Inbound in{h, std::move(msg), std::nullopt, index};
       if (!control_->gaps(in)) break;
       continue;
     }
     if (h.type == wire::FrameType::end_of_stream) {
-      if (auto why = tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes)); why != wire::DecodeError::ok) {
+      if (auto why = tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+          why != wire::DecodeError::ok) {
         refuse(why);
         continue;
       }
@@ -646,7 +696,8 @@ void Receiver::decompress_loop(StageThread& t) {
     // Who takes the chunk compressed as it came (takes_as_arrived), who takes it decoded: with
     // both, `out` is the decoded chunk and `as_came` the one that came; with one, `out` is it.
     bool to_kept = false, to_decoded = !forward;
-    for (const auto& k : consumers_) (takes_as_arrived(k->cfg.sink, h.codec) ? to_kept : to_decoded) = true;
+    for (const auto& k : consumers_)
+      (takes_as_arrived(k->cfg.sink, h.codec) ? to_kept : to_decoded) = true;
     const bool keep = to_kept && !to_decoded;
     std::optional<Chunk> as_came;
     if (to_kept && to_decoded) {
@@ -670,7 +721,8 @@ void Receiver::decompress_loop(StageThread& t) {
       if (h.payload_checksum) {
         // Arrived compressed: the checksum covers the bytes as sent, the framing its sizes.
         ok = wire::checksum(payload) == h.checksum &&
-             (h.codec != Codec::bslz4 || bslz4::check_framing(payload, h.element_size, h.raw_size)) &&
+             (h.codec != Codec::bslz4 ||
+              bslz4::check_framing(payload, h.element_size, h.raw_size)) &&
              (h.codec != Codec::none || payload.size() == h.raw_size);
       }
       if (keep) {
@@ -704,13 +756,14 @@ void Receiver::decompress_loop(StageThread& t) {
       last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
     }
     t.observe();
-    if (preview_ && verdict == StreamTracker::Verdict::delivered && preview_->due(h.stream_id, h.raw_size)) {
+    if (preview_ && verdict == StreamTracker::Verdict::delivered &&
+        preview_->due(h.stream_id, h.raw_size)) {
       // Decoded, or as it came (not compressed, or kept compressed for every consumer).
       const std::span<const std::byte> bytes =
           pass ? std::span<const std::byte>(out.payload())
                : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
-      preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size, h.raw_size, bytes,
-                      metadata_of(h.stream_id));
+      preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size,
+                      h.raw_size, bytes, metadata_of(h.stream_id));
     }
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
       if (track_in_flight_) in_flight(false, h.stream_id, h.sequence);
@@ -807,7 +860,8 @@ std::optional<Chunk> Receiver::from_spill(Consumer& k, std::chrono::milliseconds
   k.spill_room.notify_all();
   Chunk c;
   if (wire::decode({m.mutable_data(), n}, cfg_.chunk_bytes, c.header) != wire::DecodeError::ok) {
-    throw std::runtime_error("consumer spill: a frame read back from " + k.spill->dir() + " is damaged");
+    throw std::runtime_error("consumer spill: a frame read back from " + k.spill->dir() +
+                             " is damaged");
   }
   c.body = std::move(m);
   c.body_offset = wire::kHeaderSize;
@@ -821,7 +875,8 @@ std::optional<Chunk> Receiver::from_spill(Consumer& k, std::chrono::milliseconds
 }
 
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count,
-                                                     std::uint16_t connection, std::uint16_t connections) {
+                                                     std::uint16_t connection,
+                                                     std::uint16_t connections) {
   auto eos = tracker_.end_of_stream(stream);
   if (!eos) return std::nullopt;
   std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
@@ -833,7 +888,8 @@ std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::
   h.sequence = eos->total_chunks;
   h.payload_size = wire::kEndOfStreamPayload;
   wire::encode_header(h, frame);
-  wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count}, frame + wire::kHeaderSize);
+  wire::encode_end_of_stream({eos->total_chunks, eos->total_raw_bytes, count},
+                             frame + wire::kHeaderSize);
   return zmq::Message::of({frame, sizeof(frame)});
 }
 
@@ -852,16 +908,18 @@ void Receiver::relay_loop(StageThread& t) {
   std::map<std::uint32_t, Order> order;
   std::map<std::uint32_t, std::uint64_t> forwarded;
   // Whatever the upstream connections have unacknowledged may be here at once.
-  const LinkOptions opts = link_options(cfg_, cfg_.sink.endpoint, "relay", onward_window(), onward_curve_);
+  const LinkOptions opts =
+      link_options(cfg_, cfg_.sink.endpoint, "relay", onward_window(), onward_curve_);
   // Downstream acknowledgements go to every upstream connection of the stream.
-  AckedLink link(*ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
-                 [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
-                   // Discarded downstream: named upstream as discarded.
-                   const bool discarded = (h.raw_size & wire::kAckDiscarded) != 0;
-                   for (auto& box : boxes_) {
-                     box->post(h.stream_id, h.sequence, seqs, h.raw_size & ~wire::kAckDiscarded, discarded);
-                   }
-                 });
+  AckedLink link(
+      *ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
+      [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
+        // Discarded downstream: named upstream as discarded.
+        const bool discarded = (h.raw_size & wire::kAckDiscarded) != 0;
+        for (auto& box : boxes_) {
+          box->post(h.stream_id, h.sequence, seqs, h.raw_size & ~wire::kAckDiscarded, discarded);
+        }
+      });
   link.set_gaps(relay_gaps_);
   link.connect();
   auto forward = [&](std::uint32_t stream, std::uint64_t seq, Inbound& in) {
@@ -924,11 +982,13 @@ void Receiver::relay_loop(StageThread& t) {
     }
     if (h.type == wire::FrameType::metadata) {
       auto b = in->msg.bytes();
-      link.set_metadata(h.stream_id, std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize,
-                                                 h.payload_size));
+      link.set_metadata(
+          h.stream_id,
+          std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize, h.payload_size));
       continue;
     }
-    if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) != StreamTracker::Verdict::delivered) {
+    if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) !=
+        StreamTracker::Verdict::delivered) {
       // A duplicate: not forwarded; acknowledged at once if downstream has it already.
       if (relay_ledger_->contains(h.stream_id, h.sequence)) {
         auto [floor, above] = relay_ledger_->snapshot(h.stream_id);
@@ -1012,8 +1072,8 @@ void Receiver::sink_loop(StageThread& t) {
       ++k.taken;
     } catch (const std::exception& e) {
       k.failed = e.what();
-      log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " + k.sink->name() +
-               "): " + k.failed + "; the others go on, it takes nothing more");
+      log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " +
+               k.sink->name() + "): " + k.failed + "; the others go on, it takes nothing more");
     }
   }
   if (rt_.aborted() || !k.failed.empty()) return;
@@ -1025,7 +1085,8 @@ void Receiver::sink_loop(StageThread& t) {
     k.sink->drain(st);
   } catch (const std::exception& e) {
     k.failed = e.what();
-    log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " + k.sink->name() + "): " + k.failed);
+    log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " +
+             k.sink->name() + "): " + k.failed);
   }
 }
 
@@ -1035,33 +1096,40 @@ void Receiver::declare_metrics() {
             [this] { return static_cast<double>(tracker_.totals().raw_bytes); });
   m.counter("numastream_wire_bytes_total", "Bytes of the frames received.",
             [this] { return static_cast<double>(tracker_.totals().wire_bytes); });
-  m.counter("numastream_chunks_delivered_total", "Chunks decompressed, verified and handed to the sink.",
+  m.counter("numastream_chunks_delivered_total",
+            "Chunks decompressed, verified and handed to the sink.",
             [this] { return static_cast<double>(tracker_.totals().delivered); });
   m.gauge("numastream_chunks_lost",
-          "Chunks missing: announced by the sender (or below the highest sequence seen) and not delivered.",
+          "Chunks missing: announced by the sender (or below the highest sequence seen) and not "
+          "delivered.",
           [this] { return static_cast<double>(tracker_.totals().lost); });
   m.gauge("numastream_chunks_declared_missing",
-          "Of the chunks lost, those their sender declared gone (a restarted sender of a live source, a full spill).",
+          "Of the chunks lost, those their sender declared gone (a restarted sender of a live "
+          "source, a full spill).",
           [this] { return static_cast<double>(tracker_.totals().declared_missing); });
-  m.add("numastream_gaps_last", MetricType::gauge, "The last declared gaps (at most 5): stream, chunks and why.",
-        [this](MetricSamples& s) {
+  m.add("numastream_gaps_last", MetricType::gauge,
+        "The last declared gaps (at most 5): stream, chunks and why.", [this](MetricSamples& s) {
           const auto gaps = tracker_.last_gaps(5);
-          for (std::size_t i = 0; i < gaps.size(); ++i) s.add({{"order", std::to_string(i)}, {"gap", gaps[i]}}, 1);
+          for (std::size_t i = 0; i < gaps.size(); ++i)
+            s.add({{"order", std::to_string(i)}, {"gap", gaps[i]}}, 1);
         });
-  m.counter("numastream_chunks_corrupt_total", "Chunks whose checksum or decompressed size did not match.",
+  m.counter("numastream_chunks_corrupt_total",
+            "Chunks whose checksum or decompressed size did not match.",
             [this] { return static_cast<double>(tracker_.totals().corrupt); });
   m.counter("numastream_chunks_duplicate_total", "Chunks received again after they were delivered.",
             [this] { return static_cast<double>(tracker_.totals().duplicates); });
-  m.add("numastream_frames_malformed_total", MetricType::counter, "Frames rejected before decoding, by reason.",
-        [this](MetricSamples& s) {
+  m.add("numastream_frames_malformed_total", MetricType::counter,
+        "Frames rejected before decoding, by reason.", [this](MetricSamples& s) {
           for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
-            s.add({{"reason", std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))}},
+            s.add({{"reason",
+                    std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))}},
                   static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
           }
         });
-  m.gauge("numastream_chunks_delivered_before",
-          "Chunks an earlier instance of this receiver acknowledged (reported by resuming senders).",
-          [this] { return static_cast<double>(tracker_.totals().delivered_before); });
+  m.gauge(
+      "numastream_chunks_delivered_before",
+      "Chunks an earlier instance of this receiver acknowledged (reported by resuming senders).",
+      [this] { return static_cast<double>(tracker_.totals().delivered_before); });
   // The first consumer's own families (a sink's families are named for its kind, not for a
   // consumer), then every consumer's figures.
   if (!consumers_.empty()) consumers_.front()->sink->declare_metrics(m);
@@ -1075,23 +1143,32 @@ void Receiver::declare_metrics() {
               value(k));
       }
     };
-    m.add("numastream_consumer_chunks_total", MetricType::counter, "Chunks handed to each consumer's sink (sinks).",
-          [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.taken.load()); }); });
+    m.add("numastream_consumer_chunks_total", MetricType::counter,
+          "Chunks handed to each consumer's sink (sinks).", [each](MetricSamples& s) {
+            each(s, [](const Consumer& k) { return static_cast<double>(k.taken.load()); });
+          });
     m.add("numastream_consumer_passed_over_total", MetricType::counter,
           "Chunks a latest-only consumer had no room for (it never holds the others back).",
-          [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); }); });
-    m.add("numastream_consumer_behind", MetricType::gauge, "Chunks waiting in each consumer's queue.",
-          [each](MetricSamples& s) { each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); }); });
+          [each](MetricSamples& s) {
+            each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); });
+          });
+    m.add("numastream_consumer_behind", MetricType::gauge,
+          "Chunks waiting in each consumer's queue.", [each](MetricSamples& s) {
+            each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); });
+          });
     m.add("numastream_consumer_spill_bytes", MetricType::gauge,
           "Bytes in each consumer's spill (sinks[].spill) not handed to its sink yet.",
           [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.spill_pending_bytes.load()); });
+            each(s, [](const Consumer& k) {
+              return static_cast<double>(k.spill_pending_bytes.load());
+            });
           });
   }
   m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
             [this] { return static_cast<double>(acks_sent_.load()); });
   m.add("numastream_connections_rejected_total", MetricType::counter,
-        "Connections dropped before any frame: not a ZeroMQ peer (handshake), a key that is not allowed (auth), an "
+        "Connections dropped before any frame: not a ZeroMQ peer (handshake), a key that is not "
+        "allowed (auth), an "
         "address outside security.allow_from (address).",
         [this](MetricSamples& s) {
           s.add({{"reason", "handshake"}}, static_cast<double>(rejected_handshake_.load()));
@@ -1100,20 +1177,25 @@ void Receiver::declare_metrics() {
         });
   m.counter("numastream_connections_accepted_total", "Connections accepted on the data ports.",
             [this] { return static_cast<double>(accepted_.load()); });
-  m.counter("numastream_connections_opened_total", "Connections that opened a stream (sent a resume frame).",
+  m.counter("numastream_connections_opened_total",
+            "Connections that opened a stream (sent a resume frame).",
             [this] { return static_cast<double>(opened_.load()); });
-  m.counter("numastream_resumes_total", "Resume frames received (one per connection and reconnection).",
+  m.counter("numastream_resumes_total",
+            "Resume frames received (one per connection and reconnection).",
             [this] { return static_cast<double>(resumes_.load()); });
   m.gauge("numastream_streams_complete", "Streams that ended on every connection.",
           [this] { return static_cast<double>(tracker_.complete_streams()); });
   m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
     const auto t = tracker_.totals();
-    return t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes) : 0;
+    return t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes)
+                            : 0;
   });
-  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.", [this](MetricSamples& s) {
-    s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-    if (consumers_.size() == 1) s.add({{"queue", "sink"}}, static_cast<double>(consumers_.front()->q->depth()));
-  });
+  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
+        [this](MetricSamples& s) {
+          s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+          if (consumers_.size() == 1)
+            s.add({{"queue", "sink"}}, static_cast<double>(consumers_.front()->q->depth()));
+        });
   raw_pools_->declare_metrics(m);
 }
 
@@ -1122,8 +1204,9 @@ RunResult Receiver::run(const RunHooks& hooks) {
   if (cfg_.relay && !cfg_.sink.curve.secret_key_file.empty()) {
     onward_curve_ = load_onward_curve(cfg_.sink.curve, "sink.curve");
     log_line(std::string("onward link to ") + cfg_.sink.endpoint + ": " +
-             (onward_curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") + " as " +
-             onward_curve_->public_key + " (public key)");
+             (onward_curve_->authenticate_only ? "authenticating (frames not encrypted)"
+                                               : "CURVE: encrypting") +
+             " as " + onward_curve_->public_key + " (public key)");
   }
   for (const SinkConfig& sink : file_sinks(cfg_)) {
     // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
@@ -1135,7 +1218,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
     try {
       make_parent_dirs(dir, sink.mode);
     } catch (const std::system_error& e) {
-      throw ConfigError("sink.path", std::string("cannot make the directories of ") + path + ": " + e.what());
+      throw ConfigError("sink.path",
+                        std::string("cannot make the directories of ") + path + ": " + e.what());
     }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
       throw ConfigError("sink.path", "cannot write in " + dir + ": " + std::strerror(errno));
@@ -1147,7 +1231,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
   spares_ = pools.spares;
   reorder_window_ = pools.reorder_window;
   const std::size_t slack = pools.slack;
-  raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", pools.raw_buffers, 1, pools.raw_capacity);
+  raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", pools.raw_buffers, 1,
+                                           pools.raw_capacity);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
   // a pool buffer); the queue bounds how many are held.
   wire_q_ = std::make_unique<BoundedQueue<Inbound>>(static_cast<std::size_t>(cfg_.queue_depth));
@@ -1158,20 +1243,27 @@ RunResult Receiver::run(const RunHooks& hooks) {
   }
   for (int i = 0; i < receivers; ++i) boxes_.push_back(std::make_unique<AckBox>());
   ends_owed_.resize(static_cast<std::size_t>(receivers));
-  ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
-  AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) { acknowledge(via, stream, seq); };
-  AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) { discard(via, stream, seq); };
+  ctx_ =
+      std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
+  AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) {
+    acknowledge(via, stream, seq);
+  };
+  AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) {
+    discard(via, stream, seq);
+  };
   // The consumers (a relay forwards frames undecoded over its own link, relay_loop: it has none).
   std::vector<ConsumerConfig> wanted = cfg_.consumers;
-  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null) wanted.push_back({cfg_.sink, {}, {}});
+  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null)
+    wanted.push_back({cfg_.sink, {}, {}});
   if (cfg_.relay) wanted.clear();
-  const int lossless = static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
-    return k.guarantee == ConsumerConfig::Guarantee::lossless;
-  }));
+  const int lossless =
+      static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
+        return k.guarantee == ConsumerConfig::Guarantee::lossless;
+      }));
   if (lossless > 0) {
-    join_ = std::make_unique<AckJoin>(lossless, ack, discarded, [this](std::uint32_t stream, std::uint64_t seq) {
-      return ledger_.contains(stream, seq);
-    });
+    join_ = std::make_unique<AckJoin>(
+        lossless, ack, discarded,
+        [this](std::uint32_t stream, std::uint64_t seq) { return ledger_.contains(stream, seq); });
   }
   int joined = 0;
   for (const ConsumerConfig& want : wanted) {
@@ -1180,15 +1272,16 @@ RunResult Receiver::run(const RunHooks& hooks) {
     k->cfg.sink = want.sink;
     k->guarantee = want.guarantee;
     k->q = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-    AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {}, k_discard = k_ack;  // latest-only: not waited for
+    AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {},
+          k_discard = k_ack;  // latest-only: not waited for
     if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined++);
     if (want.spill.enabled()) {
       // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
       // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
       // it was written there.
-      k->spill = std::make_unique<SpillStore>(want.spill.path, static_cast<std::uint32_t>(consumers_.size()),
-                                              want.spill.max_bytes,
-                                              [](std::span<const std::byte>, std::size_t) { return true; });
+      k->spill = std::make_unique<SpillStore>(
+          want.spill.path, static_cast<std::uint32_t>(consumers_.size()), want.spill.max_bytes,
+          [](std::span<const std::byte>, std::size_t) { return true; });
       k->spill_pending_bytes = k->spill->pending_bytes();
       k->recovered_owed = k->recovered_unread = k->spill->recovered().frames;
       if (const auto& r = k->spill->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
@@ -1219,12 +1312,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
         continue;
       case SinkConfig::Kind::file:
         k->in_flight = std::make_unique<InFlight>();
-        k->sink = std::make_unique<FileSink>(kc, tracker_, *k->in_flight, reorder_window_, slack, k_ack, k_discard,
-                                             [this] { return rt_.aborted() || rt_.drain_requested(); });
+        k->sink = std::make_unique<FileSink>(
+            kc, tracker_, *k->in_flight, reorder_window_, slack, k_ack, k_discard,
+            [this] { return rt_.aborted() || rt_.drain_requested(); });
         track_in_flight_ = true;
         break;
       case SinkConfig::Kind::hdf5:
-        k->sink = std::make_unique<Hdf5Sink>(kc, tracker_, k_ack, [this](std::uint32_t stream) { return metadata_of(stream); });
+        k->sink = std::make_unique<Hdf5Sink>(
+            kc, tracker_, k_ack, [this](std::uint32_t stream) { return metadata_of(stream); });
         break;
       case SinkConfig::Kind::stream2:
         k->sink = std::make_unique<Stream2Sink>(
@@ -1232,14 +1327,18 @@ RunResult Receiver::run(const RunHooks& hooks) {
             [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
         break;
       case SinkConfig::Kind::numastream: {
-        std::optional<CurveSetup> curve =
-            load_onward_curve(want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
+        std::optional<CurveSetup> curve = load_onward_curve(
+            want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
         log_line("onward consumer to " + want.sink.endpoint + ": " +
-                 (!curve ? std::string("plain") : curve->authenticate_only ? "authenticating" : "CURVE: encrypting"));
+                 (!curve                     ? std::string("plain")
+                  : curve->authenticate_only ? "authenticating"
+                                             : "CURVE: encrypting"));
         // Whatever the upstream connections have unacknowledged may wait for the far receiver.
         k->sink = std::make_unique<OnwardSink>(
-            kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve), curve, k_ack, k_discard,
-            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection, std::uint16_t connections) {
+            kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve),
+            curve, k_ack, k_discard,
+            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
+                   std::uint16_t connections) {
               return downstream_end(stream, count, connection, connections);
             },
             [this](std::uint32_t stream) { return metadata_of(stream); }, onward_gaps_, aborted);
@@ -1248,7 +1347,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
       }
       case SinkConfig::Kind::zmq:
         k->sink = std::make_unique<ZmqSink>(
-            kc, *ctx_, k_ack, [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
+            kc, *ctx_, k_ack,
+            [this](std::uint32_t stream, std::uint64_t count) {
+              return downstream_end(stream, count);
+            },
             aborted);
         break;
     }
@@ -1261,11 +1363,13 @@ RunResult Receiver::run(const RunHooks& hooks) {
         *ctx_, curve_ ? curve_->allowed : std::set<std::string>{},
         curve_ && curve_->authenticate_only ? curve_->secret_key : "", allow_from,
         [](const std::string& address) {
-          log_warn("refused a connection from " + (address.empty() ? std::string("an unknown address") : address) +
+          log_warn("refused a connection from " +
+                   (address.empty() ? std::string("an unknown address") : address) +
                    ": not in security.allow_from");
         });
     if (curve_) {
-      log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)" : "CURVE") +
+      log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)"
+                                                     : "CURVE") +
                ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
     }
     if (!allow_from.empty()) {
@@ -1295,12 +1399,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
                                            std::chrono::milliseconds(cfg_.preview.interval_ms));
     }
     server = std::make_unique<MetricsServer>(
-        cfg_.metrics_listen, [this] { return rt_.metrics().text(); }, [this] { return !rt_.aborted(); },
-        MetricsServer::Limits{}, [this](const std::string& path) -> std::optional<HttpReply> {
+        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
+        [this] { return !rt_.aborted(); }, MetricsServer::Limits{},
+        [this](const std::string& path) -> std::optional<HttpReply> {
           if (preview_) return preview_->answer(path);
           return std::nullopt;
         });
-    if (preview_) log_line("live preview on http://" + cfg_.metrics_listen + "/preview (port " + std::to_string(server->port()) + ")");
+    if (preview_)
+      log_line("live preview on http://" + cfg_.metrics_listen + "/preview (port " +
+               std::to_string(server->port()) + ")");
     log_line("metrics on port " + std::to_string(server->port()));
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
@@ -1322,10 +1429,12 @@ RunResult Receiver::run(const RunHooks& hooks) {
     if (!consumers_.empty()) {
       graph.add({.stage = Stage::sink,
                  .threads = static_cast<int>(consumers_.size()),
-                 .what = [this](int i) {
-                   if (consumers_.size() == 1) return std::string();
-                   return "consumer " + std::to_string(i) + " (" + consumers_[static_cast<std::size_t>(i)]->sink->name() + "): ";
-                 },
+                 .what =
+                     [this](int i) {
+                       if (consumers_.size() == 1) return std::string();
+                       return "consumer " + std::to_string(i) + " (" +
+                              consumers_[static_cast<std::size_t>(i)]->sink->name() + "): ";
+                     },
                  .body = [this](StageThread& t) { sink_loop(t); }});
     }
     decompress = &graph.add({.stage = Stage::decompress,
@@ -1334,9 +1443,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
                              .body = [this](StageThread& t) { decompress_loop(t); },
                              .spares = spares_,
                              .host = Stage::receive,
-                             .done = [this] {
-                               for (auto& k : consumers_) k->q->close();
-                             },
+                             .done =
+                                 [this] {
+                                   for (auto& k : consumers_) k->q->close();
+                                 },
                              .joined = processing_joined});
   }
   graph.add({.stage = Stage::receive,
@@ -1345,18 +1455,22 @@ RunResult Receiver::run(const RunHooks& hooks) {
              .body = [this](StageThread& t) { receive_loop(t); }});
   if (governor_) {
     extra_ = std::make_unique<adaptive::ExtraWorkers>(
-        rt_, adaptive::ExtraWorkers::Stage_{Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
-                                            [this, decompress](int n) {
-                                              return !stop_taking_ && !wire_q_->closed() && decompress->admit(n);
-                                            },
-                                            [decompress] { decompress->ended(); }});
+        rt_, adaptive::ExtraWorkers::Stage_{
+                 Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
+                 [this, decompress](int n) {
+                   return !stop_taking_ && !wire_q_->closed() && decompress->admit(n);
+                 },
+                 [decompress] { decompress->ended(); }});
     controller_ = std::make_unique<adaptive::Controller>(
         rt_, Stage::decompress, Stage::receive, *governor_,
-        [this](int n, int first, const std::vector<int>& cpus) { return extra_->start(n, first, cpus); });
+        [this](int n, int first, const std::vector<int>& cpus) {
+          return extra_->start(n, first, cpus);
+        });
     controller_->declare_metrics(rt_.metrics());
   }
   graph.run([&] {
-    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") + endpoint_.for_connection(0) +
+    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") +
+             endpoint_.for_connection(0) +
              (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
     // Supervise: end when every expected stream has ended, on a drain request, or on failure.
     // A stream is alive while data arrives or a sender stays connected: a detector pausing
@@ -1371,7 +1485,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
               std::chrono::duration<double>(cfg_.idle_timeout_s)) {
         auto t = tracker_.totals();
         rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
-                 " s and no sender connected while a stream was open (" + std::to_string(t.delivered) +
+                 " s and no sender connected while a stream was open (" +
+                 std::to_string(t.delivered) +
                  " chunks delivered); the sender stopped or the network failed");
         break;
       }
@@ -1392,7 +1507,8 @@ RunResult Receiver::run(const RunHooks& hooks) {
       rt_.fail(e.what());
     }
     for (const auto& f : incomplete) {
-      log_warn(std::string(k->sink->name()) + " sink: " + f + " is incomplete: it misses chunks or the stream did not end");
+      log_warn(std::string(k->sink->name()) + " sink: " + f +
+               " is incomplete: it misses chunks or the stream did not end");
       incomplete_files_.push_back(f);
     }
   }
@@ -1411,54 +1527,62 @@ RunResult Receiver::run(const RunHooks& hooks) {
   for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
     auto n = malformed_[static_cast<std::size_t>(i)].load();
     malformed += n;
-    if (n) malformed_by[std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))] = n;
+    if (n)
+      malformed_by[std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))] = n;
   }
   RunResult result;
-  result.summary = {{"role", cfg_.relay ? "relay" : "receive"},
-                    {"verified", !cfg_.relay},
-                    {"endpoint", cfg_.endpoint},
-                    {"connections", cfg_.connections},
-                    {"curve", curve_.has_value()},
-                    {"security", !curve_ ? "none" : curve_->authenticate_only ? "authenticate" : "encrypt"},
-                    // A relay's onward link (sink.curve); null where there is none.
-                    {"onward_security", !cfg_.relay ? nlohmann::json(nullptr)
-                                        : !onward_curve_ ? nlohmann::json("none")
-                                        : nlohmann::json(onward_curve_->authenticate_only ? "authenticate" : "encrypt")},
-                    {"chunks", t.delivered},
-                    {"delivered_before", t.delivered_before},
-                    {"acks_sent", acks_sent_.load()},
-                    {"resumes", resumes_.load()},
-                    {"dropped_before_resume", unannounced_.load()},
-                    {"frames_in_two_parts", two_part_.load()},
-                    {"rejected_connections",
-                     {{"handshake", rejected_handshake_.load()}, {"auth", refused_key()}, {"address", refused_address()}}},
-                    // Connections that never opened a stream (no resume frame): noise, scanners,
-                    // other protocols, refused keys.
-                    {"connections_accepted", accepted_.load()},
-                    {"connections_without_stream", accepted_.load() - std::min(accepted_.load(), opened_.load())},
-                    {"raw_bytes", t.raw_bytes},
-                    {"wire_bytes", t.wire_bytes},
-                    {"ratio", wire > 0 ? raw / wire : 0},
-                    {"lost", t.lost},
-                    {"declared_missing", t.declared_missing},
-                    {"unwritten", t.unwritten},
-                    {"lost_is_bound", t.bounded},
-                    {"gaps_last", tracker_.last_gaps(5)},
-                    {"corrupt", t.corrupt},
-                    {"duplicates", t.duplicates},
-                    {"malformed", malformed},
-                    {"malformed_by_reason", malformed_by},
-                    {"complete", t.complete && tracker_.complete_streams() >= std::max(cfg_.streams, 1)},
-                    {"seconds", secs},
-                    {"raw_gbps", raw * 8 / secs / 1e9},
-                    {"wire_gbps", wire * 8 / secs / 1e9},
-                    {"max_rss_kb", max_rss_kb()},
-                    {"streams", tracker_.streams_json()},
-                    {"incomplete_files", incomplete_files_},
-                    {"placement", rt_.placement_json()},
-                    {"stages", rt_.stages_json()},
-                    {"drained", rt_.drain_requested()},
-                    {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
+  result.summary = {
+      {"role", cfg_.relay ? "relay" : "receive"},
+      {"verified", !cfg_.relay},
+      {"endpoint", cfg_.endpoint},
+      {"connections", cfg_.connections},
+      {"curve", curve_.has_value()},
+      {"security", !curve_                     ? "none"
+                   : curve_->authenticate_only ? "authenticate"
+                                               : "encrypt"},
+      // A relay's onward link (sink.curve); null where there is none.
+      {"onward_security",
+       !cfg_.relay ? nlohmann::json(nullptr)
+       : !onward_curve_
+           ? nlohmann::json("none")
+           : nlohmann::json(onward_curve_->authenticate_only ? "authenticate" : "encrypt")},
+      {"chunks", t.delivered},
+      {"delivered_before", t.delivered_before},
+      {"acks_sent", acks_sent_.load()},
+      {"resumes", resumes_.load()},
+      {"dropped_before_resume", unannounced_.load()},
+      {"frames_in_two_parts", two_part_.load()},
+      {"rejected_connections",
+       {{"handshake", rejected_handshake_.load()},
+        {"auth", refused_key()},
+        {"address", refused_address()}}},
+      // Connections that never opened a stream (no resume frame): noise, scanners,
+      // other protocols, refused keys.
+      {"connections_accepted", accepted_.load()},
+      {"connections_without_stream", accepted_.load() - std::min(accepted_.load(), opened_.load())},
+      {"raw_bytes", t.raw_bytes},
+      {"wire_bytes", t.wire_bytes},
+      {"ratio", wire > 0 ? raw / wire : 0},
+      {"lost", t.lost},
+      {"declared_missing", t.declared_missing},
+      {"unwritten", t.unwritten},
+      {"lost_is_bound", t.bounded},
+      {"gaps_last", tracker_.last_gaps(5)},
+      {"corrupt", t.corrupt},
+      {"duplicates", t.duplicates},
+      {"malformed", malformed},
+      {"malformed_by_reason", malformed_by},
+      {"complete", t.complete && tracker_.complete_streams() >= std::max(cfg_.streams, 1)},
+      {"seconds", secs},
+      {"raw_gbps", raw * 8 / secs / 1e9},
+      {"wire_gbps", wire * 8 / secs / 1e9},
+      {"max_rss_kb", max_rss_kb()},
+      {"streams", tracker_.streams_json()},
+      {"incomplete_files", incomplete_files_},
+      {"placement", rt_.placement_json()},
+      {"stages", rt_.stages_json()},
+      {"drained", rt_.drain_requested()},
+      {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   // The first consumer reports as the one sink always did; with several (or a spill), each also
   // in `consumers`.
   if (!consumers_.empty()) consumers_.front()->sink->report(result.summary);
@@ -1466,13 +1590,14 @@ RunResult Receiver::run(const RunHooks& hooks) {
     nlohmann::json each = nlohmann::json::array();
     for (std::size_t i = 0; i < consumers_.size(); ++i) {
       const Consumer& k = *consumers_[i];
-      nlohmann::json o = {{"consumer", i},
-                          {"kind", k.sink->name()},
-                          {"guarantee", k.lossless() ? "lossless" : "latest"},
-                          {"chunks", k.taken.load()},
-                          {"passed_over", k.passed_over.load()},
-                          {"behind", k.q->depth()},
-                          {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
+      nlohmann::json o = {
+          {"consumer", i},
+          {"kind", k.sink->name()},
+          {"guarantee", k.lossless() ? "lossless" : "latest"},
+          {"chunks", k.taken.load()},
+          {"passed_over", k.passed_over.load()},
+          {"behind", k.q->depth()},
+          {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
       if (k.spill) {
         o["spill"] = {{"path", k.spill->dir()},
                       {"max_bytes", k.spill->max_bytes()},

@@ -9,14 +9,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <set>
+#include <sstream>
 
+#include "base/error.hpp"
 #include "data/buffer_pool.hpp"
 #include "host/cpuset.hpp"
-#include "base/error.hpp"
-#include "pipeline/pipeline.hpp"
 #include "net/transport.hpp"
+#include "pipeline/pipeline.hpp"
 
 namespace numastream {
 
@@ -94,13 +94,15 @@ std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::strin
   try {
     out.public_key = zmq::curve_public_of(out.secret_key);
   } catch (const std::invalid_argument&) {
-    throw ConfigError(secret_field, sec.secret_key_file + " does not hold a CURVE secret key (40 Z85 characters)");
+    throw ConfigError(secret_field, sec.secret_key_file +
+                                        " does not hold a CURVE secret key (40 Z85 characters)");
   }
   if (!sec.server_key_file.empty()) {
     const std::string field = at + ".server_key_file";
     out.server_key = trimmed(read_key_text(sec.server_key_file, field));
     if (!zmq::curve_key_valid(out.server_key)) {
-      throw ConfigError(field, sec.server_key_file + " does not hold a CURVE public key (40 Z85 characters)");
+      throw ConfigError(
+          field, sec.server_key_file + " does not hold a CURVE public key (40 Z85 characters)");
     }
   }
   if (!sec.allowed_keys_file.empty()) {
@@ -116,7 +118,8 @@ std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::strin
       }
       out.allowed.insert(line);
     }
-    if (out.allowed.empty()) throw ConfigError(field, sec.allowed_keys_file + " lists no keys: no sender could connect");
+    if (out.allowed.empty())
+      throw ConfigError(field, sec.allowed_keys_file + " lists no keys: no sender could connect");
   }
   return out;
 }
@@ -153,26 +156,29 @@ std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_
     out.push_back(pick(Stage::send, cfg.connections, {}));
     out.push_back(pick(Stage::io, cfg.connections, out.back().target));
   } else {
-    NumaTarget near_nic = cfg.nic.empty() && !cfg.nic_numa_node ? NumaTarget{}
-                                                                : NumaTarget{NumaTarget::Kind::nic, -1};
+    NumaTarget near_nic = cfg.nic.empty() && !cfg.nic_numa_node
+                              ? NumaTarget{}
+                              : NumaTarget{NumaTarget::Kind::nic, -1};
     out.push_back(pick(Stage::receive, cfg.connections, near_nic));
-    if (!cfg.relay) out.push_back(pick(Stage::decompress, std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
+    if (!cfg.relay)
+      out.push_back(pick(Stage::decompress, std::max(1, cpus / 2), {NumaTarget::Kind::spread, -1}));
     if (cfg.sink.kind != SinkConfig::Kind::null) {
-      out.push_back(pick(Stage::sink, std::max<int>(1, static_cast<int>(cfg.consumers.size())), {}));  // one per consumer
+      out.push_back(pick(Stage::sink, std::max<int>(1, static_cast<int>(cfg.consumers.size())),
+                         {}));  // one per consumer
     }
     out.push_back(pick(Stage::io, cfg.connections, out.front().target));
   }
   return out;
 }
 
-NodePools::NodePools(Runtime& rt, Stage stage, const std::string& what,
-                     std::size_t shared, std::size_t per_thread, std::size_t bytes) {
+NodePools::NodePools(Runtime& rt, Stage stage, const std::string& what, std::size_t shared,
+                     std::size_t per_thread, std::size_t bytes) {
   for (int node : rt.stage_nodes(stage)) {
     std::size_t on_node = 0;
     for (const auto& t : rt.placement.threads) on_node += t.stage == stage && t.numa_node == node;
     std::size_t count = std::max<std::size_t>(1, shared + per_thread * on_node);
-    pools_.push_back(std::make_unique<BufferPool>(what + "-node" + std::to_string(node), count,
-                                                  bytes, node));
+    pools_.push_back(
+        std::make_unique<BufferPool>(what + "-node" + std::to_string(node), count, bytes, node));
     nodes_.push_back(node);
   }
 }
@@ -191,8 +197,9 @@ void NodePools::close_all() {
 Runtime::Runtime(const Config& c, std::stop_token external)
     : cfg(c), external_(external), metrics_({{"role", metrics_role(c)}}) {
   if (!numa_supported()) {
-    log_warn("libnuma reports no NUMA support on this machine: buffers are allocated without a "
-             "node binding");
+    log_warn(
+        "libnuma reports no NUMA support on this machine: buffers are allocated without a "
+        "node binding");
   }
   topo = read_topology(cfg.sysfs_root);
   allowed = allowed_cpus();
@@ -218,7 +225,8 @@ Runtime::Runtime(const Config& c, std::stop_token external)
   }
   // ZeroMQ's I/O threads are placed (their CPU set) but not instrumented.
   for (const auto& r : requests) {
-    if (r.stage != Stage::io) stats_[r.stage] = std::make_unique<StageStats>(std::string(stage_name(r.stage)));
+    if (r.stage != Stage::io)
+      stats_[r.stage] = std::make_unique<StageStats>(std::string(stage_name(r.stage)));
   }
   declare_common_metrics();
 }
@@ -242,15 +250,16 @@ namespace {
 // Names the calling thread "<stage>-<index>" and pins it to `cpu` (none when -1), its memory to
 // `node` (none when -1).
 void pin_thread(Stage stage, int index, int cpu, int node) {
-  const std::string name = std::string(stage_name(stage)).substr(0, 10) + "-" + std::to_string(index);
+  const std::string name =
+      std::string(stage_name(stage)).substr(0, 10) + "-" + std::to_string(index);
   pthread_setname_np(pthread_self(), name.c_str());
   if (cpu < 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
-    log_warn("cannot pin " + std::string(stage_name(stage)) + " thread " + std::to_string(index) + " to CPU " +
-             std::to_string(cpu) + ": error " + std::to_string(rc));
+    log_warn("cannot pin " + std::string(stage_name(stage)) + " thread " + std::to_string(index) +
+             " to CPU " + std::to_string(cpu) + ": error " + std::to_string(rc));
   }
   if (node >= 0 && numa_supported()) numa_set_preferred(node);
 }
@@ -305,7 +314,8 @@ std::vector<int> Runtime::unused_cpus(const std::vector<int>& cpus) const {
   std::lock_guard lock(pinned_mu_);
   std::vector<int> out;
   for (int c : cpus) {
-    if (std::none_of(pinned_.begin(), pinned_.end(), [&](const Pinned& p) { return p.cpu == c; })) out.push_back(c);
+    if (std::none_of(pinned_.begin(), pinned_.end(), [&](const Pinned& p) { return p.cpu == c; }))
+      out.push_back(c);
   }
   return out;
 }
@@ -424,45 +434,55 @@ nlohmann::json Runtime::placement_json() const {
 nlohmann::json Runtime::stages_json() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, s] : stats_) {
-    out[std::string(stage_name(name))] = {{"threads", threads(name)},
-                 {"chunks", s->chunks.load()},
-                 {"busy_s", seconds(s->busy_ns.load())},
-                 {"blocked_input_s", seconds(s->blocked_input_ns.load())},
-                 {"blocked_output_s", seconds(s->blocked_output_ns.load())}};
+    out[std::string(stage_name(name))] = {
+        {"threads", threads(name)},
+        {"chunks", s->chunks.load()},
+        {"busy_s", seconds(s->busy_ns.load())},
+        {"blocked_input_s", seconds(s->blocked_input_ns.load())},
+        {"blocked_output_s", seconds(s->blocked_output_ns.load())}};
   }
   return out;
 }
 
 void Runtime::declare_common_metrics() {
-  metrics_.add("numastream_stage_chunks_total", MetricType::counter, "Chunks a stage finished.", [this](MetricSamples& m) {
-    for (const auto& [name, s] : stats_) m.add({{"stage", s->name}}, static_cast<double>(s->chunks.load()));
-  });
-  metrics_.add("numastream_stage_bytes_total", MetricType::counter, "Bytes into and out of a stage.", [this](MetricSamples& m) {
-    for (const auto& [name, s] : stats_) {
-      m.add({{"stage", s->name}, {"direction", "in"}}, static_cast<double>(s->bytes_in.load()));
-      m.add({{"stage", s->name}, {"direction", "out"}}, static_cast<double>(s->bytes_out.load()));
-    }
-  });
-  metrics_.add("numastream_stage_busy_seconds_total", MetricType::counter, "Thread-seconds a stage spent working.",
+  metrics_.add("numastream_stage_chunks_total", MetricType::counter, "Chunks a stage finished.",
                [this](MetricSamples& m) {
-                 for (const auto& [name, s] : stats_) m.add({{"stage", s->name}}, seconds(s->busy_ns.load()));
+                 for (const auto& [name, s] : stats_)
+                   m.add({{"stage", s->name}}, static_cast<double>(s->chunks.load()));
                });
-  metrics_.add("numastream_stage_blocked_seconds_total", MetricType::counter,
-               "Thread-seconds a stage waited: on an empty input (cause=input) or a full output or exhausted "
-               "buffer pool (cause=output).",
-               [this](MetricSamples& m) {
-                 for (const auto& [name, s] : stats_) {
-                   m.add({{"stage", s->name}, {"cause", "input"}}, seconds(s->blocked_input_ns.load()));
-                   m.add({{"stage", s->name}, {"cause", "output"}}, seconds(s->blocked_output_ns.load()));
-                 }
+  metrics_.add(
+      "numastream_stage_bytes_total", MetricType::counter, "Bytes into and out of a stage.",
+      [this](MetricSamples& m) {
+        for (const auto& [name, s] : stats_) {
+          m.add({{"stage", s->name}, {"direction", "in"}}, static_cast<double>(s->bytes_in.load()));
+          m.add({{"stage", s->name}, {"direction", "out"}},
+                static_cast<double>(s->bytes_out.load()));
+        }
+      });
+  metrics_.add("numastream_stage_busy_seconds_total", MetricType::counter,
+               "Thread-seconds a stage spent working.", [this](MetricSamples& m) {
+                 for (const auto& [name, s] : stats_)
+                   m.add({{"stage", s->name}}, seconds(s->busy_ns.load()));
                });
-  metrics_.add("numastream_thread_info", MetricType::gauge, "Where each pipeline thread runs (value is always 1).",
-               [this](MetricSamples& m) {
+  metrics_.add(
+      "numastream_stage_blocked_seconds_total", MetricType::counter,
+      "Thread-seconds a stage waited: on an empty input (cause=input) or a full output or "
+      "exhausted "
+      "buffer pool (cause=output).",
+      [this](MetricSamples& m) {
+        for (const auto& [name, s] : stats_) {
+          m.add({{"stage", s->name}, {"cause", "input"}}, seconds(s->blocked_input_ns.load()));
+          m.add({{"stage", s->name}, {"cause", "output"}}, seconds(s->blocked_output_ns.load()));
+        }
+      });
+  metrics_.add("numastream_thread_info", MetricType::gauge,
+               "Where each pipeline thread runs (value is always 1).", [this](MetricSamples& m) {
                  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
                    const ThreadSlot& t = placement.threads[i];
                    int cpu = t.stage == Stage::io ? t.cpu : observed_cpu_[i].load();
                    int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
-                   std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
+                   std::string nic_local =
+                       !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
                    m.add({{"stage", std::string(stage_name(t.stage))},
                           {"thread", std::to_string(t.index)},
                           {"cpu", std::to_string(cpu)},
@@ -472,8 +492,8 @@ void Runtime::declare_common_metrics() {
                           {"adaptive", "false"}},
                          1);
                  }
-                 // The adaptive runtime's spare and extra workers: pinned, named like stage threads,
-                 // on CPUs the placement gave other threads (or the CPU budget grew to).
+                 // The adaptive runtime's spare and extra workers: pinned, named like stage
+                 // threads, on CPUs the placement gave other threads (or the CPU budget grew to).
                  std::vector<Pinned> adaptive;
                  {
                    std::lock_guard lock(pinned_mu_);
@@ -483,7 +503,8 @@ void Runtime::declare_common_metrics() {
                  }
                  for (const Pinned& p : adaptive) {
                    int node = topo.node_of_cpu(p.cpu);
-                   std::string nic_local = !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
+                   std::string nic_local =
+                       !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
                    m.add({{"stage", std::string(stage_name(p.stage))},
                           {"thread", std::to_string(p.index)},
                           {"cpu", std::to_string(p.cpu)},
@@ -494,9 +515,11 @@ void Runtime::declare_common_metrics() {
                          1);
                  }
                });
-  metrics_.gauge("numastream_up", "0 once the pipeline failed.", [this] { return aborted() ? 0 : 1; });
+  metrics_.gauge("numastream_up", "0 once the pipeline failed.",
+                 [this] { return aborted() ? 0 : 1; });
   metrics_.add("numastream_nic_local", MetricType::gauge,
-               "1 when every thread of the stage runs on the NIC's NUMA node, 0 when one does not, -1 when unknown.",
+               "1 when every thread of the stage runs on the NIC's NUMA node, 0 when one does not, "
+               "-1 when unknown.",
                [this](MetricSamples& m) {
                  const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
                  auto local = placement.nic_local(stage);
@@ -507,7 +530,8 @@ void Runtime::declare_common_metrics() {
 void NodePools::declare_metrics(MetricRegistry& m) const {
   m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
         [this](MetricSamples& s) {
-          for (const auto& p : pools_) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
+          for (const auto& p : pools_)
+            s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
         });
 }
 

@@ -3,29 +3,27 @@
 // the placement / stage parts of the metrics and the summary. Internal to the agent.
 #pragma once
 
-#include "base/log.hpp"
-
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <stop_token>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "data/buffer_pool.hpp"
-#include "net/link.hpp"
+#include "base/log.hpp"
 #include "config/config.hpp"
+#include "data/buffer_pool.hpp"
 #include "host/placement.hpp"
+#include "host/topology.hpp"
+#include "net/link.hpp"
 #include "obs/registry.hpp"
 #include "obs/stats.hpp"
-#include "host/topology.hpp"
 
 namespace numastream {
 
@@ -81,7 +79,8 @@ class Runtime {
   // Runs the body of thread `index` of `stage` on the calling thread: pins it as the placement
   // says (and names it), hands the body its StageThread, and turns anything it throws into the
   // run's first error, prefixed with `what` ("connection 2: "), which wakes every other stage.
-  void run_stage(Stage stage, int index, const std::string& what, const std::function<void(StageThread&)>& body);
+  void run_stage(Stage stage, int index, const std::string& what,
+                 const std::function<void(StageThread&)>& body);
   // The same for a spare worker of `stage` (numbered after the planned ones) that the adaptive
   // runtime may set to work: it runs on the CPU and memory node of `host`'s thread `host_index`.
   void run_spare(Stage stage, int index, Stage host, int host_index, const std::string& what,
@@ -153,7 +152,8 @@ struct CurveSetup {
   bool authenticate_only = false;      // PLAIN with pair tokens instead of CURVE encryption
 };
 // `at` names the fields in errors ("security.curve", "sink.curve").
-std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::string& at = "security.curve");
+std::optional<CurveSetup> load_curve(const SecurityConfig& sec,
+                                     const std::string& at = "security.curve");
 // The keys of an onward link (a relay's sink, a numastream consumer): its sink's `curve`; none
 // when it has no secret key file. `at` names the fields in errors ("sink.curve", "sinks[1].curve").
 std::optional<CurveSetup> load_onward_curve(const SinkConfig::Curve& keys, const std::string& at);

@@ -1,38 +1,38 @@
 // The send pipeline: source -> compress xC -> send xS.
+#include <fcntl.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fcntl.h>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
 
-#include "data/buffer_pool.hpp"
-#include "data/spill.hpp"
 #include "codec/codec.hpp"
-#include "store/hdf5_io.hpp"
-#include "obs/http.hpp"
-#include "store/state.hpp"
-#include "pipeline/pools.hpp"
-#include "pipeline/pipeline.hpp"
-#include "data/queue.hpp"
 #include "codec/synth.hpp"
-#include "net/transport.hpp"
-#include "wire/wire.hpp"
+#include "data/buffer_pool.hpp"
+#include "data/queue.hpp"
+#include "data/spill.hpp"
 #include "net/link.hpp"
+#include "net/transport.hpp"
+#include "obs/http.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/pools.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/sources.hpp"
+#include "store/hdf5_io.hpp"
+#include "store/state.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream {
 namespace {
@@ -48,8 +48,8 @@ std::string seconds(double s) {
 
 class Sender {
  public:
-  Sender(const Config& cfg, std::stop_token stop) : cfg_(cfg), rt_(cfg, stop),
-        endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+  Sender(const Config& cfg, std::stop_token stop)
+      : cfg_(cfg), rt_(cfg, stop), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
 
   RunResult run(const RunHooks& hooks);
 
@@ -75,7 +75,8 @@ class Sender {
   // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
   // unless a person ended an endless stream with SIGINT.
   bool drain_pauses() const {
-    return rt_.drain_requested() && !source_ended_ && (source_has_end() || drain_signal() != SIGINT);
+    return rt_.drain_requested() && !source_ended_ &&
+           (source_has_end() || drain_signal() != SIGINT);
   }
   bool drain_done(std::optional<Clock::time_point>& from);
   std::atomic<bool> source_ended_{false};
@@ -131,9 +132,10 @@ class Sender {
   std::unique_ptr<TakenRecord> taken_;  // a live source's: how many chunks its senders took
   std::shared_ptr<GapBook> gap_book_ = std::make_shared<GapBook>();
   std::uint64_t declared_at_start_ = 0;  // chunks of earlier senders declared missing
-  std::vector<std::uint64_t> recovered_seqs_;  // ascending: an earlier sender's spilled chunks, sent first
+  std::vector<std::uint64_t>
+      recovered_seqs_;  // ascending: an earlier sender's spilled chunks, sent first
   std::uint64_t start_live();
-  std::uint64_t state_floor_ = 0;       // what an earlier sender recorded
+  std::uint64_t state_floor_ = 0;  // what an earlier sender recorded
   void save_state();
   std::optional<CurveSetup> curve_;
   std::mutex welcome_mu_;
@@ -155,8 +157,9 @@ bool Sender::wait_welcome() {
 }
 
 void Sender::prepare_source() {
-  SourceSetup setup{cfg_, rt_.stage_nodes(Stage::compress), rt_.placement.stage(Stage::source).front().numa_node,
-                    static_cast<std::size_t>(cfg_.queue_depth + rt_.threads(Stage::compress) + 1), log_line};
+  SourceSetup setup{
+      cfg_, rt_.stage_nodes(Stage::compress), rt_.placement.stage(Stage::source).front().numa_node,
+      static_cast<std::size_t>(cfg_.queue_depth + rt_.threads(Stage::compress) + 1), log_line};
   source_ = make_source(setup, *ctx_);
   const hdf5::FrameShape shape = source_->shape();
   element_size_ = dtype_size(shape.dtype);
@@ -213,8 +216,9 @@ void Sender::source_loop(StageThread& t) {
         pace_start = Clock::now();
       }
       ScopedTimer wait(st.blocked_input_ns);
-      std::this_thread::sleep_until(pace_start + std::chrono::duration_cast<Clock::duration>(
-                                                     std::chrono::duration<double>((seq - *paced_from) * interval_s)));
+      std::this_thread::sleep_until(
+          pace_start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>((seq - *paced_from) * interval_s)));
     }
     if (!source_->read(c, st, stop)) {
       // Ended by the source itself (an empty message from a zmq detector), not by a stop: the
@@ -224,7 +228,9 @@ void Sender::source_loop(StageThread& t) {
     }
     // Counted taken before it enters the pipeline: if this sender dies, the next one knows.
     if (taken_) taken_->taken(seq + 1);
-    const std::size_t size = c.message ? c.message->bytes().size() : c.buffer ? c.buffer->size : cfg_.chunk_bytes;
+    const std::size_t size = c.message  ? c.message->bytes().size()
+                             : c.buffer ? c.buffer->size
+                                        : cfg_.chunk_bytes;
     const std::size_t raw = c.as_is ? c.raw_size : size;
     {
       ScopedTimer wait(st.blocked_output_ns);
@@ -239,12 +245,14 @@ void Sender::source_loop(StageThread& t) {
   }
   if (drain_from) {
     const double secs = std::chrono::duration<double>(Clock::now() - *drain_from).count();
-    log_line("drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
-             seconds(secs) + " s after the stop was asked; " +
-             (source_ended_ ? std::string("the detector ended the stream")
-              : drain_cut_ ? "the detector did not pause within source.drain_s (" + seconds(cfg_.source.drain_s) +
-                                 " s): what it had in transit is lost (a stream2 gateway names the image ids)"
-                           : "the detector paused: nothing was in transit"));
+    log_line(
+        "drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
+        seconds(secs) + " s after the stop was asked; " +
+        (source_ended_ ? std::string("the detector ended the stream")
+         : drain_cut_
+             ? "the detector did not pause within source.drain_s (" + seconds(cfg_.source.drain_s) +
+                   " s): what it had in transit is lost (a stream2 gateway names the image ids)"
+             : "the detector paused: nothing was in transit"));
   }
 }
 
@@ -255,10 +263,13 @@ bool Sender::drain_done(std::optional<Clock::time_point>& from) {
   if (!from) {
     from = now;
     drain_seq_ = produced_chunks_.load();
-    log_line("drain: reading the detector until it pauses (" + std::to_string(cfg_.source.drain_quiet_ms) +
-             " ms without a message) or " + seconds(cfg_.source.drain_s) + " s pass");
+    log_line("drain: reading the detector until it pauses (" +
+             std::to_string(cfg_.source.drain_quiet_ms) + " ms without a message) or " +
+             seconds(cfg_.source.drain_s) + " s pass");
   }
-  if (now - std::max(source_->last_input(), *from) >= std::chrono::milliseconds(cfg_.source.drain_quiet_ms)) return true;
+  if (now - std::max(source_->last_input(), *from) >=
+      std::chrono::milliseconds(cfg_.source.drain_quiet_ms))
+    return true;
   if (now - *from >= std::chrono::duration<double>(cfg_.source.drain_s)) {
     drain_cut_ = true;
     return true;
@@ -267,11 +278,13 @@ bool Sender::drain_done(std::optional<Clock::time_point>& from) {
 }
 
 // `gaps` (ascending, disjoint) without the chunks `seqs` (ascending) names.
-std::vector<wire::Gap> without(const std::vector<wire::Gap>& gaps, const std::vector<std::uint64_t>& seqs) {
+std::vector<wire::Gap> without(const std::vector<wire::Gap>& gaps,
+                               const std::vector<std::uint64_t>& seqs) {
   std::vector<wire::Gap> out;
   for (const auto& g : gaps) {
     std::uint64_t at = g.first;
-    for (auto it = std::lower_bound(seqs.begin(), seqs.end(), g.first); it != seqs.end() && *it < g.end; ++it) {
+    for (auto it = std::lower_bound(seqs.begin(), seqs.end(), g.first);
+         it != seqs.end() && *it < g.end; ++it) {
       if (*it > at) out.push_back({at, *it, g.reason});
       at = *it + 1;
     }
@@ -291,7 +304,8 @@ std::uint64_t Sender::start_live() {
   if (earlier) start = std::max(start, earlier->at_most);
   if (!recovered_seqs_.empty()) start = std::max(start, recovered_seqs_.back() + 1);
   if (start == 0) return 0;
-  const auto reason = earlier && !earlier->exact ? wire::GapReason::sender_restarted_bound : wire::GapReason::sender_restarted;
+  const auto reason = earlier && !earlier->exact ? wire::GapReason::sender_restarted_bound
+                                                 : wire::GapReason::sender_restarted;
   std::vector<wire::Gap> gaps;
   std::uint64_t at = floor;
   for (auto q : above) {  // ascending
@@ -307,19 +321,27 @@ std::uint64_t Sender::start_live() {
   if (!earlier && missing > 0) {
     // No record of what the earlier sender took: the gap is what the receiver has not, below what
     // it has; chunks the earlier sender held above that are not known to anyone.
-    log_warn("resuming a live source at chunk " + std::to_string(start) + " without a state_dir: chunks an "
-             "earlier sender took after chunk " + std::to_string(start - 1) + " are not known to anyone");
+    log_warn("resuming a live source at chunk " + std::to_string(start) +
+             " without a state_dir: chunks an "
+             "earlier sender took after chunk " +
+             std::to_string(start - 1) + " are not known to anyone");
   }
   if (!gaps.empty()) {
-    if (!gap_book_->add(stream, gaps)) throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) + " separate gaps in stream " + std::to_string(stream));
+    if (!gap_book_->add(stream, gaps))
+      throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) +
+                               " separate gaps in stream " + std::to_string(stream));
     ledger_->settle(stream, gaps);
   }
   declared_at_start_ = missing;
-  log_warn("resuming a live source at chunk " + std::to_string(start) + ": " + std::to_string(missing) +
+  log_warn("resuming a live source at chunk " + std::to_string(start) + ": " +
+           std::to_string(missing) +
            " chunks an earlier sender took were never acknowledged; declared missing" +
-           (reason == wire::GapReason::sender_restarted_bound ? " (at most; the node restarted since it counted them)" : "") +
-           (gaps.empty() ? std::string() : ", first " + std::to_string(gaps.front().first) + ", last " +
-                                               std::to_string(gaps.back().end - 1)));
+           (reason == wire::GapReason::sender_restarted_bound
+                ? " (at most; the node restarted since it counted them)"
+                : "") +
+           (gaps.empty() ? std::string()
+                         : ", first " + std::to_string(gaps.front().first) + ", last " +
+                               std::to_string(gaps.back().end - 1)));
   return start;
 }
 
@@ -390,8 +412,8 @@ void Sender::compress_loop(StageThread& t) {
 void Sender::send_loop(StageThread& t) {
   const int index = t.index;
   StageStats& st = t.stats;
-  LinkOptions opts = link_options(cfg_, endpoint_.for_connection(index), "connection " + std::to_string(index),
-                                  cfg_.window, curve_);
+  LinkOptions opts = link_options(cfg_, endpoint_.for_connection(index),
+                                  "connection " + std::to_string(index), cfg_.window, curve_);
   opts.connection = static_cast<std::uint16_t>(index);
   opts.connections = static_cast<std::uint16_t>(cfg_.connections);
   AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
@@ -402,8 +424,8 @@ void Sender::send_loop(StageThread& t) {
     std::vector<wire::Gap> gaps;
     for (auto s : seqs) gaps.push_back({s, s + 1, wire::GapReason::gateway_discarded});
     if (!gap_book_->add(stream, gaps)) {
-      throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) + " separate gaps in stream " +
-                               std::to_string(stream));
+      throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) +
+                               " separate gaps in stream " + std::to_string(stream));
     }
     if (discarded_++ == 0) {
       log_warn("the gateway discarded chunk " + std::to_string(seqs.front()) +
@@ -538,7 +560,8 @@ void Sender::spill_loop() {
   while (true) {
     if (!unspill(pool, false)) return;
     bool done = false;
-    std::optional<Chunk> c = wire_q_->pop_for(std::chrono::milliseconds(spill_->empty() ? 50 : 5), done);
+    std::optional<Chunk> c =
+        wire_q_->pop_for(std::chrono::milliseconds(spill_->empty() ? 50 : 5), done);
     if (!c) {
       if (done) break;
       continue;
@@ -555,7 +578,8 @@ void Sender::spill_loop() {
       appended = spill_->append({c->buffer->data, c->buffer->size});
     }
     if (appended) {
-      if (spilled_chunks_++ == 0) log_warn("spill: the sending threads fell behind; spilling to " + spill_->dir());
+      if (spilled_chunks_++ == 0)
+        log_warn("spill: the sending threads fell behind; spilling to " + spill_->dir());
       spilled_bytes_ += frame_size;
       spill_disk_bytes_ = spill_->disk_bytes();
       spill_frames_ = spill_->frames();
@@ -577,11 +601,13 @@ void Sender::spill_loop() {
     if (spill_->disk_full()) ++spill_disk_full_;
     if (spill_lost_++ == 0 || (spill_->disk_full() && spill_disk_full_ == 1)) {
       log_line("spill: " +
-               (spill_->disk_full() ? "no space left on the device of " + spill_->dir() + " (" +
-                                          std::to_string(spill_->disk_bytes()) + " bytes spilled, max_bytes " +
-                                          std::to_string(spill_->max_bytes()) + ")"
-                                    : "full (" + std::to_string(spill_->disk_bytes()) + " of " +
-                                          std::to_string(spill_->max_bytes()) + " bytes in " + spill_->dir() + ")") +
+               (spill_->disk_full()
+                    ? "no space left on the device of " + spill_->dir() + " (" +
+                          std::to_string(spill_->disk_bytes()) + " bytes spilled, max_bytes " +
+                          std::to_string(spill_->max_bytes()) + ")"
+                    : "full (" + std::to_string(spill_->disk_bytes()) + " of " +
+                          std::to_string(spill_->max_bytes()) + " bytes in " + spill_->dir() +
+                          ")") +
                ": chunk " + std::to_string(c->header.sequence) +
                " lost, and every chunk the spill refuses from now on is counted lost");
     }
@@ -601,10 +627,11 @@ void Sender::declare_metrics() {
             [this] { return static_cast<double>(sent_chunks_.load()); });
   m.gauge("numastream_chunks_acknowledged", "Chunks of the stream the receiver has taken.",
           [this] { return static_cast<double>(ledger_->acknowledged(cfg_.stream_id)); });
-  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.", [this](MetricSamples& s) {
-    s.add({{"queue", "raw"}}, static_cast<double>(raw_q_->depth()));
-    s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-  });
+  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
+        [this](MetricSamples& s) {
+          s.add({{"queue", "raw"}}, static_cast<double>(raw_q_->depth()));
+          s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+        });
   wire_pools_->declare_metrics(m);
   m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
     const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
@@ -635,7 +662,8 @@ RunResult Sender::run(const RunHooks& hooks) {
   if (!cfg_.state_dir.empty()) {
     // Waits for a previous sender of this stream still writing its final record (a replaced
     // pod that is draining), then starts from what it recorded.
-    state_ = std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
+    state_ =
+        std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
     if (auto rec = state_->load()) {
       ledger_->merge(cfg_.stream_id, rec->first, rec->second);
       state_floor_ = rec->first;
@@ -651,10 +679,12 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   curve_ = load_curve(cfg_.security);
   if (curve_) {
-    log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)" : "CURVE: encrypting") +
+    log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)"
+                                                   : "CURVE: encrypting") +
              " as " + curve_->public_key + " (public key)");
   }
-  ctx_ = std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
+  ctx_ =
+      std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   prepare_source();
   if (state_ && !source_->replays()) {
     taken_ = std::make_unique<TakenRecord>(cfg_.state_dir, cfg_.stream_id);
@@ -669,7 +699,8 @@ RunResult Sender::run(const RunHooks& hooks) {
   const SenderPools pools = plan_sender_pools(cfg_, senders);
   spares_ = pools.spares;
   wire_capacity_ = pools.wire_capacity;
-  wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", pools.wire_buffers, 1, wire_capacity_);
+  wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", pools.wire_buffers, 1,
+                                            wire_capacity_);
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
@@ -682,27 +713,34 @@ RunResult Sender::run(const RunHooks& hooks) {
       recover = [this](std::span<const std::byte> head, std::size_t size) {
         wire::Header h;
         if (wire::decode_data_header(head, size, cfg_.chunk_bytes, h) != wire::DecodeError::ok ||
-            h.stream_id != cfg_.stream_id || (!recovered_seqs_.empty() && h.sequence <= recovered_seqs_.back())) {
+            h.stream_id != cfg_.stream_id ||
+            (!recovered_seqs_.empty() && h.sequence <= recovered_seqs_.back())) {
           return false;
         }
         recovered_seqs_.push_back(h.sequence);
         return true;
       };
     }
-    spill_ = std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes, recover);
+    spill_ = std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes,
+                                          recover);
     if (const auto& r = spill_->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
-      log_line("spill: " + std::to_string(r.frames) + " chunks (" + std::to_string(r.bytes) + " bytes) an earlier sender "
-               "spilled are sent first" + (r.frames > 0 ? ", chunks " + std::to_string(recovered_seqs_.front()) + ".." +
-                                                             std::to_string(recovered_seqs_.back())
-                                                       : std::string()) +
-               (r.why_dropped.empty() ? std::string()
-                                      : "; " + std::to_string(r.dropped_bytes) + " bytes after " + r.why_dropped +
-                                            " are dropped (their chunks are declared missing)"));
+      log_line("spill: " + std::to_string(r.frames) + " chunks (" + std::to_string(r.bytes) +
+               " bytes) an earlier sender "
+               "spilled are sent first" +
+               (r.frames > 0 ? ", chunks " + std::to_string(recovered_seqs_.front()) + ".." +
+                                   std::to_string(recovered_seqs_.back())
+                             : std::string()) +
+               (r.why_dropped.empty()
+                    ? std::string()
+                    : "; " + std::to_string(r.dropped_bytes) + " bytes after " + r.why_dropped +
+                          " are dropped (their chunks are declared missing)"));
     }
     send_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-    log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " + cfg_.spill.path +
-             (source_can_wait() ? " (the source waits when it is full)"
-                                : " (the source cannot wait: what a full spill refuses is lost and counted)"));
+    log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " +
+             cfg_.spill.path +
+             (source_can_wait()
+                  ? " (the source waits when it is full)"
+                  : " (the source cannot wait: what a full spill refuses is lost and counted)"));
   }
   if (spares_ > 0) {
     adaptive::Limits limits;
@@ -721,8 +759,9 @@ RunResult Sender::run(const RunHooks& hooks) {
   declare_metrics();
   std::unique_ptr<MetricsServer> server;
   if (!cfg_.metrics_listen.empty()) {
-    server = std::make_unique<MetricsServer>(cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-                                             [this] { return !rt_.aborted(); });
+    server = std::make_unique<MetricsServer>(
+        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
+        [this] { return !rt_.aborted(); });
     log_line("metrics on port " + std::to_string(server->port()));
     if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
   }
@@ -760,16 +799,20 @@ RunResult Sender::run(const RunHooks& hooks) {
                  [this] {
                    source_done_ = true;
                    raw_q_->close();
-                   if (governor_) governor_->close();  // parked compressors leave; active ones drain the queue
+                   if (governor_)
+                     governor_->close();  // parked compressors leave; active ones drain the queue
                  }});
   if (governor_) {
     extra_ = std::make_unique<adaptive::ExtraWorkers>(
-        rt_, adaptive::ExtraWorkers::Stage_{Stage::compress, [this](StageThread& t) { compress_loop(t); },
-                                            [this, &compress](int n) { return !raw_q_->closed() && compress.admit(n); },
-                                            [&compress] { compress.ended(); }});
+        rt_, adaptive::ExtraWorkers::Stage_{
+                 Stage::compress, [this](StageThread& t) { compress_loop(t); },
+                 [this, &compress](int n) { return !raw_q_->closed() && compress.admit(n); },
+                 [&compress] { compress.ended(); }});
     controller_ = std::make_unique<adaptive::Controller>(
         rt_, Stage::compress, Stage::send, *governor_,
-        [this](int n, int first, const std::vector<int>& cpus) { return extra_->start(n, first, cpus); });
+        [this](int n, int first, const std::vector<int>& cpus) {
+          return extra_->start(n, first, cpus);
+        });
     controller_->declare_metrics(rt_.metrics());
   }
   std::jthread recorder;
@@ -805,8 +848,10 @@ RunResult Sender::run(const RunHooks& hooks) {
     }
   }
 
-  const double secs = std::max(1e-9, static_cast<double>(last_send_ns_.load() -
-                                                         std::max<std::int64_t>(0, first_chunk_ns_.load())) / 1e9);
+  const double secs =
+      std::max(1e-9, static_cast<double>(last_send_ns_.load() -
+                                         std::max<std::int64_t>(0, first_chunk_ns_.load())) /
+                         1e9);
   const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
   const double wire = static_cast<double>(wire_bytes_.load());
   RunResult result;
@@ -819,8 +864,9 @@ RunResult Sender::run(const RunHooks& hooks) {
       {"curve", curve_.has_value()},
       {"chunks", sent_chunks_.load()},
       // Settled = acknowledged or declared missing; the declared ones are not acknowledged.
-      {"acknowledged", ledger_->acknowledged(cfg_.stream_id) -
-                           std::min(ledger_->acknowledged(cfg_.stream_id), gap_book_->chunks(cfg_.stream_id))},
+      {"acknowledged",
+       ledger_->acknowledged(cfg_.stream_id) -
+           std::min(ledger_->acknowledged(cfg_.stream_id), gap_book_->chunks(cfg_.stream_id))},
       {"declared_missing", gap_book_->chunks(cfg_.stream_id)},
       {"declared_missing_from_earlier_senders", declared_at_start_},
       {"skipped_acknowledged", skipped_chunks_},
@@ -856,11 +902,12 @@ RunResult Sender::run(const RunHooks& hooks) {
                                {"lost", spill_lost_.load()},
                                {"lost_disk_full", spill_disk_full_}};
     if (spill_lost_ > 0) {
-      log_error("spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
-               std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
-               (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) + " for want of space on the device of " +
-                                           cfg_.spill.path + ")"
-                                     : std::string()));
+      log_error(
+          "spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
+          std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
+          (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) +
+                                      " for want of space on the device of " + cfg_.spill.path + ")"
+                                : std::string()));
     }
   }
   source_->report(result.summary);

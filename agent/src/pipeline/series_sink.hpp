@@ -15,20 +15,19 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "base/error.hpp"
 #include "config/config.hpp"
 #include "detector/stream2.hpp"
-#include "pipeline/sink.hpp"
 #include "pipeline/nxmx_series.hpp"
 #include "pipeline/series_store.hpp"
+#include "pipeline/sink.hpp"
 
 namespace numastream {
 
@@ -48,10 +47,16 @@ class SeriesSink {
   // `incomplete`: where series that end incomplete are recorded (the owning sink's metrics).
   // `nxmx`: the NXmx layout (a master and data files, nxmx_series.hpp) when its frames_per_file
   // is set, else one file per series.
-  SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack, std::function<bool(std::uint32_t)> resumed,
-             IncompleteSeries& incomplete, NxmxOptions nxmx = {})
-      : pattern_(std::move(pattern)), mode_(mode), direct_(direct), nxmx_(std::move(nxmx)), ack_(std::move(ack)),
-        resumed_(std::move(resumed)), incomplete_(incomplete) {}
+  SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack,
+             std::function<bool(std::uint32_t)> resumed, IncompleteSeries& incomplete,
+             NxmxOptions nxmx = {})
+      : pattern_(std::move(pattern)),
+        mode_(mode),
+        direct_(direct),
+        nxmx_(std::move(nxmx)),
+        ack_(std::move(ack)),
+        resumed_(std::move(resumed)),
+        incomplete_(incomplete) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -79,8 +84,10 @@ class SeriesSink {
       case stream2::Type::start:
         s.start_seq = h.sequence;
         s.number_of_images = m->number_of_images;
-        for (const auto& skipped : s.store->write_start(bytes, m->series_id, m->series_unique_id, h.sequence)) {
-          log_line("hdf5 sink: series " + s.name + ": start field " + skipped + " not stored (no HDF5 form)");
+        for (const auto& skipped :
+             s.store->write_start(bytes, m->series_id, m->series_unique_id, h.sequence)) {
+          log_line("hdf5 sink: series " + s.name + ": start field " + skipped +
+                   " not stored (no HDF5 form)");
         }
         break;
       case stream2::Type::image:
@@ -137,8 +144,12 @@ class SeriesSink {
       }
       incomplete.push_back(s.store->unfinished_name() + " (series " + s.name + ": " + lacks + ", " +
                            std::to_string(s.images) + " images written)");
-      done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.store->unfinished_name()},
-                       {"images", s.images}, {"complete", false}, {"lacks", lacks}});
+      done_.push_back({{"series_id", key.first},
+                       {"series_unique_id", key.second},
+                       {"file", s.store->unfinished_name()},
+                       {"images", s.images},
+                       {"complete", false},
+                       {"lacks", lacks}});
       incomplete_.add(key.first, key.second, lacks);
     }
     open_.clear();
@@ -189,7 +200,8 @@ class SeriesSink {
       const std::uint64_t last = std::min(n, next == ids.end() ? n : *next) - 1;
       missing += last - id + 1;
       if (ranges++ < 16) {
-        out += (out.empty() ? "" : ", ") + std::to_string(id) + (last > id ? "-" + std::to_string(last) : "");
+        out += (out.empty() ? "" : ", ") + std::to_string(id) +
+               (last > id ? "-" + std::to_string(last) : "");
       }
       id = last + 1;
     }
@@ -198,11 +210,12 @@ class SeriesSink {
     if (missing == 0 && beyond == 0) return {};
     std::string text;
     if (missing > 0) {
-      text = "image ids " + out + " missing (" + std::to_string(missing) + " of " + std::to_string(n) + ")";
+      text = "image ids " + out + " missing (" + std::to_string(missing) + " of " +
+             std::to_string(n) + ")";
     }
     if (beyond > 0) {
-      text += (text.empty() ? "" : "; ") + std::to_string(beyond) + " images with ids past number_of_images " +
-              std::to_string(n);
+      text += (text.empty() ? "" : "; ") + std::to_string(beyond) +
+              " images with ids past number_of_images " + std::to_string(n);
     }
     return text;
   }
@@ -253,8 +266,10 @@ class SeriesSink {
       return true;
     });
     if (retransmission) {
-      log_line("hdf5 sink: message " + std::to_string(h.sequence) + " of series " + std::to_string(key.first) +
-               " is already in " + (nxmx() ? NxmxSeries::master_of(path) + "'s files" : path + (path_exists(path) ? "" : ".part")) +
+      log_line("hdf5 sink: message " + std::to_string(h.sequence) + " of series " +
+               std::to_string(key.first) + " is already in " +
+               (nxmx() ? NxmxSeries::master_of(path) + "'s files"
+                       : path + (path_exists(path) ? "" : ".part")) +
                " (an earlier gateway's): acknowledged again");
       return nullptr;
     }
@@ -272,18 +287,21 @@ class SeriesSink {
       s.end_seq = s.store->end_sequence();
       const std::vector<std::byte> start = s.store->start_message();
       std::string error;
-      if (auto m = stream2::parse(start, error); m && !start.empty()) s.number_of_images = m->number_of_images;
+      if (auto m = stream2::parse(start, error); m && !start.empty())
+        s.number_of_images = m->number_of_images;
       s.images = s.store->image_ids().size();
       log_line("hdf5 sink: series " + s.name + " resumed in " + s.store->unfinished_name() +
                ", written by an earlier gateway (" + std::to_string(s.seqs.size()) + " messages, " +
                std::to_string(s.images) + " images)" + io_note(direct_, s.store->direct()));
     } else {
       if (nxmx()) {
-        s.store = std::make_unique<NxmxSeries>(path, h.stream_id, key.first, key.second, direct_, mode_, nxmx_);
+        s.store = std::make_unique<NxmxSeries>(path, h.stream_id, key.first, key.second, direct_,
+                                               mode_, nxmx_);
       } else {
         s.store = std::make_unique<OneFileSeries>(path, h.stream_id, direct_, mode_);
       }
-      log_line("hdf5 sink: series " + s.name + " -> " + s.store->published_name() + io_note(direct_, s.store->direct()));
+      log_line("hdf5 sink: series " + s.name + " -> " + s.store->published_name() +
+               io_note(direct_, s.store->direct()));
     }
     return &open_.emplace(key, std::move(s)).first->second;
   }
@@ -292,13 +310,17 @@ class SeriesSink {
   void give_up(const Key& key) {
     Series& s = open_.at(key);
     s.store->give_up(s.incomplete);
-    log_warn("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " + s.store->unfinished_name() +
-             " holds its " + std::to_string(s.images) + " images");
+    log_warn("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " +
+             s.store->unfinished_name() + " holds its " + std::to_string(s.images) + " images");
     incomplete_.add(key.first, key.second, s.incomplete);
-    given_up_.push_back(s.store->unfinished_name() + " (series " + s.name + ": " + s.incomplete + ", " +
-                        std::to_string(s.images) + " images written)");
-    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.store->unfinished_name()},
-                     {"images", s.images}, {"complete", false}, {"lacks", s.incomplete}});
+    given_up_.push_back(s.store->unfinished_name() + " (series " + s.name + ": " + s.incomplete +
+                        ", " + std::to_string(s.images) + " images written)");
+    done_.push_back({{"series_id", key.first},
+                     {"series_unique_id", key.second},
+                     {"file", s.store->unfinished_name()},
+                     {"images", s.images},
+                     {"complete", false},
+                     {"lacks", s.incomplete}});
     open_.erase(key);
   }
 
@@ -307,8 +329,11 @@ class SeriesSink {
     s.store->publish();
     log_line("hdf5 sink: series " + s.name + " complete: " + s.store->published_name() + " (" +
              std::to_string(s.images) + " images)");
-    done_.push_back({{"series_id", key.first}, {"series_unique_id", key.second}, {"file", s.store->published_name()},
-                     {"images", s.images}, {"complete", true}});
+    done_.push_back({{"series_id", key.first},
+                     {"series_unique_id", key.second},
+                     {"file", s.store->published_name()},
+                     {"images", s.images},
+                     {"complete", true}});
     open_.erase(key);
   }
 

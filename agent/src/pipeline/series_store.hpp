@@ -33,9 +33,12 @@ class SeriesStore {
  public:
   virtual ~SeriesStore() = default;
   // The start message: its fields stored. Returns the fields that could not be (for the log).
-  virtual std::vector<std::string> write_start(std::span<const std::byte> message, std::uint64_t series_id,
-                                               const std::string& series_unique_id, std::uint64_t sequence) = 0;
-  virtual void write_image(std::span<const std::byte> message, std::uint64_t image_id, std::uint64_t sequence) = 0;
+  virtual std::vector<std::string> write_start(std::span<const std::byte> message,
+                                               std::uint64_t series_id,
+                                               const std::string& series_unique_id,
+                                               std::uint64_t sequence) = 0;
+  virtual void write_image(std::span<const std::byte> message, std::uint64_t image_id,
+                           std::uint64_t sequence) = 0;
   virtual void write_end(std::uint64_t sequence) = 0;
   // The image ids written (any channel).
   virtual std::set<std::uint64_t> image_ids() const = 0;
@@ -67,7 +70,8 @@ struct Probe {
 
 class OneFileSeries final : public SeriesStore {
  public:
-  OneFileSeries(const std::string& path, std::uint32_t stream_id, bool direct, unsigned mode) : path_(path) {
+  OneFileSeries(const std::string& path, std::uint32_t stream_id, bool direct, unsigned mode)
+      : path_(path) {
     make_parent_dirs(path, mode);
     file_ = std::make_unique<hdf5::SeriesFile>(path + ".part", stream_id, direct);
   }
@@ -91,19 +95,22 @@ class OneFileSeries final : public SeriesStore {
   }
 
   std::vector<std::string> write_start(std::span<const std::byte> message, std::uint64_t series_id,
-                                       const std::string& series_unique_id, std::uint64_t sequence) override {
+                                       const std::string& series_unique_id,
+                                       std::uint64_t sequence) override {
     auto skipped = file_->write_start(message, series_id, series_unique_id, sequence);
     file_->record(sequence);
     return skipped;
   }
-  void write_image(std::span<const std::byte> message, std::uint64_t image_id, std::uint64_t sequence) override {
+  void write_image(std::span<const std::byte> message, std::uint64_t image_id,
+                   std::uint64_t sequence) override {
     file_->write_image(message, image_id);
     file_->record(sequence);
   }
   void write_end(std::uint64_t sequence) override { file_->record(sequence); }
   std::set<std::uint64_t> image_ids() const override {
     std::set<std::uint64_t> ids;
-    for (const auto& [channel, written] : file_->images()) ids.insert(written.begin(), written.end());
+    for (const auto& [channel, written] : file_->images())
+      ids.insert(written.begin(), written.end());
     return ids;
   }
   void flush() override { file_->flush(); }

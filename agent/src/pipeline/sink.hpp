@@ -7,31 +7,30 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
-#include <thread>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
-#include "data/buffer_pool.hpp"
+#include "base/error.hpp"
 #include "base/files.hpp"
 #include "config/config.hpp"
-#include "base/error.hpp"
-#include <nlohmann/json.hpp>
-
+#include "data/buffer_pool.hpp"
 #include "data/seqset.hpp"
-#include "wire/tracker.hpp"
-#include "wire/wire.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/runtime.hpp"
+#include "wire/tracker.hpp"
+#include "wire/wire.hpp"
 
 namespace numastream {
 
@@ -84,7 +83,9 @@ class DeferredAcks {
  public:
   static constexpr std::size_t kFlushEvery = 32;
   explicit DeferredAcks(AckFn ack) : ack_(std::move(ack)) {}
-  void add(int via, std::uint32_t stream, std::uint64_t seq) { held_.push_back({via, stream, seq}); }
+  void add(int via, std::uint32_t stream, std::uint64_t seq) {
+    held_.push_back({via, stream, seq});
+  }
   bool full() const noexcept { return held_.size() >= kFlushEvery; }
   // After a flush: every chunk held is in the file.
   void release() {
@@ -138,7 +139,8 @@ class IncompleteSeries {
   void add(std::uint64_t series_id, const std::string& unique_id, const std::string& why) {
     std::lock_guard lock(mu_);
     ++count_;
-    last_.push_back("series " + std::to_string(series_id) + (unique_id.empty() ? "" : " (" + unique_id + ")") + ": " + why);
+    last_.push_back("series " + std::to_string(series_id) +
+                    (unique_id.empty() ? "" : " (" + unique_id + ")") + ": " + why);
     if (last_.size() > 5) last_.erase(last_.begin());
   }
   void report(nlohmann::json& summary) const {
@@ -147,15 +149,18 @@ class IncompleteSeries {
     summary["stream2_series_incomplete_last"] = last_;
   }
   void declare_metrics(MetricRegistry& m) const {
-    m.counter("numastream_stream2_series_incomplete_total",
-              "Stream V2 series that ended incomplete (their detector went away before the end message).", [this] {
-                std::lock_guard lock(mu_);
-                return static_cast<double>(count_);
-              });
+    m.counter(
+        "numastream_stream2_series_incomplete_total",
+        "Stream V2 series that ended incomplete (their detector went away before the end message).",
+        [this] {
+          std::lock_guard lock(mu_);
+          return static_cast<double>(count_);
+        });
     m.add("numastream_stream2_series_incomplete_last", MetricType::gauge,
           "The last series that ended incomplete, and why.", [this](MetricSamples& s) {
             std::lock_guard lock(mu_);
-            for (std::size_t i = 0; i < last_.size(); ++i) s.add({{"order", std::to_string(i)}, {"series", last_[i]}}, 1);
+            for (std::size_t i = 0; i < last_.size(); ++i)
+              s.add({{"order", std::to_string(i)}, {"series", last_[i]}}, 1);
           });
   }
 
@@ -168,10 +173,18 @@ class IncompleteSeries {
 class FileSink final : public Sink {
  public:
   // `stopping`: the run is ending (a drain or a failure): a sink waiting for disk space gives up.
-  FileSink(const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
-           std::size_t slack, AckFn ack, AckFn discard, std::function<bool()> stopping = [] { return false; })
-      : cfg_(cfg), tracker_(tracker), in_flight_(in_flight), window_(window), slack_(slack),
-        ack_(std::move(ack)), discard_(std::move(discard)), stopping_(std::move(stopping)) {}
+  FileSink(
+      const Config& cfg, StreamTracker& tracker, InFlight& in_flight, std::size_t window,
+      std::size_t slack, AckFn ack, AckFn discard,
+      std::function<bool()> stopping = [] { return false; })
+      : cfg_(cfg),
+        tracker_(tracker),
+        in_flight_(in_flight),
+        window_(window),
+        slack_(slack),
+        ack_(std::move(ack)),
+        discard_(std::move(discard)),
+        stopping_(std::move(stopping)) {}
   ~FileSink() override {
     for (auto& [id, o] : outs_) {
       if (o.fd >= 0) ::close(o.fd);
@@ -191,14 +204,16 @@ class FileSink final : public Sink {
     }
     if (h.sequence < o.next || o.pending.count(h.sequence)) {
       tracker_.on_unwritten(h.stream_id, h.sequence);
-      discard_(c.via, h.stream_id, h.sequence);  // reported lost to the file; the sender declares it gone
+      discard_(c.via, h.stream_id,
+               h.sequence);  // reported lost to the file; the sender declares it gone
       return;
     }
     o.pending.emplace(h.sequence, std::move(c));
     in_flight_.remove(h.stream_id, h.sequence);
     // Out of space: held (the pool bounds how many, and the senders wait for acknowledgements)
     // and tried again now and then; nothing is given up on while the disk is full.
-    if (stalled_ && std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200)) return;
+    if (stalled_ && std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200))
+      return;
     if (!flush(h.stream_id, o)) return;
     while (o.pending.size() > window_ &&
            (!in_flight_.contains(h.stream_id, o.next) || o.pending.size() > window_ + slack_)) {
@@ -211,7 +226,8 @@ class FileSink final : public Sink {
   }
   // While out of space: try again.
   void idle(StageStats& st) override {
-    if (!stalled_ || std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200)) return;
+    if (!stalled_ || std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200))
+      return;
     ScopedTimer busy(st.busy_ns);
     for (auto& [id, o] : outs_) {
       if (!flush(id, o)) return;
@@ -257,9 +273,11 @@ class FileSink final : public Sink {
       // failing filesystem, an NFS server gone) keeps it a .part, and fails the run naming it.
       std::string error;
       if (::fsync(o.fd) != 0) error = "fsync " + part + ": " + std::strerror(errno);
-      if (::close(o.fd) != 0 && error.empty()) error = "close " + part + ": " + std::strerror(errno);
+      if (::close(o.fd) != 0 && error.empty())
+        error = "close " + part + ": " + std::strerror(errno);
       o.fd = -1;
-      if (::close(o.index_fd) != 0 && error.empty()) error = "close " + part + ".idx: " + std::strerror(errno);
+      if (::close(o.index_fd) != 0 && error.empty())
+        error = "close " + part + ".idx: " + std::strerror(errno);
       o.index_fd = -1;
       if (!error.empty()) {
         log_error("file sink: " + error);
@@ -291,7 +309,7 @@ class FileSink final : public Sink {
  private:
   struct Out {
     int fd = -1;
-    int index_fd = -1;    // <path>.part.idx: (sequence, file length after it) per chunk written
+    int index_fd = -1;  // <path>.part.idx: (sequence, file length after it) per chunk written
     std::uint64_t length = 0;
     std::uint64_t records = 0;  // index records written
     std::uint64_t next = 0;
@@ -373,9 +391,12 @@ class FileSink final : public Sink {
       const auto payload = o.pending.begin()->second.payload();
       std::array<std::uint64_t, 2> rec = {o.next, o.length + payload.size()};
       if (!write_all(o.fd, payload.data(), payload.size(), part) ||
-          !write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec), part + ".idx")) {
-        if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 || ::lseek(o.fd, 0, SEEK_END) < 0 ||
-            ::ftruncate(o.index_fd, static_cast<off_t>(o.records * 16)) != 0 || ::lseek(o.index_fd, 0, SEEK_END) < 0) {
+          !write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec),
+                     part + ".idx")) {
+        if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 ||
+            ::lseek(o.fd, 0, SEEK_END) < 0 ||
+            ::ftruncate(o.index_fd, static_cast<off_t>(o.records * 16)) != 0 ||
+            ::lseek(o.index_fd, 0, SEEK_END) < 0) {
           throw_errno("file sink: cut back " + part + " after running out of space");
         }
         if (!stalled_) {
@@ -387,7 +408,8 @@ class FileSink final : public Sink {
         return false;
       }
       if (stalled_) {
-        log_line("file sink: space returned for " + part + ": writing on from chunk " + std::to_string(o.next));
+        log_line("file sink: space returned for " + part + ": writing on from chunk " +
+                 std::to_string(o.next));
         stalled_ = false;
       }
       Chunk c = std::move(o.pending.begin()->second);

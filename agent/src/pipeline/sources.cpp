@@ -53,8 +53,9 @@ class SyntheticSource final : public Source {
     const int sets = cfg_.source.change_at > 0 ? 2 : 1;
     const std::vector<Buffer*>* first = nullptr;
     for (int node : s.compress_nodes) {
-      pools_.push_back(std::make_unique<BufferPool>("frames-node" + std::to_string(node),
-                                                    static_cast<std::size_t>(sets * cfg_.source.frames), cfg_.chunk_bytes, node));
+      pools_.push_back(std::make_unique<BufferPool>(
+          "frames-node" + std::to_string(node), static_cast<std::size_t>(sets * cfg_.source.frames),
+          cfg_.chunk_bytes, node));
       std::vector<Buffer*> set;
       for (int f = 0; f < sets * cfg_.source.frames; ++f) {
         Buffer* b = pools_.back()->acquire();
@@ -199,8 +200,9 @@ class Hdf5Source final : public ReadingSource {
       throw ConfigError("source.path", e.what());
     }
     if (h5->shape().frame_bytes() > cfg.chunk_bytes) {
-      throw ConfigError("chunk_bytes", "a frame of " + cfg.source.path + ":" + cfg.source.dataset + " has " +
-                                           std::to_string(h5->shape().frame_bytes()) + " bytes, more than chunk_bytes (" +
+      throw ConfigError("chunk_bytes", "a frame of " + cfg.source.path + ":" + cfg.source.dataset +
+                                           " has " + std::to_string(h5->shape().frame_bytes()) +
+                                           " bytes, more than chunk_bytes (" +
                                            std::to_string(cfg.chunk_bytes) + ")");
     }
     if (s.log) s.log("source " + cfg.source.path + ":" + cfg.source.dataset + ": " + h5->layout());
@@ -221,7 +223,9 @@ class Hdf5Source final : public ReadingSource {
     }
     return c.buffer->size > 0;
   }
-  std::size_t skip(std::uint64_t seq) override { return seq < h5_->frames() ? h5_->shape().frame_bytes() : 0; }
+  std::size_t skip(std::uint64_t seq) override {
+    return seq < h5_->frames() ? h5_->shape().frame_bytes() : 0;
+  }
 
  private:
   std::unique_ptr<hdf5::Reader> h5_;
@@ -259,7 +263,8 @@ class PullingSource : public Source {
       sock_->connect(cfg_.source.endpoint);
     }
     while (!stop()) {
-      zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0}, {mon_ ? mon_->get() : nullptr, 0, ZMQ_POLLIN, 0}};
+      zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0},
+                                {mon_ ? mon_->get() : nullptr, 0, ZMQ_POLLIN, 0}};
       int ready;
       {
         ScopedTimer wait(st.blocked_input_ns);
@@ -276,8 +281,9 @@ class PullingSource : public Source {
         continue;
       }
       if (got.bytes().size() > cfg_.chunk_bytes) {
-        throw std::runtime_error(std::string(what) + " of " + std::to_string(got.bytes().size()) + " bytes from " +
-                                 cfg_.source.endpoint + " is larger than chunk_bytes (" +
+        throw std::runtime_error(std::string(what) + " of " + std::to_string(got.bytes().size()) +
+                                 " bytes from " + cfg_.source.endpoint +
+                                 " is larger than chunk_bytes (" +
                                  std::to_string(cfg_.chunk_bytes) + "): raise chunk_bytes");
       }
       m = std::move(got);
@@ -314,7 +320,8 @@ class ZmqSource final : public PullingSource {
 // cannot be asked for again.
 class Stream2Source final : public PullingSource {
  public:
-  Stream2Source(const SourceSetup& s, zmq::Context& ctx) : PullingSource(s, ctx, true), log_(s.log) {}
+  Stream2Source(const SourceSetup& s, zmq::Context& ctx)
+      : PullingSource(s, ctx, true), log_(s.log) {}
   hdf5::FrameShape shape() const override {
     hdf5::FrameShape shape;
     shape.dtype = "stream2";  // messages, not pixels: a sink that stores frames reads the series
@@ -326,7 +333,8 @@ class Stream2Source final : public PullingSource {
     zmq::Message& m = *c.message;
     while (true) {
       if (!pending_end_.empty()) {
-        // The end of a series the detector left unfinished: numastream's own (see watch_connection).
+        // The end of a series the detector left unfinished: numastream's own (see
+        // watch_connection).
         m = zmq::Message::of(pending_end_);
         pending_end_.clear();
         c.as_is = true;
@@ -334,7 +342,8 @@ class Stream2Source final : public PullingSource {
         c.raw_size = m.bytes().size();
         return true;
       }
-      if (!receive(m, st, stop, "a Stream V2 message", [this] { return watch_connection(); })) return false;
+      if (!receive(m, st, stop, "a Stream V2 message", [this] { return watch_connection(); }))
+        return false;
       const auto bytes = m.bytes();
       if (bytes.empty()) continue;
       ScopedTimer busy(st.busy_ns);
@@ -342,8 +351,8 @@ class Stream2Source final : public PullingSource {
       auto parsed = stream2::parse(bytes, error);
       if (!parsed) {
         if (malformed_++ < 3 && log_) {
-          log_("stream2: dropped a message that is not Stream V2 (" + error + ", " + std::to_string(bytes.size()) +
-               " bytes)");
+          log_("stream2: dropped a message that is not Stream V2 (" + error + ", " +
+               std::to_string(bytes.size()) + " bytes)");
         }
         continue;
       }
@@ -355,9 +364,14 @@ class Stream2Source final : public PullingSource {
     }
   }
   void report(nlohmann::json& summary) const override {
-    summary["stream2"] = {{"series_started", started_}, {"series_ended", ended_}, {"images", images_},
-                          {"series_incomplete", incomplete_.load()}, {"detector_disconnects", disconnects_},
-                          {"malformed", malformed_.load()}, {"series_open", open_ ? nlohmann::json(*open_) : nlohmann::json(nullptr)}};
+    summary["stream2"] = {
+        {"series_started", started_},
+        {"series_ended", ended_},
+        {"images", images_},
+        {"series_incomplete", incomplete_.load()},
+        {"detector_disconnects", disconnects_},
+        {"malformed", malformed_.load()},
+        {"series_open", open_ ? nlohmann::json(*open_) : nlohmann::json(nullptr)}};
   }
   void declare_metrics(MetricRegistry& m) const override {
     m.counter("numastream_stream2_messages_malformed_total",
@@ -380,7 +394,8 @@ class Stream2Source final : public PullingSource {
     if (mon_->disconnects() == before) return false;
     disconnects_ += static_cast<std::uint64_t>(mon_->disconnects() - before);
     if (!open_) {
-      if (log_) log_("stream2: the detector at " + cfg_.source.endpoint + " disconnected between series");
+      if (log_)
+        log_("stream2: the detector at " + cfg_.source.endpoint + " disconnected between series");
       return false;
     }
     ++incomplete_;
@@ -395,9 +410,12 @@ class Stream2Source final : public PullingSource {
 
   // Series bookkeeping, for the log and the summary: which series is open, how many images it has.
   void follow(const stream2::Message& m) {
-    const std::string name = std::to_string(m.series_id) + (m.series_unique_id.empty() ? "" : " (" + m.series_unique_id + ")");
+    const std::string name = std::to_string(m.series_id) +
+                             (m.series_unique_id.empty() ? "" : " (" + m.series_unique_id + ")");
     if (m.type == stream2::Type::start) {
-      if (open_ && log_) log_("stream2: series " + std::to_string(*open_) + " had no end message before series " + name);
+      if (open_ && log_)
+        log_("stream2: series " + std::to_string(*open_) + " had no end message before series " +
+             name);
       open_ = m.series_id;
       open_unique_ = m.series_unique_id;
       series_images_ = 0;
@@ -408,7 +426,9 @@ class Stream2Source final : public PullingSource {
       ++series_images_;
     } else {
       ++ended_;
-      if (log_) log_("stream2: series " + name + " ended after " + std::to_string(series_images_) + " images");
+      if (log_)
+        log_("stream2: series " + name + " ended after " + std::to_string(series_images_) +
+             " images");
       open_.reset();
       series_images_ = 0;
     }

@@ -26,11 +26,11 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "data/seqset.hpp"
+#include "detector/stream2.hpp"
 #include "net/transport.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/sink.hpp"
-#include "data/seqset.hpp"
-#include "detector/stream2.hpp"
 #include "wire/tracker.hpp"
 
 namespace numastream {
@@ -39,10 +39,16 @@ class Stream2Sink final : public Sink {
  public:
   // `floor(stream)`: the chunks below it an earlier gateway already emitted (a resumed stream).
   using FloorFn = std::function<std::uint64_t(std::uint32_t stream)>;
-  Stream2Sink(const Config& cfg, zmq::Context& ctx, StreamTracker& tracker, std::size_t window, AckFn ack,
-              AckFn discard, FloorFn floor, std::function<bool()> aborted)
-      : cfg_(cfg), ctx_(ctx), tracker_(tracker), window_(window), ack_(std::move(ack)), discard_(std::move(discard)),
-        floor_(std::move(floor)), aborted_(std::move(aborted)) {}
+  Stream2Sink(const Config& cfg, zmq::Context& ctx, StreamTracker& tracker, std::size_t window,
+              AckFn ack, AckFn discard, FloorFn floor, std::function<bool()> aborted)
+      : cfg_(cfg),
+        ctx_(ctx),
+        tracker_(tracker),
+        window_(window),
+        ack_(std::move(ack)),
+        discard_(std::move(discard)),
+        floor_(std::move(floor)),
+        aborted_(std::move(aborted)) {}
 
   const char* name() const override { return "stream2"; }
 
@@ -62,9 +68,10 @@ class Stream2Sink final : public Sink {
       next_ = floor_(stream);
       emitted_.merge(next_, {});
     } else if (*stream_ != stream) {
-      throw std::runtime_error("stream2 sink: a second stream (id " + std::to_string(stream) +
-                               ") arrived; a stream2 sink re-emits the series of one detector (stream " +
-                               std::to_string(*stream_) + ")");
+      throw std::runtime_error(
+          "stream2 sink: a second stream (id " + std::to_string(stream) +
+          ") arrived; a stream2 sink re-emits the series of one detector (stream " +
+          std::to_string(*stream_) + ")");
     }
     if (seq < next_ || pending_.count(seq)) {
       // Emitted already (a retransmission), or passed over as missing (reported lost).
@@ -79,8 +86,9 @@ class Stream2Sink final : public Sink {
     pending_.emplace(seq, std::move(c));
     flush(st, false);
     while (pending_.size() > window_) {
-      log_warn("stream2 sink: stream " + std::to_string(stream) + ": message " + std::to_string(next_) +
-               " still missing with " + std::to_string(pending_.size()) + " later messages waiting; emitting on without it");
+      log_warn("stream2 sink: stream " + std::to_string(stream) + ": message " +
+               std::to_string(next_) + " still missing with " + std::to_string(pending_.size()) +
+               " later messages waiting; emitting on without it");
       next_ = pending_.begin()->first;
       flush(st, false);
     }
@@ -96,7 +104,8 @@ class Stream2Sink final : public Sink {
   }
 
   void report(nlohmann::json& summary) const override {
-    summary["stream2_sink"] = {{"consumers_gone", consumers_gone_}, {"redelivered", redelivered_},
+    summary["stream2_sink"] = {{"consumers_gone", consumers_gone_},
+                               {"redelivered", redelivered_},
                                {"redeliver", cfg_.sink.redeliver}};
     incomplete_.report(summary);
   }
@@ -122,7 +131,8 @@ class Stream2Sink final : public Sink {
     const auto m = stream2::parse(bytes, error);  // the sender parsed it: it parses
     if (m && m->type == stream2::Type::end && !m->incomplete.empty()) {
       incomplete_.add(m->series_id, m->series_unique_id, m->incomplete);
-      log_warn("stream2 sink: series " + std::to_string(m->series_id) + " is INCOMPLETE: " + m->incomplete);
+      log_warn("stream2 sink: series " + std::to_string(m->series_id) +
+               " is INCOMPLETE: " + m->incomplete);
     }
     // What is kept for a consumer that goes away: the message it came in, shared (ZeroMQ counts
     // references); a pooled buffer is copied instead, for the pool must not run dry.
@@ -162,7 +172,8 @@ class Stream2Sink final : public Sink {
     auto* msg = static_cast<zmq_msg_t*>(m.raw());
     while (true) {
       if (aborted_()) return false;
-      zmq_pollitem_t items[2] = {{sock_->get(), 0, ZMQ_POLLOUT, 0}, {mon_->get(), 0, ZMQ_POLLIN, 0}};
+      zmq_pollitem_t items[2] = {{sock_->get(), 0, ZMQ_POLLOUT, 0},
+                                 {mon_->get(), 0, ZMQ_POLLIN, 0}};
       if (zmq_poll(items, 2, 200) < 0 && zmq_errno() != EINTR) {
         throw std::runtime_error("stream2 sink: poll: " + zmq::last_error());
       }
@@ -175,7 +186,8 @@ class Stream2Sink final : public Sink {
       }
       if (zmq_msg_send(msg, sock_->get(), ZMQ_DONTWAIT) >= 0) return true;
       if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
-        throw std::runtime_error("stream2 sink: send on " + cfg_.sink.endpoint + ": " + zmq::last_error());
+        throw std::runtime_error("stream2 sink: send on " + cfg_.sink.endpoint + ": " +
+                                 zmq::last_error());
       }
     }
   }
@@ -188,7 +200,8 @@ class Stream2Sink final : public Sink {
     redeliver_ = !recent_.empty();
     log_warn("stream2 sink: a consumer went away; what it may not have processed (the last " +
              std::to_string(recent_.size()) + " messages handed over" +
-             (!series_start_ ? "" : ", after the series' start message") + ") goes to the next consumer");
+             (!series_start_ ? "" : ", after the series' start message") +
+             ") goes to the next consumer");
   }
 
   bool redeliver() {
@@ -214,7 +227,7 @@ class Stream2Sink final : public Sink {
   FloorFn floor_;
   std::function<bool()> aborted_;
   std::optional<zmq::Socket> sock_;
-  std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
+  std::optional<zmq::Monitor> mon_;                   // declared after sock_: closed before it
   std::deque<std::pair<bool, zmq::Message>> recent_;  // (a start message?, the message)
   std::optional<zmq::Message> series_start_;
   bool redeliver_ = false;

@@ -24,9 +24,14 @@ namespace numastream {
 class ZmqSink final : public Sink {
  public:
   // The end-of-stream frame for `stream` after `count` frames; none before its sender ended it.
-  using EndFn = std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count)>;
+  using EndFn =
+      std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count)>;
   ZmqSink(const Config& cfg, zmq::Context& ctx, AckFn ack, EndFn end, std::function<bool()> aborted)
-      : cfg_(cfg), ctx_(ctx), ack_(std::move(ack)), end_(std::move(end)), aborted_(std::move(aborted)) {}
+      : cfg_(cfg),
+        ctx_(ctx),
+        ack_(std::move(ack)),
+        end_(std::move(end)),
+        aborted_(std::move(aborted)) {}
 
   const char* name() const override { return "zmq"; }
 
@@ -73,10 +78,12 @@ class ZmqSink final : public Sink {
   // True when sent; throws when the consumer is gone or the send failed; false on abort.
   bool check(zmq::SendOutcome o) {
     if (o == zmq::SendOutcome::peer_lost) {
-      throw std::runtime_error("sink: the downstream consumer at " + cfg_.sink.endpoint + " went away");
+      throw std::runtime_error("sink: the downstream consumer at " + cfg_.sink.endpoint +
+                               " went away");
     }
     if (o == zmq::SendOutcome::failed) {
-      throw std::runtime_error("sink: send to " + cfg_.sink.endpoint + " failed: " + zmq::last_error());
+      throw std::runtime_error("sink: send to " + cfg_.sink.endpoint +
+                               " failed: " + zmq::last_error());
     }
     return o == zmq::SendOutcome::sent;
   }

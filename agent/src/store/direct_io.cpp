@@ -16,7 +16,8 @@
 #include <type_traits>
 
 namespace numastream::hdf5 {
-static_assert(std::is_same_v<Id, hid_t>, "HDF5's hid_t is a 64-bit signed integer (HDF5 1.10 and later)");
+static_assert(std::is_same_v<Id, hid_t>,
+              "HDF5's hid_t is a 64-bit signed integer (HDF5 1.10 and later)");
 
 namespace {
 
@@ -41,7 +42,8 @@ AlignedBuffer aligned(std::size_t bytes) {
 // innermost message, which the writer names in its own error).
 herr_t failed(H5E_minor_t minor, const std::string& what, int err) {
   const std::string msg = what + ": " + std::strerror(err);
-  H5Epush2(H5E_DEFAULT, __FILE__, "numastream direct driver", __LINE__, H5E_ERR_CLS, H5E_VFL, minor, "%s", msg.c_str());
+  H5Epush2(H5E_DEFAULT, __FILE__, "numastream direct driver", __LINE__, H5E_ERR_CLS, H5E_VFL, minor,
+           "%s", msg.c_str());
   return -1;
 }
 
@@ -130,7 +132,9 @@ herr_t write_failed(DirectFile* f, const std::string& what, int err) {
 // Refuses to change a file after a write to it failed.
 herr_t refuse_if_broken(DirectFile* f) {
   if (!f->broken) return 0;
-  return failed(H5E_WRITEERROR, "an earlier write (" + f->broken_what + ") failed, the file is left as it was", f->broken);
+  return failed(H5E_WRITEERROR,
+                "an earlier write (" + f->broken_what + ") failed, the file is left as it was",
+                f->broken);
 }
 
 // Writes the window's whole blocks (and, with `pad`, its partial last block, zero-padded) and
@@ -140,8 +144,10 @@ herr_t drain(DirectFile* f, bool pad) {
   const std::size_t whole = static_cast<std::size_t>(align_down(f->len));
   const std::size_t out = pad ? static_cast<std::size_t>(align_up(f->len)) : whole;
   if (out == 0) return 0;
-  if (out > f->len) std::memset(f->stage.get() + f->len, 0, out - f->len);  // padding: bytes past len are stale
-  if (int err = write_all(f->fd, f->stage.get(), out, f->base)) return write_failed(f, "write " + range(f->base, out), err);
+  if (out > f->len)
+    std::memset(f->stage.get() + f->len, 0, out - f->len);  // padding: bytes past len are stale
+  if (int err = write_all(f->fd, f->stage.get(), out, f->base))
+    return write_failed(f, "write " + range(f->base, out), err);
   f->phys = std::max(f->phys, f->base + out);
   if (whole > 0) {
     const std::size_t rest = f->len - whole;
@@ -167,19 +173,23 @@ herr_t load_window(DirectFile* f, haddr_t at) {
 }
 
 // Reads or changes [at, at + n) behind the window, whole blocks at a time.
-herr_t behind_window(DirectFile* f, haddr_t at, std::size_t n, std::byte* read_into, const std::byte* write_from) {
+herr_t behind_window(DirectFile* f, haddr_t at, std::size_t n, std::byte* read_into,
+                     const std::byte* write_from) {
   while (n > 0) {
     const haddr_t first = align_down(at);
-    const std::size_t piece = static_cast<std::size_t>(std::min<haddr_t>(n, first + kDirectWindow - at));
+    const std::size_t piece =
+        static_cast<std::size_t>(std::min<haddr_t>(n, first + kDirectWindow - at));
     const std::size_t span = static_cast<std::size_t>(align_up(at + piece) - first);
     std::byte* b = f->bounce_for(span);
-    if (int err = read_all(f->fd, b, span, first)) return failed(H5E_READERROR, "read " + range(first, span), err);
+    if (int err = read_all(f->fd, b, span, first))
+      return failed(H5E_READERROR, "read " + range(first, span), err);
     if (read_into) {
       std::memcpy(read_into, b + (at - first), piece);
       read_into += piece;
     } else {
       std::memcpy(b + (at - first), write_from, piece);
-      if (int err = write_all(f->fd, b, span, first)) return write_failed(f, "write " + range(first, span), err);
+      if (int err = write_all(f->fd, b, span, first))
+        return write_failed(f, "write " + range(first, span), err);
       f->phys = std::max(f->phys, first + span);
       write_from += piece;
     }
@@ -290,7 +300,8 @@ herr_t read_file(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, voi
   DirectFile* f = as_direct(file);
   auto* out = static_cast<std::byte*>(buf);
   if (!f->direct) {
-    if (int err = read_all(f->fd, out, size, addr)) return failed(H5E_READERROR, "read " + range(addr, size), err);
+    if (int err = read_all(f->fd, out, size, addr))
+      return failed(H5E_READERROR, "read " + range(addr, size), err);
     return 0;
   }
   while (size > 0) {
@@ -320,7 +331,8 @@ herr_t write_file(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, co
   const auto* in = static_cast<const std::byte*>(buf);
   const haddr_t end = addr + size;
   if (!f->direct) {
-    if (int err = write_all(f->fd, in, size, addr)) return failed(H5E_WRITEERROR, "write " + range(addr, size), err);
+    if (int err = write_all(f->fd, in, size, addr))
+      return failed(H5E_WRITEERROR, "write " + range(addr, size), err);
   } else {
     if (refuse_if_broken(f) < 0) return -1;
     while (size > 0) {
@@ -340,7 +352,8 @@ herr_t write_file(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, co
           continue;
         }
         n = static_cast<std::size_t>(std::min<haddr_t>(size, kDirectWindow - off));
-        if (off > f->len) std::memset(f->stage.get() + f->len, 0, off - f->len);  // a gap HDF5 writes later
+        if (off > f->len)
+          std::memset(f->stage.get() + f->len, 0, off - f->len);  // a gap HDF5 writes later
         std::memcpy(f->stage.get() + off, in, n);
         f->len = std::max<std::size_t>(f->len, static_cast<std::size_t>(off + n));
         f->pending = true;

@@ -9,7 +9,8 @@
 //
 // Where the filesystem refuses O_DIRECT (ramfs, some FUSE and network filesystems) the file is
 // opened as HDF5's default driver would open it and written through the page cache: nothing else
-// changes. written_direct() says which happened. Internal to the agent; one thread at a time uses a file.
+// changes. written_direct() says which happened. Internal to the agent; one thread at a time uses a
+// file.
 #pragma once
 
 #include <cstddef>

@@ -30,13 +30,14 @@ namespace {
 // The innermost message of HDF5's error stack.
 std::string hdf5_reason() {
   std::string reason;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD,
-           [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-             auto* r = static_cast<std::string*>(data);
-             if (n == 0 && e->desc) *r = e->desc;
-             return 0;
-           },
-           &reason);
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* r = static_cast<std::string*>(data);
+        if (n == 0 && e->desc) *r = e->desc;
+        return 0;
+      },
+      &reason);
   return reason.empty() ? "HDF5 error" : reason;
 }
 
@@ -66,9 +67,9 @@ hid_t t_i64() { return H5T_STD_I64LE; }
 hid_t t_f32() { return H5T_IEEE_F32LE; }
 hid_t t_f64() { return H5T_IEEE_F64LE; }
 
-const TypeInfo kTypes[] = {{"uint8", t_u8},   {"uint16", t_u16}, {"uint32", t_u32}, {"uint64", t_u64},
-                           {"int8", t_i8},    {"int16", t_i16},  {"int32", t_i32},  {"int64", t_i64},
-                           {"float32", t_f32}, {"float64", t_f64}};
+const TypeInfo kTypes[] = {
+    {"uint8", t_u8},  {"uint16", t_u16}, {"uint32", t_u32}, {"uint64", t_u64},  {"int8", t_i8},
+    {"int16", t_i16}, {"int32", t_i32},  {"int64", t_i64},  {"float32", t_f32}, {"float64", t_f64}};
 
 }  // namespace
 
@@ -107,11 +108,13 @@ void make_parents(hid_t file, const std::string& path, const std::string& what) 
   }
 }
 
-void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t& extent, std::uint64_t index,
-                 const void* bytes, std::size_t size, std::uint32_t filter_mask, const std::string& what) {
+void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t& extent,
+                 std::uint64_t index, const void* bytes, std::size_t size,
+                 std::uint32_t filter_mask, const std::string& what) {
   if (index >= extent) {
     hsize_t dims[3] = {index + 1, frame_dims[0], rank == 3 ? frame_dims[1] : 0};
-    if (H5Dset_extent(dset, dims) < 0) fail(what, "extend to " + std::to_string(index + 1) + " frames");
+    if (H5Dset_extent(dset, dims) < 0)
+      fail(what, "extend to " + std::to_string(index + 1) + " frames");
     extent = index + 1;
   }
   hsize_t offset[3] = {index, 0, 0};
@@ -130,7 +133,8 @@ std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what) {
   }
   for (hsize_t i = 0; i < n; ++i) {
     hsize_t offset[3] = {};
-    if (H5Dget_chunk_info(dset, space, i, offset, nullptr, nullptr, nullptr) >= 0) out.insert(offset[0]);
+    if (H5Dget_chunk_info(dset, space, i, offset, nullptr, nullptr, nullptr) >= 0)
+      out.insert(offset[0]);
   }
   H5Sclose(space);
   return out;
@@ -143,7 +147,8 @@ hid_t vlen_text() {
   return t;
 }
 
-void text_attribute(hid_t obj, const char* name, const std::string& value, const std::string& what) {
+void text_attribute(hid_t obj, const char* name, const std::string& value,
+                    const std::string& what) {
   hid_t type = vlen_text();
   hid_t space = H5Screate(H5S_SCALAR);
   hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
@@ -163,10 +168,11 @@ void group(hid_t file, const std::string& path, const char* nx_class, const std:
   H5Gclose(g);
 }
 
-void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space, const void* data,
-             const std::string& what) {
+void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space,
+             const void* data, const std::string& what) {
   make_parents(file, path, what);
-  hid_t d = H5Dcreate2(file, path.c_str(), file_type_id, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t d =
+      H5Dcreate2(file, path.c_str(), file_type_id, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   const bool ok = d >= 0 && H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
   if (d >= 0) H5Dclose(d);
   if (!ok) fail(what, "write " + path);
@@ -177,14 +183,16 @@ PluginsOff::~PluginsOff() {
   if (known_) H5PLset_loading_state(state_);
 }
 
-hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem, const std::string& what) {
+hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem,
+              const std::string& what) {
   PluginsOff off;
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   H5Pset_chunk(dcpl, rank, chunk);
   herr_t rc = 0;
   if (c == stream2::Compression::bslz4) {
     const unsigned cd[5] = {0, 4, static_cast<unsigned>(elem), 0, bslz4::kHdf5CompressLz4};
-    rc = H5Pset_filter(dcpl, static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId), H5Z_FLAG_OPTIONAL, 5, cd);
+    rc = H5Pset_filter(dcpl, static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId), H5Z_FLAG_OPTIONAL, 5,
+                       cd);
   } else if (c == stream2::Compression::lz4) {
     rc = H5Pset_filter(dcpl, kLz4Filter, H5Z_FLAG_OPTIONAL, 0, nullptr);
   }
@@ -208,18 +216,22 @@ hid_t create_as_declared(hid_t loc, const std::string& path, hid_t type, hid_t s
   for (int i = 0, n = H5Pget_nfilters(dcpl); i < n && rewritten.empty(); ++i) {
     unsigned flags = 0, want[16] = {}, got[16] = {}, config = 0;
     std::size_t nwant = 16, ngot = 16;
-    const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nwant, want, 0, nullptr, &config);
-    const bool same = H5Pget_filter_by_id2(made, id, &flags, &ngot, got, 0, nullptr, &config) >= 0 && ngot == nwant &&
-                      std::equal(want, want + nwant, got);
+    const H5Z_filter_t id =
+        H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nwant, want, 0, nullptr, &config);
+    const bool same =
+        H5Pget_filter_by_id2(made, id, &flags, &ngot, got, 0, nullptr, &config) >= 0 &&
+        ngot == nwant && std::equal(want, want + nwant, got);
     if (!same) rewritten = std::to_string(id);
   }
   H5Pclose(made);
   if (!rewritten.empty()) {
     H5Dclose(d);
     H5Ldelete(loc, path.c_str(), H5P_DEFAULT);
-    throw std::runtime_error(what + ": create " + path + ": an HDF5 filter plugin loaded in this process rewrote filter " +
-                             rewritten + "'s parameters; the chunks are stored as they came and would not decode "
-                             "with them");
+    throw std::runtime_error(
+        what + ": create " + path +
+        ": an HDF5 filter plugin loaded in this process rewrote filter " + rewritten +
+        "'s parameters; the chunks are stored as they came and would not decode "
+        "with them");
   }
   return d;
 }
@@ -255,7 +267,8 @@ std::string read_text_attribute(hid_t obj, const char* name) {
   return out;
 }
 
-void write_value(hid_t file, const std::string& path, const stream2::Value& v, const std::string& what) {
+void write_value(hid_t file, const std::string& path, const stream2::Value& v,
+                 const std::string& what) {
   make_parents(file, path, what);
   if (H5Lexists(file, path.c_str(), H5P_DEFAULT) != 0) return;  // the first value of a field stays
   using K = stream2::Value::Kind;
@@ -312,11 +325,13 @@ void write_value(hid_t file, const std::string& path, const stream2::Value& v, c
       } else {
         // Stored as the detector compressed it: one chunk, the whole array.
         make_parents(file, path, what);
-        hid_t dcpl = chunked(static_cast<int>(dims.size()), dims.data(), a.compression, dtype_size(a.dtype), what);
+        hid_t dcpl = chunked(static_cast<int>(dims.size()), dims.data(), a.compression,
+                             dtype_size(a.dtype), what);
         hid_t d = create_as_declared(file, path, type, space, dcpl, what);
         H5Pclose(dcpl);
         const std::vector<hsize_t> zero(dims.size(), 0);
-        const bool ok = d >= 0 && H5Dwrite_chunk(d, H5P_DEFAULT, 0, zero.data(), a.bytes.size(), a.bytes.data()) >= 0;
+        const bool ok = d >= 0 && H5Dwrite_chunk(d, H5P_DEFAULT, 0, zero.data(), a.bytes.size(),
+                                                 a.bytes.data()) >= 0;
         if (d >= 0) H5Dclose(d);
         if (!ok) {
           H5Sclose(space);

@@ -30,9 +30,9 @@ std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what);
 // Writes `bytes` as the chunk of frame `index` of a frames x ... dataset of `rank` (2 or 3) with
 // direct chunk I/O, extending the dataset when `index` is past `extent`; `filter_mask` bit 0 set
 // when the chunk is stored without the dataset's filter.
-void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t& extent, std::uint64_t index,
-                 const void* bytes, std::size_t size, std::uint32_t filter_mask, const std::string& what);
-
+void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t& extent,
+                 std::uint64_t index, const void* bytes, std::size_t size,
+                 std::uint32_t filter_mask, const std::string& what);
 
 // The HDF5 LZ4 filter, whose framing lz4 frames carry.
 constexpr H5Z_filter_t kLz4Filter = 32004;
@@ -48,8 +48,8 @@ std::string read_text_attribute(hid_t obj, const char* name);
 // The group at `path` (and those above it), with its NX_class.
 void group(hid_t file, const std::string& path, const char* nx_class, const std::string& what);
 // A dataset of `space` written at once from `data` of `mem_type` (the file type `file_type_id`).
-void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space, const void* data,
-             const std::string& what);
+void dataset(hid_t file, const std::string& path, hid_t file_type_id, hid_t mem_type, hid_t space,
+             const void* data, const std::string& what);
 // HDF5's filter plugins are not loaded while one lives (declaring a filter and creating a dataset
 // with it load its plugin when one is installed).
 class PluginsOff {
@@ -65,7 +65,8 @@ class PluginsOff {
 };
 // The creation properties of a dataset chunked by `chunk`, declaring the filter its chunks carry
 // (the caller closes them).
-hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem, const std::string& what);
+hid_t chunked(int rank, const hsize_t* chunk, stream2::Compression c, std::size_t elem,
+              const std::string& what);
 // A dataset created with `dcpl`'s filters declared exactly as given, for chunks written as they
 // came (direct chunk I/O). HDF5's filter plugins are not loaded meanwhile: a plugin's set_local
 // rewrites the declared parameters (Debian's bitshuffle 0.3 plugin, installed beside DIALS,
@@ -76,6 +77,7 @@ hid_t create_as_declared(hid_t loc, const std::string& path, hid_t type, hid_t s
 // One field of a Stream V2 message at `path` in its HDF5 form: numbers and text as scalars,
 // lists as 1-d datasets, typed arrays with their shape (compressed ones stored as the detector
 // compressed them, one chunk). A path that exists already keeps its first value.
-void write_value(hid_t file, const std::string& path, const stream2::Value& v, const std::string& what);
+void write_value(hid_t file, const std::string& path, const stream2::Value& v,
+                 const std::string& what);
 
 }  // namespace numastream::hdf5::detail

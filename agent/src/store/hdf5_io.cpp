@@ -29,8 +29,9 @@ Reader::Reader(const std::string& path, const std::string& dataset) : what_(path
   space_ = H5Dget_space(dset_);
   const int rank = H5Sget_simple_extent_ndims(space_);
   if (rank < 2 || rank > 3) {
-    throw std::runtime_error(what_ + ": a dataset of frames has 2 or 3 dimensions (frames x [rows x] cols), this one " +
-                             std::to_string(rank));
+    throw std::runtime_error(
+        what_ + ": a dataset of frames has 2 or 3 dimensions (frames x [rows x] cols), this one " +
+        std::to_string(rank));
   }
   hsize_t dims[3];
   H5Sget_simple_extent_dims(space_, dims, nullptr);
@@ -39,7 +40,8 @@ Reader::Reader(const std::string& path, const std::string& dataset) : what_(path
   type_ = H5Dget_type(dset_);
   shape_.dtype = dtype_of(type_);
   if (shape_.dtype.empty()) {
-    throw std::runtime_error(what_ + ": pixels must be little-endian integers or floats of 1 to 8 bytes");
+    throw std::runtime_error(what_ +
+                             ": pixels must be little-endian integers or floats of 1 to 8 bytes");
   }
   // Pass-through: chunks of exactly one frame, the bitshuffle filter with LZ4 the only filter.
   hid_t dcpl = H5Dget_create_plist(dset_);
@@ -53,7 +55,8 @@ Reader::Reader(const std::string& path, const std::string& dataset) : what_(path
     char name[64];
     H5Z_filter_t id = H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, sizeof(name), name, nullptr);
     bool lz4 = ncd >= 5 && cd[4] == bslz4::kHdf5CompressLz4;
-    if (one_frame && id == static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId) && lz4) stored_ = Stored::bslz4;
+    if (one_frame && id == static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId) && lz4)
+      stored_ = Stored::bslz4;
   }
   H5Pclose(dcpl);
 }
@@ -70,11 +73,13 @@ std::string Reader::layout() const {
   std::string dims;
   for (auto d : shape_.dims) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
   return std::to_string(frames_) + " frames of " + dims + " " + shape_.dtype +
-         (stored_ == Stored::bslz4 ? ", bslz4 chunks of one frame (sent as stored)" : ", read as pixels");
+         (stored_ == Stored::bslz4 ? ", bslz4 chunks of one frame (sent as stored)"
+                                   : ", read as pixels");
 }
 
 std::size_t Reader::max_read_bytes() const noexcept {
-  return stored_ == Stored::bslz4 ? bslz4::max_encoded_size(shape_.frame_bytes()) : shape_.frame_bytes();
+  return stored_ == Stored::bslz4 ? bslz4::max_encoded_size(shape_.frame_bytes())
+                                  : shape_.frame_bytes();
 }
 
 std::size_t Reader::read_frame(std::uint64_t index, std::span<std::byte> out) {
@@ -82,11 +87,12 @@ std::size_t Reader::read_frame(std::uint64_t index, std::span<std::byte> out) {
   hsize_t offset[3] = {index, 0, 0};
   if (stored_ == Stored::bslz4) {
     hsize_t size = 0;
-    if (H5Dget_chunk_storage_size(dset_, offset, &size) < 0) fail(what_, "size of frame " + std::to_string(index));
+    if (H5Dget_chunk_storage_size(dset_, offset, &size) < 0)
+      fail(what_, "size of frame " + std::to_string(index));
     if (size > out.size()) {
-      throw std::runtime_error(what_ + ": frame " + std::to_string(index) + " is stored in " + std::to_string(size) +
-                               " bytes, more than a bslz4 frame of " + std::to_string(shape_.frame_bytes()) +
-                               " bytes can take");
+      throw std::runtime_error(what_ + ": frame " + std::to_string(index) + " is stored in " +
+                               std::to_string(size) + " bytes, more than a bslz4 frame of " +
+                               std::to_string(shape_.frame_bytes()) + " bytes can take");
     }
     std::uint32_t mask = 0;
     if (H5Dread_chunk(dset_, H5P_DEFAULT, offset, &mask, out.data()) < 0) {
@@ -113,8 +119,8 @@ std::size_t Reader::read_frame(std::uint64_t index, std::span<std::byte> out) {
   return bytes;
 }
 
-Writer::Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4,
-               bool resume, bool direct)
+Writer::Writer(const std::string& path, const std::string& dataset, const FrameShape& shape,
+               bool bslz4, bool resume, bool direct)
     : what_(path + ":" + dataset), shape_(shape) {
   quiet();
   struct Fapl {
@@ -132,8 +138,11 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
   const int rank = static_cast<int>(shape.dims.size()) + 1;
   if (resume && H5Fis_hdf5(path.c_str()) <= 0) {
     // The file holds frames an earlier receiver acknowledged: recreating it would destroy them.
-    throw std::runtime_error(what_ + ": cannot be resumed (not a readable HDF5 file); it holds frames an earlier "
-                             "receiver acknowledged and is left as it is: move it aside to start the stream's file anew");
+    throw std::runtime_error(
+        what_ +
+        ": cannot be resumed (not a readable HDF5 file); it holds frames an earlier "
+        "receiver acknowledged and is left as it is: move it aside to start the stream's file "
+        "anew");
   }
   if (resume) {
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.id);
@@ -151,8 +160,10 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
     }
     if (file_ >= 0) H5Fclose(file_);
     file_ = -1;
-    throw std::runtime_error(what_ + ": cannot be resumed (the file does not open read-write or has no such dataset); "
-                             "it holds frames an earlier receiver acknowledged and is left as it is");
+    throw std::runtime_error(
+        what_ +
+        ": cannot be resumed (the file does not open read-write or has no such dataset); "
+        "it holds frames an earlier receiver acknowledged and is left as it is");
   }
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
   if (file_ < 0) fail(what_, "create the file");
@@ -168,7 +179,8 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
     // What the bitshuffle filter records: its version (0.4), the element size, block size 0
     // (the library's default), LZ4. Optional: HDF5 need not have the filter to store our chunks.
     const unsigned cd[5] = {0, 4, static_cast<unsigned>(elem), 0, bslz4::kHdf5CompressLz4};
-    if (H5Pset_filter(dcpl, static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId), H5Z_FLAG_OPTIONAL, 5, cd) < 0) {
+    if (H5Pset_filter(dcpl, static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId), H5Z_FLAG_OPTIONAL, 5,
+                      cd) < 0) {
       fail(what_, "declare the bitshuffle filter");
     }
   }
@@ -193,13 +205,14 @@ Writer::~Writer() {
 
 void Writer::write_frame(std::uint64_t index, std::span<const std::byte> bytes, Stored stored) {
   if (stored == Stored::raw && bytes.size() != shape_.frame_bytes()) {
-    throw std::runtime_error(what_ + ": frame " + std::to_string(index) + " has " + std::to_string(bytes.size()) +
-                             " bytes; a frame of this dataset has " + std::to_string(shape_.frame_bytes()));
+    throw std::runtime_error(what_ + ": frame " + std::to_string(index) + " has " +
+                             std::to_string(bytes.size()) + " bytes; a frame of this dataset has " +
+                             std::to_string(shape_.frame_bytes()));
   }
   const hsize_t frame_dims[2] = {shape_.dims[0], shape_.dims.size() > 1 ? shape_.dims[1] : 0};
   const std::uint32_t mask = stored == Stored::bslz4 ? 0u : 1u;  // bit 0: the filter was skipped
-  write_chunk(dset_, static_cast<int>(shape_.dims.size()) + 1, frame_dims, extent_, index, bytes.data(), bytes.size(),
-              mask, what_);
+  write_chunk(dset_, static_cast<int>(shape_.dims.size()) + 1, frame_dims, extent_, index,
+              bytes.data(), bytes.size(), mask, what_);
   written_.insert(index);
 }
 

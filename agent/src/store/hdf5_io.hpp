@@ -19,7 +19,7 @@
 namespace numastream::hdf5 {
 
 struct FrameShape {
-  std::string dtype = "uint16";  // dtype.hpp
+  std::string dtype = "uint16";     // dtype.hpp
   std::vector<std::uint64_t> dims;  // of one frame: {rows, cols} (or {n} for 1-D frames)
   std::size_t frame_bytes() const;
 };
@@ -60,8 +60,8 @@ class Writer {
   // `dataset` of frames x shape, one frame per chunk, declared with the bitshuffle filter when
   // `bslz4` (frames then arrive as bslz4 chunks). Parent groups are created. `direct`: written
   // past the page cache where the filesystem allows (direct_io.hpp).
-  Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4, bool resume,
-         bool direct = false);
+  Writer(const std::string& path, const std::string& dataset, const FrameShape& shape, bool bslz4,
+         bool resume, bool direct = false);
   ~Writer();
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;

@@ -1,6 +1,7 @@
 #include "store/nxmx_master.hpp"
 
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <ctime>
 #include <map>
-
-#include <unistd.h>
 #include <stdexcept>
 
 #include "detector/stream2.hpp"
@@ -78,14 +77,16 @@ const std::map<std::string, NxName>& nx_names() {
 // The units of the start message's fields as Stream V2 documents them (on detectorSpecific's).
 const std::map<std::string, const char*>& field_units() {
   static const std::map<std::string, const char*> units = {
-      {"count_time", "s"},         {"frame_time", "s"},          {"sensor_thickness", "m"},
-      {"pixel_size_x", "m"},       {"pixel_size_y", "m"},        {"detector_translation", "m"},
-      {"beam_center_x", "pixel"},  {"beam_center_y", "pixel"},   {"incident_energy", "eV"},
-      {"incident_wavelength", "angstrom"}};
+      {"count_time", "s"},        {"frame_time", "s"},
+      {"sensor_thickness", "m"},  {"pixel_size_x", "m"},
+      {"pixel_size_y", "m"},      {"detector_translation", "m"},
+      {"beam_center_x", "pixel"}, {"beam_center_y", "pixel"},
+      {"incident_energy", "eV"},  {"incident_wavelength", "angstrom"}};
   return units;
 }
 
-void text_field(hid_t file, const std::string& path, const std::string& value, const std::string& what) {
+void text_field(hid_t file, const std::string& path, const std::string& value,
+                const std::string& what) {
   hid_t t = vlen_text();
   hid_t scalar = H5Screate(H5S_SCALAR);
   const char* p = value.c_str();
@@ -115,8 +116,9 @@ void vector_attribute(hid_t obj, const char* name, const double (&v)[3], const s
 
 // A scalar number `value` in `units` that is one step of a chain of NXtransformations: moved
 // along (translation) `vector` by it, after `depends_on`.
-void axis(hid_t file, const std::string& path, double value, const char* units, const double (&vector)[3],
-          const double (&offset)[3], const std::string& depends_on, const std::string& what) {
+void axis(hid_t file, const std::string& path, double value, const char* units,
+          const double (&vector)[3], const double (&offset)[3], const std::string& depends_on,
+          const std::string& what) {
   hid_t scalar = H5Screate(H5S_SCALAR);
   dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &value, what);
   H5Sclose(scalar);
@@ -131,7 +133,8 @@ void axis(hid_t file, const std::string& path, double value, const char* units, 
   H5Dclose(d);
 }
 
-void int_pair(hid_t file, const std::string& path, std::int64_t a, std::int64_t b, const std::string& what) {
+void int_pair(hid_t file, const std::string& path, std::int64_t a, std::int64_t b,
+              const std::string& what) {
   const hsize_t n = 2;
   const std::int64_t v[2] = {a, b};
   hid_t space = H5Screate_simple(1, &n, nullptr);
@@ -144,8 +147,8 @@ void int_pair(hid_t file, const std::string& path, std::int64_t a, std::int64_t 
 std::optional<double> parse_time(const std::string& text) {
   std::tm tm{};
   int consumed = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
     return std::nullopt;
   }
   tm.tm_year -= 1900;
@@ -171,7 +174,8 @@ std::string format_time(double t) {
   gmtime_r(&secs, &utc);
   char stamp[40];
   const std::size_t n = std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
-  std::snprintf(stamp + n, sizeof(stamp) - n, ".%03dZ", static_cast<int>((t - std::floor(t)) * 1000));
+  std::snprintf(stamp + n, sizeof(stamp) - n, ".%03dZ",
+                static_cast<int>((t - std::floor(t)) * 1000));
   return stamp;
 }
 
@@ -215,14 +219,16 @@ void scalar_u64(hid_t file, const std::string& path, std::uint64_t v, const std:
   H5Sclose(scalar);
 }
 
-void scalar_f64(hid_t file, const std::string& path, double v, const char* units, const std::string& what) {
+void scalar_f64(hid_t file, const std::string& path, double v, const char* units,
+                const std::string& what) {
   hid_t scalar = H5Screate(H5S_SCALAR);
   dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &v, what);
   H5Sclose(scalar);
   if (units) attribute_on(file, path, "units", units, what);
 }
 
-void f64_array(hid_t file, const std::string& path, const std::vector<double>& v, const std::string& what) {
+void f64_array(hid_t file, const std::string& path, const std::vector<double>& v,
+               const std::string& what) {
   const hsize_t n = v.size();
   hid_t space = H5Screate_simple(1, &n, nullptr);
   dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, space, v.data(), what);
@@ -231,7 +237,8 @@ void f64_array(hid_t file, const std::string& path, const std::vector<double>& v
 
 // The images each of `datasets` holds in a data file left unfinished (a .part of a series given
 // up), by dataset path; empty when it does not open.
-std::map<std::string, hsize_t> extents_of(const std::string& file_path, const std::vector<std::string>& datasets) {
+std::map<std::string, hsize_t> extents_of(const std::string& file_path,
+                                          const std::vector<std::string>& datasets) {
   std::map<std::string, hsize_t> out;
   hid_t f = H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return out;
@@ -240,7 +247,8 @@ std::map<std::string, hsize_t> extents_of(const std::string& file_path, const st
     hid_t d = H5Dopen2(f, at.c_str(), H5P_DEFAULT);
     hid_t space = d >= 0 ? H5Dget_space(d) : -1;
     hsize_t dims[3] = {0, 0, 0};
-    if (space >= 0 && H5Sget_simple_extent_ndims(space) >= 1 && H5Sget_simple_extent_dims(space, dims, nullptr) >= 1) {
+    if (space >= 0 && H5Sget_simple_extent_ndims(space) >= 1 &&
+        H5Sget_simple_extent_dims(space, dims, nullptr) >= 1) {
       out[at] = dims[0];
     }
     if (space >= 0) H5Sclose(space);
@@ -265,7 +273,8 @@ struct Mapping {
 };
 
 void virtual_over_files(hid_t file, const std::string& at, std::uint64_t images, const Mapping& map,
-                        const NxmxMaster& m, const std::map<std::uint64_t, std::map<std::string, hsize_t>>& unfinished,
+                        const NxmxMaster& m,
+                        const std::map<std::uint64_t, std::map<std::string, hsize_t>>& unfinished,
                         const std::string& what) {
   const int rank = static_cast<int>(map.inner.size()) + 1;
   std::vector<hsize_t> dims = {images};
@@ -280,7 +289,8 @@ void virtual_over_files(hid_t file, const std::string& at, std::uint64_t images,
     std::string source = data_file_name(m.data_prefix, k);
     if (const auto it = unfinished.find(k); it != unfinished.end()) {
       const auto e = it->second.find(map.source);
-      if (e == it->second.end() || e->second == 0) continue;  // nothing of it written: the fill value
+      if (e == it->second.end() || e->second == 0)
+        continue;  // nothing of it written: the fill value
       count = std::min<hsize_t>(count, e->second);
       source += ".part";
     }
@@ -288,12 +298,14 @@ void virtual_over_files(hid_t file, const std::string& at, std::uint64_t images,
     start[0] = first;
     block.insert(block.end(), map.inner.begin(), map.inner.end());
     hid_t src = H5Screate_simple(rank, block.data(), nullptr);
-    ok = H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr) >= 0 &&
+    ok = H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start.data(), nullptr, block.data(),
+                             nullptr) >= 0 &&
          H5Pset_virtual(dcpl, vspace, source.c_str(), map.source.c_str(), src) >= 0;
     H5Sclose(src);
   }
   H5Sselect_all(vspace);
-  hid_t d = ok ? H5Dcreate2(file, at.c_str(), map.type, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
+  hid_t d =
+      ok ? H5Dcreate2(file, at.c_str(), map.type, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT) : -1;
   ok = d >= 0;
   if (ok) H5Dclose(d);
   H5Pclose(dcpl);
@@ -353,7 +365,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
           if (field == "arm_date" && v.kind == K::text) facts.arm_date = std::string(v.s);
           if (field == "image_dtype" && v.kind == K::text) facts.image_dtype = std::string(v.s);
           if (field == "detector_translation" && v.kind == K::reals) facts.translation = v.reals;
-          if (field == "channels" && v.kind == K::texts) facts.channels.assign(v.texts.begin(), v.texts.end());
+          if (field == "channels" && v.kind == K::texts)
+            facts.channels.assign(v.texts.begin(), v.texts.end());
           if (top == "goniometer") {
             const auto second = field.find('/', slash + 1);
             const auto x = numeric(v);
@@ -369,8 +382,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     if (!ok) throw std::runtime_error(path + ": the start message: " + error);
     const hsize_t n = m.start.size();
     hid_t space = H5Screate_simple(1, &n, nullptr);
-    dataset(file, std::string(kDetector) + "/stream2_start", H5T_STD_U8LE, H5T_NATIVE_UINT8, space, m.start.data(),
-            path);
+    dataset(file, std::string(kDetector) + "/stream2_start", H5T_STD_U8LE, H5T_NATIVE_UINT8, space,
+            m.start.data(), path);
     H5Sclose(space);
     for (const auto& [field, units] : field_units()) {
       const std::string p = specific + "/" + field;
@@ -396,7 +409,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   std::string estimated = start_time;
   const auto images = number("number_of_images");
   if (const auto t0 = parse_time(start_time); t0 && images) {
-    estimated = format_time(*t0 + *images * number("frame_time").value_or(number("count_time").value_or(0)));
+    estimated = format_time(
+        *t0 + *images * number("frame_time").value_or(number("count_time").value_or(0)));
   }
   text_field(file, "/entry/end_time_estimated", estimated, path);
   if (!m.end_time.empty()) text_field(file, "/entry/end_time", m.end_time, path);
@@ -417,12 +431,13 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
       char suffix[16];
       std::snprintf(suffix, sizeof(suffix), "_%06llu", static_cast<unsigned long long>(k));
       const std::string target = data_file_name(m.data_prefix, k);
-      bool ok = H5Lcreate_external(target.c_str(), "/entry/data/data", data, (std::string("data") + suffix).c_str(),
-                                   H5P_DEFAULT, H5P_DEFAULT) >= 0;
+      bool ok =
+          H5Lcreate_external(target.c_str(), "/entry/data/data", data,
+                             (std::string("data") + suffix).c_str(), H5P_DEFAULT, H5P_DEFAULT) >= 0;
       for (const auto& c : facts.channels) {
         if (!ok) break;
-        ok = H5Lcreate_external(target.c_str(), ("/entry/data/" + c).c_str(), data, (c + suffix).c_str(),
-                                H5P_DEFAULT, H5P_DEFAULT) >= 0;
+        ok = H5Lcreate_external(target.c_str(), ("/entry/data/" + c).c_str(), data,
+                                (c + suffix).c_str(), H5P_DEFAULT, H5P_DEFAULT) >= 0;
       }
       if (!ok) {
         H5Gclose(data);
@@ -443,12 +458,17 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     for (const auto& name : stacks) sources.push_back("/entry/data/" + name);
     for (const char* t : kImageTimes) sources.push_back(std::string(kDetector) + "/" + t);
     std::map<std::uint64_t, std::map<std::string, hsize_t>> unfinished;
-    for (const auto k : m.unfinished) unfinished[k] = extents_of(dir + data_file_name(m.data_prefix, k) + ".part", sources);
+    for (const auto k : m.unfinished)
+      unfinished[k] = extents_of(dir + data_file_name(m.data_prefix, k) + ".part", sources);
     const std::uint64_t fill = no_data(facts.image_dtype);
     hid_t type = file_type(facts.image_dtype);
     for (const auto& name : stacks) {
       const std::string at = "/entry/data/" + name;
-      const Mapping stack{at, {static_cast<hsize_t>(*rows), static_cast<hsize_t>(*cols)}, type, H5T_NATIVE_UINT64, &fill};
+      const Mapping stack{at,
+                          {static_cast<hsize_t>(*rows), static_cast<hsize_t>(*cols)},
+                          type,
+                          H5T_NATIVE_UINT64,
+                          &fill};
       virtual_over_files(file, at, count, stack, m, unfinished, path);
       attribute_on(file, at, "interpretation", "image", path);
     }
@@ -456,12 +476,14 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     // hold them from the image messages, when the first data file has them (NaN where an image
     // has not come).
     const std::string first_file = dir + data_file_name(m.data_prefix, 1);
-    const auto present = extents_of(path_exists(first_file) ? first_file : first_file + ".part", sources);
+    const auto present =
+        extents_of(path_exists(first_file) ? first_file : first_file + ".part", sources);
     const double nan = std::nan("");
     for (const char* t : kImageTimes) {
       const std::string at = std::string(kDetector) + "/" + t;
       if (!present.count(at)) continue;
-      virtual_over_files(file, at, count, Mapping{at, {}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &nan}, m, unfinished, path);
+      virtual_over_files(file, at, count, Mapping{at, {}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &nan},
+                         m, unfinished, path);
       attribute_on(file, at, "units", "s", path);
     }
   }
@@ -528,7 +550,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   }
   group(file, det + "/transformations", "NXtransformations", path);
   double t[3] = {0, 0, 0};
-  if (facts.translation.size() == 3) std::copy(facts.translation.begin(), facts.translation.end(), t);
+  if (facts.translation.size() == 3)
+    std::copy(facts.translation.begin(), facts.translation.end(), t);
   const double length = std::sqrt(t[0] * t[0] + t[1] * t[1] + t[2] * t[2]);
   const double along[3] = {length > 0 ? t[0] / length : 0, length > 0 ? t[1] / length : 0,
                            length > 0 ? t[2] / length : 1};
@@ -539,7 +562,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
   if (facts.translation.size() == 3) scalar_f64(file, det + "/distance", length, "m", path);
   if (!facts.image_dtype.empty()) {
     for (const char* name : {"bit_depth_image", "bit_depth_readout"}) {
-      scalar_u64(file, det + "/" + name, static_cast<std::uint64_t>(bits_of(facts.image_dtype)), path);
+      scalar_u64(file, det + "/" + name, static_cast<std::uint64_t>(bits_of(facts.image_dtype)),
+                 path);
     }
   }
   // What XDS's readers (Neggia, Durin) take from DECTRIS's detectorSpecific. Neggia refuses a
@@ -551,7 +575,8 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     hid_t space = H5Screate_simple(2, dims, nullptr);
     for (const std::string& at : {det + "/pixel_mask", specific + "/pixel_mask"}) {
       dataset(file, at, H5T_STD_U8LE, H5T_NATIVE_UINT8, space, none.data(), path);
-      attribute_on(file, at, "description", "the start message carried no pixel mask: no pixel is masked", path);
+      attribute_on(file, at, "description",
+                   "the start message carried no pixel mask: no pixel is masked", path);
     }
     H5Sclose(space);
   }
@@ -567,15 +592,20 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     const std::string module = det + "/module";
     group(file, module, "NXdetector_module", path);
     int_pair(file, module + "/data_origin", 0, 0, path);
-    int_pair(file, module + "/data_size", static_cast<std::int64_t>(*rows), static_cast<std::int64_t>(*cols), path);
-    const double bx = number("beam_center_x").value_or(0) * *px, by = number("beam_center_y").value_or(0) * *py;
+    int_pair(file, module + "/data_size", static_cast<std::int64_t>(*rows),
+             static_cast<std::int64_t>(*cols), path);
+    const double bx = number("beam_center_x").value_or(0) * *px,
+                 by = number("beam_center_y").value_or(0) * *py;
     const double offset_length = std::sqrt(bx * bx + by * by);
     const double offset_along[3] = {offset_length > 0 ? bx / offset_length : 1,
                                     offset_length > 0 ? by / offset_length : 0, 0};
-    axis(file, module + "/module_offset", offset_length, "m", offset_along, zero, translation, path);
+    axis(file, module + "/module_offset", offset_length, "m", offset_along, zero, translation,
+         path);
     const double fast[3] = {-1, 0, 0}, slow[3] = {0, -1, 0};
-    axis(file, module + "/fast_pixel_direction", *px, "m", fast, zero, module + "/module_offset", path);
-    axis(file, module + "/slow_pixel_direction", *py, "m", slow, zero, module + "/module_offset", path);
+    axis(file, module + "/fast_pixel_direction", *px, "m", fast, zero, module + "/module_offset",
+         path);
+    axis(file, module + "/slow_pixel_direction", *py, "m", slow, zero, module + "/module_offset",
+         path);
   }
 
   // What a restarted gateway reads back.
@@ -661,7 +691,8 @@ std::optional<NxmxMaster> read_master(const std::string& path) {
       }
       const std::string start = std::string(kDetector) + "/stream2_start";
       if (ok && H5Lexists(file, "/entry/instrument", H5P_DEFAULT) > 0 &&
-          H5Lexists(file, kDetector, H5P_DEFAULT) > 0 && H5Lexists(file, start.c_str(), H5P_DEFAULT) > 0) {
+          H5Lexists(file, kDetector, H5P_DEFAULT) > 0 &&
+          H5Lexists(file, start.c_str(), H5P_DEFAULT) > 0) {
         hid_t d = H5Dopen2(file, start.c_str(), H5P_DEFAULT);
         hid_t space = H5Dget_space(d);
         hsize_t n = 0;

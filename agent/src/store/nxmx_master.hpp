@@ -57,11 +57,12 @@ struct NxmxMaster {
   std::vector<std::byte> start;  // the start message; empty until it came
   std::optional<std::uint64_t> start_sequence, end_sequence;
   std::uint64_t frames_per_file = 1000;
-  std::string data_prefix;  // data file k is <data_prefix>_data_<k, 6 digits>.h5 (a name beside the master)
+  std::string
+      data_prefix;  // data file k is <data_prefix>_data_<k, 6 digits>.h5 (a name beside the master)
   std::string instrument, source, sample;  // NXmx names the detector does not send
-  std::string start_time;   // ISO 8601 UTC: the start message's arm_date, else the gateway's clock
-  std::string end_time;     // the gateway's clock when the series was complete; "" until then
-  std::string incomplete;   // what a given-up series lacks; "" otherwise
+  std::string start_time;  // ISO 8601 UTC: the start message's arm_date, else the gateway's clock
+  std::string end_time;    // the gateway's clock when the series was complete; "" until then
+  std::string incomplete;  // what a given-up series lacks; "" otherwise
   std::set<std::uint64_t> unfinished;  // data files a given-up series left as .part, by number
 };
 

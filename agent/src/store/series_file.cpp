@@ -33,7 +33,8 @@ std::optional<std::vector<std::uint64_t>> read_sequences(hid_t file) {
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space, &n, nullptr);
   std::vector<std::uint64_t> out(n);
-  const bool ok = n == 0 || H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0;
+  const bool ok =
+      n == 0 || H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0;
   H5Sclose(space);
   H5Dclose(d);
   return ok ? std::optional(std::move(out)) : std::nullopt;
@@ -47,9 +48,10 @@ constexpr const char* kSequences = "/entry/numastream/sequences";
 // One image's time (seconds, from the image message's start_time, stop_time or real_time) at
 // `index` of the 1-d dataset `name` under the detector, made (with the detector's groups) at the
 // first: extended as images come in any order, NaN where an image has not come.
-static void store_time(hid_t file, const std::string& name, std::uint64_t index, double seconds, const std::string& series_date,
-                const std::string& what) {
-  for (const auto& [g, cls] : {std::pair{"/entry/instrument", "NXinstrument"}, {"/entry/instrument/detector", "NXdetector"}}) {
+static void store_time(hid_t file, const std::string& name, std::uint64_t index, double seconds,
+                       const std::string& series_date, const std::string& what) {
+  for (const auto& [g, cls] : {std::pair{"/entry/instrument", "NXinstrument"},
+                               {"/entry/instrument/detector", "NXdetector"}}) {
     if (H5Lexists(file, g, H5P_DEFAULT) <= 0) group(file, g, cls, what);
   }
   const std::string path = std::string(kDetector) + name;
@@ -94,13 +96,16 @@ static void store_time(hid_t file, const std::string& name, std::uint64_t index,
   if (!ok) fail(what, "write " + path);
 }
 
-SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct) : path_(path) {
+SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct)
+    : path_(path) {
   create(stream_id, direct, true);
 }
 
-SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct, const DataPart& part)
+SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct,
+                       const DataPart& part)
     : path_(path), part_(part) {
-  if (part.capacity == 0) throw std::invalid_argument(path + ": a data file holds at least one image");
+  if (part.capacity == 0)
+    throw std::invalid_argument(path + ": a data file holds at least one image");
   create(stream_id, direct, false);
   hid_t entry = H5Gopen2(file_, "/entry", H5P_DEFAULT);
   u64_attribute(entry, "series_id", part.series_id, path_);
@@ -141,16 +146,19 @@ void SeriesFile::create(std::uint32_t stream_id, bool direct, bool detector) {
 
 std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool direct) {
   quiet();
-  const std::string left = " It holds messages an earlier gateway acknowledged and is left as it is: move it aside to "
-                           "write the series anew";
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw std::runtime_error(path + ": cannot be resumed (not a readable HDF5 file)." + left);
+  const std::string left =
+      " It holds messages an earlier gateway acknowledged and is left as it is: move it aside to "
+      "write the series anew";
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw std::runtime_error(path + ": cannot be resumed (not a readable HDF5 file)." + left);
   std::unique_ptr<SeriesFile> f(new SeriesFile());
   f->path_ = path;
   const hid_t fapl = file_access(direct);
   if (fapl < 0) fail(path, "set up the file driver");
   f->file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
   H5Pclose(fapl);
-  if (f->file_ < 0) throw std::runtime_error(path + ": cannot be resumed (it does not open read-write)." + left);
+  if (f->file_ < 0)
+    throw std::runtime_error(path + ": cannot be resumed (it does not open read-write)." + left);
   const auto seqs = read_sequences(f->file_);
   if (!seqs) throw std::runtime_error(path + ": cannot be resumed (no " + kSequences + ")." + left);
   f->held_.insert(seqs->begin(), seqs->end());
@@ -158,7 +166,8 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   f->sequences_ = H5Dopen2(f->file_, kSequences, H5P_DEFAULT);
   hid_t g = H5Gopen2(f->file_, kNumastream, H5P_DEFAULT);
   f->start_sequence_ = read_u64_attribute(g, "start_sequence");
-  const auto first = read_u64_attribute(g, "first_image"), capacity = read_u64_attribute(g, "capacity");
+  const auto first = read_u64_attribute(g, "first_image"),
+             capacity = read_u64_attribute(g, "capacity");
   H5Gclose(g);
   if (first && capacity) {
     DataPart part;
@@ -177,7 +186,8 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
     hsize_t n = 0;
     H5Sget_simple_extent_dims(space, &n, nullptr);
     f->start_message_.resize(n);
-    const bool ok = H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->start_message_.data()) >= 0;
+    const bool ok =
+        H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->start_message_.data()) >= 0;
     H5Sclose(space);
     H5Dclose(d);
     if (!ok) fail(path, "read " + start);
@@ -189,7 +199,9 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   H5Gget_info(data, &info);
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     char name[256] = {};
-    if (H5Lget_name_by_idx(data, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT) < 0) continue;
+    if (H5Lget_name_by_idx(data, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name),
+                           H5P_DEFAULT) < 0)
+      continue;
     if (f->part_ && std::string(name) == "data") continue;  // the first channel's second name
     Channel c;
     c.dset = H5Dopen2(data, name, H5P_DEFAULT);
@@ -208,9 +220,10 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
       unsigned flags = 0;
       size_t ncd = 0;
       const H5Z_filter_t id = H5Pget_filter2(dcpl, 0, &flags, &ncd, nullptr, 0, nullptr, nullptr);
-      c.compression = id == static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId) ? stream2::Compression::bslz4
-                      : id == kLz4Filter                                     ? stream2::Compression::lz4
-                                                                             : stream2::Compression::none;
+      c.compression = id == static_cast<H5Z_filter_t>(bslz4::kHdf5FilterId)
+                          ? stream2::Compression::bslz4
+                      : id == kLz4Filter ? stream2::Compression::lz4
+                                         : stream2::Compression::none;
     }
     H5Pclose(dcpl);
     const std::uint64_t offset = f->part_ ? f->part_->first_image : 0;
@@ -229,7 +242,8 @@ std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) return std::nullopt;
   std::optional<Identity> out;
-  hid_t entry = H5Lexists(file, "/entry", H5P_DEFAULT) > 0 ? H5Gopen2(file, "/entry", H5P_DEFAULT) : -1;
+  hid_t entry =
+      H5Lexists(file, "/entry", H5P_DEFAULT) > 0 ? H5Gopen2(file, "/entry", H5P_DEFAULT) : -1;
   if (entry >= 0) {
     if (const auto id = read_u64_attribute(entry, "series_id")) {
       out.emplace();
@@ -239,7 +253,8 @@ std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path
       if (const auto seqs = read_sequences(file)) {
         out->sequences.insert(seqs->begin(), seqs->end());
         hid_t g = H5Gopen2(file, kNumastream, H5P_DEFAULT);
-        if (const auto stream = read_u64_attribute(g, "stream_id")) out->stream_id = static_cast<std::uint32_t>(*stream);
+        if (const auto stream = read_u64_attribute(g, "stream_id"))
+          out->stream_id = static_cast<std::uint32_t>(*stream);
         H5Gclose(g);
       }
     }
@@ -259,17 +274,21 @@ SeriesFile::~SeriesFile() {
   }
 }
 
-std::vector<std::string> SeriesFile::write_start(std::span<const std::byte> message, std::uint64_t series_id,
-                                                 const std::string& series_unique_id, std::uint64_t sequence) {
+std::vector<std::string> SeriesFile::write_start(std::span<const std::byte> message,
+                                                 std::uint64_t series_id,
+                                                 const std::string& series_unique_id,
+                                                 std::uint64_t sequence) {
   std::vector<std::string> skipped;
   std::string error;
-  if (!stream2::walk(message, [&](const std::string& p, const stream2::Value& v) { write_field(p, v); }, skipped,
-                     error)) {
+  if (!stream2::walk(
+          message, [&](const std::string& p, const stream2::Value& v) { write_field(p, v); },
+          skipped, error)) {
     throw std::runtime_error(path_ + ": the start message: " + error);
   }
   const hsize_t n = message.size();
   hid_t space = H5Screate_simple(1, &n, nullptr);
-  dataset(file_, std::string(kDetector) + "stream2_start", H5T_STD_U8LE, H5T_NATIVE_UINT8, space, message.data(), path_);
+  dataset(file_, std::string(kDetector) + "stream2_start", H5T_STD_U8LE, H5T_NATIVE_UINT8, space,
+          message.data(), path_);
   H5Sclose(space);
   hid_t entry = H5Gopen2(file_, "/entry", H5P_DEFAULT);
   hid_t scalar = H5Screate(H5S_SCALAR);
@@ -298,13 +317,15 @@ SeriesFile::Channel& SeriesFile::channel(const std::string& name, const stream2:
     const Channel& c = it->second;
     if (c.dims != a.dims || c.dtype != a.dtype || c.compression != a.compression) {
       throw std::runtime_error(path_ + ": channel " + name + ": an image of " + a.dtype + " " +
-                               stream2::compression_name(a.compression) + " differs from the channel's first image (" +
-                               c.dtype + " " + stream2::compression_name(c.compression) + ")");
+                               stream2::compression_name(a.compression) +
+                               " differs from the channel's first image (" + c.dtype + " " +
+                               stream2::compression_name(c.compression) + ")");
     }
     return it->second;
   }
   if (a.dims.empty() || a.dims.size() > 2) {
-    throw std::runtime_error(path_ + ": channel " + name + ": an image has 1 or 2 dimensions, this one " +
+    throw std::runtime_error(path_ + ": channel " + name +
+                             ": an image has 1 or 2 dimensions, this one " +
                              std::to_string(a.dims.size()));
   }
   Channel c;
@@ -328,7 +349,9 @@ SeriesFile::Channel& SeriesFile::channel(const std::string& name, const stream2:
   H5Pclose(dcpl);
   H5Sclose(space);
   if (c.dset < 0) fail(path_, "create " + path);
-  if (part_) u64_attribute(c.dset, "image_nr_low", part_->first_image + 1, path_);  // image_nr_high: at close
+  if (part_)
+    u64_attribute(c.dset, "image_nr_low", part_->first_image + 1,
+                  path_);  // image_nr_high: at close
   if (channels_.empty()) {
     hid_t g = H5Gopen2(file_, "/entry/data", H5P_DEFAULT);
     // A data file's first channel is also /entry/data/data: what readers of DECTRIS's files open.
@@ -352,8 +375,8 @@ void SeriesFile::write_image(std::span<const std::byte> message, std::uint64_t i
       message,
       [&](const std::string& p, const stream2::Value& v) {
         using K = stream2::Value::Kind;
-        if ((p == "start_time" || p == "stop_time" || p == "real_time") && v.kind == K::reals && v.reals.size() == 2 &&
-            v.reals[1] > 0) {
+        if ((p == "start_time" || p == "stop_time" || p == "real_time") && v.kind == K::reals &&
+            v.reals.size() == 2 && v.reals[1] > 0) {
           times[p] = v.reals[0] / v.reals[1];
           return;
         }
@@ -364,17 +387,19 @@ void SeriesFile::write_image(std::span<const std::byte> message, std::uint64_t i
         const hsize_t frame[2] = {c.dims[0], c.dims.size() > 1 ? c.dims[1] : 0};
         const std::uint64_t first = part_ ? part_->first_image : 0;
         if (image_id < first || (part_ && image_id - first >= part_->capacity)) {
-          throw std::runtime_error(path_ + ": image " + std::to_string(image_id) + " is not one of this data file's (" +
-                                   std::to_string(first) + " to " + std::to_string(first + part_->capacity - 1) + ")");
+          throw std::runtime_error(path_ + ": image " + std::to_string(image_id) +
+                                   " is not one of this data file's (" + std::to_string(first) +
+                                   " to " + std::to_string(first + part_->capacity - 1) + ")");
         }
-        write_chunk(c.dset, static_cast<int>(c.dims.size()) + 1, frame, c.extent, image_id - first, v.array.bytes.data(),
-                    v.array.bytes.size(), 0, path_ + ":/entry/data/" + name);
+        write_chunk(c.dset, static_cast<int>(c.dims.size()) + 1, frame, c.extent, image_id - first,
+                    v.array.bytes.data(), v.array.bytes.size(), 0, path_ + ":/entry/data/" + name);
         written_[name].insert(image_id);
       },
       skipped, error);
   if (!ok) throw std::runtime_error(path_ + ": image " + std::to_string(image_id) + ": " + error);
   const std::uint64_t first = part_ ? part_->first_image : 0;
-  for (const auto& [name, seconds] : times) store_time(file_, name, image_id - first, seconds, series_date, path_);
+  for (const auto& [name, seconds] : times)
+    store_time(file_, name, image_id - first, seconds, series_date, path_);
 }
 
 void SeriesFile::mark_missing(const std::string& missing) {
@@ -395,7 +420,8 @@ void SeriesFile::store_sequences() {
   const hsize_t at = stored_;
   H5Sselect_hyperslab(space, H5S_SELECT_SET, &at, nullptr, &n, nullptr);
   hid_t mem = H5Screate_simple(1, &n, nullptr);
-  const bool ok = H5Dwrite(sequences_, H5T_NATIVE_UINT64, mem, space, H5P_DEFAULT, pending_.data()) >= 0;
+  const bool ok =
+      H5Dwrite(sequences_, H5T_NATIVE_UINT64, mem, space, H5P_DEFAULT, pending_.data()) >= 0;
   H5Sclose(mem);
   H5Sclose(space);
   if (!ok) fail(path_, std::string("write ") + kSequences);

@@ -4,16 +4,15 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-#include <algorithm>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 namespace numastream {
 
@@ -33,10 +32,11 @@ StreamState::StreamState(const std::string& dir, std::uint32_t stream, double wa
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   while (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() > deadline) {
-      auto e = errno == EWOULDBLOCK ? std::runtime_error("state " + lock + ": another sender of stream " +
-                                                         std::to_string(stream) + " still holds it after " +
-                                                         std::to_string(static_cast<int>(wait_s)) + " s")
-                                    : io_error("cannot lock", lock);
+      auto e = errno == EWOULDBLOCK
+                   ? std::runtime_error("state " + lock + ": another sender of stream " +
+                                        std::to_string(stream) + " still holds it after " +
+                                        std::to_string(static_cast<int>(wait_s)) + " s")
+                   : io_error("cannot lock", lock);
       ::close(lock_fd_);
       throw e;
     }
@@ -62,11 +62,12 @@ std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>> StreamState:
     throw std::runtime_error("state " + path_ + ": not a numastream stream record");
   }
   if (doc["stream"] != stream_) {
-    throw std::runtime_error("state " + path_ + ": records stream " + doc["stream"].dump() + ", not " +
-                             std::to_string(stream_));
+    throw std::runtime_error("state " + path_ + ": records stream " + doc["stream"].dump() +
+                             ", not " + std::to_string(stream_));
   }
   std::vector<std::uint64_t> above;
-  for (const auto& v : doc.value("above", nlohmann::json::array())) above.push_back(v.get<std::uint64_t>());
+  for (const auto& v : doc.value("above", nlohmann::json::array()))
+    above.push_back(v.get<std::uint64_t>());
   return std::make_pair(doc["floor"].get<std::uint64_t>(), above);
 }
 
@@ -81,25 +82,31 @@ std::vector<wire::Gap> StreamState::gaps() const {
   const auto& gaps = doc["gaps"];
   if (!gaps.is_array()) throw std::runtime_error("state " + path_ + ": gaps is not a list");
   for (const auto& g : gaps) {
-    if (!g.is_array() || g.size() != 3 || !g[0].is_number_unsigned() || !g[1].is_number_unsigned() ||
-        !g[2].is_number_unsigned() || g[1].get<std::uint64_t>() <= g[0].get<std::uint64_t>() ||
-        g[2].get<std::uint64_t>() < 1 || g[2].get<std::uint64_t>() > 3) {
+    if (!g.is_array() || g.size() != 3 || !g[0].is_number_unsigned() ||
+        !g[1].is_number_unsigned() || !g[2].is_number_unsigned() ||
+        g[1].get<std::uint64_t>() <= g[0].get<std::uint64_t>() || g[2].get<std::uint64_t>() < 1 ||
+        g[2].get<std::uint64_t>() > 3) {
       throw std::runtime_error("state " + path_ + ": a gap is not [first, end, reason]");
     }
-    out.push_back({g[0].get<std::uint64_t>(), g[1].get<std::uint64_t>(), static_cast<wire::GapReason>(g[2].get<int>())});
+    out.push_back({g[0].get<std::uint64_t>(), g[1].get<std::uint64_t>(),
+                   static_cast<wire::GapReason>(g[2].get<int>())});
   }
   return out;
 }
 
-void StreamState::save(std::uint64_t floor, const std::vector<std::uint64_t>& above, const std::vector<wire::Gap>& gaps) {
+void StreamState::save(std::uint64_t floor, const std::vector<std::uint64_t>& above,
+                       const std::vector<wire::Gap>& gaps) {
   const std::string tmp = path_ + ".tmp";
   nlohmann::json jgaps = nlohmann::json::array();
   for (const auto& g : gaps) jgaps.push_back({g.first, g.end, static_cast<int>(g.reason)});
   const std::string text =
-      nlohmann::json{{"stream", stream_}, {"floor", floor}, {"above", above}, {"gaps", jgaps}}.dump() + "\n";
+      nlohmann::json{{"stream", stream_}, {"floor", floor}, {"above", above}, {"gaps", jgaps}}
+          .dump() +
+      "\n";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw io_error("cannot write", tmp);
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
   int saved = errno;
   ::close(fd);
   errno = saved;
@@ -164,7 +171,8 @@ void TakenRecord::write(bool sync) {
   std::memcpy(buf + 8, &taken_, 8);
   std::memcpy(buf + 16, &reserved_, 8);
   std::memcpy(buf + 24, boot_.data(), 36);
-  if (::pwrite(fd_, buf, sizeof(buf), 0) != static_cast<ssize_t>(sizeof(buf))) throw io_error("cannot write", path_);
+  if (::pwrite(fd_, buf, sizeof(buf), 0) != static_cast<ssize_t>(sizeof(buf)))
+    throw io_error("cannot write", path_);
   if (sync && ::fdatasync(fd_) != 0) throw io_error("cannot sync", path_);
 }
 

@@ -33,7 +33,8 @@ class StreamState {
   // The gaps the earlier senders declared (they are re-declared to a receiver that restarted).
   std::vector<wire::Gap> gaps() const;
   // Replaces the record. Throws naming the path on an I/O error.
-  void save(std::uint64_t floor, const std::vector<std::uint64_t>& above, const std::vector<wire::Gap>& gaps = {});
+  void save(std::uint64_t floor, const std::vector<std::uint64_t>& above,
+            const std::vector<wire::Gap>& gaps = {});
   const std::string& path() const { return path_; }
 
  private:
@@ -53,7 +54,7 @@ class TakenRecord {
  public:
   static constexpr std::uint64_t kReserve = 1024;
   struct Earlier {
-    std::uint64_t taken = 0;  // chunks the previous senders took (a lower bound unless exact)
+    std::uint64_t taken = 0;    // chunks the previous senders took (a lower bound unless exact)
     std::uint64_t at_most = 0;  // at most this many (== taken when exact)
     bool exact = true;
   };

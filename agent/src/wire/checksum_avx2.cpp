@@ -10,6 +10,8 @@
 
 namespace numastream::wire::detail {
 
-std::uint64_t xxh3_avx2(const void* data, std::size_t size) noexcept { return XXH3_64bits(data, size); }
+std::uint64_t xxh3_avx2(const void* data, std::size_t size) noexcept {
+  return XXH3_64bits(data, size);
+}
 
 }  // namespace numastream::wire::detail

@@ -13,11 +13,13 @@ std::uint64_t StreamTracker::Stream::lost() const {
 }
 
 bool StreamTracker::Stream::bounded() const {
-  return std::any_of(gaps.begin(), gaps.end(),
-                     [](const wire::Gap& g) { return g.reason == wire::GapReason::sender_restarted_bound; });
+  return std::any_of(gaps.begin(), gaps.end(), [](const wire::Gap& g) {
+    return g.reason == wire::GapReason::sender_restarted_bound;
+  });
 }
 
-std::vector<wire::Gap> StreamTracker::Stream::missing_part(const wire::Gap& g, std::uint64_t window) const {
+std::vector<wire::Gap> StreamTracker::Stream::missing_part(const wire::Gap& g,
+                                                           std::uint64_t window) const {
   std::vector<wire::Gap> out;
   auto add = [&](std::uint64_t first, std::uint64_t end) {
     if (!out.empty() && out.back().end == first) {
@@ -70,7 +72,8 @@ DecodeError StreamTracker::admit_stream(std::uint32_t stream) {
   return find_or_add(stream) ? DecodeError::ok : DecodeError::too_many_streams;
 }
 
-DecodeError StreamTracker::on_resume(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs) {
+DecodeError StreamTracker::on_resume(std::uint32_t stream, std::uint64_t floor,
+                                     std::span<const std::uint64_t> seqs) {
   std::lock_guard lock(mu_);
   Stream* s = find_or_add(stream);
   if (!s) return DecodeError::too_many_streams;
@@ -81,7 +84,8 @@ DecodeError StreamTracker::on_resume(std::uint32_t stream, std::uint64_t floor, 
   // decompressors have got to: a far floor right after a data frame is refused, however late
   // that frame is decoded).
   const bool fresh = !s->known;
-  if (!fresh && floor > s->settled.floor() && floor - s->settled.floor() > window_) return DecodeError::out_of_window;
+  if (!fresh && floor > s->settled.floor() && floor - s->settled.floor() > window_)
+    return DecodeError::out_of_window;
   const std::uint64_t base = std::max(floor, s->settled.floor());
   for (auto seq : seqs) {
     if (seq >= base && seq - base >= window_) return DecodeError::out_of_window;
@@ -107,7 +111,8 @@ DecodeError StreamTracker::on_gaps(std::uint32_t stream, std::span<const wire::G
     if (g.end <= g.first) return DecodeError::bad_type;
     if (g.end > SeqSet::kMaxSeq) return DecodeError::out_of_window;
     if (g.first >= floor && g.first - floor >= window_) return DecodeError::out_of_window;
-    if (g.end > floor && g.end - std::max(g.first, floor) > window_) return DecodeError::out_of_window;
+    if (g.end > floor && g.end - std::max(g.first, floor) > window_)
+      return DecodeError::out_of_window;
     if (s->eos && g.end > s->eos->total_chunks) return DecodeError::contradicts_stream;
   }
   // The parts no earlier gap declared.
@@ -170,9 +175,11 @@ DecodeError StreamTracker::on_end_of_stream(const wire::Header& h, const wire::E
   // The total cannot be below what the stream already holds (a forged end would publish a
   // truncated file as complete), nor differ between the stream's connections.
   if (eos.total_chunks > SeqSet::kMaxSeq) return DecodeError::out_of_window;
-  if (eos.total_chunks < std::max(s->highest, s->settled.end())) return DecodeError::contradicts_stream;
+  if (eos.total_chunks < std::max(s->highest, s->settled.end()))
+    return DecodeError::contradicts_stream;
   if (s->eos && s->eos->total_chunks != eos.total_chunks) return DecodeError::contradicts_stream;
-  if (s->connections != 0 && s->connections != h.connections) return DecodeError::contradicts_stream;
+  if (s->connections != 0 && s->connections != h.connections)
+    return DecodeError::contradicts_stream;
   if (eos.total_chunks - s->settled.floor() > window_) return DecodeError::out_of_window;
   last_ = std::chrono::steady_clock::now();
   s->known = true;
@@ -306,7 +313,8 @@ nlohmann::json StreamTracker::streams_json(std::size_t max_ranges) const {
   std::lock_guard lock(mu_);
   nlohmann::json out = nlohmann::json::array();
   auto range = [](std::uint64_t first, std::uint64_t last) {
-    return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+    return first == last ? std::to_string(first)
+                         : std::to_string(first) + "-" + std::to_string(last);
   };
   for (const auto& [id, s] : streams_) {
     // Missing: the declared gaps, the holes in the window, and what never came after it.
@@ -315,7 +323,8 @@ nlohmann::json StreamTracker::streams_json(std::size_t max_ranges) const {
     for (auto q : s.corrupt_seqs) ranges.emplace_back(q, q + 1);
     const std::uint64_t expected = s.expected();
     const std::uint64_t top = std::min(expected, s.settled.end());
-    for (std::uint64_t seq = s.settled.floor(); seq < top && ranges.size() < max_ranges + s.gaps.size() + s.corrupt_seqs.size();) {
+    for (std::uint64_t seq = s.settled.floor();
+         seq < top && ranges.size() < max_ranges + s.gaps.size() + s.corrupt_seqs.size();) {
       if (s.settled.contains(seq)) {
         ++seq;
         continue;
@@ -331,30 +340,34 @@ nlohmann::json StreamTracker::streams_json(std::size_t max_ranges) const {
     nlohmann::json missing = nlohmann::json::array();
     for (std::size_t i = 0; i < ranges.size() && missing.size() < max_ranges; ++i) {
       std::uint64_t first = ranges[i].first, end = ranges[i].second;
-      while (i + 1 < ranges.size() && ranges[i + 1].first <= end) end = std::max(end, ranges[++i].second);
+      while (i + 1 < ranges.size() && ranges[i + 1].first <= end)
+        end = std::max(end, ranges[++i].second);
       missing.push_back(range(first, end - 1));
     }
     nlohmann::json gaps = nlohmann::json::array();
     for (const auto& g : s.gaps) {
       if (gaps.size() >= max_ranges) break;
-      gaps.push_back({{"first", g.first}, {"last", g.end - 1}, {"chunks", g.size()},
+      gaps.push_back({{"first", g.first},
+                      {"last", g.end - 1},
+                      {"chunks", g.size()},
                       {"reason", std::string(wire::gap_reason_name(g.reason))}});
     }
-    out.push_back({{"stream_id", id},
-                   {"complete", s.complete()},
-                   {"expected_chunks", s.eos ? nlohmann::json(s.eos->total_chunks) : nlohmann::json(nullptr)},
-                   {"delivered", s.delivered},
-                   {"delivered_before", s.before},
-                   {"lost", s.lost()},
-                   {"declared_missing", s.declared},
-                   {"lost_is_bound", s.bounded()},
-                   {"corrupt", s.corrupt},
-                   {"duplicates", s.duplicates},
-                   {"unwritten", s.unwritten},
-                   {"connections_ended", s.ended.size()},
-                   {"connections", s.connections},
-                   {"missing", missing},
-                   {"gaps", gaps}});
+    out.push_back(
+        {{"stream_id", id},
+         {"complete", s.complete()},
+         {"expected_chunks", s.eos ? nlohmann::json(s.eos->total_chunks) : nlohmann::json(nullptr)},
+         {"delivered", s.delivered},
+         {"delivered_before", s.before},
+         {"lost", s.lost()},
+         {"declared_missing", s.declared},
+         {"lost_is_bound", s.bounded()},
+         {"corrupt", s.corrupt},
+         {"duplicates", s.duplicates},
+         {"unwritten", s.unwritten},
+         {"connections_ended", s.ended.size()},
+         {"connections", s.connections},
+         {"missing", missing},
+         {"gaps", gaps}});
   }
   return out;
 }

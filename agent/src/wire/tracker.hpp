@@ -14,13 +14,12 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "data/seqset.hpp"
 #include "wire/wire.hpp"
@@ -46,7 +45,8 @@ class StreamTracker {
   // A resume frame: the sender says these chunks were acknowledged before (by an earlier
   // instance of this receiver); they count as delivered earlier, not as missing. A stream this
   // receiver has not seen may start at any floor; a known one only moves within its window.
-  wire::DecodeError on_resume(std::uint32_t stream, std::uint64_t floor, std::span<const std::uint64_t> seqs);
+  wire::DecodeError on_resume(std::uint32_t stream, std::uint64_t floor,
+                              std::span<const std::uint64_t> seqs);
   // A gap frame: the chunks will never come. They count as lost, are named, and are not waited for.
   // `missing` (if given) gets the parts of `gaps` this instance had not delivered: what is now
   // missing, and will not be delivered after.
@@ -99,21 +99,24 @@ class StreamTracker {
  private:
   struct Stream {
     explicit Stream(std::uint64_t window) : settled(window), resumed(window) {}
-    SeqSet settled;  // delivered, delivered before, declared missing or corrupt
-    SeqSet resumed;  // of those, the ones a resume frame settled (delivered before)
+    SeqSet settled;               // delivered, delivered before, declared missing or corrupt
+    SeqSet resumed;               // of those, the ones a resume frame settled (delivered before)
     std::vector<wire::Gap> gaps;  // ascending, disjoint: declared and not delivered here
-    std::vector<std::uint64_t> corrupt_seqs;  // the first kMaxGaps, to name them missing from the output
+    std::vector<std::uint64_t>
+        corrupt_seqs;  // the first kMaxGaps, to name them missing from the output
     std::uint64_t delivered = 0, duplicates = 0, corrupt = 0, unwritten = 0;
-    std::uint64_t before = 0;  // acknowledged by an earlier instance (resume)
+    std::uint64_t before = 0;    // acknowledged by an earlier instance (resume)
     std::uint64_t declared = 0;  // in gaps
     std::uint64_t raw_bytes = 0, wire_bytes = 0;
     std::uint64_t highest = 0;  // 1 + highest sequence delivered or corrupt
-    bool known = false;  // a frame of it was taken: its floor no longer jumps
+    bool known = false;         // a frame of it was taken: its floor no longer jumps
     std::set<std::uint16_t> ended;
     std::uint16_t connections = 0;
     std::optional<wire::EndOfStream> eos;
     bool complete() const { return connections > 0 && ended.size() >= connections; }
-    std::uint64_t expected() const { return eos ? eos->total_chunks : std::max(highest, settled.end()); }
+    std::uint64_t expected() const {
+      return eos ? eos->total_chunks : std::max(highest, settled.end());
+    }
     std::uint64_t lost() const;
     bool bounded() const;
     // The parts of `g` this instance did not deliver (a chunk a dead sender left in flight may

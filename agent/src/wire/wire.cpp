@@ -29,40 +29,56 @@ T get(const std::byte* p) noexcept {
 //    flags: bit 0 the checksum covers the payload; bits 1-3 zero; bits 4-7 the element size
 //    (bslz4 only, else 0)
 //  8 stream_id u32 | 12 connection u16 | 14 connections u16 | 16 sequence u64
-// 24 raw_size u32 | 28 payload_size u32 | 32 checksum u64 | 40 header_check u32 | 44 reserved u32 (0)
+// 24 raw_size u32 | 28 payload_size u32 | 32 checksum u64 | 40 header_check u32 | 44 reserved u32
+// (0)
 constexpr std::size_t kCheckedBytes = 40;
 
-std::uint32_t header_check(const std::byte* h) noexcept {
-  return XXH32(h, kCheckedBytes, 0x4e53u);
-}
+std::uint32_t header_check(const std::byte* h) noexcept { return XXH32(h, kCheckedBytes, 0x4e53u); }
 
 }  // namespace
 
 std::string_view decode_error_name(DecodeError e) noexcept {
   switch (e) {
-    case DecodeError::ok: return "ok";
-    case DecodeError::truncated: return "truncated";
-    case DecodeError::bad_magic: return "bad_magic";
-    case DecodeError::bad_version: return "bad_version";
-    case DecodeError::bad_header_check: return "bad_header_check";
-    case DecodeError::bad_type: return "bad_type";
-    case DecodeError::bad_codec: return "bad_codec";
-    case DecodeError::size_mismatch: return "size_mismatch";
-    case DecodeError::oversized: return "oversized";
-    case DecodeError::bad_connection: return "bad_connection";
-    case DecodeError::out_of_window: return "out_of_window";
-    case DecodeError::too_many_streams: return "too_many_streams";
-    case DecodeError::contradicts_stream: return "contradicts_stream";
+    case DecodeError::ok:
+      return "ok";
+    case DecodeError::truncated:
+      return "truncated";
+    case DecodeError::bad_magic:
+      return "bad_magic";
+    case DecodeError::bad_version:
+      return "bad_version";
+    case DecodeError::bad_header_check:
+      return "bad_header_check";
+    case DecodeError::bad_type:
+      return "bad_type";
+    case DecodeError::bad_codec:
+      return "bad_codec";
+    case DecodeError::size_mismatch:
+      return "size_mismatch";
+    case DecodeError::oversized:
+      return "oversized";
+    case DecodeError::bad_connection:
+      return "bad_connection";
+    case DecodeError::out_of_window:
+      return "out_of_window";
+    case DecodeError::too_many_streams:
+      return "too_many_streams";
+    case DecodeError::contradicts_stream:
+      return "contradicts_stream";
   }
   return "unknown";
 }
 
 std::string_view gap_reason_name(GapReason r) noexcept {
   switch (r) {
-    case GapReason::sender_restarted: return "sender_restarted";
-    case GapReason::sender_restarted_bound: return "sender_restarted_bound";
-    case GapReason::spill_full: return "spill_full";
-    case GapReason::gateway_discarded: return "gateway_discarded";
+    case GapReason::sender_restarted:
+      return "sender_restarted";
+    case GapReason::sender_restarted_bound:
+      return "sender_restarted_bound";
+    case GapReason::spill_full:
+      return "spill_full";
+    case GapReason::gateway_discarded:
+      return "gateway_discarded";
   }
   return "unknown";
 }
@@ -95,7 +111,8 @@ namespace {
 
 // The header of a frame of `size` bytes (p holds at least its kHeaderSize bytes): checked and
 // decoded, its flags byte into `flags`.
-DecodeError decode_header(const std::byte* p, std::size_t size, Header& h, std::uint8_t& flags) noexcept {
+DecodeError decode_header(const std::byte* p, std::size_t size, Header& h,
+                          std::uint8_t& flags) noexcept {
   if (get<std::uint32_t>(p) != kMagic) return DecodeError::bad_magic;
   if (get<std::uint8_t>(p + 4) != kVersion) return DecodeError::bad_version;
   if (get<std::uint32_t>(p + 40) != header_check(p)) return DecodeError::bad_header_check;
@@ -145,8 +162,8 @@ DecodeError check_data(const Header& h, std::size_t max_raw) noexcept {
 
 }  // namespace
 
-DecodeError decode_data_header(std::span<const std::byte> head, std::size_t frame_size, std::size_t max_raw,
-                               Header& out) noexcept {
+DecodeError decode_data_header(std::span<const std::byte> head, std::size_t frame_size,
+                               std::size_t max_raw, Header& out) noexcept {
   if (head.size() < kHeaderSize || frame_size < kHeaderSize) return DecodeError::truncated;
   Header h;
   std::uint8_t flags;
@@ -172,7 +189,8 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     if (h.payload_size % 8 != 0 || h.payload_size / 8 > kMaxAckEntries) {
       return DecodeError::size_mismatch;
     }
-    if (h.codec != Codec::none || h.checksum != 0 || h.raw_size > (kAckEndOfStream | kAckDiscarded | kAckTwoPart) || flags != 0) {
+    if (h.codec != Codec::none || h.checksum != 0 ||
+        h.raw_size > (kAckEndOfStream | kAckDiscarded | kAckTwoPart) || flags != 0) {
       return DecodeError::bad_type;
     }
     out = h;
@@ -188,8 +206,9 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     return DecodeError::ok;
   }
   if (h.type == FrameType::gap) {
-    if (h.payload_size == 0 || h.payload_size % kGapRecord != 0 || h.payload_size / kGapRecord > kMaxGapRecords ||
-        h.raw_size != h.payload_size || h.codec != Codec::none || flags != 0) {
+    if (h.payload_size == 0 || h.payload_size % kGapRecord != 0 ||
+        h.payload_size / kGapRecord > kMaxGapRecords || h.raw_size != h.payload_size ||
+        h.codec != Codec::none || flags != 0) {
       return DecodeError::size_mismatch;
     }
     if (checksum(m.subspan(kHeaderSize)) != h.checksum) return DecodeError::bad_header_check;
@@ -226,21 +245,23 @@ std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uin
   return out;
 }
 
-std::vector<std::vector<std::byte>> encode_acks(FrameType type, std::uint32_t stream, std::uint16_t connection,
-                                                std::uint16_t connections, std::uint64_t floor, std::uint32_t flags,
+std::vector<std::vector<std::byte>> encode_acks(FrameType type, std::uint32_t stream,
+                                                std::uint16_t connection, std::uint16_t connections,
+                                                std::uint64_t floor, std::uint32_t flags,
                                                 std::span<const std::uint64_t> seqs) {
   std::vector<std::vector<std::byte>> out;
   std::size_t at = 0;
   do {
     const std::size_t n = std::min(seqs.size() - at, kMaxAckEntries);
-    out.push_back(encode_ack(type, stream, connection, connections, floor, flags, seqs.subspan(at, n)));
+    out.push_back(
+        encode_ack(type, stream, connection, connections, floor, flags, seqs.subspan(at, n)));
     at += n;
   } while (at < seqs.size());
   return out;
 }
 
-std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
-                                       std::string_view text) {
+std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection,
+                                       std::uint16_t connections, std::string_view text) {
   const std::size_t n = std::min(text.size(), kMaxMetadata);
   std::vector<std::byte> out(kHeaderSize + n);
   if (n) std::memcpy(out.data() + kHeaderSize, text.data(), n);
@@ -256,8 +277,8 @@ std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t conne
   return out;
 }
 
-std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
-                                   std::span<const Gap> gaps) {
+std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection,
+                                   std::uint16_t connections, std::span<const Gap> gaps) {
   const std::size_t n = std::min(gaps.size(), kMaxGapRecords);
   std::vector<std::byte> out(kHeaderSize + kGapRecord * n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -282,14 +303,16 @@ std::vector<Gap> decode_gaps(std::span<const std::byte> m) {
   std::vector<Gap> out((m.size() - kHeaderSize) / kGapRecord);
   for (std::size_t i = 0; i < out.size(); ++i) {
     const std::byte* r = m.data() + kHeaderSize + kGapRecord * i;
-    out[i] = {get<std::uint64_t>(r), get<std::uint64_t>(r + 8), static_cast<GapReason>(get<std::uint64_t>(r + 16))};
+    out[i] = {get<std::uint64_t>(r), get<std::uint64_t>(r + 8),
+              static_cast<GapReason>(get<std::uint64_t>(r + 16))};
   }
   return out;
 }
 
 std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> m) {
   std::vector<std::uint64_t> out((m.size() - kHeaderSize) / 8);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = get<std::uint64_t>(m.data() + kHeaderSize + 8 * i);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = get<std::uint64_t>(m.data() + kHeaderSize + 8 * i);
   return out;
 }
 
@@ -302,7 +325,9 @@ EndOfStream decode_end_of_stream(std::span<const std::byte> m) noexcept {
   return e;
 }
 
-std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept { return XXH3_64bits(raw.data(), raw.size()); }
+std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept {
+  return XXH3_64bits(raw.data(), raw.size());
+}
 
 std::uint64_t checksum(std::span<const std::byte> raw) noexcept {
   // The library's XXH3 is built for SSE2 (any x86-64); AVX2 reads twice as much per step.

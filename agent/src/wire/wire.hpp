@@ -1,7 +1,8 @@
 // The numastream wire format, version 3 (docs/wire-format.md). One ZeroMQ message per frame:
 // a 48-byte little-endian header followed by the payload; or, to a receiver that says it takes
-// them (kAckTwoPart), a data frame as two parts of one message, the header and the payload. Decoding never trusts a field: every
-// size is checked against the message and the receiver's limits before any byte is read.
+// them (kAckTwoPart), a data frame as two parts of one message, the header and the payload.
+// Decoding never trusts a field: every size is checked against the message and the receiver's
+// limits before any byte is read.
 #pragma once
 
 #include <cstddef>
@@ -28,18 +29,28 @@ inline constexpr std::size_t kEndOfStreamPayload = 24;
 // whenever the sender learns of new ones): a live source's chunks that an earlier sender took and
 // never had acknowledged, or chunks a full spill refused. A gap is data too: the receiver counts
 // the chunks missing, names them, and never waits for them.
-enum class FrameType : std::uint8_t { data = 1, end_of_stream = 2, ack = 3, resume = 4, metadata = 5, gap = 6 };
+enum class FrameType : std::uint8_t {
+  data = 1,
+  end_of_stream = 2,
+  ack = 3,
+  resume = 4,
+  metadata = 5,
+  gap = 6
+};
 inline constexpr std::size_t kMaxMetadata = 65536;
 
 // Why a gap's chunks will never come (a gap frame's records carry it).
 enum class GapReason : std::uint8_t {
-  sender_restarted = 1,  // a previous sender of a live source took them and never had them acknowledged
-  sender_restarted_bound = 2,  // the same, counted from a record that may be short (its node restarted):
-                               // at most this many
-  spill_full = 3,        // a full spill refused them (a source that cannot wait)
-  gateway_discarded = 4,  // a gateway settled them without keeping them (corrupt on arrival, or
-                          // arrived after its sink had passed over them): declared to the
-                          // gateways after it, so their losses survive that gateway however it ends
+  // A previous sender of a live source took them and never had them acknowledged.
+  sender_restarted = 1,
+  // The same, counted from a record that may be short (its node restarted): at most this many.
+  sender_restarted_bound = 2,
+  // A full spill refused them (a source that cannot wait).
+  spill_full = 3,
+  // A gateway settled them without keeping them (corrupt on arrival, or arrived after its sink
+  // had passed over them): declared to the gateways after it, so their losses survive that
+  // gateway however it ends.
+  gateway_discarded = 4,
 };
 std::string_view gap_reason_name(GapReason r) noexcept;
 // One declared gap: sequences [first, end).
@@ -71,12 +82,12 @@ struct Header {
   FrameType type = FrameType::data;
   Codec codec = Codec::none;
   std::uint32_t stream_id = 0;
-  std::uint16_t connection = 0;   // which of the sender's connections carried the frame
-  std::uint16_t connections = 0;  // how many connections the sender uses
-  std::uint64_t sequence = 0;     // chunk number within the stream, from 0
-  std::uint32_t raw_size = 0;     // bytes after decoding
-  std::uint32_t payload_size = 0; // bytes after the header
-  std::uint64_t checksum = 0;     // XXH3-64 of the raw bytes, or of the payload (below)
+  std::uint16_t connection = 0;    // which of the sender's connections carried the frame
+  std::uint16_t connections = 0;   // how many connections the sender uses
+  std::uint64_t sequence = 0;      // chunk number within the stream, from 0
+  std::uint32_t raw_size = 0;      // bytes after decoding
+  std::uint32_t payload_size = 0;  // bytes after the header
+  std::uint64_t checksum = 0;      // XXH3-64 of the raw bytes, or of the payload (below)
   // The checksum covers the payload as sent, not the raw bytes: a frame that arrived compressed
   // (from a detector or an HDF5 file) and travels without being decoded.
   bool payload_checksum = false;
@@ -92,18 +103,18 @@ struct EndOfStream {
 
 enum class DecodeError : std::uint8_t {
   ok = 0,
-  truncated,         // shorter than a header
+  truncated,  // shorter than a header
   bad_magic,
   bad_version,
   bad_header_check,  // header bytes damaged
   bad_type,
   bad_codec,
-  size_mismatch,     // payload_size disagrees with the message length or the codec
-  oversized,         // raw size above the receiver's limit
-  bad_connection,    // connection index outside the connection count
+  size_mismatch,   // payload_size disagrees with the message length or the codec
+  oversized,       // raw size above the receiver's limit
+  bad_connection,  // connection index outside the connection count
   // Refused by the receiver's record of the stream, after decoding (docs/wire-format.md):
-  out_of_window,     // a sequence, floor or gap beyond the chunks a stream may have in flight
-  too_many_streams,  // a new stream id past the receiver's max_streams
+  out_of_window,       // a sequence, floor or gap beyond the chunks a stream may have in flight
+  too_many_streams,    // a new stream id past the receiver's max_streams
   contradicts_stream,  // end-of-stream totals below what arrived, or unlike another connection's
 };
 inline constexpr int kDecodeErrorCount = 13;
@@ -116,28 +127,29 @@ void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept;
 DecodeError decode(std::span<const std::byte> message, std::size_t max_raw, Header& out) noexcept;
 // Validates and decodes the header of a data frame of `frame_size` bytes from its first bytes
 // (`head`, at least kHeaderSize): what decode() checks of a data frame, without its payload.
-DecodeError decode_data_header(std::span<const std::byte> head, std::size_t frame_size, std::size_t max_raw,
-                               Header& out) noexcept;
+DecodeError decode_data_header(std::span<const std::byte> head, std::size_t frame_size,
+                               std::size_t max_raw, Header& out) noexcept;
 // Builds an ack or resume frame (`type` is one of the two).
 std::vector<std::byte> encode_ack(FrameType type, std::uint32_t stream, std::uint16_t connection,
                                   std::uint16_t connections, std::uint64_t floor,
                                   std::uint32_t flags, std::span<const std::uint64_t> seqs);
 // The same as frames of at most kMaxAckEntries sequences each (at least one frame): a record
 // of any size travels whole, never cut.
-std::vector<std::vector<std::byte>> encode_acks(FrameType type, std::uint32_t stream, std::uint16_t connection,
-                                                std::uint16_t connections, std::uint64_t floor, std::uint32_t flags,
+std::vector<std::vector<std::byte>> encode_acks(FrameType type, std::uint32_t stream,
+                                                std::uint16_t connection, std::uint16_t connections,
+                                                std::uint64_t floor, std::uint32_t flags,
                                                 std::span<const std::uint64_t> seqs);
 // A metadata frame: `text` (at most kMaxMetadata bytes), checksummed.
-std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
-                                       std::string_view text);
+std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t connection,
+                                       std::uint16_t connections, std::string_view text);
 // The sequences listed by an ack or resume frame that decode() accepted.
 std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> message);
 // Reads the end-of-stream payload of a message that decode() accepted as end_of_stream.
 EndOfStream decode_end_of_stream(std::span<const std::byte> message) noexcept;
 
 // A gap frame declaring `gaps` (at most kMaxGapRecords), checksummed.
-std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection, std::uint16_t connections,
-                                   std::span<const Gap> gaps);
+std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection,
+                                   std::uint16_t connections, std::span<const Gap> gaps);
 // The gaps of a message that decode() accepted as a gap frame.
 std::vector<Gap> decode_gaps(std::span<const std::byte> message);
 
