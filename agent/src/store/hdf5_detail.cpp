@@ -123,6 +123,16 @@ void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t&
   }
 }
 
+hid_t open_to_resume(const std::string& path, hid_t fapl) {
+  // Through HDF5's own driver first (H5Fincrement_filesize asks for one SWMR readers can use),
+  // then as the caller asked.
+  const hid_t repair = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (repair < 0) return -1;
+  const bool adopted = H5Fincrement_filesize(repair, 0) >= 0;
+  if (H5Fclose(repair) < 0 || !adopted) return -1;
+  return H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+}
+
 std::set<std::uint64_t> frames_written(hid_t dset, const std::string& what) {
   std::set<std::uint64_t> out;
   hid_t space = H5Dget_space(dset);

@@ -34,6 +34,13 @@ void write_chunk(hid_t dset, int rank, const hsize_t* frame_dims, std::uint64_t&
                  std::uint64_t index, const void* bytes, std::size_t size,
                  std::uint32_t filter_mask, const std::string& what);
 
+// Opens `path` read-write to go on writing what a writer that died left (-1 when HDF5 cannot).
+// HDF5 writes a dataset's chunk index before the superblock that records how far the file's
+// space is allocated, so a writer killed between two flushes leaves chunks HDF5 then refuses to
+// read or rewrite ("addr overflow"); every byte the file holds is taken as allocated (h5clear
+// --increment=0 does the same), before anything past the recorded end is read.
+hid_t open_to_resume(const std::string& path, hid_t fapl);
+
 // The HDF5 LZ4 filter, whose framing lz4 frames carry.
 constexpr H5Z_filter_t kLz4Filter = 32004;
 

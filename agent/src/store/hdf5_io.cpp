@@ -145,7 +145,7 @@ Writer::Writer(const std::string& path, const std::string& dataset, const FrameS
         "anew");
   }
   if (resume) {
-    file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.id);
+    file_ = open_to_resume(path, fapl.id);
     if (file_ >= 0 && H5Lexists(file_, dataset.c_str(), H5P_DEFAULT) > 0) {
       dset_ = H5Dopen2(file_, dataset.c_str(), H5P_DEFAULT);
     }

@@ -155,7 +155,7 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   f->path_ = path;
   const hid_t fapl = file_access(direct);
   if (fapl < 0) fail(path, "set up the file driver");
-  f->file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
+  f->file_ = open_to_resume(path, fapl);
   H5Pclose(fapl);
   if (f->file_ < 0)
     throw std::runtime_error(path + ": cannot be resumed (it does not open read-write)." + left);
