@@ -12,9 +12,10 @@ RUN bash hack/install-deps.sh build
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-# Caches: Go's module and build caches, and the agent's CMake build tree (rebuilds what changed).
+# Caches: Go's module and build caches and the agent's compiler cache (ccache: a changed tree
+# recompiles only the files whose text changed).
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    --mount=type=cache,target=/src/build \
+    --mount=type=cache,target=/root/.cache/numastream/ccache \
     make agent && CGO_ENABLED=0 make operator
 
 # The data plane: the C++ agent and the node daemon, on Debian's runtime libraries.

@@ -16,8 +16,10 @@ if ! command -v clang++ >/dev/null 2>&1; then
   echo "fuzz: clang++ is missing (hack/install-deps.sh installs it)" >&2
   exit 1
 fi
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 CC=clang CXX=clang++ hack/quiet.sh "fuzz: cmake configure" -- cmake -S agent -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_FUZZ=ON -DNUMASTREAM_TESTS=OFF
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_FUZZ=ON -DNUMASTREAM_TESTS=OFF "${launcher[@]}"
 hack/quiet.sh "fuzz: build" -- cmake --build "$build" --target frame_fuzzer config_fuzzer stream2_fuzzer receiver_fuzzer
 mkdir -p "$build/artifacts"
 work=$(mktemp -d)

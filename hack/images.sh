@@ -6,7 +6,9 @@
 #   sandbox   Debian's static busybox, tagged as containerd's sandbox (pause) image, and as a
 #             shell image for checks (not a product image: assembled here)
 # The Dockerfile is built with Debian's buildah (chroot isolation, no daemon) on local stand-ins
-# of its base images (hack/base-images.sh), its storage cached in ~/.cache/numastream/buildah.
+# of its base images (hack/base-images.sh), its storage cached in ~/.cache/numastream/buildah, and
+# so are the Dockerfile's cache mounts (Go's caches, the agent's ccache): buildah keeps them in
+# $TMPDIR/buildah-cache, which it is given there.
 #
 #   images.sh OUT-DIR [AGENT-TAG [OPERATOR-TAG]]
 set -euo pipefail
@@ -29,13 +31,14 @@ bash hack/image-archive.sh "$bb" '{"architecture":"amd64","os":"linux","config":
 store=${BUILDAH_ROOT:-$HOME/.cache/numastream/buildah}
 B=(buildah --root "$store/storage" --runroot "${BUILDAH_RUNROOT:-/tmp/numastream-buildah-run}" --storage-driver "${STORAGE_DRIVER:-overlay}")
 export BUILDAH_ISOLATION=chroot
+mkdir -p "$store/tmp"
 bash hack/base-images.sh "$store/storage"
 for target in agent operator; do
   tag=$agent_tag; [[ $target == operator ]] && tag=$operator_tag
   log="$work/buildah-$target.log"
   start=$SECONDS
   hack/heartbeat.sh "images: buildah bud --target $target" --log "$log" -- \
-    "${B[@]}" bud --layers --pull=false --target "$target" -t "$tag" -f Dockerfile . ||
+    env TMPDIR="$store/tmp" "${B[@]}" bud --layers --pull=false --target "$target" -t "$tag" -f Dockerfile . ||
     { tail -40 "$log"; echo "images: buildah bud --target $target FAILED (last lines above)" >&2; exit 1; }
   rm -f "$out/$target.tar"
   "${B[@]}" push -q "$tag" "docker-archive:$out/$target.tar:$tag" >>"$log" 2>&1 ||

@@ -15,6 +15,8 @@ group=${1:-all}
 
 build=(
   build-essential cmake ninja-build pkg-config
+  # a compiler cache: a fresh clone recompiles only what changed (the Makefile's CCACHE_DIR)
+  ccache
   liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev nlohmann-json3-dev
   # HDF5 files in and out (direct chunk I/O)
   libhdf5-dev
