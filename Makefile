@@ -29,6 +29,8 @@ export CCACHE_MAXSIZE ?= 6G
 CMAKE_LAUNCHER := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 AGENT_BUILD := $(BUILD)/agent
+# More cmake options for `make agent` (the Dockerfile's builder: -DNUMASTREAM_TESTS=OFF).
+AGENT_CMAKE_FLAGS ?=
 AGENT_ASAN_BUILD := $(BUILD)/agent-asan
 AGENT := $(BIN)/numastream-agent
 
@@ -37,14 +39,16 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
+# DEPS=build: only what building needs (the Dockerfile's builder).
+DEPS ?= all
 deps: ## Install the Debian packages the build needs (idempotent)
-	@bash hack/install-deps.sh
+	@bash hack/install-deps.sh $(DEPS)
 
 ##@ Agent (C++)
 
 .PHONY: agent
 agent: deps ## Build the C++ agent into bin/numastream-agent
-	@hack/quiet.sh "agent: cmake configure" -- cmake -S agent -B $(AGENT_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_LAUNCHER)
+	@hack/quiet.sh "agent: cmake configure" -- cmake -S agent -B $(AGENT_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_LAUNCHER) $(AGENT_CMAKE_FLAGS)
 	@cmake --build $(AGENT_BUILD) -j $(JOBS)
 	@mkdir -p $(BIN) && cp $(AGENT_BUILD)/numastream-agent $(AGENT)
 
