@@ -158,8 +158,8 @@ func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, n
 	}
 	d.write, d.create, d.rotated = sec, !exists, why
 	if !exists {
-		sec.ObjectMeta.Name, sec.ObjectMeta.Namespace = name, sp.Namespace
-		sec.ObjectMeta.Labels = map[string]string{render.LabelPipeline: sp.Name, "app.kubernetes.io/managed-by": FieldOwner}
+		sec.Name, sec.Namespace = name, sp.Namespace
+		sec.Labels = map[string]string{render.LabelPipeline: sp.Name, "app.kubernetes.io/managed-by": FieldOwner}
 		sec.Type = corev1.SecretTypeOpaque
 	}
 	return d, nil

@@ -51,7 +51,8 @@ func TestASweepReadsPipelinesInParallelEachOnce(t *testing.T) {
 		Read: func(_ context.Context, sp *v1beta1.StreamPipeline, _ []corev1.Pod) (*v1beta1.Observed, error) {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); {
+				m = most.Load()
 			}
 			mu.Lock()
 			read[sp.Name]++

@@ -859,7 +859,7 @@ func TestObserverReadsAtItsIntervalWithoutReconcileLoops(t *testing.T) {
 	r1, s1 := count(reconciles), scrapes.Load()
 	readings := float64(s1 - s0)
 	t.Logf("over %s: %.0f reconciles, %.0f readings of the agent (interval %s)", window, r1-r0, readings, observeEvery)
-	if max := 1.1 * float64(window/observeEvery); readings > max || readings < 0.5*float64(window/observeEvery) {
+	if most := 1.1 * float64(window/observeEvery); readings > most || readings < 0.5*float64(window/observeEvery) {
 		t.Errorf("%.0f readings in %s at an interval of %s", readings, window, observeEvery)
 	}
 	if r1-r0 > 6 {

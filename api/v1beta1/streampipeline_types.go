@@ -2,6 +2,7 @@ package v1beta1
 
 import (
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -1211,11 +1212,9 @@ func (s *StreamPipelineSpec) RunAs() (uid, gid int64) {
 func (s *StreamPipelineSpec) FileMode() uint32 {
 	mode := uint32(0o640)
 	if s.Files != nil && s.Files.Mode != "" {
-		var m uint32
-		for _, c := range s.Files.Mode {
-			m = m*8 + uint32(c-'0')
+		if m, err := strconv.ParseUint(s.Files.Mode, 8, 32); err == nil { // the CRD admits octal digits only
+			mode = uint32(m)
 		}
-		mode = m
 	}
 	return mode
 }

@@ -5,6 +5,7 @@ package curvekeys
 import (
 	"crypto/ecdh"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"io"
 )
@@ -54,8 +55,8 @@ func Encode(b []byte) (string, error) {
 		return "", fmt.Errorf("z85: %d bytes is not a multiple of 4", len(b))
 	}
 	out := make([]byte, 0, len(b)*5/4)
-	for i := 0; i < len(b); i += 4 {
-		v := uint32(b[i])<<24 | uint32(b[i+1])<<16 | uint32(b[i+2])<<8 | uint32(b[i+3])
+	for ; len(b) >= 4; b = b[4:] {
+		v := binary.BigEndian.Uint32(b)
 		var chunk [5]byte
 		for j := 4; j >= 0; j-- {
 			chunk[j] = alphabet[v%85]

@@ -37,7 +37,7 @@ type Agent struct {
 
 func (a Agent) run(ctx context.Context, args ...string) ([]byte, error) {
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, a.Path, args...)
+	cmd := exec.CommandContext(ctx, a.Path, args...) //nolint:gosec // G204: the agent binary the daemon was configured with
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -97,11 +97,11 @@ func (f FeaturesDir) Publish(_ context.Context, labels map[string]string) error 
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(nodelabels.FeaturesFile(labels)); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the write's error is the one to report
 		return fmt.Errorf("features.d: %w", err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the chmod's error is the one to report
 		return err
 	}
 	if err := tmp.Close(); err != nil {

@@ -37,10 +37,11 @@ func (p *StatePrep) Prepare(sp *v1beta1.StreamPipeline) (bool, error) {
 	uid, gid := sp.Spec.RunAs()
 	nsDir := filepath.Join(p.Root, sp.Namespace)
 	for _, d := range []string{p.Root, nsDir} {
-		if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		// Traversable, not listable: each pipeline's agents reach their own directory only.
+		if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // G301: as said
 			return false, err
 		}
-		if err := os.Chmod(d, 0o711); err != nil {
+		if err := os.Chmod(d, 0o711); err != nil { //nolint:gosec // G302: a directory, as above
 			return false, err
 		}
 	}
@@ -62,15 +63,22 @@ func (p *StatePrep) Prepare(sp *v1beta1.StreamPipeline) (bool, error) {
 	if !changed {
 		return false, nil
 	}
-	// Lchown never follows a link the agents may have left in their directory.
-	err := filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+	// The agents own what is in the directory and may change it meanwhile: every path is resolved
+	// inside it (os.Root: a link they left, even one swapped in for a directory during the walk,
+	// never leads out), and Lchown never follows the link it names.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = root.Close() }()
+	err = fs.WalkDir(root.FS(), ".", func(path string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(path, int(uid), int(gid))
+		return root.Lchown(path, int(uid), int(gid))
 	})
 	if err == nil {
-		err = os.Chmod(dir, 0o700)
+		err = os.Chmod(dir, 0o700) //nolint:gosec // G302: a directory, its owner's only
 	}
 	if err == nil {
 		p.Log.Info("Prepared a pipeline's state directory", "directory", sp.Namespace+"/"+filepath.Base(dir), "uid", uid, "gid", gid)

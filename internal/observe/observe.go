@@ -500,7 +500,7 @@ func (o *Observer) forget(before time.Time) {
 
 // streamID is a pod's stream, from its label (-1 when it has none).
 func streamID(p *corev1.Pod) int32 {
-	id, err := strconv.Atoi(p.Labels[render.LabelStream])
+	id, err := strconv.ParseInt(p.Labels[render.LabelStream], 10, 32)
 	if err != nil {
 		return -1
 	}

@@ -292,7 +292,7 @@ func job(in Inputs, n planner.PodPlan, cs []corev1.Container, config string, opt
 	sp := in.Pipeline
 	name := Name(sp, n)
 	pod := corev1.PodTemplateSpec{ObjectMeta: meta(sp, "", string(n.Role), n.Stream)}
-	pod.ObjectMeta.OwnerReferences = nil
+	pod.OwnerReferences = nil
 	pod.Spec = corev1.PodSpec{
 		// Never: a failed pod is replaced by a new one, which podFailurePolicy needs.
 		RestartPolicy:                 corev1.RestartPolicyNever,
@@ -648,7 +648,7 @@ func ParseMetricsFrom(entries []string) error {
 	for _, e := range entries {
 		if strings.Contains(e, "/") {
 			if _, _, err := net.ParseCIDR(e); err != nil {
-				return fmt.Errorf("%q is not an address block (CIDR such as 10.0.0.0/24): %v", e, err)
+				return fmt.Errorf("%q is not an address block (CIDR such as 10.0.0.0/24): %w", e, err)
 			}
 			continue
 		}

@@ -34,7 +34,7 @@ func TestConfirmedThenCooledDown(t *testing.T) {
 		w, replan = w.Observe(departed, 3.5, now)
 		return replan
 	}
-	if step(true) || step(true) {
+	if first, second := step(true), step(true); first || second {
 		t.Fatal("re-planned before three readings in a row")
 	}
 	if !step(true) {
@@ -52,8 +52,10 @@ func TestConfirmedThenCooledDown(t *testing.T) {
 	}
 	// A reading that does not depart resets the count.
 	now = now.Add(Cooldown)
-	if step(true) || step(true) || step(false) || step(true) || step(true) {
-		t.Fatal("an interrupted streak must not re-plan")
+	for i, departed := range []bool{true, true, false, true, true} {
+		if step(departed) {
+			t.Fatalf("an interrupted streak must not re-plan (reading %d)", i+1)
+		}
 	}
 	if !step(true) {
 		t.Fatal("three in a row after the interruption")

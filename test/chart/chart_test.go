@@ -69,7 +69,7 @@ func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return objs
 			}
 			t.Fatal(err)
