@@ -263,8 +263,12 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 ##@ Whole project
 
 .PHONY: check
-check: agent ## The fast loop: formatting (clang-format, gofmt), go vet, Go unit and table tests, the agent's unit tests; no root, no cluster
+check: agent ## The fast loop: formatting (clang-format, gofmt), golangci-lint, Go unit and table tests, the agent's unit tests; no root, no cluster
 	@AGENT_BUILD=$(AGENT_BUILD) bash hack/check.sh
+
+.PHONY: lint
+lint: ## golangci-lint over the Go code (.golangci.yml; built from the module proxy, cached)
+	@$$(bash hack/build-golangci-lint.sh) run ./...
 
 .PHONY: check-deps
 check-deps: deps ## Prove each toolchain the suite uses links and runs a program (names the package when not)

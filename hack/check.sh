@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make check: the fast loop before a commit: formatting (clang-format over the agent, gofmt), go
-# vet, the Go unit and table tests (planner, render, Decide, conditions, storage, ...; the envtest
+# make check: the fast loop before a commit: formatting (clang-format over the agent, gofmt),
+# golangci-lint (.golangci.yml: go vet, staticcheck, errcheck, gosec, revive, ...), the Go unit and table tests (planner, render, Decide, conditions, storage, ...; the envtest
 # suites skip here, make test runs them) and the agent's unit tests. No root, no cluster. Prints
 # each step's time.
 set -uo pipefail
@@ -32,7 +32,12 @@ go_unit() {
 }
 step clang-format clang_format
 step gofmt gofmt_clean
-step go-vet go vet ./...
+golangci_lint() {
+  local lint
+  lint=$(bash hack/build-golangci-lint.sh) || return 1
+  "$lint" run ./...
+}
+step golangci-lint golangci_lint
 step go-unit go_unit
 step agent-unit "$agent_build/agent_unit_tests" --gtest_brief=1
 echo "check: $(($(date +%s) - t0)) s in all"
