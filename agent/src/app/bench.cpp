@@ -147,7 +147,10 @@ int free_port_pair() {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(fd);
+      continue;
+    }
     socklen_t len = sizeof(a);
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     ::close(fd);
@@ -225,7 +228,7 @@ int run_bench(const std::vector<std::string>& args) {
   bool json = false;
   std::uint64_t chunks = 100;
   int rounds = 5;
-  std::size_t chunk = 2560 * 2160 * 2;
+  std::size_t chunk = std::size_t{2560} * 2160 * 2;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "codec" || a == "loopback" || a == "curve" || a == "all") {

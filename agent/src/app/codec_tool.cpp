@@ -138,7 +138,7 @@ int run_synth_tool(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (i + 1 >= args.size()) throw ConfigError(a, "needs a value");
-    const std::string v = args[++i];
+    const std::string& v = args[++i];
     if (a == "--out") {
       out = v;
     } else if (a == "--chunk-bytes") {

@@ -238,6 +238,7 @@ std::vector<std::vector<std::byte>> replayed(
   std::sort(files.begin(), files.end());
   if (files.empty()) throw ConfigError("--replay", "directory " + replay + " holds no files");
   std::vector<std::vector<std::byte>> messages;
+  messages.reserve(files.size());
   for (const auto& f : files) messages.push_back(read_file(f));
   if (start) messages.insert(messages.begin(), stream2::start_for(messages, goniometer));
   return messages;

@@ -66,7 +66,7 @@ class SignalDrain {
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-    thread_ = std::jthread([this](std::stop_token st) {
+    thread_ = std::jthread([this](const std::stop_token& st) {
       timespec tick{0, 200'000'000};
       while (!st.stop_requested()) {
         int sig = sigtimedwait(&set_, nullptr, &tick);
@@ -117,7 +117,7 @@ int run_pipeline(Role role, const std::vector<std::string>& args) {
     std::ofstream f(summary_file, std::ios::trunc);
     f << termination_summary(r.summary) << '\n';
     if (!f.flush()) {
-      log_warn("cannot write the summary to " + summary_file + ": " + std::strerror(errno));
+      log_warn("cannot write the summary to " + summary_file + ": " + errno_text(errno));
     }
   }
   return r.exit_code;
@@ -152,7 +152,7 @@ int run_keygen(const std::vector<std::string>& args) {
   auto keys = zmq::curve_keypair();
   const std::string secret = args[1] + ".secret", pub = args[1] + ".public";
   int fd = ::open(secret.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw std::runtime_error("cannot write " + secret + ": " + std::strerror(errno));
+  if (fd < 0) throw std::runtime_error("cannot write " + secret + ": " + errno_text(errno));
   std::string line = keys.secret_key + "\n";
   bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   ::close(fd);
@@ -188,8 +188,10 @@ int main(int argc, char** argv) {
   // times a second, by ZeroMQ as they arrive: memory freed stays with the process for the next
   // one, instead of going back to the kernel and being faulted in and cleared again (page faults
   // were a sixth of a gateway's CPU time). What is kept is what the process needed at its peak.
+  // NOLINTBEGIN(concurrency-mt-unsafe): first thing in main, before any thread starts
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // NOLINTEND(concurrency-mt-unsafe)
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;

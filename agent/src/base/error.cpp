@@ -8,6 +8,8 @@
 
 namespace numastream {
 
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
 void throw_errno(std::string_view what) {
   throw std::system_error(errno, std::generic_category(), std::string(what));
 }

@@ -11,6 +11,10 @@
 
 namespace numastream {
 
+// The system's text for an errno value ("No such file or directory"), safe from any thread (unlike
+// std::strerror, whose buffer threads may share).
+std::string errno_text(int err);
+
 // Throws std::system_error carrying errno and `what`.
 [[noreturn]] void throw_errno(std::string_view what);
 

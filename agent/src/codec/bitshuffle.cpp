@@ -182,12 +182,12 @@ __attribute__((target("avx2"))) void bits_to_planes_avx2(const std::byte* in, st
       }
       // Bytes of planes (0,1), (2,3), ... interleaved; then pairs of pairs; then quadruples.
       __m256i a[8], b[8];
-      for (int k = 0; k < 4; ++k) {
+      for (std::size_t k = 0; k < 4; ++k) {
         a[2 * k] = _mm256_unpacklo_epi8(r[2 * k], r[2 * k + 1]);
         a[2 * k + 1] = _mm256_unpackhi_epi8(r[2 * k], r[2 * k + 1]);
       }
-      for (int h = 0; h < 2; ++h) {    // lo / hi bytes of the rows
-        for (int g = 0; g < 2; ++g) {  // planes 0-3, 4-7
+      for (std::size_t h = 0; h < 2; ++h) {    // lo / hi bytes of the rows
+        for (std::size_t g = 0; g < 2; ++g) {  // planes 0-3, 4-7
           const __m256i x = a[4 * g + h], y = a[4 * g + 2 + h];
           b[4 * h + 2 * g] = _mm256_unpacklo_epi16(x, y);
           b[4 * h + 2 * g + 1] = _mm256_unpackhi_epi16(x, y);
@@ -195,10 +195,11 @@ __attribute__((target("avx2"))) void bits_to_planes_avx2(const std::byte* in, st
       }
       // b[4h + 2g + u]: planes 4g..4g+3 of columns 8h + 4u + (0..3) in each 128-bit lane.
       std::byte* out = dst + 256 * q;
-      for (int h = 0; h < 2; ++h) {
-        for (int u = 0; u < 2; ++u) {
+      for (std::size_t h = 0; h < 2; ++h) {
+        for (std::size_t u = 0; u < 2; ++u) {
           const __m256i lo = b[4 * h + u], hi = b[4 * h + 2 + u];
-          const int col = 8 * h + 4 * u;  // first column (of 16 in the lane) of these two results
+          const std::size_t col =
+              8 * h + 4 * u;  // first column (of 16 in the lane) of these two results
           const __m256i c01 =
               transpose8x8_avx2(_mm256_unpacklo_epi32(lo, hi));  // columns col, col+1
           const __m256i c23 =
@@ -265,6 +266,7 @@ __attribute__((target("avx2"))) void planes_to_bytes2_avx2(const std::byte* plan
 
 bool cpu_has_avx2() noexcept {
   static const bool has = [] {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in the agent changes its environment
     if (const char* off = std::getenv("NUMASTREAM_NO_AVX2"); off && *off && *off != '0')
       return false;
     return __builtin_cpu_supports("avx2") != 0;

@@ -79,12 +79,12 @@ SpillStore::SpillStore(std::string dir, std::uint32_t stream, std::uint64_t max_
     for (const auto& [n, path] : earlier) std::filesystem::remove(path, ec);
     return;
   }
-  this->recover(std::move(earlier), recover);
+  this->recover(earlier, recover);
 }
 
 // Keeps the earlier segments' records, oldest first, up to the first cut or refused one; the
 // rest of that segment is cut off and every later segment removed.
-void SpillStore::recover(std::vector<std::pair<std::uint64_t, std::string>> earlier,
+void SpillStore::recover(const std::vector<std::pair<std::uint64_t, std::string>>& earlier,
                          const Recover& accept) {
   bool stopped = false;
   for (const auto& [number, path] : earlier) {

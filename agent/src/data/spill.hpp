@@ -90,7 +90,8 @@ class SpillStore {
   // Drops the read-through segments at the front that hold no frame (the last one: starts it
   // again from its beginning).
   void trim();
-  void recover(std::vector<std::pair<std::uint64_t, std::string>> earlier, const Recover& accept);
+  void recover(const std::vector<std::pair<std::uint64_t, std::string>>& earlier,
+               const Recover& accept);
 
   std::string dir_;
   std::uint32_t stream_;

@@ -336,7 +336,7 @@ std::optional<Message> parse(std::span<const std::byte> bytes, std::string& erro
     bool is_text = false;
     if (!read_key(key, is_text, 1)) break;
     bool ok = true;
-    if (!is_text) {
+    if (!is_text) {  // NOLINT(bugprone-branch-clone): skipped as a key this reader does not know
       ok = r.skip(1);
     } else if (key == "type") {
       ok = read_text(type, "field type is not a text string");

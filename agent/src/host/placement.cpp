@@ -206,11 +206,11 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
       slot.numa_node = topo.node_of_cpu(cpu);
       slot.requested_node = requested;
       ledger.take(cpu);
-      per_request[r].push_back(std::move(slot));
+      per_request[r].push_back(slot);
     }
   }
   for (auto& slots : per_request) {
-    for (auto& s : slots) result.threads.push_back(std::move(s));
+    for (const auto& s : slots) result.threads.push_back(s);
   }
   std::map<int, int> count;
   for (const auto& t : result.threads) ++count[t.cpu];
@@ -239,7 +239,7 @@ Placement place_os(const std::vector<StageRequest>& requests, std::optional<int>
       ThreadSlot slot;
       slot.stage = req.stage;
       slot.index = i;
-      result.threads.push_back(std::move(slot));
+      result.threads.push_back(slot);
     }
   }
   return result;

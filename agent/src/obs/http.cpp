@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
@@ -68,7 +69,7 @@ MetricsServer::MetricsServer(const std::string& listen, std::function<std::strin
   getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &len);
   port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  thread_ = std::jthread([this](std::stop_token st) { serve(st); });
+  thread_ = std::jthread([this](const std::stop_token& st) { serve(st); });
 }
 
 MetricsServer::~MetricsServer() {
@@ -104,7 +105,7 @@ std::string MetricsServer::answer(const std::string& req) const {
 // One thread polls the listening socket and every connection. A connection reads its request
 // (until a blank line, at most max_request_bytes), then is answered and closed; past its deadline
 // it is closed unanswered.
-void MetricsServer::serve(std::stop_token stop) {
+void MetricsServer::serve(const std::stop_token& stop) {
   using Clock = std::chrono::steady_clock;
   struct Client {
     int fd;

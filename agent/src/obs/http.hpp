@@ -46,7 +46,7 @@ class MetricsServer {
   int port() const noexcept { return port_; }
 
  private:
-  void serve(std::stop_token stop);
+  void serve(const std::stop_token& stop);
   std::string answer(const std::string& request) const;
   int fd_ = -1;
   int port_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "host/cpuset.hpp"
 #include "pipeline/runtime.hpp"
@@ -157,7 +158,7 @@ Controller::Controller(Runtime& rt, Stage codec, Stage neighbour, Governor& gove
       start_workers_(std::move(start_workers)),
       interval_s_(interval_s),
       budget_(budget_or_affinity(rt.cfg.cgroup_root)),
-      thread_([this](std::stop_token st) { loop(st); }) {}
+      thread_([this](const std::stop_token& st) { loop(st); }) {}
 
 Controller::~Controller() { stop(); }
 
@@ -168,7 +169,7 @@ void Controller::stop() {
   }
 }
 
-void Controller::loop(std::stop_token st) {
+void Controller::loop(const std::stop_token& st) {
   using Clock = std::chrono::steady_clock;
   struct Snap {
     std::uint64_t busy = 0, in = 0, out = 0, nbusy = 0;

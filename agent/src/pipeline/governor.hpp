@@ -118,7 +118,7 @@ class Controller {
   void declare_metrics(MetricRegistry& m) const;
 
  private:
-  void loop(std::stop_token st);
+  void loop(const std::stop_token& st);
   void watch_budget(std::chrono::steady_clock::time_point now);
   void use_budget(const CpuBudget& from, const CpuBudget& to,
                   std::chrono::steady_clock::time_point now);

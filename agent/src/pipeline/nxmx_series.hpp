@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "base/log.hpp"
 #include "pipeline/series_store.hpp"
 #include "store/nxmx_master.hpp"
@@ -282,7 +283,7 @@ class NxmxSeries final : public SeriesStore {
     it->second->close();
     const std::string name = hdf5::data_file_name(prefix_, k);
     if (std::rename((name + ".part").c_str(), name.c_str()) != 0) {
-      throw std::runtime_error("hdf5 sink: rename " + name + ".part: " + std::strerror(errno));
+      throw std::runtime_error("hdf5 sink: rename " + name + ".part: " + errno_text(errno));
     }
     published_.insert(k);
     return open_.erase(it);

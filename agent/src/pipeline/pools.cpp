@@ -13,10 +13,10 @@ SenderPools plan_sender_pools(const Config& cfg, int senders) {
   SenderPools p;
   p.spares = cfg.adaptive ? senders : 0;
   p.wire_capacity = wire::kHeaderSize + max_encoded_size(cfg.chunk_bytes);
-  p.wire_buffers =
-      static_cast<std::size_t>(cfg.queue_depth + senders * (cfg.window + 1) + 1 + p.spares +
-                               (p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0) +
-                               (cfg.spill.enabled() ? cfg.queue_depth + 1 : 0));
+  const auto count = [](int n) { return static_cast<std::size_t>(n); };
+  p.wire_buffers = count(cfg.queue_depth) + count(senders) * count(cfg.window + 1) + 1 +
+                   count(p.spares) + count(p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0) +
+                   count(cfg.spill.enabled() ? cfg.queue_depth + 1 : 0);
   return p;
 }
 
@@ -27,11 +27,13 @@ ReceiverPools plan_receiver_pools(const Config& cfg, int receivers, int decompre
   const std::size_t wire_estimate = std::max<std::size_t>(1, cfg.chunk_bytes / 2);
   const std::size_t per_connection =
       static_cast<std::size_t>(2 * cfg.hwm + 4) + (8u << 20) / wire_estimate;
-  p.reorder_window =
-      std::max<std::size_t>(static_cast<std::size_t>(cfg.reorder_window),
-                            static_cast<std::size_t>(receivers) * per_connection +
-                                static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth));
-  p.slack = static_cast<std::size_t>(decompressors + p.room + cfg.queue_depth);
+  p.reorder_window = std::max<std::size_t>(static_cast<std::size_t>(cfg.reorder_window),
+                                           static_cast<std::size_t>(receivers) * per_connection +
+                                               static_cast<std::size_t>(decompressors) +
+                                               static_cast<std::size_t>(p.room) +
+                                               static_cast<std::size_t>(cfg.queue_depth));
+  p.slack = static_cast<std::size_t>(decompressors) + static_cast<std::size_t>(p.room) +
+            static_cast<std::size_t>(cfg.queue_depth);
   // What the consumers may hold at once: each its queue, and what a file or Stream V2 sink holds
   // to restore the order (an HDF5 sink writes each chunk where it belongs). Consumers share the
   // buffers of a chunk, but each may be holding other chunks.

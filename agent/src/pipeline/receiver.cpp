@@ -16,7 +16,9 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
+#include "base/error.hpp"
 #include "base/files.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
@@ -90,7 +92,7 @@ class Receiver {
  public:
   Receiver(const Config& cfg, std::stop_token stop)
       : cfg_(cfg),
-        rt_(cfg, stop),
+        rt_(cfg, std::move(stop)),
         endpoint_(parse_endpoint(cfg.endpoint, "endpoint")),
         tracker_(static_cast<std::size_t>(cfg.max_streams)) {}
   RunResult run(const RunHooks& hooks);
@@ -424,7 +426,8 @@ void Receiver::send_acks(zmq::Socket& sock, int index,
     auto it = peers.find(stream);
     if (it == peers.end()) continue;  // no sender of that stream on this connection
     std::sort(p.seqs.begin(), p.seqs.end());
-    p.seqs.erase(std::remove_if(p.seqs.begin(), p.seqs.end(), [&](auto s) { return s < p.floor; }),
+    p.seqs.erase(std::remove_if(p.seqs.begin(), p.seqs.end(),
+                                [floor = p.floor](auto s) { return s < floor; }),
                  p.seqs.end());
     p.seqs.erase(std::unique(p.seqs.begin(), p.seqs.end()), p.seqs.end());
     answer(sock, it->second,
@@ -1222,7 +1225,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                         std::string("cannot make the directories of ") + path + ": " + e.what());
     }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-      throw ConfigError("sink.path", "cannot write in " + dir + ": " + std::strerror(errno));
+      throw ConfigError("sink.path", "cannot write in " + dir + ": " + errno_text(errno));
     }
   }
   const int receivers = rt_.threads(Stage::receive);
@@ -1632,7 +1635,7 @@ RunResult run_receiver(const Config& cfg, std::stop_token stop, const RunHooks& 
   // Every file a sink creates (data, index, HDF5) gets its sink.mode, whoever creates it (every
   // file consumer of one receiver has the same mode: parse_config).
   if (const auto files = file_sinks(cfg); !files.empty()) ::umask(0777u & ~files.front().mode);
-  Receiver r(cfg, stop);
+  Receiver r(cfg, std::move(stop));
   return r.run(hooks);
 }
 

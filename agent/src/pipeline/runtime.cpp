@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "base/error.hpp"
 #include "data/buffer_pool.hpp"
@@ -195,7 +196,7 @@ void NodePools::close_all() {
 }
 
 Runtime::Runtime(const Config& c, std::stop_token external)
-    : cfg(c), external_(external), metrics_({{"role", metrics_role(c)}}) {
+    : cfg(c), external_(std::move(external)), metrics_({{"role", metrics_role(c)}}) {
   if (!numa_supported()) {
     log_warn(
         "libnuma reports no NUMA support on this machine: buffers are allocated without a "

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "codec/codec.hpp"
 #include "codec/synth.hpp"
@@ -49,7 +50,7 @@ std::string seconds(double s) {
 class Sender {
  public:
   Sender(const Config& cfg, std::stop_token stop)
-      : cfg_(cfg), rt_(cfg, stop), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+      : cfg_(cfg), rt_(cfg, std::move(stop)), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
 
   RunResult run(const RunHooks& hooks);
 
@@ -817,7 +818,7 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   std::jthread recorder;
   if (state_) {
-    recorder = std::jthread([this](std::stop_token st) {
+    recorder = std::jthread([this](const std::stop_token& st) {
       std::uint64_t saved = ledger_->acknowledged(cfg_.stream_id);
       while (!st.stop_requested()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -922,7 +923,7 @@ RunResult Sender::run(const RunHooks& hooks) {
 }  // namespace
 
 RunResult run_sender(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
-  Sender s(cfg, stop);
+  Sender s(cfg, std::move(stop));
   return s.run(hooks);
 }
 

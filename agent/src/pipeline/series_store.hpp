@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "base/files.hpp"
 #include "store/series_file.hpp"
 
@@ -117,7 +118,7 @@ class OneFileSeries final : public SeriesStore {
   void publish() override {
     file_->close();
     if (std::rename((path_ + ".part").c_str(), path_.c_str()) != 0) {
-      throw std::runtime_error("hdf5 sink: rename " + path_ + ".part: " + std::strerror(errno));
+      throw std::runtime_error("hdf5 sink: rename " + path_ + ".part: " + errno_text(errno));
     }
   }
   void give_up(const std::string& lacks) override {

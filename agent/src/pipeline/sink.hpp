@@ -272,12 +272,11 @@ class FileSink final : public Sink {
       // A file is complete only when it is on the disk: a failed fsync or close (a full or
       // failing filesystem, an NFS server gone) keeps it a .part, and fails the run naming it.
       std::string error;
-      if (::fsync(o.fd) != 0) error = "fsync " + part + ": " + std::strerror(errno);
-      if (::close(o.fd) != 0 && error.empty())
-        error = "close " + part + ": " + std::strerror(errno);
+      if (::fsync(o.fd) != 0) error = "fsync " + part + ": " + errno_text(errno);
+      if (::close(o.fd) != 0 && error.empty()) error = "close " + part + ": " + errno_text(errno);
       o.fd = -1;
       if (::close(o.index_fd) != 0 && error.empty())
-        error = "close " + part + ".idx: " + std::strerror(errno);
+        error = "close " + part + ".idx: " + errno_text(errno);
       o.index_fd = -1;
       if (!error.empty()) {
         log_error("file sink: " + error);
@@ -298,7 +297,7 @@ class FileSink final : public Sink {
           ::unlink((part + ".idx").c_str());
           continue;
         }
-        if (failed.empty()) failed = "file sink: rename " + part + ": " + std::strerror(errno);
+        if (failed.empty()) failed = "file sink: rename " + part + ": " + errno_text(errno);
       }
       incomplete.push_back(part);
     }

@@ -15,6 +15,8 @@
 #include <string>
 #include <type_traits>
 
+#include "base/error.hpp"
+
 namespace numastream::hdf5 {
 static_assert(std::is_same_v<Id, hid_t>,
               "HDF5's hid_t is a 64-bit signed integer (HDF5 1.10 and later)");
@@ -41,7 +43,7 @@ AlignedBuffer aligned(std::size_t bytes) {
 // Fails the driver call: HDF5's error stack gets what failed and the system's reason (the
 // innermost message, which the writer names in its own error).
 herr_t failed(H5E_minor_t minor, const std::string& what, int err) {
-  const std::string msg = what + ": " + std::strerror(err);
+  const std::string msg = what + ": " + errno_text(err);
   H5Epush2(H5E_DEFAULT, __FILE__, "numastream direct driver", __LINE__, H5E_ERR_CLS, H5E_VFL, minor,
            "%s", msg.c_str());
   return -1;

@@ -316,6 +316,7 @@ void write_value(hid_t file, const std::string& path, const stream2::Value& v,
     case K::texts: {
       std::vector<std::string> held(v.texts.begin(), v.texts.end());
       std::vector<const char*> ptrs;
+      ptrs.reserve(held.size());
       for (const auto& s : held) ptrs.push_back(s.c_str());
       const hsize_t n = ptrs.size();
       hid_t space = H5Screate_simple(1, &n, nullptr);

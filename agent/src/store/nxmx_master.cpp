@@ -12,6 +12,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "base/error.hpp"
 #include "detector/stream2.hpp"
 #include "store/hdf5_detail.hpp"
 
@@ -455,6 +456,7 @@ void write_body(hid_t file, const std::string& path, const NxmxMaster& m) {
     const auto slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
     std::vector<std::string> sources;
+    sources.reserve(stacks.size());
     for (const auto& name : stacks) sources.push_back("/entry/data/" + name);
     for (const char* t : kImageTimes) sources.push_back(std::string(kDetector) + "/" + t);
     std::map<std::uint64_t, std::map<std::string, hsize_t>> unfinished;
@@ -649,7 +651,7 @@ void write_master(const std::string& path, const NxmxMaster& m) {
   H5Eclear2(H5E_DEFAULT);
   if (!closed) throw std::runtime_error(tmp + ": close failed");
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw std::runtime_error("rename " + tmp + " to " + path + ": " + std::strerror(errno));
+    throw std::runtime_error("rename " + tmp + " to " + path + ": " + errno_text(errno));
   }
 }
 

@@ -14,12 +14,14 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/error.hpp"
+
 namespace numastream {
 
 namespace {
 
 std::runtime_error io_error(const std::string& what, const std::string& path) {
-  return std::runtime_error("state " + path + ": " + what + ": " + std::strerror(errno));
+  return std::runtime_error("state " + path + ": " + what + ": " + errno_text(errno));
 }
 
 }  // namespace
@@ -166,7 +168,8 @@ TakenRecord::~TakenRecord() {
 void TakenRecord::write(bool sync) {
   char buf[kTakenSize];
   const std::uint32_t version = 1;
-  std::memcpy(buf, "NSTK", 4);
+  constexpr char kMagic[4] = {'N', 'S', 'T', 'K'};  // the record's magic, no terminator
+  std::memcpy(buf, kMagic, sizeof kMagic);
   std::memcpy(buf + 4, &version, 4);
   std::memcpy(buf + 8, &taken_, 8);
   std::memcpy(buf + 16, &reserved_, 8);
