@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make check: the fast loop before a commit: formatting (clang-format over the agent, gofmt),
-# golangci-lint (.golangci.yml: go vet, staticcheck, errcheck, gosec, revive, ...), the Go unit and table tests (planner, render, Decide, conditions, storage, ...; the envtest
+# golangci-lint (.golangci.yml: go vet, staticcheck, errcheck, gosec, revive, ...), clang-tidy over
+# the agent (agent/.clang-tidy), the Go unit and table tests (planner, render, Decide, conditions, storage, ...; the envtest
 # suites skip here, make test runs them) and the agent's unit tests. No root, no cluster. Prints
 # each step's time.
 set -uo pipefail
@@ -38,6 +39,7 @@ golangci_lint() {
   "$lint" run ./...
 }
 step golangci-lint golangci_lint
+step clang-tidy bash hack/clang-tidy.sh
 step go-unit go_unit
 step agent-unit "$agent_build/agent_unit_tests" --gtest_brief=1
 echo "check: $(($(date +%s) - t0)) s in all"

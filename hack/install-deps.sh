@@ -31,8 +31,8 @@ test=(
   # libFuzzer + ASan/UBSan with clang: the runtimes are in libclang-rt-14-dev, which clang only
   # Recommends.
   clang libclang-rt-14-dev
-  # make check: the agent's formatting
-  clang-format
+  # make check: the agent's formatting and clang-tidy (agent/.clang-tidy)
+  clang-format clang-tidy-14
   # fault tests and the facility in a box: namespaces, veth, tc, nftables drop rules; a stalled
   # filesystem (an ext4 image on a loop device, frozen with fsfreeze)
   iproute2 nftables procps util-linux e2fsprogs
