@@ -32,6 +32,7 @@ AGENT_BUILD := $(BUILD)/agent
 # More cmake options for `make agent` (the Dockerfile's builder: -DNUMASTREAM_TESTS=OFF).
 AGENT_CMAKE_FLAGS ?=
 AGENT_ASAN_BUILD := $(BUILD)/agent-asan
+AGENT_TSAN_BUILD := $(BUILD)/agent-tsan
 AGENT := $(BIN)/numastream-agent
 
 .PHONY: help
@@ -56,6 +57,11 @@ agent: deps ## Build the C++ agent into bin/numastream-agent
 agent-asan: deps ## Build the agent and all its tests with AddressSanitizer + UBSan
 	@hack/quiet.sh "agent-asan: cmake configure" -- cmake -S agent -B $(AGENT_ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNUMASTREAM_SANITIZE=ON -DNUMASTREAM_E2E=ON $(CMAKE_LAUNCHER)
 	@cmake --build $(AGENT_ASAN_BUILD) -j $(JOBS)
+
+.PHONY: agent-tsan
+agent-tsan: deps ## Build the agent, its unit and end-to-end tests with ThreadSanitizer
+	@hack/quiet.sh "agent-tsan: cmake configure" -- cmake -S agent -B $(AGENT_TSAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_TSAN=ON -DNUMASTREAM_E2E=ON $(CMAKE_LAUNCHER)
+	@cmake --build $(AGENT_TSAN_BUILD) -j $(JOBS) --target numastream-agent agent_unit_tests agent_e2e_tests
 
 .PHONY: test-agent
 test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (network namespaces, root)
@@ -90,6 +96,16 @@ ASAN_NOT := ^(Spill.APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost|
 test-agent-asan: agent-asan ## Agent unit, end-to-end and fault tests, the agents under AddressSanitizer + UBSan
 	@cd $(AGENT_ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=8 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j $(JOBS) -E '$(ASAN_NOT)'
+
+.PHONY: test-agent-tsan
+# ThreadSanitizer on what shares memory between threads: the unit tests (queues, pools, the spill,
+# the governor) and the end-to-end tests that run whole senders and receivers with fan-out, spill,
+# the onward hop and adaptive threads (agents built with TSan; a report fails the agent and so the
+# test). Not the paced half-minute ones (as ASan).
+TSAN_E2E := FanOut.*:Spill.*:Adaptive.*-Spill.APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost:Adaptive.ACompressionBottleneckGrowsIntoTheIdleSendingCpus
+test-agent-tsan: agent-tsan ## Agent unit tests and the fan-out, spill, onward-hop and adaptive end-to-end tests under ThreadSanitizer
+	@cd $(AGENT_TSAN_BUILD) && export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:exitcode=66:suppressions=$(CURDIR)/agent/tsan.supp && \
+		./agent_unit_tests --gtest_brief=1 && ./agent_e2e_tests --gtest_brief=1 --gtest_filter='$(TSAN_E2E)'
 
 .PHONY: bench-agent
 bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit
