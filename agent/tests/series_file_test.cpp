@@ -33,17 +33,29 @@ std::string temp_dir() {
   return mkdtemp(tmpl);
 }
 
+// Writes the start message of a one-channel uint16 series (`id`, `images` of `dims`) and records
+// it, as a gateway does first.
+void start_series(hdf5::SeriesFile& f, const std::string& id, std::uint64_t images,
+                  std::vector<std::uint64_t> dims) {
+  stream2::StartInfo info;
+  info.series_unique_id = id;
+  info.number_of_images = images;
+  info.dims = std::move(dims);
+  info.channels = {"threshold_1"};
+  f.write_start(stream2::build_start(info), 1, id, 0);
+  f.record(0);
+}
+
+// A directory of its own for a trial, removed with everything in it.
+struct TrialDir {
+  std::string dir = temp_dir();
+  ~TrialDir() { std::filesystem::remove_all(dir); }
+};
+
 // The child: a series of 256 x 256 uint16 images, each recorded and flushed as it is written.
 [[noreturn]] void write_until_killed(const std::string& path, bool direct) {
   hdf5::SeriesFile f(path, 0, direct);
-  stream2::StartInfo info;
-  info.series_unique_id = "crash";
-  info.number_of_images = 100000;
-  info.dims = {256, 256};
-  info.channels = {"threshold_1"};
-  const auto start = stream2::build_start(info);
-  f.write_start(start, 1, "crash", 0);
-  f.record(0);
+  start_series(f, "crash", 100000, {256, 256});
   f.flush();
   std::vector<std::byte> pixels(256 * 256 * 2);
   for (std::uint64_t id = 0; id < 100000; ++id) {
@@ -63,11 +75,8 @@ TEST(SeriesFile, AGatewayKilledAtAnyMomentLeavesNoRecordOfAnImageTheFileLacks) {
   int opened = 0, unopenable = 0, checked_images = 0;
   for (const bool direct : {false, true}) {
     for (int trial = 0; trial < 12; ++trial) {
-      const std::string dir = temp_dir(), path = dir + "/series.h5.part";
-      struct Cleanup {
-        std::string dir;
-        ~Cleanup() { std::filesystem::remove_all(dir); }
-      } cleanup{dir};
+      const TrialDir scratch;
+      const std::string path = scratch.dir + "/series.h5.part";
       const pid_t pid = ::fork();
       ASSERT_GE(pid, 0);
       if (pid == 0) write_until_killed(path, direct);
@@ -137,20 +146,11 @@ TEST(SeriesFile, AFileWhoseRecordedEndIsBeforeItsLastImagesResumesAndReadsBack) 
   // the next gateway rewrites that image, writes the next ones, and every reader reads them all.
   for (const bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "direct" : "buffered");
-    const std::string dir = temp_dir(), path = dir + "/series.h5.part";
-    struct Cleanup {
-      std::string dir;
-      ~Cleanup() { std::filesystem::remove_all(dir); }
-    } cleanup{dir};
+    const TrialDir scratch;
+    const std::string path = scratch.dir + "/series.h5.part";
     {
       hdf5::SeriesFile f(path, 0, direct);
-      stream2::StartInfo info;
-      info.series_unique_id = "behind";
-      info.number_of_images = 8;
-      info.dims = {64, 80};
-      info.channels = {"threshold_1"};
-      f.write_start(stream2::build_start(info), 1, "behind", 0);
-      f.record(0);
+      start_series(f, "behind", 8, {64, 80});
       for (std::uint64_t id = 0; id < 5; ++id) {
         f.write_image(image_message(id), id);
         if (id < 4) f.record(id + 1);  // image 4's message: written, not yet recorded
