@@ -257,8 +257,10 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   far.reset();
   std::this_thread::sleep_for(1s);
   far.emplace(far_receiver());
-  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
-  ASSERT_EQ(rx.wait(120s), 0) << rx.err();
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err() << "\n--- gateway:\n"
+                              << rx.err() << "\n--- far:\n"
+                              << far->err();
+  ASSERT_EQ(rx.wait(120s), 0) << rx.err() << "\n--- far:\n" << far->err();
   ASSERT_EQ(far->wait(60s), 0) << far->err();
   EXPECT_TRUE(read_bytes(dir + "/out.raw") == source)
       << "the gateway's own file is the source, byte for byte";

@@ -8,6 +8,8 @@
 #include <system_error>
 #include <vector>
 
+#include "base/tsan.hpp"
+
 namespace numastream::zmq {
 namespace {
 
@@ -16,7 +18,19 @@ namespace {
   throw std::system_error(err, std::generic_category(), what + ": " + zmq_strerror(err));
 }
 
+// A reference to a message's bytes let go (closed, or handed to a socket): ZeroMQ's reference
+// count orders it before the free function, which says so to ThreadSanitizer (free_message).
+void let_go(zmq_msg_t* m) noexcept { tsan::release(zmq_msg_data(m)); }
+
+// A message not sent after all: closed, and left empty for its owner to close again.
+void drop(zmq_msg_t* m) noexcept {
+  zmq_msg_close(m);
+  zmq_msg_init(m);
+}
+
 }  // namespace
+
+void free_message(void* data) noexcept { tsan::acquire(data); }
 
 std::string last_error() { return zmq_strerror(zmq_errno()); }
 
@@ -73,13 +87,18 @@ void Socket::connect(const std::string& endpoint) {
 static_assert(sizeof(zmq_msg_t) <= 64, "Message storage too small for zmq_msg_t");
 
 Message::Message() { zmq_msg_init(reinterpret_cast<zmq_msg_t*>(storage_)); }
-Message::~Message() { zmq_msg_close(reinterpret_cast<zmq_msg_t*>(storage_)); }
+Message::~Message() {
+  auto* m = reinterpret_cast<zmq_msg_t*>(storage_);
+  let_go(m);
+  zmq_msg_close(m);
+}
 Message::Message(Message&& o) noexcept {
   zmq_msg_init(reinterpret_cast<zmq_msg_t*>(storage_));
   zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_), reinterpret_cast<zmq_msg_t*>(o.storage_));
 }
 Message& Message::operator=(Message&& o) noexcept {
   if (this != &o) {
+    let_go(reinterpret_cast<zmq_msg_t*>(storage_));
     zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_), reinterpret_cast<zmq_msg_t*>(o.storage_));
   }
   return *this;
@@ -107,7 +126,11 @@ Message Message::slice(Message m, std::size_t offset, std::size_t size) {
   auto* held = new Message(std::move(m));
   return adopt(
       held->mutable_data() + offset, size,
-      [](void*, void* hint) noexcept { delete static_cast<Message*>(hint); }, held);
+      [](void* data, void* hint) noexcept {
+        free_message(data);
+        delete static_cast<Message*>(hint);
+      },
+      held);
 }
 
 Message Message::of(std::span<const std::byte> bytes) {
@@ -123,6 +146,11 @@ Message Message::share() {
     fail("zmq_msg_copy");
   }
   return m;
+}
+
+void* Message::raw() noexcept {
+  let_go(reinterpret_cast<zmq_msg_t*>(storage_));
+  return storage_;
 }
 
 bool Message::more() noexcept { return zmq_msg_more(reinterpret_cast<zmq_msg_t*>(storage_)) != 0; }
@@ -213,22 +241,22 @@ SendOutcome send_watched_impl(Socket& sock, Monitor& mon, void* m, bool (*aborte
   while (true) {
     mon.drain();
     if (mon.disconnects() > 0) {
-      zmq_msg_close(msg);
+      drop(msg);
       return SendOutcome::peer_lost;
     }
     if (aborted(ctx)) {
-      zmq_msg_close(msg);
+      drop(msg);
       return SendOutcome::aborted;
     }
     zmq_pollitem_t items[] = {{sock.get(), 0, ZMQ_POLLOUT, 0}, {mon.get(), 0, ZMQ_POLLIN, 0}};
     if (zmq_poll(items, 2, 200) < 0 && zmq_errno() != EINTR) {
-      zmq_msg_close(msg);
+      drop(msg);
       return SendOutcome::failed;
     }
     if (!(items[0].revents & ZMQ_POLLOUT)) continue;
     if (zmq_msg_send(msg, sock.get(), ZMQ_DONTWAIT) >= 0) return SendOutcome::sent;
     if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
-      zmq_msg_close(msg);
+      drop(msg);
       return SendOutcome::failed;
     }
   }

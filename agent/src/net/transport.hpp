@@ -50,6 +50,11 @@ class Socket {
 
 // A received message, owned: ZeroMQ allocated it (on the NUMA node of the I/O thread that read it
 // from the socket); it is freed when this goes away. Move-only.
+// For a free function given to Message::adopt, before it reuses or frees the bytes: every
+// thread that held a reference to them is done with them (ZeroMQ's reference count says so, and
+// this tells ThreadSanitizer, which cannot see it).
+void free_message(void* data) noexcept;
+
 class Message {
  public:
   Message();
@@ -60,7 +65,7 @@ class Message {
   Message& operator=(const Message&) = delete;
 
   // A message over caller-owned bytes (zero-copy): `free_fn(data, hint)` runs once ZeroMQ and
-  // every copy are done with them.
+  // every copy are done with them; it calls free_message(data) first.
   static Message adopt(void* data, std::size_t size, void (*free_fn)(void*, void*), void* hint);
   // A message holding a copy of `bytes`.
   static Message of(std::span<const std::byte> bytes);
@@ -80,8 +85,9 @@ class Message {
   bool more() noexcept;
   std::span<const std::byte> bytes() const noexcept;
   std::byte* mutable_data() noexcept;
-  // The zmq_msg_t, for send_watched (which consumes it: the message is empty afterwards).
-  void* raw() noexcept { return storage_; }
+  // The zmq_msg_t, for a send that consumes it (the message is empty afterwards): this thread
+  // is done with the bytes.
+  void* raw() noexcept;
 
  private:
   alignas(8) unsigned char storage_[64];  // a zmq_msg_t

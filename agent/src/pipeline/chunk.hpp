@@ -20,7 +20,8 @@ namespace numastream {
 
 // ZeroMQ's free function for a buffer sent zero-copy (the buffer is the hint): it goes back to
 // its pool once ZeroMQ has sent it.
-inline void return_to_pool(void* /*data*/, void* hint) noexcept {
+inline void return_to_pool(void* data, void* hint) noexcept {
+  zmq::free_message(data);
   PooledBuffer returned(static_cast<Buffer*>(hint));
 }
 
