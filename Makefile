@@ -101,11 +101,13 @@ test-agent-asan: agent-asan ## Agent unit, end-to-end and fault tests, the agent
 # ThreadSanitizer on what shares memory between threads: the unit tests (queues, pools, the spill,
 # the governor) and the end-to-end tests that run whole senders and receivers with fan-out, spill,
 # the onward hop and adaptive threads (agents built with TSan; a report fails the agent and so the
-# test). Not the paced half-minute ones (as ASan).
+# test). Not the paced half-minute ones (as ASan). The end-to-end tests run as two shards side by
+# side: they mostly wait on paced streams.
 TSAN_E2E := FanOut.*:Spill.*:Adaptive.*-Spill.APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost:Adaptive.ACompressionBottleneckGrowsIntoTheIdleSendingCpus
 test-agent-tsan: agent-tsan ## Agent unit tests and the fan-out, spill, onward-hop and adaptive end-to-end tests under ThreadSanitizer
 	@cd $(AGENT_TSAN_BUILD) && export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:exitcode=66:suppressions=$(CURDIR)/agent/tsan.supp && \
-		./agent_unit_tests --gtest_brief=1 && ./agent_e2e_tests --gtest_brief=1 --gtest_filter='$(TSAN_E2E)'
+		./agent_unit_tests --gtest_brief=1 && \
+		bash $(CURDIR)/hack/gtest-shards.sh 2 ./agent_e2e_tests --gtest_brief=1 --gtest_filter='$(TSAN_E2E)'
 
 .PHONY: bench-agent
 bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit

@@ -63,12 +63,17 @@ func TestAnotherNamespaceCannotReachAGateway(t *testing.T) {
 		}
 		t.Logf("from %s: data %s, metrics %s and %s", from, got[data], got[metrics], got[dxMetrics])
 	}
-	want(outsider+" on "+gateway+" (bridged)", probe(t, outsider, gateway, nil, targets), "dropped", "dropped", "dropped")
-	want(outsider+" on "+detector+" (routed)", probe(t, outsider, detector, nil, targets), "dropped", "dropped", "dropped")
-	want("the operator's namespace", probe(t, "numastream-system", detector, nil, targets), "dropped", "open", "open")
-	want("the host (operator.metricsFrom 10.212.0.1/32)", dialAll(targets), "dropped", "open", "open")
+	// The probe pods run side by side; each tries its targets at once.
 	sender := map[string]string{render.LabelPipeline: sp.Name, render.LabelRole: render.RoleSender}
-	want("a pod the policy names as the pipeline's sender", probe(t, ns, detector, sender, targets), "open", "dropped", "dropped")
+	bridged := startProbe(t, outsider, gateway, nil, targets)
+	routed := startProbe(t, outsider, detector, nil, targets)
+	operator := startProbe(t, "numastream-system", detector, nil, targets)
+	named := startProbe(t, ns, detector, sender, targets)
+	want("the host (operator.metricsFrom 10.212.0.1/32)", dialAll(targets), "dropped", "open", "open")
+	want(outsider+" on "+gateway+" (bridged)", probeResult(t, bridged, len(targets)), "dropped", "dropped", "dropped")
+	want(outsider+" on "+detector+" (routed)", probeResult(t, routed, len(targets)), "dropped", "dropped", "dropped")
+	want("the operator's namespace", probeResult(t, operator, len(targets)), "dropped", "open", "open")
+	want("a pod the policy names as the pipeline's sender", probeResult(t, named, len(targets)), "open", "dropped", "dropped")
 
 	// Every answer above came from the one gateway pod, still running.
 	if cur := running(t, sp, render.RoleGateway); cur == nil || cur.Name != gw.Name || cur.Status.PodIP != ip {
@@ -120,31 +125,38 @@ func probePod(namespace, node string, labels map[string]string, cmd []string) *c
 	}
 }
 
-// probe connects from a pod of the namespace on the node to each host:port and says, for each,
-// "open" (connected), "refused" (nothing listens) or "dropped" (no answer within 3 s: a policy).
-func probe(t *testing.T, namespace, node string, labels map[string]string, targets []string) map[string]string {
+// startProbe starts a pod of the namespace on the node that connects to each host:port at once
+// and says, for each, "open" (connected), "refused" (nothing listens) or "dropped" (no answer
+// within 3 s: a policy); probeResult waits for it and reads what it said.
+func startProbe(t *testing.T, namespace, node string, labels map[string]string, targets []string) *corev1.Pod {
 	t.Helper()
 	// kube-network-policies (without NRI) learns a new pod's address from the API server: the
 	// probe waits for the kubelet's report of it to get there, or it would be judged as no pod.
 	const script = `sleep 3
 for t in "$@"; do
-  timeout 3 bash -c "exec 3<>/dev/tcp/${t%:*}/${t##*:}"
+  (timeout 3 bash -c "exec 3<>/dev/tcp/${t%:*}/${t##*:}"
   case $? in 0) r=open ;; 124) r=dropped ;; *) r=refused ;; esac
-  echo "probe $t $r"
-done`
+  echo "probe $t $r") &
+done
+wait`
 	p := probePod(namespace, node, labels, append([]string{"bash", "-c", script, "probe"}, targets...))
 	if err := k8s.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	defer k8s.Delete(ctx, p, client.GracePeriodSeconds(0)) //nolint:errcheck
-	eventually(t, "probe pod "+namespace+"/"+p.Name+" finished", 90*time.Second, func() (bool, string) {
+	t.Cleanup(func() { k8s.Delete(ctx, p, client.GracePeriodSeconds(0)) }) //nolint:errcheck
+	return p
+}
+
+func probeResult(t *testing.T, p *corev1.Pod, targets int) map[string]string {
+	t.Helper()
+	eventually(t, "probe pod "+p.Namespace+"/"+p.Name+" finished", 90*time.Second, func() (bool, string) {
 		cur := &corev1.Pod{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			return false, err.Error()
 		}
 		return cur.Status.Phase == corev1.PodSucceeded || cur.Status.Phase == corev1.PodFailed, string(cur.Status.Phase)
 	})
-	b, err := cs.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +166,13 @@ done`
 			got[f[1]] = f[2]
 		}
 	}
-	if len(got) != len(targets) {
-		t.Fatalf("probe pod %s/%s on %s printed:\n%s", namespace, p.Name, node, b)
+	if len(got) != targets {
+		t.Fatalf("probe pod %s/%s on %s printed:\n%s", p.Namespace, p.Name, p.Spec.NodeSelector[corev1.LabelHostname], b)
 	}
 	return got
 }
 
-// dialAll is probe from this process (on the host, 10.212.0.1).
+// dialAll is a probe from this process (on the host, 10.212.0.1).
 func dialAll(targets []string) map[string]string {
 	got := map[string]string{}
 	for _, target := range targets {
