@@ -142,9 +142,10 @@ TEST(EndToEnd, FileSourceToFileSinkIsByteIdentical) {
 TEST(EndToEnd, SenderFailsWhenTheReceiverDoesNotComeBack) {
   int port = free_ports(2);
   Process rx(receiver(port, 2));
-  Process tx(sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--reconnect-timeout", "2"}));
-  std::this_thread::sleep_for(1500ms);
-  ASSERT_TRUE(tx.running()) << tx.err();
+  Process tx(sender(port, 2,
+                    {"--chunks", "0", "--rate-gbps", "0.4", "--reconnect-timeout", "2",
+                     "--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_TRUE(acknowledged(tx, 2)) << tx.err();
   rx.signal(SIGKILL);
   auto start = std::chrono::steady_clock::now();
   int code = tx.wait(15s);
@@ -191,8 +192,9 @@ TEST(EndToEnd, SenderWithoutAReceiverSaysSoAndExits) {
 TEST(EndToEnd, ReceiverFailsWhenAnOpenStreamGoesSilent) {
   int port = free_ports(1);
   Process rx(receiver(port, 1, {"--idle-timeout", "1"}));
-  Process tx(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.2"}));
-  std::this_thread::sleep_for(1500ms);
+  Process tx(
+      sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.2", "--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_TRUE(acknowledged(tx, 2)) << tx.err();
   tx.signal(SIGKILL);
   EXPECT_EQ(rx.wait(15s), 1) << rx.err();
   json r = summary(rx);
@@ -724,9 +726,10 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
 TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
   int port = free_ports(2);
   Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
-  std::vector<std::string> endless = {"--chunks", "0", "--rate-gbps", "0.4"};
+  std::vector<std::string> endless = {"--chunks",         "0",          "--rate-gbps", "0.4",
+                                      "--metrics-listen", "127.0.0.1:0"};
   Process tx1(sender(port, 2, endless));
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(acknowledged(tx1, 4)) << tx1.err();
   tx1.signal(SIGTERM);
   EXPECT_EQ(tx1.wait(30s), 143) << tx1.err();
   json s1 = summary(tx1);
@@ -735,7 +738,7 @@ TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
   std::this_thread::sleep_for(500ms);
   EXPECT_TRUE(rx.running()) << "the receiver ended a paused stream: " << rx.err();
   Process tx2(sender(port, 2, endless));
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(acknowledged(tx2, s1["acknowledged"].get<int>() + 4)) << tx2.err();
   tx2.signal(SIGINT);  // a person ends the endless stream
   EXPECT_EQ(tx2.wait(30s), 0) << tx2.err();
   EXPECT_EQ(rx.wait(30s), 0) << rx.err();
@@ -754,13 +757,19 @@ TEST(EndToEnd, DrainedEndlessSenderPausesAndTheNextOneResumes) {
 TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
   int port = free_ports(2);
   std::string state = temp_dir();
-  std::vector<std::string> endless = {"--chunks", "0",     "--rate-gbps",
-                                      "0.4",      "--set", "state_dir=\"" + state + "\""};
+  std::vector<std::string> endless = {"--chunks",
+                                      "0",
+                                      "--rate-gbps",
+                                      "0.4",
+                                      "--set",
+                                      "state_dir=\"" + state + "\"",
+                                      "--metrics-listen",
+                                      "127.0.0.1:0"};
   json r1, s1;
   {
     Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
     Process tx(sender(port, 2, endless));
-    std::this_thread::sleep_for(1500ms);
+    ASSERT_TRUE(acknowledged(tx, 4)) << tx.err();
     tx.signal(SIGTERM);
     EXPECT_EQ(tx.wait(30s), 143) << tx.err();
     rx.signal(SIGTERM);
@@ -772,7 +781,7 @@ TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
   EXPECT_EQ(s1["acknowledged"], r1["chunks"]);
   Process rx(receiver(port, 2, {"--idle-timeout", "0"}));
   Process tx(sender(port, 2, endless));
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(acknowledged(tx, r1["chunks"].get<int>() + 4)) << tx.err();
   tx.signal(SIGINT);
   EXPECT_EQ(tx.wait(30s), 0) << tx.err();
   EXPECT_EQ(rx.wait(30s), 0) << rx.err();

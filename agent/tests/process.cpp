@@ -187,6 +187,31 @@ int free_ports(int count) {
   throw std::runtime_error("no free port range");
 }
 
+bool metric_reaches(Process& agent, const std::string& sample, double at_least,
+                    std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  const std::string announce = "metrics on port ";
+  int port = -1;
+  while (std::chrono::steady_clock::now() < until && agent.running()) {
+    if (port < 0) {
+      const std::string err = agent.err();
+      const auto at = err.find(announce);
+      if (at != std::string::npos) port = std::atoi(err.c_str() + at + announce.size());
+    }
+    if (port > 0) {
+      std::istringstream text(http_get(port, "/metrics"));
+      for (std::string line; std::getline(text, line);) {
+        if (line.size() > sample.size() && line.compare(0, sample.size(), sample) == 0 &&
+            line[sample.size()] == ' ' && std::atof(line.c_str() + sample.size() + 1) >= at_least) {
+          return true;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 std::string http_get(int port, const std::string& path) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

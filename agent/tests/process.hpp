@@ -47,6 +47,17 @@ bool require_real();
 std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {});
 std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra = {});
 
+// Waits until an agent started with `--metrics-listen 127.0.0.1:0` reports at least `at_least`
+// for the metric sample `sample` (its name and labels as /metrics prints them); false when the
+// agent stopped or `deadline` passed first. For a test that acts once a stream is under way.
+bool metric_reaches(Process& agent, const std::string& sample, double at_least,
+                    std::chrono::milliseconds deadline);
+// An endless sender under way: the receiver acknowledged `chunks` of its stream.
+inline bool acknowledged(Process& tx, int chunks) {
+  return metric_reaches(tx, R"(numastream_chunks_acknowledged{role="send"})", chunks,
+                        std::chrono::seconds(60));
+}
+
 // A base port with `count` consecutive free TCP ports on 127.0.0.1.
 int free_ports(int count);
 // GET http://127.0.0.1:port/path; returns "<status code>\n<body>" or "" when unreachable.
