@@ -68,8 +68,12 @@ test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (ne
 	@cd $(AGENT_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 .PHONY: test-oracles
+# Side by side, two at a time, the longest first: most of their time is agents killed and
+# restarted, DIALS starting and a browser rendering.
+ORACLES := stream2_hdf5_test mx_programs_test preview_test hdf5_test nxmx_test dectris_decoder_test oracle_test
 test-oracles: agent ## The agent's bslz4, HDF5 files, Stream V2 series files, NXmx master and data files and live preview held against the reference libraries (bitshuffle, lz4, h5py, hdf5plugin, cbor2, Pillow, the NeXus NXmx definition) and the field's programs (DIALS, silx, nxmx, DECTRIS's decoder), real EIGER2 frames and headless Chromium
-	@PY=$$(bash hack/pyenv.sh) && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/oracle_test.py -v && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/hdf5_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/stream2_hdf5_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/nxmx_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/mx_programs_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/dectris_decoder_test.py && NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) $$PY -W error::ResourceWarning test/codec/preview_test.py
+	@PY=$$(bash hack/pyenv.sh) && export NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) && \
+		bash hack/side-by-side.sh 2 $(foreach t,$(ORACLES),"$$PY -W error::ResourceWarning test/codec/$(t).py")
 
 .PHONY: test-faults
 test-faults: agent ## Fault scenarios in network namespaces (root), with their figures
@@ -107,7 +111,7 @@ TSAN_E2E := FanOut.*:Spill.*:Adaptive.*-Spill.APacedSourceFasterThanTheSinkSpill
 test-agent-tsan: agent-tsan ## Agent unit tests and the fan-out, spill, onward-hop and adaptive end-to-end tests under ThreadSanitizer
 	@cd $(AGENT_TSAN_BUILD) && export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:exitcode=66:suppressions=$(CURDIR)/agent/tsan.supp && \
 		./agent_unit_tests --gtest_brief=1 && \
-		bash $(CURDIR)/hack/gtest-shards.sh 2 ./agent_e2e_tests --gtest_brief=1 --gtest_filter='$(TSAN_E2E)'
+		bash $(CURDIR)/hack/side-by-side.sh 2 $(foreach i,0 1,"GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$(i) ./agent_e2e_tests --gtest_brief=1 --gtest_filter='$(TSAN_E2E)'")
 
 .PHONY: bench-agent
 bench-agent: agent ## Codec speeds and loopback throughput vs the CPU-work limit

@@ -600,7 +600,7 @@ TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   int tport = metrics_port(tx);
   ASSERT_GT(rport, 0) << rx.err();
   ASSERT_GT(tport, 0) << tx.err();
-  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(acknowledged(tx, 2)) << tx.err();
   std::string m = http_get(rport, "/metrics");
   ASSERT_EQ(m.substr(0, 3), "200");
   for (const char* want :
@@ -666,7 +666,7 @@ TEST(Metrics, EveryFamilyIsDocumentedWithItsTypeHelpAndRole) {
                      "placement.stages.compress.threads=1", "--metrics-listen", "127.0.0.1:0"}));
   const std::vector<std::pair<std::string, Process*>> agents = {
       {"send", &tx}, {"relay", &relay}, {"receive", &decompress}};
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(acknowledged(tx, 2)) << tx.err() << relay.err() << decompress.err();
   std::set<std::string> seen;
   for (const auto& [role, p] : agents) {
     const int mport = metrics_port(*p);
@@ -1095,7 +1095,7 @@ TEST(Adaptive, TheAgentUsesACpuBudgetThatChangesUnderIt) {
     }
     return m;
   };
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(acknowledged(tx, 2)) << tx.err();
   const int planned = summary_threads_now(mport);
   std::ofstream(cg + "/cpuset.cpus.effective") << "0-1\n";
   std::ofstream(cg + "/cpu.max") << "max 100000\n";

@@ -568,8 +568,10 @@ TEST(FanOut, ALosslessConsumerThatFailsEndsTheRunNamingIt) {
       {{"kind", "file"}, {"path", dir + "/b.raw"}},  // no {stream}: the second stream is refused
   });
   Process rx(receiver(port, 1, {"--streams", "2", "--set", "sinks=" + sinks.dump()}));
-  Process a(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=1"}));
-  std::this_thread::sleep_for(1s);
+  Process a(sender(port, 1,
+                   {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=1",
+                    "--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_TRUE(acknowledged(a, 1)) << a.err() << rx.err();  // the first stream has its file
   Process b(sender(port, 1, {"--chunks", "0", "--rate-gbps", "0.1", "--set", "stream_id=2"}));
   EXPECT_EQ(rx.wait(20s), 1) << rx.err();
   EXPECT_NE(rx.err().find("sink.path has no {stream} placeholder"), std::string::npos) << rx.err();
