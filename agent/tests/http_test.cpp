@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,6 +82,39 @@ TEST(MetricsServer, ClientsPastItsLimitDoNotLockTheProbeOut) {
   for (int i = 0; i < 40; ++i) idle.fds.push_back(connect_to(server.port()));
   const std::string health = probe(server.port(), "/healthz", std::chrono::milliseconds(1000));
   EXPECT_NE(health.find("503"), std::string::npos) << "answered, and it says unhealthy: " << health;
+}
+
+// Clients that ask for a large answer and never read it hold every slot while it is sent: the
+// one answered longest makes room, and the probe is answered (before, it was closed unanswered
+// until their deadlines passed, and clients that kept asking locked it out).
+TEST(MetricsServer, ClientsThatAskAndNeverReadDoNotLockTheProbeOut) {
+  MetricsServer::Limits limits;
+  limits.max_clients = 8;
+  const std::string large(8u << 20, 'x');  // more than a socket's buffers hold
+  MetricsServer server(
+      "127.0.0.1:0", [&large] { return large; }, [] { return true; }, limits);
+  Idle stuck;
+  for (std::size_t i = 0; i < limits.max_clients; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(server.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const std::string req = "GET /metrics HTTP/1.1\r\n\r\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    stuck.fds.push_back(fd);
+  }
+  for (int fd : stuck.fds) {  // each is being answered: the first bytes came
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  }
+  for (int round = 0; round < 3; ++round) {
+    const std::string health = probe(server.port(), "/healthz", std::chrono::milliseconds(1000));
+    EXPECT_NE(health.find("200 OK"), std::string::npos) << "round " << round << ": " << health;
+  }
 }
 
 // A silent client is closed at its deadline.

@@ -168,14 +168,16 @@ void MetricsServer::serve(const std::stop_token& stop) {
       int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
       if (clients.size() >= limits_.max_clients) {
-        // Full: the oldest connection still sending its request makes room; else the new one goes.
-        auto idle = std::find_if(clients.begin(), clients.end(),
-                                 [](const Client& c) { return !c.answering; });
-        if (idle == clients.end()) {
-          ::close(fd);
-          continue;
+        // Full: the oldest connection still sending its request makes room; else the one being
+        // answered longest (a client that asks and never reads must not lock the probe out).
+        auto out = std::find_if(clients.begin(), clients.end(),
+                                [](const Client& c) { return !c.answering; });
+        if (out == clients.end()) {
+          out = std::min_element(
+              clients.begin(), clients.end(),
+              [](const Client& a, const Client& b) { return a.deadline < b.deadline; });
         }
-        drop(static_cast<std::size_t>(idle - clients.begin()));
+        drop(static_cast<std::size_t>(out - clients.begin()));
       }
       clients.push_back({fd, Clock::now() + limits_.request_timeout, {}, {}, 0, false});
     }

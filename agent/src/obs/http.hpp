@@ -2,8 +2,8 @@
 // request per connection, many connections at once (non-blocking, polled), each with a deadline,
 // and a bounded number of them. A client that connects and sends nothing, or reads slowly, holds
 // one slot until its deadline and never delays another's answer; when every slot is taken, the
-// oldest connection still sending its request is closed to admit the new one. So a kubelet's
-// liveness probe is answered whatever other clients do.
+// oldest connection still sending its request is closed to admit the new one, or else the one
+// being answered longest. So a kubelet's liveness probe is answered whatever other clients do.
 #pragma once
 
 #include <chrono>
