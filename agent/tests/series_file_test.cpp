@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,11 +53,14 @@ struct TrialDir {
   ~TrialDir() { std::filesystem::remove_all(dir); }
 };
 
-// The child: a series of 256 x 256 uint16 images, each recorded and flushed as it is written.
-[[noreturn]] void write_until_killed(const std::string& path, bool direct) {
+// The child: a series of 256 x 256 uint16 images, each recorded and flushed as it is written;
+// once the series' start is on disk it says so on `started` (a pipe).
+[[noreturn]] void write_until_killed(const std::string& path, bool direct, int started) {
   hdf5::SeriesFile f(path, 0, direct);
   start_series(f, "crash", 100000, {256, 256});
   f.flush();
+  if (::write(started, "s", 1) != 1) std::_Exit(3);
+  ::close(started);
   std::vector<std::byte> pixels(256 * 256 * 2);
   for (std::uint64_t id = 0; id < 100000; ++id) {
     for (std::size_t i = 0; i < pixels.size(); ++i)
@@ -77,13 +81,25 @@ TEST(SeriesFile, AGatewayKilledAtAnyMomentLeavesNoRecordOfAnImageTheFileLacks) {
     for (int trial = 0; trial < 12; ++trial) {
       const TrialDir scratch;
       const std::string path = scratch.dir + "/series.h5.part";
+      int started[2];
+      ASSERT_EQ(::pipe(started), 0);
       const pid_t pid = ::fork();
       ASSERT_GE(pid, 0);
-      if (pid == 0) write_until_killed(path, direct);
-      std::this_thread::sleep_for(std::chrono::milliseconds(40 + rng() % 120));
+      if (pid == 0) {
+        ::close(started[0]);
+        write_until_killed(path, direct, started[1]);
+      }
+      ::close(started[1]);
+      // Killed while it writes images, however slowly it starts (a sanitizer, a loaded machine).
+      pollfd ready{started[0], POLLIN, 0};
+      char c = 0;
+      const bool began = ::poll(&ready, 1, 30000) == 1 && ::read(started[0], &c, 1) == 1;
+      ::close(started[0]);
+      if (began) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 120));
       ::kill(pid, SIGKILL);
       int status = 0;
       ::waitpid(pid, &status, 0);
+      ASSERT_TRUE(began) << "the writer did not start its series within 30 s";
       ASSERT_TRUE(WIFSIGNALED(status)) << "the writer ended before it was killed";
       std::unique_ptr<hdf5::SeriesFile> f;
       try {
