@@ -33,6 +33,17 @@ def stream(tmp, send_args, receive_args, chunk_bytes):
     return tx.returncode, rx.returncode, sent, received, log
 
 
+def wait_for_path(path, timeout=30):
+    """Waits until `path` exists (a sink opened its file: the stream is under way); False after
+    `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def takes_o_direct(directory):
     """Whether the filesystem of `directory` opens files with O_DIRECT."""
     probe = os.path.join(directory, ".o_direct_probe")
@@ -213,7 +224,8 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         out = f"{self.tmp}/scan.h5"
         # 40 frames: about 1.7 s, so the gateway is restarted mid-stream.
         rx_args, rx1, tx = self.start_paced_stream(out, 40)
-        time.sleep(0.8)
+        self.assertTrue(wait_for_path(out + ".part"), "the gateway never opened its file")
+        time.sleep(0.3)  # a few frames more
         rx1.send_signal(signal.SIGTERM)
         out1, err1 = rx1.communicate(timeout=60)
         self.assertEqual(rx1.returncode, 143, err1)
@@ -232,7 +244,8 @@ class Hdf5ThroughThePipeline(unittest.TestCase):
         # file opens again and a restarted gateway resumes it; nothing acknowledged is lost.
         out = f"{self.tmp}/killed.h5"
         rx_args, rx1, tx = self.start_paced_stream(out, 60)
-        time.sleep(1.2)
+        self.assertTrue(wait_for_path(out + ".part"), "the gateway never opened its file")
+        time.sleep(0.6)  # mid-stream: about 14 frames more of 60
         rx1.send_signal(signal.SIGKILL)
         rx1.communicate(timeout=60)
         self.assertEqual(rx1.returncode, -signal.SIGKILL)
