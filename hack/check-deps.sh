@@ -78,6 +78,8 @@ check gtest "googletest libgtest-dev" cpp '#include <gtest/gtest.h>
 TEST(CheckDeps, Links) { EXPECT_EQ(1, 1); }' -- g++ -std=c++20 -pthread @SRC@ -o @OUT@ -lgtest_main -lgtest
 check gcc-asan "build-essential (gcc's libasan, libubsan)" cpp "$main" \
   -- g++ -fsanitize=address,undefined @SRC@ -o @OUT@
+check gcc-tsan "build-essential (gcc's libtsan)" cpp "$main" \
+  -- g++ -fsanitize=thread @SRC@ -o @OUT@
 # A libFuzzer program without arguments fuzzes forever: run it on one input.
 run_args=(-runs=1)
 check clang-fuzzer "clang libclang-rt-14-dev" cpp '#include <cstddef>
