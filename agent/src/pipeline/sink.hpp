@@ -224,12 +224,15 @@ class FileSink final : public Sink {
       if (!flush(h.stream_id, o)) return;
     }
   }
-  // While out of space: try again.
+  // While out of space: try again. Else, chunks held for one that a gap declared since says will
+  // never come are written now: the gap may be declared after them (a resumed sender's
+  // connections), and no chunk may come before they are acknowledged.
   void idle(StageStats& st) override {
-    if (!stalled_ || std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200))
+    if (stalled_ && std::chrono::steady_clock::now() - last_try_ < std::chrono::milliseconds(200))
       return;
-    ScopedTimer busy(st.busy_ns);
     for (auto& [id, o] : outs_) {
+      if (!stalled_ && (o.pending.empty() || tracker_.past_gaps(id, o.next) == o.next)) continue;
+      ScopedTimer busy(st.busy_ns);
       if (!flush(id, o)) return;
     }
   }
