@@ -30,6 +30,7 @@
 #include "net/transport.hpp"
 #include "obs/http.hpp"
 #include "pipeline/chunk.hpp"
+#include "pipeline/consumer_spill.hpp"
 #include "pipeline/fanout.hpp"
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
@@ -169,36 +170,10 @@ class Receiver {
     std::atomic<std::uint64_t> taken{0};        // handed to its sink
     std::atomic<std::uint64_t> passed_over{0};  // latest-only: no room in its queue
     std::string failed;                         // latest-only: why it stopped taking (its thread's)
-    // spill (a lossless consumer's, ConsumerConfig::spill): every chunk for it is written there,
-    // in order, and taken for it once written (`settle`: its acknowledgement in the join); its
-    // sink thread reads them back. So the consumer holds no chunk unacknowledged, however long
-    // its sink takes (an onward hop's window to a far site that stopped), until its spill is
-    // full. `spill_mu` guards the store; its queue is not used.
-    std::unique_ptr<SpillStore> spill;
-    std::mutex spill_mu;
-    std::condition_variable spill_room;   // space came back
-    std::condition_variable spill_ready;  // a chunk was written
-    AckFn settle;
-    std::atomic<std::uint64_t> spilled{0};
-    std::atomic<std::uint64_t> spill_peak_bytes{0};
-    std::atomic<std::uint64_t> spill_pending_bytes{0};  // in the spill, not read out yet
-    // What the spill owes its sink (under spill_mu): chunks spilled, per stream, that the sink
-    // has not taken yet, and an earlier process's (their streams are known once read: via -2).
-    std::map<std::uint32_t, std::uint64_t> spill_owed;
-    std::uint64_t recovered_owed = 0;
-    std::uint64_t recovered_unread = 0;
-    // Chunks read out of the spill, held there (SpillStore::read's token) until the sink has
-    // them: a gateway that dies before leaves them to its next process.
-    std::multimap<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> spill_held;
+    // A lossless consumer's spill (sinks[].spill): its chunks go there and its queue is not used.
+    std::unique_ptr<ConsumerSpill> spill;
     bool lossless() const noexcept { return guarantee == ConsumerConfig::Guarantee::lossless; }
   };
-  // Hands `c` to a consumer with a spill (see Consumer::spill); false once the run is closing.
-  bool to_spilling(Consumer& k, Chunk& c);
-  // The oldest chunk in a consumer's spill (via -1, or -2 for an earlier process's: taken for
-  // it already), waiting at most `wait` for one.
-  std::optional<Chunk> from_spill(Consumer& k, std::chrono::milliseconds wait);
-  // Its sink took (or passed as had) a chunk that came from its spill.
-  static void spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint64_t seq);
   // A consumer's spill still owes its sink chunks of `stream`.
   bool spills_owe(std::uint32_t stream);
   // A stream's end is acknowledged to its sender only once every chunk a consumer spilled has
@@ -370,27 +345,8 @@ void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
 }
 
 bool Receiver::spills_owe(std::uint32_t stream) {
-  for (const auto& k : consumers_) {
-    if (!k->spill) continue;
-    std::lock_guard lock(k->spill_mu);
-    if (k->recovered_owed > 0 || k->spill_owed.count(stream)) return true;
-  }
-  return false;
-}
-
-void Receiver::spill_taken(Consumer& k, int via, std::uint32_t stream, std::uint64_t seq) {
-  std::lock_guard lock(k.spill_mu);
-  if (auto it = k.spill_held.find({stream, seq}); it != k.spill_held.end()) {
-    k.spill->release(it->second);
-    k.spill_held.erase(it);
-    k.spill_room.notify_all();  // its segment may be gone now
-  }
-  if (via == -2 && k.recovered_owed > 0) {
-    --k.recovered_owed;
-    return;
-  }
-  if (auto it = k.spill_owed.find(stream); it != k.spill_owed.end() && --it->second == 0)
-    k.spill_owed.erase(it);
+  return std::any_of(consumers_.begin(), consumers_.end(),
+                     [stream](const auto& k) { return k->spill && k->spill->owes(stream); });
 }
 
 // The answer to a resume frame: everything the sink has taken of the stream.
@@ -822,7 +778,7 @@ bool Receiver::deliver(Chunk& out, std::optional<Chunk>& as_came, StageStats& st
     c.via = out.via;
     c.body = came ? shared_as_came->share() : shared.share();
     if (k.spill) {
-      if (!to_spilling(k, c)) return false;
+      if (!k.spill->put(c, [this, &k] { return rt_.aborted() || k.q->closed(); })) return false;
     } else if (k.lossless()) {
       if (!k.q->push(c)) return false;
     } else if (!k.q->try_push(c)) {
@@ -830,51 +786,6 @@ bool Receiver::deliver(Chunk& out, std::optional<Chunk>& as_came, StageStats& st
     }
   }
   return true;
-}
-
-bool Receiver::to_spilling(Consumer& k, Chunk& c) {
-  std::unique_lock lock(k.spill_mu);
-  std::byte head[wire::kHeaderSize];
-  wire::encode_header(c.header, head);
-  const auto payload = c.payload();
-  while (!k.spill->append(head, payload)) {
-    // Full: this consumer holds the others back now, until its sink has read some out.
-    if (rt_.aborted() || k.q->closed()) return false;
-    k.spill_room.wait_for(lock, std::chrono::milliseconds(50));
-  }
-  ++k.spilled;
-  ++k.spill_owed[c.header.stream_id];
-  k.spill_peak_bytes = std::max<std::uint64_t>(k.spill_peak_bytes.load(), k.spill->disk_bytes());
-  k.spill_pending_bytes = k.spill->pending_bytes();
-  lock.unlock();
-  k.spill_ready.notify_one();
-  k.settle(c.via, c.header.stream_id, c.header.sequence);  // written where it cannot be lost: taken
-  return true;
-}
-
-std::optional<Chunk> Receiver::from_spill(Consumer& k, std::chrono::milliseconds wait) {
-  std::unique_lock lock(k.spill_mu);
-  if (!k.spill_ready.wait_for(lock, wait, [&k] { return !k.spill->empty(); })) return std::nullopt;
-  const std::size_t size = k.spill->next_size();
-  zmq::Message m = zmq::Message::sized(size);
-  std::uint64_t token = 0;
-  const std::size_t n = k.spill->read({m.mutable_data(), size}, &token);
-  k.spill_pending_bytes = k.spill->pending_bytes();
-  k.spill_room.notify_all();
-  Chunk c;
-  if (wire::decode({m.mutable_data(), n}, cfg_.chunk_bytes, c.header) != wire::DecodeError::ok) {
-    throw std::runtime_error("consumer spill: a frame read back from " + k.spill->dir() +
-                             " is damaged");
-  }
-  c.body = std::move(m);
-  c.body_offset = wire::kHeaderSize;
-  k.spill_held.emplace(std::pair{c.header.stream_id, c.header.sequence}, token);
-  c.via = -1;
-  if (k.recovered_unread > 0) {  // an earlier process's come first
-    --k.recovered_unread;
-    c.via = -2;
-  }
-  return c;
 }
 
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count,
@@ -1049,7 +960,7 @@ void Receiver::sink_loop(StageThread& t) {
       if (k.spill) {
         // Closed once every chunk was written to the spill: it ends when the spill is read out.
         done = k.q->closed();
-        c = from_spill(k, std::chrono::milliseconds(20));
+        c = k.spill->take(std::chrono::milliseconds(20), cfg_.chunk_bytes);
       } else {
         c = k.q->pop_for(std::chrono::milliseconds(20), done);
       }
@@ -1163,7 +1074,7 @@ void Receiver::declare_metrics() {
           "Bytes in each consumer's spill (sinks[].spill) not handed to its sink yet.",
           [each](MetricSamples& s) {
             each(s, [](const Consumer& k) {
-              return static_cast<double>(k.spill_pending_bytes.load());
+              return k.spill ? static_cast<double>(k.spill->pending_bytes()) : 0.0;
             });
           });
   }
@@ -1282,24 +1193,15 @@ RunResult Receiver::run(const RunHooks& hooks) {
       // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
       // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
       // it was written there.
-      k->spill = std::make_unique<SpillStore>(
-          want.spill.path, static_cast<std::uint32_t>(consumers_.size()), want.spill.max_bytes,
-          [](std::span<const std::byte>, std::size_t) { return true; });
-      k->spill_pending_bytes = k->spill->pending_bytes();
-      k->recovered_owed = k->recovered_unread = k->spill->recovered().frames;
-      if (const auto& r = k->spill->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
-        log_line("consumer " + std::to_string(consumers_.size()) + ": " + std::to_string(r.frames) +
-                 " chunks an earlier process spilled go to its sink first" +
-                 (r.why_dropped.empty() ? "" : "; " + r.why_dropped));
-      }
-      k->settle = k_ack;
+      k->spill = std::make_unique<ConsumerSpill>(
+          want.spill, static_cast<std::uint32_t>(consumers_.size()), k_ack);
       // Live chunks join the acknowledgement; those read back from the spill release it.
-      auto spill_aware = [kp = k.get()](AckFn fn) {
-        return [kp, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
+      auto spill_aware = [spill = k->spill.get()](AckFn fn) {
+        return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
           if (via >= 0) {
             fn(via, stream, seq);
           } else {
-            spill_taken(*kp, via, stream, seq);
+            spill->taken(via, stream, seq);
           }
         };
       };
@@ -1601,14 +1503,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
           {"passed_over", k.passed_over.load()},
           {"behind", k.q->depth()},
           {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
-      if (k.spill) {
-        o["spill"] = {{"path", k.spill->dir()},
-                      {"max_bytes", k.spill->max_bytes()},
-                      {"spilled", k.spilled.load()},
-                      {"peak_bytes", k.spill_peak_bytes.load()},
-                      {"pending_bytes", k.spill_pending_bytes.load()},
-                      {"recovered", k.spill->recovered().frames}};
-      }
+      if (k.spill) o["spill"] = k.spill->report();
       k.sink->report(o);
       each.push_back(std::move(o));
     }

@@ -1,0 +1,99 @@
+#include "pipeline/consumer_spill.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "base/log.hpp"
+#include "wire/wire.hpp"
+
+namespace numastream {
+
+ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index, AckFn settle)
+    : store_(std::make_unique<SpillStore>(
+          cfg.path, index, cfg.max_bytes,
+          [](std::span<const std::byte>, std::size_t) { return true; })),
+      settle_(std::move(settle)) {
+  pending_bytes_ = store_->pending_bytes();
+  const auto& r = store_->recovered();
+  recovered_owed_ = recovered_unread_ = r.frames;
+  if (r.frames > 0 || !r.why_dropped.empty()) {
+    log_line("consumer " + std::to_string(index) + ": " + std::to_string(r.frames) +
+             " chunks an earlier process spilled go to its sink first" +
+             (r.why_dropped.empty() ? "" : "; " + r.why_dropped));
+  }
+}
+
+bool ConsumerSpill::put(Chunk& c, const std::function<bool()>& closing) {
+  std::unique_lock lock(mu_);
+  std::byte head[wire::kHeaderSize];
+  wire::encode_header(c.header, head);
+  const auto payload = c.payload();
+  while (!store_->append(head, payload)) {
+    // Full: this consumer holds the others back now, until its sink has read some out.
+    if (closing()) return false;
+    room_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  ++spilled_;
+  ++owed_[c.header.stream_id];
+  peak_bytes_ = std::max<std::uint64_t>(peak_bytes_.load(), store_->disk_bytes());
+  pending_bytes_ = store_->pending_bytes();
+  lock.unlock();
+  ready_.notify_one();
+  settle_(c.via, c.header.stream_id, c.header.sequence);  // where it cannot be lost: taken
+  return true;
+}
+
+std::optional<Chunk> ConsumerSpill::take(std::chrono::milliseconds wait, std::size_t max_payload) {
+  std::unique_lock lock(mu_);
+  if (!ready_.wait_for(lock, wait, [this] { return !store_->empty(); })) return std::nullopt;
+  const std::size_t size = store_->next_size();
+  zmq::Message m = zmq::Message::sized(size);
+  std::uint64_t token = 0;
+  const std::size_t n = store_->read({m.mutable_data(), size}, &token);
+  pending_bytes_ = store_->pending_bytes();
+  room_.notify_all();
+  Chunk c;
+  if (wire::decode({m.mutable_data(), n}, max_payload, c.header) != wire::DecodeError::ok) {
+    throw std::runtime_error("consumer spill: a frame read back from " + store_->dir() +
+                             " is damaged");
+  }
+  c.body = std::move(m);
+  c.body_offset = wire::kHeaderSize;
+  held_.emplace(std::pair{c.header.stream_id, c.header.sequence}, token);
+  c.via = -1;
+  if (recovered_unread_ > 0) {  // an earlier process's come first
+    --recovered_unread_;
+    c.via = -2;
+  }
+  return c;
+}
+
+void ConsumerSpill::taken(int via, std::uint32_t stream, std::uint64_t seq) {
+  std::lock_guard lock(mu_);
+  if (auto it = held_.find({stream, seq}); it != held_.end()) {
+    store_->release(it->second);
+    held_.erase(it);
+    room_.notify_all();  // its segment may be gone now
+  }
+  if (via == -2 && recovered_owed_ > 0) {
+    --recovered_owed_;
+    return;
+  }
+  if (auto it = owed_.find(stream); it != owed_.end() && --it->second == 0) owed_.erase(it);
+}
+
+bool ConsumerSpill::owes(std::uint32_t stream) {
+  std::lock_guard lock(mu_);
+  return recovered_owed_ > 0 || owed_.count(stream) > 0;
+}
+
+nlohmann::json ConsumerSpill::report() const {
+  return {{"path", store_->dir()},
+          {"max_bytes", store_->max_bytes()},
+          {"spilled", spilled_.load()},
+          {"peak_bytes", peak_bytes_.load()},
+          {"pending_bytes", pending_bytes_.load()},
+          {"recovered", store_->recovered().frames}};
+}
+
+}  // namespace numastream

@@ -1,0 +1,71 @@
+// A lossless consumer's spill (config `sinks[].spill`): every chunk for the consumer is written
+// there, in order, and taken for it once written (its acknowledgement joins the others'), and the
+// consumer's sink thread reads them back. So the consumer holds no chunk unacknowledged, however
+// long its sink takes (an onward hop's window to a far site that stopped), until the spill is
+// full. What an earlier process spilled (taken for the consumer already) goes to the sink first.
+// A chunk read back stays on disk until the sink has it, so a process that dies before leaves it
+// to its next one. Thread-safe: the decompressing threads write, the consumer's thread reads.
+// Internal to the agent.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "config/config.hpp"
+#include "data/spill.hpp"
+#include "pipeline/chunk.hpp"
+#include "pipeline/sink.hpp"
+
+namespace numastream {
+
+class ConsumerSpill {
+ public:
+  // Opens (or recovers) the spill of consumer `index` under `cfg.path`; `settle` takes a chunk
+  // for the consumer once it is written there.
+  ConsumerSpill(const SpillConfig& cfg, std::uint32_t index, AckFn settle);
+
+  // Writes `c` (waiting while the spill is full: this consumer then holds the others back);
+  // false, nothing written, once `closing()` says the run is closing.
+  bool put(Chunk& c, const std::function<bool()>& closing);
+  // The oldest chunk in the spill, waiting at most `wait` for one: via -1, or -2 for an earlier
+  // process's (taken for the consumer already). `max_payload` bounds a frame read back.
+  std::optional<Chunk> take(std::chrono::milliseconds wait, std::size_t max_payload);
+  // The consumer's sink took (or passed as had) a chunk that came from the spill (via < 0).
+  void taken(int via, std::uint32_t stream, std::uint64_t seq);
+  // The spill still owes its sink chunks of `stream` (or an earlier process's, stream unknown).
+  bool owes(std::uint32_t stream);
+  // Chunks an earlier process spilled.
+  std::uint64_t recovered() const { return store_->recovered().frames; }
+  std::uint64_t pending_bytes() const noexcept { return pending_bytes_.load(); }
+  // The figures of a consumer's summary (its "spill" object).
+  nlohmann::json report() const;
+
+ private:
+  std::unique_ptr<SpillStore> store_;
+  AckFn settle_;
+  std::mutex mu_;                  // guards the store and what follows
+  std::condition_variable room_;   // space came back
+  std::condition_variable ready_;  // a chunk was written
+  std::atomic<std::uint64_t> spilled_{0};
+  std::atomic<std::uint64_t> peak_bytes_{0};
+  std::atomic<std::uint64_t> pending_bytes_{0};  // in the spill, not read out yet
+  // What the spill owes its sink: chunks spilled, per stream, that the sink has not taken yet,
+  // and an earlier process's (their streams are known once read: via -2).
+  std::map<std::uint32_t, std::uint64_t> owed_;
+  std::uint64_t recovered_owed_ = 0;
+  std::uint64_t recovered_unread_ = 0;
+  // Chunks read out of the spill, held there (SpillStore::read's token) until the sink has them.
+  std::multimap<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> held_;
+};
+
+}  // namespace numastream
