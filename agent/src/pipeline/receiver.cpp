@@ -35,10 +35,12 @@
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
 #include "pipeline/hdf5_sink.hpp"
+#include "pipeline/inbound.hpp"
 #include "pipeline/onward_sink.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/pools.hpp"
 #include "pipeline/preview.hpp"
+#include "pipeline/relay.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/sink.hpp"
 #include "pipeline/stream2_sink.hpp"
@@ -76,18 +78,6 @@ bool takes_as_arrived(const SinkConfig& sink, Codec codec) {
   return sink.kind == SinkConfig::Kind::numastream ||
          (sink.kind == SinkConfig::Kind::hdf5 && codec == Codec::bslz4);
 }
-
-// A frame off the network: its header (decoded and validated once, by the receiving thread), the
-// message ZeroMQ read it into, and the connection it came on.
-struct Inbound {
-  wire::Header header;
-  zmq::Message msg;                  // the frame; or its header alone, when it came in two parts
-  std::optional<zmq::Message> body;  // the payload of a frame that came in two parts
-  int via = 0;
-  std::span<const std::byte> payload() const noexcept {
-    return body ? body->bytes() : msg.bytes().subspan(wire::kHeaderSize);
-  }
-};
 
 class Receiver {
  public:
@@ -814,120 +804,13 @@ std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::
 // acknowledges upstream what the decompressing side acknowledged to it, so a chunk leaves the
 // sender's window only once it is in the sink; a restarted relay loses nothing.
 void Receiver::relay_loop(StageThread& t) {
-  StageStats& st = t.stats;
-  struct Order {
-    std::uint64_t next = 0;
-    std::map<std::uint64_t, Inbound> pending;
-  };
-  std::map<std::uint32_t, Order> order;
-  std::map<std::uint32_t, std::uint64_t> forwarded;
-  // Whatever the upstream connections have unacknowledged may be here at once.
-  const LinkOptions opts =
-      link_options(cfg_, cfg_.sink.endpoint, "relay", onward_window(), onward_curve_);
-  // Downstream acknowledgements go to every upstream connection of the stream.
-  AckedLink link(
-      *ctx_, opts, relay_ledger_, [this] { return rt_.aborted(); },
-      [this](const wire::Header& h, std::span<const std::uint64_t> seqs) {
-        // Discarded downstream: named upstream as discarded.
-        const bool discarded = (h.raw_size & wire::kAckDiscarded) != 0;
-        for (auto& box : boxes_) {
-          box->post(h.stream_id, h.sequence, seqs, h.raw_size & ~wire::kAckDiscarded, discarded);
-        }
-      });
-  link.set_gaps(relay_gaps_);
-  link.connect();
-  auto forward = [&](std::uint32_t stream, std::uint64_t seq, Inbound& in) {
-    const std::size_t size = wire::kHeaderSize + in.payload().size();
-    ScopedTimer wait(st.blocked_output_ns);
-    link.wait_for_credit();
-    if (in.body) {
-      link.send(stream, seq, std::move(in.msg), std::move(*in.body));  // as it came, in two parts
-    } else {
-      link.send(stream, seq, std::move(in.msg));
-    }
-    ++forwarded[stream];
-    st.chunks++;
-    st.bytes_out += size;
-    last_ns_ = std::max<std::int64_t>(last_ns_.load(), (Clock::now() - rt_.started).count());
-  };
-  // Forwards what is next in order; with `all`, everything held (gaps skipped).
-  auto flush = [&](std::uint32_t stream, Order& o, bool all) {
-    o.next = tracker_.past_gaps(stream, o.next);  // declared gone: not waited for
-    while (!o.pending.empty() &&
-           (all || o.pending.begin()->first <= o.next || o.pending.size() > reorder_window_)) {
-      auto it = o.pending.begin();
-      o.next = tracker_.past_gaps(stream, std::max(o.next, it->first + 1));
-      Inbound m = std::move(it->second);
-      std::uint64_t seq = it->first;
-      o.pending.erase(it);
-      forward(stream, seq, m);
-    }
-  };
-  while (true) {
-    link.serve(0);
-    std::optional<Inbound> in;
-    bool done = false;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      in = wire_q_->pop_for(std::chrono::milliseconds(20), done);
-    }
-    if (!in) {
-      if (done) break;
-      continue;
-    }
-    wire::Header& h = in->header;
-    ScopedTimer busy(st.busy_ns);
-    if (h.type == wire::FrameType::resume) {
-      link.announce(h.stream_id);  // with what relay_ledger_ now knows; answered upstream
-      // Ended downstream however little comes: a stream resumed with everything already taken
-      // (its sender replaced between its last chunk and its end) forwards no chunk, and its end
-      // still has to reach the decompressing side, whose acknowledgement ends the sender.
-      forwarded.try_emplace(h.stream_id, 0);
-      continue;
-    }
-    if (h.type == wire::FrameType::gap) {
-      auto gaps = wire::decode_gaps(in->msg.bytes());
-      if (!relay_gaps_->add(h.stream_id, gaps)) {
-        throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
-                                 std::to_string(wire::kMaxGapRecords) + " separate gaps");
-      }
-      link.serve(0);  // declared downstream before the chunks after them
-      continue;
-    }
-    if (h.type == wire::FrameType::metadata) {
-      auto b = in->msg.bytes();
-      link.set_metadata(
-          h.stream_id,
-          std::string(reinterpret_cast<const char*>(b.data()) + wire::kHeaderSize, h.payload_size));
-      continue;
-    }
-    if (tracker_.on_chunk(h.stream_id, h.sequence, true, h.raw_size) !=
-        StreamTracker::Verdict::delivered) {
-      // A duplicate: not forwarded; acknowledged at once if downstream has it already.
-      if (relay_ledger_->contains(h.stream_id, h.sequence)) {
-        auto [floor, above] = relay_ledger_->snapshot(h.stream_id);
-        std::uint64_t seq = h.sequence;
-        boxes_[static_cast<std::size_t>(in->via)]->post(h.stream_id, floor, {&seq, 1}, 0);
-      }
-      continue;
-    }
-    h.connection = 0;
-    h.connections = 1;
-    wire::encode_header(h, in->msg.mutable_data());
-    Order& o = order[h.stream_id];
-    if (o.pending.empty() && o.next == 0) o.next = relay_ledger_->snapshot(h.stream_id).first;
-    o.pending.emplace(h.sequence, std::move(*in));
-    flush(h.stream_id, o, false);
-  }
-  if (rt_.aborted()) return;
-  for (auto& [stream, o] : order) flush(stream, o, true);
-  // End each stream downstream with the totals its sender announced; the decompressing side
-  // acknowledges it, and that acknowledgement ends the upstream connections.
-  for (const auto& [stream, count] : forwarded) {
-    if (auto end = downstream_end(stream, count)) link.send_end(stream, std::move(*end));
-  }
-  ScopedTimer wait(st.blocked_output_ns);
-  link.finish();
+  // Whatever the upstream connections have unacknowledged may be there at once.
+  run_relay(
+      {rt_, *ctx_, link_options(cfg_, cfg_.sink.endpoint, "relay", onward_window(), onward_curve_),
+       *wire_q_, tracker_, relay_ledger_, relay_gaps_, boxes_, reorder_window_,
+       [this](std::uint32_t stream, std::uint64_t count) { return downstream_end(stream, count); },
+       last_ns_},
+      t);
 }
 
 void Receiver::sink_loop(StageThread& t) {
