@@ -116,6 +116,10 @@ class Receiver {
                                              std::uint16_t connection = 0,
                                              std::uint16_t connections = 1);
   void declare_metrics();
+  void supervise();
+  void finish_consumers();
+  nlohmann::json summary(const StreamTracker::Totals& t) const;
+  nlohmann::json consumers_json() const;
 
   // Where a stream's control frames go once a receiving thread has checked them: answered here,
   // from the record of what the sinks took (a decoding receiver, AnswerHere), or passed on
@@ -1260,26 +1264,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") +
              endpoint_.for_connection(0) +
              (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
-    // Supervise: end when every expected stream has ended, on a drain request, or on failure.
-    // A stream is alive while data arrives or a sender stays connected: a detector pausing
-    // between scans keeps its connections (their TCP keepalive answers), a sender that is gone
-    // does not. The idle limit counts from the later of the two.
-    auto alive = Clock::now();
-    while (!rt_.aborted() && !rt_.drain_requested()) {
-      if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
-      if (connected_peers_.load() > 0) alive = Clock::now();
-      if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
-          Clock::now() - std::max(tracker_.last_activity(), alive) >
-              std::chrono::duration<double>(cfg_.idle_timeout_s)) {
-        auto t = tracker_.totals();
-        rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
-                 " s and no sender connected while a stream was open (" +
-                 std::to_string(t.delivered) +
-                 " chunks delivered); the sender stopped or the network failed");
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    supervise();
     // No more input: what was taken goes through to the sink (and is acknowledged) first.
     stop_taking_ = true;
     if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
@@ -1287,6 +1272,55 @@ RunResult Receiver::run(const RunHooks& hooks) {
   });
   if (controller_) controller_->stop();
   if (extra_) extra_->join();
+  finish_consumers();
+  server.reset();  // nothing reads the metrics once the authenticator goes
+  if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
+  zap_.reset();
+  ctx_.reset();
+
+  const StreamTracker::Totals t = tracker_.totals();
+  RunResult result;
+  result.summary = summary(t);
+  if (controller_) controller_->report(result.summary);
+  // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
+  // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
+  // A drained receiver whose stream did not complete exits "interrupted": resume me.
+  const bool drained = rt_.drain_requested();
+  if (rt_.aborted()) {
+    result.exit_code = kExitFailure;
+  } else if (t.corrupt > 0 || (!drained && (t.lost > 0 || !incomplete_files_.empty()))) {
+    result.exit_code = kExitIntegrity;
+  } else if (drained && !result.summary["complete"].get<bool>()) {
+    result.exit_code = kExitInterruptedBase + drain_signal();
+  }
+  return result;
+}
+
+// Until every expected stream has ended, a drain is requested or the run fails.
+void Receiver::supervise() {
+  // A stream is alive while data arrives or a sender stays connected: a detector pausing
+  // between scans keeps its connections (their TCP keepalive answers), a sender that is gone
+  // does not. The idle limit counts from the later of the two.
+  auto alive = Clock::now();
+  while (!rt_.aborted() && !rt_.drain_requested()) {
+    if (cfg_.streams > 0 && tracker_.complete_streams() >= cfg_.streams) break;
+    if (connected_peers_.load() > 0) alive = Clock::now();
+    if (cfg_.idle_timeout_s > 0 && tracker_.started() &&
+        Clock::now() - std::max(tracker_.last_activity(), alive) >
+            std::chrono::duration<double>(cfg_.idle_timeout_s)) {
+      auto t = tracker_.totals();
+      rt_.fail("no data for " + std::to_string(static_cast<int>(cfg_.idle_timeout_s)) +
+               " s and no sender connected while a stream was open (" +
+               std::to_string(t.delivered) +
+               " chunks delivered); the sender stopped or the network failed");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Each consumer's sink publishes what is complete; what is not is named.
+void Receiver::finish_consumers() {
   for (auto& k : consumers_) {
     std::vector<std::string> incomplete;
     try {
@@ -1300,12 +1334,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
       incomplete_files_.push_back(f);
     }
   }
-  server.reset();  // nothing reads the metrics once the authenticator goes
-  if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
-  zap_.reset();
-  ctx_.reset();
+}
 
-  auto t = tracker_.totals();
+// The run's summary (the last line on stdout): what arrived, how, and what is missing.
+nlohmann::json Receiver::summary(const StreamTracker::Totals& t) const {
   const std::int64_t first = std::max<std::int64_t>(0, first_ns_.load());
   const double secs = std::max(1e-9, static_cast<double>(last_ns_.load() - first) / 1e9);
   const double raw = static_cast<double>(t.raw_bytes);
@@ -1318,8 +1350,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     if (n)
       malformed_by[std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))] = n;
   }
-  RunResult result;
-  result.summary = {
+  nlohmann::json out = {
       {"role", cfg_.relay ? "relay" : "receive"},
       {"verified", !cfg_.relay},
       {"endpoint", cfg_.endpoint},
@@ -1373,38 +1404,29 @@ RunResult Receiver::run(const RunHooks& hooks) {
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   // The first consumer reports as the one sink always did; with several (or a spill), each also
   // in `consumers`.
-  if (!consumers_.empty()) consumers_.front()->sink->report(result.summary);
-  if (per_consumer_figures()) {
-    nlohmann::json each = nlohmann::json::array();
-    for (std::size_t i = 0; i < consumers_.size(); ++i) {
-      const Consumer& k = *consumers_[i];
-      nlohmann::json o = {
-          {"consumer", i},
-          {"kind", k.sink->name()},
-          {"guarantee", k.lossless() ? "lossless" : "latest"},
-          {"chunks", k.taken.load()},
-          {"passed_over", k.passed_over.load()},
-          {"behind", k.q->depth()},
-          {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
-      if (k.spill) o["spill"] = k.spill->report();
-      k.sink->report(o);
-      each.push_back(std::move(o));
-    }
-    result.summary["consumers"] = std::move(each);
+  if (!consumers_.empty()) consumers_.front()->sink->report(out);
+  if (per_consumer_figures()) out["consumers"] = consumers_json();
+  return out;
+}
+
+// Each consumer's figures, for the summary's `consumers`.
+nlohmann::json Receiver::consumers_json() const {
+  nlohmann::json each = nlohmann::json::array();
+  for (std::size_t i = 0; i < consumers_.size(); ++i) {
+    const Consumer& k = *consumers_[i];
+    nlohmann::json o = {
+        {"consumer", i},
+        {"kind", k.sink->name()},
+        {"guarantee", k.lossless() ? "lossless" : "latest"},
+        {"chunks", k.taken.load()},
+        {"passed_over", k.passed_over.load()},
+        {"behind", k.q->depth()},
+        {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
+    if (k.spill) o["spill"] = k.spill->report();
+    k.sink->report(o);
+    each.push_back(std::move(o));
   }
-  if (controller_) controller_->report(result.summary);
-  // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
-  // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
-  // A drained receiver whose stream did not complete exits "interrupted": resume me.
-  const bool drained = rt_.drain_requested();
-  if (rt_.aborted()) {
-    result.exit_code = kExitFailure;
-  } else if (t.corrupt > 0 || (!drained && (t.lost > 0 || !incomplete_files_.empty()))) {
-    result.exit_code = kExitIntegrity;
-  } else if (drained && !result.summary["complete"].get<bool>()) {
-    result.exit_code = kExitInterruptedBase + drain_signal();
-  }
-  return result;
+  return each;
 }
 
 }  // namespace
