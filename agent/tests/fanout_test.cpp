@@ -250,8 +250,7 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
     const auto n = fs::file_size(dir + "/far.raw.part", ec);
     return ec ? std::uintmax_t{0} : n;
   };
-  for (int i = 0; i < 400 && written() < (12u << 20); ++i) std::this_thread::sleep_for(25ms);
-  ASSERT_GE(written(), 12u << 20) << far->err();
+  ASSERT_TRUE(eventually([&] { return written() >= (12u << 20); })) << far->err();
   far->signal(SIGKILL);
   EXPECT_EQ(far->wait(10s), 128 + SIGKILL);
   far.reset();
@@ -439,8 +438,8 @@ struct HopWithASpill {
   }
   // The far site stops taking (SIGSTOP) once it holds `bytes`: the hop's chunks go to its spill.
   void stop_far_after(std::uintmax_t bytes) {
-    for (int i = 0; i < 400 && size_of(dir + "/far.raw.part") < bytes; ++i)
-      std::this_thread::sleep_for(25ms);
+    EXPECT_TRUE(eventually([&] { return size_of(dir + "/far.raw.part") >= bytes; }))
+        << "the far site never held " << bytes << " bytes";
     far.signal(SIGSTOP);
   }
   // The gateway SIGKILLed and started again, then as both_sites_whole.
@@ -478,7 +477,7 @@ TEST(FanOut, WhatASlowConsumerSpilledReachesItAfterTheGatewayIsKilled) {
   auto gw = std::make_unique<Process>(hop.gateway);
   Process tx(hop.sender_args());
   hop.stop_far_after(3u << 20);
-  for (int i = 0; i < 400 && hop.spilled() < (8u << 20); ++i) std::this_thread::sleep_for(25ms);
+  eventually([&] { return hop.spilled() >= (8u << 20); });
   const std::uintmax_t held = hop.spilled();
   ASSERT_GE(held, 8u << 20) << gw->err();
   hop.gateway_killed_then_both_sites_whole(gw);
@@ -505,10 +504,8 @@ TEST(FanOut,
   Process tx(hop.sender_args());
   hop.stop_far_after(2u << 20);
   // The file consumer has the whole stream: every chunk was acknowledged to the sender.
-  for (int i = 0; i < 800 && HopWithASpill::size_of(hop.dir + "/out.raw.part") < hop.source.size();
-       ++i) {
-    std::this_thread::sleep_for(25ms);
-  }
+  eventually(
+      [&] { return HopWithASpill::size_of(hop.dir + "/out.raw.part") >= hop.source.size(); });
   ASSERT_EQ(HopWithASpill::size_of(hop.dir + "/out.raw.part"), hop.source.size()) << gw->err();
   std::this_thread::sleep_for(2s);
   EXPECT_TRUE(tx.running())
@@ -537,14 +534,14 @@ TEST(FanOut, ChunksReadOutOfASpillStayThereUntilTheFarSiteHasThem) {
   auto gw = std::make_unique<Process>(hop.gateway);
   Process tx(hop.sender_args());
   hop.stop_far_after(2u << 20);
-  for (int i = 0; i < 400 && hop.spilled() < (10u << 20); ++i) std::this_thread::sleep_for(25ms);
+  eventually([&] { return hop.spilled() >= (10u << 20); });
   ASSERT_GE(hop.spilled(), 10u << 20) << gw->err();
   const std::uintmax_t before = HopWithASpill::size_of(hop.dir + "/far.raw.part");
   hop.far.signal(SIGCONT);  // back briefly: the hop reads its spill out and sends
-  for (int i = 0;
-       i < 400 && HopWithASpill::size_of(hop.dir + "/far.raw.part") < before + (2u << 20); ++i) {
-    std::this_thread::sleep_for(5ms);
-  }
+  ASSERT_TRUE(eventually(
+      [&] { return HopWithASpill::size_of(hop.dir + "/far.raw.part") >= before + (2u << 20); },
+      std::chrono::seconds(60), 5ms))
+      << "the far site, back, took nothing from the hop";
   hop.far.signal(SIGSTOP);
   std::this_thread::sleep_for(
       500ms);  // the hop's window fills from the spill again, unacknowledged

@@ -187,6 +187,16 @@ int free_ports(int count) {
   throw std::runtime_error("no free port range");
 }
 
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds deadline,
+                std::chrono::milliseconds every) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(every);
+  }
+  return true;
+}
+
 bool metric_reaches(Process& agent, const std::string& sample, double at_least,
                     std::chrono::milliseconds deadline) {
   const auto until = std::chrono::steady_clock::now() + deadline;

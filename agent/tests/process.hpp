@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -46,6 +47,12 @@ bool require_real();
 // sender (10 s to connect), then `extra` (a flag given again in `extra` wins).
 std::vector<std::string> receiver(int port, int connections, std::vector<std::string> extra = {});
 std::vector<std::string> sender(int port, int connections, std::vector<std::string> extra = {});
+
+// Polls `cond` every `every` until it holds (true) or `deadline` passes (false): a test waits for
+// what it needs, as long as a loaded machine takes, and no longer.
+bool eventually(const std::function<bool()>& cond,
+                std::chrono::milliseconds deadline = std::chrono::seconds(60),
+                std::chrono::milliseconds every = std::chrono::milliseconds(25));
 
 // Waits until an agent started with `--metrics-listen 127.0.0.1:0` reports at least `at_least`
 // for the metric sample `sample` (its name and labels as /metrics prints them); false when the

@@ -116,6 +116,7 @@ class Receiver {
                                              std::uint16_t connection = 0,
                                              std::uint16_t connections = 1);
   void declare_metrics();
+  void make_consumers(std::size_t slack);
   void supervise();
   void finish_consumers();
   nlohmann::json summary(const StreamTracker::Totals& t) const;
@@ -1031,7 +1032,6 @@ RunResult Receiver::run(const RunHooks& hooks) {
   const ReceiverPools pools = plan_receiver_pools(cfg_, receivers, decompressors);
   spares_ = pools.spares;
   reorder_window_ = pools.reorder_window;
-  const std::size_t slack = pools.slack;
   raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", pools.raw_buffers, 1,
                                            pools.raw_capacity);
   // Received frames stay in the message ZeroMQ read them into (one copy fewer than reading into
@@ -1046,109 +1046,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   ends_owed_.resize(static_cast<std::size_t>(receivers));
   ctx_ =
       std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
-  AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) {
-    acknowledge(via, stream, seq);
-  };
-  AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) {
-    discard(via, stream, seq);
-  };
-  // The consumers (a relay forwards frames undecoded over its own link, relay_loop: it has none).
-  std::vector<ConsumerConfig> wanted = cfg_.consumers;
-  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null)
-    wanted.push_back({cfg_.sink, {}, {}});
-  if (cfg_.relay) wanted.clear();
-  const int lossless =
-      static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
-        return k.guarantee == ConsumerConfig::Guarantee::lossless;
-      }));
-  if (lossless > 0) {
-    join_ = std::make_unique<AckJoin>(
-        lossless, ack, discarded,
-        [this](std::uint32_t stream, std::uint64_t seq) { return ledger_.contains(stream, seq); });
-  }
-  int joined = 0;
-  for (const ConsumerConfig& want : wanted) {
-    auto k = std::make_unique<Consumer>();
-    k->cfg = cfg_;
-    k->cfg.sink = want.sink;
-    k->guarantee = want.guarantee;
-    k->q = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-    AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {},
-          k_discard = k_ack;  // latest-only: not waited for
-    if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined++);
-    if (want.spill.enabled()) {
-      // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
-      // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
-      // it was written there.
-      k->spill = std::make_unique<ConsumerSpill>(
-          want.spill, static_cast<std::uint32_t>(consumers_.size()), k_ack);
-      // Live chunks join the acknowledgement; those read back from the spill release it.
-      auto spill_aware = [spill = k->spill.get()](AckFn fn) {
-        return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
-          if (via >= 0) {
-            fn(via, stream, seq);
-          } else {
-            spill->taken(via, stream, seq);
-          }
-        };
-      };
-      k_ack = spill_aware(k_ack);
-      k_discard = spill_aware(k_discard);
-    }
-    // A latest-only consumer stops waiting for its reader once the lossless ones are done.
-    std::function<bool()> aborted = [this] { return rt_.aborted(); };
-    if (!k->lossless()) aborted = [this] { return rt_.aborted() || lossless_running_.load() == 0; };
-    const Config& kc = k->cfg;
-    switch (want.sink.kind) {
-      case SinkConfig::Kind::null:
-        continue;
-      case SinkConfig::Kind::file:
-        k->in_flight = std::make_unique<InFlight>();
-        k->sink = std::make_unique<FileSink>(
-            kc, tracker_, *k->in_flight, reorder_window_, slack, k_ack, k_discard,
-            [this] { return rt_.aborted() || rt_.drain_requested(); });
-        track_in_flight_ = true;
-        break;
-      case SinkConfig::Kind::hdf5:
-        k->sink = std::make_unique<Hdf5Sink>(
-            kc, tracker_, k_ack, [this](std::uint32_t stream) { return metadata_of(stream); });
-        break;
-      case SinkConfig::Kind::stream2:
-        k->sink = std::make_unique<Stream2Sink>(
-            kc, *ctx_, tracker_, reorder_window_, k_ack, k_discard,
-            [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
-        break;
-      case SinkConfig::Kind::numastream: {
-        std::optional<CurveSetup> curve = load_onward_curve(
-            want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
-        log_line("onward consumer to " + want.sink.endpoint + ": " +
-                 (!curve                     ? std::string("plain")
-                  : curve->authenticate_only ? "authenticating"
-                                             : "CURVE: encrypting"));
-        // Whatever the upstream connections have unacknowledged may wait for the far receiver.
-        k->sink = std::make_unique<OnwardSink>(
-            kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve),
-            curve, k_ack, k_discard,
-            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
-                   std::uint16_t connections) {
-              return downstream_end(stream, count, connection, connections);
-            },
-            [this](std::uint32_t stream) { return metadata_of(stream); }, onward_gaps_, aborted);
-        onward_ = true;
-        break;
-      }
-      case SinkConfig::Kind::zmq:
-        k->sink = std::make_unique<ZmqSink>(
-            kc, *ctx_, k_ack,
-            [this](std::uint32_t stream, std::uint64_t count) {
-              return downstream_end(stream, count);
-            },
-            aborted);
-        break;
-    }
-    consumers_.push_back(std::move(k));
-  }
-  lossless_running_ = lossless;
+  make_consumers(pools.slack);
   if (curve_ || !cfg_.security.allow_from.empty()) {
     const AddressBlocks allow_from = AddressBlocks::parse(cfg_.security.allow_from);
     zap_ = std::make_unique<zmq::ZapAuthenticator>(
@@ -1294,6 +1192,114 @@ RunResult Receiver::run(const RunHooks& hooks) {
     result.exit_code = kExitInterruptedBase + drain_signal();
   }
   return result;
+}
+
+// The consumers of the verified chunks (config `sinks`, or the one `sink`), each with its sink,
+// queue and, for a lossless one, its place in the acknowledgement join (and its spill). A relay
+// forwards frames undecoded over its own link (relay_loop): it has none.
+void Receiver::make_consumers(std::size_t slack) {
+  AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) {
+    acknowledge(via, stream, seq);
+  };
+  AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) {
+    discard(via, stream, seq);
+  };
+  std::vector<ConsumerConfig> wanted = cfg_.consumers;
+  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null)
+    wanted.push_back({cfg_.sink, {}, {}});
+  if (cfg_.relay) wanted.clear();
+  const int lossless =
+      static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
+        return k.guarantee == ConsumerConfig::Guarantee::lossless;
+      }));
+  if (lossless > 0) {
+    join_ = std::make_unique<AckJoin>(
+        lossless, ack, discarded,
+        [this](std::uint32_t stream, std::uint64_t seq) { return ledger_.contains(stream, seq); });
+  }
+  int joined = 0;
+  for (const ConsumerConfig& want : wanted) {
+    auto k = std::make_unique<Consumer>();
+    k->cfg = cfg_;
+    k->cfg.sink = want.sink;
+    k->guarantee = want.guarantee;
+    k->q = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+    AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {},
+          k_discard = k_ack;  // latest-only: not waited for
+    if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined++);
+    if (want.spill.enabled()) {
+      // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
+      // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
+      // it was written there.
+      k->spill = std::make_unique<ConsumerSpill>(
+          want.spill, static_cast<std::uint32_t>(consumers_.size()), k_ack);
+      // Live chunks join the acknowledgement; those read back from the spill release it.
+      auto spill_aware = [spill = k->spill.get()](AckFn fn) {
+        return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
+          if (via >= 0) {
+            fn(via, stream, seq);
+          } else {
+            spill->taken(via, stream, seq);
+          }
+        };
+      };
+      k_ack = spill_aware(k_ack);
+      k_discard = spill_aware(k_discard);
+    }
+    // A latest-only consumer stops waiting for its reader once the lossless ones are done.
+    std::function<bool()> aborted = [this] { return rt_.aborted(); };
+    if (!k->lossless()) aborted = [this] { return rt_.aborted() || lossless_running_.load() == 0; };
+    const Config& kc = k->cfg;
+    switch (want.sink.kind) {
+      case SinkConfig::Kind::null:
+        continue;
+      case SinkConfig::Kind::file:
+        k->in_flight = std::make_unique<InFlight>();
+        k->sink = std::make_unique<FileSink>(
+            kc, tracker_, *k->in_flight, reorder_window_, slack, k_ack, k_discard,
+            [this] { return rt_.aborted() || rt_.drain_requested(); });
+        track_in_flight_ = true;
+        break;
+      case SinkConfig::Kind::hdf5:
+        k->sink = std::make_unique<Hdf5Sink>(
+            kc, tracker_, k_ack, [this](std::uint32_t stream) { return metadata_of(stream); });
+        break;
+      case SinkConfig::Kind::stream2:
+        k->sink = std::make_unique<Stream2Sink>(
+            kc, *ctx_, tracker_, reorder_window_, k_ack, k_discard,
+            [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
+        break;
+      case SinkConfig::Kind::numastream: {
+        std::optional<CurveSetup> curve = load_onward_curve(
+            want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
+        log_line("onward consumer to " + want.sink.endpoint + ": " +
+                 (!curve                     ? std::string("plain")
+                  : curve->authenticate_only ? "authenticating"
+                                             : "CURVE: encrypting"));
+        // Whatever the upstream connections have unacknowledged may wait for the far receiver.
+        k->sink = std::make_unique<OnwardSink>(
+            kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve),
+            curve, k_ack, k_discard,
+            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
+                   std::uint16_t connections) {
+              return downstream_end(stream, count, connection, connections);
+            },
+            [this](std::uint32_t stream) { return metadata_of(stream); }, onward_gaps_, aborted);
+        onward_ = true;
+        break;
+      }
+      case SinkConfig::Kind::zmq:
+        k->sink = std::make_unique<ZmqSink>(
+            kc, *ctx_, k_ack,
+            [this](std::uint32_t stream, std::uint64_t count) {
+              return downstream_end(stream, count);
+            },
+            aborted);
+        break;
+    }
+    consumers_.push_back(std::move(k));
+  }
+  lossless_running_ = lossless;
 }
 
 // Until every expected stream has ended, a drain is requested or the run fails.
