@@ -95,6 +95,10 @@ class Receiver {
   void answer(zmq::Socket& sock, const zmq::Message& peer,
               const std::vector<std::vector<std::byte>>& frames);
   void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
+  // A receiving thread's ROUTER socket (limits, keepalive, security), not bound yet.
+  zmq::Socket data_socket();
+  // Reads a data socket's connection events: accepted peers, refused handshakes and keys.
+  void count_peers(zmq::Monitor& mon, int index);
   void decompress_loop(StageThread& t);
   void sink_loop(StageThread& t);
   // Hands a verified chunk to every consumer (decompressing threads). False once the input ends.
@@ -393,12 +397,7 @@ void Receiver::send_acks(zmq::Socket& sock, int index,
   }
 }
 
-void Receiver::receive_loop(StageThread& t) {
-  const int index = t.index;
-  StageStats& st = t.stats;
-  const std::string ep = endpoint_.for_connection(index);
-  AckBox& box = *boxes_[static_cast<std::size_t>(index)];
-  const auto connections = static_cast<std::uint16_t>(boxes_.size());
+zmq::Socket Receiver::data_socket() {
   zmq::Socket sock(*ctx_, ZMQ_ROUTER);
   sock.set_int(ZMQ_RCVHWM, cfg_.hwm);
   sock.set_int(ZMQ_SNDHWM, 100000);  // acknowledgements: small, never dropped for want of room
@@ -415,6 +414,34 @@ void Receiver::receive_loop(StageThread& t) {
   // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
   sock.set_int64(ZMQ_MAXMSGSIZE,
                  static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
+  return sock;
+}
+
+void Receiver::count_peers(zmq::Monitor& mon, int index) {
+  const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
+  const int before_accepted = mon.accepted();
+  mon.drain();
+  accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
+  if (mon.handshake_failures() > before_handshake &&
+      rejected_handshake_.fetch_add(
+          static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
+    log_warn("connection " + std::to_string(index) +
+             ": dropped a peer that failed the ZeroMQ handshake");
+  }
+  if (mon.auth_failures() > before_auth &&
+      rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
+    log_warn("connection " + std::to_string(index) +
+             ": refused a peer whose key or address is not allowed");
+  }
+}
+
+void Receiver::receive_loop(StageThread& t) {
+  const int index = t.index;
+  StageStats& st = t.stats;
+  const std::string ep = endpoint_.for_connection(index);
+  AckBox& box = *boxes_[static_cast<std::size_t>(index)];
+  const auto connections = static_cast<std::uint16_t>(boxes_.size());
+  zmq::Socket sock = data_socket();
   zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
   sock.bind(ep);
   struct PeerCount {  // this thread's connected senders, in the receiver's total
@@ -446,25 +473,8 @@ void Receiver::receive_loop(StageThread& t) {
     }
     if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, streams);
     if (items[2].revents & ZMQ_POLLIN) {
-      const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
-      const int before_accepted = mon.accepted();
-      mon.drain();
+      count_peers(mon, index);
       peers.publish(mon.peers());
-      accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
-      if (mon.handshake_failures() > before_handshake) {
-        if (rejected_handshake_.fetch_add(
-                static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
-          log_warn("connection " + std::to_string(index) +
-                   ": dropped a peer that failed the ZeroMQ handshake");
-        }
-      }
-      if (mon.auth_failures() > before_auth) {
-        if (rejected_auth_.fetch_add(
-                static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
-          log_warn("connection " + std::to_string(index) +
-                   ": refused a peer whose key or address is not allowed");
-        }
-      }
     }
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     zmq::Message peer;
