@@ -640,6 +640,49 @@ void pass_on(Inbound& in, Chunk& out) {
     out.body_offset = wire::kHeaderSize;
   }
 }
+
+// How a chunk is checked and where its payload goes: kept compressed as it came (decoded into
+// scratch to check it, unless its checksum covers the compressed bytes and verify is not
+// `decode`), as it is (not compressed), or decoded into `out`'s buffer.
+enum class Checked { kept, as_is, decoded };
+
+// Verifies a chunk (checksum, bslz4 framing, decoding) and, when it is good, hands its payload to
+// `out` (or, decoded, the payload as it came to `as_came`). False: corrupt.
+bool verify(Inbound& in, Checked how, Config::Verify mode, Decompressor& dec,
+            std::vector<std::byte>& scratch, Chunk& out, std::optional<Chunk>& as_came) {
+  const wire::Header& h = in.header;
+  const auto payload = in.payload();
+  bool ok = true;
+  if (h.payload_checksum) {
+    // Arrived compressed: the checksum covers the bytes as sent, the framing its sizes.
+    ok = wire::checksum(payload) == h.checksum &&
+         (h.codec != Codec::bslz4 || bslz4::check_framing(payload, h.element_size, h.raw_size)) &&
+         (h.codec != Codec::none || payload.size() == h.raw_size);
+  }
+  switch (how) {
+    case Checked::kept:
+      if (ok && (!h.payload_checksum || mode == Config::Verify::decode)) {
+        scratch.resize(h.raw_size);
+        ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
+             (h.payload_checksum || wire::checksum(scratch) == h.checksum);
+      }
+      if (ok) pass_on(in, out);
+      break;
+    case Checked::as_is:
+      // Not compressed: the payload is the raw bytes, checked where they are.
+      ok = ok && (h.payload_checksum || wire::checksum(payload) == h.checksum);
+      if (ok) pass_on(in, out);
+      break;
+    case Checked::decoded: {
+      std::span<std::byte> raw = out.payload_room().first(h.raw_size);
+      ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
+           (h.payload_checksum || wire::checksum(raw) == h.checksum);
+      if (ok && as_came) pass_on(in, *as_came);
+      break;
+    }
+  }
+  return ok;
+}
 }  // namespace
 
 void Receiver::decompress_loop(StageThread& t) {
@@ -679,33 +722,9 @@ void Receiver::decompress_loop(StageThread& t) {
     StreamTracker::Verdict verdict;
     {
       ScopedTimer busy(st.busy_ns);
-      const auto payload = in->payload();
-      const std::size_t frame_size = wire::kHeaderSize + payload.size();
-      bool ok = true;
-      if (h.payload_checksum) {
-        // Arrived compressed: the checksum covers the bytes as sent, the framing its sizes.
-        ok = wire::checksum(payload) == h.checksum &&
-             (h.codec != Codec::bslz4 ||
-              bslz4::check_framing(payload, h.element_size, h.raw_size)) &&
-             (h.codec != Codec::none || payload.size() == h.raw_size);
-      }
-      if (keep) {
-        if (ok && (!h.payload_checksum || cfg_.verify == Config::Verify::decode)) {
-          scratch.resize(h.raw_size);
-          ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
-               (h.payload_checksum || wire::checksum(scratch) == h.checksum);
-        }
-        if (ok) pass_on(*in, out);
-      } else if (pass) {
-        // Not compressed: the payload is the raw bytes, checked where they are.
-        ok = ok && (h.payload_checksum || wire::checksum(payload) == h.checksum);
-        if (ok) pass_on(*in, out);
-      } else {
-        std::span<std::byte> raw = out.payload_room().first(h.raw_size);
-        ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
-             (h.payload_checksum || wire::checksum(raw) == h.checksum);
-        if (ok && as_came) pass_on(*in, *as_came);
-      }
+      const std::size_t frame_size = wire::kHeaderSize + in->payload().size();
+      const Checked how = keep ? Checked::kept : pass ? Checked::as_is : Checked::decoded;
+      const bool ok = verify(*in, how, cfg_.verify, dec, scratch, out, as_came);
       st.bytes_in += frame_size;
       in.reset();  // frees ZeroMQ's message
       verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
