@@ -120,6 +120,9 @@ class Receiver {
                                              std::uint16_t connection = 0,
                                              std::uint16_t connections = 1);
   void declare_metrics();
+  void declare_stream_metrics(MetricRegistry& m);
+  void declare_consumer_metrics(MetricRegistry& m);
+  void declare_connection_metrics(MetricRegistry& m);
   void make_consumers(std::size_t slack);
   void supervise();
   void finish_consumers();
@@ -923,6 +926,27 @@ void Receiver::sink_loop(StageThread& t) {
 
 void Receiver::declare_metrics() {
   MetricRegistry& m = rt_.metrics();
+  declare_stream_metrics(m);
+  declare_consumer_metrics(m);
+  declare_connection_metrics(m);
+  m.gauge("numastream_streams_complete", "Streams that ended on every connection.",
+          [this] { return static_cast<double>(tracker_.complete_streams()); });
+  m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
+    const auto t = tracker_.totals();
+    return t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes)
+                            : 0;
+  });
+  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
+        [this](MetricSamples& s) {
+          s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+          if (consumers_.size() == 1)
+            s.add({{"queue", "sink"}}, static_cast<double>(consumers_.front()->q->depth()));
+        });
+  raw_pools_->declare_metrics(m);
+}
+
+// What arrived of the streams: bytes, chunks, losses, gaps, refused frames.
+void Receiver::declare_stream_metrics(MetricRegistry& m) {
   m.counter("numastream_raw_bytes_total", "Raw (uncompressed) bytes of the chunks received.",
             [this] { return static_cast<double>(tracker_.totals().raw_bytes); });
   m.counter("numastream_wire_bytes_total", "Bytes of the frames received.",
@@ -961,8 +985,11 @@ void Receiver::declare_metrics() {
       "numastream_chunks_delivered_before",
       "Chunks an earlier instance of this receiver acknowledged (reported by resuming senders).",
       [this] { return static_cast<double>(tracker_.totals().delivered_before); });
-  // The first consumer's own families (a sink's families are named for its kind, not for a
-  // consumer), then every consumer's figures.
+}
+
+// The first consumer's own families (a sink's families are named for its kind, not for a
+// consumer), then every consumer's figures.
+void Receiver::declare_consumer_metrics(MetricRegistry& m) {
   if (!consumers_.empty()) consumers_.front()->sink->declare_metrics(m);
   if (per_consumer_figures()) {
     auto each = [this](MetricSamples& s, auto value) {
@@ -995,6 +1022,10 @@ void Receiver::declare_metrics() {
             });
           });
   }
+}
+
+// The data ports' connections and the acknowledgements sent on them.
+void Receiver::declare_connection_metrics(MetricRegistry& m) {
   m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
             [this] { return static_cast<double>(acks_sent_.load()); });
   m.add("numastream_connections_rejected_total", MetricType::counter,
@@ -1014,20 +1045,6 @@ void Receiver::declare_metrics() {
   m.counter("numastream_resumes_total",
             "Resume frames received (one per connection and reconnection).",
             [this] { return static_cast<double>(resumes_.load()); });
-  m.gauge("numastream_streams_complete", "Streams that ended on every connection.",
-          [this] { return static_cast<double>(tracker_.complete_streams()); });
-  m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
-    const auto t = tracker_.totals();
-    return t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes)
-                            : 0;
-  });
-  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
-        [this](MetricSamples& s) {
-          s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-          if (consumers_.size() == 1)
-            s.add({{"queue", "sink"}}, static_cast<double>(consumers_.front()->q->depth()));
-        });
-  raw_pools_->declare_metrics(m);
 }
 
 RunResult Receiver::run(const RunHooks& hooks) {
