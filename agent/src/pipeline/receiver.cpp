@@ -120,6 +120,8 @@ class Receiver {
                                              std::uint16_t connection = 0,
                                              std::uint16_t connections = 1);
   void declare_metrics();
+  void start_authenticator();
+  std::unique_ptr<MetricsServer> serve_metrics(const RunHooks& hooks);
   void declare_stream_metrics(MetricRegistry& m);
   void declare_consumer_metrics(MetricRegistry& m);
   void declare_connection_metrics(MetricRegistry& m);
@@ -1047,6 +1049,53 @@ void Receiver::declare_connection_metrics(MetricRegistry& m) {
             [this] { return static_cast<double>(resumes_.load()); });
 }
 
+// ZeroMQ's authentication handler for the data ports: the senders' keys (CURVE, or authenticate
+// mode's pair token) and security.allow_from.
+void Receiver::start_authenticator() {
+  if (!curve_ && cfg_.security.allow_from.empty()) return;
+  const AddressBlocks allow_from = AddressBlocks::parse(cfg_.security.allow_from);
+  zap_ = std::make_unique<zmq::ZapAuthenticator>(
+      *ctx_, curve_ ? curve_->allowed : std::set<std::string>{},
+      curve_ && curve_->authenticate_only ? curve_->secret_key : "", allow_from,
+      [](const std::string& address) {
+        log_warn("refused a connection from " +
+                 (address.empty() ? std::string("an unknown address") : address) +
+                 ": not in security.allow_from");
+      });
+  if (curve_) {
+    log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)"
+                                                   : "CURVE") +
+             ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
+  }
+  if (!allow_from.empty()) {
+    std::string blocks;
+    for (const auto& b : cfg_.security.allow_from) blocks += (blocks.empty() ? "" : ", ") + b;
+    log_line("accepting connections only from " + blocks);
+  }
+}
+
+// The metrics, health and preview server (metrics.listen); none without one.
+std::unique_ptr<MetricsServer> Receiver::serve_metrics(const RunHooks& hooks) {
+  if (cfg_.metrics_listen.empty()) return nullptr;
+  if (cfg_.preview.enabled) {
+    preview_ = std::make_unique<Preview>(static_cast<std::size_t>(cfg_.preview.max_side),
+                                         std::chrono::milliseconds(cfg_.preview.interval_ms));
+  }
+  auto server = std::make_unique<MetricsServer>(
+      cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
+      [this] { return !rt_.aborted(); }, MetricsServer::Limits{},
+      [this](const std::string& path) -> std::optional<HttpReply> {
+        if (preview_) return preview_->answer(path);
+        return std::nullopt;
+      });
+  if (preview_)
+    log_line("live preview on http://" + cfg_.metrics_listen + "/preview (port " +
+             std::to_string(server->port()) + ")");
+  log_line("metrics on port " + std::to_string(server->port()));
+  if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
+  return server;
+}
+
 RunResult Receiver::run(const RunHooks& hooks) {
   curve_ = load_curve(cfg_.security);
   if (cfg_.relay && !cfg_.sink.curve.secret_key_file.empty()) {
@@ -1093,27 +1142,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   ctx_ =
       std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   make_consumers(pools.slack);
-  if (curve_ || !cfg_.security.allow_from.empty()) {
-    const AddressBlocks allow_from = AddressBlocks::parse(cfg_.security.allow_from);
-    zap_ = std::make_unique<zmq::ZapAuthenticator>(
-        *ctx_, curve_ ? curve_->allowed : std::set<std::string>{},
-        curve_ && curve_->authenticate_only ? curve_->secret_key : "", allow_from,
-        [](const std::string& address) {
-          log_warn("refused a connection from " +
-                   (address.empty() ? std::string("an unknown address") : address) +
-                   ": not in security.allow_from");
-        });
-    if (curve_) {
-      log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)"
-                                                     : "CURVE") +
-               ": accepting " + std::to_string(curve_->allowed.size()) + " sender key(s)");
-    }
-    if (!allow_from.empty()) {
-      std::string blocks;
-      for (const auto& b : cfg_.security.allow_from) blocks += (blocks.empty() ? "" : ", ") + b;
-      log_line("accepting connections only from " + blocks);
-    }
-  }
+  start_authenticator();
   if (spares_ > 0) {
     adaptive::Limits limits;
     limits.min_active = 1;
@@ -1128,25 +1157,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     raw_pools_->close_all();
   });
   declare_metrics();
-  std::unique_ptr<MetricsServer> server;
-  if (!cfg_.metrics_listen.empty()) {
-    if (cfg_.preview.enabled) {
-      preview_ = std::make_unique<Preview>(static_cast<std::size_t>(cfg_.preview.max_side),
-                                           std::chrono::milliseconds(cfg_.preview.interval_ms));
-    }
-    server = std::make_unique<MetricsServer>(
-        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-        [this] { return !rt_.aborted(); }, MetricsServer::Limits{},
-        [this](const std::string& path) -> std::optional<HttpReply> {
-          if (preview_) return preview_->answer(path);
-          return std::nullopt;
-        });
-    if (preview_)
-      log_line("live preview on http://" + cfg_.metrics_listen + "/preview (port " +
-               std::to_string(server->port()) + ")");
-    log_line("metrics on port " + std::to_string(server->port()));
-    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
-  }
+  std::unique_ptr<MetricsServer> server = serve_metrics(hooks);
   rt_.started = Clock::now();
   // The graph: receive -> wire_q_ -> decompress (+ spares on the receiving threads' CPUs) ->
   // sink_q_ -> sink; a relay: receive -> wire_q_ -> relay, frames forwarded undecoded.
