@@ -87,6 +87,10 @@ void run_relay(const RelayWiring& w, StageThread& t) {
                                  std::to_string(wire::kMaxGapRecords) + " separate gaps");
       }
       link.serve(0);  // declared downstream before the chunks after them
+      // Frames held for one the gap says will never come go on now: the gap may come after
+      // them (a resumed sender's connections), and none may come before they are acknowledged.
+      if (auto held = order.find(h.stream_id); held != order.end())
+        flush(h.stream_id, held->second, false);
       continue;
     }
     if (h.type == wire::FrameType::metadata) {
