@@ -292,13 +292,17 @@ check: agent ## The fast loop: formatting (clang-format, gofmt), golangci-lint, 
 lint: ## golangci-lint over the Go code (.golangci.yml; built from the module proxy, cached)
 	@$$(bash hack/build-golangci-lint.sh) run ./...
 
+.PHONY: test-docs
+test-docs: ## The user docs: no table cell over 400 characters, links resolve, the README matches the demo and the CRD
+	@python3 hack/check-docs.py
+
 .PHONY: check-deps
 check-deps: deps ## Prove each toolchain the suite uses links and runs a program (names the package when not)
 	@bash hack/check-deps.sh
 
 .PHONY: test
 test: ## The whole suite, ending with each suite's wall time against the budget (docs/development.md)
-	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz test-operator test-e2e test-e2e-real
+	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps test-docs test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz test-operator test-e2e test-e2e-real
 
 .PHONY: demo
 demo: agent operator k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make check: the fast loop before a commit: formatting (clang-format over the agent, gofmt),
-# golangci-lint (.golangci.yml: go vet, staticcheck, errcheck, gosec, revive, ...), clang-tidy over
+# the user docs (hack/check-docs.py), golangci-lint (.golangci.yml: go vet, staticcheck, errcheck, gosec, revive, ...), clang-tidy over
 # the agent (agent/.clang-tidy), the Go unit and table tests (planner, render, Decide, conditions, storage, ...; the envtest
 # suites skip here, make test runs them) and the agent's unit tests. No root, no cluster. Prints
 # each step's time.
@@ -31,6 +31,7 @@ gofmt_clean() {
 go_unit() {
   go test -count=1 $(go list ./... | grep -vE '/test/(e2e|facility|realnode)$')
 }
+step docs python3 hack/check-docs.py
 step clang-format clang_format
 step gofmt gofmt_clean
 golangci_lint() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo` on the facility in a box (root): the whole mission as real pods.
-#  1. the control plane and three real kubelet nodes, detector-a, detector-b and gateway-a, joined by a 1 Gbit/s
-#     shaped facility link (hack/facility.sh);
+#  1. the control plane and four real kubelet nodes, detector-a, detector-b, gateway-a and gw-numa
+#     (whose kubelet sees two NUMA nodes), joined by a 1 Gbit/s shaped facility link
+#     (hack/facility.sh);
 #  2. numastream installed with its Helm chart: the node daemon measures each node and publishes
 #     NodeFeatures, nfd-master turns them into the labels the operator plans with;
 #  3. a StreamPipeline (test/facility/pipeline.yaml) applied with kubectl: the operator plans it,
@@ -44,7 +45,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "mode: the facility in a box: real kubelets, containerd, Multus, NFD; the pipeline runs as real pods"
-say "1/7 control plane + detector-a, detector-b and gateway-a (real kubelets) + facility link"
+say "1/7 control plane + detector-a, detector-b, gateway-a and gw-numa (real kubelets) + facility link"
 API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh up >"$SIM_DIR.log" 2>&1 ||
   { tail -20 "$SIM_DIR.log"; exit 1; }
 fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
@@ -115,6 +116,7 @@ for f in sorted(glob.glob(f"{d}/facility-*.raw")):
 ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx["wire_bytes"]
 sys.exit(0 if ok else 1)
 PY
+k get streampipelines
 
 say "5/7 kubectl apply -f test/facility/pipeline-hdf5.yaml: bslz4 frames into an HDF5 file"
 k delete streampipeline facility --wait=true --timeout=60s >/dev/null
