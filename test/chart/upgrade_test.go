@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -238,6 +239,45 @@ func TestAHelmUpgradeFrom010KeepsEveryPipeline(t *testing.T) {
 		t.Fatalf("dropping v1alpha1 from storedVersions: %v", err)
 	}
 	t.Logf("after the upgrade: %d pipelines of 0.1.0 read unchanged as v1beta1 and v1alpha1; versions %v; migrated to v1beta1 in etcd", len(before), served)
+
+	// helm rollback to 0.1.0 (docs/upgrade.md says it is not supported): 0.1.0's CRD serves
+	// v1alpha1 alone, and the API server refuses a CRD that drops a version etcd has stored. The
+	// rollback fails on it, and a helm upgrade to this chart puts the release back, every
+	// pipeline still readable.
+	versions := func() map[string]string {
+		var deployments appsv1.DeploymentList
+		if err := c.List(ctx, &deployments, client.InNamespace("numastream-system")); err != nil {
+			t.Fatal(err)
+		}
+		v := map[string]string{}
+		for _, d := range deployments.Items {
+			v[d.Name] = d.Labels["app.kubernetes.io/version"] + " " + d.Spec.Template.Spec.Containers[0].Image
+		}
+		return v
+	}
+	upgraded := versions()
+	rollback := exec.Command(helm(t), "rollback", "numastream", "1", "--kubeconfig", kubeconfig, "--namespace", "numastream-system")
+	out2, err := rollback.CombinedOutput()
+	if err == nil {
+		t.Fatalf("helm rollback to 0.1.0 succeeded; docs/upgrade.md says the API server refuses it:\n%s", out2)
+	}
+	if !strings.Contains(string(out2), "storedVersions") {
+		t.Errorf("helm rollback to 0.1.0 failed, but not on the CRD's stored versions:\n%s", out2)
+	}
+	t.Logf("helm rollback to 0.1.0: %s", strings.TrimSpace(string(out2)))
+	// Helm does not stop at the refusal: the operator's Deployment is 0.1.0's by then (what
+	// docs/upgrade.md warns of). helm upgrade to this chart again puts everything back.
+	t.Logf("the release's deployments after the refused rollback: %v", versions())
+	helmOn(t, kubeconfig, "upgrade", "numastream", chartDir, "--reset-then-reuse-values")
+	if now := versions(); fmt.Sprint(now) != fmt.Sprint(upgraded) {
+		t.Errorf("the release's deployments after the upgrade again: %v; after the first upgrade: %v", now, upgraded)
+	}
+	for name := range before {
+		var sp v1beta1.StreamPipeline
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "beamline", Name: name}, &sp); err != nil {
+			t.Errorf("%s after the refused rollback and the upgrade again: %v", name, err)
+		}
+	}
 }
 
 // plain is v as JSON values (maps, slices, strings, float64, bools).
