@@ -107,7 +107,19 @@ class NxmxSeries final : public SeriesStore {
     s->learn_number_of_images();
     for (const auto& [k, file] : data_files(prefix)) {
       if (file.size() > 5 && file.compare(file.size() - 5, 5, ".part") == 0) {
-        auto f = hdf5::SeriesFile::reopen(file, direct);
+        std::unique_ptr<hdf5::SeriesFile> f;
+        try {
+          f = hdf5::SeriesFile::reopen(file, direct);
+        } catch (const std::exception& e) {
+          // Torn by the kill (see acked_mark): without its mark no image in it was
+          // acknowledged; set aside, its images come again.
+          if (path_exists(acked_mark(file))) throw;
+          const std::string aside = set_aside(file);
+          log_warn("hdf5 sink: " + file + " cannot be reopened (" + e.what() +
+                   "); no image in it was acknowledged: moved to " + aside);
+          continue;
+        }
+        if (path_exists(acked_mark(file))) s->marked_.insert(k);
         s->held_.insert(f->sequences_held().begin(), f->sequences_held().end());
         for (const auto& [channel, ids] : f->images()) s->ids_.insert(ids.begin(), ids.end());
         s->open_.emplace(k, std::move(f));
@@ -180,8 +192,16 @@ class NxmxSeries final : public SeriesStore {
   }
 
   std::set<std::uint64_t> image_ids() const override { return ids_; }
+  bool holds_image(std::uint64_t image_id) const override { return ids_.count(image_id) > 0; }
   void flush() override {
     for (auto& [k, f] : open_) f->flush();
+  }
+  void mark_acknowledged() override {
+    for (const auto& [k, f] : open_) {
+      if (marked_.count(k) || !f->recorded()) continue;
+      make_acked_mark(hdf5::data_file_name(prefix_, k) + ".part");
+      marked_.insert(k);
+    }
   }
   void publish() override {
     for (auto it = open_.begin(); it != open_.end();) it = publish_if_whole(it);
@@ -203,7 +223,10 @@ class NxmxSeries final : public SeriesStore {
         if (error.empty()) error = e.what();
       }
     }
-    for (const auto& [k, f] : open_) m_.unfinished.insert(k);
+    for (const auto& [k, f] : open_) {
+      m_.unfinished.insert(k);
+      remove_acked_mark(hdf5::data_file_name(prefix_, k) + ".part");
+    }
     open_.clear();
     m_.incomplete = lacks;
     save();
@@ -286,6 +309,8 @@ class NxmxSeries final : public SeriesStore {
       throw std::runtime_error("hdf5 sink: rename " + name + ".part: " + errno_text(errno));
     }
     published_.insert(k);
+    remove_acked_mark(name + ".part");
+    marked_.erase(k);
     return open_.erase(it);
   }
 
@@ -299,6 +324,7 @@ class NxmxSeries final : public SeriesStore {
   std::set<std::uint64_t> published_;  // data files whole and renamed
   std::set<std::uint64_t> ids_;        // image ids written
   std::set<std::uint64_t> held_;       // numastream sequences in the files
+  std::set<std::uint64_t> marked_;     // open data files whose acked mark is made
 };
 
 }  // namespace numastream

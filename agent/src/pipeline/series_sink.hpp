@@ -78,6 +78,13 @@ class SeriesSink {
     Series& s = *found;
     if (!s.seqs.insert(h.sequence).second) {  // a retransmission of a message already written
       held_.add(c.via, h.stream_id, h.sequence);
+      if (m->type == stream2::Type::end && !s.end_seq) {  // in a file of an earlier version
+        s.end_seq = h.sequence;
+        s.incomplete = m->incomplete;
+      }
+      // An earlier gateway may have written every message and been killed before it published
+      // the series: the retransmissions then bring nothing new, and the series ends here.
+      end_if_whole(key, s);
       return;
     }
     switch (m->type) {
@@ -91,8 +98,18 @@ class SeriesSink {
         }
         break;
       case stream2::Type::image:
+        if (s.store->holds_image(m->image_id)) {
+          // The image is in the file but its message is not in the file's record: a gateway
+          // killed after writing the image and before recording it, the message now sent
+          // again (or a detector that sent an image id twice). Written again in its place,
+          // counted once.
+          log_line("hdf5 sink: series " + s.name + ": image " + std::to_string(m->image_id) +
+                   " (message " + std::to_string(h.sequence) +
+                   ") is already in the file: written again in its place");
+        } else {
+          ++s.images;
+        }
         s.store->write_image(bytes, m->image_id, h.sequence);
-        ++s.images;
         break;
       case stream2::Type::end:
         s.end_seq = h.sequence;
@@ -105,17 +122,7 @@ class SeriesSink {
     // Acknowledged once flushed to the file (or the file closed).
     held_.add(c.via, h.stream_id, h.sequence);
     if (held_.full()) flush_and_acknowledge();
-    if (s.start_seq && s.end_seq && s.seqs.size() == *s.end_seq - *s.start_seq + 1) {
-      // Every message numastream carried is here; the detector's own numbering says whether every
-      // image is (frames a detector queued for a sender that died never got a sequence).
-      if (s.incomplete.empty()) s.incomplete = missing_images(s);
-      if (s.incomplete.empty()) {
-        publish(key);
-      } else {
-        give_up(key);
-      }
-      flush_and_acknowledge();  // its file is closed: what it holds is in it
-    }
+    end_if_whole(key, s);
   }
 
   // Nothing came for a moment: what is written is flushed and acknowledged.
@@ -163,7 +170,10 @@ class SeriesSink {
 
  private:
   void flush_and_acknowledge() {
-    for (auto& [key, s] : open_) s.store->flush();
+    for (auto& [key, s] : open_) {
+      s.store->flush();
+      s.store->mark_acknowledged();
+    }
     held_.release();
   }
 
@@ -243,10 +253,11 @@ class SeriesSink {
     return candidate;
   }
 
-  // The open series of a message; a new one for a series this gateway has not seen. When the
-  // stream is resumed (its sender reports chunks an earlier gateway acknowledged), that gateway's
-  // files of the series are looked for: its .part is reopened and written on; a message already
-  // in a file it finished (published, or given up) is a retransmission: nullptr.
+  // The open series of a message; a new one for a series this gateway has not seen. An earlier
+  // gateway's unfinished files of the series (same series ids, same stream) are reopened and
+  // written on. When the stream is resumed (its sender reports chunks an earlier gateway
+  // acknowledged), a message already in a file it finished (published, or given up) is a
+  // retransmission: nullptr.
   Series* series(const Key& key, const wire::Header& h) {
     auto it = open_.find(key);
     if (it != open_.end()) return &it->second;
@@ -257,11 +268,14 @@ class SeriesSink {
       const Probe p = nxmx() ? NxmxSeries::probe(c, key.first, key.second, h.stream_id)
                              : OneFileSeries::probe(c, key.first, key.second, h.stream_id);
       if (p.state == Probe::State::free) return true;
-      if (!resumed || p.state == Probe::State::other) return false;
+      if (p.state == Probe::State::other) return false;
       if (p.state == Probe::State::finished) {
-        retransmission = p.sequences.count(h.sequence) > 0;
+        retransmission = resumed && p.sequences.count(h.sequence) > 0;
         return retransmission;
       }
+      // Unfinished, of this series and stream: a gateway killed while writing it. Written on
+      // even when it acknowledged nothing (the sender sends everything again, or, if it died
+      // too, declares missing what the file may still hold).
       reopen = true;
       return true;
     });
@@ -275,12 +289,24 @@ class SeriesSink {
     }
     Series s;
     s.name = std::to_string(key.first) + (key.second.empty() ? "" : " (" + key.second + ")");
-    if (reopen) {
-      if (nxmx()) {
-        s.store = NxmxSeries::reopen(path, direct_);
-      } else {
+    if (reopen && !nxmx()) {
+      try {
         s.store = OneFileSeries::reopen(path, direct_);
+      } catch (const std::exception& e) {
+        // A write torn by the kill left a file HDF5 cannot go on with. Without its acked mark
+        // nothing in it was acknowledged: it is set aside, and the series made anew at its
+        // name. With it, it may hold acknowledged messages: stop, naming it.
+        if (path_exists(acked_mark(path + ".part"))) throw;
+        const std::string aside = set_aside(path + ".part");
+        log_warn("hdf5 sink: series " + s.name + ": " + path + ".part cannot be reopened (" +
+                 e.what() + "); no message in it was acknowledged: moved to " + aside +
+                 ", the series written anew");
+        reopen = false;
       }
+    } else if (reopen) {
+      s.store = NxmxSeries::reopen(path, direct_);
+    }
+    if (reopen) {
       const std::set<std::uint64_t> held = s.store->sequences_held();
       s.seqs = held;
       s.start_seq = s.store->start_sequence();
@@ -304,6 +330,20 @@ class SeriesSink {
                io_note(direct_, s.store->direct()));
     }
     return &open_.emplace(key, std::move(s)).first->second;
+  }
+
+  // Once every message numastream carried of a series is in its files, the series ends:
+  // published, or given up when the detector's own numbering says an image is missing (frames a
+  // detector queued for a sender that died never got a sequence). `s` is gone after.
+  void end_if_whole(const Key& key, Series& s) {
+    if (!s.start_seq || !s.end_seq || s.seqs.size() != *s.end_seq - *s.start_seq + 1) return;
+    if (s.incomplete.empty()) s.incomplete = missing_images(s);
+    if (s.incomplete.empty()) {
+      publish(key);
+    } else {
+      give_up(key);
+    }
+    flush_and_acknowledge();  // its file is closed: what it holds is in it
   }
 
   // A series its detector left unfinished: the file stays .part, reported with why.

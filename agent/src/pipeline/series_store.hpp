@@ -5,7 +5,9 @@
 // Internal to the agent.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -30,6 +32,30 @@ inline bool path_exists(const std::string& p) {
   return ::stat(p.c_str(), &sb) == 0;
 }
 
+// A series file's mark that it holds a message whose acknowledgement went out (<file>.acked beside
+// it): made before the first such acknowledgement, removed once the file is published or given
+// up. HDF5 rewrites a file's metadata in place, and a gateway killed in the middle of a flush can
+// leave a file it cannot reopen: without the mark, nothing in it was acknowledged (the sender
+// sends it all again), and it is set aside and made anew; with it, the gateway stops, naming it.
+inline std::string acked_mark(const std::string& file) { return file + ".acked"; }
+inline void make_acked_mark(const std::string& file) {
+  const int fd = ::open(acked_mark(file).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw std::runtime_error("hdf5 sink: create " + acked_mark(file) + ": " + errno_text(errno));
+  }
+  ::close(fd);
+}
+inline void remove_acked_mark(const std::string& file) { std::remove(acked_mark(file).c_str()); }
+// Renames an unfinished file out of the way (to <file>.damaged, -2, ...); returns the new name.
+inline std::string set_aside(const std::string& file) {
+  std::string aside = file + ".damaged";
+  for (int n = 2; path_exists(aside); ++n) aside = file + ".damaged-" + std::to_string(n);
+  if (std::rename(file.c_str(), aside.c_str()) != 0)
+    throw std::runtime_error("hdf5 sink: rename " + file + " to " + aside + ": " +
+                             errno_text(errno));
+  return aside;
+}
+
 class SeriesStore {
  public:
   virtual ~SeriesStore() = default;
@@ -43,8 +69,13 @@ class SeriesStore {
   virtual void write_end(std::uint64_t sequence) = 0;
   // The image ids written (any channel).
   virtual std::set<std::uint64_t> image_ids() const = 0;
+  // Whether image `image_id` is written (any channel).
+  virtual bool holds_image(std::uint64_t image_id) const = 0;
   // What is written so far reaches the files, and the record of the messages they hold.
   virtual void flush() = 0;
+  // Before the acknowledgement of what the last flush recorded: each file holding a recorded
+  // message carries its acked mark.
+  virtual void mark_acknowledged() = 0;
   // The series is complete: its files are closed and take their final names.
   virtual void publish() = 0;
   // The series will not be complete: its files are closed, marked with what it lacks.
@@ -80,6 +111,7 @@ class OneFileSeries final : public SeriesStore {
   static std::unique_ptr<OneFileSeries> reopen(const std::string& path, bool direct) {
     std::unique_ptr<OneFileSeries> s(new OneFileSeries(path));
     s->file_ = hdf5::SeriesFile::reopen(path + ".part", direct);
+    s->marked_ = path_exists(acked_mark(path + ".part"));
     return s;
   }
   static Probe probe(const std::string& path, std::uint64_t series_id, const std::string& unique_id,
@@ -87,6 +119,9 @@ class OneFileSeries final : public SeriesStore {
     const bool done = path_exists(path), part = path_exists(path + ".part");
     if (!done && !part) return {};
     const auto id = hdf5::SeriesFile::identify(done ? path : path + ".part");
+    // Made by a gateway killed before any message of it was flushed there: nothing in it was
+    // acknowledged, and the series is made anew at this name.
+    if (!id && !done && hdf5::SeriesFile::records_nothing(path + ".part")) return {};
     if (!id || id->series_id != series_id || id->series_unique_id != unique_id ||
         (id->stream_id && *id->stream_id != stream_id)) {
       return {Probe::State::other, {}};
@@ -107,19 +142,33 @@ class OneFileSeries final : public SeriesStore {
     file_->write_image(message, image_id);
     file_->record(sequence);
   }
-  void write_end(std::uint64_t sequence) override { file_->record(sequence); }
+  void write_end(std::uint64_t sequence) override {
+    file_->write_end(sequence);
+    file_->record(sequence);
+  }
   std::set<std::uint64_t> image_ids() const override {
     std::set<std::uint64_t> ids;
     for (const auto& [channel, written] : file_->images())
       ids.insert(written.begin(), written.end());
     return ids;
   }
+  bool holds_image(std::uint64_t image_id) const override {
+    for (const auto& [channel, written] : file_->images())
+      if (written.count(image_id) > 0) return true;
+    return false;
+  }
   void flush() override { file_->flush(); }
+  void mark_acknowledged() override {
+    if (marked_ || !file_->recorded()) return;
+    make_acked_mark(path_ + ".part");
+    marked_ = true;
+  }
   void publish() override {
     file_->close();
     if (std::rename((path_ + ".part").c_str(), path_.c_str()) != 0) {
       throw std::runtime_error("hdf5 sink: rename " + path_ + ".part: " + errno_text(errno));
     }
+    remove_acked_mark(path_ + ".part");
   }
   void give_up(const std::string& lacks) override {
     std::string error;
@@ -129,6 +178,7 @@ class OneFileSeries final : public SeriesStore {
       error = e.what();
     }
     file_->close();
+    remove_acked_mark(path_ + ".part");
     if (!error.empty()) throw std::runtime_error(error);
   }
   std::string published_name() const override { return path_; }
@@ -137,12 +187,13 @@ class OneFileSeries final : public SeriesStore {
   std::set<std::uint64_t> sequences_held() const override { return file_->sequences_held(); }
   std::optional<std::uint64_t> start_sequence() const override { return file_->start_sequence(); }
   std::vector<std::byte> start_message() const override { return file_->start_message(); }
-  std::optional<std::uint64_t> end_sequence() const override { return std::nullopt; }
+  std::optional<std::uint64_t> end_sequence() const override { return file_->end_sequence(); }
 
  private:
   explicit OneFileSeries(std::string path) : path_(std::move(path)) {}
   std::string path_;
   std::unique_ptr<hdf5::SeriesFile> file_;
+  bool marked_ = false;  // its acked mark is made
 };
 
 }  // namespace numastream

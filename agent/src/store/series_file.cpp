@@ -2,12 +2,15 @@
 
 #include <hdf5.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 
+#include "base/error.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/dtype.hpp"
 #include "store/direct_io.hpp"
@@ -99,6 +102,7 @@ static void store_time(hid_t file, const std::string& name, std::uint64_t index,
 SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct)
     : path_(path) {
   create(stream_id, direct, true);
+  take_name();
 }
 
 SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct,
@@ -115,15 +119,28 @@ SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool di
   u64_attribute(g, "first_image", part.first_image, path_);
   u64_attribute(g, "capacity", part.capacity, path_);
   H5Gclose(g);
+  take_name();
+}
+
+// A new file is made under a name of its own and takes its name only once its structure is on
+// disk: a gateway killed while HDF5 writes a file's first metadata leaves that temporary file
+// (never a message in it, never acknowledged; the next file made at this name replaces it), not a
+// file at the name that the next gateway cannot reopen.
+std::string SeriesFile::creating_name() const { return path_ + ".new"; }
+
+void SeriesFile::take_name() {
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(creating_name(), "flush");
+  if (std::rename(creating_name().c_str(), path_.c_str()) != 0)
+    fail(path_, "rename " + creating_name() + " to it: " + errno_text(errno));
 }
 
 void SeriesFile::create(std::uint32_t stream_id, bool direct, bool detector) {
   quiet();
   const hid_t fapl = file_access(direct);
   if (fapl < 0) fail(path_, "set up the file driver");
-  file_ = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  file_ = H5Fcreate(creating_name().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (file_ < 0) fail(path_, "create the file");
+  if (file_ < 0) fail(creating_name(), "create the file");
   group(file_, "/entry", "NXentry", path_);
   group(file_, "/entry/data", "NXdata", path_);
   if (detector) {
@@ -147,7 +164,8 @@ void SeriesFile::create(std::uint32_t stream_id, bool direct, bool detector) {
 std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool direct) {
   quiet();
   const std::string left =
-      " It holds messages an earlier gateway acknowledged and is left as it is: move it aside to "
+      " It may hold messages an earlier gateway acknowledged and is left as it is: move it aside "
+      "to "
       "write the series anew";
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw std::runtime_error(path + ": cannot be resumed (not a readable HDF5 file)." + left);
@@ -159,6 +177,15 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   H5Pclose(fapl);
   if (f->file_ < 0)
     throw std::runtime_error(path + ": cannot be resumed (it does not open read-write)." + left);
+  // Every object it links reads back (what h5ls -r and h5dump walk): a write torn by a kill can
+  // leave a group naming an object that was never written.
+  if (H5Ovisit2(
+          f->file_, H5_INDEX_NAME, H5_ITER_INC,
+          [](hid_t, const char*, const H5O_info_t*, void*) -> herr_t { return 0; }, nullptr,
+          H5O_INFO_BASIC) < 0) {
+    throw std::runtime_error(path + ": cannot be resumed (its objects do not all read back)." +
+                             left);
+  }
   const auto seqs = read_sequences(f->file_);
   if (!seqs) throw std::runtime_error(path + ": cannot be resumed (no " + kSequences + ")." + left);
   f->held_.insert(seqs->begin(), seqs->end());
@@ -166,6 +193,7 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   f->sequences_ = H5Dopen2(f->file_, kSequences, H5P_DEFAULT);
   hid_t g = H5Gopen2(f->file_, kNumastream, H5P_DEFAULT);
   f->start_sequence_ = read_u64_attribute(g, "start_sequence");
+  f->end_sequence_ = read_u64_attribute(g, "end_sequence");
   const auto first = read_u64_attribute(g, "first_image"),
              capacity = read_u64_attribute(g, "capacity");
   H5Gclose(g);
@@ -205,7 +233,11 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
     if (f->part_ && std::string(name) == "data") continue;  // the first channel's second name
     Channel c;
     c.dset = H5Dopen2(data, name, H5P_DEFAULT);
-    if (c.dset < 0) continue;
+    if (c.dset < 0) {  // a link to a dataset a torn write left unfinished
+      H5Gclose(data);
+      throw std::runtime_error(path + ": cannot be resumed (/entry/data/" + name +
+                               " does not open)." + left);
+    }
     hid_t space = H5Dget_space(c.dset);
     hsize_t dims[3] = {};
     const int rank = H5Sget_simple_extent_dims(space, dims, nullptr);
@@ -265,6 +297,17 @@ std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path
   return out;
 }
 
+bool SeriesFile::records_nothing(const std::string& path) {
+  quiet();
+  if (H5Fis_hdf5(path.c_str()) <= 0) return false;
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) return false;
+  const auto seqs = read_sequences(file);
+  H5Fclose(file);
+  H5Eclear2(H5E_DEFAULT);
+  return seqs && seqs->empty();
+}
+
 bool SeriesFile::direct() const { return file_ >= 0 && written_direct(file_); }
 
 SeriesFile::~SeriesFile() {
@@ -285,12 +328,17 @@ std::vector<std::string> SeriesFile::write_start(std::span<const std::byte> mess
           skipped, error)) {
     throw std::runtime_error(path_ + ": the start message: " + error);
   }
+  // A gateway killed before it recorded the start message may have written it: written anew.
+  const std::string start = std::string(kDetector) + "stream2_start";
+  if (H5Lexists(file_, start.c_str(), H5P_DEFAULT) > 0)
+    H5Ldelete(file_, start.c_str(), H5P_DEFAULT);
   const hsize_t n = message.size();
   hid_t space = H5Screate_simple(1, &n, nullptr);
-  dataset(file_, std::string(kDetector) + "stream2_start", H5T_STD_U8LE, H5T_NATIVE_UINT8, space,
-          message.data(), path_);
+  dataset(file_, start, H5T_STD_U8LE, H5T_NATIVE_UINT8, space, message.data(), path_);
   H5Sclose(space);
   hid_t entry = H5Gopen2(file_, "/entry", H5P_DEFAULT);
+  for (const char* a : {"series_id", "series_unique_id"})
+    if (H5Aexists(entry, a) > 0) H5Adelete(entry, a);
   hid_t scalar = H5Screate(H5S_SCALAR);
   hid_t attr = H5Acreate2(entry, "series_id", H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
   const bool ok = attr >= 0 && H5Awrite(attr, H5T_NATIVE_UINT64, &series_id) >= 0;
@@ -305,6 +353,14 @@ std::vector<std::string> SeriesFile::write_start(std::span<const std::byte> mess
   H5Gclose(g);
   start_sequence_ = sequence;
   return skipped;
+}
+
+void SeriesFile::write_end(std::uint64_t sequence) {
+  hid_t g = H5Gopen2(file_, kNumastream, H5P_DEFAULT);
+  if (H5Aexists(g, "end_sequence") > 0) H5Adelete(g, "end_sequence");
+  u64_attribute(g, "end_sequence", sequence, path_);
+  H5Gclose(g);
+  end_sequence_ = sequence;
 }
 
 void SeriesFile::write_field(const std::string& field, const stream2::Value& v) {
@@ -349,9 +405,10 @@ SeriesFile::Channel& SeriesFile::channel(const std::string& name, const stream2:
   H5Pclose(dcpl);
   H5Sclose(space);
   if (c.dset < 0) fail(path_, "create " + path);
-  if (part_)
-    u64_attribute(c.dset, "image_nr_low", part_->first_image + 1,
-                  path_);  // image_nr_high: at close
+  if (part_) {  // counted from 1, as DECTRIS's data files; image_nr_high again at close if short
+    u64_attribute(c.dset, "image_nr_low", part_->first_image + 1, path_);
+    u64_attribute(c.dset, "image_nr_high", part_->first_image + part_->capacity, path_);
+  }
   if (channels_.empty()) {
     hid_t g = H5Gopen2(file_, "/entry/data", H5P_DEFAULT);
     // A data file's first channel is also /entry/data/data: what readers of DECTRIS's files open.
@@ -453,7 +510,9 @@ void SeriesFile::close() {
   if (sequences_ >= 0) H5Dclose(sequences_);
   sequences_ = -1;
   for (auto& [name, c] : channels_) {
-    if (part_ && c.dset >= 0) {  // the last image it holds, counted from 1 (DECTRIS's data files)
+    // The last image it holds, counted from 1 (DECTRIS's data files): written at its creation
+    // for a whole file, so that closing a whole file writes no metadata a kill could tear.
+    if (part_ && c.dset >= 0 && c.extent != part_->capacity) {
       if (H5Aexists(c.dset, "image_nr_high") > 0) H5Adelete(c.dset, "image_nr_high");
       u64_attribute(c.dset, "image_nr_high", part_->first_image + c.extent, path_);
     }

@@ -13,8 +13,9 @@
 //                                (a data file's: by its images; it has only these under the
 //                                detector)
 //   /entry/numastream            NXcollection; `sequences`: numastream's sequence of every message
-//                                the file holds (flushed with it), attributes stream_id and
-//                                start_sequence: what lets a restarted gateway go on writing it
+//                                the file holds (flushed with it), attributes stream_id,
+//                                start_sequence and end_sequence: what lets a restarted gateway
+//                                go on writing it
 // Only one thread of a process uses HDF5 (see hdf5_io.hpp).
 #pragma once
 
@@ -60,6 +61,9 @@ class SeriesFile {
     std::set<std::uint64_t> sequences;       // the messages it holds
   };
   static std::optional<Identity> identify(const std::string& path);
+  // Whether a file is a series file whose record holds no message (a gateway made it and was
+  // killed before the first of its messages was flushed there: none was acknowledged).
+  static bool records_nothing(const std::string& path);
   ~SeriesFile();
   // Whether the file is written past the page cache (asked for and allowed by its filesystem).
   bool direct() const;
@@ -75,11 +79,16 @@ class SeriesFile {
   void write_image(std::span<const std::byte> message, std::uint64_t image_id);
   // Images written, per channel.
   const std::map<std::string, std::set<std::uint64_t>>& images() const noexcept { return written_; }
+  // The end message's sequence, kept with the file (a restarted gateway knows the series' length).
+  void write_end(std::uint64_t sequence);
   // A message written (start, image or end), by numastream's sequence: stored at the next flush.
   void record(std::uint64_t sequence) { pending_.push_back(sequence); }
   // A reopened file's: the sequences it held, the start message's sequence and its bytes.
   const std::set<std::uint64_t>& sequences_held() const noexcept { return held_; }
   std::optional<std::uint64_t> start_sequence() const noexcept { return start_sequence_; }
+  std::optional<std::uint64_t> end_sequence() const noexcept { return end_sequence_; }
+  // Whether the file's record on disk names a message (after a flush, or as reopened).
+  bool recorded() const noexcept { return stored_ > 0; }
   const std::vector<std::byte>& start_message() const noexcept { return start_message_; }
   // Marks the file as not complete: /entry attribute `incomplete` says what it lacks (e.g. "image
   // ids 12-40, 77 missing (30 of 100)") or why its detector left it unfinished; what a reader
@@ -103,12 +112,14 @@ class SeriesFile {
   void create(std::uint32_t stream_id, bool direct, bool detector);
 
   SeriesFile() = default;
+  std::string creating_name() const;
+  void take_name();
   std::string path_;
   long long sequences_ = -1;  // /entry/numastream/sequences
   std::uint64_t stored_ = 0;  // its length
   std::vector<std::uint64_t> pending_;
   std::set<std::uint64_t> held_;
-  std::optional<std::uint64_t> start_sequence_;
+  std::optional<std::uint64_t> start_sequence_, end_sequence_;
   std::vector<std::byte> start_message_;
   long long file_ = -1;
   std::map<std::string, Channel> channels_;
