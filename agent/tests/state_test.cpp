@@ -68,6 +68,35 @@ TEST(StreamState, KeepsTheDeclaredGaps) {
                                               {20, 21, wire::GapReason::spill_full}}));
 }
 
+// Every reason a gap can have is read back: a record holding a chunk its gateway discarded
+// (reason 4) was refused, and the sender exited 1 on every restart.
+TEST(StreamState, ReadsBackAGapOfEveryReason) {
+  std::string dir = temp_dir();
+  std::vector<wire::Gap> gaps;
+  for (std::uint64_t r = 1; r <= wire::kLastGapReason; ++r)
+    gaps.push_back({r * 10, r * 10 + 3, static_cast<wire::GapReason>(r)});
+  {
+    StreamState s(dir, 5, 1);
+    s.save(100, {}, gaps);
+  }
+  {
+    StreamState s(dir, 5, 1);
+    EXPECT_EQ(s.gaps(), gaps);
+  }
+  for (const auto& g : gaps) EXPECT_NE(wire::gap_reason_name(g.reason), "unknown");
+  // One past the last reason is not a record this version wrote: named, not guessed.
+  std::ofstream(dir + "/stream-5.json") << R"({"stream":5,"floor":100,"above":[],"gaps":[[10,13,)"
+                                        << wire::kLastGapReason + 1 << "]]}";
+  StreamState s(dir, 5, 1);
+  try {
+    s.gaps();
+    ADD_FAILURE() << "a gap of reason " << wire::kLastGapReason + 1 << " was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a gap is not [first, end, reason]"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A live source's senders count what they took; the next one learns it exactly (same boot), or
 // as a bound when the count is from an earlier boot of the node.
 TEST(TakenRecord, CountsWhatEarlierSendersTookExactlyWithinABoot) {

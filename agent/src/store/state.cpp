@@ -87,7 +87,7 @@ std::vector<wire::Gap> StreamState::gaps() const {
     if (!g.is_array() || g.size() != 3 || !g[0].is_number_unsigned() ||
         !g[1].is_number_unsigned() || !g[2].is_number_unsigned() ||
         g[1].get<std::uint64_t>() <= g[0].get<std::uint64_t>() || g[2].get<std::uint64_t>() < 1 ||
-        g[2].get<std::uint64_t>() > 3) {
+        g[2].get<std::uint64_t>() > wire::kLastGapReason) {
       throw std::runtime_error("state " + path_ + ": a gap is not [first, end, reason]");
     }
     out.push_back({g[0].get<std::uint64_t>(), g[1].get<std::uint64_t>(),

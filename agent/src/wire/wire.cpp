@@ -216,7 +216,7 @@ DecodeError decode(std::span<const std::byte> m, std::size_t max_raw, Header& ou
     for (std::size_t off = kHeaderSize; off < m.size(); off += kGapRecord) {
       const auto first = get<std::uint64_t>(p + off), end = get<std::uint64_t>(p + off + 8);
       const auto reason = get<std::uint64_t>(p + off + 16);
-      if (end <= first || reason < 1 || reason > 4) return DecodeError::bad_type;
+      if (end <= first || reason < 1 || reason > kLastGapReason) return DecodeError::bad_type;
     }
     out = h;
     return DecodeError::ok;

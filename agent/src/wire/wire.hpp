@@ -52,6 +52,8 @@ enum class GapReason : std::uint8_t {
   // gateway however it ends.
   gateway_discarded = 4,
 };
+// The reasons a gap frame or a state record may carry: 1 ..= kLastGapReason.
+inline constexpr std::uint64_t kLastGapReason = 4;
 std::string_view gap_reason_name(GapReason r) noexcept;
 // One declared gap: sequences [first, end).
 struct Gap {
