@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/curvekeys"
@@ -105,6 +105,12 @@ func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, n
 	if !exists && !managed {
 		return keysDecision{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("spec.security.keysSecret: Secret %s/%s does not exist", sp.Namespace, name)}
 	}
+	// The operator's own Secret is the one it made: controlled by this pipeline. One someone made
+	// at that name first (keys they know, for the agents to trust) is never adopted.
+	if managed && exists && !metav1.IsControlledBy(sec, sp) {
+		return keysDecision{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf(
+			"Secret %s/%s exists and is not this pipeline's (the operator makes it, owned by the pipeline): delete it, or name it in spec.security.keysSecret to use its keys as your own", sp.Namespace, name)}
+	}
 	if exists {
 		sec = sec.DeepCopy()
 	} else {
@@ -161,6 +167,7 @@ func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, n
 		sec.Name, sec.Namespace = name, sp.Namespace
 		sec.Labels = map[string]string{render.LabelPipeline: sp.Name, "app.kubernetes.io/managed-by": FieldOwner}
 		sec.Type = corev1.SecretTypeOpaque
+		sec.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(sp, v1beta1.GroupVersion.WithKind("StreamPipeline"))}
 	}
 	return d, nil
 }
@@ -170,10 +177,7 @@ func (r *StreamPipelineReconciler) writeKeys(ctx context.Context, sp *v1beta1.St
 	switch {
 	case d.write == nil:
 		return nil
-	case d.create:
-		if err := controllerutil.SetControllerReference(sp, d.write, r.Scheme); err != nil {
-			return err
-		}
+	case d.create: // owned by the pipeline (decideKeys)
 		return r.Create(ctx, d.write)
 	}
 	if err := r.Update(ctx, d.write); err != nil {
