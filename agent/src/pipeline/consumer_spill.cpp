@@ -1,6 +1,10 @@
 #include "pipeline/consumer_spill.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "base/log.hpp"
@@ -8,10 +12,57 @@
 
 namespace numastream {
 
-ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index, AckFn settle)
-    : store_(std::make_unique<SpillStore>(
-          cfg.path, index, cfg.max_bytes,
-          [](std::span<const std::byte>, std::size_t) { return true; })),
+namespace {
+
+// The consumer a spill directory belongs to (its file `consumer`): written when the directory is
+// first used; a directory that names another consumer is refused.
+void claim(const std::string& dir, const std::string& identity) {
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/consumer";
+  std::ifstream in(file);
+  if (in) {
+    std::string held((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!held.empty() && held.back() == '\n') held.pop_back();
+    if (held != identity) {
+      throw std::runtime_error("spill " + dir + " holds what consumer \"" + held +
+                               "\" did not take yet, not consumer \"" + identity +
+                               "\": give each consumer its own spill path (move that one aside "
+                               "only once its chunks are not needed)");
+    }
+    return;
+  }
+  const std::string tmp = file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << identity << '\n';
+    if (!out.flush()) throw std::runtime_error("spill " + dir + ": cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, file);
+}
+
+// The number a spill directory's segment files carry (spill-<n>-<segment>.seg): the one already
+// there (versions before 0.2 named it by the consumer's position in `sinks`), else 0.
+std::uint32_t segment_key(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename();
+    unsigned n = 0;
+    int used = 0;
+    if (std::sscanf(name.c_str(), "spill-%u-%*u.seg%n", &n, &used) >= 1 &&
+        used == static_cast<int>(name.size()))
+      return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index,
+                             const std::string& identity, AckFn settle)
+    : store_((claim(cfg.path, identity),
+              std::make_unique<SpillStore>(
+                  cfg.path, segment_key(cfg.path), cfg.max_bytes,
+                  [](std::span<const std::byte>, std::size_t) { return true; }))),
       settle_(std::move(settle)) {
   pending_bytes_ = store_->pending_bytes();
   const auto& r = store_->recovered();

@@ -31,8 +31,12 @@ namespace numastream {
 class ConsumerSpill {
  public:
   // Opens (or recovers) the spill of consumer `index` under `cfg.path`; `settle` takes a chunk
-  // for the consumer once it is written there.
-  ConsumerSpill(const SpillConfig& cfg, std::uint32_t index, AckFn settle);
+  // for the consumer once it is written there. `identity` names the consumer by what it writes
+  // to (its kind and path or endpoint), never by its place in `sinks`: the directory keeps it,
+  // and a spill another consumer left there is refused, naming both, not handed to this one's
+  // sink. Its files are found by what they are named in the directory (one consumer's each).
+  ConsumerSpill(const SpillConfig& cfg, std::uint32_t index, const std::string& identity,
+                AckFn settle);
 
   // Writes `c` (waiting while the spill is full: this consumer then holds the others back);
   // false, nothing written, once `closing()` says the run is closing.

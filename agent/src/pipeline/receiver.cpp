@@ -53,6 +53,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A consumer named by what it writes to, as its spill keeps it: "file /data/x.raw",
+// "numastream tcp://hpc:6000".
+std::string consumer_identity(const SinkConfig& s) {
+  switch (s.kind) {
+    case SinkConfig::Kind::file:
+      return "file " + s.path;
+    case SinkConfig::Kind::hdf5:
+      return "hdf5 " + s.path;
+    case SinkConfig::Kind::zmq:
+      return "zmq " + s.endpoint;
+    case SinkConfig::Kind::stream2:
+      return "stream2 " + s.endpoint;
+    case SinkConfig::Kind::numastream:
+      return "numastream " + s.endpoint;
+    case SinkConfig::Kind::null:
+      break;
+  }
+  return "null";
+}
+
 // The sinks that write files (file, hdf5): of `sinks`, or the one sink.
 std::vector<SinkConfig> file_sinks(const Config& cfg) {
   std::vector<SinkConfig> out;
@@ -1288,8 +1308,9 @@ void Receiver::make_consumers(std::size_t slack) {
       // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
       // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
       // it was written there.
-      k->spill = std::make_unique<ConsumerSpill>(
-          want.spill, static_cast<std::uint32_t>(consumers_.size()), k_ack);
+      k->spill =
+          std::make_unique<ConsumerSpill>(want.spill, static_cast<std::uint32_t>(consumers_.size()),
+                                          consumer_identity(want.sink), k_ack);
       // Live chunks join the acknowledgement; those read back from the spill release it.
       auto spill_aware = [spill = k->spill.get()](AckFn fn) {
         return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {

@@ -1,0 +1,102 @@
+// A consumer's spill (pipeline/consumer_spill.hpp) belongs to the consumer, not to its place in
+// `sinks`: reordered across a restart it still reaches its sink; another consumer's is refused.
+#include "pipeline/consumer_spill.hpp"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/spill.hpp"
+#include "wire/wire.hpp"
+
+namespace numastream {
+namespace {
+
+Chunk chunk(std::uint64_t seq) {
+  Chunk c;
+  c.header.stream_id = 0;
+  c.header.sequence = seq;
+  c.header.payload_size = 32;
+  c.header.raw_size = 32;
+  c.header.connections = 1;
+  std::vector<std::byte> bytes(32, static_cast<std::byte>(seq));
+  c.header.checksum = wire::checksum(bytes);
+  c.body = zmq::Message::of(bytes);
+  return c;
+}
+
+struct Dir {
+  std::string path;
+  Dir() {
+    char tmpl[] = "/tmp/numastream-consumer-spill-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~Dir() { std::filesystem::remove_all(path); }
+};
+
+const AckFn kSettle = [](int, std::uint32_t, std::uint64_t) {};
+
+// A gateway process whose consumer spilled `n` chunks its sink never took (killed with them).
+void spill_and_die(const SpillConfig& cfg, std::uint32_t index, const std::string& who, int n) {
+  ConsumerSpill s(cfg, index, who, kSettle);
+  for (int i = 0; i < n; ++i) {
+    Chunk c = chunk(static_cast<std::uint64_t>(i));
+    ASSERT_TRUE(s.put(c, [] { return false; }));
+  }
+}
+
+TEST(ConsumerSpill, ItsChunksReachItsConsumerWhereverTheConsumerMovesInSinks) {
+  const Dir dir;
+  const SpillConfig cfg{dir.path + "/hop", 1 << 20};
+  spill_and_die(cfg, 1, "numastream tcp://hpc:6000", 5);  // the second of two consumers
+  // The next process: the same consumer first in `sinks` (before, its spill was named by its
+  // place: this one found nothing, and the 5 acknowledged chunks never reached the far site).
+  ConsumerSpill again(cfg, 0, "numastream tcp://hpc:6000", kSettle);
+  EXPECT_EQ(again.recovered(), 5u);
+  for (std::uint64_t seq = 0; seq < 5; ++seq) {
+    auto c = again.take(std::chrono::milliseconds(100), 1 << 20);
+    ASSERT_TRUE(c.has_value()) << "chunk " << seq;
+    EXPECT_EQ(c->header.sequence, seq);
+  }
+}
+
+TEST(ConsumerSpill, AnotherConsumersSpillIsRefusedNamingBoth) {
+  const Dir dir;
+  const SpillConfig cfg{dir.path + "/shared", 1 << 20};
+  spill_and_die(cfg, 0, "file /data/a.raw", 3);
+  try {
+    ConsumerSpill other(cfg, 0, "numastream tcp://hpc:6000", kSettle);
+    ADD_FAILURE() << "a spill another consumer left was taken";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("\"file /data/a.raw\""), std::string::npos) << what;
+    EXPECT_NE(what.find("\"numastream tcp://hpc:6000\""), std::string::npos) << what;
+  }
+  ConsumerSpill owner(cfg, 4, "file /data/a.raw", kSettle);  // untouched by the refusal
+  EXPECT_EQ(owner.recovered(), 3u);
+}
+
+TEST(ConsumerSpill, ASpillAnEarlierVersionNamedByPositionIsRecovered) {
+  const Dir dir;
+  const std::string path = dir.path + "/old";
+  std::filesystem::create_directories(path);
+  {  // 0.1's consumer at position 2 wrote spill-2-*.seg and no identity file
+    SpillStore old(path, 2, 1 << 20, [](std::span<const std::byte>, std::size_t) { return true; });
+    for (std::uint64_t seq = 0; seq < 4; ++seq) {
+      Chunk c = chunk(seq);
+      std::byte head[wire::kHeaderSize];
+      wire::encode_header(c.header, head);
+      ASSERT_TRUE(old.append(head, c.payload()));
+    }
+  }
+  ConsumerSpill now(SpillConfig{path, 1 << 20}, 0, "file /data/a.raw", kSettle);
+  EXPECT_EQ(now.recovered(), 4u);
+}
+
+}  // namespace
+}  // namespace numastream
