@@ -1,7 +1,11 @@
 package controllers
 
 import (
+	"slices"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
@@ -27,10 +31,18 @@ var (
 	topologyRefusals = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "numastream_pipeline_topology_refusals",
 		Help: "Pods of the pipeline's current generation the kubelet's Topology Manager refused (status.topologyRejection)."}, []string{"namespace", "pipeline"})
+	pipelineCondition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "numastream_pipeline_condition",
+		Help: "1 for each of a pipeline's conditions as its status has it: its type, status and reason (one series per type)."},
+		[]string{"namespace", "pipeline", "type", "status", "reason"})
+	// conditionSeries: each pipeline's condition series as last set, to drop the ones its
+	// status no longer has.
+	conditionSeries   = map[types.NamespacedName][][]string{}
+	conditionSeriesMu sync.Mutex
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(reconciles, applies, observations, observeErrors, predictedBits, topologyRefusals)
+	ctrlmetrics.Registry.MustRegister(reconciles, applies, observations, observeErrors, predictedBits, topologyRefusals, pipelineCondition)
 }
 
 // setPipelineMetrics sets a pipeline's gauges from its status.
@@ -44,10 +56,33 @@ func setPipelineMetrics(sp *v1beta1.StreamPipeline) {
 	}
 	predictedBits.WithLabelValues(sp.Namespace, sp.Name).Set(predicted)
 	topologyRefusals.WithLabelValues(sp.Namespace, sp.Name).Set(refused)
+	series := make([][]string, 0, len(sp.Status.Conditions))
+	for _, c := range sp.Status.Conditions {
+		series = append(series, []string{sp.Namespace, sp.Name, c.Type, string(c.Status), c.Reason})
+	}
+	key := types.NamespacedName{Namespace: sp.Namespace, Name: sp.Name}
+	conditionSeriesMu.Lock()
+	defer conditionSeriesMu.Unlock()
+	for _, old := range conditionSeries[key] {
+		if !slices.ContainsFunc(series, func(s []string) bool { return slices.Equal(s, old) }) {
+			pipelineCondition.DeleteLabelValues(old...)
+		}
+	}
+	for _, s := range series {
+		pipelineCondition.WithLabelValues(s...).Set(1)
+	}
+	conditionSeries[key] = series
 }
 
 // forgetPipelineMetrics drops a deleted pipeline's gauges.
 func forgetPipelineMetrics(namespace, name string) {
 	predictedBits.DeleteLabelValues(namespace, name)
 	topologyRefusals.DeleteLabelValues(namespace, name)
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	conditionSeriesMu.Lock()
+	defer conditionSeriesMu.Unlock()
+	for _, old := range conditionSeries[key] {
+		pipelineCondition.DeleteLabelValues(old...)
+	}
+	delete(conditionSeries, key)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -1799,6 +1800,10 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		}
 		if n := jobs(sp); n != 0 {
 			t.Errorf("%s: %d Jobs for a refused pipeline", sp.Name, n)
+		}
+		// What the NumastreamPipelineNotPlanned alert reads (docs/monitoring.md).
+		if v := testutil.ToFloat64(pipelineCondition.WithLabelValues(sp.Namespace, sp.Name, v1beta1.ConditionPlanned, "False", reason)); v != 1 {
+			t.Errorf("%s: numastream_pipeline_condition{type=Planned,status=False,reason=%s} = %v, want 1", sp.Name, reason, v)
 		}
 		t.Logf("%s: %s", sp.Name, msg)
 	}

@@ -93,7 +93,7 @@ func TestMonitoringObjectsAreLabelledAndAcceptedByThePrometheusOperatorsCRDs(t *
 func TestTheAlertsFireOnWhatTheyName(t *testing.T) {
 	promtool := filepath.Join(testenv.Monitoring(t), "promtool")
 	dir := t.TempDir()
-	rules := find(monitoring(t, "--set", "metrics.prometheusRule.for=5m", "--set-json", "metrics.prometheusRule.rateBelowPlan=0.5"), "PrometheusRule", "")
+	rules := find(monitoring(t, "--set", "metrics.prometheusRule.for=5m", "--set", "metrics.prometheusRule.notReadyFor=5m", "--set-json", "metrics.prometheusRule.rateBelowPlan=0.5"), "PrometheusRule", "")
 	writeYAML(t, filepath.Join(dir, "rules.yaml"), rules.Object["spec"])
 	if out, err := exec.Command(promtool, "check", "rules", filepath.Join(dir, "rules.yaml")).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
@@ -161,6 +161,27 @@ func TestTheAlertsFireOnWhatTheyName(t *testing.T) {
 			fires("NumastreamTopologyRefused", "2m", map[string]any{"namespace": "beamline", "pipeline": "tomo", "severity": "warning"},
 				"beamline/tomo: the kubelet's Topology Manager refused 1 pods",
 				"The operator plans again with fewer receiving cores; status.topologyRejection names the pods."),
+		}},
+		// What never starts: held by a refusal (StorageNotAllowed) from the first minute; stalled;
+		// not Ready past notReadyFor (5m here), but a suspended pipeline never.
+		{"interval": "1m", "input_series": []any{
+			map[string]any{"series": `numastream_pipeline_condition{namespace="beamline", pipeline="tomo", type="Planned", status="False", reason="StorageNotAllowed"}`, "values": "1x10"},
+			map[string]any{"series": `numastream_pipeline_condition{namespace="beamline", pipeline="tomo", type="Stalled", status="True", reason="StorageNotAllowed"}`, "values": "1x10"},
+			map[string]any{"series": `numastream_pipeline_condition{namespace="beamline", pipeline="tomo", type="Ready", status="False", reason="NotPlanned"}`, "values": "1x10"},
+			map[string]any{"series": `numastream_pipeline_condition{namespace="beamline", pipeline="paused", type="Ready", status="False", reason="Suspended"}`, "values": "1x10"},
+			map[string]any{"series": `numastream_pipeline_condition{namespace="beamline", pipeline="fine", type="Planned", status="True", reason="Planned"}`, "values": "1x10"},
+		}, "alert_rule_test": []any{
+			quiet("NumastreamPipelineNotPlanned", "1m"),
+			fires("NumastreamPipelineNotPlanned", "3m", map[string]any{"namespace": "beamline", "pipeline": "tomo", "reason": "StorageNotAllowed", "severity": "warning"},
+				"beamline/tomo is not planned: StorageNotAllowed",
+				"No agent runs until the pipeline or the cluster changes; the Planned condition's message names the field or node (kubectl describe streampipeline)."),
+			fires("NumastreamPipelineStalled", "3m", map[string]any{"namespace": "beamline", "pipeline": "tomo", "reason": "StorageNotAllowed", "severity": "warning"},
+				"beamline/tomo is stalled: StorageNotAllowed",
+				"The pipeline cannot converge without a change; the Stalled condition's message says what to change."),
+			quiet("NumastreamPipelineNotReady", "4m"),
+			fires("NumastreamPipelineNotReady", "6m", map[string]any{"namespace": "beamline", "pipeline": "tomo", "reason": "NotPlanned", "severity": "warning"},
+				"beamline/tomo has not been Ready for 5m: NotPlanned",
+				"See the pipeline's Ready condition and events (kubectl describe streampipeline); docs/troubleshooting.md lists the reasons."),
 		}},
 		{"interval": "1m", "input_series": []any{
 			map[string]any{"series": `numastream_spill_bytes{role="send", ` + p + `}`, "values": "500 900 900 900"},

@@ -84,6 +84,31 @@ groups:
         annotations:
           summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}}: the kubelet's Topology Manager refused {{`{{ $value }}`}} pods"
           description: "The operator plans again with fewer receiving cores; status.topologyRejection names the pods."
+      - alert: NumastreamPipelineNotPlanned
+        # The operator made no pods: a refused manifest, storage not allowed, keys, node labels.
+        expr: max by (namespace, pipeline, reason) (numastream_pipeline_condition{type="Planned", status="False"}) == 1
+        for: 2m
+        labels: {severity: warning}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} is not planned: {{`{{ $labels.reason }}`}}"
+          description: "No agent runs until the pipeline or the cluster changes; the Planned condition's message names the field or node (kubectl describe streampipeline)."
+      - alert: NumastreamPipelineStalled
+        # kstatus Stalled: the operator cannot go on without a person.
+        expr: max by (namespace, pipeline, reason) (numastream_pipeline_condition{type="Stalled", status="True"}) == 1
+        for: 2m
+        labels: {severity: warning}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} is stalled: {{`{{ $labels.reason }}`}}"
+          description: "The pipeline cannot converge without a change; the Stalled condition's message says what to change."
+      - alert: NumastreamPipelineNotReady
+        # Not Ready for longer than a start takes (pods pending, images pulling, agents failing); a
+        # suspended pipeline is not Ready by intent.
+        expr: max by (namespace, pipeline, reason) (numastream_pipeline_condition{type="Ready", status="False", reason!="Suspended"}) == 1
+        for: {{ $r.notReadyFor }}
+        labels: {severity: warning}
+        annotations:
+          summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} has not been Ready for {{ $r.notReadyFor }}: {{`{{ $labels.reason }}`}}"
+          description: "See the pipeline's Ready condition and events (kubectl describe streampipeline); docs/troubleshooting.md lists the reasons."
       - alert: NumastreamSpillFilling
         expr: max by (namespace, pipeline, stream) (numastream_spill_bytes{role="send"} / (numastream_spill_max_bytes{role="send"} > 0)) > {{ $r.spillFull }}
         for: 1m
