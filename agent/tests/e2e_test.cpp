@@ -89,6 +89,7 @@ TEST(EndToEnd, TwoHundredChunksOverTwoConnectionsArriveVerified) {
   EXPECT_EQ(s["chunks"], 200);
   EXPECT_EQ(r["chunks"], 200);
   EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["lost_at_least"], false);
   EXPECT_EQ(r["corrupt"], 0);
   EXPECT_EQ(r["duplicates"], 0);
   EXPECT_EQ(r["malformed"], 0);

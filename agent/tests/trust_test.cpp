@@ -451,6 +451,11 @@ TEST(Trust, ALiveSourceSenderKilledAndRestartedDeclaresExactlyWhatItLost) {
   for (const auto& g : r["gaps_last"])
     EXPECT_NE(g.get<std::string>().find("(sender_restarted)"), std::string::npos) << g;
   EXPECT_GE(s2["declared_missing_from_earlier_senders"].get<std::uint64_t>(), missing_of_first);
+  // What the dead sender's ZeroMQ queues held no one counted: the loss is a lower bound, and the
+  // gateway and the far site both say so.
+  EXPECT_EQ(r["lost_at_least"], true) << r.dump();
+  EXPECT_EQ(st["lost_at_least"], true);
+  EXPECT_EQ(f["lost_at_least"], true) << f.dump();
   // The second sender's frames follow without a hole: what is missing above the first sender's
   // count was lost inside ZeroMQ before any sender took it (a raw zmq source carries no ids of
   // its own; Stream V2 names such frames by image id).

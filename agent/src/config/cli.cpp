@@ -88,10 +88,10 @@ std::string take_summary_file(std::vector<std::string>& args) {
 }
 
 std::string termination_summary(const nlohmann::json& summary) {
-  static const char* kKeys[] = {"role",         "verified",   "chunks",   "delivered_before",
-                                "acknowledged", "lost",       "corrupt",  "duplicates",
-                                "raw_bytes",    "wire_bytes", "seconds",  "raw_gbps",
-                                "wire_gbps",    "resumes",    "complete", "drained"};
+  static const char* kKeys[] = {
+      "role",      "verified",   "chunks",    "delivered_before", "acknowledged", "lost",
+      "corrupt",   "duplicates", "raw_bytes", "wire_bytes",       "seconds",      "raw_gbps",
+      "wire_gbps", "resumes",    "complete",  "drained",          "lost_at_least"};
   nlohmann::json out = nlohmann::json::object();
   for (const char* k : kKeys) {
     if (summary.contains(k)) out[k] = summary[k];

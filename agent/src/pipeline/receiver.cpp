@@ -150,6 +150,7 @@ class Receiver {
   void finish_consumers();
   nlohmann::json summary(const StreamTracker::Totals& t) const;
   nlohmann::json consumers_json() const;
+  void mark_uncounted_losses(nlohmann::json& out) const;
 
   // Where a stream's control frames go once a receiving thread has checked them: answered here,
   // from the record of what the sinks took (a decoding receiver, AnswerHere), or passed on
@@ -233,9 +234,9 @@ class Receiver {
   std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
   bool track_in_flight_ = false;      // a file sink waits for chunks on their way to it
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
-  std::mutex meta_mu_;
+  mutable std::mutex meta_mu_;
   std::map<std::uint32_t, std::string> meta_;
-  std::string metadata_of(std::uint32_t stream) {
+  std::string metadata_of(std::uint32_t stream) const {
     std::lock_guard lock(meta_mu_);
     auto it = meta_.find(stream);
     return it == meta_.end() ? std::string() : it->second;
@@ -1490,7 +1491,26 @@ nlohmann::json Receiver::summary(const StreamTracker::Totals& t) const {
   // in `consumers`.
   if (!consumers_.empty()) consumers_.front()->sink->report(out);
   if (per_consumer_figures()) out["consumers"] = consumers_json();
+  mark_uncounted_losses(out);
   return out;
+}
+
+// A raw zmq source's sender that died held frames in ZeroMQ's queues that no one counted: a
+// stream whose sender restarted that way lost at least what it names (`lost_at_least`).
+void Receiver::mark_uncounted_losses(nlohmann::json& out) const {
+  bool any = false;
+  if (!out.contains("streams")) return;
+  for (auto& s : out["streams"]) {
+    bool restarted = false;
+    for (const auto& g : s["gaps"])
+      restarted = restarted || g["reason"].get<std::string>().rfind("sender_restarted", 0) == 0;
+    const auto meta =
+        nlohmann::json::parse(metadata_of(s["stream_id"].get<std::uint32_t>()), nullptr, false);
+    const bool uncounted = restarted && meta.is_object() && meta.value("source", "") == "zmq";
+    s["lost_at_least"] = uncounted;
+    any = any || uncounted;
+  }
+  out["lost_at_least"] = any;
 }
 
 // Each consumer's figures, for the summary's `consumers`.

@@ -164,7 +164,11 @@ void Sender::prepare_source() {
   source_ = make_source(setup, *ctx_);
   const hdf5::FrameShape shape = source_->shape();
   element_size_ = dtype_size(shape.dtype);
-  metadata_ = nlohmann::json{{"dtype", shape.dtype}, {"shape", shape.dims}}.dump();
+  nlohmann::json meta{{"dtype", shape.dtype}, {"shape", shape.dims}};
+  // A raw zmq source: frames it queued for a sender that died are counted by no one (the
+  // gateway says its losses are a lower bound then).
+  if (cfg_.source.kind == SourceConfig::Kind::zmq) meta["source"] = "zmq";
+  metadata_ = meta.dump();
 }
 
 void Sender::source_loop(StageThread& t) {
