@@ -467,6 +467,49 @@ struct HopWithASpill {
   }
 };
 
+// A far site that is down when the stream starts (and stays down past every timeout of the
+// link) rides on the hop's spill: the gateway stays up, its file is whole at once, and once the
+// far site comes up the hop catches up and both sites end whole. (Before, the gateway exited 1
+// after the connect timeout with the spill made for exactly that, its file left .part.)
+TEST(FanOut, AFarSiteThatIsDownRidesOnTheHopsSpillAndCatchesUp) {
+  const std::string dir = temp_dir();
+  const std::string source = source_file(dir + "/in", 24u << 20, 53);
+  const int port = free_ports(4);
+  const json sinks = json::array({
+      {{"kind", "file"}, {"path", dir + "/out.raw"}},
+      {{"kind", "numastream"},
+       {"endpoint", ep(port + 3)},
+       {"spill", {{"path", dir + "/spill"}, {"max_bytes", 256u << 20}}}},
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Process gw(receiver(port, 2,
+                      {"--set", "sinks=" + sinks.dump(), "--set", "timeouts.connect_s=2", "--set",
+                       "timeouts.reconnect_s=2", "--idle-timeout", "60"}));
+  Process tx(sender(port, 2,
+                    {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.4",
+                     "--reconnect-timeout", "60"}));
+  eventually([&] { return HopWithASpill::size_of(dir + "/out.raw.part") >= source.size(); });
+  EXPECT_EQ(HopWithASpill::size_of(dir + "/out.raw.part"), source.size())
+      << "the local file waits for the far site\n"
+      << gw.err();
+  std::this_thread::sleep_until(start + 5s);  // past the link's connect timeout (2 s)
+  ASSERT_TRUE(gw.running()) << "the gateway gave up on the far site:\n" << gw.err();
+  const double down =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Process far(receiver(port + 3, 1, {"--sink", "file", "--sink-path", dir + "/far.raw"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(gw.wait(60s), 0) << gw.err();
+  ASSERT_EQ(far.wait(60s), 0) << far.err();
+  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file";
+  EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
+  const json g = summary(gw);
+  EXPECT_EQ(g["complete"], true) << g.dump();
+  std::printf(
+      "far site down %.1f s from the start: the gateway's file whole at once, %d chunks "
+      "spilled for the hop; the far site up, both files whole\n",
+      down, g["consumers"][1]["spill"]["spilled"].get<int>());
+}
+
 // A gateway killed while a slow consumer's chunks wait in its spill: an onward hop whose far
 // receiver is stopped (SIGSTOP), beside a file. The next gateway process hands what the spill
 // holds to that consumer first, the sender resends what was never acknowledged, and once the far

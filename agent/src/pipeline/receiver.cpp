@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -1356,9 +1357,15 @@ void Receiver::make_consumers(std::size_t slack) {
                   : curve->authenticate_only ? "authenticating"
                                              : "CURVE: encrypting"));
         // Whatever the upstream connections have unacknowledged may wait for the far receiver.
+        LinkOptions opts = link_options(kc, want.sink.endpoint, "onward", onward_window(), curve);
+        if (want.spill.enabled()) {
+          // A far site that is down (or not up yet) rides on the spill: the consumer waits for it
+          // however long, the others go on, and the spill's limit is what holds them back.
+          opts.connect_timeout_s = opts.reconnect_timeout_s =
+              std::numeric_limits<double>::infinity();
+        }
         k->sink = std::make_unique<OnwardSink>(
-            kc, *ctx_, link_options(kc, want.sink.endpoint, "onward", onward_window(), curve),
-            curve, k_ack, k_discard,
+            kc, *ctx_, std::move(opts), curve, k_ack, k_discard,
             [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
                    std::uint16_t connections) {
               return downstream_end(stream, count, connection, connections);
