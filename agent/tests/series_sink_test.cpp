@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -24,12 +25,13 @@ namespace {
 
 constexpr std::uint64_t kImages = 4;
 constexpr std::uint64_t kRows = 8, kCols = 10;
-// Every write is a kill point; under a sanitizer (there for memory and thread errors, not for
-// the kill points, and slower under ptrace) every fifth.
+// Kill points: every write of a one-file series; every third of an NXmx series (most of its
+// writes are a master's, made whole under a temporary name); under a sanitizer (there for memory
+// and thread errors, and slower) five times fewer.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kStride = 5;
+constexpr int kSanitizerStride = 5;
 #else
-constexpr int kStride = 1;
+constexpr int kSanitizerStride = 1;
 #endif
 
 std::vector<std::byte> pixels_of(std::uint64_t id) {
@@ -101,6 +103,32 @@ nlohmann::json gateway(const std::string& dir, const Layout& layout, bool resume
   return summary;
 }
 
+// What `fn` returns, run in a child process (its text through a pipe; "" if it died).
+std::string in_child(const std::function<std::string()>& fn) {
+  int out[2];
+  if (::pipe(out) != 0) return "";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(out[0]);
+    const std::string text = fn();
+    for (std::size_t at = 0; at < text.size();) {
+      const ssize_t w = ::write(out[1], text.data() + at, text.size() - at);
+      if (w <= 0) std::_Exit(2);
+      at += static_cast<std::size_t>(w);
+    }
+    std::_Exit(0);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t r; (r = ::read(out[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(r));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return text;
+}
+
 // The images a published series holds, read with HDF5: its shape and each image's pixels.
 void expect_whole(const std::string& file, const Layout& layout, const std::string& where) {
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -147,7 +175,8 @@ TEST(SeriesSink, AGatewayKilledAtEveryWriteOfItsFilesPublishesEachImageOnceWhenS
     // it rewrites metadata in place); the gateway must then say so, never publish a wrong series.
     int whole = 0, stopped = 0, given_up = 0;
     std::string not_whole;
-    for (int n = 1; n <= run.writes; n += kStride) {
+    const int stride = (layout.frames_per_file ? 3 : 1) * kSanitizerStride;
+    for (int n = 1; n <= run.writes; n += stride) {
       std::string where = layout.name() + ", killed at write " + std::to_string(n) + " of " +
                           std::to_string(run.writes);
       char tmpl[] = "/var/tmp/numastream-series-sink-XXXXXX";  // a disk filesystem: O_DIRECT
@@ -172,20 +201,28 @@ TEST(SeriesSink, AGatewayKilledAtEveryWriteOfItsFilesPublishesEachImageOnceWhenS
       std::vector<std::uint64_t> again;
       for (std::uint64_t s : all)
         if (!acknowledged.count(s)) again.push_back(s);
-      nlohmann::json summary;
-      try {
-        summary = gateway(dir, layout, !acknowledged.empty(), again, [](auto) {});
-      } catch (const std::exception& e) {
+      // The next gateway, a process of its own as in a pod (HDF5 keeps a few hundred bytes of
+      // a damaged file's metadata when it refuses it: the process that met it goes with them).
+      const std::string answer = in_child([&] {
+        try {
+          return gateway(dir, layout, !acknowledged.empty(), again, [](auto) {}).dump();
+        } catch (const std::exception& e) {
+          return std::string("stopped: ") + e.what();
+        }
+      });
+      if (answer.rfind("stopped: ", 0) == 0) {
         // It stops naming the file it cannot go on with (in a pod: restarted, and stopping
         // again, until a person moves the file aside).
-        EXPECT_NE(std::string(e.what()).find(dir + "/scan_series_1"), std::string::npos)
-            << where << ": " << e.what();
+        EXPECT_NE(answer.find(dir + "/scan_series_1"), std::string::npos)
+            << where << ": " << answer;
         ++stopped;
         not_whole += " " + std::to_string(n) + "(stopped)";
-        std::printf("%s: the next gateway stopped: %s\n", where.c_str(), e.what());
+        std::printf("%s: the next gateway %s\n", where.c_str(), answer.c_str());
         std::filesystem::remove_all(dir);
         continue;
       }
+      const nlohmann::json summary = nlohmann::json::parse(answer, nullptr, false);
+      ASSERT_TRUE(summary.is_object()) << where << ": the next gateway said: " << answer;
       const auto& series = summary["stream2_series"];
       ASSERT_EQ(series.size(), 1u) << where << ": " << summary.dump();
       if (series[0]["complete"] == true) {
@@ -213,7 +250,7 @@ TEST(SeriesSink, AGatewayKilledAtEveryWriteOfItsFilesPublishesEachImageOnceWhenS
       }
       std::filesystem::remove_all(dir);
     }
-    const int points = (run.writes + kStride - 1) / kStride;
+    const int points = (run.writes + stride - 1) / stride;
     EXPECT_EQ(whole + stopped + given_up, points);
     EXPECT_EQ(given_up, 0) << layout.name() << ": images an earlier gateway flushed were lost";
     if (layout.frames_per_file) {
@@ -226,12 +263,14 @@ TEST(SeriesSink, AGatewayKilledAtEveryWriteOfItsFilesPublishesEachImageOnceWhenS
       // stops naming the file (the closing note of #50 says what remains).
       EXPECT_GE(whole, points * 9 / 10) << layout.name();
     }
+    EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0)
+        << layout.name() << ": HDF5 objects left open (files the gateways could not close)";
     std::printf(
         "%s: killed at %d writes (every %d of %d): published whole %d times; stopped naming a file "
         "HDF5 "
         "cannot reopen %d times, gave the series up naming lost images %d times (at write%s)\n",
-        layout.name().c_str(), (run.writes + kStride - 1) / kStride, kStride, run.writes, whole,
-        stopped, given_up, not_whole.c_str());
+        layout.name().c_str(), points, stride, run.writes, whole, stopped, given_up,
+        not_whole.c_str());
   }
 }
 
