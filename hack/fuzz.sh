@@ -20,11 +20,11 @@ launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 CC=clang CXX=clang++ hack/quiet.sh "fuzz: cmake configure" -- cmake -S agent -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_FUZZ=ON -DNUMASTREAM_TESTS=OFF "${launcher[@]}"
-hack/quiet.sh "fuzz: build" -- cmake --build "$build" --target frame_fuzzer config_fuzzer stream2_fuzzer receiver_fuzzer
+hack/quiet.sh "fuzz: build" -- cmake --build "$build" --target frame_fuzzer config_fuzzer stream2_fuzzer receiver_fuzzer state_fuzzer
 mkdir -p "$build/artifacts"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for target in frame config stream2 receiver; do
+for target in frame config stream2 receiver state; do
   corpus="$corpora/$target"
   mkdir -p "$corpus"
   cp -rn "agent/fuzz/corpus/$target/." "$corpus/"

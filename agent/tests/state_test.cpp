@@ -54,6 +54,15 @@ TEST(StreamState, ForeignOrBrokenRecordsAreNamed) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(dir + "/stream-1.json"), std::string::npos) << e.what();
   }
+  // Found by the state fuzzer: an acknowledged sequence that is not a number ended the sender
+  // in std::terminate (an uncaught JSON type error) instead of an error naming the file.
+  std::ofstream(dir + "/stream-2.json") << R"({"stream": 2, "floor": 1, "above": ["x"]})";
+  try {
+    StreamState(dir, 2, 1).load();
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/stream-2.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(StreamState, KeepsTheDeclaredGaps) {

@@ -68,8 +68,11 @@ std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>> StreamState:
                              ", not " + std::to_string(stream_));
   }
   std::vector<std::uint64_t> above;
-  for (const auto& v : doc.value("above", nlohmann::json::array()))
+  for (const auto& v : doc.value("above", nlohmann::json::array())) {
+    if (!v.is_number_unsigned())
+      throw std::runtime_error("state " + path_ + ": an acknowledged sequence is not a number");
     above.push_back(v.get<std::uint64_t>());
+  }
   return std::make_pair(doc["floor"].get<std::uint64_t>(), above);
 }
 
