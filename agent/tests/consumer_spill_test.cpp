@@ -11,24 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "chunks.hpp"
 #include "data/spill.hpp"
 #include "wire/wire.hpp"
 
 namespace numastream {
 namespace {
 
-Chunk chunk(std::uint64_t seq) {
-  Chunk c;
-  c.header.stream_id = 0;
-  c.header.sequence = seq;
-  c.header.payload_size = 32;
-  c.header.raw_size = 32;
-  c.header.connections = 1;
-  std::vector<std::byte> bytes(32, static_cast<std::byte>(seq));
-  c.header.checksum = wire::checksum(bytes);
-  c.body = zmq::Message::of(bytes);
-  return c;
-}
+Chunk chunk(std::uint64_t seq) { return testing::chunk_of(seq, 32); }
 
 struct Dir {
   std::string path;

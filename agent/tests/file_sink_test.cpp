@@ -7,23 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "chunks.hpp"
 #include "pipeline/sink.hpp"
 #include "wire/tracker.hpp"
 
 namespace numastream {
 namespace {
 
-// Chunk `seq` of stream 0: 64 bytes of `seq`, in a message of its own.
-Chunk chunk(std::uint64_t seq) {
-  Chunk c;
-  c.header.stream_id = 0;
-  c.header.sequence = seq;
-  c.header.payload_size = 64;
-  c.header.raw_size = 64;
-  std::vector<std::byte> bytes(64, static_cast<std::byte>(seq));
-  c.body = zmq::Message::of(bytes);
-  return c;
-}
+Chunk chunk(std::uint64_t seq) { return testing::chunk_of(seq, 64); }
 
 // A sender resuming a live source declares what an earlier sender took and never had
 // acknowledged; its connections may carry later chunks before that declaration reaches the

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "chunks.hpp"
 #include "detector/stream2.hpp"
 #include "kill_at_write.hpp"
 
@@ -60,13 +61,7 @@ std::vector<std::vector<std::byte>> series_messages() {
 }
 
 Chunk chunk(std::uint64_t seq, const std::vector<std::byte>& message) {
-  Chunk c;
-  c.header.stream_id = 0;
-  c.header.sequence = seq;
-  c.header.payload_size = static_cast<std::uint32_t>(message.size());
-  c.header.raw_size = message.size();
-  c.body = zmq::Message::of(message);
-  return c;
+  return testing::chunk_of(seq, message);
 }
 
 struct Layout {
