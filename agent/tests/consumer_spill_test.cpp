@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,40 @@ TEST(ConsumerSpill, ASpillAnEarlierVersionNamedByPositionIsRecovered) {
   }
   ConsumerSpill now(SpillConfig{path, 1 << 20}, 0, "file /data/a.raw", kSettle);
   EXPECT_EQ(now.recovered(), 4u);
+}
+
+// A gateway with file sinks runs under their umask (0137 for 0640 files): the spill's directories
+// still let their owner in (a facility's pods run as a user that is not root, whom a directory
+// without its search bit shuts out).
+TEST(ConsumerSpill, ItsDirectoriesAreTheAgentsOwnUnderAFileSinksUmask) {
+  const Dir dir;
+  const std::string path = dir.path + "/backlog/spill/hpc/stream-0";
+  const mode_t before = ::umask(0137);
+  spill_and_die(SpillConfig{path, 1 << 20}, 1, "numastream tcp://hpc:6000", 2);
+  ::umask(before);
+  for (std::string d = path; d != dir.path; d = std::filesystem::path(d).parent_path()) {
+    struct stat st {};
+    ASSERT_EQ(::stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0777u, 0700u) << d;
+  }
+  EXPECT_EQ(ConsumerSpill(SpillConfig{path, 1 << 20}, 1, "numastream tcp://hpc:6000", kSettle)
+                .recovered(),
+            2u);
+}
+
+// A claim a crash cut short (the identity file empty: made, never written) is not another
+// consumer's: the consumer claims it again.
+TEST(ConsumerSpill, AClaimACrashLeftEmptyIsClaimedAgain) {
+  const Dir dir;
+  const std::string path = dir.path + "/hop";
+  std::filesystem::create_directories(path);
+  { std::ofstream(path + "/consumer").flush(); }
+  ConsumerSpill s(SpillConfig{path, 1 << 20}, 0, "numastream tcp://hpc:6000", kSettle);
+  EXPECT_EQ(s.recovered(), 0u);
+  std::ifstream in(path + "/consumer");
+  std::string held;
+  std::getline(in, held);
+  EXPECT_EQ(held, "numastream tcp://hpc:6000");
 }
 
 }  // namespace

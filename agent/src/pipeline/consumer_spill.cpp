@@ -1,12 +1,19 @@
 #include "pipeline/consumer_spill.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <system_error>
 
+#include "base/error.hpp"
+#include "base/files.hpp"
 #include "base/log.hpp"
 #include "wire/wire.hpp"
 
@@ -15,27 +22,40 @@ namespace numastream {
 namespace {
 
 // The consumer a spill directory belongs to (its file `consumer`): written when the directory is
-// first used; a directory that names another consumer is refused.
+// first used; a directory that names another consumer is refused. The directory is the agent's
+// own (0700) whatever the umask (a gateway with file sinks runs under the files' umask, 0137 for
+// 0640, under which a directory would have no search bit). An empty file is a claim a crash cut
+// short before it reached the disk: nothing was spilled under it, so it is claimed again.
 void claim(const std::string& dir, const std::string& identity) {
-  std::filesystem::create_directories(dir);
+  try {
+    make_parent_dirs(dir + "/", 0600);
+  } catch (const std::system_error& e) {
+    throw std::runtime_error("spill: cannot create " + dir + ": " + e.what());
+  }
   const std::string file = dir + "/consumer";
   std::ifstream in(file);
   if (in) {
     std::string held((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     while (!held.empty() && held.back() == '\n') held.pop_back();
-    if (held != identity) {
+    if (held == identity) return;
+    if (!held.empty()) {
       throw std::runtime_error("spill " + dir + " holds what consumer \"" + held +
                                "\" did not take yet, not consumer \"" + identity +
                                "\": give each consumer its own spill path (move that one aside "
                                "only once its chunks are not needed)");
     }
-    return;
   }
   const std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << identity << '\n';
-    if (!out.flush()) throw std::runtime_error("spill " + dir + ": cannot write " + tmp);
+  const std::string text = identity + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw_errno("spill " + dir + ": cannot write " + tmp);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!written) {
+    errno = err;
+    throw_errno("spill " + dir + ": cannot write " + tmp);
   }
   std::filesystem::rename(tmp, file);
 }
