@@ -16,14 +16,10 @@
 #include <vector>
 
 #include "store/hdf5_io.hpp"
+#include "temp_dir.hpp"
 
 namespace numastream::hdf5 {
 namespace {
-
-std::string temp_dir() {
-  char tmpl[] = "/var/tmp/numastream-direct-XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 // Whether the filesystem of `dir` takes O_DIRECT (the driver then must use it).
 bool takes_o_direct(const std::string& dir) {
@@ -58,7 +54,7 @@ void write_frames(Writer& w, const FrameShape& s, const std::vector<std::uint64_
 }
 
 TEST(DirectIo, FramesLargerThanTheWindowAndOutOfOrderReadBackThroughHdf5sOwnDriver) {
-  const std::string dir = temp_dir();
+  const std::string dir = temp_dir("/var/tmp");
   const std::string path = dir + "/big.h5";
   FrameShape s{"uint16", {2048, 2500}};  // 10.2 MB a frame: more than the 8 MiB window
   ASSERT_GT(s.frame_bytes(), kDirectWindow);
@@ -75,7 +71,7 @@ TEST(DirectIo, FramesLargerThanTheWindowAndOutOfOrderReadBackThroughHdf5sOwnDriv
 }
 
 TEST(DirectIo, FramesSmallerThanABlockWithFlushesBetweenThemReadBackAndResume) {
-  const std::string dir = temp_dir();
+  const std::string dir = temp_dir("/var/tmp");
   const std::string path = dir + "/small.h5";
   FrameShape s{"uint8",
                {3, 5}};  // 15 bytes a frame: HDF5 packs them, rewriting blocks behind the window
@@ -104,7 +100,7 @@ TEST(DirectIo, FramesSmallerThanABlockWithFlushesBetweenThemReadBackAndResume) {
 TEST(DirectIo, WhatAFlushReturnedFromSurvivesAProcessThatDiesWithoutClosing) {
   // The sink acknowledges frames once a flush returned: the driver must have written them (its
   // window's partial block included), not kept them in memory.
-  const std::string dir = temp_dir();
+  const std::string dir = temp_dir("/var/tmp");
   const std::string path = dir + "/killed.h5";
   FrameShape s{"uint16", {100, 333}};  // 66,600 bytes: whole windows never line up with a frame
   const pid_t child = ::fork();

@@ -47,34 +47,6 @@ bool require_real() {
   return real != nullptr && std::string(real) == "1";
 }
 
-namespace {
-// The test program's temporary directories, removed when it exits (NUMASTREAM_KEEP_TMP=1 keeps
-// them to look at): a suite streams gigabytes through them.
-struct TempDirs {
-  std::mutex mu;
-  std::vector<std::string> dirs;
-  ~TempDirs() {
-    const char* keep = std::getenv("NUMASTREAM_KEEP_TMP");
-    if (keep && std::string(keep) == "1") return;
-    std::error_code ec;
-    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
-  }
-};
-TempDirs& temp_dirs() {
-  static TempDirs t;
-  return t;
-}
-}  // namespace
-
-std::string temp_dir() {
-  std::string tmpl = "/tmp/numastream-test-XXXXXX";
-  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-  TempDirs& t = temp_dirs();
-  std::lock_guard lock(t.mu);
-  t.dirs.push_back(tmpl);
-  return tmpl;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

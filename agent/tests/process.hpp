@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace numastream::testing {
 
 class Process {
@@ -84,7 +86,6 @@ class Tmpfs {
   std::string dir_;
   bool mounted_ = false;
 };
-std::string temp_dir();
 // The run's summary: the last line an agent printed on stdout, as JSON (null when none).
 nlohmann::json summary(const Process& p);
 // tcp://127.0.0.1:port

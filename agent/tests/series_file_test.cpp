@@ -25,14 +25,10 @@
 #include <vector>
 
 #include "detector/stream2.hpp"
+#include "temp_dir.hpp"
 
 namespace numastream {
 namespace {
-
-std::string temp_dir() {
-  char tmpl[] = "/var/tmp/numastream-series-XXXXXX";  // a disk filesystem: O_DIRECT where asked
-  return mkdtemp(tmpl);
-}
 
 // Writes the start message of a one-channel uint16 series (`id`, `images` of `dims`) and records
 // it, as a gateway does first.
@@ -49,7 +45,7 @@ void start_series(hdf5::SeriesFile& f, const std::string& id, std::uint64_t imag
 
 // A directory of its own for a trial, removed with everything in it.
 struct TrialDir {
-  std::string dir = temp_dir();
+  std::string dir = temp_dir("/var/tmp");
   ~TrialDir() { std::filesystem::remove_all(dir); }
 };
 

@@ -10,13 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace numastream {
 namespace {
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/numastream-spill-XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 std::vector<std::byte> frame(std::size_t size, int tag) {
   std::vector<std::byte> f(size);

@@ -6,13 +6,10 @@
 #include <fstream>
 #include <string>
 
+#include "temp_dir.hpp"
+
 namespace numastream {
 namespace {
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/numastream-state-XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 TEST(StreamState, RecordsAndReadsBackTheAcknowledgedChunks) {
   std::string dir = temp_dir();
