@@ -241,7 +241,7 @@ test-e2e: k8s-bins-sim operator ## End-to-end tests: the operator on the simulat
 		$(K8S_SIM_BIN)/kubectl --kubeconfig $(SIM_DIR)/admin.kubeconfig wait --for condition=established --timeout=60s crd/storageroots.numastream.io >/dev/null && \
 		$(K8S_SIM_BIN)/kubectl --kubeconfig $(SIM_DIR)/admin.kubeconfig apply -f config/samples/storage-roots.yaml >/dev/null && \
 		NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_OPERATOR=$(CURDIR)/$(BIN)/operator \
-		NUMASTREAM_REQUIRE_E2E=1 go test -count=1 -v ./test/e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+e2e_test)' ; exit $${PIPESTATUS[0]}
+		NUMASTREAM_REQUIRE_E2E=1 go test -count=1 -v ./test/e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+e2e_test|        )' ; exit $${PIPESTATUS[0]}
 
 REAL_NODE := KUBELET_BIN=$(K8S_NODE_BIN) SIM_BIN=$(K8S_SIM_BIN) SIM_DIR=$(SIM_DIR) REAL_NODE_DIR=/tmp/numastream-real-node bash hack/real-node.sh
 
@@ -263,12 +263,12 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 	grep -E '^\[' /tmp/numastream-real-node.log; \
 	export NUMASTREAM_SIM_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_REAL_NODE=real-node \
 		NUMASTREAM_REAL_NODE_DIR=/tmp/numastream-real-node NUMASTREAM_AGENT=$(CURDIR)/$(AGENT); \
-	go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)'; \
+	go test -count=1 -v ./test/realnode/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test|        )'; \
 	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || exit $$rc; \
 	$(REAL_NODE) topology-policy single-numa-node >>/tmp/numastream-real-node.log 2>&1 || { tail -30 /tmp/numastream-real-node.log; exit 1; }; \
 	tail -1 /tmp/numastream-real-node.log; \
 	NUMASTREAM_TOPOLOGY_POLICY=single-numa-node go test -count=1 -v -run 'TestAgentPins|TestTheKubeletRefuses' ./test/realnode/ 2>&1 | \
-		grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test)'; exit $${PIPESTATUS[0]}
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+realnode_test|        )'; exit $${PIPESTATUS[0]}
 
 # FACILITY_TESTS: a go test -run pattern, to run some of the facility tests after one bring-up.
 FACILITY_TESTS ?= .
@@ -280,7 +280,7 @@ test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility i
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_DELAY_LINE=$(CURDIR)/$(AGENT_BUILD)/delay-line NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) \
-		go test -count=1 -v -timeout 35m -run '$(FACILITY_TESTS)' ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+[a-z0-9_]+_test\.go:)' ; exit $${PIPESTATUS[0]}
+		go test -count=1 -v -timeout 35m -run '$(FACILITY_TESTS)' ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+[a-z0-9_]+_test\.go:|        )' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
 

@@ -317,8 +317,34 @@ func start(t *testing.T, sp *v1beta1.StreamPipeline) *v1beta1.StreamPipeline {
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteAndCheckGone(t, sp) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			logPods(t, sp)
+		}
+		deleteAndCheckGone(t, sp)
+	})
 	return sp
+}
+
+// logPods logs the last lines of every container of the pipeline's pods: what a failed test
+// leaves to read.
+func logPods(t *testing.T, sp *v1beta1.StreamPipeline) {
+	t.Helper()
+	var list corev1.PodList
+	if err := k8s.List(ctx, &list, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+		t.Logf("pods of %s: %v", sp.Name, err)
+		return
+	}
+	for _, p := range list.Items {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(ctx)
+			if err != nil {
+				t.Logf("logs %s/%s: %v", p.Name, c.Name, err)
+				continue
+			}
+			t.Logf("logs %s/%s (%s):\n%s", p.Name, c.Name, p.Status.Phase, tail(string(b), 40))
+		}
+	}
 }
 
 // eachChunkOnce checks that gateway pods' final summaries, in order, account for a stream's
