@@ -2,12 +2,58 @@
 
 #include <numa.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <set>
+#include <string>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
+
+namespace numastream {
+namespace {
+
+// Whether libnuma reported a refused call on this thread since it was last cleared: a pool asked
+// for a node the kernel would not bind it to is not on that node.
+thread_local bool numa_refused = false;
+
+// Each of libnuma's messages once, through the agent's log: in a container whose seccomp profile
+// refuses mbind and set_mempolicy (without CAP_SYS_NICE), libnuma would print a bare
+// "mbind: Operation not permitted" for every buffer pool and thread.
+void log_numa_once(const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  const std::lock_guard lock(mu);
+  if (seen.insert(message).second) log_warn(message);
+}
+
+}  // namespace
+}  // namespace numastream
+
+// libnuma's error and warning hooks (numa(3): an application may define its own).
+extern "C" void numa_error(char* where) {
+  const int err = errno;
+  numastream::numa_refused = true;
+  numastream::log_numa_once(
+      std::string("NUMA: the kernel refused ") + where + " (" + std::strerror(err) +
+      "): memory is placed where it is first written, not bound to the planned node (a "
+      "container's seccomp profile refuses it without CAP_SYS_NICE)");
+}
+
+extern "C" void numa_warn(int /*number*/, char* where, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, where);
+  std::vsnprintf(text, sizeof text, where, args);
+  va_end(args);
+  numastream::log_numa_once(std::string("NUMA (libnuma): ") + text);
+}
 
 namespace numastream {
 
@@ -27,9 +73,10 @@ BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_b
   std::size_t stride = round_up(buffer_bytes ? buffer_bytes : 1);
   region_bytes_ = stride * count;
   if (numa_node >= 0 && numa_supported() && numa_node <= numa_max_node()) {
+    numa_refused = false;
     region_ = static_cast<std::byte*>(numa_alloc_onnode(region_bytes_, numa_node));
     numa_allocated_ = region_ != nullptr;
-    bound_ = numa_allocated_;
+    bound_ = numa_allocated_ && !numa_refused;
   }
   if (!region_) {
     region_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, region_bytes_));
