@@ -302,7 +302,7 @@ check-deps: deps ## Prove each toolchain the suite uses links and runs a program
 
 .PHONY: test
 test: ## The whole suite, ending with each suite's wall time against the budget (docs/development.md)
-	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps test-docs test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz test-operator test-e2e test-e2e-real
+	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps test-docs test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz+test-operator test-e2e test-e2e-real
 
 .PHONY: demo
 demo: agent operator k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated

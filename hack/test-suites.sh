@@ -2,25 +2,53 @@
 # make test: runs the suites (make targets) one after another and ends with a table of each one's
 # wall time and the total, against the budget in docs/development.md. A suite that fails does not
 # stop the others (as make -k); the table names every one that failed and the exit is non-zero.
-#   test-suites.sh TARGET...
+# Suites joined by "+" run side by side (one of them mostly waits, or runs for a fixed time), each
+# one's output printed whole once both ended.
+#   test-suites.sh TARGET[+TARGET]...
 set -uo pipefail
 budget_min=45
 make_cmd=${MAKE:-make}
 names=() secs=() states=() failed=()
 status=0
-t0=$(date +%s)
-for target in "$@"; do
-  s=$(date +%s)
-  "$make_cmd" --no-print-directory "$target"
-  rc=$?
-  names+=("$target") secs+=($(($(date +%s) - s)))
-  if [ "$rc" -ne 0 ]; then
-    states+=("FAILED (exit $rc)")
-    failed+=("$target")
-    status=$rc
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# record TARGET SECONDS RC [BESIDE]: a row of the table.
+record() {
+  names+=("$1") secs+=("$2")
+  if [ "$3" -ne 0 ]; then
+    states+=("FAILED (exit $3)${4:+ beside $4}")
+    failed+=("$1")
+    status=$3
   else
-    states+=("ok")
+    states+=("ok${4:+ beside $4}")
   fi
+}
+
+t0=$(date +%s)
+for group in "$@"; do
+  IFS=+ read -ra targets <<<"$group"
+  if [ "${#targets[@]}" -eq 1 ]; then
+    s=$(date +%s)
+    "$make_cmd" --no-print-directory "$group"
+    rc=$?
+    record "$group" $(($(date +%s) - s)) "$rc"
+    continue
+  fi
+  for target in "${targets[@]}"; do
+    (
+      s=$(date +%s)
+      "$make_cmd" --no-print-directory "$target" >"$logs/$target.log" 2>&1
+      echo "$? $(($(date +%s) - s))" >"$logs/$target.rc"
+    ) &
+  done
+  wait
+  for target in "${targets[@]}"; do
+    cat "$logs/$target.log"
+    read -r rc sec <"$logs/$target.rc"
+    others=$(printf '%s\n' "${targets[@]}" | grep -vx "$target" | paste -sd, -)
+    record "$target" "$sec" "$rc" "$others"
+  done
 done
 total=$(($(date +%s) - t0))
 echo
