@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
+	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/testenv"
 )
 
@@ -34,7 +35,8 @@ import (
 func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	mon := testenv.Monitoring(t)
 	objs := chartObjects(t, "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.serviceMonitor.enabled=true",
-		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "metrics.prometheusRule.for=10s")
+		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "metrics.prometheusRule.for=10s",
+		"--set", "metrics.prometheusRule.notPlannedFor=10s")
 	dir := t.TempDir()
 	writeYAMLFile(t, filepath.Join(dir, "rules.yaml"), objs["PrometheusRule"].Object["spec"])
 	config := map[string]any{
@@ -45,6 +47,10 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	}
 	writeYAMLFile(t, filepath.Join(dir, "prometheus.yml"), config)
 	prom := startPrometheus(t, mon, dir)
+
+	// A pipeline that never starts: its file sink names a StorageRoot the admin never made. The
+	// operator's condition metric, scraped as its ServiceMonitor asks, fires NotPlanned.
+	unplanned := start(t, pipeline(t, ns, "unplanned", 10, "  sink: {file: {root: no-such-root, path: \"x-{stream}.raw\"}}"))
 
 	sp := pipeline(t, ns, "watched", 0, "")
 	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)
@@ -113,6 +119,21 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	lost, _ := prom.value(`max(numastream_chunks_lost{pipeline="watched"})`)
 	cur := get(t, sp)
 	t.Logf("alert %v: %s chunks lost; the pipeline's status: lost %d, missing %v", alert, lost, cur.Status.Observed.ChunksLost, cur.Status.Observed.MissingChunks)
+
+	eventually(t, "NumastreamPipelineNotPlanned firing for the pipeline held by its storage", 90*time.Second, func() (bool, string) {
+		for _, a := range prom.firing(t, "NumastreamPipelineNotPlanned") {
+			if a["namespace"] == ns && a["pipeline"] == unplanned.Name {
+				alert = a
+				return true, ""
+			}
+		}
+		v, _ := prom.value(`max(numastream_pipeline_condition{pipeline="unplanned", type="Planned", status="False"})`)
+		return false, "condition metric " + v
+	})
+	if alert["reason"] != storage.ReasonNotAllowed {
+		t.Errorf("NotPlanned alert %v: want reason %s", alert, storage.ReasonNotAllowed)
+	}
+	t.Logf("alert %v for the pipeline that never started", alert)
 }
 
 // chartObjects renders the chart with the facility's values and extra flags, by kind.

@@ -87,7 +87,7 @@ groups:
       - alert: NumastreamPipelineNotPlanned
         # The operator made no pods: a refused manifest, storage not allowed, keys, node labels.
         expr: max by (namespace, pipeline, reason) (numastream_pipeline_condition{type="Planned", status="False"}) == 1
-        for: 2m
+        for: {{ $r.notPlannedFor }}
         labels: {severity: warning}
         annotations:
           summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} is not planned: {{`{{ $labels.reason }}`}}"
@@ -95,7 +95,7 @@ groups:
       - alert: NumastreamPipelineStalled
         # kstatus Stalled: the operator cannot go on without a person.
         expr: max by (namespace, pipeline, reason) (numastream_pipeline_condition{type="Stalled", status="True"}) == 1
-        for: 2m
+        for: {{ $r.notPlannedFor }}
         labels: {severity: warning}
         annotations:
           summary: "{{`{{ $labels.namespace }}/{{ $labels.pipeline }}`}} is stalled: {{`{{ $labels.reason }}`}}"
