@@ -461,6 +461,11 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	if len(placement) > 256 {
 		placement = placement[:256]
 	}
+	// Where the agents ran stays in status once none runs (a finished pipeline's pods report
+	// nothing): the last placement they reported.
+	if len(placement) == 0 && sp.Status.Observed != nil {
+		placement = sp.Status.Observed.Placement
+	}
 	obs.Placement = placement
 	if len(consumers) > 512 {
 		consumers = consumers[:512]

@@ -401,6 +401,19 @@ func TestObserverSetsWhereEachStageRunsBesideThePlan(t *testing.T) {
 	if obs.Placement[0].Role != "sender" {
 		t.Errorf("the sender's rows come first: %+v", obs.Placement)
 	}
+	// Once no agent runs (the pipeline finished: the gateway's final summary in its termination
+	// message), status keeps where they ran.
+	sp.Status.Observed = obs
+	gw.Status.Phase, tx.Status.Phase = corev1.PodSucceeded, corev1.PodSucceeded
+	gw.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: render.DecompressContainer, State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{Message: `{"role":"receive","chunks":10,"raw_bytes":100,"wire_bytes":50}`}}}}
+	after, err := o.Observe(context.Background(), sp, []corev1.Pod{gw, tx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Placement) != len(obs.Placement) || after.Placement[0] != obs.Placement[0] {
+		t.Errorf("placement with no agent running: %+v, want the last reported %+v", after.Placement, obs.Placement)
+	}
 	if obs.NICLocalStreams != "1/1" {
 		t.Errorf("NIC-local streams %q, want 1/1", obs.NICLocalStreams)
 	}
