@@ -169,6 +169,10 @@ operator: ## Build the operator and the node daemon into bin/
 	@go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/operator ./cmd/operator
 	@go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/node-daemon ./cmd/node-daemon
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin into bin/kubectl-numastream (copy it onto the PATH: kubectl numastream)
+	@go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/kubectl-numastream ./cmd/kubectl-numastream
+
 .PHONY: test-operator
 # The end-to-end packages (test/e2e, test/facility, test/realnode) run in their own targets, with
 # the clusters they need.
@@ -274,12 +278,12 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 FACILITY_TESTS ?= .
 test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
 	@if ! why=$$($(FACILITY) check); then $(SKIP_REAL); fi; \
-	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins monitoring-bins images && \
+	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins monitoring-bins images plugin && \
 	trap '$(FACILITY) down >/dev/null 2>&1; $(SIM) down >/dev/null; $(FACILITY) clean || exit 1' EXIT; \
 	API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
 	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
-		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_DELAY_LINE=$(CURDIR)/$(AGENT_BUILD)/delay-line NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) \
+		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_DELAY_LINE=$(CURDIR)/$(AGENT_BUILD)/delay-line NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) NUMASTREAM_PLUGIN=$(CURDIR)/$(BIN)/kubectl-numastream \
 		go test -count=1 -v -timeout 35m -run '$(FACILITY_TESTS)' ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+[a-z0-9_]+_test\.go:|        )' ; exit $${PIPESTATUS[0]}
 
 ##@ Whole project
@@ -305,7 +309,7 @@ test: ## The whole suite, ending with each suite's wall time against the budget 
 	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps test-docs test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz+test-operator test-e2e test-e2e-real
 
 .PHONY: demo
-demo: agent operator k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated
+demo: agent operator plugin k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated
 	@if why=$$($(FACILITY) check); then \
 		$(MAKE) --no-print-directory k8s-bins-node facility-bins images && \
 		IMAGES_DIR=$(BUILD)/images HELM=$(HELM) KUBELET_BIN=$(K8S_NODE_BIN) FACILITY_BIN=$(FACILITY_BIN) \

@@ -66,7 +66,7 @@ for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
   sleep 0.5
 done
-k get streampipeline facility -o json | python3 hack/print-plan.py
+bin/kubectl-numastream status facility
 rx0=$(fac link-bytes | awk '$1=="gateway-a" {print $4}')
 reason=
 for _ in $(seq 360); do
@@ -116,6 +116,8 @@ for f in sorted(glob.glob(f"{d}/facility-*.raw")):
 ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx["wire_bytes"]
 sys.exit(0 if ok else 1)
 PY
+echo "kubectl numastream status facility: where the agents run, against the plan"
+bin/kubectl-numastream status facility | sed -n '/^placement/,/^observed/p'
 k get streampipelines
 
 say "5/7 kubectl apply -f test/facility/pipeline-hdf5.yaml: bslz4 frames into an HDF5 file"
@@ -195,7 +197,7 @@ for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
   sleep 0.5
 done
-k get streampipeline facility-stream2 -o json | python3 hack/print-plan.py
+bin/kubectl-numastream status facility-stream2
 for _ in $(seq 360); do
   [ -f "$SINK/eiger-1_data_000004.h5" ] && [ -f "$SINK/eiger-2_data_000004.h5" ] && break
   sleep 0.5

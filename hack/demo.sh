@@ -63,7 +63,7 @@ if [ "$ready" != True ]; then
 fi
 "$KUBECTL" get streampipelines
 echo
-"$KUBECTL" get streampipeline single-stream -o json | python3 hack/print-plan.py
+bin/kubectl-numastream status single-stream
 echo
 "$KUBECTL" get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,QOS:.status.qosClass,PHASE:.status.phase,CONTAINERS:.spec.containers[*].name,CPUS:.spec.containers[*].resources.limits.cpu,NIC-TOKEN:.spec.containers[0].resources.limits.numastream\.io/nic-ens1f0'
 

@@ -471,6 +471,9 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer deleteAndCheckGone(t, sp)
+	// What a person watching it sees: kubectl numastream watch, from the start to its end.
+	var progress strings.Builder
+	watching := plugin(t, &progress, "watch", "--interval", "500ms", sp.Name)
 
 	var cur *v1beta1.StreamPipeline
 	eventually(t, "Ready=True Completed, with the agents' final figures", 240*time.Second, func() (bool, string) {
@@ -488,6 +491,32 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 		return o != nil && o.ChunksDelivered == chunks, fmt.Sprintf("Ready %s, observed %+v", ready.Reason, o)
 	})
 	rx := linkRx(t) - rx0
+	if err := watching.Wait(); err != nil {
+		t.Errorf("kubectl numastream watch: %v\n%s", err, progress.String())
+	}
+	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
+	last := lines[len(lines)-1]
+	t.Logf("kubectl numastream watch: %d lines, the last %q", len(lines), last)
+	if !strings.Contains(last, fmt.Sprintf("%d/%d chunks (100%%)", chunks, chunks)) || !strings.Contains(last, "lost 0; Completed") {
+		t.Errorf("watch's last line %q: want every chunk, 100%%, Completed", last)
+	}
+	var status strings.Builder
+	if err := plugin(t, &status, "status", sp.Name).Wait(); err != nil {
+		t.Errorf("kubectl numastream status: %v", err)
+	}
+	for _, want := range []string{"Ready=True (Completed)", "bottleneck network", gateway, "placement (as the agents report it):",
+		fmt.Sprintf("observed: %d chunks delivered, 0 lost, 0 corrupt", chunks)} {
+		if !strings.Contains(status.String(), want) {
+			t.Errorf("kubectl numastream status lacks %q:\n%s", want, status.String())
+		}
+	}
+	var logs strings.Builder
+	if err := plugin(t, &logs, "logs", "--tail", "3", sp.Name).Wait(); err != nil {
+		t.Errorf("kubectl numastream logs: %v", err)
+	}
+	if !strings.Contains(logs.String(), "/"+render.DecompressContainer+": ") || !strings.Contains(logs.String(), "/agent: ") {
+		t.Errorf("kubectl numastream logs names no gateway or sender container:\n%s", logs.String())
+	}
 
 	gw, snd := pods(t, sp, render.RoleGateway)[0], pods(t, sp, render.RoleSender)[0]
 	t.Logf("pods: sender %s on %s (%s), gateway %s on %s (%s)", snd.Name, snd.Spec.NodeName, snd.Status.Phase,
@@ -563,6 +592,22 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 	if predicted <= 0 || observed > 1.25*predicted {
 		t.Errorf("observed %.2f Gbit/s against a prediction of %.2f", observed, predicted)
 	}
+}
+
+// plugin starts kubectl-numastream (NUMASTREAM_PLUGIN) against the facility in the pipelines'
+// namespace, its output to out.
+func plugin(t *testing.T, out *strings.Builder, args ...string) *exec.Cmd {
+	t.Helper()
+	bin := os.Getenv("NUMASTREAM_PLUGIN")
+	if bin == "" {
+		t.Fatal("NUMASTREAM_PLUGIN names kubectl-numastream (make test-e2e-facility sets it)")
+	}
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
 }
 
 func ptrString(b *bool) string {
