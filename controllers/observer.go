@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -116,6 +117,19 @@ func (o *Observer) observe(ctx context.Context, sp *v1beta1.StreamPipeline) erro
 	if equality.Semantic.DeepEqual(before.Status, sp.Status) {
 		return nil
 	}
+	if equality.Semantic.DeepEqual(before.Status.Departure, sp.Status.Departure) &&
+		equality.Semantic.DeepEqual(before.Status.Replan, sp.Status.Replan) {
+		return o.Status().Patch(ctx, sp, client.MergeFrom(before))
+	}
+	// A reading counted (or a re-plan asked for) only on the latest pipeline: the count goes on
+	// from what status holds, and a copy the cache has not brought up to date yet (the last
+	// observation's write, or another leader's just before a failover) would count from an older
+	// reading. On a conflict the observation is written without it; the next reading counts.
+	err = o.Status().Patch(ctx, sp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if !apierrors.IsConflict(err) {
+		return err
+	}
+	sp.Status.Departure, sp.Status.Replan = before.Status.Departure, before.Status.Replan
 	return o.Status().Patch(ctx, sp, client.MergeFrom(before))
 }
 

@@ -74,3 +74,63 @@ func TestASweepReadsPipelinesInParallelEachOnce(t *testing.T) {
 	}
 	t.Logf("one sweep: %d pipelines read, at most %d at once", len(read), most.Load())
 }
+
+// An observation made on a copy of the pipeline the cache has not brought up to date (the
+// reading another leader counted just before a failover, or this observer's own last write)
+// does not count a reading from it: the departure count would go on from the older reading (on
+// the facility a new leader's count went 1, 2, 1, 2). The observation itself is written.
+func TestAnObservationOfAStaleCopyDoesNotCountFromIt(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	sp := &v1beta1.StreamPipeline{ObjectMeta: metav1.ObjectMeta{Name: "tomo", Namespace: "beamline"}}
+	sp.Spec.ExpectedRatio = "2.0"
+	sp.Spec.Senders = []v1beta1.Sender{{Node: "det-a", Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{Chunks: 100}}}}
+	sp.Status.Plan = &v1beta1.Plan{}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tomo-gateway", Namespace: "beamline",
+		Labels: map[string]string{render.LabelPipeline: sp.Name}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(sp, pod).
+		WithStatusSubresource(&v1beta1.StreamPipeline{}).Build()
+	ctx := context.Background()
+	stale := &v1beta1.StreamPipeline{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sp), stale); err != nil {
+		t.Fatal(err)
+	}
+	// Another leader counted two departing readings since.
+	latest := stale.DeepCopy()
+	long := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	latest.Status.Departure = &v1beta1.Departure{Readings: 2, FirstRatio: "3.5000", LastReadingAt: &long}
+	if err := c.Status().Update(ctx, latest); err != nil {
+		t.Fatal(err)
+	}
+	o := &Observer{Client: c, Read: func(context.Context, *v1beta1.StreamPipeline, []corev1.Pod) (*v1beta1.Observed, error) {
+		return &v1beta1.Observed{Ratio: "3.50", DecompressMBps: "900"}, nil
+	}}
+	if err := o.observe(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1beta1.StreamPipeline{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sp), got); err != nil {
+		t.Fatal(err)
+	}
+	if d := got.Status.Departure; d == nil || d.Readings != 2 {
+		t.Errorf("departure %+v after an observation of a stale copy, want the 2 readings counted", d)
+	}
+	if got.Status.Observed == nil || got.Status.Observed.Ratio != "3.50" {
+		t.Errorf("the observation itself was not written: %+v", got.Status.Observed)
+	}
+	// The next observation, of the latest copy, counts the third reading: the re-plan.
+	if err := o.observe(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sp), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Replan == nil || got.Status.Replan.Ratio != "3.50" {
+		t.Errorf("the third departing reading did not re-plan: departure %+v, replan %+v", got.Status.Departure, got.Status.Replan)
+	}
+}
