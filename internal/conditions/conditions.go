@@ -182,7 +182,8 @@ func jobBlocked(j Job, pods []corev1.Pod) (blocker, bool) {
 	}
 	if p.Status.Phase == corev1.PodPending {
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+				!claimsBinding(c.Message) {
 				return blocker{ReasonUnschedulable, fmt.Sprintf("pod %s cannot be scheduled: %s", p.Name, c.Message)}, true
 			}
 		}
@@ -314,6 +315,11 @@ func podState(pods []corev1.Pod, job string) string {
 	}
 	switch p.Status.Phase {
 	case corev1.PodPending:
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && claimsBinding(c.Message) {
+				return " (pod " + p.Name + ": its storage claims are being bound)"
+			}
+		}
 		if p.Spec.NodeName == "" {
 			return " (pod " + p.Name + " not scheduled yet)"
 		}
@@ -322,6 +328,14 @@ func podState(pods []corev1.Pod, job string) string {
 		return " (pod " + p.Name + " " + strings.ToLower(string(p.Status.Phase)) + ", the Job makes another)"
 	}
 	return ""
+}
+
+// claimsBinding: the scheduler waits for the pod's claims to be bound to their volumes. The
+// operator makes both, the claim naming its volume, so the binding follows within seconds: the
+// pipeline is pending, not stalled (a claim that stays unbound keeps it pending, and the
+// NotReady alert says so).
+func claimsBinding(schedulerMessage string) bool {
+	return strings.Contains(schedulerMessage, "unbound immediate PersistentVolumeClaims")
 }
 
 // agentError is what the agent of the Job's newest failed pod said on exit (its termination

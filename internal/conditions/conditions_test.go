@@ -102,6 +102,14 @@ func TestConditions(t *testing.T) {
 				Pods: []corev1.Pod{pod("a-sender-0-x", "a-sender-0", 0, unschedulable)}}),
 			[]want{{"Ready", "False", ReasonUnschedulable, []string{"a-sender-0-x", "Insufficient cpu"}},
 				{Stalled, "True", ReasonUnschedulable, nil}, {Reconciling, "False", "", nil}}},
+		// The claims the operator made for the pipeline's storage bind within seconds after the
+		// pods are created (the demo showed Stalled=True for that moment): Pending, not Stalled.
+		{"claims not bound yet: waiting, not stalled",
+			planned(Facts{Jobs: []Job{job("a-gateway-0")}, Pods: []corev1.Pod{pod("a-gateway-0-x", "a-gateway-0", 0, func(p *corev1.Pod) {
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+					Message: "0/18 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"}}
+			})}}),
+			[]want{{"Ready", "False", ReasonPending, []string{"claims"}}, {Stalled, "False", "", nil}}},
 		{"image pull failure",
 			planned(Facts{Jobs: []Job{job("a-gateway-0")}, Pods: []corev1.Pod{pod("a-gateway-0-x", "a-gateway-0", 0, waiting("ImagePullBackOff"))}}),
 			[]want{{"Ready", "False", ReasonImagePull, []string{"ImagePullBackOff", "detail of"}}, {Stalled, "True", ReasonImagePull, nil}}},
