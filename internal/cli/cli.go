@@ -79,9 +79,9 @@ func Status(ctx context.Context, e Env, name string) error {
 	} else {
 		if len(o.Placement) > 0 {
 			fmt.Fprintln(w, "placement (as the agents report it):")
-			tw := table(w, "STREAM", "ROLE", "STAGE", "THREADS", "CPUS", "NUMA", "PLANNED", "ON-PLAN")
+			tw := table(w, "STREAM", "ROLE", "AGENT", "STAGE", "THREADS", "CPUS", "NUMA", "PLANNED", "ON-PLAN")
 			for _, p := range o.Placement {
-				row(tw, strconv.Itoa(int(p.Stream)), p.Role, p.Stage, strconv.Itoa(int(p.Threads)), p.CPUs, p.NUMANodes, p.Planned, yesNo(p.OnPlan))
+				row(tw, strconv.Itoa(int(p.Stream)), p.Role, orDash(p.Agent), p.Stage, strconv.Itoa(int(p.Threads)), p.CPUs, p.NUMANodes, p.Planned, yesNo(p.OnPlan))
 			}
 			tw.Flush()
 		}

@@ -27,7 +27,7 @@ func pipelineWith(chunks int64, delivered, lost int64, reason string) *v1beta1.S
 		{Node: "gw-numa", Role: "gateway", CPUs: 1, SharedMilliCPU: 900, Stages: []v1beta1.StagePlan{{Stage: "receive", Threads: 1, NUMA: "1"}}},
 	}}
 	sp.Status.Observed = &v1beta1.Observed{ChunksDelivered: delivered, ChunksLost: lost, RawGbps: "1.50",
-		Placement: []v1beta1.StagePlacement{{Stream: 0, Role: "gateway", Stage: "receive", Threads: 1, CPUs: "1", NUMANodes: "1", Planned: "1", OnPlan: true}},
+		Placement: []v1beta1.StagePlacement{{Stream: 0, Role: "gateway", Agent: "relay", Stage: "receive", Threads: 1, CPUs: "1", NUMANodes: "1", Planned: "1", OnPlan: true}},
 		Consumers: []v1beta1.ConsumerStatus{{Stream: 0, Name: "hpc", Kind: "numastream", Guarantee: "lossless", Chunks: delivered, SpillBytes: 3 << 20}},
 	}
 	sp.Status.Conditions = []metav1.Condition{{Type: v1beta1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: "streaming"}}
@@ -55,7 +55,7 @@ func TestStatusShowsThePlanNextToWhereTheAgentsRun(t *testing.T) {
 		"streampipeline beamline/tomo: Ready=True (Running)",
 		"plan: 2 connection(s); predicted 2.00 Gbit/s raw, bottleneck network; gateway NIC on NUMA node 1",
 		"gw-numa", "1+900m", "receive x1 @1", "compress x2 @0 (2400 Mbit/s)",
-		"placement (as the agents report it):",
+		"placement (as the agents report it):", "relay",
 		"observed: 40 chunks delivered, 2 lost, 0 corrupt; raw 1.50 Gbit/s (75% of the 2.00 predicted)",
 		"hpc", "lossless", "3.0 MiB",
 		"Ready", "streaming",
