@@ -406,3 +406,39 @@ func TestTheReadmeNamesEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// A facility's umbrella chart carries numastream as a dependency and passes `global` values to
+// every subchart: Helm itself builds the dependency and renders the whole, and the schema takes
+// the globals (before, it refused them: "additional properties 'global' not allowed").
+func TestTheChartRendersAsAnUmbrellaChartsDependencyWithGlobals(t *testing.T) {
+	umbrella := t.TempDir()
+	abs, err := filepath.Abs(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart := "apiVersion: v2\nname: facility\nversion: 1.0.0\ndependencies:\n  - name: numastream\n    version: \">=0.0.0-0\"\n    repository: file://" + abs + "\n"
+	values := "global:\n  imageRegistry: registry.facility.example\n  storageClass: fast\nnumastream:\n  operator:\n    replicas: 1\n"
+	for name, text := range map[string]string{"Chart.yaml": chart, "values.yaml": values} {
+		if err := os.WriteFile(filepath.Join(umbrella, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	dep := exec.Command(helm(t), "dependency", "build", umbrella)
+	dep.Env = env
+	if out, err := dep.CombinedOutput(); err != nil {
+		t.Fatalf("helm dependency build: %v\n%s", err, out)
+	}
+	tmpl := exec.Command(helm(t), "template", "facility", umbrella, "--namespace", "numastream-system")
+	tmpl.Env = env
+	var stderr bytes.Buffer
+	tmpl.Stderr = &stderr
+	out, err := tmpl.Output()
+	if err != nil {
+		t.Fatalf("helm template of the umbrella chart: %v\n%s", err, stderr.String())
+	}
+	objs := decode(t, out)
+	if find(objs, "Deployment", "operator") == nil || find(objs, "DaemonSet", "node-daemon") == nil {
+		t.Errorf("the umbrella chart rendered %d objects without numastream's operator and node daemon", len(objs))
+	}
+}
