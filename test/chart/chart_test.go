@@ -192,6 +192,19 @@ func TestValueSets(t *testing.T) {
 	if find(objs, "CustomResourceDefinition", "") != nil {
 		t.Error("crds.enabled=false still renders the CRD")
 	}
+	// A private registry: the operator's and node daemon's pods pull with the chart's secrets.
+	pulled, err := render(t, "--set", "imagePullSecrets[0].name=regcred")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []*unstructured.Unstructured{find(pulled, "Deployment", "operator"), find(pulled, "DaemonSet", "node-daemon")} {
+		if s := podSpec(t, o).ImagePullSecrets; len(s) != 1 || s[0].Name != "regcred" {
+			t.Errorf("%s %s: imagePullSecrets %v, want regcred", o.GetKind(), o.GetName(), s)
+		}
+	}
+	if _, err := render(t, "--set", "imagePullSecrets[0].secret=regcred"); err == nil || !strings.Contains(err.Error(), "imagePullSecrets") {
+		t.Errorf("an imagePullSecrets entry without a name: %v", err)
+	}
 	if find(objs, "ServiceMonitor", "operator") == nil {
 		t.Error("no ServiceMonitor")
 	}
