@@ -205,6 +205,23 @@ func TestValueSets(t *testing.T) {
 	if _, err := render(t, "--set", "imagePullSecrets[0].secret=regcred"); err == nil || !strings.Contains(err.Error(), "imagePullSecrets") {
 		t.Errorf("an imagePullSecrets entry without a name: %v", err)
 	}
+	// Images pinned by digest: the operator's pod, the node daemon's and the agent pods the
+	// operator makes (its --agent-image) all name the digest, not a tag.
+	agentDigest, operatorDigest := "sha256:"+strings.Repeat("a", 64), "sha256:"+strings.Repeat("b", 64)
+	pinned, err := render(t, "--set", "agentImage.digest="+agentDigest, "--set", "operator.image.digest="+operatorDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := podSpec(t, find(pinned, "Deployment", "operator")).Containers[0]
+	if op.Image != "ghcr.io/numastream/operator@"+operatorDigest || !strings.Contains(strings.Join(op.Args, " "), "--agent-image=ghcr.io/numastream/agent@"+agentDigest) {
+		t.Errorf("operator image %s, args %v: want both by digest", op.Image, op.Args)
+	}
+	if img := podSpec(t, find(pinned, "DaemonSet", "node-daemon")).Containers[0].Image; img != "ghcr.io/numastream/agent@"+agentDigest {
+		t.Errorf("node daemon image %s, want the agent image by digest", img)
+	}
+	if _, err := render(t, "--set", "agentImage.digest=latest"); err == nil || !strings.Contains(err.Error(), "digest") {
+		t.Errorf("a digest that is not sha256:<64 hex>: %v", err)
+	}
 	if find(objs, "ServiceMonitor", "operator") == nil {
 		t.Error("no ServiceMonitor")
 	}

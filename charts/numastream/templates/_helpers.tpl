@@ -30,11 +30,19 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{/* An image by digest when one is given (what a release pins), else by tag. */}}
+{{- define "numastream.image" -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ .image.tag | default .appVersion }}
+{{- end }}
+{{- end }}
 {{- define "numastream.agentImage" -}}
-{{ .Values.agentImage.repository }}:{{ .Values.agentImage.tag | default .Chart.AppVersion }}
+{{ include "numastream.image" (dict "image" .Values.agentImage "appVersion" .Chart.AppVersion) }}
 {{- end }}
 {{- define "numastream.operatorImage" -}}
-{{ .Values.operator.image.repository }}:{{ .Values.operator.image.tag | default .Chart.AppVersion }}
+{{ include "numastream.image" (dict "image" .Values.operator.image "appVersion" .Chart.AppVersion) }}
 {{- end }}
 
 {{/* numastream's alert rules (PrometheusRule spec; also a plain Prometheus rule file). */}}
