@@ -3,6 +3,9 @@
 
 - no table cell of a reference page (README.md, docs/*.md, the chart's README) is over 400
   characters: a cell says what a field or part is; evidence belongs in tests and the CHANGELOG;
+- no user document names a test (a Go test function, a GoogleTest case, a *_test file): the
+  developer's pages (docs/development.md, docs/performance.md, docs/facility.md) and the
+  CHANGELOG may;
 - every relative link resolves to a file of the repository, and a #fragment to one of its headings;
 - the README's quick start matches the scripts and the measurements: the demo's numbered steps,
   the nodes the facility brings up, the columns `kubectl get streampipelines` prints, the
@@ -70,6 +73,20 @@ def check_cells(path, problems):
                 problems.append(f"{path.relative_to(ROOT)}:{number}: a table cell of "
                                 f"{len(cell.strip())} characters (at most {MAX_CELL}): "
                                 f"{cell.strip()[:60]}...")
+
+
+# Go test functions, GoogleTest cases (Suite.CaseName) and test files, as the docs would quote them.
+TEST_NAME = re.compile(r"`(Test[A-Z]\w*|[A-Z][A-Za-z0-9]+\.[A-Z][A-Za-z0-9]{12,}|[\w/.-]*_test\.(?:go|cpp|py))")
+DEVELOPER_PAGES = {"docs/development.md", "docs/performance.md", "docs/facility.md"}
+
+
+def check_test_names(path, problems):
+    if str(path.relative_to(ROOT)) in DEVELOPER_PAGES:
+        return
+    for number, line in prose_lines(path):
+        for name in TEST_NAME.finditer(line):
+            problems.append(f"{path.relative_to(ROOT)}:{number}: names the test {name.group(1)}: "
+                            f"a user document says what the product does; the test holds the evidence")
 
 
 def check_links(path, problems, anchor_cache):
@@ -151,6 +168,7 @@ def main():
     anchor_cache = {}
     for path in documents():
         check_cells(path, problems)
+        check_test_names(path, problems)
         check_links(path, problems, anchor_cache)
     check_quick_start(problems)
     for problem in problems:
