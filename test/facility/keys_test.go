@@ -84,3 +84,5 @@ func wholeAndNothingLost(t *testing.T, cur *v1beta1.StreamPipeline, file string,
 }
 
 func ptrInt32(v int32) *int32 { return &v }
+
+func ptrTo[T any](v T) *T { return &v }

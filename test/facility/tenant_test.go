@@ -104,12 +104,34 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	if err := k8s.List(ctx, &pods, client.InNamespace(tenant), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
 		t.Fatal(err)
 	}
+	var claim string
 	for _, p := range pods.Items {
 		for _, v := range p.Spec.Volumes {
 			if v.HostPath != nil {
 				t.Errorf("pod %s mounts the host's %s", p.Name, v.HostPath.Path)
 			}
+			if c := v.PersistentVolumeClaim; c != nil && strings.Contains(c.ClaimName, "-storage-") {
+				claim = c.ClaimName
+			}
 		}
+	}
+	// Another pod of the namespace mounting the pipeline's storage claim (the whole root behind
+	// it) is refused by the chart's admission policy, naming the claim.
+	if claim == "" {
+		t.Fatal("no storage claim on the tenant pipeline's pods")
+	}
+	peek := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "peek", Namespace: tenant}, Spec: corev1.PodSpec{
+		RestartPolicy:   corev1.RestartPolicyNever,
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), RunAsUser: ptrTo(int64(12345)), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		Containers: []corev1.Container{{Name: "peek", Image: "local.numastream/busybox:1", SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptrTo(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		Volumes: []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+	}}
+	if err := k8s.Create(ctx, peek); err == nil || !strings.Contains(err.Error(), claim) {
+		_ = k8s.Delete(ctx, peek)
+		t.Errorf("a tenant's pod mounting the pipeline's claim %s: %v, want refused naming it", claim, err)
+	} else {
+		t.Logf("a tenant's pod mounting %s: %v", claim, err)
 	}
 
 	// The root that does not exist: refused with the field named, and never a pod.
