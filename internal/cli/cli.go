@@ -65,7 +65,9 @@ func Status(ctx context.Context, e Env, name string) error {
 			}
 			row(tw, n.Role, n.Node, cpus(n), strings.Join(stages, ", "))
 		}
-		tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 		for _, o := range p.Onward {
 			fmt.Fprintf(w, "onward hop %s (stream %d): %d connection(s), predicted %d Mbit/s\n",
 				o.Consumer, o.StreamID, o.Connections, o.PredictedMbps)
@@ -83,7 +85,9 @@ func Status(ctx context.Context, e Env, name string) error {
 			for _, p := range o.Placement {
 				row(tw, strconv.Itoa(int(p.Stream)), p.Role, orDash(p.Agent), p.Stage, strconv.Itoa(int(p.Threads)), p.CPUs, p.NUMANodes, p.Planned, yesNo(p.OnPlan))
 			}
-			tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
 		fmt.Fprintf(w, "observed: %d chunks delivered, %d lost, %d corrupt; raw %s Gbit/s%s, wire %s Gbit/s; NIC-local %s\n",
 			o.ChunksDelivered, o.ChunksLost, o.ChunksCorrupt, orDash(o.RawGbps), ofPlan(o.RawGbps, st.PredictedGbps),
@@ -101,7 +105,9 @@ func Status(ctx context.Context, e Env, name string) error {
 				row(tw, strconv.Itoa(int(c.Stream)), c.Name, c.Kind, c.Guarantee, strconv.FormatInt(c.Chunks, 10),
 					strconv.FormatInt(c.PassedOver, 10), strconv.FormatInt(c.Behind, 10), bytesText(c.SpillBytes))
 			}
-			tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Fprintln(w, "conditions:")
