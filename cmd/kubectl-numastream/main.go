@@ -29,6 +29,8 @@ const usage = `kubectl numastream: a StreamPipeline as the people who run it rea
   kubectl numastream watch NAME       a progress line (chunks of those expected, rate against the plan, ETA, lost)
                                       whenever it changes, until the pipeline completes or stalls
   kubectl numastream logs NAME        every agent container's log, each line prefixed with pod/container
+  kubectl numastream preview NAME     forward a local port to the live preview of a stream's gateway and
+                                      print its address (spec.preview on)
 
 Flags:
 `
@@ -39,6 +41,8 @@ func main() {
 	config.AddFlags(flags)
 	interval := flags.Duration("interval", 2*time.Second, "watch: how often to read the status")
 	tail := flags.Int64("tail", 0, "logs: the last lines of each container (0: all)")
+	stream := flags.Int("stream", 0, "preview: the stream whose gateway to open")
+	local := flags.Int("port", 0, "preview: the local port (0: any free one)")
 	flags.Usage = func() {
 		fmt.Fprint(os.Stderr, usage)
 		flags.PrintDefaults()
@@ -54,13 +58,19 @@ func main() {
 		flags.Usage()
 		os.Exit(2)
 	}
-	if err := run(config, args[0], args[1], *interval, *tail); err != nil {
+	if err := run(config, args[0], args[1], options{*interval, *tail, *stream, *local}); err != nil {
 		fmt.Fprintf(os.Stderr, "kubectl numastream %s: %v\n", args[0], err)
 		os.Exit(1)
 	}
 }
 
-func run(config *genericclioptions.ConfigFlags, command, name string, interval time.Duration, tail int64) error {
+type options struct {
+	interval     time.Duration
+	tail         int64
+	stream, port int
+}
+
+func run(config *genericclioptions.ConfigFlags, command, name string, o options) error {
 	rest, err := config.ToRESTConfig()
 	if err != nil {
 		return err
@@ -91,9 +101,11 @@ func run(config *genericclioptions.ConfigFlags, command, name string, interval t
 	case "status":
 		return cli.Status(ctx, env, name)
 	case "watch":
-		return cli.Watch(ctx, env, name, interval)
+		return cli.Watch(ctx, env, name, o.interval)
 	case "logs":
-		return cli.Logs(ctx, env, name, tail)
+		return cli.Logs(ctx, env, name, o.tail)
+	case "preview":
+		return cli.Preview(ctx, env, rest, name, o.stream, o.port)
 	}
-	return fmt.Errorf("unknown command %q (status, watch or logs)", command)
+	return fmt.Errorf("unknown command %q (status, watch, logs or preview)", command)
 }

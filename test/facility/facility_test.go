@@ -11,9 +11,11 @@ package facility
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -596,7 +598,7 @@ func TestFiniteStreamCrossesTheDataNetworkAndIsVerified(t *testing.T) {
 
 // plugin starts kubectl-numastream (NUMASTREAM_PLUGIN) against the facility in the pipelines'
 // namespace, its output to out.
-func plugin(t *testing.T, out *strings.Builder, args ...string) *exec.Cmd {
+func plugin(t *testing.T, out io.Writer, args ...string) *exec.Cmd {
 	t.Helper()
 	bin := os.Getenv("NUMASTREAM_PLUGIN")
 	if bin == "" {
@@ -608,6 +610,24 @@ func plugin(t *testing.T, out *strings.Builder, args ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	return cmd
+}
+
+// lockedBuffer is a command's output read while it runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func ptrString(b *bool) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -55,11 +56,37 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	sp := pipeline(t, ns, "watched", 0, "")
 	sp.Spec.Senders[0].Source.Synthetic.RateGbps = ptrInt32(1)
 	sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 20} // an emptyDir
+	sp.Spec.Preview = &v1beta1.Preview{MaxSide: ptrInt32(64)}
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
 	defer deleteAndCheckGone(t, sp)
 	gw, _ := flowing(t, sp, "the paced stream flowing", 5)
+
+	// The live preview as a person opens it: kubectl numastream preview forwards a local port to
+	// the gateway's decoding container through the API server and the kubelet.
+	var forward lockedBuffer
+	preview := plugin(t, &forward, "preview", sp.Name)
+	var page string
+	eventually(t, "kubectl numastream preview's address", 60*time.Second, func() (bool, string) {
+		m := regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/preview`).FindString(forward.String())
+		page = m
+		return m != "", forward.String()
+	})
+	resp, err := http.Get(page + "/streams.json")
+	if err != nil {
+		t.Fatalf("GET %s/streams.json through the forward: %v", page, err)
+	}
+	list, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(list), `"stream":0`) {
+		t.Errorf("the preview through kubectl numastream preview: %s: %s", resp.Status, list)
+	}
+	_ = preview.Process.Signal(syscall.SIGINT)
+	if err := preview.Wait(); err != nil {
+		t.Errorf("kubectl numastream preview after Ctrl-C: %v\n%s", err, forward.String())
+	}
+	t.Logf("%s: %s", strings.TrimSpace(forward.String()), list)
 
 	// Every dashboard query returns series from the live pipeline.
 	dashboard := objs["ConfigMap"].Object["data"].(map[string]any)["numastream.json"].(string)
