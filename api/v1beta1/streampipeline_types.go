@@ -1168,6 +1168,7 @@ type TopologyRejection struct {
 // +kubebuilder:printcolumn:name="Predicted-Gbps",type=string,JSONPath=`.status.predictedGbps`
 // +kubebuilder:printcolumn:name="Bottleneck",type=string,JSONPath=`.status.bottleneck`
 // +kubebuilder:printcolumn:name="Observed-Gbps",type=string,JSONPath=`.status.observed.rawGbps`
+// +kubebuilder:printcolumn:name="Delivered",type=integer,JSONPath=`.status.observed.chunksDelivered`
 // +kubebuilder:printcolumn:name="Lost",type=integer,JSONPath=`.status.observed.chunksLost`
 // +kubebuilder:printcolumn:name="NIC-Local",type=string,JSONPath=`.status.observed.nicLocalStreams`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
