@@ -2,6 +2,7 @@ package chart
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -125,3 +127,64 @@ func TestOnlyAPipelinesOwnAgentPodsMountItsClaims(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The operator may make PersistentVolumes cluster-wide: with operator.hostPathPrefixes set, a
+// token taken from it makes host-path volumes under those prefixes (and the senders' state root)
+// only, on a real API server; another identity's volumes are not the policy's.
+func TestTheOperatorsVolumesStayUnderTheAllowedHostPaths(t *testing.T) {
+	testenv.Envtest(t)
+	objs, err := render(t, "--set", "operator.hostPathPrefixes={/data/beamline,/scratch}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{}
+	admin := apiServer(t, env)
+	ctx := context.Background()
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		o := find(objs, kind, "volumes")
+		if o == nil {
+			t.Fatalf("the chart renders no %s for the operator's volumes", kind)
+		}
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:numastream-system:numastream-operator", Groups: []string{"system:masters"}}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	operator, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	pv := func(path string, source *corev1.PersistentVolumeSource) *corev1.PersistentVolume {
+		n++
+		if source == nil {
+			source = &corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}
+		}
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + strconv.Itoa(n)},
+			Spec: corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, PersistentVolumeSource: *source}}
+	}
+	testenv.Eventually(t, "the volumes policy in force", 30*time.Second, 200*time.Millisecond, func() (bool, string) {
+		return operator.Create(ctx, pv("/", nil), client.DryRunAll) != nil, "the operator may still make a volume of /"
+	})
+	for _, path := range []string{"/", "/etc/kubernetes/manifests", "/data", "/data/beamline2", "/scratchy"} {
+		if err := operator.Create(ctx, pv(path, nil)); err == nil || !strings.Contains(err.Error(), "operator.hostPathPrefixes") {
+			t.Errorf("the operator's volume of %s: %v, want refused", path, err)
+		}
+	}
+	nfs := &corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}
+	if err := operator.Create(ctx, pv("", nfs)); err == nil || !strings.Contains(err.Error(), "not a host path") {
+		t.Errorf("the operator's NFS volume: %v, want refused", err)
+	}
+	for _, path := range []string{"/data/beamline", "/data/beamline/tomo", "/scratch/a", "/var/lib/numastream/streams/ns/p-uid"} {
+		if err := operator.Create(ctx, pv(path, nil)); err != nil {
+			t.Errorf("the operator's volume of %s refused: %v", path, err)
+		}
+	}
+	if err := admin.Create(ctx, pv("/", nil)); err != nil {
+		t.Errorf("the admin's own volume of / refused: the policy is the operator's: %v", err)
+	}
+}

@@ -165,3 +165,32 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 		t.Errorf("a pipeline outside the watched namespaces was driven: %d pods, conditions %v (%v)", len(pods.Items), got.Status.Conditions, err)
 	}
 }
+
+// The box installs the chart with operator.hostPathPrefixes [/var/tmp]: an admin's StorageRoot
+// elsewhere gets no volume from the operator (its write is refused by the chart's admission
+// policy), and the pipeline on it says so in Ready and runs no pod.
+func TestAStorageRootOutsideTheAllowedHostPathsGetsNoVolume(t *testing.T) {
+	const dir = "/opt/numastream-facility-outside"
+	if err := ensureStorageRoot("outside", dir, []string{ns}, agentUID); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k8s.Delete(ctx, &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "outside"}})
+		_ = os.RemoveAll(dir)
+	})
+	sp := start(t, pipeline(t, ns, "outside", 5, "  sink: {file: {root: outside, path: \"x-{stream}.raw\"}}"))
+	var msg string
+	eventually(t, "Ready=False naming the refused volume", 60*time.Second, func() (bool, string) {
+		ready := meta.FindStatusCondition(get(t, sp).Status.Conditions, v1beta1.ConditionReady)
+		if ready == nil {
+			return false, "no Ready condition"
+		}
+		msg = ready.Message
+		return ready.Status == metav1.ConditionFalse && strings.Contains(msg, "operator.hostPathPrefixes") && strings.Contains(msg, dir),
+			ready.Reason + ": " + msg
+	})
+	if p := pods(t, sp, render.RoleGateway); len(p) != 0 {
+		t.Errorf("a pipeline whose volume was refused has gateway pods: %d", len(p))
+	}
+	t.Logf("Ready: %s", msg)
+}
