@@ -143,7 +143,12 @@ std::string open_objects() {
 }
 
 void expect_whole(const std::string& file, const Layout& layout, const std::string& where) {
-  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  // Closing the file closes whatever of it this reading opened (an NXmx master's virtual
+  // dataset opens its data files).
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl);
+  H5Pclose(fapl);
   ASSERT_GE(f, 0) << where << ": " << file << " does not open";
   const char* name = layout.frames_per_file ? "/entry/data/data" : "/entry/data/threshold_1";
   const hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
@@ -162,11 +167,14 @@ void expect_whole(const std::string& file, const Layout& layout, const std::stri
           << where << ": image " << id << " is not the detector's";
     }
   }
-  H5Dclose(d);
-  H5Fclose(f);
+  EXPECT_GE(H5Dclose(d), 0) << where;
+  EXPECT_GE(H5Fclose(f), 0) << where << ": " << file << " does not close";
 }
 
 TEST(SeriesSink, AGatewayKilledAtEveryWriteOfItsFilesPublishesEachImageOnceWhenStartedAgain) {
+  // What an earlier test of this process left open (the unit tests may share one: HDF5 keeps a
+  // damaged file's objects when it refuses it) is not this test's.
+  const ssize_t open_before = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
   for (const Layout layout :
        {Layout{false, 0}, Layout{true, 0}, Layout{false, 2}, Layout{true, 2}}) {
     std::vector<std::uint64_t> all;
@@ -276,7 +284,7 @@ TEST(SeriesSink, AGatewayKilledAtEveryWriteOfItsFilesPublishesEachImageOnceWhenS
       EXPECT_GE(whole, points * 9 / 10) << layout.name();
     }
     // The gateways ran in processes of their own: what is open here, this test's reading left.
-    EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0)
+    EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), open_before)
         << layout.name()
         << ": HDF5 objects left open by reading the published series: " << open_objects();
     std::printf(

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "base/error.hpp"
@@ -259,9 +260,17 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
     }
     H5Pclose(dcpl);
     const std::uint64_t offset = f->part_ ? f->part_->first_image : 0;
-    for (const std::uint64_t index : frames_written(c.dset, path + ":/entry/data/" + name)) {
-      f->written_[name].insert(offset + index);
+    std::set<std::uint64_t> frames;
+    try {
+      frames = frames_written(c.dset, path + ":/entry/data/" + name);
+    } catch (...) {
+      // A chunk index a torn write broke: the file is refused, and closed whole (the group and
+      // dataset open here would hold it open in this process, which goes on with the series).
+      H5Dclose(c.dset);
+      H5Gclose(data);
+      throw;
     }
+    for (const std::uint64_t index : frames) f->written_[name].insert(offset + index);
     f->channels_.emplace(name, std::move(c));
   }
   H5Gclose(data);
