@@ -23,13 +23,7 @@ import (
 // A sweep reads many pipelines at once, never more than Parallel, each planned one exactly once:
 // agents that do not answer (a read waits for its timeout) hold one reader each, not the sweep.
 func TestASweepReadsPipelinesInParallelEachOnce(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	var objs []client.Object
 	const pipelines = 40
 	for i := 0; i < pipelines; i++ {
@@ -80,13 +74,7 @@ func TestASweepReadsPipelinesInParallelEachOnce(t *testing.T) {
 // does not count a reading from it: the departure count would go on from the older reading (on
 // the facility a new leader's count went 1, 2, 1, 2). The observation itself is written.
 func TestAnObservationOfAStaleCopyDoesNotCountFromIt(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	sp := &v1beta1.StreamPipeline{ObjectMeta: metav1.ObjectMeta{Name: "tomo", Namespace: "beamline"}}
 	sp.Spec.ExpectedRatio = "2.0"
 	sp.Spec.Senders = []v1beta1.Sender{{Node: "det-a", Source: v1beta1.Source{Synthetic: &v1beta1.SyntheticSource{Chunks: 100}}}}
@@ -133,4 +121,17 @@ func TestAnObservationOfAStaleCopyDoesNotCountFromIt(t *testing.T) {
 	if got.Status.Replan == nil || got.Status.Replan.Ratio != "3.50" {
 		t.Errorf("the third departing reading did not re-plan: departure %+v, replan %+v", got.Status.Departure, got.Status.Replan)
 	}
+}
+
+// testScheme holds the core types and the pipelines, for a fake client.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
 }

@@ -27,38 +27,13 @@ import (
 // pipeline, mounts it; a bare pod, another pipeline's pod, a Job that is not the operator's and a
 // Deployment are refused naming the claim; a claim of the tenant's own is not the policy's.
 func TestOnlyAPipelinesOwnAgentPodsMountItsClaims(t *testing.T) {
-	testenv.Envtest(t)
-	objs, err := render(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{}
-	admin := apiServer(t, env)
+	env, admin := withPolicy(t, "claims")
 	ctx := context.Background()
-	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		o := find(objs, kind, "claims")
-		if o == nil {
-			t.Fatalf("the chart renders no %s for the claims", kind)
-		}
-		if err := admin.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ns := "beamline"
 	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	as := func(user string) client.Client {
-		cfg := rest.CopyConfig(env.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
-		scheme := runtime.NewScheme()
-		_ = clientgoscheme.AddToScheme(scheme)
-		c, err := client.New(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	as := func(user string) client.Client { return impersonating(t, env, user) }
 	tenant := as("alice")
 	jobController := as("system:serviceaccount:kube-system:job-controller")
 	operator := as("system:serviceaccount:numastream-system:numastream-operator")
@@ -128,35 +103,53 @@ func TestOnlyAPipelinesOwnAgentPodsMountItsClaims(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// The operator may make PersistentVolumes cluster-wide: with operator.hostPathPrefixes set, a
-// token taken from it makes host-path volumes under those prefixes (and the senders' state root)
-// only, on a real API server; another identity's volumes are not the policy's.
-func TestTheOperatorsVolumesStayUnderTheAllowedHostPaths(t *testing.T) {
+// withPolicy starts a real API server with the chart's ValidatingAdmissionPolicy (and binding)
+// whose name ends in `suffix`, rendered with `args`; it returns the server and its admin.
+func withPolicy(t *testing.T, suffix string, args ...string) (*envtest.Environment, client.Client) {
+	t.Helper()
 	testenv.Envtest(t)
-	objs, err := render(t, "--set", "operator.hostPathPrefixes={/data/beamline,/scratch}")
+	objs, err := render(t, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := &envtest.Environment{}
 	admin := apiServer(t, env)
-	ctx := context.Background()
 	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		o := find(objs, kind, "volumes")
+		o := find(objs, kind, suffix)
 		if o == nil {
-			t.Fatalf("the chart renders no %s for the operator's volumes", kind)
+			t.Fatalf("the chart renders no %s named *%s", kind, suffix)
 		}
-		if err := admin.Create(ctx, o); err != nil {
+		if err := admin.Create(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return env, admin
+}
+
+// impersonating is a client of env acting as `user` (authorized as system:masters, so only the
+// admission policies decide).
+func impersonating(t *testing.T, env *envtest.Environment, user string) client.Client {
+	t.Helper()
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:numastream-system:numastream-operator", Groups: []string{"system:masters"}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
 	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	operator, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// The operator may make PersistentVolumes cluster-wide: with operator.hostPathPrefixes set, a
+// token taken from it makes host-path volumes under those prefixes (and the senders' state root)
+// only, on a real API server; another identity's volumes are not the policy's.
+func TestTheOperatorsVolumesStayUnderTheAllowedHostPaths(t *testing.T) {
+	env, admin := withPolicy(t, "volumes", "--set", "operator.hostPathPrefixes={/data/beamline,/scratch}")
+	ctx := context.Background()
+	operator := impersonating(t, env, "system:serviceaccount:numastream-system:numastream-operator")
 	n := 0
 	pv := func(path string, source *corev1.PersistentVolumeSource) *corev1.PersistentVolume {
 		n++
