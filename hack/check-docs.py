@@ -22,6 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 MAX_CELL = 400
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
+CODE_SPAN = re.compile(r"`[^`]*`")  # a regular expression in code is not a link
 
 
 def documents():
@@ -91,7 +92,7 @@ def check_test_names(path, problems):
 
 def check_links(path, problems, anchor_cache):
     for number, line in prose_lines(path):
-        for target in LINK.findall(line):
+        for target in LINK.findall(CODE_SPAN.sub("", line)):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:, ...
                 continue
             file_part, _, fragment = target.partition("#")

@@ -141,10 +141,9 @@ type StreamPipelineSpec struct {
 	Rollout *Rollout `json:"rollout,omitempty"`
 
 	// HostNetwork runs the agent pods in their nodes' network namespaces, as data transfer nodes
-	// usually do: the gateway receives on the host's NIC directly and senders connect to the
-	// address of the gateway's data NIC (spec.gateway.network.address, else the address the node
-	// daemon publishes for gateway.network.nic; never the node's InternalIP). No Service, no
-	// Multus attachment; NetworkPolicy does not apply.
+	// usually do: senders connect to the gateway's data NIC address (gateway.network.address,
+	// else the address the node daemon publishes for gateway.network.nic). No Service, no Multus
+	// attachment; NetworkPolicy does not apply (see allowFrom).
 	// +optional
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 
@@ -442,9 +441,8 @@ type Security struct {
 
 	// KeysSecret names a Secret in the pipeline's namespace with the keys: gateway.secret,
 	// gateway.public, and sender-<i>.secret / sender-<i>.public per stream (Z85, as
-	// `numastream-agent keygen` writes them). Unset: the operator creates <name>-curve-keys,
-	// owned by the pipeline, and fills in missing keys. When the keys in it change, the agents
-	// are replaced with the new keys (each stream drains and resumes: no chunk is lost).
+	// `numastream-agent keygen` writes them). Unset: the operator creates and fills
+	// <name>-curve-keys. Changed keys replace the agents, each stream draining and resuming.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	KeysSecret string `json:"keysSecret,omitempty"`
@@ -455,13 +453,10 @@ type Security struct {
 	// +optional
 	RotateEvery *metav1.Duration `json:"rotateEvery,omitempty"`
 
-	// AllowFrom lists the address blocks (CIDR, e.g. "10.40.0.0/24", "fd00:40::/64") senders may
-	// connect from: each gateway refuses any other peer before its key is looked at. With
-	// hostNetwork, where no NetworkPolicy applies, the operator already admits each stream's own
-	// sender node (its data NIC's address and its InternalIP and ExternalIP) and nothing else;
-	// list here the addresses a sender's traffic comes from besides those (NAT, a second NIC).
-	// Without hostNetwork senders connect from their pods' addresses: list the data network's
-	// or the pod network's blocks. Empty: no address check beyond the NetworkPolicy.
+	// AllowFrom lists the address blocks (CIDR, e.g. "10.40.0.0/24") senders may connect from;
+	// each gateway refuses any other peer before its key is looked at. With hostNetwork each
+	// stream's own sender node is admitted already: list what else its traffic comes from (NAT,
+	// a second NIC). Empty: no address check beyond the NetworkPolicy (docs/security.md).
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="must be an address block in CIDR notation with no bits set past its prefix, e.g. 10.40.0.0/24"
@@ -527,10 +522,9 @@ type Sink struct {
 	// +optional
 	ZMQ *ZMQEndpoint `json:"zmq,omitempty"`
 	// HDF5 writes each stream into a dataset of frames x rows x cols, one frame per HDF5 chunk;
-	// bslz4 frames are written as they arrived (filter 32008), never decompressed. With stream2
-	// sources: one NXmx-style file per detector series ("{series}" in the path is the series id;
-	// without it, "_series_<id>" is added before the extension), each channel's images as the
-	// detector compressed them (docs/stream2.md).
+	// bslz4 frames are stored as they arrived (filter 32008). With stream2 sources: one NXmx file
+	// per detector series ("{series}" in the path is the series id; without it, "_series_<id>"
+	// is added before the extension), images as the detector compressed them.
 	// +optional
 	HDF5 *HDF5Dataset `json:"hdf5,omitempty"`
 	// Stream2 re-emits a stream2 source's messages byte for byte, in the detector's order, on a
