@@ -27,6 +27,7 @@ CODE_SPAN = re.compile(r"`[^`]*`")  # a regular expression in code is not a link
 
 def documents():
     yield ROOT / "README.md"
+    yield ROOT / "ARCHITECTURE.md"
     yield from sorted((ROOT / "docs").glob("*.md"))
     yield from sorted((ROOT / "charts").glob("*/README.md"))
 
