@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "chunks.hpp"
@@ -55,6 +57,45 @@ TEST(ConsumerSpill, ItsChunksReachItsConsumerWhereverTheConsumerMovesInSinks) {
     ASSERT_TRUE(c.has_value()) << "chunk " << seq;
     EXPECT_EQ(c->header.sequence, seq);
   }
+}
+
+// What a consumer with a spill has had of a stream, from its senders' record: everything they
+// had acknowledged except what the spill still holds for the sink (this process's chunks and an
+// earlier process's, recovered).
+TEST(ConsumerSpill, WhatItHasHadLeavesOutWhatItsSpillStillHolds) {
+  const Dir dir;
+  const SpillConfig cfg{dir.path + "/hop", 1 << 20};
+  spill_and_die(cfg, 0, "numastream tcp://hpc:6000", 3);  // 0, 1, 2 never reached the far site
+  ConsumerSpill s(cfg, 0, "numastream tcp://hpc:6000", kSettle);
+  for (std::uint64_t seq = 3; seq < 6; ++seq) {
+    Chunk c = chunk(seq);
+    ASSERT_TRUE(s.put(c, [] { return false; }));
+  }
+  // The senders were told 0..5 and 8 were taken.
+  const std::vector<std::uint64_t> above = {8};
+  auto [floor, rest] = s.had(0, 6, above);
+  EXPECT_EQ(floor, 0u) << "chunk 0 is still in the spill";
+  EXPECT_EQ(rest, std::vector<std::uint64_t>({8}));
+  // The sink takes 0 and 1 (recovered) and 3 (this process's); 2, 4 and 5 stay held.
+  for (std::uint64_t seq = 0; seq < 4; ++seq) {
+    auto c = s.take(std::chrono::milliseconds(100), 1 << 20);
+    ASSERT_TRUE(c.has_value());
+    if (seq != 2) s.taken(c->via, 0, c->header.sequence);
+  }
+  std::tie(floor, rest) = s.had(0, 6, above);
+  EXPECT_EQ(floor, 2u);
+  EXPECT_EQ(rest, std::vector<std::uint64_t>({3, 8}));
+  EXPECT_EQ(s.had(7, 6, above), std::pair(std::uint64_t{6}, above)) << "another stream: all of it";
+}
+
+TEST(ConsumerSpill, WithoutHeldKeepsWhatIsNotHeld) {
+  EXPECT_EQ(without_held(10, {12, 14}, {}),
+            std::pair(std::uint64_t{10}, std::vector<std::uint64_t>{12, 14}));
+  EXPECT_EQ(without_held(10, {12, 14}, {12}),
+            std::pair(std::uint64_t{10}, std::vector<std::uint64_t>{14}));
+  EXPECT_EQ(without_held(10, {12}, {7, 9}),
+            std::pair(std::uint64_t{7}, std::vector<std::uint64_t>{8, 12}));
+  EXPECT_EQ(without_held(0, {}, {0}), std::pair(std::uint64_t{0}, std::vector<std::uint64_t>{}));
 }
 
 TEST(ConsumerSpill, AnotherConsumersSpillIsRefusedNamingBoth) {

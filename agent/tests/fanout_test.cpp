@@ -47,6 +47,13 @@ std::string source_file(const std::string& path, std::size_t bytes, std::uint64_
   return source;
 }
 
+// A file's size; 0 while it does not exist.
+std::uintmax_t size_of(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? std::uintmax_t{0} : n;
+}
+
 // One EIGER2 series (recorded from a real detector, replayed by the simulator) into four
 // consumers at once: NXmx master and data files, a Stream V2 re-emit, the messages as they came
 // in a file, and an onward numastream hop to a far receiver that writes its own file. The
@@ -245,12 +252,8 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
   Process tx(sender(port, 2,
                     {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
                      "--reconnect-timeout", "60", "--codec", "bslz4", "--dtype", "uint8"}));
-  auto written = [&] {  // what the far receiver has in its file so far (0 before it exists)
-    std::error_code ec;
-    const auto n = fs::file_size(dir + "/far.raw.part", ec);
-    return ec ? std::uintmax_t{0} : n;
-  };
-  ASSERT_TRUE(eventually([&] { return written() >= (12u << 20); })) << far->err();
+  ASSERT_TRUE(eventually([&] { return size_of(dir + "/far.raw.part") >= (12u << 20); }))
+      << far->err();
   far->signal(SIGKILL);
   EXPECT_EQ(far->wait(10s), 128 + SIGKILL);
   far.reset();
@@ -289,6 +292,76 @@ TEST(FanOut, AnOnwardHopBesideAFileLosesNothingWhenTheFarReceiverIsKilledAndRest
       "chunks; both files "
       "whole; compressed %.2fx at the gateway, %.2fx on the hop\n",
       "12 MiB", f["delivered_before"].get<int>(), ratio_here, ratio_there);
+}
+
+// A gateway and its far site killed together, mid-stream, and started again at once (a power cut
+// of a rack; both pods rescheduled): the next gateway knows nothing the far receiver acknowledged
+// and learns it from its sender (what the sender had acknowledged, every lossless consumer of the
+// gateway had, the hop included), so the far receiver resumes its file rather than starting it
+// again: its `.part` never shrinks, and both copies end whole. (Before, the next gateway said the
+// far receiver had nothing: it started its file again at 0 bytes and waited for chunks no one
+// would send again, until the hop gave up.)
+TEST(FanOut, AGatewayAndItsFarSiteKilledTogetherResumeTheFarCopyInsteadOfStartingItAgain) {
+  const std::string dir = temp_dir();
+  const std::string source = source_file(dir + "/in", 64u << 20, 37);
+  const int port = free_ports(3);  // two connections, the far receiver
+  auto far_receiver = [&] {
+    return receiver(port + 2, 1,
+                    {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"});
+  };
+  const json sinks = json::array({
+      {{"kind", "file"}, {"path", dir + "/out.raw"}},
+      {{"kind", "numastream"}, {"endpoint", ep(port + 2)}},
+  });
+  auto gateway = [&] {
+    return receiver(
+        port, 2,
+        {"--set", "sinks=" + sinks.dump(), "--reconnect-timeout", "60", "--idle-timeout", "60"});
+  };
+  std::optional<Process> far, gw;
+  far.emplace(far_receiver());
+  gw.emplace(gateway());
+  Process tx(sender(port, 2,
+                    {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.1",
+                     "--reconnect-timeout", "60"}));
+  const std::string far_part = dir + "/far.raw.part";
+  ASSERT_TRUE(eventually([&] { return size_of(far_part) >= (16u << 20); })) << far->err();
+  gw->signal(SIGKILL);
+  far->signal(SIGKILL);
+  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
+  EXPECT_EQ(far->wait(10s), 128 + SIGKILL);
+  const std::uintmax_t before = size_of(far_part);
+  far.emplace(far_receiver());
+  gw.emplace(gateway());
+  // Until the far receiver renames its file, it never holds less than before the kill.
+  std::uintmax_t least = before;
+  eventually(
+      [&] {
+        std::error_code ec;
+        const auto n = fs::file_size(far_part, ec);
+        if (ec) return true;  // renamed: complete
+        least = std::min<std::uintmax_t>(least, n);
+        return false;
+      },
+      120s, 2ms);
+  EXPECT_EQ(least, before) << "the far copy shrank from " << before << " to " << least
+                           << " bytes\n--- far:\n"
+                           << far->err();
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err() << "\n--- gateway:\n"
+                              << gw->err() << "\n--- far:\n"
+                              << far->err();
+  ASSERT_EQ(gw->wait(60s), 0) << gw->err() << "\n--- far:\n" << far->err();
+  ASSERT_EQ(far->wait(60s), 0) << far->err();
+  EXPECT_TRUE(read_bytes(dir + "/out.raw") == source) << "the gateway's file";
+  EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
+  const json f = summary(*far);
+  EXPECT_GT(f["delivered_before"].get<int>(), 0) << "the far receiver resumed its file\n"
+                                                 << f.dump();
+  EXPECT_EQ(f["lost"], 0) << f.dump();
+  std::printf(
+      "gateway and far receiver killed together with %.1f MiB at the far site: it resumed after "
+      "%d chunks, never shrank; both files whole\n",
+      static_cast<double>(before) / (1 << 20), f["delivered_before"].get<int>());
 }
 
 // The payloads of the data frames a zmq consumer received, in sequence order (each sequence
@@ -400,13 +473,14 @@ struct HopWithASpill {
   std::string dir = temp_dir();
   std::string source;
   int port = free_ports(4);  // two connections, a spare, the far receiver
-  Process far;
+  std::vector<std::string> far_receiver = receiver(
+      port + 3, 1, {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"});
+  std::optional<Process> far;
   std::vector<std::string> gateway;
 
   HopWithASpill(std::size_t bytes, int seed, std::uint64_t spill_bytes = 256 << 20)
-      : source(source_file(dir + "/in", bytes, seed)),
-        far(receiver(port + 3, 1,
-                     {"--sink", "file", "--sink-path", dir + "/far.raw", "--idle-timeout", "60"})) {
+      : source(source_file(dir + "/in", bytes, seed)) {
+    far.emplace(far_receiver);
     const json sinks = json::array({
         {{"kind", "file"}, {"path", dir + "/out.raw"}},
         {{"kind", "numastream"},
@@ -424,11 +498,6 @@ struct HopWithASpill {
                   {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.2",
                    "--reconnect-timeout", "60", "--set", "window=128"});
   }
-  static std::uintmax_t size_of(const std::string& path) {
-    std::error_code ec;
-    const auto n = fs::file_size(path, ec);
-    return ec ? std::uintmax_t{0} : n;
-  }
   std::uintmax_t spilled() const {
     std::uintmax_t n = 0;
     std::error_code ec;
@@ -440,7 +509,7 @@ struct HopWithASpill {
   void stop_far_after(std::uintmax_t bytes) {
     EXPECT_TRUE(eventually([&] { return size_of(dir + "/far.raw.part") >= bytes; }))
         << "the far site never held " << bytes << " bytes";
-    far.signal(SIGSTOP);
+    far->signal(SIGSTOP);
   }
   // The gateway SIGKILLed and started again, then as both_sites_whole.
   void gateway_killed_then_both_sites_whole(std::unique_ptr<Process>& gw) {
@@ -451,9 +520,9 @@ struct HopWithASpill {
   }
   // The far site runs again and ends; both sites hold the source, byte for byte.
   void both_sites_whole(Process& gw) {
-    far.signal(SIGCONT);
+    far->signal(SIGCONT);
     ASSERT_EQ(gw.wait(120s), 0) << gw.err();
-    ASSERT_EQ(far.wait(60s), 0) << far.err();
+    ASSERT_EQ(far->wait(60s), 0) << far->err();
     EXPECT_TRUE(read_bytes(dir + "/out.raw") == source)
         << "the gateway's file: " << read_bytes(dir + "/out.raw").size() << " bytes of "
         << source.size() << "\n"
@@ -461,7 +530,7 @@ struct HopWithASpill {
     EXPECT_TRUE(read_bytes(dir + "/far.raw") == source) << "the far site's file";
     EXPECT_NE(gw.err().find("an earlier process spilled go to its sink first"), std::string::npos)
         << gw.err();
-    const json f = summary(far);
+    const json f = summary(*far);
     EXPECT_EQ(f["lost"], 0);
     EXPECT_EQ(f["complete"], true);
   }
@@ -488,8 +557,8 @@ TEST(FanOut, AFarSiteThatIsDownRidesOnTheHopsSpillAndCatchesUp) {
   Process tx(sender(port, 2,
                     {"--source", "file", "--source-path", dir + "/in", "--rate-gbps", "0.4",
                      "--reconnect-timeout", "60"}));
-  eventually([&] { return HopWithASpill::size_of(dir + "/out.raw.part") >= source.size(); });
-  EXPECT_EQ(HopWithASpill::size_of(dir + "/out.raw.part"), source.size())
+  eventually([&] { return size_of(dir + "/out.raw.part") >= source.size(); });
+  EXPECT_EQ(size_of(dir + "/out.raw.part"), source.size())
       << "the local file waits for the far site\n"
       << gw.err();
   std::this_thread::sleep_until(start + 5s);  // past the link's connect timeout (2 s)
@@ -547,9 +616,8 @@ TEST(FanOut,
   Process tx(hop.sender_args());
   hop.stop_far_after(2u << 20);
   // The file consumer has the whole stream: every chunk was acknowledged to the sender.
-  eventually(
-      [&] { return HopWithASpill::size_of(hop.dir + "/out.raw.part") >= hop.source.size(); });
-  ASSERT_EQ(HopWithASpill::size_of(hop.dir + "/out.raw.part"), hop.source.size()) << gw->err();
+  eventually([&] { return size_of(hop.dir + "/out.raw.part") >= hop.source.size(); });
+  ASSERT_EQ(size_of(hop.dir + "/out.raw.part"), hop.source.size()) << gw->err();
   std::this_thread::sleep_for(2s);
   EXPECT_TRUE(tx.running())
       << "the sender ended with the stream's end acknowledged while the spill still held "
@@ -568,6 +636,49 @@ TEST(FanOut,
       static_cast<double>(held) / (1 << 20), g["consumers"][1]["spill"]["recovered"].get<int>());
 }
 
+// The same with a spill between them: a far site that stopped, chunks waiting in the hop's spill
+// (acknowledged to the sender already), then the gateway and the far site killed together. What
+// the hop's spill holds was not delivered to the far site whatever the sender was told: the next
+// gateway has the far receiver resume below it, hands the spill on, and the far copy never
+// shrinks.
+TEST(FanOut, AGatewayAndItsFarSiteKilledTogetherWithChunksInTheHopsSpillLoseNoneOfThem) {
+  HopWithASpill hop(32u << 20, 59);
+  auto gw = std::make_unique<Process>(hop.gateway);
+  Process tx(hop.sender_args());
+  hop.stop_far_after(4u << 20);
+  eventually([&] { return hop.spilled() >= (8u << 20); });
+  ASSERT_GE(hop.spilled(), 8u << 20) << gw->err();
+  gw->signal(SIGKILL);
+  hop.far->signal(SIGKILL);
+  EXPECT_EQ(gw->wait(10s), 128 + SIGKILL);
+  EXPECT_EQ(hop.far->wait(10s), 128 + SIGKILL);
+  const std::string far_part = hop.dir + "/far.raw.part";
+  const std::uintmax_t before = size_of(far_part);
+  hop.far.emplace(hop.far_receiver);
+  gw = std::make_unique<Process>(hop.gateway);
+  std::uintmax_t least = before;
+  eventually(
+      [&] {
+        std::error_code ec;
+        const auto n = fs::file_size(far_part, ec);
+        if (ec) return true;  // renamed: complete
+        least = std::min<std::uintmax_t>(least, n);
+        return false;
+      },
+      120s, 2ms);
+  EXPECT_EQ(least, before) << "the far copy shrank from " << before << " to " << least;
+  hop.both_sites_whole(*gw);
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  const json f = summary(*hop.far);
+  EXPECT_GT(f["delivered_before"].get<int>(), 0) << f.dump();
+  std::printf(
+      "gateway and far receiver killed together with %.1f MiB at the far site and %d chunks in the "
+      "hop's spill: the far site resumed after %d chunks, never shrank; both files whole\n",
+      static_cast<double>(before) / (1 << 20),
+      summary(*gw)["consumers"][1]["spill"]["recovered"].get<int>(),
+      f["delivered_before"].get<int>());
+}
+
 // Chunks the hop's sink has read out of its spill but the far site has not acknowledged (the far
 // site came back briefly and stopped again) stay in the spill: the gateway killed then loses
 // none of them, its next process hands them on again. (A small spill: segments of two chunks,
@@ -579,13 +690,12 @@ TEST(FanOut, ChunksReadOutOfASpillStayThereUntilTheFarSiteHasThem) {
   hop.stop_far_after(2u << 20);
   eventually([&] { return hop.spilled() >= (10u << 20); });
   ASSERT_GE(hop.spilled(), 10u << 20) << gw->err();
-  const std::uintmax_t before = HopWithASpill::size_of(hop.dir + "/far.raw.part");
-  hop.far.signal(SIGCONT);  // back briefly: the hop reads its spill out and sends
-  ASSERT_TRUE(eventually(
-      [&] { return HopWithASpill::size_of(hop.dir + "/far.raw.part") >= before + (2u << 20); },
-      std::chrono::seconds(60), 5ms))
+  const std::uintmax_t before = size_of(hop.dir + "/far.raw.part");
+  hop.far->signal(SIGCONT);  // back briefly: the hop reads its spill out and sends
+  ASSERT_TRUE(eventually([&] { return size_of(hop.dir + "/far.raw.part") >= before + (2u << 20); },
+                         std::chrono::seconds(60), 5ms))
       << "the far site, back, took nothing from the hop";
-  hop.far.signal(SIGSTOP);
+  hop.far->signal(SIGSTOP);
   std::this_thread::sleep_for(
       500ms);  // the hop's window fills from the spill again, unacknowledged
   hop.gateway_killed_then_both_sites_whole(gw);

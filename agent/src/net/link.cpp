@@ -80,6 +80,11 @@ bool AckLedger::contains(std::uint32_t stream, std::uint64_t seq) const {
   return it != streams_.end() && it->second.contains(seq);
 }
 
+bool AckLedger::knows(std::uint32_t stream) const {
+  std::lock_guard lock(mu_);
+  return streams_.count(stream) > 0;
+}
+
 std::pair<std::uint64_t, std::vector<std::uint64_t>> AckLedger::snapshot(
     std::uint32_t stream) const {
   std::lock_guard lock(mu_);

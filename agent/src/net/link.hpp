@@ -36,6 +36,8 @@ class AckLedger {
   // Records `seq`; returns the stream's floor after it (everything below is acknowledged).
   std::uint64_t insert(std::uint32_t stream, std::uint64_t seq);
   bool contains(std::uint32_t stream, std::uint64_t seq) const;
+  // Something was merged or recorded for the stream (a resume frame, even one with nothing in it).
+  bool knows(std::uint32_t stream) const;
   // Floor and the acknowledged sequences above it (all of them: at most the set's window).
   std::pair<std::uint64_t, std::vector<std::uint64_t>> snapshot(std::uint32_t stream) const;
   std::uint64_t acknowledged(std::uint32_t stream) const;  // how many

@@ -82,7 +82,12 @@ ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index,
     : store_((claim(cfg.path, identity),
               std::make_unique<SpillStore>(
                   cfg.path, segment_key(cfg.path), cfg.max_bytes,
-                  [](std::span<const std::byte>, std::size_t) { return true; }))),
+                  [this](std::span<const std::byte> head, std::size_t size) {
+                    wire::Header h;
+                    if (wire::decode_data_header(head, size, SIZE_MAX, h) == wire::DecodeError::ok)
+                      holding_[h.stream_id].insert(h.sequence);
+                    return true;
+                  }))),
       settle_(std::move(settle)) {
   pending_bytes_ = store_->pending_bytes();
   const auto& r = store_->recovered();
@@ -106,6 +111,7 @@ bool ConsumerSpill::put(Chunk& c, const std::function<bool()>& closing) {
   }
   ++spilled_;
   ++owed_[c.header.stream_id];
+  holding_[c.header.stream_id].insert(c.header.sequence);
   peak_bytes_ = std::max<std::uint64_t>(peak_bytes_.load(), store_->disk_bytes());
   pending_bytes_ = store_->pending_bytes();
   lock.unlock();
@@ -146,11 +152,37 @@ void ConsumerSpill::taken(int via, std::uint32_t stream, std::uint64_t seq) {
     held_.erase(it);
     room_.notify_all();  // its segment may be gone now
   }
+  if (auto it = holding_.find(stream); it != holding_.end()) {
+    it->second.erase(seq);
+    if (it->second.empty()) holding_.erase(it);
+  }
   if (via == -2 && recovered_owed_ > 0) {
     --recovered_owed_;
     return;
   }
   if (auto it = owed_.find(stream); it != owed_.end() && --it->second == 0) owed_.erase(it);
+}
+
+std::pair<std::uint64_t, std::vector<std::uint64_t>> without_held(
+    std::uint64_t floor, const std::vector<std::uint64_t>& above,
+    const std::set<std::uint64_t>& held) {
+  if (held.empty()) return {floor, above};
+  const std::uint64_t low = std::min(floor, *held.begin());
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t seq = low; seq < floor; ++seq) {
+    if (!held.count(seq)) out.push_back(seq);
+  }
+  for (std::uint64_t seq : above) {
+    if (!held.count(seq)) out.push_back(seq);
+  }
+  return {low, out};
+}
+
+std::pair<std::uint64_t, std::vector<std::uint64_t>> ConsumerSpill::had(
+    std::uint32_t stream, std::uint64_t floor, const std::vector<std::uint64_t>& above) {
+  std::lock_guard lock(mu_);
+  const auto it = holding_.find(stream);
+  return it == holding_.end() ? std::pair{floor, above} : without_held(floor, above, it->second);
 }
 
 bool ConsumerSpill::owes(std::uint32_t stream) {

@@ -18,8 +18,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "config/config.hpp"
 #include "data/spill.hpp"
@@ -27,6 +29,13 @@
 #include "pipeline/sink.hpp"
 
 namespace numastream {
+
+// A record of acknowledged chunks (everything below `floor`, and `above`) without the sequences
+// in `held`: the lowest held one at most becomes the floor, what lay below the old floor and is
+// not held is listed.
+std::pair<std::uint64_t, std::vector<std::uint64_t>> without_held(
+    std::uint64_t floor, const std::vector<std::uint64_t>& above,
+    const std::set<std::uint64_t>& held);
 
 class ConsumerSpill {
  public:
@@ -48,6 +57,12 @@ class ConsumerSpill {
   void taken(int via, std::uint32_t stream, std::uint64_t seq);
   // The spill still owes its sink chunks of `stream` (or an earlier process's, stream unknown).
   bool owes(std::uint32_t stream);
+  // What the spill holds of `stream` for its sink (written, this process's or an earlier's, and
+  // not taken by the sink yet), taken out of an acknowledged record of the stream: what the
+  // consumer itself has had.
+  std::pair<std::uint64_t, std::vector<std::uint64_t>> had(std::uint32_t stream,
+                                                           std::uint64_t floor,
+                                                           const std::vector<std::uint64_t>& above);
   // Chunks an earlier process spilled.
   std::uint64_t recovered() const { return store_->recovered().frames; }
   std::uint64_t pending_bytes() const noexcept { return pending_bytes_.load(); }
@@ -55,6 +70,8 @@ class ConsumerSpill {
   nlohmann::json report() const;
 
  private:
+  // Per stream, the sequences the spill holds for its sink (filled while store_ recovers).
+  std::map<std::uint32_t, std::set<std::uint64_t>> holding_;
   std::unique_ptr<SpillStore> store_;
   AckFn settle_;
   std::mutex mu_;                  // guards the store and what follows

@@ -10,9 +10,17 @@
 // 0..n-1, one record of what it acknowledged), each chunk goes on the next one with room in its
 // window, so a connection recovering a loss holds back only its own frames. When the input ends,
 // each stream is ended on every connection with the totals its sender announced, and the consumer
-// waits until the far receiver acknowledged everything. Internal to the agent.
+// waits until the far receiver acknowledged everything.
+//
+// What the far receiver acknowledged is known to this process only from its own link, so a
+// gateway that restarts takes it from its senders instead: a chunk they had acknowledged was
+// taken by every lossless consumer, so this one had it delivered (or holds it in its spill, which
+// hands it on again). The first resume frame of a stream says so, before its first chunk; a far
+// receiver that restarted too then resumes its file instead of starting it again. Internal to
+// the agent.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,6 +29,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "config/config.hpp"
@@ -41,10 +51,14 @@ class OnwardSink final : public Sink {
                                                           std::uint16_t connections)>;
   // A stream's metadata frame payload (pixel type, shape) as its sender sent it; empty: none.
   using MetaFn = std::function<std::string(std::uint32_t stream)>;
+  // What this consumer has had of a stream (floor and the sequences above it), from what the
+  // gateway's senders said was acknowledged; nullopt until the stream's first resume frame came.
+  using HadFn = std::function<std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>>(
+      std::uint32_t stream)>;
   // `gaps`: what the senders declared gone, declared on to the far receiver as it grows.
   OnwardSink(const Config& cfg, zmq::Context& ctx, LinkOptions opts,
              std::optional<CurveSetup> curve, AckFn ack, AckFn discard, EndFn end, MetaFn meta,
-             std::shared_ptr<GapBook> gaps, std::function<bool()> aborted)
+             HadFn had, std::shared_ptr<GapBook> gaps, std::function<bool()> aborted)
       : cfg_(cfg),
         ctx_(ctx),
         opts_(std::move(opts)),
@@ -53,6 +67,7 @@ class OnwardSink final : public Sink {
         discard_(std::move(discard)),
         end_(std::move(end)),
         meta_(std::move(meta)),
+        had_(std::move(had)),
         gaps_(std::move(gaps)),
         aborted_(std::move(aborted)) {}
 
@@ -82,6 +97,7 @@ class OnwardSink final : public Sink {
     wire::Header& h = c.header;
     const std::size_t size = wire::kHeaderSize + h.payload_size;
     if (announced_.insert(h.stream_id).second) {
+      if (!resume_from_upstream(h.stream_id)) return;  // the run ends
       const std::string meta = meta_(h.stream_id);
       for (auto& l : links_) {
         if (!meta.empty()) l->set_metadata(h.stream_id, meta);
@@ -156,6 +172,26 @@ class OnwardSink final : public Sink {
     }
   }
 
+  // Before the stream's first resume frame to the far receiver: what this consumer had of it
+  // before this process (from the senders' record) counts as acknowledged there.
+  bool resume_from_upstream(std::uint32_t stream) {
+    for (;;) {
+      if (auto had = had_(stream)) {
+        ledger_->merge(stream, had->first, had->second);
+        if (had->first > 0 || !had->second.empty()) {
+          log_line("onward consumer: stream " + std::to_string(stream) + " resumes at the far " +
+                   "receiver after " + std::to_string(had->first + had->second.size()) +
+                   " chunks its senders had acknowledged");
+        }
+        return true;
+      }
+      // An earlier process's spill hands chunks on before the senders are back: wait for them.
+      if (aborted_()) return false;
+      for (auto& l : links_) l->serve(0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
   // The far receiver acknowledged everything of a stream below the header's sequence and `seqs`
   // (or named `seqs` discarded): those chunks are settled for this consumer.
   void settled(const wire::Header& h, std::span<const std::uint64_t> seqs) {
@@ -182,6 +218,7 @@ class OnwardSink final : public Sink {
   AckFn ack_, discard_;
   EndFn end_;
   MetaFn meta_;
+  HadFn had_;
   std::shared_ptr<GapBook> gaps_;
   std::function<bool()> aborted_;
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();

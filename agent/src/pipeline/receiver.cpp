@@ -1370,7 +1370,17 @@ void Receiver::make_consumers(std::size_t slack) {
                    std::uint16_t connections) {
               return downstream_end(stream, count, connection, connections);
             },
-            [this](std::uint32_t stream) { return metadata_of(stream); }, onward_gaps_, aborted);
+            [this](std::uint32_t stream) { return metadata_of(stream); },
+            [this, spill = k->spill.get()](std::uint32_t stream)
+                -> std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>> {
+              // The senders' record, merged from their resume frames and grown by what this
+              // process acknowledged (which the consumer had, or holds in its spill).
+              if (!ledger_.knows(stream)) return std::nullopt;
+              auto [floor, above] = ledger_.snapshot(stream);
+              if (spill) return spill->had(stream, floor, above);
+              return std::pair{floor, std::move(above)};
+            },
+            onward_gaps_, aborted);
         onward_ = true;
         break;
       }
