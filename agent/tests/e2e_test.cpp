@@ -1240,6 +1240,45 @@ TEST(Spill, APacedSourceFasterThanTheSinkSpillsAndDrainsWithNothingLost) {
             << " MiB, spilled " << sp["spilled_chunks"] << " chunks\n";
 }
 
+// A source that cannot wait, with a spill, and a gateway that is down: not up yet when the
+// stream starts, then killed mid-stream and back only after a while — each time past the
+// sender's connect and reconnect timeouts (2 s here). The sender waits, its chunks going to the
+// spill, and the stream ends whole. (Before, the sender exited 1 after the timeout with the
+// spill made for exactly that, and a detector's stream stopped with it.)
+TEST(Spill, ASenderWithASpillWaitsForItsGatewayPastEveryTimeoutAndLosesNothing) {
+  const int port = free_ports(2);
+  const std::string dir = temp_dir();
+  // 1 MiB chunks at 0.2013 Gbit/s: 24 a second, 10 s in all.
+  Process tx(
+      sender(port, 2,
+             {"--chunks", "240", "--rate-gbps", "0.2013", "--spill-path", dir + "/spill",
+              "--spill-max-bytes", std::to_string(1024LL * kMiB), "--set", "timeouts.connect_s=2",
+              "--set", "timeouts.reconnect_s=2", "--metrics-listen", "127.0.0.1:0"}));
+  auto gateway = [&] {
+    return receiver(port, 2,
+                    {"--sink", "file", "--sink-path", dir + "/out.raw", "--idle-timeout", "60"});
+  };
+  std::this_thread::sleep_for(3s);  // the gateway is down: the scenario is time past a timeout
+  ASSERT_TRUE(tx.running()) << "the sender gave up on a gateway not up yet:\n" << tx.err();
+  auto rx = std::make_unique<Process>(gateway());
+  ASSERT_TRUE(acknowledged(tx, 40)) << tx.err();
+  rx->signal(SIGKILL);
+  EXPECT_EQ(rx->wait(10s), 128 + SIGKILL);
+  std::this_thread::sleep_for(3s);  // down again, past the reconnect timeout
+  ASSERT_TRUE(tx.running()) << "the sender gave up on a gateway that went away:\n" << tx.err();
+  rx = std::make_unique<Process>(gateway());
+  ASSERT_EQ(tx.wait(120s), 0) << tx.err();
+  ASSERT_EQ(rx->wait(60s), 0) << rx->err();
+  const json s = summary(tx), r = summary(*rx);
+  EXPECT_EQ(s["spill"]["lost"], 0) << s["spill"].dump();
+  EXPECT_GT(s["spill"]["spilled_chunks"].get<int>(), 48) << s["spill"].dump();
+  EXPECT_EQ(r["lost"], 0) << r.dump();
+  EXPECT_EQ(r["complete"], true) << r.dump();
+  EXPECT_EQ(fs::file_size(dir + "/out.raw"), 240u * kMiB);
+  std::cerr << "spill: the gateway down 3 s at the start and 3 s mid-stream; "
+            << s["spill"]["spilled_chunks"] << " chunks spilled, none lost\n";
+}
+
 // A spill too small for the backlog: a source that cannot wait loses what the full spill refuses,
 // and says so: the sender's log, summary and metrics count the chunks, and the receiver reports
 // the same number missing and fails the run.

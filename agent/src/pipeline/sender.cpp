@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -421,6 +422,13 @@ void Sender::send_loop(StageThread& t) {
                                   "connection " + std::to_string(index), cfg_.window, curve_);
   opts.connection = static_cast<std::uint16_t>(index);
   opts.connections = static_cast<std::uint16_t>(cfg_.connections);
+  if (spill_) {
+    // A source that cannot wait, and a spill for exactly that: a gateway that is down (not up
+    // yet, restarting, its node rebooting) is waited for however long, the chunks going to the
+    // spill meanwhile; the spill's limit is what ends it, each chunk it refuses declared lost.
+    opts.connect_timeout_s = opts.reconnect_timeout_s = opts.ack_timeout_s =
+        std::numeric_limits<double>::infinity();
+  }
   AckedLink link(*ctx_, opts, ledger_, [this] { return rt_.aborted(); });
   link.set_gaps(gap_book_);
   // What the gateway settled without keeping it: declared gone to every later gateway (and kept
@@ -451,7 +459,7 @@ void Sender::send_loop(StageThread& t) {
   link.connect();
   link.set_metadata(cfg_.stream_id, metadata_);
   link.announce(cfg_.stream_id);
-  link.wait_welcome(cfg_.connect_timeout_s);
+  link.wait_welcome(cfg_.connect_timeout_s);  // connected: a receiver answers at once
   {
     std::lock_guard lock(welcome_mu_);
     welcomed_ = true;
