@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,21 +30,16 @@
 #include "net/transport.hpp"
 #include "obs/http.hpp"
 #include "pipeline/chunk.hpp"
-#include "pipeline/consumer_spill.hpp"
-#include "pipeline/fanout.hpp"
+#include "pipeline/consumers.hpp"
 #include "pipeline/governor.hpp"
 #include "pipeline/graph.hpp"
-#include "pipeline/hdf5_sink.hpp"
 #include "pipeline/inbound.hpp"
-#include "pipeline/onward_sink.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/pools.hpp"
 #include "pipeline/preview.hpp"
 #include "pipeline/relay.hpp"
 #include "pipeline/runtime.hpp"
 #include "pipeline/sink.hpp"
-#include "pipeline/stream2_sink.hpp"
-#include "pipeline/zmq_sink.hpp"
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
 
@@ -53,26 +47,6 @@ namespace numastream {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A consumer named by what it writes to, as its spill keeps it: "file /data/x.raw",
-// "numastream tcp://hpc:6000".
-std::string consumer_identity(const SinkConfig& s) {
-  switch (s.kind) {
-    case SinkConfig::Kind::file:
-      return "file " + s.path;
-    case SinkConfig::Kind::hdf5:
-      return "hdf5 " + s.path;
-    case SinkConfig::Kind::zmq:
-      return "zmq " + s.endpoint;
-    case SinkConfig::Kind::stream2:
-      return "stream2 " + s.endpoint;
-    case SinkConfig::Kind::numastream:
-      return "numastream " + s.endpoint;
-    case SinkConfig::Kind::null:
-      break;
-  }
-  return "null";
-}
 
 // The sinks that write files (file, hdf5): of `sinks`, or the one sink.
 std::vector<SinkConfig> file_sinks(const Config& cfg) {
@@ -88,16 +62,6 @@ std::vector<SinkConfig> file_sinks(const Config& cfg) {
       out.push_back(k.sink);
   }
   return out;
-}
-
-// Whether a consumer takes a chunk compressed with `codec` as it came rather than decoded: an
-// onward hop does, whatever the codec (the far receiver decodes and verifies it again, and the
-// path to it carries the compressed bytes, a ratio fewer than decoded ones); the HDF5 sink does
-// bslz4 (it stores it so, HDF5 filter 32008). The gateway verifies every chunk either way.
-bool takes_as_arrived(const SinkConfig& sink, Codec codec) {
-  if (codec == Codec::none) return false;
-  return sink.kind == SinkConfig::Kind::numastream ||
-         (sink.kind == SinkConfig::Kind::hdf5 && codec == Codec::bslz4);
 }
 
 class Receiver {
@@ -121,11 +85,6 @@ class Receiver {
   // Reads a data socket's connection events: accepted peers, refused handshakes and keys.
   void count_peers(zmq::Monitor& mon, int index);
   void decompress_loop(StageThread& t);
-  void sink_loop(StageThread& t);
-  // Hands a verified chunk to every consumer (decompressing threads). False once the input ends.
-  // `as_came`: the chunk compressed as it came, for the consumers that take it so (with others
-  // that take `out` decoded); none when every consumer takes `out`.
-  bool deliver(Chunk& out, std::optional<Chunk>& as_came, StageStats& st);
   void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
@@ -144,13 +103,9 @@ class Receiver {
   void start_authenticator();
   std::unique_ptr<MetricsServer> serve_metrics(const RunHooks& hooks);
   void declare_stream_metrics(MetricRegistry& m);
-  void declare_consumer_metrics(MetricRegistry& m);
   void declare_connection_metrics(MetricRegistry& m);
-  void make_consumers(std::size_t slack);
   void supervise();
-  void finish_consumers();
   nlohmann::json summary(const StreamTracker::Totals& t) const;
-  nlohmann::json consumers_json() const;
   void mark_uncounted_losses(nlohmann::json& out) const;
 
   // Where a stream's control frames go once a receiving thread has checked them: answered here,
@@ -184,24 +139,6 @@ class Receiver {
 
   std::unique_ptr<NodePools> raw_pools_;
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
-  // One consumer of the verified chunks (config `sinks`; `sink` alone is one): its sink, run by a
-  // thread of its own from its own queue, with its own copy of the configuration (its sink), and
-  // what it did. A file sink's chunks on their way to it are `in_flight` (it waits for those).
-  struct Consumer {
-    Config cfg;
-    ConsumerConfig::Guarantee guarantee = ConsumerConfig::Guarantee::lossless;
-    std::unique_ptr<Sink> sink;
-    std::unique_ptr<BoundedQueue<Chunk>> q;
-    std::unique_ptr<InFlight> in_flight;
-    std::atomic<std::uint64_t> taken{0};        // handed to its sink
-    std::atomic<std::uint64_t> passed_over{0};  // latest-only: no room in its queue
-    std::string failed;                         // latest-only: why it stopped taking (its thread's)
-    // A lossless consumer's spill (sinks[].spill): its chunks go there and its queue is not used.
-    std::unique_ptr<ConsumerSpill> spill;
-    bool lossless() const noexcept { return guarantee == ConsumerConfig::Guarantee::lossless; }
-  };
-  // A consumer's spill still owes its sink chunks of `stream`.
-  bool spills_owe(std::uint32_t stream);
   // A stream's end is acknowledged to its sender only once every chunk a consumer spilled has
   // reached that consumer: the sender then stays (keeping its end frame) until the stream is
   // whole at every consumer, so a gateway process that dies before sends it again to the next,
@@ -215,25 +152,8 @@ class Receiver {
   void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
                      std::uint16_t connections);
   void answer_owed_ends(zmq::Socket& sock, int via);
-  std::vector<std::unique_ptr<Consumer>> consumers_;
-  // Each consumer's figures (metrics, summary) are reported with several, or one with a spill.
-  bool per_consumer_figures() const {
-    return consumers_.size() > 1 || (consumers_.size() == 1 && consumers_.front()->spill);
-  }
-  std::unique_ptr<AckJoin> join_;         // the lossless consumers' acknowledgements
-  std::atomic<int> lossless_running_{0};  // lossless consumers' threads not yet ended
-  void in_flight(bool add, std::uint32_t stream, std::uint64_t seq) {
-    for (auto& k : consumers_) {
-      if (!k->in_flight) continue;
-      if (add) {
-        k->in_flight->add(stream, seq);
-      } else {
-        k->in_flight->remove(stream, seq);
-      }
-    }
-  }
+  std::unique_ptr<ConsumerSet> consumers_;
   std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
-  bool track_in_flight_ = false;      // a file sink waits for chunks on their way to it
   // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
   mutable std::mutex meta_mu_;
   std::map<std::uint32_t, std::string> meta_;
@@ -259,7 +179,6 @@ class Receiver {
   std::shared_ptr<GapBook> relay_gaps_ = std::make_shared<GapBook>();  // declared downstream
   // The gaps the senders declared, passed on by the onward consumers to their far receivers.
   std::shared_ptr<GapBook> onward_gaps_ = std::make_shared<GapBook>();
-  bool onward_ = false;  // a consumer is an onward hop
   std::vector<std::unique_ptr<AckBox>> boxes_;
   std::atomic<std::uint64_t> acks_sent_{0};
   std::atomic<std::uint64_t> resumes_{0};
@@ -347,7 +266,7 @@ void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
 
 void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock,
                              const zmq::Message& peer, std::uint16_t connections) {
-  if (!processing_done_ && spills_owe(stream)) {
+  if (!processing_done_ && consumers_->spills_owe(stream)) {
     auto& owed = ends_owed_[static_cast<std::size_t>(via)];
     std::erase_if(owed, [stream](const EndOwed& e) { return e.stream == stream; });  // sent again
     owed.push_back({stream, connections, const_cast<zmq::Message&>(peer).share()});
@@ -362,17 +281,12 @@ void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
   if (owed.empty()) return;
   std::erase_if(owed, [&](const EndOwed& e) {
     // Once the consumers are done (processing_done_), nothing more comes from their spills.
-    if (!processing_done_ && spills_owe(e.stream)) return false;
+    if (!processing_done_ && consumers_->spills_owe(e.stream)) return false;
     answer(
         sock, e.peer,
         welcome(e.stream, static_cast<std::uint16_t>(via), e.connections, wire::kAckEndOfStream));
     return true;
   });
-}
-
-bool Receiver::spills_owe(std::uint32_t stream) {
-  return std::any_of(consumers_.begin(), consumers_.end(),
-                     [stream](const auto& k) { return k->spill && k->spill->owes(stream); });
 }
 
 // The answer to a resume frame: everything the sink has taken of the stream.
@@ -614,7 +528,7 @@ void Receiver::receive_loop(StageThread& t) {
       control_->record().settle(h.stream_id, gaps);
       // Declared on only what this gateway never had: a chunk of the gap it delivered before the
       // declaration goes on to the far site as any other.
-      if (onward_ && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
+      if (consumers_->onward() && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
         throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
                                  std::to_string(wire::kMaxGapRecords) +
                                  " separate gaps to declare onward");
@@ -638,7 +552,7 @@ void Receiver::receive_loop(StageThread& t) {
       continue;
     }
     tracker_.on_frame(h.stream_id, frame_size);
-    if (track_in_flight_) in_flight(true, h.stream_id, h.sequence);
+    if (consumers_->tracks_in_flight()) consumers_->in_flight(true, h.stream_id, h.sequence);
     auto now_ns = (Clock::now() - rt_.started).count();
     std::int64_t unset = -1;
     first_ns_.compare_exchange_strong(unset, now_ns);
@@ -652,7 +566,8 @@ void Receiver::receive_loop(StageThread& t) {
       ScopedTimer wait(st.blocked_output_ns);
       pushed = wire_q_->push(in);
     }
-    if (!pushed && track_in_flight_) in_flight(false, h.stream_id, h.sequence);
+    if (!pushed && consumers_->tracks_in_flight())
+      consumers_->in_flight(false, h.stream_id, h.sequence);
   }
 }
 
@@ -716,7 +631,7 @@ void Receiver::decompress_loop(StageThread& t) {
   StageStats& st = t.stats;
   BufferPool& pool = raw_pools_->for_node(t.numa_node);
   Decompressor dec(cfg_.chunk_bytes);
-  const bool forward = !consumers_.empty();
+  const bool forward = !consumers_->empty();
   std::vector<std::byte> scratch;
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
@@ -727,11 +642,9 @@ void Receiver::decompress_loop(StageThread& t) {
     out.via = in->via;
     wire::Header& h = out.header;
     h = in->header;
-    // Who takes the chunk compressed as it came (takes_as_arrived), who takes it decoded: with
-    // both, `out` is the decoded chunk and `as_came` the one that came; with one, `out` is it.
-    bool to_kept = false, to_decoded = !forward;
-    for (const auto& k : consumers_)
-      (takes_as_arrived(k->cfg.sink, h.codec) ? to_kept : to_decoded) = true;
+    // Who takes the chunk compressed as it came, who takes it decoded: with both, `out` is the
+    // decoded chunk and `as_came` the one that came; with one, `out` is it.
+    const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
     const bool keep = to_kept && !to_decoded;
     std::optional<Chunk> as_came;
     if (to_kept && to_decoded) {
@@ -776,7 +689,7 @@ void Receiver::decompress_loop(StageThread& t) {
                       h.raw_size, bytes, metadata_of(h.stream_id));
     }
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
-      if (track_in_flight_) in_flight(false, h.stream_id, h.sequence);
+      if (consumers_->tracks_in_flight()) consumers_->in_flight(false, h.stream_id, h.sequence);
       // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
       // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
       // when the sink takes the original. (The buffer goes back to its pool with `out`.)
@@ -807,36 +720,8 @@ void Receiver::decompress_loop(StageThread& t) {
     h.connections = 1;
     if (out.buffer) out.buffer->size = wire::kHeaderSize + h.payload_size;
     if (as_came) as_came->header.connection = 0, as_came->header.connections = 1;
-    if (!deliver(out, as_came, st)) break;
+    if (!consumers_->deliver(out, as_came, st)) break;
   }
-}
-
-bool Receiver::deliver(Chunk& out, std::optional<Chunk>& as_came, StageStats& st) {
-  ScopedTimer wait(st.blocked_output_ns);
-  if (consumers_.size() == 1) return consumers_.front()->q->push(out);
-  // Several consumers share the payload (ZeroMQ counts the references; a pooled buffer returns
-  // to its pool when the last lets it go): nothing is copied. A lossless consumer's queue is
-  // waited for; a latest-only one's is not: no room, and the chunk passes it by. A consumer
-  // that takes it as it came shares that payload instead.
-  zmq::Message shared = out.take_payload();
-  std::optional<zmq::Message> shared_as_came =
-      as_came ? std::optional<zmq::Message>(as_came->take_payload()) : std::nullopt;
-  for (std::size_t i = 0; i < consumers_.size(); ++i) {
-    Consumer& k = *consumers_[i];
-    const bool came = as_came && takes_as_arrived(k.cfg.sink, as_came->header.codec);
-    Chunk c;
-    c.header = came ? as_came->header : out.header;
-    c.via = out.via;
-    c.body = came ? shared_as_came->share() : shared.share();
-    if (k.spill) {
-      if (!k.spill->put(c, [this, &k] { return rt_.aborted() || k.q->closed(); })) return false;
-    } else if (k.lossless()) {
-      if (!k.q->push(c)) return false;
-    } else if (!k.q->try_push(c)) {
-      ++k.passed_over;
-    }
-  }
-  return true;
 }
 
 std::optional<zmq::Message> Receiver::downstream_end(std::uint32_t stream, std::uint64_t count,
@@ -874,84 +759,10 @@ void Receiver::relay_loop(StageThread& t) {
       t);
 }
 
-void Receiver::sink_loop(StageThread& t) {
-  StageStats& st = t.stats;
-  Consumer& k = *consumers_[static_cast<std::size_t>(t.index)];
-  // However it ends: a lossless consumer's end lets the latest-only ones stop waiting for their
-  // readers; on failure its queue is drained, so that decompressors blocked on it can finish;
-  // what its sink opened is closed.
-  struct End {
-    Receiver& r;
-    Consumer& k;
-    ~End() {
-      const bool failed = r.rt_.aborted() || std::uncaught_exceptions() > 0;
-      if (k.lossless()) --r.lossless_running_;
-      if (failed) {
-        k.q->close();  // what is queued goes back to its pool; whoever waits to push is let go
-        while (k.q->pop()) {
-        }
-      }
-      // A latest-only consumer's last messages are not waited for (its reader may never read).
-      k.sink->close(failed || !k.lossless());
-    }
-  } end{*this, k};
-  k.sink->start();
-  while (true) {
-    bool done = false;
-    std::optional<Chunk> c;
-    {
-      ScopedTimer wait(st.blocked_input_ns);
-      if (k.spill) {
-        // Closed once every chunk was written to the spill: it ends when the spill is read out.
-        done = k.q->closed();
-        c = k.spill->take(std::chrono::milliseconds(20), cfg_.chunk_bytes);
-      } else {
-        c = k.q->pop_for(std::chrono::milliseconds(20), done);
-      }
-    }
-    if (!c) {
-      if (done) break;
-      if (k.failed.empty()) k.sink->idle(st);
-      continue;
-    }
-    // A latest-only consumer that failed, or outlived the lossless ones: what is left passes it by.
-    if (!k.lossless() && (!k.failed.empty() || lossless_running_.load() == 0)) {
-      ++k.passed_over;
-      continue;
-    }
-    if (k.lossless()) {
-      k.sink->put(std::move(*c), st);
-      ++k.taken;
-      continue;
-    }
-    // A latest-only consumer never ends the run: its failure (its reader gone) is its own.
-    try {
-      k.sink->put(std::move(*c), st);
-      ++k.taken;
-    } catch (const std::exception& e) {
-      k.failed = e.what();
-      log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " +
-               k.sink->name() + "): " + k.failed + "; the others go on, it takes nothing more");
-    }
-  }
-  if (rt_.aborted() || !k.failed.empty()) return;
-  if (k.lossless()) {
-    k.sink->drain(st);
-    return;
-  }
-  try {
-    k.sink->drain(st);
-  } catch (const std::exception& e) {
-    k.failed = e.what();
-    log_warn(std::string("consumer ") + std::to_string(t.index) + " (latest-only " +
-             k.sink->name() + "): " + k.failed);
-  }
-}
-
 void Receiver::declare_metrics() {
   MetricRegistry& m = rt_.metrics();
   declare_stream_metrics(m);
-  declare_consumer_metrics(m);
+  consumers_->declare_metrics(m);
   declare_connection_metrics(m);
   m.gauge("numastream_streams_complete", "Streams that ended on every connection.",
           [this] { return static_cast<double>(tracker_.complete_streams()); });
@@ -963,8 +774,8 @@ void Receiver::declare_metrics() {
   m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
         [this](MetricSamples& s) {
           s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-          if (consumers_.size() == 1)
-            s.add({{"queue", "sink"}}, static_cast<double>(consumers_.front()->q->depth()));
+          if (const auto depth = consumers_->depth_of_one())
+            s.add({{"queue", "sink"}}, static_cast<double>(*depth));
         });
   raw_pools_->declare_metrics(m);
 }
@@ -1013,41 +824,6 @@ void Receiver::declare_stream_metrics(MetricRegistry& m) {
 
 // The first consumer's own families (a sink's families are named for its kind, not for a
 // consumer), then every consumer's figures.
-void Receiver::declare_consumer_metrics(MetricRegistry& m) {
-  if (!consumers_.empty()) consumers_.front()->sink->declare_metrics(m);
-  if (per_consumer_figures()) {
-    auto each = [this](MetricSamples& s, auto value) {
-      for (std::size_t i = 0; i < consumers_.size(); ++i) {
-        const Consumer& k = *consumers_[i];
-        s.add({{"consumer", std::to_string(i)},
-               {"kind", k.sink->name()},
-               {"guarantee", k.lossless() ? "lossless" : "latest"}},
-              value(k));
-      }
-    };
-    m.add("numastream_consumer_chunks_total", MetricType::counter,
-          "Chunks handed to each consumer's sink (sinks).", [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.taken.load()); });
-          });
-    m.add("numastream_consumer_passed_over_total", MetricType::counter,
-          "Chunks a latest-only consumer had no room for (it never holds the others back).",
-          [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); });
-          });
-    m.add("numastream_consumer_behind", MetricType::gauge,
-          "Chunks waiting in each consumer's queue.", [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); });
-          });
-    m.add("numastream_consumer_spill_bytes", MetricType::gauge,
-          "Bytes in each consumer's spill (sinks[].spill) not handed to its sink yet.",
-          [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) {
-              return k.spill ? static_cast<double>(k.spill->pending_bytes()) : 0.0;
-            });
-          });
-  }
-}
-
 // The data ports' connections and the acknowledgements sent on them.
 void Receiver::declare_connection_metrics(MetricRegistry& m) {
   m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
@@ -1163,7 +939,27 @@ RunResult Receiver::run(const RunHooks& hooks) {
   ends_owed_.resize(static_cast<std::size_t>(receivers));
   ctx_ =
       std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
-  make_consumers(pools.slack);
+  consumers_ = std::make_unique<ConsumerSet>(
+      ConsumerWiring{.cfg = cfg_,
+                     .tracker = tracker_,
+                     .ledger = ledger_,
+                     .ctx = *ctx_,
+                     .reorder_window = reorder_window_,
+                     .slack = pools.slack,
+                     .onward_window = onward_window(),
+                     .ack = [this](int via, std::uint32_t stream,
+                                   std::uint64_t seq) { acknowledge(via, stream, seq); },
+                     .discard = [this](int via, std::uint32_t stream,
+                                       std::uint64_t seq) { discard(via, stream, seq); },
+                     .aborted = [this] { return rt_.aborted(); },
+                     .drain_requested = [this] { return rt_.drain_requested(); },
+                     .metadata = [this](std::uint32_t stream) { return metadata_of(stream); },
+                     .downstream_end =
+                         [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
+                                std::uint16_t connections) {
+                           return downstream_end(stream, count, connection, connections);
+                         },
+                     .onward_gaps = onward_gaps_});
   start_authenticator();
   if (spares_ > 0) {
     adaptive::Limits limits;
@@ -1175,7 +971,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
     stop_taking_ = true;
     if (governor_) governor_->close();
     wire_q_->close();
-    for (auto& k : consumers_) k->q->close();
+    consumers_->close();
     raw_pools_->close_all();
   });
   declare_metrics();
@@ -1195,16 +991,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
                .body = [this](StageThread& t) { relay_loop(t); },
                .joined = processing_joined});
   } else {
-    if (!consumers_.empty()) {
+    if (!consumers_->empty()) {
       graph.add({.stage = Stage::sink,
-                 .threads = static_cast<int>(consumers_.size()),
-                 .what =
-                     [this](int i) {
-                       if (consumers_.size() == 1) return std::string();
-                       return "consumer " + std::to_string(i) + " (" +
-                              consumers_[static_cast<std::size_t>(i)]->sink->name() + "): ";
-                     },
-                 .body = [this](StageThread& t) { sink_loop(t); }});
+                 .threads = static_cast<int>(consumers_->size()),
+                 .what = [this](int i) { return consumers_->what(i); },
+                 .body = [this](StageThread& t) { consumers_->run(t.index, t.stats); }});
     }
     decompress = &graph.add({.stage = Stage::decompress,
                              .threads = decompressors,
@@ -1212,10 +1003,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
                              .body = [this](StageThread& t) { decompress_loop(t); },
                              .spares = spares_,
                              .host = Stage::receive,
-                             .done =
-                                 [this] {
-                                   for (auto& k : consumers_) k->q->close();
-                                 },
+                             .done = [this] { consumers_->close(); },
                              .joined = processing_joined});
   }
   graph.add({.stage = Stage::receive,
@@ -1249,7 +1037,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   });
   if (controller_) controller_->stop();
   if (extra_) extra_->join();
-  finish_consumers();
+  incomplete_files_ = consumers_->finish([this](const std::string& why) { rt_.fail(why); });
   server.reset();  // nothing reads the metrics once the authenticator goes
   if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
   zap_.reset();
@@ -1276,128 +1064,6 @@ RunResult Receiver::run(const RunHooks& hooks) {
 // The consumers of the verified chunks (config `sinks`, or the one `sink`), each with its sink,
 // queue and, for a lossless one, its place in the acknowledgement join (and its spill). A relay
 // forwards frames undecoded over its own link (relay_loop): it has none.
-void Receiver::make_consumers(std::size_t slack) {
-  AckFn ack = [this](int via, std::uint32_t stream, std::uint64_t seq) {
-    acknowledge(via, stream, seq);
-  };
-  AckFn discarded = [this](int via, std::uint32_t stream, std::uint64_t seq) {
-    discard(via, stream, seq);
-  };
-  std::vector<ConsumerConfig> wanted = cfg_.consumers;
-  if (wanted.empty() && cfg_.sink.kind != SinkConfig::Kind::null)
-    wanted.push_back({cfg_.sink, {}, {}});
-  if (cfg_.relay) wanted.clear();
-  const int lossless =
-      static_cast<int>(std::count_if(wanted.begin(), wanted.end(), [](const ConsumerConfig& k) {
-        return k.guarantee == ConsumerConfig::Guarantee::lossless;
-      }));
-  if (lossless > 0) {
-    join_ = std::make_unique<AckJoin>(
-        lossless, ack, discarded,
-        [this](std::uint32_t stream, std::uint64_t seq) { return ledger_.contains(stream, seq); });
-  }
-  int joined = 0;
-  for (const ConsumerConfig& want : wanted) {
-    auto k = std::make_unique<Consumer>();
-    k->cfg = cfg_;
-    k->cfg.sink = want.sink;
-    k->guarantee = want.guarantee;
-    k->q = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-    AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {},
-          k_discard = k_ack;  // latest-only: not waited for
-    if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined++);
-    if (want.spill.enabled()) {
-      // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
-      // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
-      // it was written there.
-      k->spill =
-          std::make_unique<ConsumerSpill>(want.spill, static_cast<std::uint32_t>(consumers_.size()),
-                                          consumer_identity(want.sink), k_ack);
-      // Live chunks join the acknowledgement; those read back from the spill release it.
-      auto spill_aware = [spill = k->spill.get()](AckFn fn) {
-        return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
-          if (via >= 0) {
-            fn(via, stream, seq);
-          } else {
-            spill->taken(via, stream, seq);
-          }
-        };
-      };
-      k_ack = spill_aware(k_ack);
-      k_discard = spill_aware(k_discard);
-    }
-    // A latest-only consumer stops waiting for its reader once the lossless ones are done.
-    std::function<bool()> aborted = [this] { return rt_.aborted(); };
-    if (!k->lossless()) aborted = [this] { return rt_.aborted() || lossless_running_.load() == 0; };
-    const Config& kc = k->cfg;
-    switch (want.sink.kind) {
-      case SinkConfig::Kind::null:
-        continue;
-      case SinkConfig::Kind::file:
-        k->in_flight = std::make_unique<InFlight>();
-        k->sink = std::make_unique<FileSink>(
-            kc, tracker_, *k->in_flight, reorder_window_, slack, k_ack, k_discard,
-            [this] { return rt_.aborted() || rt_.drain_requested(); });
-        track_in_flight_ = true;
-        break;
-      case SinkConfig::Kind::hdf5:
-        k->sink = std::make_unique<Hdf5Sink>(
-            kc, tracker_, k_ack, [this](std::uint32_t stream) { return metadata_of(stream); });
-        break;
-      case SinkConfig::Kind::stream2:
-        k->sink = std::make_unique<Stream2Sink>(
-            kc, *ctx_, tracker_, reorder_window_, k_ack, k_discard,
-            [this](std::uint32_t stream) { return ledger_.snapshot(stream).first; }, aborted);
-        break;
-      case SinkConfig::Kind::numastream: {
-        std::optional<CurveSetup> curve = load_onward_curve(
-            want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
-        log_line("onward consumer to " + want.sink.endpoint + ": " +
-                 (!curve                     ? std::string("plain")
-                  : curve->authenticate_only ? "authenticating"
-                                             : "CURVE: encrypting"));
-        // Whatever the upstream connections have unacknowledged may wait for the far receiver.
-        LinkOptions opts = link_options(kc, want.sink.endpoint, "onward", onward_window(), curve);
-        if (want.spill.enabled()) {
-          // A far site that is down (or not up yet) rides on the spill: the consumer waits for it
-          // however long, the others go on, and the spill's limit is what holds them back.
-          opts.connect_timeout_s = opts.reconnect_timeout_s =
-              std::numeric_limits<double>::infinity();
-        }
-        k->sink = std::make_unique<OnwardSink>(
-            kc, *ctx_, std::move(opts), curve, k_ack, k_discard,
-            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
-                   std::uint16_t connections) {
-              return downstream_end(stream, count, connection, connections);
-            },
-            [this](std::uint32_t stream) { return metadata_of(stream); },
-            [this, spill = k->spill.get()](std::uint32_t stream)
-                -> std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>> {
-              // The senders' record, merged from their resume frames and grown by what this
-              // process acknowledged (which the consumer had, or holds in its spill).
-              if (!ledger_.knows(stream)) return std::nullopt;
-              auto [floor, above] = ledger_.snapshot(stream);
-              if (spill) return spill->had(stream, floor, above);
-              return std::pair{floor, std::move(above)};
-            },
-            onward_gaps_, aborted);
-        onward_ = true;
-        break;
-      }
-      case SinkConfig::Kind::zmq:
-        k->sink = std::make_unique<ZmqSink>(
-            kc, *ctx_, k_ack,
-            [this](std::uint32_t stream, std::uint64_t count) {
-              return downstream_end(stream, count);
-            },
-            aborted);
-        break;
-    }
-    consumers_.push_back(std::move(k));
-  }
-  lossless_running_ = lossless;
-}
-
 // Until every expected stream has ended, a drain is requested or the run fails.
 void Receiver::supervise() {
   // A stream is alive while data arrives or a sender stays connected: a detector pausing
@@ -1422,22 +1088,6 @@ void Receiver::supervise() {
 }
 
 // Each consumer's sink publishes what is complete; what is not is named.
-void Receiver::finish_consumers() {
-  for (auto& k : consumers_) {
-    std::vector<std::string> incomplete;
-    try {
-      incomplete = k->sink->finish();
-    } catch (const std::exception& e) {
-      rt_.fail(e.what());
-    }
-    for (const auto& f : incomplete) {
-      log_warn(std::string(k->sink->name()) + " sink: " + f +
-               " is incomplete: it misses chunks or the stream did not end");
-      incomplete_files_.push_back(f);
-    }
-  }
-}
-
 // The run's summary (the last line on stdout): what arrived, how, and what is missing.
 nlohmann::json Receiver::summary(const StreamTracker::Totals& t) const {
   const std::int64_t first = std::max<std::int64_t>(0, first_ns_.load());
@@ -1506,8 +1156,8 @@ nlohmann::json Receiver::summary(const StreamTracker::Totals& t) const {
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   // The first consumer reports as the one sink always did; with several (or a spill), each also
   // in `consumers`.
-  if (!consumers_.empty()) consumers_.front()->sink->report(out);
-  if (per_consumer_figures()) out["consumers"] = consumers_json();
+  consumers_->report(out);
+
   mark_uncounted_losses(out);
   return out;
 }
@@ -1531,25 +1181,6 @@ void Receiver::mark_uncounted_losses(nlohmann::json& out) const {
 }
 
 // Each consumer's figures, for the summary's `consumers`.
-nlohmann::json Receiver::consumers_json() const {
-  nlohmann::json each = nlohmann::json::array();
-  for (std::size_t i = 0; i < consumers_.size(); ++i) {
-    const Consumer& k = *consumers_[i];
-    nlohmann::json o = {
-        {"consumer", i},
-        {"kind", k.sink->name()},
-        {"guarantee", k.lossless() ? "lossless" : "latest"},
-        {"chunks", k.taken.load()},
-        {"passed_over", k.passed_over.load()},
-        {"behind", k.q->depth()},
-        {"error", k.failed.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.failed)}};
-    if (k.spill) o["spill"] = k.spill->report();
-    k.sink->report(o);
-    each.push_back(std::move(o));
-  }
-  return each;
-}
-
 }  // namespace
 
 RunResult run_receiver(const Config& cfg, std::stop_token stop, const RunHooks& hooks) {
