@@ -219,6 +219,70 @@ TEST(Trust, HostileFramesAreRefusedByNameWithBoundedMemoryAndAnHonestStreamIsDel
             << " of 50 delivered" << std::endl;
 }
 
+// A receiver at the far end that takes nothing and says otherwise, in the wire format: it answers
+// the sender's resume frame, then sends only acknowledgements that settle nothing (an empty one
+// for the sender's stream, over and over) and acknowledgements of 20,000 streams the sender never
+// announced. The sender keeps no record of those (its memory stays flat), and an acknowledgement
+// that lets no frame go is no sign of life: the sender fails once its ack timeout (3 s) passes
+// without one, naming it. (Before, every empty acknowledgement kept the link "alive" and the
+// sender waited forever; every unknown stream took a record.)
+TEST(Trust, AReceiverThatAcknowledgesNothingRealIsNotTakenForAlive) {
+  const int port = free_ports(1);
+  void* ctx = zmq_ctx_new();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  ASSERT_EQ(zmq_bind(router, ep(port).c_str()), 0);
+  Process tx(sender(
+      port, 1, {"--chunks", "100", "--set", "timeouts.ack_s=3", "--set", "timeouts.connect_s=30"}));
+  std::string peer;
+  auto reply = [&](const std::vector<std::byte>& frame) {
+    zmq_send(router, peer.data(), peer.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(router, frame.data(), frame.size(), ZMQ_DONTWAIT);
+  };
+  std::uint32_t bogus = 1000;
+  const auto start = std::chrono::steady_clock::now();
+  while (tx.running() && std::chrono::steady_clock::now() - start < 60s) {
+    zmq_pollitem_t item{router, 0, ZMQ_POLLIN, 0};
+    zmq_poll(&item, 1, 50);
+    while (item.revents & ZMQ_POLLIN) {
+      char id[256], body[1 << 16];
+      const int n = zmq_recv(router, id, sizeof(id), ZMQ_DONTWAIT);
+      if (n < 0) break;
+      int more = 0;
+      std::size_t len = sizeof(more);
+      zmq_getsockopt(router, ZMQ_RCVMORE, &more, &len);
+      if (!more) continue;
+      const int m = zmq_recv(router, body, sizeof(body), ZMQ_DONTWAIT);
+      if (m >= static_cast<int>(wire::kHeaderSize) && peer.empty()) {
+        peer.assign(id, static_cast<std::size_t>(n));
+        reply(wire::encode_ack(wire::FrameType::ack, 0, 0, 1, 0, 0, {}));  // the welcome
+      }
+    }
+    if (peer.empty()) continue;
+    reply(wire::encode_ack(wire::FrameType::ack, 0, 0, 1, 0, 0, {}));  // settles nothing
+    for (int i = 0; i < 400 && bogus < 21000; ++i) {
+      const std::uint64_t seq = 5;
+      reply(wire::encode_ack(wire::FrameType::ack, bogus++, 0, 1, 1000, 0, {&seq, 1}));
+    }
+  }
+  const bool gave_up = !tx.running();  // while the acknowledgements still came
+  const int code = tx.wait(10s);
+  zmq_close(router);
+  zmq_ctx_term(ctx);
+  EXPECT_TRUE(gave_up) << "the sender took a receiver that acknowledges nothing for alive (60 s)";
+  EXPECT_NE(code, 0);
+  EXPECT_NE(tx.err().find("acknowledged nothing for 3 s"), std::string::npos) << tx.err();
+  EXPECT_NE(tx.err().find("never announced"), std::string::npos) << tx.err();
+  EXPECT_GE(bogus, 21000u) << "the test sent its unknown streams";
+  const json s = summary(tx);
+  EXPECT_LT(s["max_rss_kb"].get<long>(), 160 * 1024) << s.dump();
+  std::cout << "[trust] a receiver acknowledging nothing real: the sender failed after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+            << " s; " << (bogus - 1000) << " unknown streams ignored; max RSS " << s["max_rss_kb"]
+            << " KiB" << std::endl;
+}
+
 // A receiver that serves until stopped (`streams 0`) under the same barrage, twice over: memory
 // stays flat, and SIGTERM ends it within seconds.
 TEST(Trust, AnEndlessReceiverUnderHostileFramesStaysBoundedAndEndsOnSigterm) {

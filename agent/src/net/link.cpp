@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/log.hpp"
+
 namespace numastream {
 namespace {
 
@@ -358,10 +360,19 @@ void AckedLink::read_acks() {
       two_part_ = true;
       continue;
     }
+    // Only for a stream this link announced: a receiver's acknowledgements of streams it was
+    // never sent would grow the record without bound, and settle nothing.
+    if (!announced_.count(h.stream_id)) {
+      if (ignored_acks_++ == 0) {
+        log_warn(describe() + ": ignored an acknowledgement of stream " +
+                 std::to_string(h.stream_id) + ", which this link never announced");
+      }
+      continue;
+    }
     auto seqs = wire::decode_ack_list(bytes);
     ledger_->merge(h.stream_id, h.sequence, seqs);
     welcomed_ = true;
-    last_progress_ = Clock::now();
+    const std::size_t held = unacked_.size();
     auto drop = [&](std::map<Key, Held>::iterator it) {
       if (it->first.second != kEnd) --unacked_data_;
       return unacked_.erase(it);
@@ -378,6 +389,9 @@ void AckedLink::read_acks() {
       auto it = unacked_.find({h.stream_id, kEnd});
       if (it != unacked_.end()) drop(it);
     }
+    // Progress is a frame let go: an acknowledgement that settles nothing (an empty one, again
+    // and again) does not keep a receiver that takes nothing alive.
+    if (unacked_.size() < held || unacked_.empty()) last_progress_ = Clock::now();
     if ((h.raw_size & wire::kAckDiscarded) && on_discarded_ && !seqs.empty())
       on_discarded_(h.stream_id, seqs);
     if (on_ack_) on_ack_(h, seqs);

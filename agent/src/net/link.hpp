@@ -168,6 +168,7 @@ class AckedLink {
   std::map<Key, Held> unacked_;
   std::size_t unacked_data_ = 0;
   std::set<std::uint32_t> announced_;
+  std::uint64_t ignored_acks_ = 0;  // acknowledgements of streams never announced here
   std::map<std::uint32_t, std::string> metadata_;
   bool write_resume(std::uint32_t stream);    // as many frames as the record needs
   bool write_metadata(std::uint32_t stream);  // and the stream's declared gaps
