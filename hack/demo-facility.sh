@@ -5,9 +5,12 @@
 #     (hack/facility.sh);
 #  2. numastream installed with its Helm chart: the node daemon measures each node and publishes
 #     NodeFeatures, nfd-master turns them into the labels the operator plans with;
-#  3. a StreamPipeline (test/facility/pipeline.yaml) applied with kubectl: the operator plans it,
-#     creates the pods, the sender joins the data network (Multus) and dials the gateway's address
-#     there; every chunk is verified at the gateway and written to a file;
+#  3. a StreamPipeline (test/facility/pipeline.yaml, its gateway gw-numa) applied with kubectl:
+#     the operator plans the receiving stage on the NUMA node of gw-numa's data NIC (fab0, node 1),
+#     the kubelet's Topology Manager gives the receiving container that node's CPU, the sender
+#     joins the data network (Multus) and dials the gateway's address there; every chunk is
+#     verified at the gateway and written to a file; `kubectl numastream status` shows the plan
+#     beside the CPU and NUMA node each agent's threads report;
 #  4. the figures, from the agents and the link: chunks, integrity, rates against the plan, and the
 #     link's byte counters against the stream's wire bytes;
 #  5. the field's codec and files: a second pipeline (test/facility/pipeline-hdf5.yaml) compresses
@@ -52,29 +55,30 @@ fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
 
 say "2/7 helm install numastream (operator + node daemon), labels from NFD"
 fac install
-k get nodes -l numastream.io/facility=box -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
+k get nodes -l numastream.io/facility=box -L numastream.io/numa-nodes -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
   -L numastream.io/lz4-compress-mb-per-s -L numastream.io/bslz4-compress-mb-per-s -L numastream.io/bslz4-decompress-mb-per-s
 k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
 
-say "3/7 kubectl apply -f test/facility/pipeline.yaml (${CHUNKS} chunks)"
+say "3/7 kubectl apply -f test/facility/pipeline.yaml onto gw-numa (two NUMA nodes, fab0 on node 1; ${CHUNKS} chunks)"
 # The admin's part: a directory the agents' user may write, and the StorageRoot that lets
 # pipelines use it (the pipelines name it and a path under it).
 mkdir -p "$SINK" && chown 65532:65532 "$SINK"
 sed -e "s|/var/tmp/numastream-facility|$SINK|" test/facility/storage-root.yaml | k apply -f - >/dev/null
-sed -e "s/chunks: 150/chunks: $CHUNKS/" test/facility/pipeline.yaml | k apply -f - >/dev/null
+sed -e "s/chunks: 150/chunks: $CHUNKS/" -e "s/node: gateway-a/node: gw-numa/" test/facility/pipeline.yaml |
+  k apply -f - >/dev/null
 for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
   sleep 0.5
 done
 bin/kubectl-numastream status facility
-rx0=$(fac link-bytes | awk '$1=="gateway-a" {print $4}')
+rx0=$(fac link-bytes | awk '$1=="gw-numa" {print $4}')
 reason=
 for _ in $(seq 360); do
   reason=$(k get streampipeline facility -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')
   [ "$reason" = Completed ] && [ "$(k get streampipeline facility -o jsonpath='{.status.observed.chunksDelivered}')" = "$CHUNKS" ] && break
   sleep 0.5
 done
-rx1=$(fac link-bytes | awk '$1=="gateway-a" {print $4}')
+rx1=$(fac link-bytes | awk '$1=="gw-numa" {print $4}')
 k get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,QOS:.status.qosClass,CONTAINERS:.spec.containers[*].name,CPUS:.spec.containers[*].resources.limits.cpu,POD-IP:.status.podIP'
 gw=$(k get pods -l numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
 tx=$(k get pods -l numastream.io/role=sender -o jsonpath='{.items[0].metadata.name}')
@@ -104,7 +108,7 @@ print(f'sender    dialled {tx["endpoint"]} (the gateway on the data network); {t
       f'{tx["raw_bytes"]/1e9:.2f} GB raw, {tx["wire_bytes"]/1e9:.2f} GB on the wire (ratio {tx["raw_bytes"]/tx["wire_bytes"]:.2f}:1)')
 print(f'gateway   {rx["chunks"]} chunks verified; lost {rx["lost"]}, corrupt {rx["corrupt"]}, duplicates {rx["duplicates"]}, '
       f'complete {rx["complete"]}; {rx["seconds"]:.2f} s')
-print(f'link      fab0 on gateway-a received {link_rx} bytes; the stream put {rx["wire_bytes"]} bytes on the wire '
+print(f'link      fab0 on gw-numa received {link_rx} bytes; the stream put {rx["wire_bytes"]} bytes on the wire '
       f'({link_rx / rx["wire_bytes"]:.3f}x: the data crossed the facility link)')
 print(f'status    Ready Completed; observed {obs["rawGbps"]} Gbit/s raw, {obs["wireGbps"]} Gbit/s wire; '
       f'{obs["chunksDelivered"]} delivered, {obs["chunksLost"]} lost, {obs["chunksCorrupt"]} corrupt; NIC-local {obs.get("nicLocal")}')

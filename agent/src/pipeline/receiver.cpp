@@ -76,6 +76,16 @@ class Receiver {
  private:
   // The stage threads' bodies (run by Runtime::run_stage).
   void receive_loop(StageThread& t);
+  // What a receiving thread does with each message: read and decode it, then take it by type
+  // (take: false once the run ends and nothing more is taken).
+  struct Port;
+  struct Incoming;
+  std::optional<Incoming> read_frame(zmq::Socket& sock);
+  void refuse(const Incoming& f, int index, wire::DecodeError why);
+  bool take(Port& port, Incoming& f, StageThread& t);
+  bool take_resume(Port& port, Incoming& f);
+  bool take_gaps(Port& port, Incoming& f);
+  void take_data(Port& port, Incoming& f, StageThread& t);
   void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
   void answer(zmq::Socket& sock, const zmq::Message& peer,
               const std::vector<std::vector<std::byte>>& frames);
@@ -376,23 +386,90 @@ void Receiver::count_peers(zmq::Monitor& mon, int index) {
   }
 }
 
+// One receiving thread's data socket: the peers that opened with a resume frame, and which peer
+// carries each stream here (its acknowledgements go there).
+struct Receiver::Port {
+  int index;
+  std::uint16_t connections;
+  zmq::Socket& sock;
+  std::map<std::uint32_t, zmq::Message> streams;
+  std::set<std::string> announced;
+};
+
+// A message off a data socket: who sent it, its parts, and what decoding them said.
+struct Receiver::Incoming {
+  zmq::Message peer, msg;
+  std::optional<zmq::Message> body;  // a data frame's payload, sent as a part of its own
+  std::size_t parts = 1;
+  std::size_t frame_size = 0;
+  wire::Header h;
+  wire::DecodeError err = wire::DecodeError::ok;
+  std::string peer_id() const {
+    return {reinterpret_cast<const char*>(peer.bytes().data()), peer.bytes().size()};
+  }
+};
+
+std::optional<Receiver::Incoming> Receiver::read_frame(zmq::Socket& sock) {
+  Incoming f;
+  if (!f.peer.receive(sock) || !f.peer.more()) return std::nullopt;
+  if (!f.msg.receive(sock)) return std::nullopt;
+  // A frame is one part, or a data frame two: its header, then its payload (wire::kAckTwoPart).
+  if (f.msg.more()) {
+    f.body.emplace();
+    if (!f.body->receive(sock)) return std::nullopt;
+    f.parts = 2;
+    for (bool more = f.body->more(); more; ++f.parts) {  // more than two: not a frame of ours
+      zmq::Message extra;
+      if (!extra.receive(sock)) break;
+      more = extra.more();
+    }
+  }
+  auto bytes = f.msg.bytes();
+  f.frame_size = bytes.size() + (f.body ? f.body->bytes().size() : 0);
+  if (f.parts > 2) {
+    f.err = wire::DecodeError::size_mismatch;
+  } else if (f.body) {
+    // Only a data frame comes in two parts, and its first part is the header alone.
+    f.err = bytes.size() != wire::kHeaderSize
+                ? wire::DecodeError::size_mismatch
+                : wire::decode_data_header(bytes, f.frame_size, cfg_.chunk_bytes, f.h);
+  } else {
+    f.err = wire::decode(bytes, cfg_.chunk_bytes, f.h);
+  }
+  if (f.err == wire::DecodeError::ok && f.h.type == wire::FrameType::ack)
+    f.err = wire::DecodeError::bad_type;
+  return f;
+}
+
+// Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
+void Receiver::refuse(const Incoming& f, int index, wire::DecodeError why) {
+  if (malformed_[static_cast<std::size_t>(why)]++ >= 3) return;
+  log_warn(
+      "connection " + std::to_string(index) + ": dropped a " +
+      (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window) ? "refused"
+                                                                                   : "malformed") +
+      " frame (" + std::string(wire::decode_error_name(why)) + ", " + std::to_string(f.frame_size) +
+      " bytes" + (f.parts > 1 ? " in " + std::to_string(f.parts) + " parts" : std::string()) +
+      (f.err == wire::DecodeError::ok ? ", stream " + std::to_string(f.h.stream_id) +
+                                            ", sequence " + std::to_string(f.h.sequence)
+                                      : std::string()) +
+      ")");
+}
+
 void Receiver::receive_loop(StageThread& t) {
   const int index = t.index;
   StageStats& st = t.stats;
-  const std::string ep = endpoint_.for_connection(index);
   AckBox& box = *boxes_[static_cast<std::size_t>(index)];
-  const auto connections = static_cast<std::uint16_t>(boxes_.size());
   zmq::Socket sock = data_socket();
   zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
-  sock.bind(ep);
+  sock.bind(endpoint_.for_connection(index));
   struct PeerCount {  // this thread's connected senders, in the receiver's total
     std::atomic<int>& total;
     int mine = 0;
     void publish(int n) { total += n - std::exchange(mine, n); }
     ~PeerCount() { total -= mine; }
   } peers{connected_peers_};
-  std::map<std::uint32_t, zmq::Message> streams;  // stream -> the connection carrying it here
-  std::set<std::string> announced;                // peers that opened with a resume frame
+  Port port{index, static_cast<std::uint16_t>(boxes_.size()), sock, {}, {}};
   std::optional<Clock::time_point> closing;
   while (!rt_.aborted()) {
     answer_owed_ends(sock, index);
@@ -412,163 +489,130 @@ void Receiver::receive_loop(StageThread& t) {
         throw std::runtime_error("poll: " + zmq::last_error());
       }
     }
-    if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, streams);
+    if (items[1].revents & ZMQ_POLLIN) send_acks(sock, index, port.streams);
     if (items[2].revents & ZMQ_POLLIN) {
       count_peers(mon, index);
       peers.publish(mon.peers());
     }
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    zmq::Message peer;
-    if (!peer.receive(sock)) continue;
-    if (!peer.more()) continue;
-    zmq::Message msg;
-    if (!msg.receive(sock)) continue;
-    // A frame is one part, or a data frame two: its header, then its payload (wire::kAckTwoPart).
-    std::optional<zmq::Message> body;
-    std::size_t parts = 1;
-    if (msg.more()) {
-      body.emplace();
-      if (!body->receive(sock)) continue;
-      parts = 2;
-      for (bool more = body->more(); more; ++parts) {  // more than two: not a frame of ours
-        zmq::Message extra;
-        if (!extra.receive(sock)) break;
-        more = extra.more();
-      }
-    }
+    std::optional<Incoming> f = read_frame(sock);
+    if (!f) continue;
     ScopedTimer busy(st.busy_ns);
-    auto bytes = msg.bytes();
-    const std::size_t frame_size = bytes.size() + (body ? body->bytes().size() : 0);
-    wire::Header h;
-    wire::DecodeError err;
-    if (parts > 2) {
-      err = wire::DecodeError::size_mismatch;
-    } else if (body) {
-      // Only a data frame comes in two parts, and its first part is the header alone.
-      err = bytes.size() != wire::kHeaderSize
-                ? wire::DecodeError::size_mismatch
-                : wire::decode_data_header(bytes, frame_size, cfg_.chunk_bytes, h);
-    } else {
-      err = wire::decode(bytes, cfg_.chunk_bytes, h);
-    }
-    if (err == wire::DecodeError::ok && h.type == wire::FrameType::ack)
-      err = wire::DecodeError::bad_type;
-    // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
-    auto refuse = [&](wire::DecodeError why) {
-      if (malformed_[static_cast<std::size_t>(why)]++ < 3) {
-        log_warn("connection " + std::to_string(index) + ": dropped a " +
-                 (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window)
-                      ? "refused"
-                      : "malformed") +
-                 " frame (" + std::string(wire::decode_error_name(why)) + ", " +
-                 std::to_string(frame_size) + " bytes" +
-                 (parts > 1 ? " in " + std::to_string(parts) + " parts" : std::string()) +
-                 (err == wire::DecodeError::ok ? ", stream " + std::to_string(h.stream_id) +
-                                                     ", sequence " + std::to_string(h.sequence)
-                                               : std::string()) +
-                 ")");
-      }
-    };
-    if (err != wire::DecodeError::ok) {
-      refuse(err);
+    if (f->err != wire::DecodeError::ok) {
+      refuse(*f, index, f->err);
       continue;
     }
-    const std::string peer_id(reinterpret_cast<const char*>(peer.bytes().data()),
-                              peer.bytes().size());
-    if (h.type == wire::FrameType::resume) {
-      auto seqs = wire::decode_ack_list(bytes);
-      if (auto why = tracker_.on_resume(h.stream_id, h.sequence, seqs);
-          why != wire::DecodeError::ok) {
-        refuse(why);
-        continue;
-      }
-      ++resumes_;
-      if (announced.insert(peer_id).second) ++opened_;
-      streams[h.stream_id] = peer.share();
-      // First, that data frames may come in two parts (a sender that does not know it ignores
-      // this).
-      answer(sock, peer,
-             wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(index),
-                              connections, 0, wire::kAckTwoPart, {}));
-      control_->record().merge(h.stream_id, h.sequence, seqs);
-      Inbound in{h, std::move(msg), std::nullopt, index};
-      if (!control_->resumed(in, sock, peer, connections)) break;
-      continue;
-    }
-    if (!announced.count(peer_id)) {
-      // Sent before this connection's resume frame (a race at reconnection): the sender
-      // retransmits it after the resume, so it is neither taken nor acknowledged now.
-      ++unannounced_;
-      continue;
-    }
-    // Any frame names a stream: held only while there is room for its record.
-    if (auto why = tracker_.admit_stream(h.stream_id); why != wire::DecodeError::ok) {
-      refuse(why);
-      continue;
-    }
-    streams[h.stream_id] = peer.share();
-    if (h.type == wire::FrameType::metadata) {
+    if (!take(port, *f, t)) break;
+  }
+}
+
+bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
+  const wire::Header& h = f.h;
+  if (h.type == wire::FrameType::resume) return take_resume(port, f);
+  if (!port.announced.count(f.peer_id())) {
+    // Sent before this connection's resume frame (a race at reconnection): the sender
+    // retransmits it after the resume, so it is neither taken nor acknowledged now.
+    ++unannounced_;
+    return true;
+  }
+  // Any frame names a stream: held only while there is room for its record.
+  if (auto why = tracker_.admit_stream(h.stream_id); why != wire::DecodeError::ok) {
+    refuse(f, port.index, why);
+    return true;
+  }
+  port.streams[h.stream_id] = f.peer.share();
+  switch (h.type) {
+    case wire::FrameType::metadata: {
       {
         std::lock_guard lock(meta_mu_);
-        meta_[h.stream_id].assign(reinterpret_cast<const char*>(bytes.data()) + wire::kHeaderSize,
-                                  h.payload_size);
+        meta_[h.stream_id].assign(
+            reinterpret_cast<const char*>(f.msg.bytes().data()) + wire::kHeaderSize,
+            h.payload_size);
       }
-      Inbound in{h, std::move(msg), std::nullopt, index};
-      if (!control_->metadata(in)) break;
-      continue;
+      Inbound in{h, std::move(f.msg), std::nullopt, port.index};
+      return control_->metadata(in);
     }
-    if (h.type == wire::FrameType::gap) {
-      auto gaps = wire::decode_gaps(bytes);
-      std::vector<wire::Gap> missing;
-      if (auto why = tracker_.on_gaps(h.stream_id, gaps, &missing); why != wire::DecodeError::ok) {
-        refuse(why);
-        continue;
-      }
-      gap_frames_++;
-      control_->record().settle(h.stream_id, gaps);
-      // Declared on only what this gateway never had: a chunk of the gap it delivered before the
-      // declaration goes on to the far site as any other.
-      if (consumers_->onward() && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
-        throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
-                                 std::to_string(wire::kMaxGapRecords) +
-                                 " separate gaps to declare onward");
-      }
-      Inbound in{h, std::move(msg), std::nullopt, index};
-      if (!control_->gaps(in)) break;
-      continue;
-    }
-    if (h.type == wire::FrameType::end_of_stream) {
-      if (auto why = tracker_.on_end_of_stream(h, wire::decode_end_of_stream(bytes));
+    case wire::FrameType::gap:
+      return take_gaps(port, f);
+    case wire::FrameType::end_of_stream:
+      if (auto why = tracker_.on_end_of_stream(h, wire::decode_end_of_stream(f.msg.bytes()));
           why != wire::DecodeError::ok) {
-        refuse(why);
-        continue;
+        refuse(f, port.index, why);
+        return true;
       }
-      control_->ended(h, index, sock, peer, connections);
-      continue;
-    }
-    if (processing_done_ || stop_taking_) continue;  // too late to take it: not acknowledged
-    if (auto why = tracker_.admit(h.stream_id, h.sequence); why != wire::DecodeError::ok) {
-      refuse(why);
-      continue;
-    }
-    tracker_.on_frame(h.stream_id, frame_size);
-    if (consumers_->tracks_in_flight()) consumers_->in_flight(true, h.stream_id, h.sequence);
-    auto now_ns = (Clock::now() - rt_.started).count();
-    std::int64_t unset = -1;
-    first_ns_.compare_exchange_strong(unset, now_ns);
-    st.chunks++;
-    st.bytes_in += frame_size;
-    if (body) ++two_part_;
-    t.observe();
-    Inbound in{h, std::move(msg), std::move(body), index};
-    bool pushed;
-    {
-      ScopedTimer wait(st.blocked_output_ns);
-      pushed = wire_q_->push(in);
-    }
-    if (!pushed && consumers_->tracks_in_flight())
-      consumers_->in_flight(false, h.stream_id, h.sequence);
+      control_->ended(h, port.index, port.sock, f.peer, port.connections);
+      return true;
+    default:
+      take_data(port, f, t);
+      return true;
   }
+}
+
+bool Receiver::take_resume(Port& port, Incoming& f) {
+  const wire::Header& h = f.h;
+  auto seqs = wire::decode_ack_list(f.msg.bytes());
+  if (auto why = tracker_.on_resume(h.stream_id, h.sequence, seqs); why != wire::DecodeError::ok) {
+    refuse(f, port.index, why);
+    return true;
+  }
+  ++resumes_;
+  if (port.announced.insert(f.peer_id()).second) ++opened_;
+  port.streams[h.stream_id] = f.peer.share();
+  // First, that data frames may come in two parts (a sender that does not know it ignores this).
+  answer(port.sock, f.peer,
+         wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(port.index),
+                          port.connections, 0, wire::kAckTwoPart, {}));
+  control_->record().merge(h.stream_id, h.sequence, seqs);
+  Inbound in{h, std::move(f.msg), std::nullopt, port.index};
+  return control_->resumed(in, port.sock, f.peer, port.connections);
+}
+
+bool Receiver::take_gaps(Port& port, Incoming& f) {
+  const wire::Header& h = f.h;
+  auto gaps = wire::decode_gaps(f.msg.bytes());
+  std::vector<wire::Gap> missing;
+  if (auto why = tracker_.on_gaps(h.stream_id, gaps, &missing); why != wire::DecodeError::ok) {
+    refuse(f, port.index, why);
+    return true;
+  }
+  gap_frames_++;
+  control_->record().settle(h.stream_id, gaps);
+  // Declared on only what this gateway never had: a chunk of the gap it delivered before the
+  // declaration goes on to the far site as any other.
+  if (consumers_->onward() && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
+    throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
+                             std::to_string(wire::kMaxGapRecords) +
+                             " separate gaps to declare onward");
+  }
+  Inbound in{h, std::move(f.msg), std::nullopt, port.index};
+  return control_->gaps(in);
+}
+
+void Receiver::take_data(Port& port, Incoming& f, StageThread& t) {
+  const wire::Header& h = f.h;
+  StageStats& st = t.stats;
+  if (processing_done_ || stop_taking_) return;  // too late to take it: not acknowledged
+  if (auto why = tracker_.admit(h.stream_id, h.sequence); why != wire::DecodeError::ok) {
+    refuse(f, port.index, why);
+    return;
+  }
+  tracker_.on_frame(h.stream_id, f.frame_size);
+  if (consumers_->tracks_in_flight()) consumers_->in_flight(true, h.stream_id, h.sequence);
+  auto now_ns = (Clock::now() - rt_.started).count();
+  std::int64_t unset = -1;
+  first_ns_.compare_exchange_strong(unset, now_ns);
+  st.chunks++;
+  st.bytes_in += f.frame_size;
+  if (f.body) ++two_part_;
+  t.observe();
+  Inbound in{h, std::move(f.msg), std::move(f.body), port.index};
+  bool pushed;
+  {
+    ScopedTimer wait(st.blocked_output_ns);
+    pushed = wire_q_->push(in);
+  }
+  if (!pushed && consumers_->tracks_in_flight())
+    consumers_->in_flight(false, h.stream_id, h.sequence);
 }
 
 namespace {
