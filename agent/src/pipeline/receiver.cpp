@@ -64,6 +64,26 @@ std::vector<SinkConfig> file_sinks(const Config& cfg) {
   return out;
 }
 
+// Refuses at start, not after the first chunk arrived, a file sink that cannot write (it would
+// stall its senders until their reconnect timeout); the directories above the files are made now,
+// as far as no placeholder names them.
+void make_sink_dirs(const Config& cfg) {
+  for (const SinkConfig& sink : file_sinks(cfg)) {
+    const std::string& path = sink.path;
+    std::string dir = path.substr(0, path.find_last_of('/', path.find('{')) + 1);
+    if (dir.empty()) dir = "./";
+    try {
+      make_parent_dirs(dir, sink.mode);
+    } catch (const std::system_error& e) {
+      throw ConfigError("sink.path",
+                        std::string("cannot make the directories of ") + path + ": " + e.what());
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      throw ConfigError("sink.path", "cannot write in " + dir + ": " + errno_text(errno));
+    }
+  }
+}
+
 class Receiver {
  public:
   Receiver(const Config& cfg, std::stop_token stop)
@@ -74,6 +94,9 @@ class Receiver {
   RunResult run(const RunHooks& hooks);
 
  private:
+  void build(int receivers, int decompressors);
+  void declare_graph(StageGraph& graph, int receivers, int decompressors);
+  RunResult conclude();
   // The stage threads' bodies (run by Runtime::run_stage).
   void receive_loop(StageThread& t);
   // What a receiving thread does with each message: read and decode it, then take it by type
@@ -947,25 +970,38 @@ RunResult Receiver::run(const RunHooks& hooks) {
                                                : "CURVE: encrypting") +
              " as " + onward_curve_->public_key + " (public key)");
   }
-  for (const SinkConfig& sink : file_sinks(cfg_)) {
-    // Refuse at start, not after the first chunk arrived: a sink that cannot write would stall
-    // its senders until their reconnect timeout.
-    // The directories above the files are made now, as far as no placeholder names them.
-    const std::string& path = sink.path;
-    std::string dir = path.substr(0, path.find_last_of('/', path.find('{')) + 1);
-    if (dir.empty()) dir = "./";
-    try {
-      make_parent_dirs(dir, sink.mode);
-    } catch (const std::system_error& e) {
-      throw ConfigError("sink.path",
-                        std::string("cannot make the directories of ") + path + ": " + e.what());
-    }
-    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-      throw ConfigError("sink.path", "cannot write in " + dir + ": " + errno_text(errno));
-    }
-  }
+  make_sink_dirs(cfg_);
   const int receivers = rt_.threads(Stage::receive);
   const int decompressors = rt_.threads(Stage::decompress);
+  build(receivers, decompressors);
+  declare_metrics();
+  std::unique_ptr<MetricsServer> server = serve_metrics(hooks);
+  rt_.started = Clock::now();
+  StageGraph graph(rt_);
+  declare_graph(graph, receivers, decompressors);
+  graph.run([&] {
+    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") +
+             endpoint_.for_connection(0) +
+             (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
+    supervise();
+    // No more input: what was taken goes through to the sink (and is acknowledged) first.
+    stop_taking_ = true;
+    if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
+    wire_q_->close();
+  });
+  if (controller_) controller_->stop();
+  if (extra_) extra_->join();
+  incomplete_files_ = consumers_->finish([this](const std::string& why) { rt_.fail(why); });
+  server.reset();  // nothing reads the metrics once the authenticator goes
+  if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
+  zap_.reset();
+  ctx_.reset();
+  return conclude();
+}
+
+// The pools, queues, acknowledgement boxes, ZeroMQ context, consumers, authenticator and
+// governor of one run, and what an abort closes.
+void Receiver::build(int receivers, int decompressors) {
   const ReceiverPools pools = plan_receiver_pools(cfg_, receivers, decompressors);
   spares_ = pools.spares;
   reorder_window_ = pools.reorder_window;
@@ -1018,12 +1054,12 @@ RunResult Receiver::run(const RunHooks& hooks) {
     consumers_->close();
     raw_pools_->close_all();
   });
-  declare_metrics();
-  std::unique_ptr<MetricsServer> server = serve_metrics(hooks);
-  rt_.started = Clock::now();
-  // The graph: receive -> wire_q_ -> decompress (+ spares on the receiving threads' CPUs) ->
-  // sink_q_ -> sink; a relay: receive -> wire_q_ -> relay, frames forwarded undecoded.
-  StageGraph graph(rt_);
+}
+
+// The graph: receive -> wire_q_ -> decompress (+ spares on the receiving threads' CPUs) ->
+// consumers; a relay: receive -> wire_q_ -> relay, frames forwarded undecoded. With spares, the
+// adaptive runtime that sets them to work.
+void Receiver::declare_graph(StageGraph& graph, int receivers, int decompressors) {
   // The receiving threads send the last acknowledgements once what they fed is written: the
   // processing stages are joined first (declared first), then this is set.
   auto processing_joined = [this] { processing_done_ = true; };
@@ -1069,24 +1105,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
         });
     controller_->declare_metrics(rt_.metrics());
   }
-  graph.run([&] {
-    log_line(std::string(cfg_.relay ? "relaying from " : "receiving on ") +
-             endpoint_.for_connection(0) +
-             (receivers > 1 ? " .. " + endpoint_.for_connection(receivers - 1) : ""));
-    supervise();
-    // No more input: what was taken goes through to the sink (and is acknowledged) first.
-    stop_taking_ = true;
-    if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
-    wire_q_->close();
-  });
-  if (controller_) controller_->stop();
-  if (extra_) extra_->join();
-  incomplete_files_ = consumers_->finish([this](const std::string& why) { rt_.fail(why); });
-  server.reset();  // nothing reads the metrics once the authenticator goes
-  if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
-  zap_.reset();
-  ctx_.reset();
+}
 
+// The run's result: its summary, and the exit code that says what happened.
+RunResult Receiver::conclude() {
   const StreamTracker::Totals t = tracker_.totals();
   RunResult result;
   result.summary = summary(t);
