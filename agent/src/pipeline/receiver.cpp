@@ -118,6 +118,7 @@ class Receiver {
   // Reads a data socket's connection events: accepted peers, refused handshakes and keys.
   void count_peers(zmq::Monitor& mon, int index);
   void decompress_loop(StageThread& t);
+  void settle_here(const Chunk& out, StreamTracker::Verdict verdict, bool forward);
   void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
@@ -694,6 +695,48 @@ bool verify(Inbound& in, Checked how, Config::Verify mode, Decompressor& dec,
 }
 }  // namespace
 
+// A chunk that goes to no consumer: taken (null sink), reported corrupt, or a duplicate of one the
+// sink already took: the sender may let it go. A duplicate of one still on its way to the sink
+// is acknowledged when the sink takes the original. (The buffer goes back to its pool with `out`.)
+void Receiver::settle_here(const Chunk& out, StreamTracker::Verdict verdict, bool forward) {
+  const wire::Header& h = out.header;
+  if (consumers_->tracks_in_flight()) consumers_->in_flight(false, h.stream_id, h.sequence);
+  bool taken = true;
+  if (verdict == StreamTracker::Verdict::duplicate && forward) {
+    taken = ledger_.contains(h.stream_id, h.sequence);
+  }
+  if (taken && verdict == StreamTracker::Verdict::corrupt) {
+    discard(out.via, h.stream_id, h.sequence);
+  } else if (taken) {
+    acknowledge(out.via, h.stream_id, h.sequence);
+  }
+}
+
+namespace {
+
+// Re-framed for the consumers: a raw chunk (the zmq sink forwards it as is), or the frame as it
+// came (`keep`: the bslz4 frame the HDF5 sink stores); each a stream of one connection. A sink
+// encodes the header if it sends the frame on.
+void reframe(Chunk& out, std::optional<Chunk>& as_came, bool keep) {
+  wire::Header& h = out.header;
+  if (!keep) {
+    // A checksum over a compressed payload is over the raw bytes once decoded; over one that
+    // was not compressed it is over the raw bytes already (and was checked).
+    const bool recompute = h.payload_checksum && h.codec != Codec::none;
+    h.codec = Codec::none;
+    h.element_size = 0;
+    h.payload_size = h.raw_size;
+    if (recompute) h.checksum = wire::checksum(out.payload());
+    h.payload_checksum = false;
+  }
+  h.connection = 0;
+  h.connections = 1;
+  if (out.buffer) out.buffer->size = wire::kHeaderSize + h.payload_size;
+  if (as_came) as_came->header.connection = 0, as_came->header.connections = 1;
+}
+
+}  // namespace
+
 void Receiver::decompress_loop(StageThread& t) {
   StageStats& st = t.stats;
   BufferPool& pool = raw_pools_->for_node(t.numa_node);
@@ -756,37 +799,10 @@ void Receiver::decompress_loop(StageThread& t) {
                       h.raw_size, bytes, metadata_of(h.stream_id));
     }
     if (verdict != StreamTracker::Verdict::delivered || !forward) {
-      if (consumers_->tracks_in_flight()) consumers_->in_flight(false, h.stream_id, h.sequence);
-      // Taken (null sink), reported corrupt, or a duplicate of one the sink already took: the
-      // sender may let it go. A duplicate of one still on its way to the sink is acknowledged
-      // when the sink takes the original. (The buffer goes back to its pool with `out`.)
-      bool taken = true;
-      if (verdict == StreamTracker::Verdict::duplicate && forward) {
-        taken = ledger_.contains(h.stream_id, h.sequence);
-      }
-      if (taken && verdict == StreamTracker::Verdict::corrupt) {
-        discard(out.via, h.stream_id, h.sequence);
-      } else if (taken) {
-        acknowledge(out.via, h.stream_id, h.sequence);
-      }
+      settle_here(out, verdict, forward);
       continue;
     }
-    // Re-framed for the sink: a raw chunk (the zmq sink forwards it as is), or the bslz4 frame
-    // the HDF5 sink stores. The sink encodes the header if it sends the frame on.
-    if (!keep) {
-      // A checksum over a compressed payload is over the raw bytes once decoded; over one that
-      // was not compressed it is over the raw bytes already (and was checked).
-      const bool recompute = h.payload_checksum && h.codec != Codec::none;
-      h.codec = Codec::none;
-      h.element_size = 0;
-      h.payload_size = h.raw_size;
-      if (recompute) h.checksum = wire::checksum(out.payload());
-      h.payload_checksum = false;
-    }
-    h.connection = 0;
-    h.connections = 1;
-    if (out.buffer) out.buffer->size = wire::kHeaderSize + h.payload_size;
-    if (as_came) as_came->header.connection = 0, as_came->header.connections = 1;
+    reframe(out, as_came, keep);
     if (!consumers_->deliver(out, as_came, st)) break;
   }
 }
