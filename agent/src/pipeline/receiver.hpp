@@ -1,0 +1,214 @@
+// The gateway's receiving side as one class: receiving threads take the senders' frames (ingress,
+// receiver_ingress.cpp), decompressing threads verify and decode them, the consumers
+// (consumers.hpp) take the verified chunks, and acknowledgements go back the way the frames came
+// (receiver.cpp runs it). A relay forwards the frames undecoded instead (relay.hpp). Internal to
+// the agent: run_receiver (pipeline.hpp) is its interface.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "codec/bitshuffle.hpp"
+#include "codec/codec.hpp"
+#include "data/buffer_pool.hpp"
+#include "data/queue.hpp"
+#include "data/seqset.hpp"
+#include "data/spill.hpp"
+#include "net/link.hpp"
+#include "net/transport.hpp"
+#include "obs/http.hpp"
+#include "pipeline/chunk.hpp"
+#include "pipeline/consumers.hpp"
+#include "pipeline/governor.hpp"
+#include "pipeline/graph.hpp"
+#include "pipeline/inbound.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/pools.hpp"
+#include "pipeline/preview.hpp"
+#include "pipeline/relay.hpp"
+#include "pipeline/runtime.hpp"
+#include "pipeline/sink.hpp"
+#include "wire/tracker.hpp"
+#include "wire/wire.hpp"
+
+namespace numastream {
+
+class Receiver {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Receiver(const Config& cfg, std::stop_token stop)
+      : cfg_(cfg),
+        rt_(cfg, std::move(stop)),
+        endpoint_(parse_endpoint(cfg.endpoint, "endpoint")),
+        tracker_(static_cast<std::size_t>(cfg.max_streams)) {}
+  RunResult run(const RunHooks& hooks);
+
+ private:
+  void build(int receivers, int decompressors);
+  void declare_graph(StageGraph& graph, int receivers, int decompressors);
+  RunResult conclude();
+  // The stage threads' bodies (run by Runtime::run_stage).
+  void receive_loop(StageThread& t);
+  // What a receiving thread does with each message: read and decode it, then take it by type
+  // (take: false once the run ends and nothing more is taken).
+  struct Port;
+  struct Incoming;
+  std::optional<Incoming> read_frame(zmq::Socket& sock);
+  void refuse(const Incoming& f, int index, wire::DecodeError why);
+  bool take(Port& port, Incoming& f, StageThread& t);
+  bool take_resume(Port& port, Incoming& f);
+  bool take_gaps(Port& port, Incoming& f);
+  void take_data(Port& port, Incoming& f, StageThread& t);
+  void answer(zmq::Socket& sock, const zmq::Message& peer, const std::vector<std::byte>& frame);
+  void answer(zmq::Socket& sock, const zmq::Message& peer,
+              const std::vector<std::vector<std::byte>>& frames);
+  void send_acks(zmq::Socket& sock, int index, std::map<std::uint32_t, zmq::Message>& peers);
+  // A receiving thread's ROUTER socket (limits, keepalive, security), not bound yet.
+  zmq::Socket data_socket();
+  // Reads a data socket's connection events: accepted peers, refused handshakes and keys.
+  void count_peers(zmq::Monitor& mon, int index);
+  void decompress_loop(StageThread& t);
+  void settle_here(const Chunk& out, StreamTracker::Verdict verdict, bool forward);
+  void relay_loop(StageThread& t);
+  void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
+  // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
+  // as discarded, which declares it gone to every later gateway of the stream.
+  void discard(int via, std::uint32_t stream, std::uint64_t seq);
+  std::vector<std::vector<std::byte>> welcome(std::uint32_t stream, std::uint16_t connection,
+                                              std::uint16_t connections, std::uint32_t flags);
+  // The end-of-stream frame for a stream forwarded downstream (`count` frames, one connection),
+  // with the totals its sender announced; none before the sender ended the stream.
+  // A stream's end frame for the next hop: `count` frames on its connection `connection` of
+  // `connections`, the totals its sender announced.
+  std::optional<zmq::Message> downstream_end(std::uint32_t stream, std::uint64_t count,
+                                             std::uint16_t connection = 0,
+                                             std::uint16_t connections = 1);
+  void declare_metrics();
+  void start_authenticator();
+  std::unique_ptr<MetricsServer> serve_metrics(const RunHooks& hooks);
+  void declare_stream_metrics(MetricRegistry& m);
+  void declare_connection_metrics(MetricRegistry& m);
+  void supervise();
+  nlohmann::json summary(const StreamTracker::Totals& t) const;
+  void mark_uncounted_losses(nlohmann::json& out) const;
+
+  // Where a stream's control frames go once a receiving thread has checked them: answered here,
+  // from the record of what the sinks took (a decoding receiver, AnswerHere), or passed on
+  // downstream with the data, to be answered from what the far side acknowledged (a relay,
+  // PassDownstream). The receiving stage is the same for both; this is where they differ.
+  class ControlFrames {
+   public:
+    virtual ~ControlFrames() = default;
+    // The record a resume frame is answered from, merged into, and declared gaps settle in.
+    virtual AckLedger& record() = 0;
+    // After a resume frame (merged into record()), a stream's metadata, declared gaps. False
+    // once the run ends (nothing more is taken).
+    virtual bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer,
+                         std::uint16_t connections) = 0;
+    virtual bool metadata(Inbound& in) = 0;
+    virtual bool gaps(Inbound& in) = 0;
+    // A stream's end frame, checked against what its sender announced.
+    virtual void ended(const wire::Header& h, int via, zmq::Socket& sock, const zmq::Message& peer,
+                       std::uint16_t connections) = 0;
+  };
+  class AnswerHere;
+  class PassDownstream;
+  std::unique_ptr<ControlFrames> control_;
+
+  const Config& cfg_;
+  Runtime rt_;
+  Endpoint endpoint_;
+  StreamTracker tracker_;
+  std::array<std::atomic<std::uint64_t>, wire::kDecodeErrorCount> malformed_{};
+
+  std::unique_ptr<NodePools> raw_pools_;
+  std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
+  // A stream's end is acknowledged to its sender only once every chunk a consumer spilled has
+  // reached that consumer: the sender then stays (keeping its end frame) until the stream is
+  // whole at every consumer, so a gateway process that dies before sends it again to the next,
+  // which hands the spill on and ends the stream. Owed ends, by connection (each its thread's).
+  struct EndOwed {
+    std::uint32_t stream;
+    std::uint16_t connections;
+    zmq::Message peer;
+  };
+  std::vector<std::vector<EndOwed>> ends_owed_;
+  void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
+                     std::uint16_t connections);
+  void answer_owed_ends(zmq::Socket& sock, int via);
+  std::unique_ptr<ConsumerSet> consumers_;
+  std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
+  // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
+  mutable std::mutex meta_mu_;
+  std::map<std::uint32_t, std::string> meta_;
+  std::string metadata_of(std::uint32_t stream) const {
+    std::lock_guard lock(meta_mu_);
+    auto it = meta_.find(stream);
+    return it == meta_.end() ? std::string() : it->second;
+  }
+  std::unique_ptr<zmq::Context> ctx_;
+  std::optional<CurveSetup> curve_;
+  std::optional<CurveSetup> onward_curve_;      // a relay's onward link (sink.curve)
+  std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
+  // The window of an onward link: whatever the upstream connections have unacknowledged.
+  int onward_window() const {
+    return rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
+  }
+
+  // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
+  // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
+  // decompressing side acknowledged to it (relay_ledger_).
+  AckLedger ledger_;
+  std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
+  std::shared_ptr<GapBook> relay_gaps_ = std::make_shared<GapBook>();  // declared downstream
+  // The gaps the senders declared, passed on by the onward consumers to their far receivers.
+  std::shared_ptr<GapBook> onward_gaps_ = std::make_shared<GapBook>();
+  std::vector<std::unique_ptr<AckBox>> boxes_;
+  std::atomic<std::uint64_t> acks_sent_{0};
+  std::atomic<std::uint64_t> resumes_{0};
+  std::atomic<std::uint64_t> gap_frames_{0};
+  std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
+  std::atomic<std::uint64_t> two_part_{0};     // data frames taken in two parts (payload uncopied)
+  std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
+  std::atomic<std::uint64_t> rejected_auth_{0};  // peers refused by authentication (key or address)
+  std::uint64_t zap_refused_key_ = 0, zap_refused_address_ = 0;  // its counts, once it has gone
+  std::uint64_t refused_key() const { return zap_ ? zap_->refused() : zap_refused_key_; }
+  std::uint64_t refused_address() const {
+    return zap_ ? zap_->refused_address() : zap_refused_address_;
+  }
+  std::atomic<std::uint64_t> accepted_{0};    // connections accepted on the data ports
+  std::atomic<std::uint64_t> opened_{0};      // of them, those that opened a stream
+  std::atomic<bool> processing_done_{false};  // sink side finished: last acknowledgements out
+  std::atomic<bool> stop_taking_{false};      // the run is ending: new data is not taken
+  // Sender connections up now, over every receiving thread: their TCP keepalive (probes after
+  // 5 s idle) is the heartbeat of a quiet stream.
+  std::atomic<int> connected_peers_{0};
+
+  std::size_t reorder_window_ = 16;
+  // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
+  // them to work (pipeline/governor.hpp).
+  int spares_ = 0;
+  std::unique_ptr<adaptive::Governor> governor_;
+  std::unique_ptr<adaptive::ExtraWorkers>
+      extra_;  // decompressors started when the CPU budget grows
+  std::unique_ptr<adaptive::Controller> controller_;
+  std::atomic<std::int64_t> first_ns_{-1};
+  std::atomic<std::int64_t> last_ns_{0};
+  std::vector<std::string> incomplete_files_;
+};
+
+}  // namespace numastream
