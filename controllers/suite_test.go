@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -2078,3 +2079,51 @@ func TestNewKeysRollOneStreamAtATime(t *testing.T) {
 
 // farKey is a far receiver's CURVE public key, as an onward consumer's spec names it.
 const farKey = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+
+// The StreamPipelines and StorageRoots the documents show in full (a fenced yaml block with their
+// kind) are accepted by the API server's own validation: a page never shows a manifest the API
+// refuses.
+func TestDocumentedManifestsAreAccepted(t *testing.T) {
+	ns := namespace(t)
+	pages, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, filepath.Join("..", "README.md"), filepath.Join("..", "ARCHITECTURE.md"))
+	fence := regexp.MustCompile("(?s)```yaml\n(.*?)```")
+	accepted := 0
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, block := range fence.FindAllStringSubmatch(string(text), -1) {
+			for _, doc := range strings.Split(block[1], "\n---\n") {
+				var obj client.Object
+				switch {
+				case strings.Contains(doc, "\nkind: StreamPipeline\n"):
+					obj = &v1beta1.StreamPipeline{}
+				case strings.Contains(doc, "\nkind: StorageRoot\n"):
+					obj = &v1beta1.StorageRoot{}
+				default:
+					continue
+				}
+				if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+					t.Errorf("%s: a manifest the API does not know: %v", page, err)
+					continue
+				}
+				if _, ok := obj.(*v1beta1.StreamPipeline); ok {
+					obj.SetNamespace(ns)
+				}
+				if err := k8s.Create(ctx, obj, client.DryRunAll); err != nil {
+					t.Errorf("%s: %s refused: %v", page, obj.GetName(), err)
+				}
+				accepted++
+			}
+		}
+	}
+	if accepted < 2 {
+		t.Errorf("only %d documented manifests found", accepted)
+	}
+	t.Logf("%d documented manifests accepted", accepted)
+}
