@@ -329,7 +329,9 @@ func onwardSinkConfig(in Inputs, g planner.GatewayPlan, k v1beta1.Consumer) Sink
 		}
 	}
 	if in.KeysSecret != "" && k.Onward.ServerKey != "" {
-		c.Curve = &OnwardCurveConfig{SecretKeyFile: KeysMountPath + "/secret", ServerKey: k.Onward.ServerKey, Mode: securityMode(in)}
+		// Encrypted whatever the facility network's mode: the path to another site is not the
+		// facility's to trust.
+		c.Curve = &OnwardCurveConfig{SecretKeyFile: KeysMountPath + "/secret", ServerKey: k.Onward.ServerKey, Mode: "encrypt"}
 	}
 	return c
 }

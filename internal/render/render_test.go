@@ -1296,6 +1296,28 @@ func TestAnOnwardConsumerConnectsWithTheGatewaysKeyOverThePlannedConnections(t *
 	}
 }
 
+// The hop to another site crosses networks the facility does not control: it encrypts whatever
+// the facility network's mode, so a pipeline in authenticate mode (frames in clear inside the
+// facility) still carries its chunks to the far site encrypted (before, in clear).
+func TestAnOnwardHopEncryptsWhateverTheFacilityNetworksMode(t *testing.T) {
+	sp := pipeline("hop", withCurve, func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Security.Mode = v1beta1.SecurityAuthenticate
+		sp.Spec.Sinks = []v1beta1.Consumer{
+			{Name: "here", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "s.raw"}}},
+			{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000",
+				ServerKey: "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}}},
+		}
+	})
+	objs, _ := renderFor(t, sp)
+	var cfg AgentConfig
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-0.json"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if hop := cfg.Sinks[1]; hop.Curve == nil || hop.Curve.Mode != "encrypt" {
+		t.Errorf("onward hop %+v (curve %+v): want it encrypted", hop, hop.Curve)
+	}
+}
+
 // A consumer's spill (spec.sinks[].spill) is under its StorageRoot on the gateway node, in a
 // directory of the pipeline object, the consumer and the stream, mounted only in the container
 // that runs the consumers; under the root the files are written to, the one data volume serves.
