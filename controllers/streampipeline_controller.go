@@ -133,6 +133,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}()
 	sp.Status.Streams = int32(len(sp.Spec.Senders))
+	sp.Status.ExpectedChunks = sp.ExpectedChunks()
 	sp.AssignStreams()
 	if !equality.Semantic.DeepEqual(before.Status.Senders, sp.Status.Senders) || before.Status.NextStream != sp.Status.NextStream {
 		// New stream ids are recorded before anything is named after them, and only on the

@@ -279,8 +279,8 @@ func TestPlansRendersAndReportsAPipeline(t *testing.T) {
 	if cur.Status.Plan == nil || cur.Status.Plan.Connections != 4 || cur.Status.Bottleneck != "decompress" {
 		t.Fatalf("plan %+v bottleneck %s", cur.Status.Plan, cur.Status.Bottleneck)
 	}
-	if cur.Status.PredictedGbps != "204.8" || cur.Status.Streams != 4 {
-		t.Errorf("predicted %s streams %d", cur.Status.PredictedGbps, cur.Status.Streams)
+	if cur.Status.PredictedGbps != "204.8" || cur.Status.Streams != 4 || cur.Status.ExpectedChunks != 4000 {
+		t.Errorf("predicted %s streams %d expected chunks %d", cur.Status.PredictedGbps, cur.Status.Streams, cur.Status.ExpectedChunks)
 	}
 	if cur.Status.ObservedGeneration != cur.Generation {
 		t.Errorf("observedGeneration %d != %d", cur.Status.ObservedGeneration, cur.Generation)

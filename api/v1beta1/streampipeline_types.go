@@ -996,6 +996,19 @@ func (sp *StreamPipeline) StreamSlot(id int) int {
 
 // AssignStreams records StreamIDs and StreamSlots in status: the ids and slots of the current
 // senders, and the next id.
+// ExpectedChunks is how many chunks the pipeline's streams carry in all, when every sender's
+// source says how many (synthetic with a count); 0 when unknown (a detector streams until told).
+func (sp *StreamPipeline) ExpectedChunks() int64 {
+	var n int64
+	for _, s := range sp.Spec.Senders {
+		if s.Source.Synthetic == nil || s.Source.Synthetic.Chunks == 0 {
+			return 0
+		}
+		n += s.Source.Synthetic.Chunks
+	}
+	return n
+}
+
 func (sp *StreamPipeline) AssignStreams() {
 	ids, slots := sp.StreamIDs(), sp.StreamSlots()
 	next := int(sp.Status.NextStream)
@@ -1031,6 +1044,10 @@ type StreamPipelineStatus struct {
 	// Streams is the number of streams (senders).
 	// +optional
 	Streams int32 `json:"streams,omitempty"`
+	// ExpectedChunks is how many chunks the streams carry in all, when every sender's source says
+	// (a synthetic source's count); absent when unknown (a detector streams until told).
+	// +optional
+	ExpectedChunks int64 `json:"expectedChunks,omitempty"`
 	// Senders gives each sender its stream id for the pipeline's life: the id names its stream's
 	// Jobs, keys and files ({stream} in sink paths). Removing or reordering senders never
 	// renumbers the others, and a new sender gets an id no earlier sender had (NextStream).
@@ -1163,6 +1180,7 @@ type TopologyRejection struct {
 // +kubebuilder:printcolumn:name="Bottleneck",type=string,JSONPath=`.status.bottleneck`
 // +kubebuilder:printcolumn:name="Observed-Gbps",type=string,JSONPath=`.status.observed.rawGbps`
 // +kubebuilder:printcolumn:name="Delivered",type=integer,JSONPath=`.status.observed.chunksDelivered`
+// +kubebuilder:printcolumn:name="Expected",type=integer,JSONPath=`.status.expectedChunks`
 // +kubebuilder:printcolumn:name="Lost",type=integer,JSONPath=`.status.observed.chunksLost`
 // +kubebuilder:printcolumn:name="NIC-Local",type=string,JSONPath=`.status.observed.nicLocalStreams`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

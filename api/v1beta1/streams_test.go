@@ -74,3 +74,25 @@ func TestStreamIDsSurviveEveryEditOfTheSenders(t *testing.T) {
 		t.Errorf("ids without slots: slots %v, want their positions", got)
 	}
 }
+
+// A pipeline expects chunks only when every sender's source says how many.
+func TestExpectedChunksAreKnownOnlyWhenEverySourceCountsThem(t *testing.T) {
+	synthetic := func(n int64) Sender {
+		return Sender{Source: Source{Synthetic: &SyntheticSource{Chunks: n}}}
+	}
+	for _, c := range []struct {
+		senders []Sender
+		want    int64
+	}{
+		{[]Sender{synthetic(150)}, 150},
+		{[]Sender{synthetic(150), synthetic(50)}, 200},
+		{[]Sender{synthetic(150), synthetic(0)}, 0},                              // one endless
+		{[]Sender{synthetic(150), {Source: Source{Stream2: &ZMQEndpoint{}}}}, 0}, // a detector
+		{nil, 0},
+	} {
+		sp := &StreamPipeline{Spec: StreamPipelineSpec{Senders: c.senders}}
+		if got := sp.ExpectedChunks(); got != c.want {
+			t.Errorf("%d senders: %d expected, want %d", len(c.senders), got, c.want)
+		}
+	}
+}

@@ -118,19 +118,6 @@ func Status(ctx context.Context, e Env, name string) error {
 	return tw.Flush()
 }
 
-// Expected is the number of chunks the pipeline's streams will carry in all, when every sender's
-// source says how many (synthetic with a count); 0 when unknown (a detector streams until told).
-func Expected(sp *v1beta1.StreamPipeline) int64 {
-	var n int64
-	for _, s := range sp.Spec.Senders {
-		if s.Source.Synthetic == nil || s.Source.Synthetic.Chunks == 0 {
-			return 0
-		}
-		n += s.Source.Synthetic.Chunks
-	}
-	return n
-}
-
 // Progress is one line of watch: chunks delivered (of how many, when known), the rate against
 // the plan, the time left at that rate, what was lost.
 func Progress(sp *v1beta1.StreamPipeline, now time.Time) string {
@@ -142,7 +129,7 @@ func Progress(sp *v1beta1.StreamPipeline, now time.Time) string {
 	if o != nil {
 		delivered, lost, raw = o.ChunksDelivered, o.ChunksLost, o.RawGbps
 	}
-	expected := Expected(sp)
+	expected := sp.ExpectedChunks()
 	if expected > 0 {
 		fmt.Fprintf(&b, " %d/%d chunks (%d%%)", delivered+lost, expected, 100*(delivered+lost)/expected)
 	} else {
