@@ -61,6 +61,14 @@ class Sender {
   void source_loop(StageThread& t);
   void compress_loop(StageThread& t);
   void send_loop(StageThread& t);
+  // What run() is made of: the state an earlier sender left, what one run holds, the spill, the
+  // graph, the state recorder, the summary.
+  void load_state();
+  void build(int compressors, int senders);
+  void open_spill();
+  void declare_graph(StageGraph& graph, int compressors, int senders);
+  std::jthread start_recorder();
+  nlohmann::json summary();
   // spill: between the compressors and the sending threads (see spill_loop).
   void spill_loop();
   bool unspill(BufferPool& pool, bool wait);
@@ -672,24 +680,7 @@ void Sender::save_state() {
 }
 
 RunResult Sender::run(const RunHooks& hooks) {
-  if (!cfg_.state_dir.empty()) {
-    // Waits for a previous sender of this stream still writing its final record (a replaced
-    // pod that is draining), then starts from what it recorded.
-    state_ =
-        std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
-    if (auto rec = state_->load()) {
-      ledger_->merge(cfg_.stream_id, rec->first, rec->second);
-      state_floor_ = rec->first;
-      // Gaps earlier senders declared go to the receiver again: one that restarted learns them.
-      const auto gaps = state_->gaps();
-      if (!gaps.empty()) {
-        gap_book_->add(cfg_.stream_id, gaps);
-        ledger_->settle(cfg_.stream_id, gaps);
-      }
-      log_line("state " + state_->path() + ": an earlier sender recorded " +
-               std::to_string(ledger_->acknowledged(cfg_.stream_id)) + " acknowledged chunks");
-    }
-  }
+  load_state();
   curve_ = load_curve(cfg_.security);
   if (curve_) {
     log_line(std::string(curve_->authenticate_only ? "authenticating (frames not encrypted)"
@@ -709,6 +700,88 @@ RunResult Sender::run(const RunHooks& hooks) {
   }
   const int compressors = rt_.threads(Stage::compress);
   const int senders = rt_.threads(Stage::send);
+  build(compressors, senders);
+  declare_metrics();
+  std::unique_ptr<MetricsServer> server;
+  if (!cfg_.metrics_listen.empty()) {
+    server = std::make_unique<MetricsServer>(
+        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
+        [this] { return !rt_.aborted(); });
+    log_line("metrics on port " + std::to_string(server->port()));
+    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
+  }
+  rt_.started = Clock::now();
+  StageGraph graph(rt_);
+  declare_graph(graph, compressors, senders);
+  std::jthread recorder = start_recorder();
+  graph.run();
+  if (controller_) controller_->stop();
+  if (extra_) extra_->join();
+  // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
+  ctx_.reset();
+  if (state_) {
+    recorder.request_stop();
+    recorder.join();
+    try {
+      save_state();  // the final record, before the lock goes with this process
+    } catch (const std::exception& e) {
+      rt_.fail(e.what());
+    }
+  }
+
+  RunResult result;
+  result.summary = summary();
+  if (controller_) controller_->report(result.summary);
+  if (spill_) {
+    result.summary["spill"] = {{"path", cfg_.spill.path},
+                               {"max_bytes", cfg_.spill.max_bytes},
+                               {"spilled_chunks", spilled_chunks_.load()},
+                               {"spilled_bytes", spilled_bytes_.load()},
+                               {"peak_bytes", spill_peak_bytes_.load()},
+                               {"left_chunks", spill_->frames()},
+                               {"recovered_chunks", spill_->recovered().frames},
+                               {"lost", spill_lost_.load()},
+                               {"lost_disk_full", spill_disk_full_}};
+    if (spill_lost_ > 0) {
+      log_error(
+          "spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
+          std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
+          (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) +
+                                      " for want of space on the device of " + cfg_.spill.path + ")"
+                                : std::string()));
+    }
+  }
+  source_->report(result.summary);
+  if (rt_.aborted()) {
+    result.exit_code = kExitFailure;
+  } else if (drain_pauses()) {
+    result.exit_code = kExitInterruptedBase + drain_signal();
+  }
+  return result;
+}
+// Waits for a previous sender of this stream still writing its final record (a replaced pod that
+// is draining), then starts from what it recorded: acknowledged chunks and declared gaps.
+void Sender::load_state() {
+  if (!cfg_.state_dir.empty()) {
+    state_ =
+        std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
+    if (auto rec = state_->load()) {
+      ledger_->merge(cfg_.stream_id, rec->first, rec->second);
+      state_floor_ = rec->first;
+      // Gaps earlier senders declared go to the receiver again: one that restarted learns them.
+      const auto gaps = state_->gaps();
+      if (!gaps.empty()) {
+        gap_book_->add(cfg_.stream_id, gaps);
+        ledger_->settle(cfg_.stream_id, gaps);
+      }
+      log_line("state " + state_->path() + ": an earlier sender recorded " +
+               std::to_string(ledger_->acknowledged(cfg_.stream_id)) + " acknowledged chunks");
+    }
+  }
+}
+
+// The pools and queues of one run, the spill, the governor, and what an abort closes.
+void Sender::build(int compressors, int senders) {
   const SenderPools pools = plan_sender_pools(cfg_, senders);
   spares_ = pools.spares;
   wire_capacity_ = pools.wire_capacity;
@@ -717,44 +790,7 @@ RunResult Sender::run(const RunHooks& hooks) {
   raw_q_ = std::make_unique<BoundedQueue<RawChunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-  if (cfg_.spill.enabled()) {
-    // A live source's earlier sender may have left chunks in the spill it never sent: they go
-    // first, in order, under their own sequence numbers. A replaying source sends them again
-    // from the source instead.
-    SpillStore::Recover recover;
-    if (!source_->replays()) {
-      recover = [this](std::span<const std::byte> head, std::size_t size) {
-        wire::Header h;
-        if (wire::decode_data_header(head, size, cfg_.chunk_bytes, h) != wire::DecodeError::ok ||
-            h.stream_id != cfg_.stream_id ||
-            (!recovered_seqs_.empty() && h.sequence <= recovered_seqs_.back())) {
-          return false;
-        }
-        recovered_seqs_.push_back(h.sequence);
-        return true;
-      };
-    }
-    spill_ = std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes,
-                                          recover);
-    if (const auto& r = spill_->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
-      log_line("spill: " + std::to_string(r.frames) + " chunks (" + std::to_string(r.bytes) +
-               " bytes) an earlier sender "
-               "spilled are sent first" +
-               (r.frames > 0 ? ", chunks " + std::to_string(recovered_seqs_.front()) + ".." +
-                                   std::to_string(recovered_seqs_.back())
-                             : std::string()) +
-               (r.why_dropped.empty()
-                    ? std::string()
-                    : "; " + std::to_string(r.dropped_bytes) + " bytes after " + r.why_dropped +
-                          " are dropped (their chunks are declared missing)"));
-    }
-    send_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
-    log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " +
-             cfg_.spill.path +
-             (source_can_wait()
-                  ? " (the source waits when it is full)"
-                  : " (the source cannot wait: what a full spill refuses is lost and counted)"));
-  }
+  open_spill();
   if (spares_ > 0) {
     adaptive::Limits limits;
     limits.min_active = 1;
@@ -769,19 +805,51 @@ RunResult Sender::run(const RunHooks& hooks) {
     wire_pools_->close_all();
     source_->close();
   });
-  declare_metrics();
-  std::unique_ptr<MetricsServer> server;
-  if (!cfg_.metrics_listen.empty()) {
-    server = std::make_unique<MetricsServer>(
-        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-        [this] { return !rt_.aborted(); });
-    log_line("metrics on port " + std::to_string(server->port()));
-    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
+}
+
+// The spill (cfg.spill): what a live source's earlier sender left in it goes first.
+void Sender::open_spill() {
+  if (!cfg_.spill.enabled()) return;
+  // A live source's earlier sender may have left chunks in the spill it never sent: they go
+  // first, in order, under their own sequence numbers. A replaying source sends them again
+  // from the source instead.
+  SpillStore::Recover recover;
+  if (!source_->replays()) {
+    recover = [this](std::span<const std::byte> head, std::size_t size) {
+      wire::Header h;
+      if (wire::decode_data_header(head, size, cfg_.chunk_bytes, h) != wire::DecodeError::ok ||
+          h.stream_id != cfg_.stream_id ||
+          (!recovered_seqs_.empty() && h.sequence <= recovered_seqs_.back())) {
+        return false;
+      }
+      recovered_seqs_.push_back(h.sequence);
+      return true;
+    };
   }
-  rt_.started = Clock::now();
-  // The graph: source -> raw_q_ -> compress (+ spares on the sending threads' CPUs) -> wire_q_
-  // [-> spill -> send_q_] -> send.
-  StageGraph graph(rt_);
+  spill_ =
+      std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes, recover);
+  if (const auto& r = spill_->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
+    log_line("spill: " + std::to_string(r.frames) + " chunks (" + std::to_string(r.bytes) +
+             " bytes) an earlier sender "
+             "spilled are sent first" +
+             (r.frames > 0 ? ", chunks " + std::to_string(recovered_seqs_.front()) + ".." +
+                                 std::to_string(recovered_seqs_.back())
+                           : std::string()) +
+             (r.why_dropped.empty()
+                  ? std::string()
+                  : "; " + std::to_string(r.dropped_bytes) + " bytes after " + r.why_dropped +
+                        " are dropped (their chunks are declared missing)"));
+  }
+  send_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+  log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " + cfg_.spill.path +
+           (source_can_wait()
+                ? " (the source waits when it is full)"
+                : " (the source cannot wait: what a full spill refuses is lost and counted)"));
+}
+
+// The graph: source -> raw_q_ -> compress (+ spares on the sending threads' CPUs) -> wire_q_
+// [-> spill -> send_q_] -> send; with spares, the adaptive runtime that sets them to work.
+void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
   graph.add({.stage = Stage::send,
              .threads = senders,
              .what = [](int i) { return "connection " + std::to_string(i) + ": "; },
@@ -828,108 +896,71 @@ RunResult Sender::run(const RunHooks& hooks) {
         });
     controller_->declare_metrics(rt_.metrics());
   }
-  std::jthread recorder;
-  if (state_) {
-    recorder = std::jthread([this](const std::stop_token& st) {
-      std::uint64_t saved = ledger_->acknowledged(cfg_.stream_id);
-      while (!st.stop_requested()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        std::uint64_t now = ledger_->acknowledged(cfg_.stream_id);
-        if (now == saved) continue;
-        try {
-          save_state();
-          saved = now;
-        } catch (const std::exception& e) {
-          rt_.fail(e.what());
-          return;
-        }
-      }
-    });
-  }
-  graph.run();
-  if (controller_) controller_->stop();
-  if (extra_) extra_->join();
-  // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
-  ctx_.reset();
-  if (state_) {
-    recorder.request_stop();
-    recorder.join();
-    try {
-      save_state();  // the final record, before the lock goes with this process
-    } catch (const std::exception& e) {
-      rt_.fail(e.what());
-    }
-  }
+}
 
+// Records what the receiver acknowledged every half second while the stream runs (with a state
+// directory); none without one.
+std::jthread Sender::start_recorder() {
+  if (!state_) return {};
+  return std::jthread([this](const std::stop_token& st) {
+    std::uint64_t saved = ledger_->acknowledged(cfg_.stream_id);
+    while (!st.stop_requested()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::uint64_t now = ledger_->acknowledged(cfg_.stream_id);
+      if (now == saved) continue;
+      try {
+        save_state();
+        saved = now;
+      } catch (const std::exception& e) {
+        rt_.fail(e.what());
+        return;
+      }
+    }
+  });
+}
+
+// The run's summary (the last line on stdout).
+nlohmann::json Sender::summary() {
   const double secs =
       std::max(1e-9, static_cast<double>(last_send_ns_.load() -
                                          std::max<std::int64_t>(0, first_chunk_ns_.load())) /
                          1e9);
   const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
   const double wire = static_cast<double>(wire_bytes_.load());
-  RunResult result;
-  result.summary = {
-      {"role", "send"},
-      {"stream_id", cfg_.stream_id},
-      {"endpoint", cfg_.endpoint},
-      {"connections", cfg_.connections},
-      {"codec", codec_name(cfg_.codec)},
-      {"curve", curve_.has_value()},
-      {"chunks", sent_chunks_.load()},
-      // Settled = acknowledged or declared missing; the declared ones are not acknowledged.
-      {"acknowledged",
-       ledger_->acknowledged(cfg_.stream_id) -
-           std::min(ledger_->acknowledged(cfg_.stream_id), gap_book_->chunks(cfg_.stream_id))},
-      {"declared_missing", gap_book_->chunks(cfg_.stream_id)},
-      {"declared_missing_from_earlier_senders", declared_at_start_},
-      {"skipped_acknowledged", skipped_chunks_},
-      {"state_floor", state_floor_},
-      {"retransmitted", retransmitted_.load()},
-      {"frames_in_two_parts", two_part_.load()},
-      {"frames_made_whole", made_whole_.load()},
-      {"reconnects", reconnects_.load()},
-      {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
-      {"wire_bytes", wire_bytes_.load()},
-      {"ratio", wire > 0 ? raw / wire : 0},
-      {"lost", spill_ ? nlohmann::json(spill_lost_.load()) : nlohmann::json(nullptr)},
-      {"corrupt", nullptr},
-      {"duplicates", nullptr},
-      {"seconds", secs},
-      {"raw_gbps", raw * 8 / secs / 1e9},
-      {"wire_gbps", wire * 8 / secs / 1e9},
-      {"max_rss_kb", max_rss_kb()},
-      {"placement", rt_.placement_json()},
-      {"stages", rt_.stages_json()},
-      {"drained", rt_.drain_requested()},
-      {"paused", drain_pauses() && !rt_.aborted()},
-      {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
-  if (controller_) controller_->report(result.summary);
-  if (spill_) {
-    result.summary["spill"] = {{"path", cfg_.spill.path},
-                               {"max_bytes", cfg_.spill.max_bytes},
-                               {"spilled_chunks", spilled_chunks_.load()},
-                               {"spilled_bytes", spilled_bytes_.load()},
-                               {"peak_bytes", spill_peak_bytes_.load()},
-                               {"left_chunks", spill_->frames()},
-                               {"recovered_chunks", spill_->recovered().frames},
-                               {"lost", spill_lost_.load()},
-                               {"lost_disk_full", spill_disk_full_}};
-    if (spill_lost_ > 0) {
-      log_error(
-          "spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
-          std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
-          (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) +
-                                      " for want of space on the device of " + cfg_.spill.path + ")"
-                                : std::string()));
-    }
-  }
-  source_->report(result.summary);
-  if (rt_.aborted()) {
-    result.exit_code = kExitFailure;
-  } else if (drain_pauses()) {
-    result.exit_code = kExitInterruptedBase + drain_signal();
-  }
-  return result;
+  return {{"role", "send"},
+          {"stream_id", cfg_.stream_id},
+          {"endpoint", cfg_.endpoint},
+          {"connections", cfg_.connections},
+          {"codec", codec_name(cfg_.codec)},
+          {"curve", curve_.has_value()},
+          {"chunks", sent_chunks_.load()},
+          // Settled = acknowledged or declared missing; the declared ones are not acknowledged.
+          {"acknowledged",
+           ledger_->acknowledged(cfg_.stream_id) -
+               std::min(ledger_->acknowledged(cfg_.stream_id), gap_book_->chunks(cfg_.stream_id))},
+          {"declared_missing", gap_book_->chunks(cfg_.stream_id)},
+          {"declared_missing_from_earlier_senders", declared_at_start_},
+          {"skipped_acknowledged", skipped_chunks_},
+          {"state_floor", state_floor_},
+          {"retransmitted", retransmitted_.load()},
+          {"frames_in_two_parts", two_part_.load()},
+          {"frames_made_whole", made_whole_.load()},
+          {"reconnects", reconnects_.load()},
+          {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
+          {"wire_bytes", wire_bytes_.load()},
+          {"ratio", wire > 0 ? raw / wire : 0},
+          {"lost", spill_ ? nlohmann::json(spill_lost_.load()) : nlohmann::json(nullptr)},
+          {"corrupt", nullptr},
+          {"duplicates", nullptr},
+          {"seconds", secs},
+          {"raw_gbps", raw * 8 / secs / 1e9},
+          {"wire_gbps", wire * 8 / secs / 1e9},
+          {"max_rss_kb", max_rss_kb()},
+          {"placement", rt_.placement_json()},
+          {"stages", rt_.stages_json()},
+          {"drained", rt_.drain_requested()},
+          {"paused", drain_pauses() && !rt_.aborted()},
+          {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
 }
 
 }  // namespace
