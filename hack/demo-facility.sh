@@ -55,6 +55,12 @@ fac up | grep -E '^\[' | grep -vE 'images|kubeconfig' || true
 
 say "2/7 helm install numastream (operator + node daemon), labels from NFD"
 fac install
+# gw-numa's receiving container asks for a NIC-locality token of fab0: wait until its node daemon's
+# device plugin has advertised them (the scheduler would hold the pod until then).
+for _ in $(seq 120); do
+  [ -n "$(k get node gw-numa -o jsonpath='{.status.allocatable.numastream\.io/nic-fab0}')" ] && break
+  sleep 0.5
+done
 k get nodes -l numastream.io/facility=box -L numastream.io/numa-nodes -L numastream.io/nic.fab0.speed-mbit -L numastream.io/nic.fab0.numa-node \
   -L numastream.io/lz4-compress-mb-per-s -L numastream.io/bslz4-compress-mb-per-s -L numastream.io/bslz4-decompress-mb-per-s
 k -n numastream-system get pods -o wide | awk '{print $1, $3, $7}' | column -t
@@ -216,6 +222,12 @@ if ! [ -f "$SINK/eiger-1_data_000004.h5" ] || ! [ -f "$SINK/eiger-2_data_000004.
   k get streampipeline facility-stream2 -o yaml >&2
   exit 1
 fi
+# The operator reads the agents at its own interval: wait for the reading after the last message
+# (2 series of a start, 40 images and an end).
+for _ in $(seq 60); do
+  [ "$(k get streampipeline facility-stream2 -o jsonpath='{.status.observed.chunksDelivered}')" = 84 ] && break
+  sleep 0.5
+done
 k get streampipeline facility-stream2 -o json >"$SINK/sp-stream2.json"
 python3 - "$SINK/sp-stream2.json" <<'PY'
 import json, sys
