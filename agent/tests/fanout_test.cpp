@@ -54,6 +54,22 @@ std::uintmax_t size_of(const std::string& path) {
   return ec ? std::uintmax_t{0} : n;
 }
 
+// The least size a `.part` file has, sampled every 2 ms from `at_start` bytes until it is renamed
+// (complete) or 120 s pass: a copy that is resumed, never started again, never holds less.
+std::uintmax_t least_size_until_renamed(const std::string& part, std::uintmax_t at_start) {
+  std::uintmax_t least = at_start;
+  eventually(
+      [&] {
+        std::error_code ec;
+        const auto n = fs::file_size(part, ec);
+        if (ec) return true;  // renamed: complete
+        least = std::min<std::uintmax_t>(least, n);
+        return false;
+      },
+      120s, 2ms);
+  return least;
+}
+
 // One EIGER2 series (recorded from a real detector, replayed by the simulator) into four
 // consumers at once: NXmx master and data files, a Stream V2 re-emit, the messages as they came
 // in a file, and an onward numastream hop to a far receiver that writes its own file. The
@@ -333,17 +349,7 @@ TEST(FanOut, AGatewayAndItsFarSiteKilledTogetherResumeTheFarCopyInsteadOfStartin
   const std::uintmax_t before = size_of(far_part);
   far.emplace(far_receiver());
   gw.emplace(gateway());
-  // Until the far receiver renames its file, it never holds less than before the kill.
-  std::uintmax_t least = before;
-  eventually(
-      [&] {
-        std::error_code ec;
-        const auto n = fs::file_size(far_part, ec);
-        if (ec) return true;  // renamed: complete
-        least = std::min<std::uintmax_t>(least, n);
-        return false;
-      },
-      120s, 2ms);
+  const std::uintmax_t least = least_size_until_renamed(far_part, before);
   EXPECT_EQ(least, before) << "the far copy shrank from " << before << " to " << least
                            << " bytes\n--- far:\n"
                            << far->err();
@@ -656,16 +662,7 @@ TEST(FanOut, AGatewayAndItsFarSiteKilledTogetherWithChunksInTheHopsSpillLoseNone
   const std::uintmax_t before = size_of(far_part);
   hop.far.emplace(hop.far_receiver);
   gw = std::make_unique<Process>(hop.gateway);
-  std::uintmax_t least = before;
-  eventually(
-      [&] {
-        std::error_code ec;
-        const auto n = fs::file_size(far_part, ec);
-        if (ec) return true;  // renamed: complete
-        least = std::min<std::uintmax_t>(least, n);
-        return false;
-      },
-      120s, 2ms);
+  const std::uintmax_t least = least_size_until_renamed(far_part, before);
   EXPECT_EQ(least, before) << "the far copy shrank from " << before << " to " << least;
   hop.both_sites_whole(*gw);
   ASSERT_EQ(tx.wait(60s), 0) << tx.err();
