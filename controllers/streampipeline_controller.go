@@ -82,6 +82,11 @@ type StreamPipelineReconciler struct {
 	// after the other: each plan's change wakes the other (sameGateway), and the younger one
 	// plans around the older one's cores.
 	Workers int
+	// Final reads the agents' final figures from a finished pipeline's pods (their exit
+	// summaries), written with Ready=Completed so that no reader sees Completed beside the
+	// figures of a reading taken while the agents still ran. Nil: the Observer's next reading
+	// brings them.
+	Final func(ctx context.Context, sp *v1beta1.StreamPipeline, pods []corev1.Pod) (*v1beta1.Observed, error)
 }
 
 // DefaultWorkers: a pass waits on the API server for most of its time (a dozen requests), so
@@ -161,7 +166,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err != nil {
 		// Said in status, not only retried: a refused write never leaves a stale status.
 		d.Facts.ApplyError = err.Error()
-		r.conclude(sp, d, did)
+		r.conclude(ctx, sp, d, did)
 		return ctrl.Result{}, err
 	}
 	for _, p := range d.DeletePods {
@@ -169,7 +174,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return ctrl.Result{}, err
 		}
 	}
-	r.conclude(sp, d, did)
+	r.conclude(ctx, sp, d, did)
 	return ctrl.Result{RequeueAfter: requeueAfter(sp, f, d)}, nil
 }
 
@@ -192,15 +197,47 @@ func requeueAfter(sp *v1beta1.StreamPipeline, f facts, d Decision) time.Duration
 }
 
 // conclude sets what the writes' outcome decides: a re-plan's record (resized in place or not)
-// and the conditions.
-func (r *StreamPipelineReconciler) conclude(sp *v1beta1.StreamPipeline, d Decision, did executed) {
+// and the conditions, with the agents' final figures when the pipeline has just completed.
+func (r *StreamPipelineReconciler) conclude(ctx context.Context, sp *v1beta1.StreamPipeline, d Decision, did executed) {
 	d.Facts.Replacing = d.Facts.Replacing || did.replaced
 	if d.Replan != nil && d.Facts.ApplyError == "" {
 		r.recordReplan(sp, d.Replan, d.PlanBefore, did.resized > 0)
 	}
-	r.setConditions(sp, conditions.Compute(d.Facts))
+	computed := conditions.Compute(d.Facts)
+	if obs := r.finalFigures(ctx, sp, computed); obs != nil {
+		sp.Status.Observed, d.Facts.Observed = obs, obs
+		computed = conditions.Compute(d.Facts) // Degraded from the final counts
+	}
+	r.setConditions(sp, computed)
 	sp.Status.ObservedGeneration = sp.Generation
 	setPipelineMetrics(sp)
+}
+
+// finalFigures: when this pass makes the pipeline Completed, the final figures its agents left
+// in their exit summaries, read from the pods as the API server has them now (the cache may not
+// have the last container's termination yet when the Job's completion wakes this pass). Nil when
+// the pipeline was already Completed, or nothing could be read: the Observer's readings stand.
+func (r *StreamPipelineReconciler) finalFigures(ctx context.Context, sp *v1beta1.StreamPipeline, computed []metav1.Condition) *v1beta1.Observed {
+	now := meta.FindStatusCondition(computed, v1beta1.ConditionReady)
+	was := meta.FindStatusCondition(sp.Status.Conditions, v1beta1.ConditionReady)
+	if r.Final == nil || now == nil || now.Reason != ReasonCompleted || (was != nil && was.Reason == ReasonCompleted) {
+		return nil
+	}
+	var reader client.Reader = r.Client
+	if r.APIReader != nil {
+		reader = r.APIReader
+	}
+	var pods corev1.PodList
+	if err := reader.List(ctx, &pods, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Cannot list the finished pods for their final figures", "error", err)
+		return nil
+	}
+	obs, err := r.Final(ctx, sp, pods.Items)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Cannot read the agents' final figures", "error", err)
+		return nil
+	}
+	return obs
 }
 
 // refusal turns a planning failure into the Planned=False facts; an API error is returned as

@@ -108,6 +108,7 @@ func TestMain(m *testing.M) {
 		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
 		Render:    render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true},
 		APIReader: mgr.GetAPIReader(),
+		Final:     observer.Observe,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
@@ -2126,4 +2127,77 @@ func TestDocumentedManifestsAreAccepted(t *testing.T) {
 		t.Errorf("only %d documented manifests found", accepted)
 	}
 	t.Logf("%d documented manifests accepted", accepted)
+}
+
+// Completed is written with the agents' final figures: a watcher that stops at Completed (as
+// `kubectl numastream watch` does) reads every chunk, not the last reading taken while the
+// agents ran (111 of 150 in a facility run, before the final figures were written with it).
+func TestCompletedComesWithTheAgentsFinalFigures(t *testing.T) {
+	gatewayAndSenders(t, "lynx-24")
+	ensureNode(t, facilityNode("updraft-24", []int{16, 16}, "ens1f0", 1, 100000)) // its own: other tests' pipelines hold updraft-1's cores
+	ns := namespace(t)
+	sp := pipeline(ns, "ending", withGateway("lynx-24"), withSenders("updraft-24"))
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "numastream_raw_bytes_total{role=\"receive\"} %d\n", 111*11059200)
+		fmt.Fprintf(w, "numastream_wire_bytes_total{role=\"receive\"} %d\n", 111*5529600)
+		fmt.Fprintf(w, "numastream_chunks_delivered_total{role=\"receive\"} 111\n")
+		fmt.Fprintf(w, "numastream_chunks_lost{role=\"receive\"} 0\nnumastream_chunks_corrupt_total{role=\"receive\"} 0\n")
+	}))
+	defer srv.Close()
+	agentsServedBy(t, ns, srv.URL)
+	runAgents(t, ns, "ending", "lynx-24")
+	eventually(t, "a reading of the running agents", func() (bool, string) {
+		cur := &v1beta1.StreamPipeline{}
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		o := cur.Status.Observed
+		return o != nil && o.ChunksDelivered == 111, fmt.Sprintf("%+v", o)
+	})
+	// The agents end: the kubelet writes their summaries, then the Job controller the Jobs.
+	pod := &corev1.Pod{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ending-gateway-0-xyz"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	ended := func(name, summary string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, Image: "x", ImageID: "x", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 0, Reason: "Completed", Message: summary,
+			StartedAt: metav1.Now(), FinishedAt: metav1.Now()}}}
+	}
+	pod.Status.Phase = corev1.PodSucceeded
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{
+		ended(render.ReceiveContainer, `{"role":"relay","nic_local":true}`),
+		ended(render.DecompressContainer, `{"role":"receive","chunks":150,"lost":0,"corrupt":0,"raw_bytes":1658880000,"wire_bytes":829440000,"raw_gbps":1.75,"wire_gbps":0.87}`),
+	}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	var jobs batchv1.JobList
+	if err := k8s.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		now := metav1.Now()
+		j.Status.Active, j.Status.Ready, j.Status.Succeeded = 0, ptr.To[int32](0), 1
+		j.Status.CompletionTime = &now
+		j.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now}}
+		if err := k8s.Status().Update(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Read as often as a watcher would see each version: the first version that says Completed.
+	var cur *v1beta1.StreamPipeline
+	testenv.Eventually(t, "Ready=True Completed", 20*time.Second, 5*time.Millisecond, func() (bool, string) {
+		cur = &v1beta1.StreamPipeline{}
+		_ = k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur)
+		ready := meta.FindStatusCondition(cur.Status.Conditions, v1beta1.ConditionReady)
+		return ready != nil && ready.Reason == ReasonCompleted, fmt.Sprintf("Ready %v", ready)
+	})
+	if o := cur.Status.Observed; o == nil || o.ChunksDelivered != 150 || o.RawGbps != "1.75" || o.NICLocal == nil || !*o.NICLocal {
+		t.Errorf("the first status that says Completed has observed %+v: want the agents' final figures (150 chunks, 1.75 Gbit/s, NIC-local)", o)
+	}
 }

@@ -88,6 +88,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
+	agents := observe.NewObserver(5 * time.Second)
 	r := &controllers.StreamPipelineReconciler{
 		Client:     mgr.GetClient(),
 		Scheme:     mgr.GetScheme(),
@@ -96,13 +97,14 @@ func main() {
 		APIReader:  mgr.GetAPIReader(),
 		Namespaces: namespaces,
 		Workers:    *workers,
+		Final:      agents.Observe,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "Cannot set up the StreamPipeline controller")
 		os.Exit(1)
 	}
 	if *observeEvery > 0 {
-		obs := &controllers.Observer{Client: mgr.GetClient(), Read: observe.NewObserver(5 * time.Second).Observe, Every: *observeEvery, Namespaces: namespaces, Parallel: *observePar}
+		obs := &controllers.Observer{Client: mgr.GetClient(), Read: agents.Observe, Every: *observeEvery, Namespaces: namespaces, Parallel: *observePar}
 		if err := mgr.Add(obs); err != nil {
 			log.Error(err, "Cannot add the observer")
 			os.Exit(1)
