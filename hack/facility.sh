@@ -489,6 +489,14 @@ install() {
     done
     [[ -n "$(k get node "$n" -o jsonpath='{.metadata.labels.numastream\.io/nic\.fab0\.speed-mbit}')" ]] ||
       { echo "node $n: no NFD labels from the node daemon after 120 s" >&2; k -n numastream-system logs ds/numastream-node-daemon --tail=20 >&2; return 1; }
+    # And its NIC tokens (the daemon's device plugin, registered with the kubelet): a gateway pod
+    # that asks for one before the kubelet has them is Unschedulable for that moment.
+    for _ in $(seq 240); do
+      [[ -n "$(k get node "$n" -o jsonpath='{.status.allocatable.numastream\.io/nic-fab0}')" ]] && break
+      sleep 0.5
+    done
+    [[ -n "$(k get node "$n" -o jsonpath='{.status.allocatable.numastream\.io/nic-fab0}')" ]] ||
+      { echo "node $n: no numastream.io/nic-fab0 tokens from the node daemon's device plugin after 120 s" >&2; return 1; }
   done
   log "helm: numastream installed (operator $(k -n numastream-system get pods -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].spec.nodeName}'), node daemon on ${NODES[*]}); NFD labels: $(k get node gateway-a --show-labels | tr ',' '\n' | grep -c numastream.io/) on gateway-a"
 }

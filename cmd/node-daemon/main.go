@@ -49,12 +49,17 @@ func main() {
 		nicRates    = flag.String("nic-rate", "", "declared data NICs and the rate of the path behind each, NIC=MBIT[,...]: published as the NIC's speed, virtual interfaces included")
 	)
 	opts := zap.Options{}
+	health := flag.String("health-file", "", "where each round leaves its health record, for --probe (empty: none)")
+	probe := flag.String("probe", "", "answer a probe from --health-file and exit: live (a round ended in time) or ready (and the node's facts are published)")
 	opts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {
 		fmt.Println(version.String("numastream-node-daemon"))
 		return
+	}
+	if *probe != "" {
+		os.Exit(answerProbe(*probe, *health))
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("node-daemon")
@@ -67,10 +72,27 @@ func main() {
 	if *addresses {
 		address = ipv4Of
 	}
-	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, *stateRoot, *gcState); err != nil {
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, *stateRoot, *gcState, *health); err != nil {
 		log.Error(err, "Node daemon failed")
 		os.Exit(1)
 	}
+}
+
+// answerProbe is the exit status of `--probe`: 0 when the health record says so, 1 with why not.
+func answerProbe(kind, health string) int {
+	if kind != "live" && kind != "ready" {
+		fmt.Fprintf(os.Stderr, "node-daemon: --probe must be live or ready (got %q)\n", kind)
+		return 2
+	}
+	if health == "" {
+		fmt.Fprintln(os.Stderr, "node-daemon: --probe needs --health-file")
+		return 2
+	}
+	if err := nodedaemon.Probe(health, kind == "ready", time.Now()); err != nil {
+		fmt.Fprintln(os.Stderr, "node-daemon:", err)
+		return 1
+	}
+	return 0
 }
 
 // stateGC removes the state directories of StreamPipelines that no longer exist.
@@ -150,7 +172,7 @@ func ipv4Of(name string) string {
 	return ""
 }
 
-func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, stateRoot string, gcState bool) error {
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, stateRoot string, gcState bool, health string) error {
 	if node == "" {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	}
@@ -163,6 +185,8 @@ func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featu
 		NICRates:  rates,
 		Address:   address,
 		Log:       log,
+
+		HealthFile: health,
 	}
 	var c client.Client
 	var owner *metav1.OwnerReference

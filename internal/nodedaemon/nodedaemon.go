@@ -184,8 +184,10 @@ type Daemon struct {
 	// senders reach a gateway's data NIC. Nil: no addresses are published.
 	Address func(nic string) string
 	// GC removes the state directories of deleted pipelines at every interval (nil: never).
-	GC  *StateGC
-	Log logr.Logger
+	GC *StateGC
+	// HealthFile gets each round's Health, for the probes ("": none).
+	HealthFile string
+	Log        logr.Logger
 
 	published map[string]string
 	plugins   map[string]context.CancelFunc
@@ -203,15 +205,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.plugins = map[string]context.CancelFunc{}
 	defer d.stopPlugins()
 	for {
-		if err := d.Once(ctx, &bench); err != nil {
+		published := d.Once(ctx, &bench)
+		if published != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			d.Log.Error(err, "Cannot publish node facts; retrying")
+			d.Log.Error(published, "Cannot publish node facts; retrying")
 		}
 		if d.GC != nil {
 			if _, err := d.GC.Once(ctx); err != nil && ctx.Err() == nil {
 				d.Log.Error(err, "Cannot remove the state of deleted pipelines; retrying")
+			}
+		}
+		if d.HealthFile != "" {
+			if err := WriteHealth(d.HealthFile, roundHealth(time.Now(), d.Interval, published)); err != nil {
+				d.Log.Error(err, "Cannot write the health record; the probes will fail")
 			}
 		}
 		select {

@@ -140,6 +140,20 @@ func TestDefaultRender(t *testing.T) {
 		strings.Join(capNames(c.Capabilities.Add), ",") != "CHOWN,DAC_OVERRIDE,FOWNER" {
 		t.Errorf("node daemon security context %+v: every capability dropped but CHOWN, FOWNER (the pipelines' state directories, made for their users) and DAC_OVERRIDE (removing them)", c)
 	}
+	// Probed without a port: the daemon's own binary reads back its health record.
+	nd := ds.Containers[0]
+	for name, p := range map[string]*corev1.Probe{"startup": nd.StartupProbe, "liveness": nd.LivenessProbe, "readiness": nd.ReadinessProbe} {
+		if p == nil || p.Exec == nil || p.Exec.Command[0] != "/usr/local/bin/node-daemon" ||
+			!strings.Contains(strings.Join(p.Exec.Command, " "), "--health-file=/run/numastream/health") {
+			t.Errorf("node daemon %s probe %+v: the daemon's --probe on its health record", name, p)
+		}
+	}
+	if !strings.Contains(strings.Join(nd.Args, " "), "--health-file=/run/numastream/health") {
+		t.Errorf("node daemon args %v: no health record for its probes", nd.Args)
+	}
+	if cpu := nd.Resources.Requests.Cpu(); cpu.MilliValue() > 100 {
+		t.Errorf("node daemon requests %s CPU on every node: the planner leaves that to it (it idles between rounds)", cpu)
+	}
 	op := podSpec(t, find(objs, "Deployment", "operator"))
 	if !*op.SecurityContext.RunAsNonRoot || !*op.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
 		t.Error("operator is not restricted")
@@ -270,6 +284,8 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 	for _, bad := range [][]string{
 		{"--set", "nodeDaemon.publish=labels"},
 		{"--set", "nodeDaemon.tokensPerNic=-1"},
+		{"--set", "nodeDaemon.maxUnavailable=0"},
+		{"--set", "nodeDaemon.maxUnavailable=150%"},
 		{"--set", "operator.imagee.tag=x"},
 		{"--set", "agentImage.pullPolicy=Sometimes"},
 	} {

@@ -754,6 +754,38 @@ func setSuspend(t *testing.T, sp *v1beta1.StreamPipeline, v bool) {
 // pods: the real scheduler refusing a sender that asks for more CPUs than detector-a can give,
 // and a real agent refusing its configuration (a source directory with no files: exit 2, which
 // fails the Job at once instead of retrying it ten times).
+// The node daemons the chart installed (one per node, on the host network) are Ready through
+// their exec probes on real kubelets: they published their node's facts, listen on no port, and
+// no liveness probe has restarted one.
+func TestTheNodeDaemonsAreReadyThroughProbesWithoutAPort(t *testing.T) {
+	var list corev1.PodList
+	if err := k8s.List(ctx, &list, client.InNamespace("numastream-system"),
+		client.MatchingLabels{"app.kubernetes.io/component": "node-daemon"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) == 0 {
+		t.Fatal("no node daemon pod")
+	}
+	for _, p := range list.Items {
+		c := p.Spec.Containers[0]
+		if c.ReadinessProbe == nil || c.ReadinessProbe.Exec == nil || c.LivenessProbe == nil || c.StartupProbe == nil || len(c.Ports) > 0 {
+			t.Errorf("%s on %s: probes %v %v %v, ports %v", p.Name, p.Spec.NodeName, c.StartupProbe, c.LivenessProbe, c.ReadinessProbe, c.Ports)
+		}
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
+		}
+		restarts := int32(-1)
+		for _, cs := range p.Status.ContainerStatuses {
+			restarts = cs.RestartCount
+		}
+		t.Logf("%s on %s: ready %v, restarts %d, requests %s CPU", p.Name, p.Spec.NodeName, ready, restarts, c.Resources.Requests.Cpu())
+		if !ready || restarts != 0 {
+			t.Errorf("node daemon %s on %s: ready %v after %d restarts", p.Name, p.Spec.NodeName, ready, restarts)
+		}
+	}
+}
+
 func TestFailuresShowUpWithTheirReason(t *testing.T) {
 	big := pipeline(t, ns, "too-big", 10, "  threads: {compress: 6}")
 	if err := k8s.Create(ctx, big); err != nil {
