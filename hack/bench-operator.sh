@@ -34,7 +34,7 @@ DETECTORS=0 GATEWAYS=0 ANALYSIS=0 EXTRA_NODES=$NODES BIN_DIR=$K8S_SIM_BIN SIM_DI
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 metrics_port=$(free_port)
 pprof_port=$(free_port)
-"${OPERATOR:-bin/operator}" ${WORKERS:+--workers="$WORKERS"} --kubeconfig "$KUBECONFIG" --metrics-bind-address=127.0.0.1:$metrics_port \
+"${OPERATOR:-bin/operator}" ${WORKERS:+--workers="$WORKERS"} --kubeconfig "$KUBECONFIG" --metrics-bind-address=127.0.0.1:$metrics_port --metrics-secure=false \
   --health-probe-bind-address=0 --observe-every="$OBSERVE_EVERY" --pprof-bind-address=127.0.0.1:$pprof_port \
   >"$work/operator.log" 2>&1 &
 op_pid=$!

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
@@ -28,6 +30,8 @@ import (
 func main() {
 	var (
 		metricsAddr  = flag.String("metrics-bind-address", ":8080", "address of the operator's own metrics endpoint")
+		metricsTLS   = flag.Bool("metrics-secure", true, "serve the operator's metrics over HTTPS to a client whose token the API server authenticates and authorizes for GET /metrics (TokenReview, SubjectAccessReview); false: plain HTTP to anyone who reaches the port")
+		metricsCerts = flag.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key (empty: a self-signed certificate made at start)")
 		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
 		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
 		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
@@ -74,10 +78,19 @@ func main() {
 	utilruntime.Must(v1beta1.AddToScheme(scheme))
 
 	namespaces := controllers.ParseNamespaces(splitList(*watchNS))
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	metrics := metricsserver.Options{BindAddress: *metricsAddr}
+	if *metricsTLS {
+		// As kube-rbac-proxy does: the scraper's token, checked with the API server.
+		metrics.SecureServing, metrics.CertDir = true, *metricsCerts
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		// No HTTP/2 (CVE-2023-44487, CVE-2023-39325: rapid reset); Prometheus scrapes over 1.1.
+		metrics.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  namespaces.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
+		Metrics:                metrics,
 		HealthProbeBindAddress: *probeAddr,
 		PprofBindAddress:       *pprofAddr,
 		LeaderElection:         *leaderElect,

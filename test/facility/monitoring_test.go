@@ -2,9 +2,11 @@ package facility
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,9 +19,15 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
@@ -39,12 +47,13 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "metrics.prometheusRule.for=10s",
 		"--set", "metrics.prometheusRule.notPlannedFor=10s")
 	dir := t.TempDir()
+	token := scraperToken(t, dir)
 	writeYAMLFile(t, filepath.Join(dir, "rules.yaml"), objs["PrometheusRule"].Object["spec"])
 	config := map[string]any{
 		"global":     map[string]any{"scrape_interval": "2s", "evaluation_interval": "2s"},
 		"rule_files": []any{"rules.yaml"},
 		"scrape_configs": append(podMonitorJobs(t, objs["PodMonitor"], kubeconfig),
-			serviceMonitorJob(t, objs["ServiceMonitor"], kubeconfig)),
+			serviceMonitorJob(t, objs["ServiceMonitor"], kubeconfig, token)),
 	}
 	writeYAMLFile(t, filepath.Join(dir, "prometheus.yml"), config)
 	prom := startPrometheus(t, mon, dir)
@@ -253,17 +262,80 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig stri
 	return jobs
 }
 
+// scraperToken is what Prometheus's service account would scrape the operator with: a token of
+// a service account bound to the chart's metrics-reader ClusterRole, in a file under dir. The
+// operator's endpoint refuses a scrape without a token (401) and one whose account may not read
+// it (403).
+func scraperToken(t *testing.T, dir string) string {
+	t.Helper()
+	const nsName = "numastream-system"
+	token := func(sa string) string {
+		if _, err := cs.CoreV1().ServiceAccounts(nsName).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.CoreV1().ServiceAccounts(nsName).Delete(ctx, sa, metav1.DeleteOptions{}) })
+		tr, err := cs.CoreV1().ServiceAccounts(nsName).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "facility-prometheus-metrics"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "numastream-operator-metrics-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "facility-prometheus", Namespace: nsName}}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}) })
+	reader, stranger := token("facility-prometheus"), token("facility-stranger")
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(nsName), client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("the operator's pod: %v", err)
+	}
+	endpoint := "https://" + net.JoinHostPort(pods.Items[0].Status.PodIP, "8080") + "/metrics"
+	scrape := func(bearer string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the operator's self-signed certificate
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("scraping %s: %v", endpoint, err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	var codes [3]int
+	eventually(t, "the operator's metrics: 401 without a token, 403 for an account that may not read them, 200 for the reader", 30*time.Second, func() (bool, string) {
+		codes = [3]int{scrape(""), scrape(stranger), scrape(reader)}
+		return codes == [3]int{http.StatusUnauthorized, http.StatusForbidden, http.StatusOK}, fmt.Sprint(codes)
+	})
+	t.Logf("the operator's metrics over HTTPS: %d without a token, %d for another service account, %d for the metrics reader", codes[0], codes[1], codes[2])
+	path := filepath.Join(dir, "scraper.token")
+	if err := os.WriteFile(path, []byte(reader), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // serviceMonitorJob scrapes the operator's pods behind its ServiceMonitor's Service port
-// (honouring the pipelines' labels as it asks).
-func serviceMonitorJob(t *testing.T, sm *unstructured.Unstructured, kubeconfig string) any {
+// (honouring the pipelines' labels as it asks), over HTTPS with the scraper's token when the
+// ServiceMonitor asks for them (its bearerTokenFile is Prometheus's own: tokenFile here).
+func serviceMonitorJob(t *testing.T, sm *unstructured.Unstructured, kubeconfig, tokenFile string) any {
 	t.Helper()
 	var spec struct {
 		Selector struct {
 			MatchLabels map[string]string `json:"matchLabels"`
 		} `json:"selector"`
 		Endpoints []struct {
-			Port        string `json:"port"`
-			HonorLabels bool   `json:"honorLabels"`
+			Port            string `json:"port"`
+			HonorLabels     bool   `json:"honorLabels"`
+			Scheme          string `json:"scheme"`
+			BearerTokenFile string `json:"bearerTokenFile"`
+			TLSConfig       struct {
+				InsecureSkipVerify bool `json:"insecureSkipVerify"`
+			} `json:"tlsConfig"`
 		} `json:"endpoints"`
 	}
 	testenv.Convert(t, sm.Object["spec"], &spec)
@@ -273,10 +345,18 @@ func serviceMonitorJob(t *testing.T, sm *unstructured.Unstructured, kubeconfig s
 	for k, v := range spec.Selector.MatchLabels {
 		relabel = append(relabel, map[string]any{"source_labels": []any{"__meta_kubernetes_pod_label_" + sdName(k)}, "regex": v, "action": "keep"})
 	}
-	return map[string]any{"job_name": "serviceMonitor/" + sm.GetName(), "scrape_interval": "2s", "honor_labels": spec.Endpoints[0].HonorLabels,
+	job := map[string]any{"job_name": "serviceMonitor/" + sm.GetName(), "scrape_interval": "2s", "honor_labels": spec.Endpoints[0].HonorLabels,
 		"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": kubeconfig,
 			"namespaces": map[string]any{"names": []any{sm.GetNamespace()}}}},
 		"relabel_configs": relabel}
+	if ep := spec.Endpoints[0]; ep.Scheme != "" {
+		job["scheme"] = ep.Scheme
+		job["tls_config"] = map[string]any{"insecure_skip_verify": ep.TLSConfig.InsecureSkipVerify}
+		if ep.BearerTokenFile != "" {
+			job["authorization"] = map[string]any{"credentials_file": tokenFile}
+		}
+	}
+	return job
 }
 
 // sdName is a Kubernetes label name as Prometheus's service discovery spells it.
