@@ -404,8 +404,30 @@ TEST(Config, GoldenConfigsFromTheOperator) {
 namespace numastream {
 namespace {
 
+// A Stream V2 re-emit may name the consumers it admits, by address block; no other sink takes
+// the list, and a block that is not one is refused by its position.
+TEST(Config, AReemitNamesItsConsumersByAddressBlock) {
+  json doc = {{"endpoint", "tcp://0.0.0.0:6000"},
+              {"sink",
+               {{"kind", "stream2"},
+                {"endpoint", "tcp://*:31001"},
+                {"allow_from", {"10.40.0.0/24", "192.0.2.7"}}}}};
+  const Config c = parse_config(doc, Role::receive);
+  ASSERT_EQ(c.consumers.size(), 1u);
+  EXPECT_EQ(c.consumers[0].sink.allow_from,
+            (std::vector<std::string>{"10.40.0.0/24", "192.0.2.7"}));
+  json bad = doc;
+  bad["sink"]["allow_from"] = {"10.40.0.0/24", "not-an-address"};
+  expect_refused(bad, Role::receive, "sink.allow_from[1]");
+  bad["sink"]["allow_from"] = json::array();
+  expect_refused(bad, Role::receive, "sink.allow_from");
+  json file = {{"endpoint", "tcp://0.0.0.0:6000"},
+               {"sink", {{"kind", "file"}, {"path", "/tmp/x"}, {"allow_from", {"10.0.0.0/8"}}}}};
+  expect_refused(file, Role::receive, "sink.allow_from");
+}
+
 // The live preview shows the experiment's data: off unless asked, only where frames are decoded,
-// and only with the port it is served on.
+// and only with an address it is served on (its own, or the metrics port).
 TEST(Config, ThePreviewIsAReceiversServedOnTheMetricsPortAndOffUnlessAsked) {
   json doc = {{"endpoint", "tcp://0.0.0.0:6000"}, {"metrics", {{"listen", "127.0.0.1:9100"}}}};
   EXPECT_FALSE(parse_config(doc, Role::receive).preview.enabled);
@@ -422,6 +444,9 @@ TEST(Config, ThePreviewIsAReceiversServedOnTheMetricsPortAndOffUnlessAsked) {
   json unserved = doc;
   unserved.erase("metrics");
   expect_refused(unserved, Role::receive, "preview.enabled");
+  // Or on an address of its own, metrics or not.
+  unserved["preview"]["listen"] = "127.0.0.1:9102";
+  EXPECT_EQ(parse_config(unserved, Role::receive).preview.listen, "127.0.0.1:9102");
   for (auto [key, bad] : {std::pair{"max_side", json(8)}, std::pair{"max_side", json(100000)},
                           std::pair{"interval_ms", json(0)}, std::pair{"enabled", json("yes")},
                           std::pair{"colour", json("viridis")}}) {

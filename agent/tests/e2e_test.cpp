@@ -594,7 +594,10 @@ TEST(EndToEnd, SlowSinkSlowsTheSender) {
 
 TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   int port = free_ports(2);
-  Process rx(receiver(port, 2, {"--metrics-listen", "127.0.0.1:0"}));
+  // The preview on an address of its own: the metrics port does not serve it, nor it the metrics.
+  Process rx(receiver(port, 2,
+                      {"--metrics-listen", "127.0.0.1:0", "--set", "preview.enabled=true", "--set",
+                       "preview.listen=\"127.0.0.1:0\""}));
   Process tx(
       sender(port, 2, {"--chunks", "0", "--rate-gbps", "0.4", "--metrics-listen", "127.0.0.1:0"}));
   int rport = metrics_port(rx);
@@ -618,6 +621,15 @@ TEST(EndToEnd, MetricsHealthAndDrainOnSigterm) {
   EXPECT_NE(tm.find("numastream_chunks_sent_total{role=\"send\"}"), std::string::npos) << tm;
   EXPECT_EQ(http_get(rport, "/healthz").substr(0, 3), "200");
   EXPECT_EQ(http_get(rport, "/nope").substr(0, 3), "404");
+  std::smatch pm;
+  const std::string err = rx.err();
+  ASSERT_TRUE(std::regex_search(err, pm, std::regex("live preview on port ([0-9]+)"))) << err;
+  const int pport = std::stoi(pm[1]);
+  EXPECT_NE(pport, rport);
+  EXPECT_EQ(http_get(pport, "/preview/streams.json").substr(0, 3), "200");
+  EXPECT_EQ(http_get(pport, "/metrics").substr(0, 3), "404");
+  EXPECT_EQ(http_get(pport, "/healthz").substr(0, 3), "404");
+  EXPECT_EQ(http_get(rport, "/preview/streams.json").substr(0, 3), "404");
   // SIGINT: a person ends an endless stream (SIGTERM would pause it, see
   // DrainedEndlessSenderPauses).
   tx.signal(SIGINT);

@@ -42,7 +42,7 @@ const std::string kAgent = NUMASTREAM_AGENT;
 
 struct Passage {
   json sender, receiver, relay;
-  std::vector<std::string> consumed;
+  std::vector<std::string> consumed, stranger;
   bool acknowledged_while_idle = false;
 };
 
@@ -50,14 +50,30 @@ struct Passage {
 // The sender is ended with SIGINT once the consumer has `want` messages (or gave up). With
 // `relay`, the gateway is a pod's two containers: a relay takes the connection and forwards over
 // IPC to the receiver.
+// `stranger`: a second consumer, connecting from 127.0.0.2 before the first (from 127.0.0.1);
+// what it got is in Passage::stranger.
 Passage through_the_gateway(const fs::path& dir, std::size_t want,
-                            std::vector<std::string> detector_flags = {}, bool relay = false) {
+                            std::vector<std::string> detector_flags = {}, bool relay = false,
+                            std::vector<std::string> receiver_flags = {}, bool stranger = false) {
   const int port = free_ports(4);
   Passage run;
   const std::string ipc = "ipc://" + temp_dir() + "/stream.sock";
-  Process rx({kAgent, "receive", "--endpoint", relay ? ipc : ep(port), "--chunk-bytes",
-              std::to_string(4 << 20), "--sink", "stream2", "--sink-endpoint", ep(port + 1),
-              "--idle-timeout", "30"});
+  std::vector<std::string> gateway = {kAgent,
+                                      "receive",
+                                      "--endpoint",
+                                      relay ? ipc : ep(port),
+                                      "--chunk-bytes",
+                                      std::to_string(4 << 20),
+                                      "--sink",
+                                      "stream2",
+                                      "--sink-endpoint",
+                                      ep(port + 1),
+                                      "--idle-timeout",
+                                      "30"};
+  gateway.insert(gateway.end(), receiver_flags.begin(), receiver_flags.end());
+  Process rx(gateway);
+  std::optional<Consumer> other;
+  if (stranger) other.emplace("tcp://127.0.0.2:0;127.0.0.1:" + std::to_string(port + 1));
   std::optional<Process> relaying;
   if (relay) {
     relaying.emplace(std::vector<std::string>{
@@ -74,6 +90,7 @@ Passage through_the_gateway(const fs::path& dir, std::size_t want,
               "--source", "stream2", "--source-endpoint", ep(port + 2), "--connect-timeout", "10",
               "--metrics-listen", "127.0.0.1:" + std::to_string(port + 3)});
   run.consumed = consumer.take(want, 60s);
+  if (other) run.stranger = other->take(want, 1s);
   // The detector pauses after its series: what the gateway took is acknowledged all the same
   // (the sending threads read acknowledgements while they have nothing to send).
   const std::string acked =
@@ -223,6 +240,24 @@ TEST(Stream2, ThroughAGatewaysRelayEachMessageStaysInItsOwnMessage) {
   EXPECT_EQ(run.receiver["lost"], 0);
   EXPECT_EQ(run.receiver["corrupt"], 0);
   EXPECT_EQ(run.sender["frames_made_whole"], 0);
+}
+
+// A re-emit whose sink names its consumers (sink.allow_from) gives every message to the named
+// one and none to another that connects first: the stranger is refused at its connection, and
+// the refusal is counted.
+TEST(Stream2, AReemitAdmitsOnlyTheConsumersItsSinkNames) {
+  const std::string data = recordings();
+  SKIP_WITHOUT_RECORDINGS(data);
+  const fs::path dir = fs::path(data) / "r500k_bm_bslz4_16bit";
+  const auto expected = expected_series(dir);
+  Passage run = through_the_gateway(dir, expected.size(), {}, false,
+                                    {"--set", "sink.allow_from=[\"127.0.0.1/32\"]"}, true);
+  ASSERT_EQ(run.consumed.size(), expected.size()) << run.receiver.dump();
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(run.consumed[i] == expected[i]) << "message " << i;
+  EXPECT_TRUE(run.stranger.empty()) << run.stranger.size() << " messages to the stranger";
+  EXPECT_GE(run.receiver["rejected_connections"]["consumer"].get<int>(), 1) << run.receiver.dump();
+  EXPECT_EQ(run.receiver["lost"], 0);
 }
 
 TEST(Stream2, MessagesThatAreNotStreamV2AreCountedAndDropped) {

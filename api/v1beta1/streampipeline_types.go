@@ -657,6 +657,16 @@ type Stream2Sink struct {
 	// +listType=atomic
 	// +optional
 	Consumers []networkingv1.NetworkPolicyPeer `json:"consumers,omitempty"`
+	// AllowFrom lists the address blocks (CIDR) consumers may connect from, checked by the
+	// gateway itself on every network it listens on (the pod network, a data network, the
+	// host's); any other consumer is refused at its connection and counted, never given a
+	// message. Empty: whoever reaches the port (and Consumers admits).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self) == cidr(self).masked()",message="must be an address block in CIDR notation with no bits set past its prefix, e.g. 10.40.0.0/24"
+	// +listType=set
+	// +optional
+	AllowFrom []string `json:"allowFrom,omitempty"`
 }
 
 // StageThreads overrides the planner per stage.

@@ -135,7 +135,7 @@ func TestLogsPrefixesEachLineWithItsPodAndContainer(t *testing.T) {
 	}
 }
 
-func TestPreviewOpensTheNewestRunningGatewayOfTheStreamOnItsDecodingPort(t *testing.T) {
+func TestPreviewOpensTheNewestRunningGatewayOfTheStreamOnItsPreviewPort(t *testing.T) {
 	sp := pipelineWith(10, 0, 0, "Running")
 	e, _ := env(t, sp)
 	if _, _, err := PreviewPod(context.Background(), e, "tomo", 0); err == nil || !strings.Contains(err.Error(), "spec.preview") {
@@ -144,19 +144,29 @@ func TestPreviewOpensTheNewestRunningGatewayOfTheStreamOnItsDecodingPort(t *test
 	sp = pipelineWith(10, 0, 0, "Running")
 	sp.Spec.Preview = &v1beta1.Preview{}
 	e, _ = env(t, sp)
+	hostNetwork := false
 	gateway := func(name string, age time.Duration, phase corev1.PodPhase, port int32) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "beamline",
 			CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).Add(-age)),
 			Labels:            map[string]string{render.LabelPipeline: "tomo", render.LabelRole: render.RoleGateway, render.LabelStream: "0"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: render.DecompressContainer,
+			Spec: corev1.PodSpec{HostNetwork: hostNetwork, Containers: []corev1.Container{{Name: render.DecompressContainer,
 				Ports: []corev1.ContainerPort{{Name: "metrics-dx", ContainerPort: port}}}}},
 			Status: corev1.PodStatus{Phase: phase}}
 	}
-	e.Pods = fake.NewClientset(gateway("old", time.Hour, corev1.PodRunning, 9101), gateway("new", time.Minute, corev1.PodRunning, 5557),
-		gateway("failed", 0, corev1.PodFailed, 9101))
+	pods := func() {
+		e.Pods = fake.NewClientset(gateway("old", time.Hour, corev1.PodRunning, 9101), gateway("new", time.Minute, corev1.PodRunning, 5557),
+			gateway("failed", 0, corev1.PodFailed, 9101))
+	}
+	pods()
 	pod, port, err := PreviewPod(context.Background(), e, "tomo", 0)
-	if err != nil || pod.Name != "new" || port != 5557 {
-		t.Errorf("preview pod %v port %d (%v), want the newest running one, new, on its metrics-dx port 5557", pod, port, err)
+	if err != nil || pod.Name != "new" || port != render.PreviewPort {
+		t.Errorf("preview pod %v port %d (%v), want the newest running one, new, on its loopback preview port %d", pod, port, err, render.PreviewPort)
+	}
+	// With host networking, on its decoding container's metrics port (its own per stream).
+	hostNetwork = true
+	pods()
+	if pod, port, err = PreviewPod(context.Background(), e, "tomo", 0); err != nil || pod.Name != "new" || port != 5557 {
+		t.Errorf("host network: preview pod %v port %d (%v), want new on its metrics-dx port 5557", pod, port, err)
 	}
 	if _, _, err := PreviewPod(context.Background(), e, "tomo", 1); err == nil || !strings.Contains(err.Error(), "stream 1") {
 		t.Errorf("a stream without a gateway pod: %v", err)

@@ -17,7 +17,8 @@ import (
 )
 
 // PreviewPod is the running gateway pod of the pipeline's stream and the port its decoding
-// container serves the live preview on.
+// container serves the live preview on: the pod's loopback port, or with host networking its
+// metrics port.
 func PreviewPod(ctx context.Context, e Env, name string, stream int) (*corev1.Pod, int32, error) {
 	sp, err := e.get(ctx, name)
 	if err != nil {
@@ -41,6 +42,9 @@ func PreviewPod(ctx context.Context, e Env, name string, stream int) (*corev1.Po
 	}
 	if pod == nil {
 		return nil, 0, fmt.Errorf("streampipeline %s/%s: no running gateway pod of stream %d", e.Namespace, name, stream)
+	}
+	if !pod.Spec.HostNetwork {
+		return pod, render.PreviewPort, nil // the pod's loopback, through port-forward
 	}
 	port := int32(render.DecompressMetricsPort)
 	for _, c := range pod.Spec.Containers {

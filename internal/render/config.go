@@ -58,6 +58,8 @@ type SinkConfig struct {
 	IO string `json:"io,omitempty"`
 	// Redeliver: stream2 sink, messages kept for a consumer that goes away (nil: the agent's default).
 	Redeliver *int32 `json:"redeliver,omitempty"`
+	// AllowFrom: stream2 sink, the address blocks its consumers may connect from (spec's allowFrom).
+	AllowFrom []string `json:"allow_from,omitempty"`
 	// Layout "nxmx": hdf5 sink, series as NXmx master and data files (spec.sink.hdf5.nxmx).
 	Layout        string `json:"layout,omitempty"`
 	FramesPerFile int64  `json:"frames_per_file,omitempty"`
@@ -98,11 +100,13 @@ type MetricsConfig struct {
 	Listen string `json:"listen"`
 }
 
-// PreviewConfig is a decompressing gateway's live preview on its metrics port (spec.preview).
+// PreviewConfig is a decompressing gateway's live preview (spec.preview): on the pod's loopback
+// (Listen), or with host networking on its metrics port.
 type PreviewConfig struct {
 	Enabled    bool   `json:"enabled"`
 	MaxSide    *int32 `json:"max_side,omitempty"`
 	IntervalMs *int32 `json:"interval_ms,omitempty"`
+	Listen     string `json:"listen,omitempty"`
 }
 
 // PlacementConfig is where the agent pins its stage threads.
@@ -224,6 +228,11 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 	if p := in.Pipeline.Spec.Preview; p != nil {
 		// On the container that decodes: the relay forwards frames as they came.
 		decompress.Preview = &PreviewConfig{Enabled: true, MaxSide: p.MaxSide, IntervalMs: p.IntervalMilliseconds}
+		if !in.Pipeline.Spec.HostNetwork {
+			// Only on the pod's loopback: reached through the API server's port-forward, which
+			// it authorizes (pods/portforward in the namespace), never from the pod network.
+			decompress.Preview.Listen = fmt.Sprintf("127.0.0.1:%d", PreviewPort)
+		}
 	}
 	return map[string]AgentConfig{relayKey(n): relay, configKey(n): decompress}
 }
@@ -353,7 +362,8 @@ func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 		}
 		return out
 	case s != nil && s.Stream2 != nil:
-		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s.Stream2)), Redeliver: s.Stream2.Redeliver}
+		return &SinkConfig{Kind: "stream2", Endpoint: fmt.Sprintf("tcp://*:%d", stream2Port(s.Stream2)), Redeliver: s.Stream2.Redeliver,
+			AllowFrom: s.Stream2.AllowFrom}
 	default:
 		return &SinkConfig{Kind: "null"}
 	}

@@ -42,7 +42,7 @@ func goldenCases() map[string]*v1beta1.StreamPipeline {
 			sp.Spec.Codec = v1beta1.Codec("bslz4")
 			sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu-eiger2:31001"}}
 			redeliver := int32(128)
-			sp.Spec.Sink = &v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31001, Redeliver: &redeliver}}
+			sp.Spec.Sink = &v1beta1.Sink{Stream2: &v1beta1.Stream2Sink{Port: 31001, Redeliver: &redeliver, AllowFrom: []string{"10.40.0.0/24"}}}
 			side := int32(256)
 			sp.Spec.Preview = &v1beta1.Preview{MaxSide: &side}
 		}),

@@ -53,6 +53,9 @@ const (
 	MetricsPort      = 9100
 	// DecompressMetricsPort is the decompressing container's metrics port in a gateway pod.
 	DecompressMetricsPort = 9101
+	// PreviewPort is where a gateway pod's decompressing container serves its live preview, on
+	// the pod's loopback only (without host networking).
+	PreviewPort = 9102
 	// RelaySocket is where a gateway pod's receiving container hands frames to its decompressing
 	// container (an emptyDir both mount at RelayDir).
 	RelayDir      = "/run/numastream"

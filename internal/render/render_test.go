@@ -773,9 +773,18 @@ func TestThePreviewIsTheDecodingContainersAndOffUnlessAsked(t *testing.T) {
 	if r["preview"] != nil {
 		t.Errorf("the relay got a preview: %v", r["preview"])
 	}
-	want := map[string]any{"enabled": true, "interval_ms": 1000.0}
+	// Served on the pod's loopback only: the API server's port-forward reaches it, the pod
+	// network does not.
+	want := map[string]any{"enabled": true, "interval_ms": 1000.0, "listen": "127.0.0.1:9102"}
 	if got, _ := g["preview"].(map[string]any); !reflect.DeepEqual(got, want) {
 		t.Errorf("gateway preview %v, want %v", g["preview"], want)
+	}
+	// With host networking the loopback is the node's: on the stream's own metrics port.
+	sp.Spec.HostNetwork = true
+	g, _ = configs(sp)
+	want = map[string]any{"enabled": true, "interval_ms": 1000.0}
+	if got, _ := g["preview"].(map[string]any); !reflect.DeepEqual(got, want) {
+		t.Errorf("host network: gateway preview %v, want %v", g["preview"], want)
 	}
 }
 

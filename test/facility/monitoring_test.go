@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
+	"github.com/numastream/numastream/internal/render"
 	"github.com/numastream/numastream/internal/storage"
 	"github.com/numastream/numastream/internal/testenv"
 )
@@ -74,14 +76,7 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 
 	// The live preview as a person opens it: kubectl numastream preview forwards a local port to
 	// the gateway's decoding container through the API server and the kubelet.
-	var forward lockedBuffer
-	preview := plugin(t, &forward, "preview", sp.Name)
-	var page string
-	eventually(t, "kubectl numastream preview's address", 60*time.Second, func() (bool, string) {
-		m := regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/preview`).FindString(forward.String())
-		page = m
-		return m != "", forward.String()
-	})
+	page, forward, stop := openPreview(t, sp)
 	resp, err := http.Get(page + "/streams.json")
 	if err != nil {
 		t.Fatalf("GET %s/streams.json through the forward: %v", page, err)
@@ -91,11 +86,21 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(list), `"stream":0`) {
 		t.Errorf("the preview through kubectl numastream preview: %s: %s", resp.Status, list)
 	}
-	_ = preview.Process.Signal(syscall.SIGINT)
-	if err := preview.Wait(); err != nil {
-		t.Errorf("kubectl numastream preview after Ctrl-C: %v\n%s", err, forward.String())
-	}
+	stop()
 	t.Logf("%s: %s", strings.TrimSpace(forward.String()), list)
+	// From the pod network (here the host, which the NetworkPolicy admits to the metrics ports):
+	// the metrics port serves no picture, and the preview's port is the pod's loopback only.
+	dx := net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(render.DecompressMetricsPort))
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + dx + "/preview/streams.json"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the preview on the gateway's metrics port %s: %v %v, want 404", dx, resp, err)
+	} else {
+		_ = resp.Body.Close()
+	}
+	loopback := net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(render.PreviewPort))
+	if c, err := net.DialTimeout("tcp", loopback, 5*time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("the preview's port answers on the pod's address %s: it is the loopback's only", loopback)
+	}
 
 	// Every dashboard query returns series from the live pipeline.
 	dashboard := objs["ConfigMap"].Object["data"].(map[string]any)["numastream.json"].(string)
@@ -260,6 +265,34 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig stri
 			"relabel_configs":       relabel})
 	}
 	return jobs
+}
+
+// openPreview opens the live preview of the pipeline's stream 0 as a person does: kubectl
+// numastream preview forwards a local port to the gateway pod's loopback through the API server
+// and the kubelet. The page's address, what the plugin printed, and stop (Ctrl-C, then its exit
+// checked).
+func openPreview(t *testing.T, sp *v1beta1.StreamPipeline) (string, *lockedBuffer, func()) {
+	t.Helper()
+	forward := &lockedBuffer{}
+	preview := plugin(t, forward, "preview", sp.Name)
+	var page string
+	eventually(t, "kubectl numastream preview's address", 60*time.Second, func() (bool, string) {
+		page = regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/preview`).FindString(forward.String())
+		return page != "", forward.String()
+	})
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = preview.Process.Signal(syscall.SIGINT)
+		if err := preview.Wait(); err != nil {
+			t.Errorf("kubectl numastream preview after Ctrl-C: %v\n%s", err, forward.String())
+		}
+	}
+	t.Cleanup(stop)
+	return page, forward, stop
 }
 
 // scraperToken is what Prometheus's service account would scrape the operator with: a token of

@@ -7,13 +7,11 @@ import (
 	"image/color"
 	"image/png"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +105,15 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	}
 	defer deleteAndCheckGone(t, sp)
 
+	// The gateway's live view, opened as the people at the experiment open it (kubectl numastream
+	// preview) once the gateway runs; read while series 2 runs.
+	var gw *corev1.Pod
+	eventually(t, "the gateway pod running", 120*time.Second, func() (bool, string) {
+		gw = streamGateway(t, sp, 0)
+		return gw != nil, "none yet"
+	})
+	page, _, stop := openPreview(t, sp)
+	defer stop()
 	first := filepath.Join(dir, "eiger-1.h5")
 	eventually(t, "series 1 published complete on gateway-a", 240*time.Second, func() (bool, string) {
 		_, err := os.Stat(first)
@@ -115,15 +122,15 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	if p := get(t, sp).Status.Plan; p == nil {
 		t.Fatal("no plan")
 	}
-	// The gateway's live view, as the people at the experiment open it: the page, the streams it
-	// lists and the latest frame, a PNG of at most maxSide a side (read while series 2 runs).
+	// The page, the streams it lists and the latest frame, a PNG of at most maxSide a side.
 	began := time.Now()
-	previewOfGateway(t, streamGateway(t, sp, 0), 128)
+	previewOfGateway(t, page, gw, 128)
 	// The detector goes away in the middle of series 2.
 	time.Sleep(1500*time.Millisecond - time.Since(began))
 	if err := k8s.Delete(ctx, det, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
+	stop()
 	var cur *v1beta1.StreamPipeline
 	eventually(t, "Degraded=True SeriesIncomplete naming series 2", 120*time.Second, func() (bool, string) {
 		cur = get(t, sp)
@@ -159,7 +166,7 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 			t.Errorf("the sender's log lacks %q:\n%s", want, b)
 		}
 	}
-	gw := running(t, sp, render.RoleGateway)
+	gw = running(t, sp, render.RoleGateway)
 	if gw == nil {
 		t.Fatal("no running gateway")
 	}
@@ -292,16 +299,13 @@ func runCmd(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// previewOfGateway opens a gateway pod's /preview (spec.preview) on its decoding container's
-// metrics port: the page names stream 0, streams.json lists it with its frame's shape, and its
-// PNG decodes (Go's image/png, not ours) to a picture of at most maxSide a side with more than
-// one colour in it.
-func previewOfGateway(t *testing.T, gw *corev1.Pod, maxSide int) {
+// previewOfGateway reads the /preview (spec.preview) of gateway pod gw's stream 0 at page (as
+// kubectl numastream preview printed it): the page names stream 0, streams.json lists it with
+// its frame's shape, and its PNG decodes (Go's image/png, not ours) to a picture of at most
+// maxSide a side with more than one colour in it.
+func previewOfGateway(t *testing.T, page string, gw *corev1.Pod, maxSide int) {
 	t.Helper()
-	if gw == nil {
-		t.Fatal("no running gateway pod")
-	}
-	base := "http://" + net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(containerPort(gw, "metrics-dx", render.DecompressMetricsPort)))
+	base := strings.TrimSuffix(page, "/preview")
 	c := http.Client{Timeout: 5 * time.Second}
 	get := func(path string) (string, []byte) {
 		resp, err := c.Get(base + path)

@@ -224,6 +224,25 @@ void parse_source(Fields& f, Config& c) {
   sf.finish();
 }
 
+// A list of 1 to 256 address blocks ("10.0.0.0/8", "192.0.2.7"), each checked.
+std::vector<std::string> parse_address_blocks(const json& list, const std::string& path) {
+  if (!list.is_array() || list.empty() || list.size() > 256) {
+    throw ConfigError(path, "must be a list of 1 to 256 address blocks (got " + show(list) + ")");
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    if (!list[i].is_string()) throw ConfigError(at, "must be a string (got " + show(list[i]) + ")");
+    try {
+      AddressBlocks::parse({list[i].get<std::string>()});
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(at, e.what());
+    }
+    out.push_back(list[i].get<std::string>());
+  }
+  return out;
+}
+
 // One sink object (`sink`, or an entry of `sinks`) into `out`.
 void parse_sink_object(Fields& sf, SinkConfig& out) {
   std::string kind =
@@ -231,6 +250,7 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
   if (kind != "hdf5") sf.forbid("dataset", "only used by the hdf5 sink");
   if (kind != "hdf5") sf.forbid("io", "only used by the hdf5 sink");
   if (kind != "stream2") sf.forbid("redeliver", "only used by the stream2 sink");
+  if (kind != "stream2") sf.forbid("allow_from", "only used by the stream2 sink (its consumers)");
   if (kind != "hdf5") sf.forbid("layout", "only used by the hdf5 sink");
   if (kind != "numastream") sf.forbid("connections", "only used by a numastream (onward) consumer");
   if (kind != "file" && kind != "hdf5") sf.forbid("mode", "only used by the file and hdf5 sinks");
@@ -273,6 +293,8 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
     parse_endpoint(out.endpoint, sf.path("endpoint"));
     sf.forbid("path", "only used by the file and hdf5 sinks");
     out.redeliver = static_cast<int>(sf.integer("redeliver", out.redeliver, 0, 100000));
+    if (const json* af = sf.raw("allow_from"))
+      out.allow_from = parse_address_blocks(*af, sf.path("allow_from"));
   } else {
     out.kind = kind == "numastream" ? SinkConfig::Kind::numastream : SinkConfig::Kind::zmq;
     out.endpoint = sf.required_string("endpoint");
@@ -545,10 +567,11 @@ Config parse_config(const json& doc, Role role) {
     c.preview.max_side = static_cast<int>(pf.integer("max_side", c.preview.max_side, 16, 4096));
     c.preview.interval_ms =
         static_cast<int>(pf.integer("interval_ms", c.preview.interval_ms, 50, 60000));
+    c.preview.listen = pf.string("listen", "");
     pf.finish();
-    if (c.preview.enabled && c.metrics_listen.empty()) {
+    if (c.preview.enabled && c.metrics_listen.empty() && c.preview.listen.empty()) {
       throw ConfigError("preview.enabled",
-                        "the preview is served on the metrics port: set metrics.listen");
+                        "the preview needs an address: set preview.listen or metrics.listen");
     }
   }
   if (const json* t = f.raw("timeouts")) {
@@ -580,21 +603,7 @@ Config parse_config(const json& doc, Role role) {
       if (send)
         throw ConfigError(secf.path("allow_from"),
                           "only used by receive (the addresses senders connect from)");
-      if (!af->is_array() || af->empty() || af->size() > 256) {
-        throw ConfigError(secf.path("allow_from"),
-                          "must be a list of 1 to 256 address blocks (got " + show(*af) + ")");
-      }
-      for (std::size_t i = 0; i < af->size(); ++i) {
-        const std::string at = secf.path("allow_from") + "[" + std::to_string(i) + "]";
-        if (!(*af)[i].is_string())
-          throw ConfigError(at, "must be a string (got " + show((*af)[i]) + ")");
-        try {
-          AddressBlocks::parse({(*af)[i].get<std::string>()});
-        } catch (const std::invalid_argument& e) {
-          throw ConfigError(at, e.what());
-        }
-        c.security.allow_from.push_back((*af)[i].get<std::string>());
-      }
+      c.security.allow_from = parse_address_blocks(*af, secf.path("allow_from"));
     }
     secf.finish();
   }

@@ -86,6 +86,9 @@ struct SinkConfig {
   // stream2: copies of the last messages handed over, sent again after a consumer goes away
   // (stream2_sink.hpp); 0 keeps none.
   int redeliver = 64;
+  // stream2: the consumers admitted, by the address blocks they connect from; empty: any that
+  // reaches the endpoint. Others are refused at connection (counted), never given a message.
+  std::vector<std::string> allow_from;
   // hdf5, Stream V2 series: "layout": "file" (one file per series) or "nxmx": a master file and
   // data files of at most `frames_per_file` images each (pipeline/nxmx_series.hpp), with the
   // NXmx names a detector does not send (written "unknown" when not given).
@@ -160,13 +163,16 @@ struct Config {
   int window = 8;              // send: unacknowledged chunks per connection at most (credit)
   int reorder_window = 16;     // file sink: chunks held to restore order
   std::string metrics_listen;  // host:port; empty = no metrics server
-  // receive: the latest frame of each stream as a picture on the metrics port (/preview), taken
-  // at most every interval_ms, drawn at most max_side pixels a side. Off unless asked: it shows
-  // the experiment's data to whoever reaches the port.
+  // receive: the latest frame of each stream as a picture (/preview), taken at most every
+  // interval_ms, drawn at most max_side pixels a side, on its own `listen` address (host:port;
+  // the operator's pods: 127.0.0.1, reached only through the API server's port-forward) or, with
+  // none, on the metrics port. Off unless asked: it shows the experiment's data to whoever
+  // reaches the address.
   struct Preview {
     bool enabled = false;
     int max_side = 512;
     int interval_ms = 500;
+    std::string listen;
   } preview;
   std::string sysfs_root = "/sys";
   std::string cgroup_root = "/sys/fs/cgroup";  // this process's cgroup (v2), for its CPU budget

@@ -347,9 +347,24 @@ void address_checked_server(Socket& sock) {
     fail("address-checked server");
 }
 
+void consumer_checked_server(Socket& sock, const std::string& domain) {
+  if (domain.size() > 254 ||
+      zmq_setsockopt(sock.get(), ZMQ_ZAP_DOMAIN, domain.data(), domain.size()) != 0)
+    fail("consumer-checked server");
+}
+
+std::string consumers_domain(const std::string& endpoint) {
+  return ("numastream-consumers " + endpoint).substr(0, 254);
+}
+
+void ZapAuthenticator::admit(const std::string& domain, AddressBlocks blocks) {
+  std::lock_guard lock(domains_mu_);
+  domains_[domain] = std::move(blocks);
+}
+
 ZapAuthenticator::ZapAuthenticator(Context& ctx, std::set<std::string> allowed,
                                    std::string server_secret, AddressBlocks allow_from,
-                                   std::function<void(const std::string&)> on_address_refused)
+                                   Refused on_address_refused)
     : rep_(ctx, ZMQ_REP),
       allowed_(std::move(allowed)),
       server_secret_(std::move(server_secret)),
@@ -368,8 +383,14 @@ ZapAuthenticator::~ZapAuthenticator() {
 // Request: version, request id, domain, address, routing id, mechanism, credentials...
 ZapAuthenticator::Verdict ZapAuthenticator::judge(const std::vector<std::string>& parts) const {
   if (parts.size() < 6 || parts[0] != "1.0") return Verdict::key;
-  if (parts[2] != "numastream")
-    return Verdict::accepted;  // a socket without our check (a Stream V2 sink's)
+  if (parts[2] != "numastream") {
+    // A re-emit's consumers, by their address; a socket without our check, accepted.
+    std::lock_guard lock(domains_mu_);
+    auto it = domains_.find(parts[2]);
+    if (it == domains_.end()) return Verdict::accepted;
+    return it->second.contains(parts[3]) && parts[5] == "NULL" ? Verdict::accepted
+                                                               : Verdict::consumer;
+  }
   if (!allow_from_.empty() && !allow_from_.contains(parts[3])) return Verdict::address;
   const std::string& mechanism = parts[5];
   if (allowed_.empty() && server_secret_.empty()) {  // no keys: the address was the check
@@ -418,7 +439,9 @@ void ZapAuthenticator::serve() {
     if (ok) {
       accepted_++;
     } else if (v == Verdict::address) {
-      if (refused_address_++ < 3 && on_address_refused_) on_address_refused_(parts[3]);
+      if (refused_address_++ < 3 && on_address_refused_) on_address_refused_(parts[2], parts[3]);
+    } else if (v == Verdict::consumer) {
+      if (refused_consumers_++ < 3 && on_address_refused_) on_address_refused_(parts[2], parts[3]);
     } else {
       refused_++;
     }
@@ -426,9 +449,10 @@ void ZapAuthenticator::serve() {
     const std::string reply[] = {"1.0",
                                  id,
                                  ok ? "200" : "400",
-                                 ok                      ? "OK"
-                                 : v == Verdict::address ? "address not allowed"
-                                                         : "key not allowed",
+                                 ok ? "OK"
+                                 : v == Verdict::address || v == Verdict::consumer
+                                     ? "address not allowed"
+                                     : "key not allowed",
                                  "",
                                  ""};
     for (std::size_t i = 0; i < 6; ++i) {

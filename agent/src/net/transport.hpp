@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
@@ -157,6 +159,11 @@ void plain_server(Socket& sock);
 // checked against `server_secret`. Runs a thread until destroyed; destroy it before the context.
 // A listening socket without keys whose peers' addresses the ZapAuthenticator checks.
 void address_checked_server(Socket& sock);
+// A listening socket without keys whose peers the ZapAuthenticator admits by the address blocks
+// given for `domain` (ZapAuthenticator::admit): a Stream V2 re-emit's consumers.
+void consumer_checked_server(Socket& sock, const std::string& domain);
+// The ZAP domain of a re-emit bound at `endpoint`.
+std::string consumers_domain(const std::string& endpoint);
 
 // Answers ZeroMQ's authentication requests (ZAP) for the sockets above: a peer must connect from
 // an address in allow_from (when it is not empty) and, on a CURVE or PLAIN socket, prove one of
@@ -165,25 +172,36 @@ class ZapAuthenticator {
  public:
   // allowed_public_keys empty and no server_secret: the sockets have no keys (NULL mechanism),
   // only the address is checked. on_address_refused hears each peer refused for its address.
+  // on_address_refused hears each of the first peers refused for its address, with the domain
+  // ("numastream" for the data sockets).
+  using Refused = std::function<void(const std::string& domain, const std::string& address)>;
   ZapAuthenticator(Context& ctx, std::set<std::string> allowed_public_keys,
                    std::string server_secret = "", AddressBlocks allow_from = {},
-                   std::function<void(const std::string&)> on_address_refused = {});
+                   Refused on_address_refused = {});
   ~ZapAuthenticator();
   ZapAuthenticator(const ZapAuthenticator&) = delete;
   ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
   std::uint64_t accepted() const noexcept { return accepted_.load(); }
   std::uint64_t refused() const noexcept { return refused_.load(); }  // for a key
   std::uint64_t refused_address() const noexcept { return refused_address_.load(); }
+  // Sockets of `domain` (consumer_checked_server) admit only peers connecting from `blocks`. Call
+  // before they bind.
+  void admit(const std::string& domain, AddressBlocks blocks);
+  // Peers refused under an admit()ted domain, over all of them.
+  std::uint64_t refused_consumers() const noexcept { return refused_consumers_.load(); }
 
  private:
-  enum class Verdict { accepted, key, address };
+  enum class Verdict { accepted, key, address, consumer };
   Verdict judge(const std::vector<std::string>& parts) const;
   void serve();
   Socket rep_;
   std::set<std::string> allowed_;
   std::string server_secret_;
   AddressBlocks allow_from_;
-  std::function<void(const std::string&)> on_address_refused_;
+  Refused on_address_refused_;
+  mutable std::mutex domains_mu_;
+  std::map<std::string, AddressBlocks> domains_;
+  std::atomic<std::uint64_t> refused_consumers_{0};
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> accepted_{0}, refused_{0}, refused_address_{0};
   std::thread thread_;

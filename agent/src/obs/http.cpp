@@ -84,8 +84,9 @@ std::string MetricsServer::answer(const std::string& req) const {
     auto end = req.find(' ', 4);
     path = req.substr(4, end == std::string::npos ? std::string::npos : end - 4);
   }
-  if (path == "/metrics") return response(200, "OK", "text/plain; version=0.0.4", metrics_());
-  if (path == "/healthz") {
+  if (path == "/metrics" && metrics_)
+    return response(200, "OK", "text/plain; version=0.0.4", metrics_());
+  if (path == "/healthz" && healthy_) {
     return healthy_() ? response(200, "OK", "text/plain", "ok\n")
                       : response(503, "Service Unavailable", "text/plain", "failing\n");
   }
@@ -99,7 +100,8 @@ std::string MetricsServer::answer(const std::string& req) const {
                       r->type, r->body);
     }
   }
-  return response(404, "Not Found", "text/plain", "try /metrics or /healthz\n");
+  return response(404, "Not Found", "text/plain",
+                  metrics_ ? "try /metrics or /healthz\n" : "not served here\n");
 }
 
 // One thread polls the listening socket and every connection. A connection reads its request

@@ -33,7 +33,7 @@ class MetricsServer {
     std::size_t max_request_bytes = 8192;
   };
   // `listen` is "host:port" (port 0 picks a free port). Throws std::system_error when it cannot
-  // bind.
+  // bind. Without `metrics` and `healthy` (empty functions) it answers only what `more` routes.
   MetricsServer(const std::string& listen, std::function<std::string()> metrics,
                 std::function<bool()> healthy, Limits limits, Route more = {});
   MetricsServer(const std::string& listen, std::function<std::string()> metrics,

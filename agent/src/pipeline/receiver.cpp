@@ -400,11 +400,13 @@ void Receiver::declare_connection_metrics(MetricRegistry& m) {
   m.add("numastream_connections_rejected_total", MetricType::counter,
         "Connections dropped before any frame: not a ZeroMQ peer (handshake), a key that is not "
         "allowed (auth), an "
-        "address outside security.allow_from (address).",
+        "address outside security.allow_from (address); a Stream V2 re-emit's consumer outside "
+        "its sink's allow_from (consumer).",
         [this](MetricSamples& s) {
           s.add({{"reason", "handshake"}}, static_cast<double>(rejected_handshake_.load()));
           s.add({{"reason", "auth"}}, static_cast<double>(refused_key()));
           s.add({{"reason", "address"}}, static_cast<double>(refused_address()));
+          s.add({{"reason", "consumer"}}, static_cast<double>(refused_consumers()));
         });
   m.counter("numastream_connections_accepted_total", "Connections accepted on the data ports.",
             [this] { return static_cast<double>(accepted_.load()); });
@@ -419,16 +421,29 @@ void Receiver::declare_connection_metrics(MetricRegistry& m) {
 // ZeroMQ's authentication handler for the data ports: the senders' keys (CURVE, or authenticate
 // mode's pair token) and security.allow_from.
 void Receiver::start_authenticator() {
-  if (!curve_ && cfg_.security.allow_from.empty()) return;
+  std::vector<const SinkConfig*> reemits;  // Stream V2 re-emits that name their consumers
+  for (const auto& k : cfg_.consumers) {
+    if (k.sink.kind == SinkConfig::Kind::stream2 && !k.sink.allow_from.empty())
+      reemits.push_back(&k.sink);
+  }
+  if (!curve_ && cfg_.security.allow_from.empty() && reemits.empty()) return;
   const AddressBlocks allow_from = AddressBlocks::parse(cfg_.security.allow_from);
   zap_ = std::make_unique<zmq::ZapAuthenticator>(
       *ctx_, curve_ ? curve_->allowed : std::set<std::string>{},
       curve_ && curve_->authenticate_only ? curve_->secret_key : "", allow_from,
-      [](const std::string& address) {
+      [](const std::string& domain, const std::string& address) {
         log_warn("refused a connection from " +
                  (address.empty() ? std::string("an unknown address") : address) +
-                 ": not in security.allow_from");
+                 (domain == "numastream"
+                      ? std::string(": not in security.allow_from")
+                      : ": not a consumer the sink's allow_from names (" + domain + ")"));
       });
+  for (const SinkConfig* k : reemits) {
+    zap_->admit(zmq::consumers_domain(k->endpoint), AddressBlocks::parse(k->allow_from));
+    std::string blocks;
+    for (const auto& b : k->allow_from) blocks += (blocks.empty() ? "" : ", ") + b;
+    log_line("stream2 re-emit on " + k->endpoint + ": admitting consumers only from " + blocks);
+  }
   if (curve_) {
     log_line(std::string(curve_->authenticate_only ? "authenticate mode (frames not encrypted)"
                                                    : "CURVE") +
@@ -441,26 +456,38 @@ void Receiver::start_authenticator() {
   }
 }
 
-// The metrics, health and preview server (metrics.listen); none without one.
-std::unique_ptr<MetricsServer> Receiver::serve_metrics(const RunHooks& hooks) {
-  if (cfg_.metrics_listen.empty()) return nullptr;
+// The metrics and health server (metrics.listen), and the preview's: on its own address
+// (preview.listen: its own thread, so drawing a picture never delays a probe) or on the metrics
+// port. None without an address.
+Receiver::Servers Receiver::serve_http(const RunHooks& hooks) {
+  Servers out;
   if (cfg_.preview.enabled) {
     preview_ = std::make_unique<Preview>(static_cast<std::size_t>(cfg_.preview.max_side),
                                          std::chrono::milliseconds(cfg_.preview.interval_ms));
   }
-  auto server = std::make_unique<MetricsServer>(
-      cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-      [this] { return !rt_.aborted(); }, MetricsServer::Limits{},
-      [this](const std::string& path) -> std::optional<HttpReply> {
-        if (preview_) return preview_->answer(path);
-        return std::nullopt;
-      });
-  if (preview_)
-    log_line("live preview on http://" + cfg_.metrics_listen + "/preview (port " +
-             std::to_string(server->port()) + ")");
-  log_line("metrics on port " + std::to_string(server->port()));
-  if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
-  return server;
+  auto preview = [this](const std::string& path) -> std::optional<HttpReply> {
+    if (preview_) return preview_->answer(path);
+    return std::nullopt;
+  };
+  const bool apart = preview_ && !cfg_.preview.listen.empty();
+  if (!cfg_.metrics_listen.empty()) {
+    out.metrics = std::make_unique<MetricsServer>(
+        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
+        [this] { return !rt_.aborted(); }, MetricsServer::Limits{},
+        apart ? MetricsServer::Route{} : MetricsServer::Route{preview});
+    log_line("metrics on port " + std::to_string(out.metrics->port()));
+    if (hooks.on_metrics_port) hooks.on_metrics_port(out.metrics->port());
+  }
+  if (apart) {
+    out.preview = std::make_unique<MetricsServer>(cfg_.preview.listen, nullptr, nullptr,
+                                                  MetricsServer::Limits{}, preview);
+  }
+  if (preview_) {
+    const MetricsServer& on = apart ? *out.preview : *out.metrics;
+    log_line("live preview on port " + std::to_string(on.port()) + " (http://" +
+             (apart ? cfg_.preview.listen : cfg_.metrics_listen) + "/preview)");
+  }
+  return out;
 }
 
 RunResult Receiver::run(const RunHooks& hooks) {
@@ -477,7 +504,7 @@ RunResult Receiver::run(const RunHooks& hooks) {
   const int decompressors = rt_.threads(Stage::decompress);
   build(receivers, decompressors);
   declare_metrics();
-  std::unique_ptr<MetricsServer> server = serve_metrics(hooks);
+  Servers servers = serve_http(hooks);
   rt_.started = Clock::now();
   StageGraph graph(rt_);
   declare_graph(graph, receivers, decompressors);
@@ -494,8 +521,11 @@ RunResult Receiver::run(const RunHooks& hooks) {
   if (controller_) controller_->stop();
   if (extra_) extra_->join();
   incomplete_files_ = consumers_->finish([this](const std::string& why) { rt_.fail(why); });
-  server.reset();  // nothing reads the metrics once the authenticator goes
-  if (zap_) zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
+  servers = {};  // nothing reads the metrics once the authenticator goes
+  if (zap_) {
+    zap_refused_key_ = zap_->refused(), zap_refused_address_ = zap_->refused_address();
+    zap_refused_consumers_ = zap_->refused_consumers();
+  }
   zap_.reset();
   ctx_.reset();
   return conclude();
@@ -690,7 +720,8 @@ nlohmann::json Receiver::summary(const StreamTracker::Totals& t) const {
       {"rejected_connections",
        {{"handshake", rejected_handshake_.load()},
         {"auth", refused_key()},
-        {"address", refused_address()}}},
+        {"address", refused_address()},
+        {"consumer", refused_consumers()}}},
       // Connections that never opened a stream (no resume frame): noise, scanners,
       // other protocols, refused keys.
       {"connections_accepted", accepted_.load()},

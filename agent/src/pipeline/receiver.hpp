@@ -99,7 +99,10 @@ class Receiver {
                                              std::uint16_t connections = 1);
   void declare_metrics();
   void start_authenticator();
-  std::unique_ptr<MetricsServer> serve_metrics(const RunHooks& hooks);
+  struct Servers {
+    std::unique_ptr<MetricsServer> metrics, preview;
+  };
+  Servers serve_http(const RunHooks& hooks);
   void declare_stream_metrics(MetricRegistry& m);
   void declare_connection_metrics(MetricRegistry& m);
   void supervise();
@@ -186,6 +189,10 @@ class Receiver {
   std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
   std::atomic<std::uint64_t> rejected_auth_{0};  // peers refused by authentication (key or address)
   std::uint64_t zap_refused_key_ = 0, zap_refused_address_ = 0;  // its counts, once it has gone
+  std::uint64_t zap_refused_consumers_ = 0;
+  std::uint64_t refused_consumers() const {
+    return zap_ ? zap_->refused_consumers() : zap_refused_consumers_;
+  }
   std::uint64_t refused_key() const { return zap_ ? zap_->refused() : zap_refused_key_; }
   std::uint64_t refused_address() const {
     return zap_ ? zap_->refused_address() : zap_refused_address_;

@@ -57,6 +57,9 @@ class Stream2Sink final : public Sink {
     sock_->set_int(ZMQ_SNDHWM, cfg_.hwm);
     sock_->set_int(ZMQ_LINGER, static_cast<int>(cfg_.connect_timeout_s * 1000));
     mon_.emplace(ctx_, *sock_, "stream2-sink");
+    // Only the consumers the configuration names (the receiver's ZAP handler admits them).
+    if (!cfg_.sink.allow_from.empty())
+      zmq::consumer_checked_server(*sock_, zmq::consumers_domain(cfg_.sink.endpoint));
     sock_->bind(cfg_.sink.endpoint);
   }
 
