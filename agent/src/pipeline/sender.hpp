@@ -1,0 +1,167 @@
+// The sender as one class: a source stage reads chunks (sender_source.cpp), compressing
+// threads encode them, sending threads put them on the wire under acknowledged delivery, and a
+// spill (sender_spill.cpp) holds what the receiver cannot take yet from a source that cannot
+// wait (sender.cpp runs it). Internal to the agent: run_sender (pipeline.hpp) is its interface.
+#pragma once
+#include <fcntl.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "codec/codec.hpp"
+#include "codec/synth.hpp"
+#include "data/buffer_pool.hpp"
+#include "data/queue.hpp"
+#include "data/spill.hpp"
+#include "net/link.hpp"
+#include "net/transport.hpp"
+#include "obs/http.hpp"
+#include "pipeline/chunk.hpp"
+#include "pipeline/governor.hpp"
+#include "pipeline/graph.hpp"
+#include "pipeline/pipeline.hpp"
+#include "pipeline/pools.hpp"
+#include "pipeline/runtime.hpp"
+#include "pipeline/sources.hpp"
+#include "store/hdf5_io.hpp"
+#include "store/state.hpp"
+#include "wire/wire.hpp"
+
+namespace numastream {
+
+class Sender {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Sender(const Config& cfg, std::stop_token stop)
+      : cfg_(cfg), rt_(cfg, std::move(stop)), endpoint_(parse_endpoint(cfg.endpoint, "endpoint")) {}
+
+  RunResult run(const RunHooks& hooks);
+
+ private:
+  // A duration for people: 3 significant digits.
+  static std::string seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", s);
+    return b;
+  }
+  void prepare_source();
+  // The stage threads' bodies (run by Runtime::run_stage).
+  void source_loop(StageThread& t);
+  void compress_loop(StageThread& t);
+  void send_loop(StageThread& t);
+  LinkOptions send_link_options(int index) const;
+  void declare_discarded(std::uint32_t stream, std::span<const std::uint64_t> seqs);
+  void end_stream(AckedLink& link, int index, std::uint64_t on_connection, StageStats& st);
+  // What run() is made of: the state an earlier sender left, what one run holds, the spill, the
+  // graph, the state recorder, the summary.
+  void load_state();
+  void build(int compressors, int senders);
+  void open_spill();
+  void declare_graph(StageGraph& graph, int compressors, int senders);
+  std::jthread start_recorder();
+  nlohmann::json summary();
+  // spill: between the compressors and the sending threads (see spill_loop).
+  void spill_loop();
+  bool unspill(BufferPool& pool, bool wait);
+  std::optional<Chunk> next_to_send(std::chrono::milliseconds timeout, bool& done) {
+    return send_q_ ? send_q_->pop_for(timeout, done) : wire_q_->pop_for(timeout, done);
+  }
+  // A source that can wait for the pipeline (a file or synthetic data at full speed): a full
+  // spill holds it back. Any other (a detector, a paced source) loses what a full spill refuses.
+  bool source_can_wait() const { return source_->replays() && cfg_.source.rate_gbps == 0; }
+  bool wait_welcome();
+  // A file, or synthetic data with a chunk count: a drain pauses such a stream instead of
+  // ending it short.
+  bool source_has_end() const { return source_->has_end(); }
+  // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
+  // unless a person ended an endless stream with SIGINT.
+  bool drain_pauses() const {
+    return rt_.drain_requested() && !source_ended_ &&
+           (source_has_end() || drain_signal() != SIGINT);
+  }
+  bool drain_done(std::optional<Clock::time_point>& from);
+  std::atomic<bool> source_ended_{false};
+  std::uint64_t drain_seq_ = 0;  // the chunks read when a drain began
+  bool drain_cut_ = false;       // the drain ended at source.drain_s, the detector still sending
+  void declare_metrics();
+
+  const Config& cfg_;
+  Runtime rt_;
+  Endpoint endpoint_;
+  std::size_t wire_capacity_ = 0;
+
+  // Declaration order is destruction order in reverse: the ZeroMQ context (which may still hold
+  // zero-copy messages) goes before the pools their buffers return to.
+  std::unique_ptr<Source> source_;
+  std::size_t element_size_ = 2;  // bytes per sample (bslz4)
+  std::string metadata_;          // the stream's metadata frame: pixel type and frame shape
+  std::unique_ptr<NodePools> wire_pools_;
+  std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
+  std::unique_ptr<OrderedQueue<Chunk>> wire_q_;
+  // spill (cfg_.spill): the store on node-local storage and the queue the sending threads take
+  // from; both only with a spill.
+  std::unique_ptr<SpillStore> spill_;
+  std::unique_ptr<BoundedQueue<Chunk>> send_q_;
+  std::atomic<std::uint64_t> spilled_chunks_{0};
+  std::atomic<std::uint64_t> spilled_bytes_{0};
+  std::atomic<std::uint64_t> spill_lost_{0};
+  std::uint64_t spill_disk_full_ = 0;  // of those, refused for want of disk space
+  std::atomic<std::uint64_t> spill_disk_bytes_{0};
+  std::atomic<std::uint64_t> spill_frames_{0};
+  std::atomic<std::uint64_t> spill_peak_bytes_{0};
+  std::unique_ptr<zmq::Context> ctx_;
+
+  // placement.adaptive: spare compressing threads on the sending threads' CPUs, and what sets
+  // them to work (pipeline/governor.hpp).
+  int spares_ = 0;
+  std::unique_ptr<adaptive::Governor> governor_;
+  std::unique_ptr<adaptive::ExtraWorkers> extra_;  // compressors started when the CPU budget grows
+  std::unique_ptr<adaptive::Controller> controller_;
+  std::atomic<std::uint64_t> produced_chunks_{0};
+  std::atomic<std::uint64_t> produced_bytes_{0};
+  std::atomic<std::uint64_t> wire_bytes_{0};
+  std::atomic<std::uint64_t> sent_chunks_{0};
+  std::atomic<bool> source_done_{false};
+  std::atomic<std::int64_t> first_chunk_ns_{-1};
+  std::atomic<std::int64_t> last_send_ns_{0};
+
+  // Acknowledged delivery: what the receiver has taken, shared by the connections. The source
+  // starts once a connection has the receiver's answer to its resume frame (a restarted sender
+  // learns there what to skip).
+  std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
+  std::unique_ptr<StreamState> state_;  // the acknowledged record on the node (state_dir)
+  std::unique_ptr<TakenRecord> taken_;  // a live source's: how many chunks its senders took
+  std::shared_ptr<GapBook> gap_book_ = std::make_shared<GapBook>();
+  std::uint64_t declared_at_start_ = 0;  // chunks of earlier senders declared missing
+  std::vector<std::uint64_t>
+      recovered_seqs_;  // ascending: an earlier sender's spilled chunks, sent first
+  std::uint64_t start_live();
+  std::uint64_t state_floor_ = 0;  // what an earlier sender recorded
+  void save_state();
+  std::optional<CurveSetup> curve_;
+  std::mutex welcome_mu_;
+  std::condition_variable welcome_cv_;
+  bool welcomed_ = false;
+  std::uint64_t skipped_chunks_ = 0;
+  std::atomic<std::uint64_t> retransmitted_{0};
+  // Frames written with the payload in a part of its own (uncopied), and payloads copied into
+  // whole frames for a receiver that does not take two parts.
+  std::atomic<std::uint64_t> two_part_{0}, made_whole_{0};
+  std::atomic<int> reconnects_{0};
+  std::atomic<std::uint64_t> discarded_{0};  // notices of chunks the gateway discarded
+};
+
+}  // namespace numastream

@@ -1,0 +1,209 @@
+// The sender's source stage: the chunks it reads, a live source's numbering after an earlier
+// sender, and a drain (sender.hpp).
+#include "pipeline/sender.hpp"
+
+namespace numastream {
+namespace {
+
+// `gaps` (ascending, disjoint) without the chunks `seqs` (ascending) names.
+std::vector<wire::Gap> without(const std::vector<wire::Gap>& gaps,
+                               const std::vector<std::uint64_t>& seqs) {
+  std::vector<wire::Gap> out;
+  for (const auto& g : gaps) {
+    std::uint64_t at = g.first;
+    for (auto it = std::lower_bound(seqs.begin(), seqs.end(), g.first);
+         it != seqs.end() && *it < g.end; ++it) {
+      if (*it > at) out.push_back({at, *it, g.reason});
+      at = *it + 1;
+    }
+    if (at < g.end) out.push_back({at, g.end, g.reason});
+  }
+  return out;
+}
+
+}  // namespace
+
+bool Sender::wait_welcome() {
+  std::unique_lock lock(welcome_mu_);
+  while (!welcomed_ && !rt_.aborted()) welcome_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  return welcomed_ && !rt_.aborted();
+}
+
+void Sender::prepare_source() {
+  SourceSetup setup{
+      cfg_, rt_.stage_nodes(Stage::compress), rt_.placement.stage(Stage::source).front().numa_node,
+      static_cast<std::size_t>(cfg_.queue_depth + rt_.threads(Stage::compress) + 1), log_line};
+  source_ = make_source(setup, *ctx_);
+  const hdf5::FrameShape shape = source_->shape();
+  element_size_ = dtype_size(shape.dtype);
+  nlohmann::json meta{{"dtype", shape.dtype}, {"shape", shape.dims}};
+  // A raw zmq source: frames it queued for a sender that died are counted by no one (the
+  // gateway says its losses are a lower bound then).
+  if (cfg_.source.kind == SourceConfig::Kind::zmq) meta["source"] = "zmq";
+  metadata_ = meta.dump();
+}
+
+void Sender::source_loop(StageThread& t) {
+  StageStats& st = t.stats;
+  Clock::time_point pace_start;
+  const double interval_s =
+      cfg_.source.rate_gbps > 0 ? cfg_.chunk_bytes * 8.0 / (cfg_.source.rate_gbps * 1e9) : 0;
+  std::uint64_t seq = 0;
+  std::optional<std::uint64_t> paced_from;
+  if (!wait_welcome()) return;
+  const std::uint32_t stream = cfg_.stream_id;
+  if (ledger_->acknowledged(stream) > 0) {
+    log_line("resuming stream " + std::to_string(stream) + ": the receiver already has " +
+             std::to_string(ledger_->acknowledged(stream)) + " chunks");
+  }
+  // A live source numbers on after its earlier senders, before it reads anything: a stream ended
+  // before a chunk came still ends at the right total.
+  if (!source_->replays()) {
+    seq = start_live();
+    produced_chunks_ = seq;
+  }
+  // A drain stops a replaying source at once (the next sender resumes it from the source). A
+  // live one reads on until the detector pauses or source.drain_s passes (see drain_done).
+  std::optional<Clock::time_point> drain_from;
+  auto stop = [&] {
+    if (rt_.aborted()) return true;
+    if (!rt_.drain_requested()) return false;
+    if (source_->replays()) return true;
+    return drain_done(drain_from);
+  };
+  while (!stop()) {
+    RawChunk c;
+    c.seq = seq;
+    // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
+    // stream's totals.
+    if (source_->replays() && ledger_->contains(stream, seq)) {
+      const std::size_t size = source_->skip(seq);
+      if (size == 0) break;
+      wire_q_->skip(seq);
+      ++seq;
+      ++skipped_chunks_;
+      produced_bytes_ += size;
+      produced_chunks_ = seq;
+      continue;
+    }
+    // Paced from the first chunk this sender sends: skipped ones take no time.
+    if (interval_s > 0) {
+      if (!paced_from) {
+        paced_from = seq;
+        pace_start = Clock::now();
+      }
+      ScopedTimer wait(st.blocked_input_ns);
+      std::this_thread::sleep_until(
+          pace_start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>((seq - *paced_from) * interval_s)));
+    }
+    if (!source_->read(c, st, stop)) {
+      // Ended by the source itself (an empty message from a zmq detector), not by a stop: the
+      // stream ends, even during a drain.
+      source_ended_ = !stop();
+      break;
+    }
+    // Counted taken before it enters the pipeline: if this sender dies, the next one knows.
+    if (taken_) taken_->taken(seq + 1);
+    const std::size_t size = c.message  ? c.message->bytes().size()
+                             : c.buffer ? c.buffer->size
+                                        : cfg_.chunk_bytes;
+    const std::size_t raw = c.as_is ? c.raw_size : size;
+    {
+      ScopedTimer wait(st.blocked_output_ns);
+      if (!raw_q_->push(c)) break;
+    }
+    ++seq;
+    st.chunks++;
+    st.bytes_out += size;
+    produced_bytes_ += raw;
+    produced_chunks_ = seq;
+    t.observe();
+  }
+  if (drain_from) {
+    const double secs = std::chrono::duration<double>(Clock::now() - *drain_from).count();
+    log_line(
+        "drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
+        seconds(secs) + " s after the stop was asked; " +
+        (source_ended_ ? std::string("the detector ended the stream")
+         : drain_cut_
+             ? "the detector did not pause within source.drain_s (" + seconds(cfg_.source.drain_s) +
+                   " s): what it had in transit is lost (a stream2 gateway names the image ids)"
+             : "the detector paused: nothing was in transit"));
+  }
+}
+
+// A live source during a drain: done once the detector has sent nothing for
+// source.drain_quiet_ms (nothing is in transit then), or source.drain_s after the drain began.
+bool Sender::drain_done(std::optional<Clock::time_point>& from) {
+  const auto now = Clock::now();
+  if (!from) {
+    from = now;
+    drain_seq_ = produced_chunks_.load();
+    log_line("drain: reading the detector until it pauses (" +
+             std::to_string(cfg_.source.drain_quiet_ms) + " ms without a message) or " +
+             seconds(cfg_.source.drain_s) + " s pass");
+  }
+  if (now - std::max(source_->last_input(), *from) >=
+      std::chrono::milliseconds(cfg_.source.drain_quiet_ms))
+    return true;
+  if (now - *from >= std::chrono::duration<double>(cfg_.source.drain_s)) {
+    drain_cut_ = true;
+    return true;
+  }
+  return false;
+}
+
+// A live source cannot replay. Its sender numbers on after every chunk an earlier sender of the
+// stream took (its taken record) or the receiver has, and declares what earlier senders took and
+// never had acknowledged as a gap: the receiver counts those chunks missing and names them.
+std::uint64_t Sender::start_live() {
+  const std::uint32_t stream = cfg_.stream_id;
+  auto [floor, above] = ledger_->snapshot(stream);
+  std::uint64_t start = ledger_->end(stream);
+  const auto earlier = taken_ ? taken_->earlier() : std::nullopt;
+  if (earlier) start = std::max(start, earlier->at_most);
+  if (!recovered_seqs_.empty()) start = std::max(start, recovered_seqs_.back() + 1);
+  if (start == 0) return 0;
+  const auto reason = earlier && !earlier->exact ? wire::GapReason::sender_restarted_bound
+                                                 : wire::GapReason::sender_restarted;
+  std::vector<wire::Gap> gaps;
+  std::uint64_t at = floor;
+  for (auto q : above) {  // ascending
+    if (q >= start) break;
+    if (q > at) gaps.push_back({at, q, reason});
+    at = q + 1;
+  }
+  if (at < start) gaps.push_back({at, start, reason});
+  gaps = without(gaps, recovered_seqs_);  // those come from the spill
+  wire_q_->start_at(start);
+  std::uint64_t missing = 0;
+  for (const auto& g : gaps) missing += g.size();
+  if (!earlier && missing > 0) {
+    // No record of what the earlier sender took: the gap is what the receiver has not, below what
+    // it has; chunks the earlier sender held above that are not known to anyone.
+    log_warn("resuming a live source at chunk " + std::to_string(start) +
+             " without a state_dir: chunks an "
+             "earlier sender took after chunk " +
+             std::to_string(start - 1) + " are not known to anyone");
+  }
+  if (!gaps.empty()) {
+    if (!gap_book_->add(stream, gaps))
+      throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) +
+                               " separate gaps in stream " + std::to_string(stream));
+    ledger_->settle(stream, gaps);
+  }
+  declared_at_start_ = missing;
+  log_warn("resuming a live source at chunk " + std::to_string(start) + ": " +
+           std::to_string(missing) +
+           " chunks an earlier sender took were never acknowledged; declared missing" +
+           (reason == wire::GapReason::sender_restarted_bound
+                ? " (at most; the node restarted since it counted them)"
+                : "") +
+           (gaps.empty() ? std::string()
+                         : ", first " + std::to_string(gaps.front().first) + ", last " +
+                               std::to_string(gaps.back().end - 1)));
+  return start;
+}
+
+}  // namespace numastream
