@@ -807,6 +807,34 @@ TEST(EndToEnd, StateDirResumesWhenSenderAndReceiverBothRestart) {
   EXPECT_EQ(r2["duplicates"], 0);
 }
 
+// A state record an earlier sender left with 3,000 scattered gaps (every other chunk a full
+// spill refused: more than one gap frame holds) is declared whole to a receiver that never saw
+// the stream: each chunk counted missing, none taken for delivered. 1,024 was the most a sender
+// could declare: past it the record's gaps were dropped, the chunks settled all the same, and the
+// receiver counted them delivered earlier.
+TEST(EndToEnd, AStateRecordOfThousandsOfScatteredGapsIsDeclaredWhole) {
+  const int port = free_ports(1);
+  const std::string state = temp_dir();
+  json gaps = json::array();
+  for (int i = 0; i < 3000; ++i) gaps.push_back({2 * i, 2 * i + 1, 3});
+  {
+    std::ofstream rec(state + "/stream-0.json");
+    rec << json{{"stream", 0}, {"floor", 0}, {"above", json::array()}, {"gaps", gaps}}.dump();
+  }
+  Process rx(receiver(port, 1));
+  Process tx(sender(
+      port, 1,
+      {"--chunks", "6000", "--chunk-bytes", "65536", "--set", "state_dir=\"" + state + "\""}));
+  EXPECT_EQ(tx.wait(120s), 0) << tx.err();
+  EXPECT_EQ(rx.wait(60s), 3) << rx.err();  // chunks lost: exits 3 (integrity), as it should
+  const json r = summary(rx);
+  EXPECT_EQ(r["chunks"], 3000) << r.dump();
+  EXPECT_EQ(r["declared_missing"], 3000) << r.dump();
+  EXPECT_EQ(r["lost"], 3000) << r.dump();
+  EXPECT_EQ(r["delivered_before"], 0) << r.dump();
+  EXPECT_EQ(r["complete"], true) << r.dump();
+}
+
 // An unusable state directory is an error naming it.
 TEST(EndToEnd, StateDirUnusableIsNamed) {
   int port = free_ports(2);

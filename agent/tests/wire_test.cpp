@@ -240,6 +240,20 @@ TEST(Wire, RejectsConnectionOutsideItsCount) {
   EXPECT_EQ(decode_of(frame(h, 10)), DecodeError::bad_connection);
 }
 
+// A gap frame carries at most kMaxGapRecords records, every one of them: more is an error for
+// the caller (a sender splits them over frames), never a frame that declares less.
+TEST(Wire, AGapFrameCarriesEveryGapItIsGivenOrRefuses) {
+  std::vector<Gap> gaps;
+  for (std::uint64_t i = 0; i < kMaxGapRecords; ++i)
+    gaps.push_back({2 * i, 2 * i + 1, GapReason::gateway_discarded});
+  const auto frame = encode_gaps(7, 0, 1, gaps);
+  Header h;
+  ASSERT_EQ(decode(frame, 0, h), DecodeError::ok);
+  EXPECT_EQ(decode_gaps(frame), gaps);
+  gaps.push_back({2 * kMaxGapRecords, 2 * kMaxGapRecords + 1, GapReason::spill_full});
+  EXPECT_THROW(encode_gaps(7, 0, 1, gaps), std::invalid_argument);
+}
+
 TEST(Wire, ChecksumSeesEveryByte) {
   std::vector<std::byte> a(4096, std::byte{1});
   auto before = checksum(a);

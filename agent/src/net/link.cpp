@@ -40,7 +40,7 @@ bool GapBook::add(std::uint32_t stream, std::span<const wire::Gap> gaps) {
       merged.push_back(g);
     }
   }
-  if (merged.size() > wire::kMaxGapRecords) return false;
+  if (merged.size() > wire::kMaxDeclaredGaps) return false;
   gaps_[stream] = std::move(merged);
   ++version_;
   return true;
@@ -226,11 +226,17 @@ bool AckedLink::write_metadata(std::uint32_t stream) {
   }
   if (!gaps_) return true;
   gaps_sent_ = gaps_->version();
-  const auto gaps = gaps_->of(stream);
-  if (gaps.empty()) return true;
-  zmq::Message m =
-      zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
-  return write(m);
+  return write_gaps(stream, gaps_->of(stream));
+}
+
+bool AckedLink::write_gaps(std::uint32_t stream, const std::vector<wire::Gap>& gaps) {
+  for (std::size_t at = 0; at < gaps.size(); at += wire::kMaxGapRecords) {
+    const std::size_t n = std::min(wire::kMaxGapRecords, gaps.size() - at);
+    zmq::Message m = zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections,
+                                                        std::span(gaps).subspan(at, n)));
+    if (!write(m)) return false;
+  }
+  return true;
 }
 
 void AckedLink::wait_welcome(double timeout_s) {
@@ -428,11 +434,8 @@ void AckedLink::pump(int timeout_ms) {
   if (gaps_ && gaps_->version() != gaps_sent_) {
     const std::uint64_t version = gaps_->version();
     for (auto stream : announced_) {
-      const auto gaps = gaps_->of(stream);
-      if (gaps.empty()) continue;
-      zmq::Message m =
-          zmq::Message::of(wire::encode_gaps(stream, opts_.connection, opts_.connections, gaps));
-      if (!write(m)) return;  // dropped: the resume after the reconnect carries them
+      if (!write_gaps(stream, gaps_->of(stream)))
+        return;  // dropped: the resume after the reconnect carries them
     }
     gaps_sent_ = version;
   }

@@ -55,7 +55,7 @@ class AckLedger {
 class GapBook {
  public:
   // Adds gaps (ascending after it, adjacent ones of one reason merged). False when the stream
-  // would hold more than wire::kMaxGapRecords: the caller fails rather than declare less.
+  // would hold more than wire::kMaxDeclaredGaps: the caller fails rather than declare less.
   bool add(std::uint32_t stream, std::span<const wire::Gap> gaps);
   std::vector<wire::Gap> of(std::uint32_t stream) const;
   std::uint64_t version() const;
@@ -172,6 +172,8 @@ class AckedLink {
   std::map<std::uint32_t, std::string> metadata_;
   bool write_resume(std::uint32_t stream);    // as many frames as the record needs
   bool write_metadata(std::uint32_t stream);  // and the stream's declared gaps
+  // Every declared gap of `stream`, in as many gap frames as they take.
+  bool write_gaps(std::uint32_t stream, const std::vector<wire::Gap>& gaps);
   std::shared_ptr<GapBook> gaps_;
   std::uint64_t gaps_sent_ = 0;  // the book's version last sent on this connection
   int seen_disconnects_ = 0;

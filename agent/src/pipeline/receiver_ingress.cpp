@@ -331,7 +331,7 @@ bool Receiver::take_gaps(Port& port, Incoming& f) {
   // declaration goes on to the far site as any other.
   if (consumers_->onward() && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
     throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
-                             std::to_string(wire::kMaxGapRecords) +
+                             std::to_string(wire::kMaxDeclaredGaps) +
                              " separate gaps to declare onward");
   }
   Inbound in{h, std::move(f.msg), std::nullopt, port.index};

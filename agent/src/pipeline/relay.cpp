@@ -84,7 +84,7 @@ void run_relay(const RelayWiring& w, StageThread& t) {
       auto gaps = wire::decode_gaps(in->msg.bytes());
       if (!w.gaps->add(h.stream_id, gaps)) {
         throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
-                                 std::to_string(wire::kMaxGapRecords) + " separate gaps");
+                                 std::to_string(wire::kMaxDeclaredGaps) + " separate gaps");
       }
       link.serve(0);  // declared downstream before the chunks after them
       // Frames held for one the gap says will never come go on now: the gap may come after

@@ -89,7 +89,7 @@ void Sender::declare_discarded(std::uint32_t stream, std::span<const std::uint64
   std::vector<wire::Gap> gaps;
   for (auto s : seqs) gaps.push_back({s, s + 1, wire::GapReason::gateway_discarded});
   if (!gap_book_->add(stream, gaps)) {
-    throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) +
+    throw std::runtime_error("more than " + std::to_string(wire::kMaxDeclaredGaps) +
                              " separate gaps in stream " + std::to_string(stream));
   }
   if (discarded_++ == 0) {
@@ -337,7 +337,12 @@ void Sender::load_state() {
       // Gaps earlier senders declared go to the receiver again: one that restarted learns them.
       const auto gaps = state_->gaps();
       if (!gaps.empty()) {
-        gap_book_->add(cfg_.stream_id, gaps);
+        if (!gap_book_->add(cfg_.stream_id, gaps)) {
+          throw std::runtime_error(
+              "state " + state_->path() + ": more than " + std::to_string(wire::kMaxDeclaredGaps) +
+              " separate gaps recorded for stream " + std::to_string(cfg_.stream_id) +
+              ", more than a receiver keeps: not resumed");
+        }
         ledger_->settle(cfg_.stream_id, gaps);
       }
       log_line("state " + state_->path() + ": an earlier sender recorded " +

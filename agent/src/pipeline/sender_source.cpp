@@ -189,7 +189,7 @@ std::uint64_t Sender::start_live() {
   }
   if (!gaps.empty()) {
     if (!gap_book_->add(stream, gaps))
-      throw std::runtime_error("more than " + std::to_string(wire::kMaxGapRecords) +
+      throw std::runtime_error("more than " + std::to_string(wire::kMaxDeclaredGaps) +
                                " separate gaps in stream " + std::to_string(stream));
     ledger_->settle(stream, gaps);
   }

@@ -114,7 +114,7 @@ void Sender::spill_loop() {
     // Declared: the receiver counts it missing and names it, and does not wait for it.
     const wire::Gap gap{c->header.sequence, c->header.sequence + 1, wire::GapReason::spill_full};
     if (!gap_book_->add(cfg_.stream_id, {&gap, 1})) {
-      throw std::runtime_error("spill: more than " + std::to_string(wire::kMaxGapRecords) +
+      throw std::runtime_error("spill: more than " + std::to_string(wire::kMaxDeclaredGaps) +
                                " separate runs of chunks refused by the full spill");
     }
     ledger_->settle(cfg_.stream_id, {&gap, 1});

@@ -31,7 +31,7 @@ class StreamTracker {
   enum class Verdict { delivered, duplicate, corrupt };
   static constexpr std::size_t kDefaultMaxStreams = 64;
   // Declared gaps kept per stream (adjacent ones are merged); past this a gap frame is refused.
-  static constexpr std::size_t kMaxGaps = 4096;
+  static constexpr std::size_t kMaxGaps = wire::kMaxDeclaredGaps;
 
   explicit StreamTracker(std::size_t max_streams = kDefaultMaxStreams,
                          std::uint64_t window = SeqSet::kDefaultWindow)

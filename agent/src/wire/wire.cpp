@@ -279,7 +279,11 @@ std::vector<std::byte> encode_metadata(std::uint32_t stream, std::uint16_t conne
 
 std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection,
                                    std::uint16_t connections, std::span<const Gap> gaps) {
-  const std::size_t n = std::min(gaps.size(), kMaxGapRecords);
+  if (gaps.size() > kMaxGapRecords) {
+    throw std::invalid_argument(std::to_string(gaps.size()) + " gaps in one gap frame (at most " +
+                                std::to_string(kMaxGapRecords) + ")");
+  }
+  const std::size_t n = gaps.size();
   std::vector<std::byte> out(kHeaderSize + kGapRecord * n);
   for (std::size_t i = 0; i < n; ++i) {
     std::byte* r = out.data() + kHeaderSize + kGapRecord * i;

@@ -65,6 +65,9 @@ struct Gap {
 // A gap frame's payload: records of 24 bytes (first u64, end u64, reason u64), at most this many.
 inline constexpr std::size_t kGapRecord = 24;
 inline constexpr std::size_t kMaxGapRecords = 1024;
+// Separate gaps one stream may declare in all (a receiver keeps every one of them): sent in as
+// many gap frames as they take.
+inline constexpr std::size_t kMaxDeclaredGaps = 4096;
 
 // Ack and resume frames: header.sequence is a floor (every sequence below it is acknowledged)
 // and the payload lists acknowledged sequences at or above the floor, u64 each, at most this many.
@@ -149,7 +152,8 @@ std::vector<std::uint64_t> decode_ack_list(std::span<const std::byte> message);
 // Reads the end-of-stream payload of a message that decode() accepted as end_of_stream.
 EndOfStream decode_end_of_stream(std::span<const std::byte> message) noexcept;
 
-// A gap frame declaring `gaps` (at most kMaxGapRecords), checksummed.
+// A gap frame declaring `gaps` (at most kMaxGapRecords: more throw std::invalid_argument),
+// checksummed.
 std::vector<std::byte> encode_gaps(std::uint32_t stream, std::uint16_t connection,
                                    std::uint16_t connections, std::span<const Gap> gaps);
 // The gaps of a message that decode() accepted as a gap frame.
