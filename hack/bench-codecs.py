@@ -59,12 +59,26 @@ def run_rusage(args):
     return p, finish
 
 
+def agent_codec(kernel=None):
+    """One `bench codec` run pinned to CPU, with the bslz4 kernel `kernel` (None: the agent's own)."""
+    env = dict(os.environ)
+    if kernel:
+        env["NUMASTREAM_BSLZ4_KERNEL"] = kernel
+    out = subprocess.run(["taskset", "-c", CPU, AGENT, "bench", "codec", "--json", "--rounds", "3"],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    return json.loads(out)["codec"]
+
+
 def per_core():
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([AGENT, "synth", "--out", f"{tmp}/f.raw", "--chunk-bytes", str(CHUNK), "--frames", "4"], check=True)
         frames = np.fromfile(f"{tmp}/f.raw", dtype="<u2").reshape(4, -1)
     os.sched_setaffinity(0, {int(CPU)})
-    ref_c, ref_d, ours_c, ours_d, ours_ratio = [], [], [], [], []
+    # Every bit-shuffle kernel this CPU runs (the agent's choice is the last), each a row.
+    order = ["portable", "avx2", "avx512", "avx512-gfni"]
+    kernels = sorted(agent_codec()["bitshuffle_kernels"], key=lambda k: order.index(k) if k in order else len(order))
+    ref_c, ref_d = [], []
+    ours = {k: {"c": [], "d": [], "ratio": [], "shuffle": [], "unshuffle": []} for k in kernels}
     # Both sides in MB per CPU-second of the one core (the agent's bench codec counts its thread's
     # CPU time too), so time the core spent on other processes counts for neither.
     for _ in range(ROUNDS):
@@ -76,19 +90,25 @@ def per_core():
             bitshuffle.decompress_lz4(e, frames[0].shape, frames.dtype, 0)
         ref_d.append(frames.nbytes / (time.thread_time() - t) / 1e6)
         ref_ratio = frames.nbytes / sum(e.nbytes + 12 for e in enc)
-        out = subprocess.run(["taskset", "-c", CPU, AGENT, "bench", "codec", "--json", "--rounds", "3"],
-                             capture_output=True, text=True, check=True).stdout
-        codec = json.loads(out)["codec"]
-        ours_c.append(codec["bslz4_compress_mbps"])
-        ours_d.append(codec["bslz4_decompress_mbps"])
-        ours_ratio.append(codec["bslz4_ratio"])
+        for k in kernels:
+            codec = agent_codec(k)
+            assert codec["bslz4_kernel"] == k, codec["bslz4_kernel"]
+            ours[k]["c"].append(codec["bslz4_compress_mbps"])
+            ours[k]["d"].append(codec["bslz4_decompress_mbps"])
+            ours[k]["ratio"].append(codec["bslz4_ratio"])
+            ours[k]["shuffle"].append(codec["bitshuffle_kernels"][k]["shuffle_mbps"])
+            ours[k]["unshuffle"].append(codec["bitshuffle_kernels"][k]["unshuffle_mbps"])
     os.sched_setaffinity(0, set(range(os.cpu_count())))
     m = statistics.median
     print(f"bslz4 per core ({ROUNDS} alternated rounds, CPU {CPU}, 4 projections of {CHUNK} B)")
-    print(f"  {'':22} {'compress MB/s':>14} {'decompress MB/s':>16} {'ratio':>7}")
-    print(f"  {'numastream':22} {m(ours_c):14.0f} {m(ours_d):16.0f} {m(ours_ratio):7.3f}")
-    print(f"  {'bitshuffle 0.5.2 (ref)':22} {m(ref_c):14.0f} {m(ref_d):16.0f} {ref_ratio:7.3f}")
-    print(f"  {'ours / reference':22} {m(ours_c) / m(ref_c):14.2f} {m(ours_d) / m(ref_d):16.2f}")
+    print(f"  {'':26} {'compress MB/s':>14} {'decompress MB/s':>16} {'ratio':>7} {'vs reference':>14}"
+          f" {'bit-shuffle':>12} {'unshuffle':>10}")
+    for k in kernels:
+        o = ours[k]
+        print(f"  {'numastream, ' + k:26} {m(o['c']):14.0f} {m(o['d']):16.0f} {m(o['ratio']):7.3f}"
+              f" {m(o['c']) / m(ref_c):6.2f}, {m(o['d']) / m(ref_d):5.2f} {m(o['shuffle']):12.0f}"
+              f" {m(o['unshuffle']):10.0f}")
+    print(f"  {'bitshuffle 0.5.2 (ref)':26} {m(ref_c):14.0f} {m(ref_d):16.0f} {ref_ratio:7.3f}")
 
 
 def stream(send_args, receive_args, chunk=CHUNK, agent=None):

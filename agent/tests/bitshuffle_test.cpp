@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codec/synth.hpp"
@@ -41,23 +45,58 @@ std::vector<std::byte> shuffle_by_definition(const std::vector<std::byte>& in, s
   return out;
 }
 
-TEST(Bitshuffle, BothKernelsFollowTheDefinition) {
-  for (std::size_t e : {1u, 2u, 4u, 8u}) {
-    for (std::size_t n : {8u, 24u, 32u, 40u, 4096u, 4104u}) {
-      auto in = random_bytes(n * e, static_cast<unsigned>(n + e));
-      auto want = shuffle_by_definition(in, e);
-      std::vector<std::byte> a(in.size()), b(in.size()), back(in.size());
-      shuffle_bits(in.data(), a.data(), n, e);
-      shuffle_bits_portable(in.data(), b.data(), n, e);
-      EXPECT_EQ(a, want) << "dispatching kernel (avx2 " << avx2_in_use() << "), e=" << e
-                         << " n=" << n;
-      EXPECT_EQ(b, want) << "portable kernel, e=" << e << " n=" << n;
-      unshuffle_bits(a.data(), back.data(), n, e);
-      EXPECT_EQ(back, in) << "e=" << e << " n=" << n;
-      unshuffle_bits_portable(b.data(), back.data(), n, e);
-      EXPECT_EQ(back, in) << "portable, e=" << e << " n=" << n;
+// Every kernel this CPU runs, on every element size and on lengths that are and are not whole
+// vectors (64 and 256 elements) of each: the bytes of the definition, and back.
+TEST(Bitshuffle, EveryKernelThisCpuRunsFollowsTheDefinition) {
+  for (const Kernel k : kernels_available()) {
+    for (std::size_t e : {1u, 2u, 3u, 4u, 8u}) {
+      for (std::size_t n : {8u, 24u, 32u, 40u, 64u, 72u, 248u, 256u, 264u, 4096u, 4104u}) {
+        auto in = random_bytes(n * e, static_cast<unsigned>(n + e));
+        auto want = shuffle_by_definition(in, e);
+        std::vector<std::byte> a(in.size()), back(in.size());
+        shuffle_bits(in.data(), a.data(), n, e, k);
+        EXPECT_EQ(a, want) << kernel_name(k) << " kernel, e=" << e << " n=" << n;
+        unshuffle_bits(a.data(), back.data(), n, e, k);
+        EXPECT_EQ(back, in) << kernel_name(k) << " kernel back, e=" << e << " n=" << n;
+      }
     }
   }
+}
+
+// The kernels a CPU gets, read against what the kernel says the CPU has (/proc/cpuinfo's flags,
+// not the compiler's CPU check the dispatch uses): AVX2 where it has avx2, AVX-512 where it has
+// avx512f, avx512bw and avx512vbmi, with GFNI where it also has gfni; the dispatch takes the
+// best, or the one a cap names.
+TEST(Bitshuffle, TheDispatchTakesTheBestKernelTheCpuHas) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  }
+  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
+  auto has = [&](const std::string& f) { return flags.find(" " + f + " ") != std::string::npos; };
+  std::vector<Kernel> want = {Kernel::portable};
+  if (has("avx2")) want.push_back(Kernel::avx2);
+  if (has("avx512f") && has("avx512bw") && has("avx512vbmi")) {
+    want.push_back(Kernel::avx512);
+    if (has("gfni")) want.push_back(Kernel::avx512_gfni);
+  }
+  EXPECT_EQ(kernels_available(), want);
+  std::printf("this CPU's bslz4 kernels:");
+  for (const Kernel k : want) std::printf(" %s", kernel_name(k));
+  std::printf("\n");
+  EXPECT_EQ(choose_kernel(nullptr), want.back());
+  EXPECT_EQ(choose_kernel(""), want.back());
+  EXPECT_EQ(choose_kernel("no-such-kernel"), want.back());
+  EXPECT_EQ(choose_kernel("portable"), Kernel::portable);
+  for (const Kernel k : want) EXPECT_EQ(choose_kernel(kernel_name(k)), k);
+  if (!has("avx512vbmi")) {
+    EXPECT_EQ(choose_kernel("avx512"), want.back());
+  }
+  EXPECT_EQ(kernel_in_use(), choose_kernel(std::getenv("NUMASTREAM_BSLZ4_KERNEL")));
 }
 
 TEST(Bitshuffle, DefaultBlocksAreTheReferenceLibrarys) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <new>
 
+#include "codec/bitshuffle_kernels.hpp"
+
 namespace numastream::bslz4 {
 namespace {
 
@@ -39,6 +41,10 @@ inline std::uint64_t transpose8x8(std::uint64_t x) noexcept {
   x = x ^ t ^ (t << 28);
   return x;
 }
+
+}  // namespace
+
+namespace detail {
 
 // Bit planes of byte planes: `planes` holds e planes of n bytes (byte j of every element);
 // groups [m0, m1) of 8 elements are written. The portable kernel of both directions.
@@ -75,47 +81,53 @@ void bits_to_planes(const std::byte* in, std::byte* planes, std::size_t n, std::
   }
 }
 
+namespace {
+
 template <std::size_t E>
-void bytes_to_planes_t(const std::byte* in, std::byte* planes, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
+void bytes_to_planes_t(const std::byte* in, std::byte* planes, std::size_t n,
+                       std::size_t i0) noexcept {
+  for (std::size_t i = i0; i < n; ++i) {
     for (std::size_t j = 0; j < E; ++j) planes[j * n + i] = in[i * E + j];
   }
 }
 
 template <std::size_t E>
-void planes_to_bytes_t(const std::byte* planes, std::byte* out, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
+void planes_to_bytes_t(const std::byte* planes, std::byte* out, std::size_t n,
+                       std::size_t i0) noexcept {
+  for (std::size_t i = i0; i < n; ++i) {
     for (std::size_t j = 0; j < E; ++j) out[i * E + j] = planes[j * n + i];
   }
 }
 
-void bytes_to_planes(const std::byte* in, std::byte* planes, std::size_t n,
-                     std::size_t e) noexcept {
+}  // namespace
+
+void bytes_to_planes(const std::byte* in, std::byte* planes, std::size_t n, std::size_t e,
+                     std::size_t i0) noexcept {
   switch (e) {
     case 2:
-      return bytes_to_planes_t<2>(in, planes, n);
+      return bytes_to_planes_t<2>(in, planes, n, i0);
     case 4:
-      return bytes_to_planes_t<4>(in, planes, n);
+      return bytes_to_planes_t<4>(in, planes, n, i0);
     case 8:
-      return bytes_to_planes_t<8>(in, planes, n);
+      return bytes_to_planes_t<8>(in, planes, n, i0);
     default:
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = i0; i < n; ++i) {
         for (std::size_t j = 0; j < e; ++j) planes[j * n + i] = in[i * e + j];
       }
   }
 }
 
-void planes_to_bytes(const std::byte* planes, std::byte* out, std::size_t n,
-                     std::size_t e) noexcept {
+void planes_to_bytes(const std::byte* planes, std::byte* out, std::size_t n, std::size_t e,
+                     std::size_t i0) noexcept {
   switch (e) {
     case 2:
-      return planes_to_bytes_t<2>(planes, out, n);
+      return planes_to_bytes_t<2>(planes, out, n, i0);
     case 4:
-      return planes_to_bytes_t<4>(planes, out, n);
+      return planes_to_bytes_t<4>(planes, out, n, i0);
     case 8:
-      return planes_to_bytes_t<8>(planes, out, n);
+      return planes_to_bytes_t<8>(planes, out, n, i0);
     default:
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = i0; i < n; ++i) {
         for (std::size_t j = 0; j < e; ++j) out[i * e + j] = planes[j * n + i];
       }
   }
@@ -131,6 +143,16 @@ std::byte* plane_scratch(std::size_t bytes) {
   }
   return buf.get();
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::bits_to_planes;
+using detail::bytes_to_planes;
+using detail::plane_scratch;
+using detail::planes_to_bits;
+using detail::planes_to_bytes;
 
 // AVX2: the top bit of each of 32 bytes is one movemask; shifting the bytes left walks the bits.
 __attribute__((target("avx2"))) void planes_to_bits_avx2(const std::byte* planes, std::byte* out,
@@ -264,14 +286,10 @@ __attribute__((target("avx2"))) void planes_to_bytes2_avx2(const std::byte* plan
   }
 }
 
-bool cpu_has_avx2() noexcept {
-  static const bool has = [] {
-    // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in the agent changes its environment
-    if (const char* off = std::getenv("NUMASTREAM_NO_AVX2"); off && *off && *off != '0')
-      return false;
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
+Kernel best_kernel() noexcept {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in the agent changes its environment
+  static const Kernel k = choose_kernel(std::getenv("NUMASTREAM_BSLZ4_KERNEL"));
+  return k;
 }
 
 }  // namespace
@@ -287,7 +305,42 @@ std::size_t max_encoded_size(std::size_t raw_bytes) noexcept {
   return kHeaderBytes + raw_bytes + raw_bytes / 255 + (raw_bytes / kMinBlockElements + 2) * 20;
 }
 
-bool avx2_in_use() noexcept { return cpu_has_avx2(); }
+const char* kernel_name(Kernel k) noexcept {
+  switch (k) {
+    case Kernel::avx2:
+      return "avx2";
+    case Kernel::avx512:
+      return "avx512";
+    case Kernel::avx512_gfni:
+      return "avx512-gfni";
+    case Kernel::portable:
+      break;
+  }
+  return "portable";
+}
+
+std::vector<Kernel> kernels_available() noexcept {
+  std::vector<Kernel> out = {Kernel::portable};
+  if (__builtin_cpu_supports("avx2")) out.push_back(Kernel::avx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vbmi")) {
+    out.push_back(Kernel::avx512);
+    if (__builtin_cpu_supports("gfni")) out.push_back(Kernel::avx512_gfni);
+  }
+  return out;
+}
+
+Kernel choose_kernel(const char* cap) noexcept {
+  const auto av = kernels_available();
+  if (cap && *cap) {
+    for (const Kernel c : av) {
+      if (std::strcmp(kernel_name(c), cap) == 0) return c;
+    }
+  }
+  return av.back();
+}
+
+Kernel kernel_in_use() noexcept { return best_kernel(); }
 
 void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
                            std::size_t e) noexcept {
@@ -309,7 +362,18 @@ void unshuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
 }
 
 void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e) noexcept {
-  if (!cpu_has_avx2()) return shuffle_bits_portable(in, out, n, e);
+  shuffle_bits(in, out, n, e, best_kernel());
+}
+
+void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e) noexcept {
+  unshuffle_bits(in, out, n, e, best_kernel());
+}
+
+void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e,
+                  Kernel k) noexcept {
+  if (k == Kernel::avx512 || k == Kernel::avx512_gfni)
+    return detail::shuffle_bits_avx512(in, out, n, e, k == Kernel::avx512_gfni);
+  if (k != Kernel::avx2) return shuffle_bits_portable(in, out, n, e);
   const std::byte* planes = in;
   if (e > 1) {
     std::byte* tmp = plane_scratch(n * e);
@@ -323,8 +387,11 @@ void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_
   planes_to_bits_avx2(planes, out, n, e);
 }
 
-void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e) noexcept {
-  if (!cpu_has_avx2()) return unshuffle_bits_portable(in, out, n, e);
+void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e,
+                    Kernel k) noexcept {
+  if (k == Kernel::avx512 || k == Kernel::avx512_gfni)
+    return detail::unshuffle_bits_avx512(in, out, n, e, k == Kernel::avx512_gfni);
+  if (k != Kernel::avx2) return unshuffle_bits_portable(in, out, n, e);
   if (e == 1) return bits_to_planes_avx2(in, out, n, e);
   std::byte* tmp = plane_scratch(n * e);
   bits_to_planes_avx2(in, tmp, n, e);

@@ -12,12 +12,13 @@
 //
 // Bit-shuffle of n elements (n a multiple of 8) of e bytes: 8e bit planes of n bits each; plane p
 // holds bit p (little-endian bit order within the element) of every element, element i at bit
-// i % 8 of byte i / 8. The AVX2 path and the portable one produce the same bytes.
+// i % 8 of byte i / 8. The portable, AVX2 and AVX-512 kernels produce the same bytes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace numastream::bslz4 {
 
@@ -37,12 +38,29 @@ void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n,
                   std::size_t elem_size) noexcept;
 void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n,
                     std::size_t elem_size) noexcept;
-// The portable versions (the dispatching ones above use AVX2 when the CPU has it).
+// The portable versions.
 void shuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
                            std::size_t elem_size) noexcept;
 void unshuffle_bits_portable(const std::byte* in, std::byte* out, std::size_t n,
                              std::size_t elem_size) noexcept;
-bool avx2_in_use() noexcept;
+
+// The kernels, chosen at run time: the best one the CPU has (AVX-512 needs F, BW and VBMI, its
+// GFNI variant GFNI too); NUMASTREAM_BSLZ4_KERNEL (portable, avx2, avx512, avx512-gfni) names
+// another this CPU runs. Every kernel writes the same bytes.
+enum class Kernel { portable, avx2, avx512, avx512_gfni };
+const char* kernel_name(Kernel k) noexcept;
+// The kernels this CPU runs, portable first, the best last.
+std::vector<Kernel> kernels_available() noexcept;
+// The kernel shuffle_bits and unshuffle_bits (and so encode and decode) use:
+// choose_kernel(NUMASTREAM_BSLZ4_KERNEL), read once.
+Kernel kernel_in_use() noexcept;
+// The kernel named by `cap` when this CPU runs it, else the best it runs.
+Kernel choose_kernel(const char* cap) noexcept;
+// One kernel by name; `k` must be one of kernels_available().
+void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t elem_size,
+                  Kernel k) noexcept;
+void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t elem_size,
+                    Kernel k) noexcept;
 
 // Scratch space one thread reuses: a shuffled block and LZ4's state.
 class Workspace {
