@@ -4,7 +4,8 @@
 // are caught by AddressSanitizer) and checksummed; ack, resume and end-of-stream payloads are
 // read as the receiver and sender read them, into the receiver's own record of its streams. Each
 // input is tried as it is and, so that mutations get past the header check to the code behind it,
-// once more with the check re-stamped.
+// once more with the check re-stamped. The input's bytes also go through every bit-shuffle
+// kernel the CPU runs, which must all write the portable kernel's bytes.
 #include <xxhash.h>
 
 #include <cstddef>
@@ -84,9 +85,30 @@ void exercise(std::span<const std::byte> msg) {
 
 }  // namespace
 
+// Every bit-shuffle kernel this CPU runs writes the portable kernel's bytes, both ways, for any
+// bytes and any whole number of 8-element groups (the first byte picks the element size, 1-8).
+void kernels_agree(std::span<const std::byte> in) {
+  using namespace numastream::bslz4;
+  if (in.size() < 2) return;
+  const std::size_t e = 1 + (std::to_integer<std::size_t>(in[0]) & 7);
+  const std::size_t n = (in.size() - 1) / e / 8 * 8;
+  if (n == 0) return;
+  const std::byte* src = in.data() + 1;
+  std::vector<std::byte> want(n * e), back_want(n * e), got(n * e), back(n * e);
+  shuffle_bits_portable(src, want.data(), n, e);
+  unshuffle_bits_portable(src, back_want.data(), n, e);
+  static const std::vector<Kernel> kernels = kernels_available();
+  for (const Kernel k : kernels) {
+    shuffle_bits(src, got.data(), n, e, k);
+    unshuffle_bits(src, back.data(), n, e, k);
+    if (got != want || back != back_want) __builtin_trap();
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::span<const std::byte> msg(reinterpret_cast<const std::byte*>(data), size);
   exercise(msg);
+  kernels_agree(msg);
   if (size >= numastream::wire::kHeaderSize) {
     std::vector<std::byte> fixed(msg.begin(), msg.end());
     std::uint32_t check = XXH32(fixed.data(), 40, 0x4e53u);
