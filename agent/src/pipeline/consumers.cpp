@@ -99,26 +99,7 @@ void ConsumerSet::make(const ConsumerConfig& want) {
   AckFn k_ack = [](int, std::uint32_t, std::uint64_t) {},
         k_discard = k_ack;  // latest-only: not waited for
   if (k->lossless()) std::tie(k_ack, k_discard) = join_->of(joined_++);
-  if (want.spill.enabled()) {
-    // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
-    // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
-    // it was written there.
-    k->spill =
-        std::make_unique<ConsumerSpill>(want.spill, static_cast<std::uint32_t>(consumers_.size()),
-                                        consumer_identity(want.sink), k_ack);
-    // Live chunks join the acknowledgement; those read back from the spill release it.
-    auto spill_aware = [spill = k->spill.get()](AckFn fn) {
-      return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
-        if (via >= 0) {
-          fn(via, stream, seq);
-        } else {
-          spill->taken(via, stream, seq);
-        }
-      };
-    };
-    k_ack = spill_aware(k_ack);
-    k_discard = spill_aware(k_discard);
-  }
+  if (want.spill.enabled()) add_spill(*k, want, k_ack, k_discard);
   // A latest-only consumer stops waiting for its reader once the lossless ones are done.
   std::function<bool()> aborted = w_.aborted;
   if (!k->lossless()) aborted = [this] { return w_.aborted() || lossless_running_.load() == 0; };
@@ -141,35 +122,10 @@ void ConsumerSet::make(const ConsumerConfig& want) {
           kc, w_.ctx, w_.tracker, w_.reorder_window, k_ack, k_discard,
           [this](std::uint32_t stream) { return w_.ledger.snapshot(stream).first; }, aborted);
       break;
-    case SinkConfig::Kind::numastream: {
-      std::optional<CurveSetup> curve = load_onward_curve(
-          want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
-      log_line("onward consumer to " + want.sink.endpoint + ": " +
-               (!curve                     ? std::string("plain")
-                : curve->authenticate_only ? "authenticating"
-                                           : "CURVE: encrypting"));
-      // Whatever the upstream connections have unacknowledged may wait for the far receiver.
-      LinkOptions opts = link_options(kc, want.sink.endpoint, "onward", w_.onward_window, curve);
-      if (want.spill.enabled()) {
-        // A far site that is down (or not up yet) rides on the spill: the consumer waits for it
-        // however long, the others go on, and the spill's limit is what holds them back.
-        opts.connect_timeout_s = opts.reconnect_timeout_s = std::numeric_limits<double>::infinity();
-      }
-      k->sink = std::make_unique<OnwardSink>(
-          kc, w_.ctx, std::move(opts), curve, k_ack, k_discard, w_.downstream_end, w_.metadata,
-          [this, spill = k->spill.get()](std::uint32_t stream)
-              -> std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>> {
-            // The senders' record, merged from their resume frames and grown by what this
-            // process acknowledged (which the consumer had, or holds in its spill).
-            if (!w_.ledger.knows(stream)) return std::nullopt;
-            auto [floor, above] = w_.ledger.snapshot(stream);
-            if (spill) return spill->had(stream, floor, above);
-            return std::pair{floor, std::move(above)};
-          },
-          w_.onward_gaps, aborted);
+    case SinkConfig::Kind::numastream:
+      k->sink = onward_sink(*k, want, k_ack, k_discard, aborted);
       onward_ = true;
       break;
-    }
     case SinkConfig::Kind::zmq:
       k->sink = std::make_unique<ZmqSink>(
           kc, w_.ctx, k_ack,
@@ -180,6 +136,61 @@ void ConsumerSet::make(const ConsumerConfig& want) {
       break;
   }
   consumers_.push_back(std::move(k));
+}
+
+// A consumer's spill (config `sinks[].spill`): its acknowledgements become the spill's.
+void ConsumerSet::add_spill(Consumer& k, const ConsumerConfig& want, AckFn& k_ack,
+                            AckFn& k_discard) {
+  // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
+  // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
+  // it was written there.
+  k.spill =
+      std::make_unique<ConsumerSpill>(want.spill, static_cast<std::uint32_t>(consumers_.size()),
+                                      consumer_identity(want.sink), k_ack);
+  // Live chunks join the acknowledgement; those read back from the spill release it.
+  auto spill_aware = [spill = k.spill.get()](AckFn fn) {
+    return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
+      if (via >= 0) {
+        fn(via, stream, seq);
+      } else {
+        spill->taken(via, stream, seq);
+      }
+    };
+  };
+  k_ack = spill_aware(k_ack);
+  k_discard = spill_aware(k_discard);
+}
+
+// An onward hop to another numastream receiver.
+std::unique_ptr<Sink> ConsumerSet::onward_sink(Consumer& k, const ConsumerConfig& want,
+                                               const AckFn& k_ack, const AckFn& k_discard,
+                                               const std::function<bool()>& aborted) {
+  const Config& kc = k.cfg;
+  std::optional<CurveSetup> curve =
+      load_onward_curve(want.sink.curve, "sinks[" + std::to_string(consumers_.size()) + "].curve");
+  log_line("onward consumer to " + want.sink.endpoint + ": " +
+           (!curve                     ? std::string("plain")
+            : curve->authenticate_only ? "authenticating"
+                                       : "CURVE: encrypting"));
+  // Whatever the upstream connections have unacknowledged may wait for the far receiver.
+  LinkOptions opts = link_options(kc, want.sink.endpoint, "onward", w_.onward_window, curve);
+  if (want.spill.enabled()) {
+    // A far site that is down (or not up yet) rides on the spill: the consumer waits for it
+    // however long, the others go on, and the spill's limit is what holds them back.
+    opts.connect_timeout_s = opts.reconnect_timeout_s = std::numeric_limits<double>::infinity();
+  }
+  return std::make_unique<OnwardSink>(
+      kc, w_.ctx, std::move(opts), curve, k_ack, k_discard, w_.downstream_end, w_.metadata,
+      [this, spill = k.spill.get()](std::uint32_t stream)
+          -> std::optional<std::pair<std::uint64_t, std::vector<std::uint64_t>>> {
+        // The senders' record, merged from their resume frames and grown by what this
+        // process acknowledged (which the consumer had, or holds in its spill).
+        if (!w_.ledger.knows(stream)) return std::nullopt;
+        auto [floor, above] = w_.ledger.snapshot(stream);
+        if (spill) return spill->had(stream, floor, above);
+        return std::pair{floor, std::move(above)};
+      },
+      w_.onward_gaps, aborted);
 }
 
 std::pair<bool, bool> ConsumerSet::forms(Codec codec) const {

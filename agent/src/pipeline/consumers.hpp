@@ -92,6 +92,9 @@ class ConsumerSet {
  private:
   struct Consumer;
   void make(const ConsumerConfig& want);
+  void add_spill(Consumer& k, const ConsumerConfig& want, AckFn& k_ack, AckFn& k_discard);
+  std::unique_ptr<Sink> onward_sink(Consumer& k, const ConsumerConfig& want, const AckFn& k_ack,
+                                    const AckFn& k_discard, const std::function<bool()>& aborted);
   // Each consumer's figures (metrics, summary) are reported with several, or one with a spill.
   bool per_consumer_figures() const;
   nlohmann::json each_json() const;

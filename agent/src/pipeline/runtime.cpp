@@ -86,6 +86,23 @@ LinkOptions link_options(const Config& cfg, std::string endpoint, std::string na
   return opts;
 }
 
+std::set<std::string> read_allowed_keys(const std::string& path, const std::string& field) {
+  std::set<std::string> keys;
+  std::istringstream lines(read_key_text(path, field));
+  std::string line;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    line = trimmed(line);
+    if (line.empty() || (line[0] == '#' && line.size() != 40)) continue;
+    if (!zmq::curve_key_valid(line)) {
+      throw ConfigError(field, path + " line " + std::to_string(n) +
+                                   " is not a CURVE public key (40 Z85 characters)");
+    }
+    keys.insert(line);
+  }
+  if (keys.empty()) throw ConfigError(field, path + " lists no keys: no sender could connect");
+  return keys;
+}
+
 std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::string& at) {
   if (!sec.curve()) return std::nullopt;
   CurveSetup out;
@@ -106,22 +123,8 @@ std::optional<CurveSetup> load_curve(const SecurityConfig& sec, const std::strin
           field, sec.server_key_file + " does not hold a CURVE public key (40 Z85 characters)");
     }
   }
-  if (!sec.allowed_keys_file.empty()) {
-    const std::string field = at + ".allowed_keys_file";
-    std::istringstream lines(read_key_text(sec.allowed_keys_file, field));
-    std::string line;
-    for (int n = 1; std::getline(lines, line); ++n) {
-      line = trimmed(line);
-      if (line.empty() || (line[0] == '#' && line.size() != 40)) continue;
-      if (!zmq::curve_key_valid(line)) {
-        throw ConfigError(field, sec.allowed_keys_file + " line " + std::to_string(n) +
-                                     " is not a CURVE public key (40 Z85 characters)");
-      }
-      out.allowed.insert(line);
-    }
-    if (out.allowed.empty())
-      throw ConfigError(field, sec.allowed_keys_file + " lists no keys: no sender could connect");
-  }
+  if (!sec.allowed_keys_file.empty())
+    out.allowed = read_allowed_keys(sec.allowed_keys_file, at + ".allowed_keys_file");
   return out;
 }
 
@@ -445,6 +448,38 @@ nlohmann::json Runtime::stages_json() const {
   return out;
 }
 
+// numastream_thread_info: the placement's threads where they run, then the adaptive runtime's
+// spare and extra workers (pinned, named like stage threads, on CPUs the placement gave other
+// threads or the CPU budget grew to).
+void Runtime::sample_threads(MetricSamples& m) const {
+  auto sample = [&](Stage stage, int index, int cpu, bool pinned, bool adaptive) {
+    const int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
+    const std::string nic_local =
+        !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
+    m.add({{"stage", std::string(stage_name(stage))},
+           {"thread", std::to_string(index)},
+           {"cpu", std::to_string(cpu)},
+           {"numa_node", std::to_string(node)},
+           {"pinned", pinned ? "true" : "false"},
+           {"nic_local", nic_local},
+           {"adaptive", adaptive ? "true" : "false"}},
+          1);
+  };
+  for (std::size_t i = 0; i < placement.threads.size(); ++i) {
+    const ThreadSlot& t = placement.threads[i];
+    sample(t.stage, t.index, t.stage == Stage::io ? t.cpu : observed_cpu_[i].load(), t.cpu >= 0,
+           false);
+  }
+  std::vector<Pinned> adaptive;
+  {
+    std::lock_guard lock(pinned_mu_);
+    for (const Pinned& p : pinned_) {
+      if (p.adaptive) adaptive.push_back(p);
+    }
+  }
+  for (const Pinned& p : adaptive) sample(p.stage, p.index, p.cpu, true, true);
+}
+
 void Runtime::declare_common_metrics() {
   metrics_.add("numastream_stage_chunks_total", MetricType::counter, "Chunks a stage finished.",
                [this](MetricSamples& m) {
@@ -477,45 +512,8 @@ void Runtime::declare_common_metrics() {
         }
       });
   metrics_.add("numastream_thread_info", MetricType::gauge,
-               "Where each pipeline thread runs (value is always 1).", [this](MetricSamples& m) {
-                 for (std::size_t i = 0; i < placement.threads.size(); ++i) {
-                   const ThreadSlot& t = placement.threads[i];
-                   int cpu = t.stage == Stage::io ? t.cpu : observed_cpu_[i].load();
-                   int node = cpu >= 0 ? topo.node_of_cpu(cpu) : -1;
-                   std::string nic_local =
-                       !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
-                   m.add({{"stage", std::string(stage_name(t.stage))},
-                          {"thread", std::to_string(t.index)},
-                          {"cpu", std::to_string(cpu)},
-                          {"numa_node", std::to_string(node)},
-                          {"pinned", t.cpu >= 0 ? "true" : "false"},
-                          {"nic_local", nic_local},
-                          {"adaptive", "false"}},
-                         1);
-                 }
-                 // The adaptive runtime's spare and extra workers: pinned, named like stage
-                 // threads, on CPUs the placement gave other threads (or the CPU budget grew to).
-                 std::vector<Pinned> adaptive;
-                 {
-                   std::lock_guard lock(pinned_mu_);
-                   for (const Pinned& p : pinned_) {
-                     if (p.adaptive) adaptive.push_back(p);
-                   }
-                 }
-                 for (const Pinned& p : adaptive) {
-                   int node = topo.node_of_cpu(p.cpu);
-                   std::string nic_local =
-                       !nic_node || node < 0 ? "unknown" : (node == *nic_node ? "true" : "false");
-                   m.add({{"stage", std::string(stage_name(p.stage))},
-                          {"thread", std::to_string(p.index)},
-                          {"cpu", std::to_string(p.cpu)},
-                          {"numa_node", std::to_string(node)},
-                          {"pinned", "true"},
-                          {"nic_local", nic_local},
-                          {"adaptive", "true"}},
-                         1);
-                 }
-               });
+               "Where each pipeline thread runs (value is always 1).",
+               [this](MetricSamples& m) { sample_threads(m); });
   metrics_.gauge("numastream_up", "0 once the pipeline failed.",
                  [this] { return aborted() ? 0 : 1; });
   metrics_.add("numastream_nic_local", MetricType::gauge,

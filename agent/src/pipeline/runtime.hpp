@@ -118,6 +118,7 @@ class Runtime {
 
  private:
   void declare_common_metrics();
+  void sample_threads(MetricSamples& m) const;
   std::stop_token external_;
   MetricRegistry metrics_;
   std::map<Stage, std::unique_ptr<StageStats>> stats_;
@@ -152,6 +153,9 @@ struct CurveSetup {
   bool authenticate_only = false;      // PLAIN with pair tokens instead of CURVE encryption
 };
 // `at` names the fields in errors ("security.curve", "sink.curve").
+// The public keys of an allowed-keys file (one per line; blank lines and comments skipped).
+// Throws ConfigError naming `field` for a line that is not a key, or a file that lists none.
+std::set<std::string> read_allowed_keys(const std::string& path, const std::string& field);
 std::optional<CurveSetup> load_curve(const SecurityConfig& sec,
                                      const std::string& at = "security.curve");
 // The keys of an onward link (a relay's sink, a numastream consumer): its sink's `curve`; none

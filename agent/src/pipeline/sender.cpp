@@ -118,6 +118,45 @@ void Sender::end_stream(AckedLink& link, int index, std::uint64_t on_connection,
   link.finish();
 }
 
+// Connects, announces the stream and waits for a receiver's welcome (it answers at once).
+void Sender::greet(AckedLink& link) {
+  link.connect();
+  link.set_metadata(cfg_.stream_id, metadata_);
+  link.announce(cfg_.stream_id);
+  link.wait_welcome(cfg_.connect_timeout_s);
+  {
+    std::lock_guard lock(welcome_mu_);
+    welcomed_ = true;
+  }
+  welcome_cv_.notify_all();
+}
+
+// One chunk onto connection t.index; the header is encoded once, here, on its way out.
+void Sender::send_chunk(AckedLink& link, Chunk& c, StageThread& t) {
+  StageStats& st = t.stats;
+  c.header.connection = static_cast<std::uint16_t>(t.index);
+  const std::size_t size = wire::kHeaderSize + c.header.payload_size;
+  {
+    ScopedTimer wait(st.blocked_output_ns);
+    if (c.body) {
+      // Header and payload as two parts of one message (copied into one frame for a receiver
+      // that does not take them so).
+      link.send(c.header.stream_id, c.header.sequence, c.head(), c.take_payload());
+    } else {
+      link.send(c.header.stream_id, c.header.sequence, c.whole());
+    }
+  }
+  st.chunks++;
+  st.bytes_out += size;
+  wire_bytes_ += size;
+  auto now_ns = (Clock::now() - rt_.started).count();
+  std::int64_t expected = -1;
+  first_chunk_ns_.compare_exchange_strong(expected, now_ns);
+  last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
+  ++sent_chunks_;
+  t.observe();
+}
+
 void Sender::send_loop(StageThread& t) {
   const int index = t.index;
   StageStats& st = t.stats;
@@ -137,15 +176,7 @@ void Sender::send_loop(StageThread& t) {
       s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
     }
   } count{link, *this};
-  link.connect();
-  link.set_metadata(cfg_.stream_id, metadata_);
-  link.announce(cfg_.stream_id);
-  link.wait_welcome(cfg_.connect_timeout_s);  // connected: a receiver answers at once
-  {
-    std::lock_guard lock(welcome_mu_);
-    welcomed_ = true;
-  }
-  welcome_cv_.notify_all();
+  greet(link);
   std::uint64_t on_connection = 0;
   while (true) {
     {
@@ -164,33 +195,12 @@ void Sender::send_loop(StageThread& t) {
       if (!c && !done) link.serve(0);
     }
     if (!c) break;
-    // Which connection carries the frame; the header is encoded once, here, on its way out.
-    c->header.connection = static_cast<std::uint16_t>(index);
-    const std::size_t size = wire::kHeaderSize + c->header.payload_size;
     if (gap_book_->version() != gaps_seen) {
       gaps_seen = gap_book_->version();
       link.serve(0);  // a gap declared meanwhile goes out before the chunks after it
     }
-    {
-      ScopedTimer wait(st.blocked_output_ns);
-      if (c->body) {
-        // Header and payload as two parts of one message (copied into one frame for a receiver
-        // that does not take them so).
-        link.send(c->header.stream_id, c->header.sequence, c->head(), c->take_payload());
-      } else {
-        link.send(c->header.stream_id, c->header.sequence, c->whole());
-      }
-    }
+    send_chunk(link, *c, t);
     ++on_connection;
-    st.chunks++;
-    st.bytes_out += size;
-    wire_bytes_ += size;
-    auto now_ns = (Clock::now() - rt_.started).count();
-    std::int64_t expected = -1;
-    first_chunk_ns_.compare_exchange_strong(expected, now_ns);
-    last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
-    ++sent_chunks_;
-    t.observe();
   }
   if (rt_.aborted()) return;
   if (drain_pauses()) {

@@ -61,6 +61,10 @@ class Sender {
   // The stage threads' bodies (run by Runtime::run_stage).
   void source_loop(StageThread& t);
   void compress_loop(StageThread& t);
+  bool skip_acknowledged(std::uint64_t seq);
+  void log_drain(Clock::time_point from, std::uint64_t seq) const;
+  void greet(AckedLink& link);
+  void send_chunk(AckedLink& link, Chunk& c, StageThread& t);
   void send_loop(StageThread& t);
   LinkOptions send_link_options(int index) const;
   void declare_discarded(std::uint32_t stream, std::span<const std::uint64_t> seqs);

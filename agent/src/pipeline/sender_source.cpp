@@ -74,16 +74,9 @@ void Sender::source_loop(StageThread& t) {
   while (!stop()) {
     RawChunk c;
     c.seq = seq;
-    // Already acknowledged (this sender restarted): skipped, its bytes still counted in the
-    // stream's totals.
     if (source_->replays() && ledger_->contains(stream, seq)) {
-      const std::size_t size = source_->skip(seq);
-      if (size == 0) break;
-      wire_q_->skip(seq);
+      if (!skip_acknowledged(seq)) break;
       ++seq;
-      ++skipped_chunks_;
-      produced_bytes_ += size;
-      produced_chunks_ = seq;
       continue;
     }
     // Paced from the first chunk this sender sends: skipped ones take no time.
@@ -120,17 +113,31 @@ void Sender::source_loop(StageThread& t) {
     produced_chunks_ = seq;
     t.observe();
   }
-  if (drain_from) {
-    const double secs = std::chrono::duration<double>(Clock::now() - *drain_from).count();
-    log_line(
-        "drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
-        seconds(secs) + " s after the stop was asked; " +
-        (source_ended_ ? std::string("the detector ended the stream")
-         : drain_cut_
-             ? "the detector did not pause within source.drain_s (" + seconds(cfg_.source.drain_s) +
-                   " s): what it had in transit is lost (a stream2 gateway names the image ids)"
-             : "the detector paused: nothing was in transit"));
-  }
+  if (drain_from) log_drain(*drain_from, seq);
+}
+
+void Sender::log_drain(Clock::time_point from, std::uint64_t seq) const {
+  const double secs = std::chrono::duration<double>(Clock::now() - from).count();
+  log_line("drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
+           seconds(secs) + " s after the stop was asked; " +
+           (source_ended_ ? std::string("the detector ended the stream")
+            : drain_cut_
+                ? "the detector did not pause within source.drain_s (" +
+                      seconds(cfg_.source.drain_s) +
+                      " s): what it had in transit is lost (a stream2 gateway names the image ids)"
+                : "the detector paused: nothing was in transit"));
+}
+
+// A replayed chunk the receiver already has (this sender restarted): skipped, its bytes still
+// counted in the stream's totals. False at the source's end.
+bool Sender::skip_acknowledged(std::uint64_t seq) {
+  const std::size_t size = source_->skip(seq);
+  if (size == 0) return false;
+  wire_q_->skip(seq);
+  ++skipped_chunks_;
+  produced_bytes_ += size;
+  produced_chunks_ = seq + 1;
+  return true;
 }
 
 // A live source during a drain: done once the detector has sent nothing for
