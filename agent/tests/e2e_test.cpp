@@ -498,6 +498,51 @@ TEST(EndToEnd, AuthenticateModeAcceptsOnlyTheConfiguredSenderKeys) {
   }
 }
 
+// A receiver reads its allowed-keys file again when it changes: a sender key added there is
+// admitted and a key taken out refused, without a restart (a far site adding a gateway's new key
+// before a rotation, or revoking an old one, while it holds a stream).
+TEST(EndToEnd, AReceiverAdmitsTheKeysItsAllowedFileListsNowWithoutARestart) {
+  const std::string dir = temp_dir();
+  for (const char* name : {"gateway", "old", "new"}) {
+    Process k({kAgent, "keygen", "--out", dir + "/" + name});
+    ASSERT_EQ(k.wait(10s), 0) << k.err();
+  }
+  std::ofstream(dir + "/allowed") << read_file(dir + "/old.public");
+  const int port = free_ports(1);
+  Process rx(receiver(port, 1,
+                      {"--streams", "1", "--idle-timeout", "60", "--set",
+                       "security.curve.secret_key_file=" + dir + "/gateway.secret", "--set",
+                       "security.curve.allowed_keys_file=" + dir + "/allowed"}));
+  auto keyed = [&](const std::string& key, std::vector<std::string> extra) {
+    std::vector<std::string> a = {
+        "--set", "security.curve.secret_key_file=" + dir + "/" + key + ".secret", "--set",
+        "security.curve.server_key_file=" + dir + "/gateway.public"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return sender(port, 1, a);
+  };
+  {
+    Process early(keyed("new", {"--chunks", "5", "--set", "stream_id=7"}));
+    EXPECT_EQ(early.wait(20s), 1) << early.err();
+    EXPECT_NE(early.err().find("refused this sender's key"), std::string::npos) << early.err();
+  }
+  // The new key in, the old one out: the file rewritten in place, as an admin would.
+  std::ofstream(dir + "/allowed", std::ios::trunc) << "# rotated\n"
+                                                   << read_file(dir + "/new.public");
+  {
+    Process revoked(keyed("old", {"--chunks", "5", "--set", "stream_id=8"}));
+    EXPECT_EQ(revoked.wait(20s), 1) << revoked.err();
+    EXPECT_NE(revoked.err().find("refused this sender's key"), std::string::npos) << revoked.err();
+  }
+  Process good(keyed("new", {"--chunks", "40"}));
+  ASSERT_EQ(good.wait(60s), 0) << good.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json r = summary(rx);
+  EXPECT_EQ(r["chunks"], 40) << r.dump();
+  EXPECT_GE(r["rejected_connections"]["auth"].get<int>(), 2) << r.dump();
+  EXPECT_NE(rx.err().find("/allowed changed: admitting 1 key(s) now (1 before)"), std::string::npos)
+      << rx.err();
+}
+
 // A file sink whose directory cannot be written is refused at start (exit 2, naming the field),
 // before any sender is accepted.
 TEST(EndToEnd, UnwritableSinkIsRefusedAtStart) {

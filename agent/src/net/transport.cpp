@@ -1,6 +1,7 @@
 #include "net/transport.hpp"
 
 #include <sodium.h>
+#include <sys/stat.h>
 #include <zmq.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <system_error>
 #include <vector>
 
+#include "base/log.hpp"
 #include "base/tsan.hpp"
 
 namespace numastream::zmq {
@@ -417,6 +419,47 @@ ZapAuthenticator::Verdict ZapAuthenticator::judge(const std::vector<std::string>
   return Verdict::key;
 }
 
+namespace {
+
+// What tells a changed file: its modification time, size and inode (a Secret volume's update
+// swaps a symlink: a new inode); empty when it cannot be read.
+std::string file_identity(const std::string& path) {
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) != 0) return "";
+  return std::to_string(sb.st_mtim.tv_sec) + "." + std::to_string(sb.st_mtim.tv_nsec) + "/" +
+         std::to_string(sb.st_size) + "/" + std::to_string(sb.st_ino);
+}
+
+}  // namespace
+
+void ZapAuthenticator::follow_keys(std::string path, KeyReader read) {
+  keys_seen_ = file_identity(path);
+  keys_path_ = std::move(path);
+  read_keys_ = std::move(read);
+}
+
+void ZapAuthenticator::refresh_keys() {
+  if (!read_keys_) return;
+  const std::string now = file_identity(keys_path_);
+  if (now == keys_seen_) return;
+  keys_seen_ = now;
+  try {
+    std::set<std::string> keys = read_keys_(keys_path_);
+    const std::size_t before = allowed_.size();
+    allowed_ = std::move(keys);
+    ++key_reloads_;
+    keys_unreadable_ = false;
+    log_info(keys_path_ + " changed: admitting " + std::to_string(allowed_.size()) +
+             " key(s) now (" + std::to_string(before) + " before)");
+  } catch (const std::exception& e) {
+    if (!keys_unreadable_) {
+      log_warn(std::string(e.what()) + ": keeping the " + std::to_string(allowed_.size()) +
+               " key(s) admitted until it reads again");
+    }
+    keys_unreadable_ = true;
+  }
+}
+
 void ZapAuthenticator::serve() {
   while (!stop_) {
     zmq_pollitem_t item{rep_.get(), 0, ZMQ_POLLIN, 0};
@@ -434,6 +477,7 @@ void ZapAuthenticator::serve() {
       zmq_msg_close(&m);
       if (!more) break;
     }
+    refresh_keys();
     const Verdict v = judge(parts);
     const bool ok = v == Verdict::accepted;
     if (ok) {

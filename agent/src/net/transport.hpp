@@ -189,11 +189,20 @@ class ZapAuthenticator {
   void admit(const std::string& domain, AddressBlocks blocks);
   // Peers refused under an admit()ted domain, over all of them.
   std::uint64_t refused_consumers() const noexcept { return refused_consumers_.load(); }
+  // The allowed keys come from the file `path`: before each connection is judged, a file that
+  // changed (its modification time, size or inode) is read again with `read` and its keys replace
+  // the ones admitted, so a key added is admitted and a key taken out refused without a restart.
+  // A file that no longer reads (`read` throws) leaves the keys as they were, said once in the
+  // log. Call before the sockets bind.
+  using KeyReader = std::function<std::set<std::string>(const std::string& path)>;
+  void follow_keys(std::string path, KeyReader read);
+  std::uint64_t key_reloads() const noexcept { return key_reloads_.load(); }
 
  private:
   enum class Verdict { accepted, key, address, consumer };
   Verdict judge(const std::vector<std::string>& parts) const;
   void serve();
+  void refresh_keys();
   Socket rep_;
   std::set<std::string> allowed_;
   std::string server_secret_;
@@ -202,6 +211,11 @@ class ZapAuthenticator {
   mutable std::mutex domains_mu_;
   std::map<std::string, AddressBlocks> domains_;
   std::atomic<std::uint64_t> refused_consumers_{0};
+  std::string keys_path_;  // follow_keys(): the file, its reader, what it was when last read
+  KeyReader read_keys_;
+  std::string keys_seen_;
+  bool keys_unreadable_ = false;
+  std::atomic<std::uint64_t> key_reloads_{0};
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> accepted_{0}, refused_{0}, refused_address_{0};
   std::thread thread_;

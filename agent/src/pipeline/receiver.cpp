@@ -438,6 +438,11 @@ void Receiver::start_authenticator() {
                       ? std::string(": not in security.allow_from")
                       : ": not a consumer the sink's allow_from names (" + domain + ")"));
       });
+  if (curve_ && !cfg_.security.allowed_keys_file.empty()) {
+    zap_->follow_keys(cfg_.security.allowed_keys_file, [](const std::string& path) {
+      return read_allowed_keys(path, "security.curve.allowed_keys_file");
+    });
+  }
   for (const SinkConfig* k : reemits) {
     zap_->admit(zmq::consumers_domain(k->endpoint), AddressBlocks::parse(k->allow_from));
     std::string blocks;
