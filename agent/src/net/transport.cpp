@@ -433,12 +433,14 @@ std::string file_identity(const std::string& path) {
 }  // namespace
 
 void ZapAuthenticator::follow_keys(std::string path, KeyReader read) {
+  std::lock_guard lock(keys_mu_);  // the serving thread runs already
   keys_seen_ = file_identity(path);
   keys_path_ = std::move(path);
   read_keys_ = std::move(read);
 }
 
 void ZapAuthenticator::refresh_keys() {
+  std::lock_guard lock(keys_mu_);
   if (!read_keys_) return;
   const std::string now = file_identity(keys_path_);
   if (now == keys_seen_) return;

@@ -211,6 +211,7 @@ class ZapAuthenticator {
   mutable std::mutex domains_mu_;
   std::map<std::string, AddressBlocks> domains_;
   std::atomic<std::uint64_t> refused_consumers_{0};
+  std::mutex keys_mu_;     // guards what follows but the counter
   std::string keys_path_;  // follow_keys(): the file, its reader, what it was when last read
   KeyReader read_keys_;
   std::string keys_seen_;
