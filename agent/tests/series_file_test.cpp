@@ -1,5 +1,6 @@
 // A series file (store/series_file.hpp) written by a gateway that is killed at any moment: the
-// file that is left, when it opens, never records a message it does not hold — the next gateway
+// file that is left opens (a flush the kill interrupted is undone) and never records a message
+// it does not hold — the next gateway
 // takes a recorded message for a retransmission, so a recorded image that is not in the file
 // would be lost from the series. Each trial writes a series in a child process, flushing after
 // every image as a gateway does, and kills it (SIGKILL) after a random few milliseconds.
@@ -20,11 +21,13 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "detector/stream2.hpp"
+#include "store/undo_journal.hpp"
 #include "temp_dir.hpp"
 
 namespace numastream {
@@ -123,6 +126,9 @@ TEST(SeriesFile, AGatewayKilledAtAnyMomentLeavesNoRecordOfAnImageTheFileLacks) {
     }
   }
   EXPECT_GT(opened, 0);
+  // A flush the kill interrupted is undone when the file is reopened (its undo journal): every
+  // file left opens.
+  EXPECT_EQ(unopenable, 0);
   std::printf(
       "%d files left by a killed writer opened (%d did not), %d images in them checked against the "
       "record\n",
@@ -152,6 +158,65 @@ haddr_t chunk_address(const std::string& path, std::uint64_t id) {
   H5Dclose(dset);
   H5Fclose(file);
   return addr;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void overwrite(const std::string& path, std::size_t at, const std::string& bytes) {
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(static_cast<std::streamoff>(at));
+  io.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::span<const std::byte> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// The journal on its own: an interrupted flush (two ranges overwritten, the file grown) is rolled
+// back to the bytes and length of the last complete one; a record cut short (its write had not
+// begun) is not applied; a committed journal undoes nothing.
+TEST(UndoJournal, RollsAFileBackToItsLastCompleteFlush) {
+  const TrialDir scratch;
+  const std::string path = scratch.dir + "/f";
+  const std::string committed = "0123456789abcdefghij";
+  std::ofstream(path, std::ios::binary) << committed;
+  {
+    hdf5::UndoJournal j(path, committed.size());
+    ASSERT_EQ(j.save(2, as_bytes(committed.substr(2, 3))), 0);
+    overwrite(path, 2, "XYZ");
+    ASSERT_EQ(j.save(15, as_bytes(committed.substr(15, 5))), 0);
+    overwrite(path, 15, "QQQQQ");
+    overwrite(path, 20, "grown past the last flush");
+  }  // killed: never committed
+  EXPECT_NE(bytes_of(path), committed);
+  const std::string said = hdf5::UndoJournal::roll_back(path);
+  EXPECT_NE(said.find("2 range(s) written back, the file cut to 20 bytes"), std::string::npos)
+      << said;
+  EXPECT_EQ(bytes_of(path), committed);
+  EXPECT_FALSE(std::filesystem::exists(path + ".undo"));
+  EXPECT_EQ(hdf5::UndoJournal::roll_back(path), "") << "nothing left to undo";
+
+  {
+    hdf5::UndoJournal j(path, committed.size());
+    ASSERT_EQ(j.save(0, as_bytes(committed.substr(0, 4))), 0);
+    overwrite(path, 0, "abcd");
+    ASSERT_EQ(j.save(8, as_bytes(committed.substr(8, 4))), 0);  // its write never began
+  }
+  std::filesystem::resize_file(path + ".undo", std::filesystem::file_size(path + ".undo") - 3);
+  hdf5::UndoJournal::roll_back(path);
+  EXPECT_EQ(bytes_of(path), committed) << "the whole record applied, the cut one not";
+
+  {
+    hdf5::UndoJournal j(path, committed.size());
+    ASSERT_EQ(j.save(4, as_bytes(committed.substr(4, 2))), 0);
+    overwrite(path, 4, "!!");
+    ASSERT_EQ(j.commit(committed.size()), 0);  // the flush completed
+  }
+  EXPECT_EQ(hdf5::UndoJournal::roll_back(path), "");
+  EXPECT_EQ(bytes_of(path).substr(4, 2), "!!") << "a complete flush is kept";
 }
 
 TEST(SeriesFile, AFileWhoseRecordedEndIsBeforeItsLastImagesResumesAndReadsBack) {

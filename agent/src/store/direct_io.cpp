@@ -14,8 +14,10 @@
 #include <new>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "base/error.hpp"
+#include "store/undo_journal.hpp"
 
 namespace numastream::hdf5 {
 static_assert(std::is_same_v<Id, hid_t>,
@@ -49,10 +51,17 @@ herr_t failed(H5E_minor_t minor, const std::string& what, int err) {
   return -1;
 }
 
+// What file_access() asks of the driver (its "info": HDF5 copies fapl_size bytes of it).
+struct Options {
+  bool direct = true;  // O_DIRECT where the filesystem takes it
+  bool undo = false;   // an undo journal beside the file (undo_journal.hpp)
+};
+
 struct DirectFile {
   H5FD_t pub;  // HDF5's part; first, as every driver's
   int fd = -1;
   bool direct = false;
+  std::unique_ptr<UndoJournal> undo;  // with Options::undo, for a file opened to write
   bool writable = false;
   dev_t dev = 0;
   ino_t ino = 0;
@@ -201,15 +210,26 @@ herr_t behind_window(DirectFile* f, haddr_t at, std::size_t n, std::byte* read_i
   return 0;
 }
 
-H5FD_t* open_file(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
+// The journal of a file made under a temporary name `X.new` (and renamed X once its structure is
+// written, as series files are) is X's: `X.undo`.
+std::string journaled_name(const std::string& name) {
+  constexpr std::string_view kNew = ".new";
+  if (name.size() > kNew.size() && name.compare(name.size() - kNew.size(), kNew.size(), kNew) == 0)
+    return name.substr(0, name.size() - kNew.size());
+  return name;
+}
+
+H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t maxaddr) {
   int o = (flags & H5F_ACC_RDWR) ? O_RDWR : O_RDONLY;
   if (flags & H5F_ACC_TRUNC) o |= O_TRUNC;
   if (flags & H5F_ACC_CREAT) o |= O_CREAT;
   if (flags & H5F_ACC_EXCL) o |= O_EXCL;
   if (maxaddr == 0 || maxaddr > kMaxAddr) maxaddr = kMaxAddr;
-  bool direct = true;
-  int fd = ::open(name, o | O_DIRECT | O_CLOEXEC, 0666);
-  if (fd < 0 && errno == EINVAL) {  // the filesystem refuses O_DIRECT: through the page cache
+  Options opts;
+  if (const auto* given = static_cast<const Options*>(H5Pget_driver_info(fapl))) opts = *given;
+  bool direct = opts.direct;
+  int fd = direct ? ::open(name, o | O_DIRECT | O_CLOEXEC, 0666) : -1;
+  if (!direct || (fd < 0 && errno == EINVAL)) {  // asked not to, or the filesystem refuses it
     direct = false;
     fd = ::open(name, o | O_CLOEXEC, 0666);
   }
@@ -232,6 +252,8 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
   f->ino = st.st_ino;
   f->eof = f->phys = static_cast<haddr_t>(st.st_size);
   try {
+    if (opts.undo && f->writable)
+      f->undo = std::make_unique<UndoJournal>(journaled_name(name), f->eof);
     if (direct) {
       f->stage = aligned(kDirectWindow);
       if (load_window(f.get(), f->eof) < 0) {
@@ -249,20 +271,30 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
 
 herr_t flush_file(H5FD_t* file, hid_t, hbool_t) {
   DirectFile* f = as_direct(file);
-  if (!f->direct) return 0;
-  if (refuse_if_broken(f) < 0 || drain(f, true) < 0) return -1;
-  if (f->phys > f->eof) {
-    if (::ftruncate(f->fd, static_cast<off_t>(f->eof)) != 0) {
-      return write_failed(f, "cut the file back to " + std::to_string(f->eof) + " bytes", errno);
+  if (f->direct) {
+    if (refuse_if_broken(f) < 0 || drain(f, true) < 0) return -1;
+    if (f->phys > f->eof) {
+      if (::ftruncate(f->fd, static_cast<off_t>(f->eof)) != 0) {
+        return write_failed(f, "cut the file back to " + std::to_string(f->eof) + " bytes", errno);
+      }
+      f->phys = f->eof;
     }
-    f->phys = f->eof;
+  }
+  // Everything this flush wrote is in the file: it is what a kill is rolled back to from now on.
+  if (f->undo && !f->broken) {
+    if (int err = f->undo->commit(f->eof))
+      return failed(H5E_WRITEERROR, "empty " + f->undo->path(), err);
   }
   return 0;
 }
 
 herr_t close_file(H5FD_t* file) {
   std::unique_ptr<DirectFile> f(as_direct(file));
-  const herr_t flushed = f->writable ? flush_file(file, H5P_DEFAULT, true) : 0;
+  herr_t flushed = f->writable ? flush_file(file, H5P_DEFAULT, true) : 0;
+  if (flushed >= 0 && f->undo) {
+    if (int err = f->undo->remove())
+      flushed = failed(H5E_CANTCLOSEFILE, "remove " + f->undo->path(), err);
+  }
   if (::close(f->fd) != 0 && flushed >= 0) return failed(H5E_CANTCLOSEFILE, "close", errno);
   return flushed;
 }
@@ -328,10 +360,23 @@ herr_t read_file(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, voi
   return 0;
 }
 
+// Before bytes the file held at its last flush change, they go to its undo journal.
+herr_t save_for_undo(DirectFile* f, haddr_t addr, std::size_t size) {
+  if (!f->undo || addr >= f->undo->committed()) return 0;
+  const std::size_t n =
+      static_cast<std::size_t>(std::min<haddr_t>(size, f->undo->committed() - addr));
+  std::vector<std::byte> old(n);
+  if (read_file(&f->pub, H5FD_MEM_DEFAULT, H5P_DEFAULT, addr, n, old.data()) < 0) return -1;
+  if (int err = f->undo->save(addr, old))
+    return write_failed(f, "save " + range(addr, n) + " in " + f->undo->path(), err);
+  return 0;
+}
+
 herr_t write_file(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t addr, size_t size, const void* buf) {
   DirectFile* f = as_direct(file);
   const auto* in = static_cast<const std::byte*>(buf);
   const haddr_t end = addr + size;
+  if (refuse_if_broken(f) < 0 || save_for_undo(f, addr, size) < 0) return -1;
   if (!f->direct) {
     if (int err = write_all(f->fd, in, size, addr))
       return failed(H5E_WRITEERROR, "write " + range(addr, size), err);
@@ -375,6 +420,8 @@ herr_t truncate_file(H5FD_t* file, hid_t, hbool_t) {
   // As HDF5's POSIX driver: the file's length becomes HDF5's end of allocation.
   DirectFile* f = as_direct(file);
   if (f->eoa == f->eof) return 0;
+  if (f->eoa < f->eof && save_for_undo(f, f->eoa, static_cast<std::size_t>(f->eof - f->eoa)) < 0)
+    return -1;
   if (f->direct && (refuse_if_broken(f) < 0 || drain(f, true) < 0)) return -1;
   if (::ftruncate(f->fd, static_cast<off_t>(f->eoa)) != 0) {
     return failed(H5E_WRITEERROR, "set the file's length to " + std::to_string(f->eoa), errno);
@@ -415,6 +462,7 @@ H5FD_class_t driver_class() {
   c.write = write_file;
   c.flush = flush_file;
   c.truncate = truncate_file;
+  c.fapl_size = sizeof(Options);
   c.lock = lock_file;
   c.unlock = unlock_file;
   const H5FD_mem_t free_lists[H5FD_MEM_NTYPES] = H5FD_FLMAP_DICHOTOMY;  // as HDF5's POSIX driver
@@ -430,11 +478,12 @@ hid_t driver_id() {
 
 }  // namespace
 
-Id file_access(bool direct) {
+Id file_access(bool direct, bool undo) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  if (fapl >= 0 && direct) {
+  if (fapl >= 0 && (direct || undo)) {
     const hid_t id = driver_id();
-    if (id < 0 || H5Pset_driver(fapl, id, nullptr) < 0) {
+    const Options opts{direct, undo};
+    if (id < 0 || H5Pset_driver(fapl, id, &opts) < 0) {
       H5Pclose(fapl);
       return -1;
     }

@@ -27,9 +27,10 @@ inline constexpr std::size_t kDirectWindow = 8u << 20;
 // HDF5 identifiers (hid_t) as this header passes them, without HDF5's headers.
 using Id = std::int64_t;
 
-// A file-access property list: our direct driver when `direct`, HDF5's default otherwise; -1
-// when it cannot be set up. The caller closes it (H5Pclose).
-Id file_access(bool direct);
+// A file-access property list: our driver when `direct` (O_DIRECT) or `undo` (an undo journal
+// beside each file opened to write, undo_journal.hpp), HDF5's default otherwise; -1 when it
+// cannot be set up. The caller closes it (H5Pclose).
+Id file_access(bool direct, bool undo = false);
 
 // Whether the open file `file` writes past the page cache (its descriptor has O_DIRECT).
 bool written_direct(Id file);

@@ -12,10 +12,12 @@
 #include <stdexcept>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/dtype.hpp"
 #include "store/direct_io.hpp"
 #include "store/hdf5_detail.hpp"
+#include "store/undo_journal.hpp"
 
 namespace numastream::hdf5 {
 
@@ -100,6 +102,16 @@ static void store_time(hid_t file, const std::string& name, std::uint64_t index,
   if (!ok) fail(what, "write " + path);
 }
 
+namespace {
+
+// A series file is written with an undo journal: a flush a kill interrupted is undone before the
+// file is read (the file as its last complete flush left it, every message it acknowledged in it).
+void roll_back_if_torn(const std::string& path) {
+  if (const std::string undone = UndoJournal::roll_back(path); !undone.empty()) log_warn(undone);
+}
+
+}  // namespace
+
 SeriesFile::SeriesFile(const std::string& path, std::uint32_t stream_id, bool direct)
     : path_(path) {
   create(stream_id, direct, true);
@@ -137,7 +149,7 @@ void SeriesFile::take_name() {
 
 void SeriesFile::create(std::uint32_t stream_id, bool direct, bool detector) {
   quiet();
-  const hid_t fapl = file_access(direct);
+  const hid_t fapl = file_access(direct, true);
   if (fapl < 0) fail(path_, "set up the file driver");
   file_ = H5Fcreate(creating_name().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
@@ -164,6 +176,7 @@ void SeriesFile::create(std::uint32_t stream_id, bool direct, bool detector) {
 
 std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool direct) {
   quiet();
+  roll_back_if_torn(path);
   const std::string left =
       " It may hold messages an earlier gateway acknowledged and is left as it is: move it aside "
       "to "
@@ -172,7 +185,7 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
     throw std::runtime_error(path + ": cannot be resumed (not a readable HDF5 file)." + left);
   std::unique_ptr<SeriesFile> f(new SeriesFile());
   f->path_ = path;
-  const hid_t fapl = file_access(direct);
+  const hid_t fapl = file_access(direct, true);
   if (fapl < 0) fail(path, "set up the file driver");
   f->file_ = open_to_resume(path, fapl);
   H5Pclose(fapl);
@@ -279,6 +292,12 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
 
 std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path) {
   quiet();
+  try {
+    roll_back_if_torn(path);
+  } catch (const std::exception& e) {
+    log_warn(e.what());
+    return std::nullopt;
+  }
   if (H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0) return std::nullopt;
