@@ -190,14 +190,14 @@ const GfniIndices& gfni_indices() noexcept {
 }
 constexpr long long kBitsOneByOne = 0x8040201008040201LL;  // lane bytes 1 << i
 
-// 8 bytes at p and 8 at p + stride as one register; and back.
+// 8 bytes at p and 8 at p + stride as one register; and back (unaligned 64-bit moves).
 NUMASTREAM_GFNI inline __m128i load_pair(const std::byte* p, std::size_t stride) noexcept {
-  const __m128d lo = _mm_castsi128_pd(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  return _mm_castpd_si128(_mm_loadh_pd(lo, reinterpret_cast<const double*>(p + stride)));
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + stride)));
 }
 NUMASTREAM_GFNI inline void store_pair(std::byte* p, std::size_t stride, __m128i v) noexcept {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(p), v);
-  _mm_storeh_pd(reinterpret_cast<double*>(p + stride), _mm_castsi128_pd(v));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p + stride), _mm_unpackhi_epi64(v, v));
 }
 
 NUMASTREAM_GFNI void planes_to_bits_gfni(const std::byte* planes, std::byte* out, std::size_t n,
