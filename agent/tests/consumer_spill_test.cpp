@@ -59,6 +59,41 @@ TEST(ConsumerSpill, ItsChunksReachItsConsumerWhereverTheConsumerMovesInSinks) {
   }
 }
 
+// A spill record whose frame header was damaged on disk: the next process recovers the records
+// before it and drops the rest, naming the file, the byte and how much it dropped (before, it
+// handed the damaged frame to the sink and stopped, and so did every process after it).
+TEST(ConsumerSpill, ARecordDamagedOnDiskEndsTheRecoveryThereInsteadOfStoppingEveryProcess) {
+  const Dir dir;
+  const SpillConfig cfg{dir.path + "/hop", 1 << 20};
+  spill_and_die(cfg, 0, "numastream tcp://hpc:6000", 6);
+  const std::string seg = cfg.path + "/spill-0-0.seg";
+  ASSERT_TRUE(std::filesystem::exists(seg));
+  const auto record = std::filesystem::file_size(seg) / 6;  // six records of one size
+  {
+    std::fstream io(seg, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(3 * record + 4 + 8);  // record 3's frame header
+    io.seekg(at);
+    const char was = static_cast<char>(io.get());
+    io.seekp(at);
+    io.put(static_cast<char>(~was));
+  }
+  ConsumerSpill again(cfg, 0, "numastream tcp://hpc:6000", kSettle);
+  EXPECT_EQ(again.recovered(), 3u);
+  for (std::uint64_t seq = 0; seq < 3; ++seq) {
+    auto c = again.take(std::chrono::milliseconds(100), 1 << 20);
+    ASSERT_TRUE(c.has_value()) << "chunk " << seq;
+    EXPECT_EQ(c->header.sequence, seq);
+    again.taken(c->via, c->header.stream_id, c->header.sequence);
+  }
+  EXPECT_FALSE(again.take(std::chrono::milliseconds(100), 1 << 20).has_value());
+  const nlohmann::json r = again.report();
+  EXPECT_EQ(r["dropped_bytes"], 3 * record) << r.dump();
+  EXPECT_NE(r["dropped"].get<std::string>().find(seg + ": the record at byte " +
+                                                 std::to_string(3 * record) + " is damaged"),
+            std::string::npos)
+      << r.dump();
+}
+
 // What a consumer with a spill has had of a stream, from its senders' record: everything they
 // had acknowledged except what the spill still holds for the sink (this process's chunks and an
 // earlier process's, recovered).

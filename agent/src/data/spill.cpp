@@ -125,7 +125,7 @@ void SpillStore::recover(const std::vector<std::pair<std::uint64_t, std::string>
       read_all(s.fd, head + kLengthBytes, h, s.write_off + kLengthBytes, path);
       if (!accept({head + kLengthBytes, h}, n)) {
         recovered_.why_dropped = path + ": the record at byte " + std::to_string(s.write_off) +
-                                 " is not a frame of stream " + std::to_string(stream_);
+                                 " is damaged or not a frame of stream " + std::to_string(stream_);
         stopped = true;
         break;
       }

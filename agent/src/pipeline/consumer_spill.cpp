@@ -83,9 +83,13 @@ ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index,
               std::make_unique<SpillStore>(
                   cfg.path, segment_key(cfg.path), cfg.max_bytes,
                   [this](std::span<const std::byte> head, std::size_t size) {
+                    // A record whose frame header does not decode (damaged on disk) ends the
+                    // recovery there, named in the log and the summary: handed on, it would stop
+                    // this process and every next one at the same record.
                     wire::Header h;
-                    if (wire::decode_data_header(head, size, SIZE_MAX, h) == wire::DecodeError::ok)
-                      holding_[h.stream_id].insert(h.sequence);
+                    if (wire::decode_data_header(head, size, SIZE_MAX, h) != wire::DecodeError::ok)
+                      return false;
+                    holding_[h.stream_id].insert(h.sequence);
                     return true;
                   }))),
       settle_(std::move(settle)) {
@@ -196,7 +200,9 @@ nlohmann::json ConsumerSpill::report() const {
           {"spilled", spilled_.load()},
           {"peak_bytes", peak_bytes_.load()},
           {"pending_bytes", pending_bytes_.load()},
-          {"recovered", store_->recovered().frames}};
+          {"recovered", store_->recovered().frames},
+          {"dropped_bytes", store_->recovered().dropped_bytes},
+          {"dropped", store_->recovered().why_dropped}};
 }
 
 }  // namespace numastream
