@@ -19,6 +19,7 @@
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
 #include "data/seqset.hpp"
+#include "wire/stream_names.hpp"
 #include "wire/tracker.hpp"
 #include "wire/wire.hpp"
 
@@ -61,6 +62,13 @@ void exercise(std::span<const std::byte> msg) {
                                        nullptr, false);
       volatile bool usable = !doc.is_discarded() && doc.is_object() && doc.contains("shape");
       (void)usable;
+      // As the receiver reads an origin frame: an origin it takes is one a file path may hold.
+      if (auto origin = origin_of_metadata(body); origin && !origin->empty()) {
+        if (!origin_name_problem(*origin).empty() || origin->find('/') != std::string::npos)
+          __builtin_trap();
+        StreamNames names({"/d/{origin}/{stream}"}, 4);
+        if (names.local(*origin, h.stream_id).why != wire::DecodeError::ok) __builtin_trap();
+      }
       break;
     }
     case wire::FrameType::ack:

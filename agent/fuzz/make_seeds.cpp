@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   put(dir + "/frame/data-none", data_frame(Codec::none, 64));
   put(dir + "/frame/data-bslz4", data_frame(Codec::bslz4, 20000));
   put(dir + "/frame/data-bslz4-as-stored", data_frame(Codec::bslz4, 20000, true));
+  put(dir + "/frame/origin", wire::encode_metadata(0, 0, 1, R"({"origin":"beamline-7.p1"})"));
   put(dir + "/frame/metadata",
       wire::encode_metadata(3, 0, 1, R"({"dtype":"uint16","shape":[2160,2560]})"));
   auto truncated = data_frame(Codec::lz4, 4096);

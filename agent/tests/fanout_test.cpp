@@ -726,6 +726,54 @@ TEST(FanOut, ChunksReadOutOfASpillStayThereUntilTheFarSiteHasThem) {
 
 // A lossless consumer that fails (its file cannot be written) fails the run, naming it: what
 // it was promised cannot be kept, and the senders keep what was not acknowledged.
+// Two pipelines (two gateways, each with its detector's stream 0) hand their streams to one far
+// site. Stream ids are unique within a pipeline only: the far receiver keeps each pipeline's
+// stream 0 apart by the origin its gateway names, and writes each to a file of its own. (Before,
+// the two went into one file: each sequence number from whichever gateway came first, the other
+// dropped as a duplicate.)
+TEST(FanOut, TwoPipelinesWhoseStreamZeroMeetAtOneFarSiteEachEndInAFileOfTheirOwn) {
+  const std::string dir = temp_dir();
+  const std::string a = source_file(dir + "/a.in", 24u << 20, 41);
+  const std::string b = source_file(dir + "/b.in", 24u << 20, 42);
+  const int port = free_ports(3);  // gateway a, gateway b, the far receiver
+  Process far(receiver(port + 2, 1,
+                       {"--sink", "file", "--sink-path", dir + "/far/{origin}/{stream}.raw",
+                        "--set", "streams=2", "--idle-timeout", "60"}));
+  auto gateway = [&](int at, const std::string& origin) {
+    const json sinks = json::array({{{"kind", "file"}, {"path", dir + "/" + origin + ".raw"}},
+                                    {{"kind", "numastream"}, {"endpoint", ep(port + 2)}}});
+    return receiver(port + at, 1, {"--set", "sinks=" + sinks.dump(), "--set", "origin=" + origin});
+  };
+  Process ga(gateway(0, "beamline-a.scan"));
+  Process gb(gateway(1, "beamline-b.scan"));
+  Process ta(sender(port, 1,
+                    {"--source", "file", "--source-path", dir + "/a.in", "--rate-gbps", "0.4",
+                     "--set", "origin=beamline-a.scan"}));
+  Process tb(sender(port + 1, 1,
+                    {"--source", "file", "--source-path", dir + "/b.in", "--rate-gbps", "0.4",
+                     "--set", "origin=beamline-b.scan"}));
+  for (Process* p : {&ta, &tb, &ga, &gb})
+    ASSERT_EQ(p->wait(120s), 0) << p->err() << "\n--- far:\n" << far.err();
+  ASSERT_EQ(far.wait(60s), 0) << far.err();
+  EXPECT_TRUE(read_bytes(dir + "/beamline-a.scan.raw") == a);
+  EXPECT_TRUE(read_bytes(dir + "/beamline-b.scan.raw") == b);
+  EXPECT_TRUE(read_bytes(dir + "/far/beamline-a.scan/0.raw") == a)
+      << "pipeline a's stream 0 at the far site is pipeline a's, byte for byte";
+  EXPECT_TRUE(read_bytes(dir + "/far/beamline-b.scan/0.raw") == b)
+      << "pipeline b's stream 0 at the far site is pipeline b's, byte for byte";
+  const json f = summary(far);
+  EXPECT_EQ(f["lost"], 0) << f.dump();
+  EXPECT_EQ(f["duplicates"], 0) << f.dump();
+  ASSERT_EQ(f["streams"].size(), 2u) << f.dump();
+  std::set<std::string> origins;
+  for (const auto& s : f["streams"]) {
+    EXPECT_EQ(s["origin_stream_id"], 0) << s.dump();
+    EXPECT_EQ(s["delivered"], 24) << s.dump();
+    origins.insert(s["origin"].get<std::string>());
+  }
+  EXPECT_EQ(origins, (std::set<std::string>{"beamline-a.scan", "beamline-b.scan"}));
+}
+
 TEST(FanOut, ALosslessConsumerThatFailsEndsTheRunNamingIt) {
   const std::string dir = temp_dir();
   const int port = free_ports(2);

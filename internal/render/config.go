@@ -21,6 +21,7 @@ type AgentConfig struct {
 	ChunkBytes  int64           `json:"chunk_bytes"`
 	Codec       string          `json:"codec"`
 	StreamID    *int            `json:"stream_id,omitempty"`
+	Origin      string          `json:"origin,omitempty"` // the pipeline, <namespace>.<name>: a far site keeps pipelines apart by it
 	Streams     int             `json:"streams,omitempty"`
 	Relay       bool            `json:"relay,omitempty"`
 	Source      *SourceConfig   `json:"source,omitempty"`
@@ -302,6 +303,7 @@ func agentConfig(in Inputs, n planner.PodPlan) AgentConfig {
 		Connections: in.Plan.Connections,
 		ChunkBytes:  sp.Spec.ChunkBytes,
 		Codec:       codec,
+		Origin:      sp.Namespace + "." + sp.Name,
 		Metrics:     MetricsConfig{Listen: fmt.Sprintf("0.0.0.0:%d", agentMetrics)},
 		Placement:   PlacementConfig{Mode: mode, Stages: stages},
 	}

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "codec/dtype.hpp"
+#include "wire/stream_names.hpp"
 
 namespace numastream {
 namespace {
@@ -607,6 +608,9 @@ Config parse_config(const json& doc, Role role) {
     }
     secf.finish();
   }
+  c.origin = f.string("origin", "");
+  if (auto why = origin_name_problem(c.origin); !c.origin.empty() && !why.empty())
+    throw ConfigError("origin", why);
   if (send) {
     c.stream_id = static_cast<std::uint32_t>(f.integer("stream_id", 0, 0, 0xFFFFFFFFLL));
     parse_source(f, c);

@@ -142,7 +142,10 @@ struct Config {
   std::string endpoint;  // tcp://host:port; connection i uses port + i
   int connections = 1;
   std::uint32_t stream_id = 0;  // send: this stream's id
-  int streams = 1;              // receive: streams to expect before finishing; 0 = until stopped
+  // send, and a gateway's onward hop: the pipeline its streams belong to (wire/stream_names.hpp);
+  // empty = none named
+  std::string origin;
+  int streams = 1;       // receive: streams to expect before finishing; 0 = until stopped
   int max_streams = 64;  // receive: streams held at most (a new stream id past it is refused)
   std::size_t chunk_bytes = 2560 * 2160 * 2;  // send: chunk size; receive: largest accepted
   Codec codec = Codec::lz4;

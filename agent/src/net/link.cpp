@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "base/log.hpp"
+#include "wire/stream_names.hpp"
 
 namespace numastream {
 namespace {
@@ -208,6 +209,11 @@ void AckedLink::set_metadata(std::uint32_t stream, std::string text) {
 }
 
 bool AckedLink::write_resume(std::uint32_t stream) {
+  if (!opts_.origin.empty()) {
+    zmq::Message m = zmq::Message::of(wire::encode_metadata(
+        stream, opts_.connection, opts_.connections, origin_metadata(opts_.origin)));
+    if (!write(m)) return false;
+  }
   auto [floor, above] = ledger_->snapshot(stream);
   for (auto& bytes : wire::encode_acks(wire::FrameType::resume, stream, opts_.connection,
                                        opts_.connections, floor, 0, above)) {

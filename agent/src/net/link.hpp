@@ -80,6 +80,9 @@ struct LinkOptions {
   // CURVE: this agent's keys and the receiver's public key; empty = plain connection.
   std::string curve_public, curve_secret, curve_server;
   bool authenticate_only = false;  // prove the key (PLAIN + pair token), do not encrypt
+  // The pipeline the streams belong to: an origin frame precedes every resume frame
+  // (wire/stream_names.hpp); empty = none.
+  std::string origin;
 };
 
 class AckedLink {

@@ -85,7 +85,7 @@ class Hdf5Sink final : public Sink {
                  s["expected_chunks"].get<std::uint64_t>() == frames;
         }
       }
-      const std::string final_path = stream_path(cfg_.sink.path, id);
+      const std::string final_path = stream_path(cfg_.sink.path, tracker_.names().of(id));
       if (good && ::rename((final_path + ".part").c_str(), final_path.c_str()) == 0) continue;
       incomplete.push_back(final_path + ".part");
     }
@@ -95,7 +95,7 @@ class Hdf5Sink final : public Sink {
     // holds every frame the sender announced.
     for (const auto& s : totals) {
       const auto id = s["stream_id"].get<std::uint32_t>();
-      const std::string final_path = stream_path(cfg_.sink.path, id);
+      const std::string final_path = stream_path(cfg_.sink.path, tracker_.names().of(id));
       const std::string part = final_path + ".part";
       if (outs_.count(id) || !s["complete"].get<bool>() || ::access(part.c_str(), F_OK) != 0)
         continue;
@@ -141,15 +141,17 @@ class Hdf5Sink final : public Sink {
   hdf5::Writer& open(const wire::Header& h) {
     auto it = outs_.find(h.stream_id);
     if (it != outs_.end()) return *it->second;
-    if (!outs_.empty() && cfg_.sink.path.find("{stream}") == std::string::npos) {
-      throw std::runtime_error("hdf5 sink: a second stream (id " + std::to_string(h.stream_id) +
-                               ") arrived but sink.path has no {stream} placeholder");
+    for (const auto& [held, o] : outs_) {
+      if (tracker_.names().same_path(cfg_.sink.path, held, h.stream_id))
+        throw std::runtime_error("hdf5 sink: a second stream (" +
+                                 tracker_.names().describe(h.stream_id) +
+                                 ") arrived but sink.path has no {stream} placeholder");
     }
     if (cfg_.sink.frames_per_file > 0) {
       log_warn("hdf5 sink: stream " + std::to_string(h.stream_id) +
                " carries frames, not Stream V2 series: sink.layout "
                "nxmx is for series; its frames go to one file, " +
-               stream_path(cfg_.sink.path, h.stream_id));
+               stream_path(cfg_.sink.path, tracker_.names().of(h.stream_id)));
     }
     const std::string text = metadata_(h.stream_id);
     auto meta = nlohmann::json::parse(text, nullptr, false);
@@ -167,7 +169,8 @@ class Hdf5Sink final : public Sink {
                                " bytes, a frame of its metadata " + text + " has " +
                                std::to_string(shape.frame_bytes()));
     }
-    const std::string path = stream_path(cfg_.sink.path, h.stream_id) + ".part";
+    const std::string path =
+        stream_path(cfg_.sink.path, tracker_.names().of(h.stream_id)) + ".part";
     const bool resume = tracker_.resumed(h.stream_id) && ::access(path.c_str(), F_OK) == 0;
     make_parent_dirs(path, cfg_.sink.mode);
     auto w = std::make_unique<hdf5::Writer>(path, cfg_.sink.dataset, shape, h.codec == Codec::bslz4,
@@ -178,7 +181,8 @@ class Hdf5Sink final : public Sink {
     } else if (cfg_.sink.direct_io) {
       log_line("hdf5 sink: " + path + io_note(true, w->direct()));
     }
-    io_[stream_path(cfg_.sink.path, h.stream_id)] = w->direct() ? "direct" : "page cache";
+    io_[stream_path(cfg_.sink.path, tracker_.names().of(h.stream_id))] =
+        w->direct() ? "direct" : "page cache";
     return *outs_.emplace(h.stream_id, std::move(w)).first->second;
   }
 

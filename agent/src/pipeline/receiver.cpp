@@ -505,6 +505,12 @@ RunResult Receiver::run(const RunHooks& hooks) {
              " as " + onward_curve_->public_key + " (public key)");
   }
   make_sink_dirs(cfg_);
+  std::vector<std::string> paths;  // where a stream's name decides the file it goes to
+  for (const auto& c : cfg_.consumers) {
+    if (c.sink.kind == SinkConfig::Kind::file || c.sink.kind == SinkConfig::Kind::hdf5)
+      paths.push_back(c.sink.path);
+  }
+  tracker_.names().set_patterns(std::move(paths));
   const int receivers = rt_.threads(Stage::receive);
   const int decompressors = rt_.threads(Stage::decompress);
   build(receivers, decompressors);

@@ -68,8 +68,10 @@ class Receiver {
   struct Port;
   struct Incoming;
   std::optional<Incoming> read_frame(zmq::Socket& sock);
-  void refuse(const Incoming& f, int index, wire::DecodeError why);
+  void refuse(const Incoming& f, int index, wire::DecodeError why, const std::string& detail = {});
   bool take(Port& port, Incoming& f, StageThread& t);
+  bool take_origin(Port& port, Incoming& f, const std::string& origin);
+  bool name_stream(Port& port, Incoming& f);
   bool take_resume(Port& port, Incoming& f);
   bool take_gaps(Port& port, Incoming& f);
   void take_data(Port& port, Incoming& f, StageThread& t);

@@ -68,6 +68,10 @@ void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer,
                       const std::vector<std::byte>& frame) {
   zmq::Message id = const_cast<zmq::Message&>(peer).share();
   zmq::Message body = zmq::Message::of(frame);
+  // The sender knows its stream by its own id, which may not be the local one (stream_names.hpp).
+  const std::uint32_t sent_as = tracker_.names().of(wire::stream_of(body.bytes().data())).stream;
+  if (sent_as != wire::stream_of(body.bytes().data()))
+    wire::restamp_stream(body.mutable_data(), sent_as);
   // ROUTER_MANDATORY: a peer that has gone fails with EHOSTUNREACH; it resumes when it returns.
   if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
     return;
@@ -144,7 +148,13 @@ struct Receiver::Port {
   zmq::Socket& sock;
   std::map<std::uint32_t, zmq::Message> streams;
   std::set<std::string> announced;
+  std::map<std::string, std::string> origins;  // the origin each peer's origin frame named
 };
+
+namespace {
+// The origin of a peer whose origin frame was refused: no stream of it is taken.
+const std::string kRefusedOrigin = "/";
+}  // namespace
 
 // A message off a data socket: who sent it, its parts, and what decoding them said.
 struct Receiver::Incoming {
@@ -192,7 +202,8 @@ std::optional<Receiver::Incoming> Receiver::read_frame(zmq::Socket& sock) {
 }
 
 // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
-void Receiver::refuse(const Incoming& f, int index, wire::DecodeError why) {
+void Receiver::refuse(const Incoming& f, int index, wire::DecodeError why,
+                      const std::string& detail) {
   if (malformed_[static_cast<std::size_t>(why)]++ >= 3) return;
   log_warn(
       "connection " + std::to_string(index) + ": dropped a " +
@@ -203,7 +214,7 @@ void Receiver::refuse(const Incoming& f, int index, wire::DecodeError why) {
       (f.err == wire::DecodeError::ok ? ", stream " + std::to_string(f.h.stream_id) +
                                             ", sequence " + std::to_string(f.h.sequence)
                                       : std::string()) +
-      ")");
+      ")" + (detail.empty() ? std::string() : ": " + detail));
 }
 
 void Receiver::receive_loop(StageThread& t) {
@@ -219,7 +230,7 @@ void Receiver::receive_loop(StageThread& t) {
     void publish(int n) { total += n - std::exchange(mine, n); }
     ~PeerCount() { total -= mine; }
   } peers{connected_peers_};
-  Port port{index, static_cast<std::uint16_t>(boxes_.size()), sock, {}, {}};
+  Port port{index, static_cast<std::uint16_t>(boxes_.size()), sock, {}, {}, {}};
   std::optional<Clock::time_point> closing;
   while (!rt_.aborted()) {
     answer_owed_ends(sock, index);
@@ -258,13 +269,18 @@ void Receiver::receive_loop(StageThread& t) {
 
 bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
   const wire::Header& h = f.h;
-  if (h.type == wire::FrameType::resume) return take_resume(port, f);
-  if (!port.announced.count(f.peer_id())) {
+  if (h.type == wire::FrameType::metadata) {
+    if (auto origin = origin_of_metadata(f.msg.bytes().subspan(wire::kHeaderSize)))
+      return take_origin(port, f, *origin);
+  }
+  if (h.type != wire::FrameType::resume && !port.announced.count(f.peer_id())) {
     // Sent before this connection's resume frame (a race at reconnection): the sender
     // retransmits it after the resume, so it is neither taken nor acknowledged now.
     ++unannounced_;
     return true;
   }
+  if (!name_stream(port, f)) return true;
+  if (h.type == wire::FrameType::resume) return take_resume(port, f);
   // Any frame names a stream: held only while there is room for its record.
   if (auto why = tracker_.admit_stream(h.stream_id); why != wire::DecodeError::ok) {
     refuse(f, port.index, why);
@@ -296,6 +312,38 @@ bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
       take_data(port, f, t);
       return true;
   }
+}
+
+// An origin frame: the pipeline whose streams this connection carries (stream_names.hpp). A
+// name that is not allowed, or a second origin on one connection, refuses the connection's streams.
+bool Receiver::take_origin(Port& port, Incoming& f, const std::string& origin) {
+  auto [held, fresh] =
+      port.origins.try_emplace(f.peer_id(), origin.empty() ? kRefusedOrigin : origin);
+  if (origin.empty() || held->second != origin) {
+    held->second = kRefusedOrigin;
+    refuse(f, port.index, wire::DecodeError::bad_origin);
+  }
+  return true;
+}
+
+// The frame's stream as this receiver holds it: its origin's stream id to the local id.
+bool Receiver::name_stream(Port& port, Incoming& f) {
+  static const std::string none;
+  auto it = port.origins.find(f.peer_id());
+  const std::string& origin = it == port.origins.end() ? none : it->second;
+  if (origin == kRefusedOrigin) {
+    refuse(f, port.index, wire::DecodeError::bad_origin);
+    return false;
+  }
+  auto bound = tracker_.names().local(origin, f.h.stream_id);
+  if (bound.why != wire::DecodeError::ok) {
+    refuse(f, port.index, bound.why,
+           "stream " + std::to_string(f.h.stream_id) + (origin.empty() ? "" : " of " + origin) +
+               ": " + tracker_.names().last_refusal());
+    return false;
+  }
+  f.h.stream_id = bound.id;
+  return true;
 }
 
 bool Receiver::take_resume(Port& port, Incoming& f) {

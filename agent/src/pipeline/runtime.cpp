@@ -77,6 +77,7 @@ LinkOptions link_options(const Config& cfg, std::string endpoint, std::string na
   opts.connect_timeout_s = cfg.connect_timeout_s;
   opts.reconnect_timeout_s = cfg.reconnect_timeout_s;
   opts.ack_timeout_s = cfg.ack_timeout_s;
+  opts.origin = cfg.origin;
   if (curve) {
     opts.curve_public = curve->public_key;
     opts.curve_secret = curve->secret_key;

@@ -235,7 +235,7 @@ class SeriesSink {
   // restarted, a replay). Each candidate in turn until `pick` returns true.
   template <typename Pick>
   std::string first_candidate(std::uint64_t series_id, Pick pick) const {
-    std::string p = stream_path(pattern_, 0);
+    std::string p = stream_path(pattern_, StreamNames::Name{});
     const std::string id = std::to_string(series_id);
     if (auto pos = p.find("{series}"); pos != std::string::npos) {
       p.replace(pos, 8, id);

@@ -34,14 +34,6 @@
 
 namespace numastream {
 
-// The file of one stream: the sink path with "{stream}" replaced by the stream id.
-inline std::string stream_path(const std::string& pattern, std::uint32_t stream) {
-  std::string out = pattern;
-  auto pos = out.find("{stream}");
-  if (pos != std::string::npos) out.replace(pos, 8, std::to_string(stream));
-  return out;
-}
-
 // Writes each stream back in sequence order. Chunks arrive out of order (parallel decompression,
 // several connections); up to `window` are held to restore the order. If the next chunk is still
 // missing when the window is full, the sink moves on without it (that chunk is then lost to the
@@ -267,11 +259,13 @@ class FileSink final : public Sink {
     for (const auto& s : totals) {
       const auto id = s["stream_id"].get<std::uint32_t>();
       if (outs_.count(id) || !s["complete"].get<bool>()) continue;
-      if (::access((stream_path(cfg_.sink.path, id) + ".part").c_str(), F_OK) == 0) open(id);
+      if (::access((stream_path(cfg_.sink.path, tracker_.names().of(id)) + ".part").c_str(),
+                   F_OK) == 0)
+        open(id);
     }
     std::string failed;
     for (auto& [id, o] : outs_) {
-      const std::string part = stream_path(cfg_.sink.path, id) + ".part";
+      const std::string part = stream_path(cfg_.sink.path, tracker_.names().of(id)) + ".part";
       // A file is complete only when it is on the disk: a failed fsync or close (a full or
       // failing filesystem, an NFS server gone) keeps it a .part, and fails the run naming it.
       std::string error;
@@ -294,7 +288,7 @@ class FileSink final : public Sink {
                  s["corrupt"].get<std::uint64_t>() == 0;
         }
       }
-      std::string final_path = stream_path(cfg_.sink.path, id);
+      std::string final_path = stream_path(cfg_.sink.path, tracker_.names().of(id));
       if (good) {
         if (::rename(part.c_str(), final_path.c_str()) == 0) {
           ::unlink((part + ".idx").c_str());
@@ -322,11 +316,13 @@ class FileSink final : public Sink {
   Out& open(std::uint32_t stream) {
     auto it = outs_.find(stream);
     if (it != outs_.end()) return it->second;
-    if (!outs_.empty() && cfg_.sink.path.find("{stream}") == std::string::npos) {
-      throw std::runtime_error("file sink: a second stream (id " + std::to_string(stream) +
-                               ") arrived but sink.path has no {stream} placeholder");
+    for (const auto& [held, o] : outs_) {
+      if (tracker_.names().same_path(cfg_.sink.path, held, stream))
+        throw std::runtime_error("file sink: a second stream (" +
+                                 tracker_.names().describe(stream) +
+                                 ") arrived but sink.path has no {stream} placeholder");
     }
-    const std::string path = stream_path(cfg_.sink.path, stream) + ".part";
+    const std::string path = stream_path(cfg_.sink.path, tracker_.names().of(stream)) + ".part";
     const std::string index = path + ".idx";
     make_parent_dirs(path, cfg_.sink.mode);
     Out o;
@@ -389,7 +385,7 @@ class FileSink final : public Sink {
     // Chunks a sender declared gone are not waited for (they are counted missing and named).
     o.next = tracker_.past_gaps(stream, o.next);
     while (!o.pending.empty() && o.pending.begin()->first == o.next) {
-      const std::string part = stream_path(cfg_.sink.path, stream) + ".part";
+      const std::string part = stream_path(cfg_.sink.path, tracker_.names().of(stream)) + ".part";
       const auto payload = o.pending.begin()->second.payload();
       std::array<std::uint64_t, 2> rec = {o.next, o.length + payload.size()};
       if (!write_all(o.fd, payload.data(), payload.size(), part) ||

@@ -368,6 +368,11 @@ nlohmann::json StreamTracker::streams_json(std::size_t max_ranges) const {
          {"connections", s.connections},
          {"missing", missing},
          {"gaps", gaps}});
+    // A named pipeline's stream: its name and the id it has there.
+    if (auto name = names_.of(id); !name.origin.empty()) {
+      out.back()["origin"] = name.origin;
+      out.back()["origin_stream_id"] = name.stream;
+    }
   }
   return out;
 }

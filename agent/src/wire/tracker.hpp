@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "data/seqset.hpp"
+#include "wire/stream_names.hpp"
 #include "wire/wire.hpp"
 
 namespace numastream {
@@ -35,7 +36,7 @@ class StreamTracker {
 
   explicit StreamTracker(std::size_t max_streams = kDefaultMaxStreams,
                          std::uint64_t window = SeqSet::kDefaultWindow)
-      : max_streams_(max_streams), window_(window) {}
+      : max_streams_(max_streams), window_(window), names_({}, 2 * max_streams) {}
 
   // Whether a data frame of `stream` with `seq` may be taken: ok, out_of_window (beyond the
   // stream's window, or at or past its announced end), too_many_streams.
@@ -95,6 +96,9 @@ class StreamTracker {
   std::optional<wire::EndOfStream> end_of_stream(std::uint32_t stream) const;
   // Bytes of sequence bitmaps held now, over every stream (for tests of the bound).
   std::size_t held_bytes() const;
+  // Which pipeline and which of its streams each local stream id is (stream_names.hpp).
+  StreamNames& names() noexcept { return names_; }
+  const StreamNames& names() const noexcept { return names_; }
 
  private:
   struct Stream {
@@ -132,6 +136,7 @@ class StreamTracker {
   mutable std::mutex mu_;
   std::map<std::uint32_t, Stream> streams_;
   std::optional<std::chrono::steady_clock::time_point> last_;
+  StreamNames names_;
 };
 
 }  // namespace numastream

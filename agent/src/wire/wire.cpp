@@ -59,6 +59,8 @@ std::string_view decode_error_name(DecodeError e) noexcept {
       return "oversized";
     case DecodeError::bad_connection:
       return "bad_connection";
+    case DecodeError::bad_origin:
+      return "bad_origin";
     case DecodeError::out_of_window:
       return "out_of_window";
     case DecodeError::too_many_streams:
@@ -99,6 +101,13 @@ void encode_header(const Header& h, std::byte* out) noexcept {
   put<std::uint64_t>(out + 32, h.checksum);
   put<std::uint32_t>(out + 40, header_check(out));
   put<std::uint32_t>(out + 44, 0);
+}
+
+std::uint32_t stream_of(const std::byte* header) noexcept { return get<std::uint32_t>(header + 8); }
+
+void restamp_stream(std::byte* header, std::uint32_t stream) noexcept {
+  put<std::uint32_t>(header + 8, stream);
+  put<std::uint32_t>(header + 40, header_check(header));
 }
 
 void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept {

@@ -117,15 +117,19 @@ enum class DecodeError : std::uint8_t {
   size_mismatch,   // payload_size disagrees with the message length or the codec
   oversized,       // raw size above the receiver's limit
   bad_connection,  // connection index outside the connection count
+  bad_origin,  // an origin frame naming no allowed origin, or another origin than its connection's
   // Refused by the receiver's record of the stream, after decoding (docs/wire-format.md):
   out_of_window,       // a sequence, floor or gap beyond the chunks a stream may have in flight
   too_many_streams,    // a new stream id past the receiver's max_streams
   contradicts_stream,  // end-of-stream totals below what arrived, or unlike another connection's
 };
-inline constexpr int kDecodeErrorCount = 13;
+inline constexpr int kDecodeErrorCount = 14;
 std::string_view decode_error_name(DecodeError e) noexcept;
 
 void encode_header(const Header& h, std::byte* out) noexcept;  // writes kHeaderSize bytes
+// The stream id of an encoded frame (its header check made again to match).
+std::uint32_t stream_of(const std::byte* header) noexcept;
+void restamp_stream(std::byte* header, std::uint32_t stream) noexcept;
 void encode_end_of_stream(const EndOfStream& eos, std::byte* out) noexcept;
 
 // Validates and decodes one whole message. `max_raw` is the largest chunk this receiver accepts.
