@@ -6,9 +6,16 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "obs/metric_catalog.hpp"
 
 namespace numastream {
 namespace {
@@ -112,6 +119,44 @@ TEST(MetricRegistry, DeclaringWhileScrapingIsSafe) {
   scraper.join();
   EXPECT_EQ(m.families().size(), 500u);
   EXPECT_NE(m.text().find("numastream_g499{role=\"send\"} 499\n"), std::string::npos);
+}
+
+// Every family the agent writes is declared once, in the catalog: the registry takes it whole
+// (name, type, help), the sources name no metric themselves, and the user docs describe exactly
+// the catalog's families.
+TEST(MetricCatalog, IsEveryMetricTheAgentWritesAndWhatItsDocsDescribe) {
+  std::set<std::string> names;
+  for (const MetricDef* d : metric::kAll) {
+    EXPECT_TRUE(names.insert(std::string(d->name)).second) << d->name << " declared twice";
+    MetricRegistry m;
+    EXPECT_NO_THROW(m.add(*d, [](MetricSamples& s) { s.add(1); })) << d->name;
+  }
+  MetricRegistry m;
+  EXPECT_THROW(m.gauge(metric::raw_bytes, [] { return 0.0; }), std::logic_error);
+  EXPECT_THROW(m.counter(metric::queue_depth, [] { return 0.0; }), std::logic_error);
+
+  const std::regex literal("\"numastream_[a-z0-9_]+\"");
+  for (const auto& e : std::filesystem::recursive_directory_iterator(NUMASTREAM_SOURCES)) {
+    if (!e.is_regular_file() || e.path().filename() == "metric_catalog.hpp") continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string src = text.str();
+    EXPECT_FALSE(std::regex_search(src, literal))
+        << e.path() << " names a metric: declare it in obs/metric_catalog.hpp";
+  }
+
+  std::ifstream doc(std::string(NUMASTREAM_DOCS) + "/agent-metrics.md");
+  ASSERT_TRUE(doc) << "docs/agent-metrics.md";
+  std::stringstream text;
+  text << doc.rdbuf();
+  const std::string md = text.str();
+  const std::regex documented("numastream_[a-z0-9_]+");
+  std::set<std::string> in_docs;
+  for (auto it = std::sregex_iterator(md.begin(), md.end(), documented);
+       it != std::sregex_iterator(); ++it)
+    in_docs.insert(it->str());
+  EXPECT_EQ(in_docs, names) << "docs/agent-metrics.md and obs/metric_catalog.hpp differ";
 }
 
 }  // namespace

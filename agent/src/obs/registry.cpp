@@ -128,6 +128,22 @@ void MetricRegistry::gauge(std::string name, std::string help, std::function<dou
       [value = std::move(value)](MetricSamples& s) { s.add(value()); });
 }
 
+void MetricRegistry::add(const MetricDef& def, Read read) {
+  add(std::string(def.name), def.type, std::string(def.help), std::move(read));
+}
+
+void MetricRegistry::counter(const MetricDef& def, std::function<double()> value) {
+  if (def.type != MetricType::counter)
+    throw std::logic_error("metric " + std::string(def.name) + " is not a counter");
+  counter(std::string(def.name), std::string(def.help), std::move(value));
+}
+
+void MetricRegistry::gauge(const MetricDef& def, std::function<double()> value) {
+  if (def.type != MetricType::gauge)
+    throw std::logic_error("metric " + std::string(def.name) + " is not a gauge");
+  gauge(std::string(def.name), std::string(def.help), std::move(value));
+}
+
 std::string MetricRegistry::text() const {
   std::lock_guard lock(mu_);
   std::string out;

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,13 @@ namespace numastream {
 
 enum class MetricType { counter, gauge };
 const char* metric_type_name(MetricType t);
+
+// A metric family as the catalog declares it (obs/metric_catalog.hpp).
+struct MetricDef {
+  std::string_view name;
+  MetricType type;
+  std::string_view help;
+};
 
 // Labels of one sample beyond the registry's own, in the order they are written.
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
@@ -48,6 +56,10 @@ class MetricRegistry {
   // Declares a family. May be called while another thread scrapes; `read` must stay callable for
   // as long as the registry can be scraped.
   void add(std::string name, MetricType type, std::string help, Read read);
+  // A family of the catalog; counter() and gauge() refuse a family of the other type.
+  void add(const MetricDef& def, Read read);
+  void counter(const MetricDef& def, std::function<double()> value);
+  void gauge(const MetricDef& def, std::function<double()> value);
   // A family of one sample without labels of its own.
   void counter(std::string name, std::string help, std::function<double()> value);
   void gauge(std::string name, std::string help, std::function<double()> value);

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "obs/metric_catalog.hpp"
 #include "pipeline/hdf5_sink.hpp"
 #include "pipeline/onward_sink.hpp"
 #include "pipeline/stream2_sink.hpp"
@@ -344,26 +345,20 @@ void ConsumerSet::declare_metrics(MetricRegistry& m) {
               value(k));
       }
     };
-    m.add("numastream_consumer_chunks_total", MetricType::counter,
-          "Chunks handed to each consumer's sink (sinks).", [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.taken.load()); });
-          });
-    m.add("numastream_consumer_passed_over_total", MetricType::counter,
-          "Chunks a latest-only consumer had no room for (it never holds the others back).",
-          [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); });
-          });
-    m.add("numastream_consumer_behind", MetricType::gauge,
-          "Chunks waiting in each consumer's queue.", [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); });
-          });
-    m.add("numastream_consumer_spill_bytes", MetricType::gauge,
-          "Bytes in each consumer's spill (sinks[].spill) not handed to its sink yet.",
-          [each](MetricSamples& s) {
-            each(s, [](const Consumer& k) {
-              return k.spill ? static_cast<double>(k.spill->pending_bytes()) : 0.0;
-            });
-          });
+    m.add(metric::consumer_chunks, [each](MetricSamples& s) {
+      each(s, [](const Consumer& k) { return static_cast<double>(k.taken.load()); });
+    });
+    m.add(metric::consumer_passed_over, [each](MetricSamples& s) {
+      each(s, [](const Consumer& k) { return static_cast<double>(k.passed_over.load()); });
+    });
+    m.add(metric::consumer_behind, [each](MetricSamples& s) {
+      each(s, [](const Consumer& k) { return static_cast<double>(k.q->depth()); });
+    });
+    m.add(metric::consumer_spill_bytes, [each](MetricSamples& s) {
+      each(s, [](const Consumer& k) {
+        return k.spill ? static_cast<double>(k.spill->pending_bytes()) : 0.0;
+      });
+    });
   }
 }
 

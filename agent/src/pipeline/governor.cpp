@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "host/cpuset.hpp"
+#include "obs/metric_catalog.hpp"
 #include "pipeline/runtime.hpp"
 
 namespace numastream::adaptive {
@@ -324,35 +325,29 @@ void Controller::report(nlohmann::json& summary) const {
 
 void Controller::declare_metrics(MetricRegistry& m) const {
   const std::string stage(stage_name(codec_));
-  m.add("numastream_adaptive_active_threads", MetricType::gauge,
-        "Threads of the codec stage at work now (placement.adaptive).",
-        [this, stage](MetricSamples& s) {
-          std::lock_guard lock(mu_);
-          s.add({{"stage", stage}}, governor_.active());
-        });
-  m.counter("numastream_cpu_budget_changes_total",
-            "Changes of the process's CPU budget (cgroup cpuset or quota) seen while it ran.",
-            [this] {
-              std::lock_guard lock(mu_);
-              return static_cast<double>(budget_changes_);
-            });
-  m.gauge("numastream_cpu_budget_cpus", "CPUs the process's cgroup lets it use now.", [this] {
+  m.add(metric::adaptive_active_threads, [this, stage](MetricSamples& s) {
+    std::lock_guard lock(mu_);
+    s.add({{"stage", stage}}, governor_.active());
+  });
+  m.counter(metric::cpu_budget_changes, [this] {
+    std::lock_guard lock(mu_);
+    return static_cast<double>(budget_changes_);
+  });
+  m.gauge(metric::cpu_budget_cpus, [this] {
     std::lock_guard lock(mu_);
     return static_cast<double>(budget_.cpus.size());
   });
-  m.add("numastream_adaptive_changes_total", MetricType::counter,
-        "Changes of the codec stage's active threads, by move and reason.",
-        [this, stage](MetricSamples& s) {
-          std::lock_guard lock(mu_);
-          for (const char* move : {"grow", "shrink"}) {
-            for (const char* reason :
-                 {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
-              auto it = changes_.find({move, reason});
-              s.add({{"stage", stage}, {"move", move}, {"reason", reason}},
-                    it == changes_.end() ? 0 : static_cast<double>(it->second));
-            }
-          }
-        });
+  m.add(metric::adaptive_changes, [this, stage](MetricSamples& s) {
+    std::lock_guard lock(mu_);
+    for (const char* move : {"grow", "shrink"}) {
+      for (const char* reason :
+           {"codec_busy", "waits_downstream", "waits_upstream", "cpu_budget"}) {
+        auto it = changes_.find({move, reason});
+        s.add({{"stage", stage}, {"move", move}, {"reason", reason}},
+              it == changes_.end() ? 0 : static_cast<double>(it->second));
+      }
+    }
+  });
 }
 
 }  // namespace numastream::adaptive

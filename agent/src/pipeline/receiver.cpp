@@ -31,6 +31,7 @@
 #include "net/link.hpp"
 #include "net/transport.hpp"
 #include "obs/http.hpp"
+#include "obs/metric_catalog.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/consumers.hpp"
 #include "pipeline/governor.hpp"
@@ -335,87 +336,62 @@ void Receiver::declare_metrics() {
   declare_stream_metrics(m);
   consumers_->declare_metrics(m);
   declare_connection_metrics(m);
-  m.gauge("numastream_streams_complete", "Streams that ended on every connection.",
+  m.gauge(metric::streams_complete,
           [this] { return static_cast<double>(tracker_.complete_streams()); });
-  m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
+  m.gauge(metric::compression_ratio, [this] {
     const auto t = tracker_.totals();
     return t.wire_bytes > 0 ? static_cast<double>(t.raw_bytes) / static_cast<double>(t.wire_bytes)
                             : 0;
   });
-  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
-        [this](MetricSamples& s) {
-          s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-          if (const auto depth = consumers_->depth_of_one())
-            s.add({{"queue", "sink"}}, static_cast<double>(*depth));
-        });
+  m.add(metric::queue_depth, [this](MetricSamples& s) {
+    s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+    if (const auto depth = consumers_->depth_of_one())
+      s.add({{"queue", "sink"}}, static_cast<double>(*depth));
+  });
   raw_pools_->declare_metrics(m);
 }
 
 // What arrived of the streams: bytes, chunks, losses, gaps, refused frames.
 void Receiver::declare_stream_metrics(MetricRegistry& m) {
-  m.counter("numastream_raw_bytes_total", "Raw (uncompressed) bytes of the chunks received.",
-            [this] { return static_cast<double>(tracker_.totals().raw_bytes); });
-  m.counter("numastream_wire_bytes_total", "Bytes of the frames received.",
+  m.counter(metric::raw_bytes, [this] { return static_cast<double>(tracker_.totals().raw_bytes); });
+  m.counter(metric::wire_bytes,
             [this] { return static_cast<double>(tracker_.totals().wire_bytes); });
-  m.counter("numastream_chunks_delivered_total",
-            "Chunks decompressed, verified and handed to the sink.",
+  m.counter(metric::chunks_delivered,
             [this] { return static_cast<double>(tracker_.totals().delivered); });
-  m.gauge("numastream_chunks_lost",
-          "Chunks missing: announced by the sender (or below the highest sequence seen) and not "
-          "delivered.",
-          [this] { return static_cast<double>(tracker_.totals().lost); });
-  m.gauge("numastream_chunks_declared_missing",
-          "Of the chunks lost, those their sender declared gone (a restarted sender of a live "
-          "source, a full spill).",
+  m.gauge(metric::chunks_lost, [this] { return static_cast<double>(tracker_.totals().lost); });
+  m.gauge(metric::chunks_declared_missing,
           [this] { return static_cast<double>(tracker_.totals().declared_missing); });
-  m.add("numastream_gaps_last", MetricType::gauge,
-        "The last declared gaps (at most 5): stream, chunks and why.", [this](MetricSamples& s) {
-          const auto gaps = tracker_.last_gaps(5);
-          for (std::size_t i = 0; i < gaps.size(); ++i)
-            s.add({{"order", std::to_string(i)}, {"gap", gaps[i]}}, 1);
-        });
-  m.counter("numastream_chunks_corrupt_total",
-            "Chunks whose checksum or decompressed size did not match.",
+  m.add(metric::gaps_last, [this](MetricSamples& s) {
+    const auto gaps = tracker_.last_gaps(5);
+    for (std::size_t i = 0; i < gaps.size(); ++i)
+      s.add({{"order", std::to_string(i)}, {"gap", gaps[i]}}, 1);
+  });
+  m.counter(metric::chunks_corrupt,
             [this] { return static_cast<double>(tracker_.totals().corrupt); });
-  m.counter("numastream_chunks_duplicate_total", "Chunks received again after they were delivered.",
+  m.counter(metric::chunks_duplicate,
             [this] { return static_cast<double>(tracker_.totals().duplicates); });
-  m.add("numastream_frames_malformed_total", MetricType::counter,
-        "Frames rejected before decoding, by reason.", [this](MetricSamples& s) {
-          for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
-            s.add({{"reason",
-                    std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))}},
-                  static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
-          }
-        });
-  m.gauge(
-      "numastream_chunks_delivered_before",
-      "Chunks an earlier instance of this receiver acknowledged (reported by resuming senders).",
-      [this] { return static_cast<double>(tracker_.totals().delivered_before); });
+  m.add(metric::frames_malformed, [this](MetricSamples& s) {
+    for (int i = 1; i < wire::kDecodeErrorCount; ++i) {
+      s.add({{"reason", std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i)))}},
+            static_cast<double>(malformed_[static_cast<std::size_t>(i)].load()));
+    }
+  });
+  m.gauge(metric::chunks_delivered_before,
+          [this] { return static_cast<double>(tracker_.totals().delivered_before); });
 }
 
 // The data ports' connections and the acknowledgements sent on them.
 void Receiver::declare_connection_metrics(MetricRegistry& m) {
-  m.counter("numastream_acks_sent_total", "Acknowledgement frames sent.",
-            [this] { return static_cast<double>(acks_sent_.load()); });
-  m.add("numastream_connections_rejected_total", MetricType::counter,
-        "Connections dropped before any frame: not a ZeroMQ peer (handshake), a key that is not "
-        "allowed (auth), an "
-        "address outside security.allow_from (address); a Stream V2 re-emit's consumer outside "
-        "its sink's allow_from (consumer).",
-        [this](MetricSamples& s) {
-          s.add({{"reason", "handshake"}}, static_cast<double>(rejected_handshake_.load()));
-          s.add({{"reason", "auth"}}, static_cast<double>(refused_key()));
-          s.add({{"reason", "address"}}, static_cast<double>(refused_address()));
-          s.add({{"reason", "consumer"}}, static_cast<double>(refused_consumers()));
-        });
-  m.counter("numastream_connections_accepted_total", "Connections accepted on the data ports.",
-            [this] { return static_cast<double>(accepted_.load()); });
-  m.counter("numastream_connections_opened_total",
-            "Connections that opened a stream (sent a resume frame).",
-            [this] { return static_cast<double>(opened_.load()); });
-  m.counter("numastream_resumes_total",
-            "Resume frames received (one per connection and reconnection).",
-            [this] { return static_cast<double>(resumes_.load()); });
+  m.counter(metric::acks_sent, [this] { return static_cast<double>(acks_sent_.load()); });
+  m.add(metric::connections_rejected, [this](MetricSamples& s) {
+    s.add({{"reason", "handshake"}}, static_cast<double>(rejected_handshake_.load()));
+    s.add({{"reason", "auth"}}, static_cast<double>(refused_key()));
+    s.add({{"reason", "address"}}, static_cast<double>(refused_address()));
+    s.add({{"reason", "consumer"}}, static_cast<double>(refused_consumers()));
+  });
+  m.counter(metric::connections_accepted, [this] { return static_cast<double>(accepted_.load()); });
+  m.counter(metric::connections_opened, [this] { return static_cast<double>(opened_.load()); });
+  m.counter(metric::resumes, [this] { return static_cast<double>(resumes_.load()); });
 }
 
 // ZeroMQ's authentication handler for the data ports: the senders' keys (CURVE, or authenticate

@@ -17,6 +17,7 @@
 #include "data/buffer_pool.hpp"
 #include "host/cpuset.hpp"
 #include "net/transport.hpp"
+#include "obs/metric_catalog.hpp"
 #include "pipeline/pipeline.hpp"
 
 namespace numastream {
@@ -482,57 +483,38 @@ void Runtime::sample_threads(MetricSamples& m) const {
 }
 
 void Runtime::declare_common_metrics() {
-  metrics_.add("numastream_stage_chunks_total", MetricType::counter, "Chunks a stage finished.",
-               [this](MetricSamples& m) {
-                 for (const auto& [name, s] : stats_)
-                   m.add({{"stage", s->name}}, static_cast<double>(s->chunks.load()));
-               });
-  metrics_.add(
-      "numastream_stage_bytes_total", MetricType::counter, "Bytes into and out of a stage.",
-      [this](MetricSamples& m) {
-        for (const auto& [name, s] : stats_) {
-          m.add({{"stage", s->name}, {"direction", "in"}}, static_cast<double>(s->bytes_in.load()));
-          m.add({{"stage", s->name}, {"direction", "out"}},
-                static_cast<double>(s->bytes_out.load()));
-        }
-      });
-  metrics_.add("numastream_stage_busy_seconds_total", MetricType::counter,
-               "Thread-seconds a stage spent working.", [this](MetricSamples& m) {
-                 for (const auto& [name, s] : stats_)
-                   m.add({{"stage", s->name}}, seconds(s->busy_ns.load()));
-               });
-  metrics_.add(
-      "numastream_stage_blocked_seconds_total", MetricType::counter,
-      "Thread-seconds a stage waited: on an empty input (cause=input) or a full output or "
-      "exhausted "
-      "buffer pool (cause=output).",
-      [this](MetricSamples& m) {
-        for (const auto& [name, s] : stats_) {
-          m.add({{"stage", s->name}, {"cause", "input"}}, seconds(s->blocked_input_ns.load()));
-          m.add({{"stage", s->name}, {"cause", "output"}}, seconds(s->blocked_output_ns.load()));
-        }
-      });
-  metrics_.add("numastream_thread_info", MetricType::gauge,
-               "Where each pipeline thread runs (value is always 1).",
-               [this](MetricSamples& m) { sample_threads(m); });
-  metrics_.gauge("numastream_up", "0 once the pipeline failed.",
-                 [this] { return aborted() ? 0 : 1; });
-  metrics_.add("numastream_nic_local", MetricType::gauge,
-               "1 when every thread of the stage runs on the NIC's NUMA node, 0 when one does not, "
-               "-1 when unknown.",
-               [this](MetricSamples& m) {
-                 const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
-                 auto local = placement.nic_local(stage);
-                 m.add({{"stage", std::string(stage_name(stage))}}, local ? (*local ? 1 : 0) : -1);
-               });
+  metrics_.add(metric::stage_chunks, [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_)
+      m.add({{"stage", s->name}}, static_cast<double>(s->chunks.load()));
+  });
+  metrics_.add(metric::stage_bytes, [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_) {
+      m.add({{"stage", s->name}, {"direction", "in"}}, static_cast<double>(s->bytes_in.load()));
+      m.add({{"stage", s->name}, {"direction", "out"}}, static_cast<double>(s->bytes_out.load()));
+    }
+  });
+  metrics_.add(metric::stage_busy_seconds, [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_) m.add({{"stage", s->name}}, seconds(s->busy_ns.load()));
+  });
+  metrics_.add(metric::stage_blocked_seconds, [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_) {
+      m.add({{"stage", s->name}, {"cause", "input"}}, seconds(s->blocked_input_ns.load()));
+      m.add({{"stage", s->name}, {"cause", "output"}}, seconds(s->blocked_output_ns.load()));
+    }
+  });
+  metrics_.add(metric::thread_info, [this](MetricSamples& m) { sample_threads(m); });
+  metrics_.gauge(metric::up, [this] { return aborted() ? 0 : 1; });
+  metrics_.add(metric::nic_local, [this](MetricSamples& m) {
+    const Stage stage = cfg.role == Role::receive ? Stage::receive : Stage::send;
+    auto local = placement.nic_local(stage);
+    m.add({{"stage", std::string(stage_name(stage))}}, local ? (*local ? 1 : 0) : -1);
+  });
 }
 
 void NodePools::declare_metrics(MetricRegistry& m) const {
-  m.add("numastream_pool_buffers_in_use", MetricType::gauge, "Buffers taken from a per-node pool.",
-        [this](MetricSamples& s) {
-          for (const auto& p : pools_)
-            s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
-        });
+  m.add(metric::pool_buffers_in_use, [this](MetricSamples& s) {
+    for (const auto& p : pools_) s.add({{"pool", p->name()}}, static_cast<double>(p->in_use()));
+  });
 }
 
 }  // namespace numastream

@@ -1,6 +1,8 @@
 // The send pipeline: source -> compress xC -> send xS (sender.hpp).
 #include "pipeline/sender.hpp"
 
+#include "obs/metric_catalog.hpp"
+
 namespace numastream {
 
 void Sender::compress_loop(StageThread& t) {
@@ -215,35 +217,29 @@ void Sender::send_loop(StageThread& t) {
 
 void Sender::declare_metrics() {
   MetricRegistry& m = rt_.metrics();
-  m.counter("numastream_raw_bytes_total", "Raw (uncompressed) bytes taken from the source.",
+  m.counter(metric::raw_bytes,
             [this] { return static_cast<double>(rt_.stats(Stage::compress).bytes_in.load()); });
-  m.counter("numastream_wire_bytes_total", "Bytes of the frames handed to the network.",
-            [this] { return static_cast<double>(wire_bytes_.load()); });
-  m.counter("numastream_chunks_sent_total", "Frames handed to ZeroMQ (first transmissions).",
-            [this] { return static_cast<double>(sent_chunks_.load()); });
-  m.gauge("numastream_chunks_acknowledged", "Chunks of the stream the receiver has taken.",
+  m.counter(metric::wire_bytes, [this] { return static_cast<double>(wire_bytes_.load()); });
+  m.counter(metric::chunks_sent, [this] { return static_cast<double>(sent_chunks_.load()); });
+  m.gauge(metric::chunks_acknowledged,
           [this] { return static_cast<double>(ledger_->acknowledged(cfg_.stream_id)); });
-  m.add("numastream_queue_depth", MetricType::gauge, "Items in a stage queue.",
-        [this](MetricSamples& s) {
-          s.add({{"queue", "raw"}}, static_cast<double>(raw_q_->depth()));
-          s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-        });
+  m.add(metric::queue_depth, [this](MetricSamples& s) {
+    s.add({{"queue", "raw"}}, static_cast<double>(raw_q_->depth()));
+    s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
+  });
   wire_pools_->declare_metrics(m);
-  m.gauge("numastream_compression_ratio", "Raw bytes over compressed bytes so far.", [this] {
+  m.gauge(metric::compression_ratio, [this] {
     const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
     const double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
     return wire > 0 ? raw / wire : 0;
   });
   if (spill_) {
-    m.gauge("numastream_spill_bytes", "Bytes in the spill files now.",
-            [this] { return static_cast<double>(spill_disk_bytes_.load()); });
-    m.gauge("numastream_spill_max_bytes", "The spill's limit (spill.max_bytes).",
-            [this] { return static_cast<double>(cfg_.spill.max_bytes); });
-    m.gauge("numastream_spill_chunks", "Chunks waiting in the spill.",
-            [this] { return static_cast<double>(spill_frames_.load()); });
-    m.counter("numastream_spilled_chunks_total", "Chunks that went through the spill.",
+    m.gauge(metric::spill_bytes, [this] { return static_cast<double>(spill_disk_bytes_.load()); });
+    m.gauge(metric::spill_max_bytes, [this] { return static_cast<double>(cfg_.spill.max_bytes); });
+    m.gauge(metric::spill_chunks, [this] { return static_cast<double>(spill_frames_.load()); });
+    m.counter(metric::spilled_chunks,
               [this] { return static_cast<double>(spilled_chunks_.load()); });
-    m.counter("numastream_spill_lost_chunks_total", "Chunks lost because the spill was full.",
+    m.counter(metric::spill_lost_chunks,
               [this] { return static_cast<double>(spill_lost_.load()); });
   }
   source_->declare_metrics(m);

@@ -27,6 +27,7 @@
 #include "config/config.hpp"
 #include "data/buffer_pool.hpp"
 #include "data/seqset.hpp"
+#include "obs/metric_catalog.hpp"
 #include "pipeline/chunk.hpp"
 #include "pipeline/runtime.hpp"
 #include "wire/tracker.hpp"
@@ -141,19 +142,15 @@ class IncompleteSeries {
     summary["stream2_series_incomplete_last"] = last_;
   }
   void declare_metrics(MetricRegistry& m) const {
-    m.counter(
-        "numastream_stream2_series_incomplete_total",
-        "Stream V2 series that ended incomplete (their detector went away before the end message).",
-        [this] {
-          std::lock_guard lock(mu_);
-          return static_cast<double>(count_);
-        });
-    m.add("numastream_stream2_series_incomplete_last", MetricType::gauge,
-          "The last series that ended incomplete, and why.", [this](MetricSamples& s) {
-            std::lock_guard lock(mu_);
-            for (std::size_t i = 0; i < last_.size(); ++i)
-              s.add({{"order", std::to_string(i)}, {"series", last_[i]}}, 1);
-          });
+    m.counter(metric::stream2_series_incomplete, [this] {
+      std::lock_guard lock(mu_);
+      return static_cast<double>(count_);
+    });
+    m.add(metric::stream2_series_incomplete_last, [this](MetricSamples& s) {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < last_.size(); ++i)
+        s.add({{"order", std::to_string(i)}, {"series", last_[i]}}, 1);
+    });
   }
 
  private:

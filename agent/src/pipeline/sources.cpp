@@ -16,6 +16,7 @@
 #include "codec/synth.hpp"
 #include "detector/stream2.hpp"
 #include "net/transport.hpp"
+#include "obs/metric_catalog.hpp"
 
 namespace numastream {
 namespace {
@@ -374,11 +375,9 @@ class Stream2Source final : public PullingSource {
         {"series_open", open_ ? nlohmann::json(*open_) : nlohmann::json(nullptr)}};
   }
   void declare_metrics(MetricRegistry& m) const override {
-    m.counter("numastream_stream2_messages_malformed_total",
-              "Messages from the detector that were not Stream V2 (dropped).",
+    m.counter(metric::stream2_messages_malformed,
               [this] { return static_cast<double>(malformed_.load()); });
-    m.counter("numastream_stream2_series_incomplete_total",
-              "Series whose detector went away before their end message.",
+    m.counter(metric::stream2_series_incomplete,
               [this] { return static_cast<double>(incomplete_.load()); });
   }
 
