@@ -183,8 +183,9 @@ void SpillStore::drop_front() {
 
 bool SpillStore::append(std::span<const std::byte> frame) { return append(frame, {}); }
 
-bool SpillStore::append(std::span<const std::byte> head, std::span<const std::byte> rest) {
-  const std::size_t size = head.size() + rest.size();
+bool SpillStore::append(std::span<const std::byte> head, std::span<const std::byte> rest,
+                        std::span<const std::byte> tail) {
+  const std::size_t size = head.size() + rest.size() + tail.size();
   const std::uint64_t record = kLengthBytes + size;
   disk_full_ = false;
   if (disk_ + record > max_) return false;
@@ -195,7 +196,9 @@ bool SpillStore::append(std::span<const std::byte> head, std::span<const std::by
   for (std::size_t i = 0; i < kLengthBytes; ++i) len[i] = static_cast<std::byte>(n >> (8 * i));
   if (!write_all(s.fd, len, kLengthBytes, s.write_off) ||
       !write_all(s.fd, head.data(), head.size(), s.write_off + kLengthBytes) ||
-      !write_all(s.fd, rest.data(), rest.size(), s.write_off + kLengthBytes + head.size())) {
+      !write_all(s.fd, rest.data(), rest.size(), s.write_off + kLengthBytes + head.size()) ||
+      !write_all(s.fd, tail.data(), tail.size(),
+                 s.write_off + kLengthBytes + head.size() + rest.size())) {
     if (errno == ENOSPC || errno == EDQUOT) {
       // Whatever part of the record made it is overwritten by the next append.
       disk_full_ = true;

@@ -53,8 +53,9 @@ class SpillStore {
 
   // Appends one frame; false (nothing written) when it would pass max_bytes or the disk is full.
   bool append(std::span<const std::byte> frame);
-  // The same for a frame held in two pieces (a header, then its payload): one record.
-  bool append(std::span<const std::byte> head, std::span<const std::byte> rest);
+  // The same for a frame held in pieces (a header, its payload, a trailer): one record.
+  bool append(std::span<const std::byte> head, std::span<const std::byte> rest,
+              std::span<const std::byte> tail = {});
   // The size of the oldest frame (0 when empty).
   std::size_t next_size() const;
   // Moves the oldest frame into `out` (at least next_size() bytes); its size.

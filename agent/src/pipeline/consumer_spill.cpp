@@ -77,8 +77,22 @@ std::uint32_t segment_key(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+// Each record: the frame, then the XXH3-64 of its payload (little-endian).
+constexpr std::size_t kTrailer = 8;
+
+// The frame a record holds, and whether it carries a trailer (a record of an earlier version
+// does not): the header's payload size says which.
+wire::DecodeError record_header(std::span<const std::byte> head, std::size_t size, wire::Header& h,
+                                bool& trailer) {
+  trailer = size >= wire::kHeaderSize + kTrailer &&
+            wire::decode_data_header(head, size - kTrailer, SIZE_MAX, h) == wire::DecodeError::ok;
+  return trailer ? wire::DecodeError::ok : wire::decode_data_header(head, size, SIZE_MAX, h);
+}
+}  // namespace
+
 ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index,
-                             const std::string& identity, AckFn settle)
+                             const std::string& identity, AckFn settle, LostFn lost)
     : store_((claim(cfg.path, identity),
               std::make_unique<SpillStore>(
                   cfg.path, segment_key(cfg.path), cfg.max_bytes,
@@ -87,12 +101,14 @@ ConsumerSpill::ConsumerSpill(const SpillConfig& cfg, std::uint32_t index,
                     // recovery there, named in the log and the summary: handed on, it would stop
                     // this process and every next one at the same record.
                     wire::Header h;
-                    if (wire::decode_data_header(head, size, SIZE_MAX, h) != wire::DecodeError::ok)
+                    bool trailer = false;
+                    if (record_header(head, size, h, trailer) != wire::DecodeError::ok)
                       return false;
                     holding_[h.stream_id].insert(h.sequence);
                     return true;
                   }))),
-      settle_(std::move(settle)) {
+      settle_(std::move(settle)),
+      lost_(std::move(lost)) {
   pending_bytes_ = store_->pending_bytes();
   const auto& r = store_->recovered();
   recovered_owed_ = recovered_unread_ = r.frames;
@@ -108,7 +124,10 @@ bool ConsumerSpill::put(Chunk& c, const std::function<bool()>& closing) {
   std::byte head[wire::kHeaderSize];
   wire::encode_header(c.header, head);
   const auto payload = c.payload();
-  while (!store_->append(head, payload)) {
+  const std::uint64_t sum = wire::checksum(payload);
+  std::byte trailer[kTrailer];
+  for (std::size_t i = 0; i < kTrailer; ++i) trailer[i] = static_cast<std::byte>(sum >> (8 * i));
+  while (!store_->append(head, payload, trailer)) {
     // Full: this consumer holds the others back now, until its sink has read some out.
     if (closing()) return false;
     room_.wait_for(lock, std::chrono::milliseconds(50));
@@ -126,27 +145,63 @@ bool ConsumerSpill::put(Chunk& c, const std::function<bool()>& closing) {
 
 std::optional<Chunk> ConsumerSpill::take(std::chrono::milliseconds wait, std::size_t max_payload) {
   std::unique_lock lock(mu_);
-  if (!ready_.wait_for(lock, wait, [this] { return !store_->empty(); })) return std::nullopt;
-  const std::size_t size = store_->next_size();
-  zmq::Message m = zmq::Message::sized(size);
-  std::uint64_t token = 0;
-  const std::size_t n = store_->read({m.mutable_data(), size}, &token);
-  pending_bytes_ = store_->pending_bytes();
-  room_.notify_all();
-  Chunk c;
-  if (wire::decode({m.mutable_data(), n}, max_payload, c.header) != wire::DecodeError::ok) {
-    throw std::runtime_error("consumer spill: a frame read back from " + store_->dir() +
-                             " is damaged");
+  while (true) {
+    if (!ready_.wait_for(lock, wait, [this] { return !store_->empty(); })) return std::nullopt;
+    const std::size_t size = store_->next_size();
+    zmq::Message m = zmq::Message::sized(size);
+    std::uint64_t token = 0;
+    const std::size_t n = store_->read({m.mutable_data(), size}, &token);
+    pending_bytes_ = store_->pending_bytes();
+    room_.notify_all();
+    const std::byte* p = m.mutable_data();
+    Chunk c;
+    bool trailer = false;
+    if (record_header({p, std::min(n, wire::kHeaderSize)}, n, c.header, trailer) !=
+            wire::DecodeError::ok ||
+        wire::decode({p, trailer ? n - kTrailer : n}, max_payload, c.header) !=
+            wire::DecodeError::ok) {
+      throw std::runtime_error("consumer spill: a frame read back from " + store_->dir() +
+                               " is damaged");
+    }
+    const bool recovered = recovered_unread_ > 0;  // an earlier process's come first
+    if (recovered) --recovered_unread_;
+    if (trailer) {
+      std::uint64_t sum = 0;
+      for (std::size_t i = 0; i < kTrailer; ++i)
+        sum |= static_cast<std::uint64_t>(p[n - kTrailer + i]) << (8 * i);
+      if (sum != wire::checksum({p + wire::kHeaderSize, c.header.payload_size})) {
+        declare_damaged(c.header, token, recovered);
+        continue;
+      }
+    }
+    // The frame alone (the trailer left out, uncopied): an onward hop sends it as it is.
+    c.body = trailer ? zmq::Message::slice(std::move(m), 0, n - kTrailer) : std::move(m);
+    c.body_offset = wire::kHeaderSize;
+    held_.emplace(std::pair{c.header.stream_id, c.header.sequence}, token);
+    c.via = recovered ? -2 : -1;
+    return c;
   }
-  c.body = std::move(m);
-  c.body_offset = wire::kHeaderSize;
-  held_.emplace(std::pair{c.header.stream_id, c.header.sequence}, token);
-  c.via = -1;
-  if (recovered_unread_ > 0) {  // an earlier process's come first
-    --recovered_unread_;
-    c.via = -2;
+}
+
+void ConsumerSpill::declare_damaged(const wire::Header& h, std::uint64_t token, bool recovered) {
+  const std::string what =
+      "stream " + std::to_string(h.stream_id) + " chunk " + std::to_string(h.sequence);
+  log_error("consumer spill " + store_->dir() + ": " + what +
+            " read back damaged (its payload is not what was written): lost");
+  ++damaged_;
+  damaged_last_.push_back(what);
+  if (damaged_last_.size() > 5) damaged_last_.erase(damaged_last_.begin());
+  store_->release(token);
+  if (auto it = holding_.find(h.stream_id); it != holding_.end()) {
+    it->second.erase(h.sequence);
+    if (it->second.empty()) holding_.erase(it);
   }
-  return c;
+  if (recovered) {
+    --recovered_owed_;
+  } else if (auto it = owed_.find(h.stream_id); it != owed_.end() && --it->second == 0) {
+    owed_.erase(it);
+  }
+  if (lost_) lost_(h.stream_id, h.sequence);
 }
 
 void ConsumerSpill::taken(int via, std::uint32_t stream, std::uint64_t seq) {
@@ -195,6 +250,7 @@ bool ConsumerSpill::owes(std::uint32_t stream) {
 }
 
 nlohmann::json ConsumerSpill::report() const {
+  std::lock_guard lock(mu_);
   return {{"path", store_->dir()},
           {"max_bytes", store_->max_bytes()},
           {"spilled", spilled_.load()},
@@ -202,7 +258,9 @@ nlohmann::json ConsumerSpill::report() const {
           {"pending_bytes", pending_bytes_.load()},
           {"recovered", store_->recovered().frames},
           {"dropped_bytes", store_->recovered().dropped_bytes},
-          {"dropped", store_->recovered().why_dropped}};
+          {"dropped", store_->recovered().why_dropped},
+          {"damaged", damaged_},
+          {"damaged_last", damaged_last_}};
 }
 
 }  // namespace numastream

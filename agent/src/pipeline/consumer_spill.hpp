@@ -4,7 +4,10 @@
 // long its sink takes (an onward hop's window to a far site that stopped), until the spill is
 // full. What an earlier process spilled (taken for the consumer already) goes to the sink first.
 // A chunk read back stays on disk until the sink has it, so a process that dies before leaves it
-// to its next one. Thread-safe: the decompressing threads write, the consumer's thread reads.
+// to its next one. Each record carries the XXH3-64 of its payload after the frame: a chunk whose
+// payload changed on disk is never handed to the sink; it is declared lost (`lost`), named in
+// the log and the summary. (Records of versions before 0.2 carry none and are read unchecked.)
+// Thread-safe: the decompressing threads write, the consumer's thread reads.
 // Internal to the agent.
 #pragma once
 
@@ -44,8 +47,10 @@ class ConsumerSpill {
   // to (its kind and path or endpoint), never by its place in `sinks`: the directory keeps it,
   // and a spill another consumer left there is refused, naming both, not handed to this one's
   // sink. Its files are found by what they are named in the directory (one consumer's each).
+  // `lost` hears of each chunk read back damaged (its stream and sequence).
+  using LostFn = std::function<void(std::uint32_t stream, std::uint64_t seq)>;
   ConsumerSpill(const SpillConfig& cfg, std::uint32_t index, const std::string& identity,
-                AckFn settle);
+                AckFn settle, LostFn lost = {});
 
   // Writes `c` (waiting while the spill is full: this consumer then holds the others back);
   // false, nothing written, once `closing()` says the run is closing.
@@ -74,7 +79,8 @@ class ConsumerSpill {
   std::map<std::uint32_t, std::set<std::uint64_t>> holding_;
   std::unique_ptr<SpillStore> store_;
   AckFn settle_;
-  std::mutex mu_;                  // guards the store and what follows
+  LostFn lost_;
+  mutable std::mutex mu_;          // guards the store and what follows
   std::condition_variable room_;   // space came back
   std::condition_variable ready_;  // a chunk was written
   std::atomic<std::uint64_t> spilled_{0};
@@ -87,6 +93,10 @@ class ConsumerSpill {
   std::uint64_t recovered_unread_ = 0;
   // Chunks read out of the spill, held there (SpillStore::read's token) until the sink has them.
   std::multimap<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> held_;
+  std::uint64_t damaged_ = 0;              // chunks read back damaged, declared lost
+  std::vector<std::string> damaged_last_;  // the last of them, named
+  // Drops a record read back whose payload is not what was written: the sink never has it.
+  void declare_damaged(const wire::Header& h, std::uint64_t token, bool recovered);
 };
 
 }  // namespace numastream

@@ -145,9 +145,11 @@ void ConsumerSet::add_spill(Consumer& k, const ConsumerConfig& want, AckFn& k_ac
   // What an earlier process spilled was taken for this consumer (acknowledged upstream): it
   // is handed to the sink first. A chunk read back from the spill (via -1) was settled when
   // it was written there.
-  k.spill =
-      std::make_unique<ConsumerSpill>(want.spill, static_cast<std::uint32_t>(consumers_.size()),
-                                      consumer_identity(want.sink), k_ack);
+  k.spill = std::make_unique<ConsumerSpill>(
+      want.spill, static_cast<std::uint32_t>(consumers_.size()), consumer_identity(want.sink),
+      k_ack, [&tracker = w_.tracker](std::uint32_t stream, std::uint64_t seq) {
+        tracker.on_unwritten(stream, seq);  // lost to the consumer
+      });
   // Live chunks join the acknowledgement; those read back from the spill release it.
   auto spill_aware = [spill = k.spill.get()](AckFn fn) {
     return [spill, fn = std::move(fn)](int via, std::uint32_t stream, std::uint64_t seq) {
