@@ -409,6 +409,15 @@ func TestNamespaceScopedInstallWritesOnlyInItsNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// PersistentVolumes of host directories are the operator's most powerful grant: it applies
+	// (create, patch) and deletes its own, and never updates one.
+	for _, role := range []map[grant]bool{cluster, grants(find(all, "ClusterRole", "numastream-operator"))} {
+		for _, v := range []string{"update", "deletecollection", "*"} {
+			if role[grant{"", "persistentvolumes", v}] {
+				t.Errorf("the operator may %s PersistentVolumes", v)
+			}
+		}
+	}
 	clusterScoped := map[string]bool{"nodes": true, "persistentvolumes": true, "storageroots": true}
 	for g := range grants(find(all, "ClusterRole", "numastream-operator")) {
 		if clusterScoped[g.resource] && !cluster[g] {
