@@ -81,13 +81,13 @@ nlohmann::json gateway(const std::string& dir, const Layout& layout, bool resume
                        const std::vector<std::uint64_t>& seqs,
                        const std::function<void(std::uint64_t)>& ack) {
   const auto messages = series_messages();
-  IncompleteSeries incomplete;
+  SeriesOutcomes outcomes;
   NxmxOptions nxmx;
   nxmx.frames_per_file = layout.frames_per_file;
   SeriesSink sink(
       dir + "/scan.h5", 0640, layout.direct,
       [&](int, std::uint32_t, std::uint64_t seq) { ack(seq); },
-      [resumed](std::uint32_t) { return resumed; }, incomplete, nxmx);
+      [resumed](std::uint32_t) { return resumed; }, outcomes, nxmx);
   StageStats st("sink");
   for (std::uint64_t seq : seqs) {
     sink.put(chunk(seq, messages[seq]), st);

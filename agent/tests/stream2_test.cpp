@@ -214,6 +214,8 @@ TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
     EXPECT_EQ(run.sender["stream2"]["images"], 10);
     EXPECT_EQ(run.sender["stream2"]["series_ended"], 1);
     EXPECT_EQ(run.sender["stream2"]["malformed"], 0);
+    EXPECT_EQ(run.receiver["stream2_series_completed"], 1) << "re-emitted to its end message";
+    EXPECT_EQ(run.receiver["stream2_series_incomplete"], 0);
     // Carried as the detector compressed them: what crossed the wire is the messages' bytes
     // (plus numastream's frame headers), not a recompression of them.
     std::size_t bytes = 0;
@@ -427,6 +429,7 @@ TEST(Stream2, ADetectorThatDisconnectsMidSeriesLeavesTheSeriesIncompleteAndSaysS
   EXPECT_NE(end->incomplete.find("disconnected after 3 images"), std::string::npos)
       << end->incomplete;
   EXPECT_EQ(r["stream2_series_incomplete"], 1) << "the gateway names it too";
+  EXPECT_EQ(r["stream2_series_completed"], 0);
   EXPECT_NE(r["stream2_series_incomplete_last"][0].get<std::string>().find(
                 "series 1 (01GRXWT80JSDY2FNW8SGCCDZD9): the detector"),
             std::string::npos)

@@ -798,6 +798,10 @@ type Observed struct {
 	// +kubebuilder:validation:MaxItems=5
 	// +optional
 	MissingChunks []string `json:"missingChunks,omitempty"`
+	// SeriesCompleted counts the Stream V2 series the gateway completed: written whole to their
+	// files (or re-emitted to their end message).
+	// +optional
+	SeriesCompleted int64 `json:"seriesCompleted,omitempty"`
 	// SeriesIncomplete counts the Stream V2 series that ended incomplete at the gateway: their
 	// detector went away before the series' end message (docs/stream2.md).
 	// +optional
@@ -1192,6 +1196,7 @@ type TopologyRejection struct {
 // +kubebuilder:printcolumn:name="Delivered",type=integer,JSONPath=`.status.observed.chunksDelivered`
 // +kubebuilder:printcolumn:name="Expected",type=integer,JSONPath=`.status.expectedChunks`
 // +kubebuilder:printcolumn:name="Lost",type=integer,JSONPath=`.status.observed.chunksLost`
+// +kubebuilder:printcolumn:name="Series",type=integer,JSONPath=`.status.observed.seriesCompleted`
 // +kubebuilder:printcolumn:name="NIC-Local",type=string,JSONPath=`.status.observed.nicLocalStreams`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`

@@ -77,8 +77,9 @@ type Receiver struct {
 	// sender tells): the stream's total is DeliveredBefore + Delivered, across pod restarts.
 	DeliveredBefore float64
 	NICLocal        *bool
-	// SeriesIncomplete: Stream V2 series its sink saw end incomplete; IncompleteSeries names the
-	// last of them (oldest first).
+	// SeriesCompleted: Stream V2 series its sink completed. SeriesIncomplete: those it saw end
+	// incomplete; IncompleteSeries names the last of them (oldest first).
+	SeriesCompleted  float64
 	SeriesIncomplete float64
 	IncompleteSeries []string
 	// DeclaredMissing: of Lost, the chunks their senders declared gone; Gaps names the last of them.
@@ -121,6 +122,8 @@ func FromSamples(samples []Sample) Receiver {
 			r.Corrupt = s.Value
 		case "numastream_chunks_delivered_before":
 			r.DeliveredBefore = s.Value
+		case "numastream_stream2_series_completed_total":
+			r.SeriesCompleted = s.Value
 		case "numastream_stream2_series_incomplete_total":
 			r.SeriesIncomplete = s.Value
 		case "numastream_stage_bytes_total":
@@ -173,7 +176,8 @@ type exitSummary struct {
 	RawGbps   float64 `json:"raw_gbps"`
 	WireGbps  float64 `json:"wire_gbps"`
 	NICLocal  *bool   `json:"nic_local"`
-	// Stream V2 series that ended incomplete, and the last of them by name.
+	// Stream V2 series that ended complete, incomplete, and the last incomplete ones by name.
+	SeriesCompleted  float64  `json:"stream2_series_completed"`
 	SeriesIncomplete float64  `json:"stream2_series_incomplete"`
 	IncompleteSeries []string `json:"stream2_series_incomplete_last"`
 	// Chunks their senders declared gone, and the last declared gaps by name.
@@ -201,7 +205,7 @@ func exited(p *corev1.Pod) (Receiver, float64, float64, bool) {
 		return Receiver{}, 0, 0, false
 	}
 	r := Receiver{RawBytes: v.RawBytes, WireBytes: v.WireBytes, Delivered: v.Chunks, DeliveredBefore: v.Before, Lost: v.Lost, Corrupt: v.Corrupt,
-		SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries, DeclaredMissing: v.DeclaredMissing, Gaps: v.Gaps,
+		SeriesCompleted: v.SeriesCompleted, SeriesIncomplete: v.SeriesIncomplete, IncompleteSeries: v.IncompleteSeries, DeclaredMissing: v.DeclaredMissing, Gaps: v.Gaps,
 		Unwritten: v.Unwritten}
 	if rx, ok := summaries[render.ReceiveContainer]; ok && rx.NICLocal != nil {
 		r.NICLocal = rx.NICLocal
@@ -409,6 +413,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		total.Delivered += r.Delivered + r.DeliveredBefore
 		total.Lost += r.Lost
 		total.Corrupt += r.Corrupt
+		total.SeriesCompleted += r.SeriesCompleted
 		total.SeriesIncomplete += r.SeriesIncomplete
 		total.IncompleteSeries = append(total.IncompleteSeries, r.IncompleteSeries...)
 		total.DeclaredMissing += r.DeclaredMissing
@@ -480,6 +485,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	if dBusy >= 0.1 && dBytes > 0 {
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
+	obs.SeriesCompleted = int64(total.SeriesCompleted)
 	obs.SeriesIncomplete = int64(total.SeriesIncomplete)
 	obs.ChunksDeclaredMissing = int64(total.DeclaredMissing)
 	if n := len(total.Gaps); n > 0 {

@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -54,6 +55,24 @@ func TestParseRealAgentMetrics(t *testing.T) {
 	}
 	if !found {
 		t.Error("thread_info labels not parsed")
+	}
+}
+
+// The series a gateway completed, as its agent writes the count (obs/metric_catalog.hpp), and
+// as its summary says it once the container has exited.
+func TestCompletedSeriesAreCounted(t *testing.T) {
+	samples, err := Parse(strings.NewReader("# HELP numastream_stream2_series_completed_total Stream V2 series a gateway's sink completed.\n" +
+		"# TYPE numastream_stream2_series_completed_total counter\n" +
+		`numastream_stream2_series_completed_total{role="receive"} 3` + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := FromSamples(samples); r.SeriesCompleted != 3 {
+		t.Fatalf("series completed %v", r.SeriesCompleted)
+	}
+	var s exitSummary
+	if err := json.Unmarshal([]byte(`{"role":"receive","stream2_series_completed":2}`), &s); err != nil || s.SeriesCompleted != 2 {
+		t.Fatalf("%+v %v", s, err)
 	}
 }
 

@@ -246,6 +246,11 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	if o.ChunksLost != 0 || o.ChunksCorrupt != 0 || o.SeriesIncomplete != 0 {
 		t.Errorf("observed %+v", o)
 	}
+	// Both series published whole: the count status shows (kubectl get's Series column).
+	eventually(t, "status.observed.seriesCompleted 2", 60*time.Second, func() (bool, string) {
+		o := get(t, sp).Status.Observed
+		return o != nil && o.SeriesCompleted >= 2, fmt.Sprintf("observed %+v", o)
+	})
 	verifySeriesFile(t, first, 60)
 	verifySeriesFile(t, second, 60)
 	t.Logf("%s drained %.1f s after series 1 began on the gateway (kubectl drain took %.1f s): series 1 complete when the "+

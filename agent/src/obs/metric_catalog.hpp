@@ -118,6 +118,9 @@ inline constexpr MetricDef cpu_budget_cpus{"numastream_cpu_budget_cpus", MetricT
 inline constexpr MetricDef adaptive_changes{
     "numastream_adaptive_changes_total", MetricType::counter,
     "Changes of the codec stage's active threads, by move and reason."};
+inline constexpr MetricDef stream2_series_completed{
+    "numastream_stream2_series_completed_total", MetricType::counter,
+    "Stream V2 series a gateway's sink completed (published whole, or re-emitted to their end)."};
 inline constexpr MetricDef stream2_series_incomplete{
     "numastream_stream2_series_incomplete_total", MetricType::counter,
     "Stream V2 series that ended incomplete (their detector went away before the end "
@@ -171,6 +174,7 @@ inline constexpr std::array kAll{
     &cpu_budget_changes,
     &cpu_budget_cpus,
     &adaptive_changes,
+    &stream2_series_completed,
     &stream2_series_incomplete,
     &stream2_series_incomplete_last,
     &stream2_messages_malformed,

@@ -42,8 +42,7 @@ class Hdf5Sink final : public Sink {
                          cfg_.sink.sample};
         series_ = std::make_unique<SeriesSink>(
             cfg_.sink.path, cfg_.sink.mode, cfg_.sink.direct_io, ack_,
-            [this](std::uint32_t id) { return tracker_.resumed(id); }, incomplete_,
-            std::move(nxmx));
+            [this](std::uint32_t id) { return tracker_.resumed(id); }, outcomes_, std::move(nxmx));
       }
       series_->put(std::move(c), st);
       return;
@@ -123,7 +122,7 @@ class Hdf5Sink final : public Sink {
     // Each file's path and how it was written: "direct" (past the page cache) or "page cache".
     summary["files_io"] = io_;
   }
-  void declare_metrics(MetricRegistry& m) const override { incomplete_.declare_metrics(m); }
+  void declare_metrics(MetricRegistry& m) const override { outcomes_.declare_metrics(m); }
 
  private:
   void flush_and_acknowledge() {
@@ -194,7 +193,7 @@ class Hdf5Sink final : public Sink {
   std::map<std::string, std::string> io_;  // each file: "direct" or "page cache"
   std::set<std::uint32_t> dirty_;          // streams written since the last flush
   DeferredAcks held_{ack_};                // frames written since the last flush
-  IncompleteSeries incomplete_;            // Stream V2 series (series_) that ended incomplete
+  SeriesOutcomes outcomes_;                // how its Stream V2 series (series_) ended
   std::unique_ptr<SeriesSink> series_;
 };
 

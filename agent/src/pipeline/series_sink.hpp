@@ -48,7 +48,7 @@ class SeriesSink {
   // `nxmx`: the NXmx layout (a master and data files, nxmx_series.hpp) when its frames_per_file
   // is set, else one file per series.
   SeriesSink(std::string pattern, unsigned mode, bool direct, AckFn ack,
-             std::function<bool(std::uint32_t)> resumed, IncompleteSeries& incomplete,
+             std::function<bool(std::uint32_t)> resumed, SeriesOutcomes& outcomes,
              NxmxOptions nxmx = {})
       : pattern_(std::move(pattern)),
         mode_(mode),
@@ -56,7 +56,7 @@ class SeriesSink {
         nxmx_(std::move(nxmx)),
         ack_(std::move(ack)),
         resumed_(std::move(resumed)),
-        incomplete_(incomplete) {}
+        outcomes_(outcomes) {}
 
   void put(Chunk c, StageStats& st) {
     ScopedTimer busy(st.busy_ns);
@@ -157,7 +157,7 @@ class SeriesSink {
                        {"images", s.images},
                        {"complete", false},
                        {"lacks", lacks}});
-      incomplete_.add(key.first, key.second, lacks);
+      outcomes_.add(key.first, key.second, lacks);
     }
     open_.clear();
     return incomplete;
@@ -165,7 +165,7 @@ class SeriesSink {
 
   void report(nlohmann::json& summary) const {
     summary["stream2_series"] = done_;
-    incomplete_.report(summary);
+    outcomes_.report(summary);
   }
 
  private:
@@ -352,7 +352,7 @@ class SeriesSink {
     s.store->give_up(s.incomplete);
     log_warn("hdf5 sink: series " + s.name + " is INCOMPLETE (" + s.incomplete + "): " +
              s.store->unfinished_name() + " holds its " + std::to_string(s.images) + " images");
-    incomplete_.add(key.first, key.second, s.incomplete);
+    outcomes_.add(key.first, key.second, s.incomplete);
     given_up_.push_back(s.store->unfinished_name() + " (series " + s.name + ": " + s.incomplete +
                         ", " + std::to_string(s.images) + " images written)");
     done_.push_back({{"series_id", key.first},
@@ -369,6 +369,7 @@ class SeriesSink {
     s.store->publish();
     log_line("hdf5 sink: series " + s.name + " complete: " + s.store->published_name() + " (" +
              std::to_string(s.images) + " images)");
+    outcomes_.completed();
     done_.push_back({{"series_id", key.first},
                      {"series_unique_id", key.second},
                      {"file", s.store->published_name()},
@@ -389,7 +390,7 @@ class SeriesSink {
   std::map<Key, Series> open_;
   nlohmann::json done_ = nlohmann::json::array();
   std::vector<std::string> given_up_;
-  IncompleteSeries& incomplete_;  // the sink's: its metrics read it from another thread
+  SeriesOutcomes& outcomes_;  // the sink's: its metrics read it from another thread
 };
 
 }  // namespace numastream

@@ -124,11 +124,16 @@ class Sink {
   virtual void declare_metrics(MetricRegistry& /*m*/) const {}
 };
 
-// The Stream V2 series a gateway's sink saw end incomplete (its sender's end message says why),
-// for the summary and the metrics the operator reads into the StreamPipeline's status: how many,
-// and the last five by name. Written by the sink thread, read by the metrics thread.
-class IncompleteSeries {
+// How the Stream V2 series a gateway's sink ended, for the summary and the metrics the operator
+// reads into the StreamPipeline's status: how many it completed, how many ended incomplete (its
+// sender's end message says why) and the last five of those by name. Written by the sink
+// thread, read by the metrics thread.
+class SeriesOutcomes {
  public:
+  void completed() {
+    std::lock_guard lock(mu_);
+    ++completed_;
+  }
   void add(std::uint64_t series_id, const std::string& unique_id, const std::string& why) {
     std::lock_guard lock(mu_);
     ++count_;
@@ -138,10 +143,15 @@ class IncompleteSeries {
   }
   void report(nlohmann::json& summary) const {
     std::lock_guard lock(mu_);
+    summary["stream2_series_completed"] = completed_;
     summary["stream2_series_incomplete"] = count_;
     summary["stream2_series_incomplete_last"] = last_;
   }
   void declare_metrics(MetricRegistry& m) const {
+    m.counter(metric::stream2_series_completed, [this] {
+      std::lock_guard lock(mu_);
+      return static_cast<double>(completed_);
+    });
     m.counter(metric::stream2_series_incomplete, [this] {
       std::lock_guard lock(mu_);
       return static_cast<double>(count_);
@@ -155,7 +165,8 @@ class IncompleteSeries {
 
  private:
   mutable std::mutex mu_;
-  std::uint64_t count_ = 0;
+  std::uint64_t completed_ = 0;
+  std::uint64_t count_ = 0;  // incomplete
   std::vector<std::string> last_;
 };
 

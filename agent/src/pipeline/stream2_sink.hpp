@@ -110,9 +110,9 @@ class Stream2Sink final : public Sink {
     summary["stream2_sink"] = {{"consumers_gone", consumers_gone_},
                                {"redelivered", redelivered_},
                                {"redeliver", cfg_.sink.redeliver}};
-    incomplete_.report(summary);
+    outcomes_.report(summary);
   }
-  void declare_metrics(MetricRegistry& m) const override { incomplete_.declare_metrics(m); }
+  void declare_metrics(MetricRegistry& m) const override { outcomes_.declare_metrics(m); }
 
  private:
   // Emits what is next in order; with `all`, everything held (gaps skipped).
@@ -133,9 +133,11 @@ class Stream2Sink final : public Sink {
     std::string error;
     const auto m = stream2::parse(bytes, error);  // the sender parsed it: it parses
     if (m && m->type == stream2::Type::end && !m->incomplete.empty()) {
-      incomplete_.add(m->series_id, m->series_unique_id, m->incomplete);
+      outcomes_.add(m->series_id, m->series_unique_id, m->incomplete);
       log_warn("stream2 sink: series " + std::to_string(m->series_id) +
                " is INCOMPLETE: " + m->incomplete);
+    } else if (m && m->type == stream2::Type::end) {
+      outcomes_.completed();
     }
     // What is kept for a consumer that goes away: the message it came in, shared (ZeroMQ counts
     // references); a pooled buffer is copied instead, for the pool must not run dry.
@@ -235,7 +237,7 @@ class Stream2Sink final : public Sink {
   std::optional<zmq::Message> series_start_;
   bool redeliver_ = false;
   std::uint64_t consumers_gone_ = 0, redelivered_ = 0;
-  IncompleteSeries incomplete_;
+  SeriesOutcomes outcomes_;
   std::optional<std::uint32_t> stream_;
   std::uint64_t next_ = 0;
   std::map<std::uint64_t, Chunk> pending_;
