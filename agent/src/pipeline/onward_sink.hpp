@@ -104,7 +104,7 @@ class OnwardSink final : public Sink {
         l->announce(h.stream_id);
       }
     }
-    waiting_[h.stream_id][h.sequence] = c.via;
+    waiting_[h.stream_id].emplace(h.sequence, c.via);
     std::size_t at;
     {
       ScopedTimer wait(st.blocked_output_ns);
@@ -204,10 +204,10 @@ class OnwardSink final : public Sink {
       low = w.erase(low);
     }
     for (std::uint64_t seq : seqs) {
-      auto at = w.find(seq);
-      if (at == w.end()) continue;
-      (discarded ? discard_ : ack_)(at->second, h.stream_id, seq);
-      w.erase(at);
+      const auto [first, last] = w.equal_range(seq);
+      for (auto at = first; at != last; ++at)
+        (discarded ? discard_ : ack_)(at->second, h.stream_id, seq);
+      w.erase(first, last);
     }
   }
 
@@ -225,8 +225,11 @@ class OnwardSink final : public Sink {
   std::vector<std::unique_ptr<AckedLink>> links_;
   std::size_t next_ = 0;
   std::set<std::uint32_t> announced_;
-  std::map<std::uint32_t, std::map<std::uint64_t, int>>
-      waiting_;  // sent, not yet settled: stream -> seq -> via
+  // Sent, not yet settled: stream -> seq -> via. A sequence may be waited for twice: a chunk
+  // an earlier process spilled (via -2) and the same chunk again from its sender (it was never
+  // acknowledged to it), both read out of the spill; the far receiver's acknowledgement settles
+  // each (settled once, the other would be owed for ever, and the stream's end with it).
+  std::map<std::uint32_t, std::multimap<std::uint64_t, int>> waiting_;
   std::vector<std::map<std::uint32_t, std::uint64_t>>
       forwarded_;  // per connection: stream -> frames sent
 };
