@@ -69,8 +69,8 @@ void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer,
   zmq::Message id = const_cast<zmq::Message&>(peer).share();
   zmq::Message body = zmq::Message::of(frame);
   // The sender knows its stream by its own id, which may not be the local one (stream_names.hpp).
-  const std::uint32_t sent_as = tracker_.names().of(wire::stream_of(body.bytes().data())).stream;
-  if (sent_as != wire::stream_of(body.bytes().data()))
+  const std::uint32_t local = wire::stream_of(body.bytes().data());
+  if (const std::uint32_t sent_as = tracker_.names().of(local).stream; sent_as != local)
     wire::restamp_stream(body.mutable_data(), sent_as);
   // ROUTER_MANDATORY: a peer that has gone fails with EHOSTUNREACH; it resumes when it returns.
   if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
