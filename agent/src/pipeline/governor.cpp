@@ -350,4 +350,33 @@ void Controller::declare_metrics(MetricRegistry& m) const {
   });
 }
 
+void CodecSpares::plan(int spares, int active) {
+  spares_ = spares;
+  if (spares_ <= 0) return;
+  Limits limits;
+  limits.min_active = 1;
+  limits.max_active = active + spares_;
+  governor_ = std::make_unique<Governor>(limits, active);
+}
+
+void CodecSpares::start(Runtime& rt, Stage neighbour, ExtraWorkers::Stage_ extra) {
+  if (!governor_) return;
+  const Stage codec = extra.stage;
+  extra_ = std::make_unique<ExtraWorkers>(rt, std::move(extra));
+  controller_ = std::make_unique<Controller>(
+      rt, codec, neighbour, *governor_, [this](int n, int first, const std::vector<int>& cpus) {
+        return extra_->start(n, first, cpus);
+      });
+  controller_->declare_metrics(rt.metrics());
+}
+
+void CodecSpares::stop() {
+  if (controller_) controller_->stop();
+  if (extra_) extra_->join();
+}
+
+void CodecSpares::report(nlohmann::json& summary) const {
+  if (controller_) controller_->report(summary);
+}
+
 }  // namespace numastream::adaptive

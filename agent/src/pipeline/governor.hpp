@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -162,6 +163,35 @@ class ExtraWorkers {
   Stage_ s_;
   std::mutex mu_;
   std::vector<std::jthread> threads_;
+};
+
+// A codec stage's spare workers (placement.adaptive) as one part of a role: the governor that
+// parks and wakes them, the workers started when the CPU budget grows, and the control loop.
+// Without spares it holds nothing and every call is a no-op.
+class CodecSpares {
+ public:
+  // `spares` parked workers beside `active` working ones.
+  void plan(int spares, int active);
+  int count() const noexcept { return spares_; }
+  explicit operator bool() const noexcept { return governor_ != nullptr; }
+  // Between chunks: false once the worker is to leave (the stage is closing).
+  bool wait_turn(int index) { return !governor_ || governor_->wait_turn(index); }
+  // Parked workers leave, active ones drain their queue.
+  void close() {
+    if (governor_) governor_->close();
+  }
+  // Starts the control loop of the `codec` stage beside `neighbour` (its metrics declared), with
+  // `extra` as the workers started when the budget grows.
+  void start(Runtime& rt, Stage neighbour, ExtraWorkers::Stage_ extra);
+  // Stops the control loop and joins the extra workers.
+  void stop();
+  void report(nlohmann::json& summary) const;
+
+ private:
+  int spares_ = 0;
+  std::unique_ptr<Governor> governor_;
+  std::unique_ptr<ExtraWorkers> extra_;
+  std::unique_ptr<Controller> controller_;
 };
 
 }  // namespace adaptive

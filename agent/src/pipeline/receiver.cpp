@@ -234,7 +234,7 @@ void Receiver::decompress_loop(StageThread& t) {
   std::vector<std::byte> scratch;
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
-    if (governor_ && !governor_->wait_turn(t.index)) break;
+    if (!spares_.wait_turn(t.index)) break;
     std::optional<Inbound> in = t.next(*wire_q_);
     if (!in) break;
     Chunk out;
@@ -502,11 +502,10 @@ RunResult Receiver::run(const RunHooks& hooks) {
     supervise();
     // No more input: what was taken goes through to the sink (and is acknowledged) first.
     stop_taking_ = true;
-    if (governor_) governor_->close();  // parked decompressors leave; active ones drain the queue
+    spares_.close();  // parked decompressors leave; active ones drain the queue
     wire_q_->close();
   });
-  if (controller_) controller_->stop();
-  if (extra_) extra_->join();
+  spares_.stop();
   incomplete_files_ = consumers_->finish([this](const std::string& why) { rt_.fail(why); });
   servers = {};  // nothing reads the metrics once the authenticator goes
   if (zap_) {
@@ -522,7 +521,6 @@ RunResult Receiver::run(const RunHooks& hooks) {
 // governor of one run, and what an abort closes.
 void Receiver::build(int receivers, int decompressors) {
   const ReceiverPools pools = plan_receiver_pools(cfg_, receivers, decompressors);
-  spares_ = pools.spares;
   reorder_window_ = pools.reorder_window;
   raw_pools_ = std::make_unique<NodePools>(rt_, Stage::decompress, "raw", pools.raw_buffers, 1,
                                            pools.raw_capacity);
@@ -560,15 +558,10 @@ void Receiver::build(int receivers, int decompressors) {
                          },
                      .onward_gaps = onward_gaps_});
   start_authenticator();
-  if (spares_ > 0) {
-    adaptive::Limits limits;
-    limits.min_active = 1;
-    limits.max_active = decompressors + spares_;
-    governor_ = std::make_unique<adaptive::Governor>(limits, decompressors);
-  }
+  spares_.plan(pools.spares, decompressors);
   rt_.on_abort([this] {
     stop_taking_ = true;
-    if (governor_) governor_->close();
+    spares_.close();
     wire_q_->close();
     consumers_->close();
     raw_pools_->close_all();
@@ -600,7 +593,7 @@ void Receiver::declare_graph(StageGraph& graph, int receivers, int decompressors
                              .threads = decompressors,
                              .what = [](int) { return std::string("decompress: "); },
                              .body = [this](StageThread& t) { decompress_loop(t); },
-                             .spares = spares_,
+                             .spares = spares_.count(),
                              .host = Stage::receive,
                              .done = [this] { consumers_->close(); },
                              .joined = processing_joined});
@@ -609,20 +602,13 @@ void Receiver::declare_graph(StageGraph& graph, int receivers, int decompressors
              .threads = receivers,
              .what = [](int i) { return "connection " + std::to_string(i) + ": "; },
              .body = [this](StageThread& t) { receive_loop(t); }});
-  if (governor_) {
-    extra_ = std::make_unique<adaptive::ExtraWorkers>(
-        rt_, adaptive::ExtraWorkers::Stage_{
-                 Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
-                 [this, decompress](int n) {
-                   return !stop_taking_ && !wire_q_->closed() && decompress->admit(n);
-                 },
-                 [decompress] { decompress->ended(); }});
-    controller_ = std::make_unique<adaptive::Controller>(
-        rt_, Stage::decompress, Stage::receive, *governor_,
-        [this](int n, int first, const std::vector<int>& cpus) {
-          return extra_->start(n, first, cpus);
-        });
-    controller_->declare_metrics(rt_.metrics());
+  if (decompress) {
+    spares_.start(rt_, Stage::receive,
+                  {Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
+                   [this, decompress](int n) {
+                     return !stop_taking_ && !wire_q_->closed() && decompress->admit(n);
+                   },
+                   [decompress] { decompress->ended(); }});
   }
 }
 
@@ -631,7 +617,7 @@ RunResult Receiver::conclude() {
   const StreamTracker::Totals t = tracker_.totals();
   RunResult result;
   result.summary = summary(t);
-  if (controller_) controller_->report(result.summary);
+  spares_.report(result.summary);
   // A drain (SIGTERM) ends a stream on purpose: the summary says what is incomplete, the exit is
   // clean unless something arrived corrupt. Otherwise anything lost or unwritten fails the run.
   // A drained receiver whose stream did not complete exits "interrupted": resume me.

@@ -210,11 +210,7 @@ class Receiver {
   std::size_t reorder_window_ = 16;
   // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
-  int spares_ = 0;
-  std::unique_ptr<adaptive::Governor> governor_;
-  std::unique_ptr<adaptive::ExtraWorkers>
-      extra_;  // decompressors started when the CPU budget grows
-  std::unique_ptr<adaptive::Controller> controller_;
+  adaptive::CodecSpares spares_;
   std::atomic<std::int64_t> first_ns_{-1};
   std::atomic<std::int64_t> last_ns_{0};
   std::vector<std::string> incomplete_files_;

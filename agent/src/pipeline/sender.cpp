@@ -12,7 +12,7 @@ void Sender::compress_loop(StageThread& t) {
   BufferPool& pool = wire_pools_->for_node(node);
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
-    if (governor_ && !governor_->wait_turn(t.index)) break;
+    if (!spares_.wait_turn(t.index)) break;
     std::optional<RawChunk> c = t.next(*raw_q_);
     if (!c) break;
     Chunk out;
@@ -286,8 +286,7 @@ RunResult Sender::run(const RunHooks& hooks) {
   declare_graph(graph, compressors, senders);
   std::jthread recorder = start_recorder();
   graph.run();
-  if (controller_) controller_->stop();
-  if (extra_) extra_->join();
+  spares_.stop();
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
   if (state_) {
@@ -302,7 +301,7 @@ RunResult Sender::run(const RunHooks& hooks) {
 
   RunResult result;
   result.summary = summary();
-  if (controller_) controller_->report(result.summary);
+  spares_.report(result.summary);
   if (spill_) {
     result.summary["spill"] = {{"path", cfg_.spill.path},
                                {"max_bytes", cfg_.spill.max_bytes},
@@ -360,7 +359,6 @@ void Sender::load_state() {
 // The pools and queues of one run, the spill, the governor, and what an abort closes.
 void Sender::build(int compressors, int senders) {
   const SenderPools pools = plan_sender_pools(cfg_, senders);
-  spares_ = pools.spares;
   wire_capacity_ = pools.wire_capacity;
   wire_pools_ = std::make_unique<NodePools>(rt_, Stage::compress, "wire", pools.wire_buffers, 1,
                                             wire_capacity_);
@@ -368,14 +366,9 @@ void Sender::build(int compressors, int senders) {
   // In sequence order onto the wire, so the receiver's reordering stays within what is in flight.
   wire_q_ = std::make_unique<OrderedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   open_spill();
-  if (spares_ > 0) {
-    adaptive::Limits limits;
-    limits.min_active = 1;
-    limits.max_active = compressors + spares_;
-    governor_ = std::make_unique<adaptive::Governor>(limits, compressors);
-  }
+  spares_.plan(pools.spares, compressors);
   rt_.on_abort([this] {
-    if (governor_) governor_->close();
+    spares_.close();
     raw_q_->close();
     wire_q_->close();
     if (send_q_) send_q_->close();
@@ -395,7 +388,7 @@ void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
                                             .threads = compressors,
                                             .what = [](int) { return std::string("compress: "); },
                                             .body = [this](StageThread& t) { compress_loop(t); },
-                                            .spares = spares_,
+                                            .spares = spares_.count(),
                                             .host = Stage::send,
                                             .done = [this] { wire_q_->close(); }});
   if (spill_) {
@@ -417,22 +410,12 @@ void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
                  [this] {
                    source_done_ = true;
                    raw_q_->close();
-                   if (governor_)
-                     governor_->close();  // parked compressors leave; active ones drain the queue
+                   spares_.close();  // parked compressors leave; active ones drain the queue
                  }});
-  if (governor_) {
-    extra_ = std::make_unique<adaptive::ExtraWorkers>(
-        rt_, adaptive::ExtraWorkers::Stage_{
-                 Stage::compress, [this](StageThread& t) { compress_loop(t); },
+  spares_.start(rt_, Stage::send,
+                {Stage::compress, [this](StageThread& t) { compress_loop(t); },
                  [this, &compress](int n) { return !raw_q_->closed() && compress.admit(n); },
                  [&compress] { compress.ended(); }});
-    controller_ = std::make_unique<adaptive::Controller>(
-        rt_, Stage::compress, Stage::send, *governor_,
-        [this](int n, int first, const std::vector<int>& cpus) {
-          return extra_->start(n, first, cpus);
-        });
-    controller_->declare_metrics(rt_.metrics());
-  }
 }
 
 // Records what the receiver acknowledged every half second while the stream runs (with a state

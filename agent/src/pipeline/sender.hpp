@@ -130,10 +130,7 @@ class Sender {
 
   // placement.adaptive: spare compressing threads on the sending threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
-  int spares_ = 0;
-  std::unique_ptr<adaptive::Governor> governor_;
-  std::unique_ptr<adaptive::ExtraWorkers> extra_;  // compressors started when the CPU budget grows
-  std::unique_ptr<adaptive::Controller> controller_;
+  adaptive::CodecSpares spares_;
   std::atomic<std::uint64_t> produced_chunks_{0};
   std::atomic<std::uint64_t> produced_bytes_{0};
   std::atomic<std::uint64_t> wire_bytes_{0};
