@@ -193,7 +193,14 @@ std::unique_ptr<Sink> ConsumerSet::onward_sink(Consumer& k, const ConsumerConfig
         if (spill) return spill->had(stream, floor, above);
         return std::pair{floor, std::move(above)};
       },
-      w_.onward_gaps, aborted);
+      onward_gaps_, aborted);
+}
+
+void ConsumerSet::declare_onward(std::uint32_t stream, const std::vector<wire::Gap>& missing) {
+  if (!onward_ || missing.empty() || onward_gaps_->add(stream, missing)) return;
+  throw std::runtime_error("stream " + std::to_string(stream) + ": more than " +
+                           std::to_string(wire::kMaxDeclaredGaps) +
+                           " separate gaps to declare onward");
 }
 
 std::pair<bool, bool> ConsumerSet::forms(Codec codec) const {

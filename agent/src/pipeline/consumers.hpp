@@ -47,7 +47,6 @@ struct ConsumerWiring {
   std::function<std::optional<zmq::Message>(std::uint32_t stream, std::uint64_t count,
                                             std::uint16_t connection, std::uint16_t connections)>
       downstream_end;
-  std::shared_ptr<GapBook> onward_gaps;  // the senders' gaps, declared on by onward hops
 };
 
 class ConsumerSet {
@@ -60,8 +59,9 @@ class ConsumerSet {
 
   std::size_t size() const noexcept { return consumers_.size(); }
   bool empty() const noexcept { return consumers_.empty(); }
-  // A consumer is an onward hop (it declares the senders' gaps on).
-  bool onward() const noexcept { return onward_; }
+  // The senders' gaps in `stream` that this gateway never had (`missing`), for the onward hops to
+  // declare on; none without one. Throws past wire::kMaxDeclaredGaps separate gaps.
+  void declare_onward(std::uint32_t stream, const std::vector<wire::Gap>& missing);
   // Which form of a chunk compressed with `codec` the consumers take: {as it came, decoded}.
   std::pair<bool, bool> forms(Codec codec) const;
   // A file sink waits for chunks on their way to it (queued for, or in, a decompressor).
@@ -105,6 +105,8 @@ class ConsumerSet {
   int joined_ = 0;                        // lossless consumers made so far
   std::atomic<int> lossless_running_{0};  // lossless consumers' threads not yet ended
   bool track_in_flight_ = false;
+  // The senders' gaps, declared on by the onward hops (none without one).
+  std::shared_ptr<GapBook> onward_gaps_ = std::make_shared<GapBook>();
   bool onward_ = false;
 };
 

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -38,6 +39,7 @@
 #include "pipeline/inbound.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/pools.hpp"
+#include "pipeline/port_guard.hpp"
 #include "pipeline/preview.hpp"
 #include "pipeline/relay.hpp"
 #include "pipeline/runtime.hpp"
@@ -46,6 +48,44 @@
 #include "wire/wire.hpp"
 
 namespace numastream {
+
+// What a gateway's data ports saw, for the metrics and the summary.
+struct PortCounts {
+  std::array<std::atomic<std::uint64_t>, wire::kDecodeErrorCount> malformed{};  // by reason
+  std::atomic<std::uint64_t> acks_sent{0};
+  std::atomic<std::uint64_t> resumes{0};
+  std::atomic<std::uint64_t> gap_frames{0};
+  std::atomic<std::uint64_t> unannounced{0};  // data from a connection that sent no resume
+  std::atomic<std::uint64_t> two_part{0};     // data frames taken in two parts (payload uncopied)
+  std::atomic<std::uint64_t> rejected_handshake{0};  // connections that were not ZeroMQ peers
+  std::atomic<std::uint64_t> rejected_auth{0};  // peers refused by authentication (key or address)
+  std::atomic<std::uint64_t> accepted{0};       // connections accepted on the data ports
+  std::atomic<std::uint64_t> opened{0};         // of them, those that opened a stream
+  // Sender connections up now, over every receiving thread: their TCP keepalive (probes after
+  // 5 s idle) is the heartbeat of a quiet stream.
+  std::atomic<int> connected_peers{0};
+  // The run's span: its first data frame taken, its last chunk delivered (ns from the start).
+  std::atomic<std::int64_t> first_ns{-1};
+  std::atomic<std::int64_t> last_ns{0};
+};
+
+// Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
+class StreamMetadata {
+ public:
+  void set(std::uint32_t stream, std::span<const std::byte> bytes) {
+    std::lock_guard lock(mu_);
+    by_stream_[stream].assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  std::string of(std::uint32_t stream) const {
+    std::lock_guard lock(mu_);
+    auto it = by_stream_.find(stream);
+    return it == by_stream_.end() ? std::string() : it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uint32_t, std::string> by_stream_;
+};
 
 class Receiver {
  public:
@@ -60,7 +100,7 @@ class Receiver {
  private:
   void build(int receivers, int decompressors);
   void declare_graph(StageGraph& graph, int receivers, int decompressors);
-  RunResult conclude();
+  RunResult conclude(const std::vector<std::string>& incomplete_files);
   // The stage threads' bodies (run by Runtime::run_stage).
   void receive_loop(StageThread& t);
   // What a receiving thread does with each message: read and decode it, then take it by type
@@ -100,7 +140,6 @@ class Receiver {
                                              std::uint16_t connection = 0,
                                              std::uint16_t connections = 1);
   void declare_metrics();
-  void start_authenticator();
   struct Servers {
     std::unique_ptr<MetricsServer> metrics, preview;
   };
@@ -108,7 +147,8 @@ class Receiver {
   void declare_stream_metrics(MetricRegistry& m);
   void declare_connection_metrics(MetricRegistry& m);
   void supervise();
-  nlohmann::json summary(const StreamTracker::Totals& t) const;
+  nlohmann::json summary(const StreamTracker::Totals& t,
+                         const std::vector<std::string>& incomplete_files) const;
   void mark_uncounted_losses(nlohmann::json& out) const;
 
   // Where a stream's control frames go once a receiving thread has checked them: answered here,
@@ -138,82 +178,50 @@ class Receiver {
   Runtime rt_;
   Endpoint endpoint_;
   StreamTracker tracker_;
-  std::array<std::atomic<std::uint64_t>, wire::kDecodeErrorCount> malformed_{};
+  PortCounts counts_;
 
   std::unique_ptr<NodePools> raw_pools_;
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
-  // A stream's end is acknowledged to its sender only once every chunk a consumer spilled has
-  // reached that consumer: the sender then stays (keeping its end frame) until the stream is
-  // whole at every consumer, so a gateway process that dies before sends it again to the next,
-  // which hands the spill on and ends the stream. Owed ends, by connection (each its thread's).
+  std::size_t reorder_window_ = 16;
+  void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
+                     std::uint16_t connections);
+  void answer_owed_ends(zmq::Socket& sock, int via);
+  // Acknowledged delivery: what the sinks have taken, per stream (answers a resume frame); the
+  // acknowledgements waiting for each receiving thread; and the stream ends each owes. A stream's
+  // end is acknowledged to its sender only once every chunk a consumer spilled has reached that
+  // consumer: the sender then stays (keeping its end frame) until the stream is whole at every
+  // consumer, so a gateway process that dies before sends it again to the next, which hands the
+  // spill on and ends the stream.
   struct EndOwed {
     std::uint32_t stream;
     std::uint16_t connections;
     zmq::Message peer;
   };
-  std::vector<std::vector<EndOwed>> ends_owed_;
-  void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
-                     std::uint16_t connections);
-  void answer_owed_ends(zmq::Socket& sock, int via);
+  struct Acknowledgements {
+    AckLedger ledger;
+    std::vector<std::unique_ptr<AckBox>> boxes;
+    std::vector<std::vector<EndOwed>> ends_owed;  // by connection (each its thread's)
+  } acks_;
+  // A relay acknowledges upstream what the decompressing side acknowledged to it (ledger), and
+  // passes on the gaps declared downstream.
+  struct RelayRecord {
+    std::shared_ptr<AckLedger> ledger = std::make_shared<AckLedger>();
+    std::shared_ptr<GapBook> gaps = std::make_shared<GapBook>();
+  } relay_;
   std::unique_ptr<ConsumerSet> consumers_;
   std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
-  // Each stream's metadata frame (pixel type, frame shape), as its sender sent it.
-  mutable std::mutex meta_mu_;
-  std::map<std::uint32_t, std::string> meta_;
-  std::string metadata_of(std::uint32_t stream) const {
-    std::lock_guard lock(meta_mu_);
-    auto it = meta_.find(stream);
-    return it == meta_.end() ? std::string() : it->second;
-  }
+  StreamMetadata meta_;
   std::unique_ptr<zmq::Context> ctx_;
-  std::optional<CurveSetup> curve_;
-  std::optional<CurveSetup> onward_curve_;      // a relay's onward link (sink.curve)
-  std::unique_ptr<zmq::ZapAuthenticator> zap_;  // before ctx_ goes
+  PortGuard guard_{cfg_};  // goes before ctx_
   // The window of an onward link: whatever the upstream connections have unacknowledged.
   int onward_window() const {
     return rt_.threads(Stage::receive) * cfg_.window + static_cast<int>(reorder_window_);
   }
-
-  // Acknowledged delivery: what the sink has taken, per stream (answers a resume frame), and the
-  // acknowledgements waiting for each receiving thread. A relay acknowledges upstream what the
-  // decompressing side acknowledged to it (relay_ledger_).
-  AckLedger ledger_;
-  std::shared_ptr<AckLedger> relay_ledger_ = std::make_shared<AckLedger>();
-  std::shared_ptr<GapBook> relay_gaps_ = std::make_shared<GapBook>();  // declared downstream
-  // The gaps the senders declared, passed on by the onward consumers to their far receivers.
-  std::shared_ptr<GapBook> onward_gaps_ = std::make_shared<GapBook>();
-  std::vector<std::unique_ptr<AckBox>> boxes_;
-  std::atomic<std::uint64_t> acks_sent_{0};
-  std::atomic<std::uint64_t> resumes_{0};
-  std::atomic<std::uint64_t> gap_frames_{0};
-  std::atomic<std::uint64_t> unannounced_{0};  // data from a connection that sent no resume
-  std::atomic<std::uint64_t> two_part_{0};     // data frames taken in two parts (payload uncopied)
-  std::atomic<std::uint64_t> rejected_handshake_{0};  // connections that were not ZeroMQ peers
-  std::atomic<std::uint64_t> rejected_auth_{0};  // peers refused by authentication (key or address)
-  std::uint64_t zap_refused_key_ = 0, zap_refused_address_ = 0;  // its counts, once it has gone
-  std::uint64_t zap_refused_consumers_ = 0;
-  std::uint64_t refused_consumers() const {
-    return zap_ ? zap_->refused_consumers() : zap_refused_consumers_;
-  }
-  std::uint64_t refused_key() const { return zap_ ? zap_->refused() : zap_refused_key_; }
-  std::uint64_t refused_address() const {
-    return zap_ ? zap_->refused_address() : zap_refused_address_;
-  }
-  std::atomic<std::uint64_t> accepted_{0};    // connections accepted on the data ports
-  std::atomic<std::uint64_t> opened_{0};      // of them, those that opened a stream
   std::atomic<bool> processing_done_{false};  // sink side finished: last acknowledgements out
   std::atomic<bool> stop_taking_{false};      // the run is ending: new data is not taken
-  // Sender connections up now, over every receiving thread: their TCP keepalive (probes after
-  // 5 s idle) is the heartbeat of a quiet stream.
-  std::atomic<int> connected_peers_{0};
-
-  std::size_t reorder_window_ = 16;
   // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
   adaptive::CodecSpares spares_;
-  std::atomic<std::int64_t> first_ns_{-1};
-  std::atomic<std::int64_t> last_ns_{0};
-  std::vector<std::string> incomplete_files_;
 };
 
 }  // namespace numastream

@@ -15,19 +15,19 @@
 namespace numastream {
 
 void Receiver::acknowledge(int via, std::uint32_t stream, std::uint64_t seq) {
-  const std::uint64_t floor = ledger_.insert(stream, seq);
-  boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
+  const std::uint64_t floor = acks_.ledger.insert(stream, seq);
+  acks_.boxes[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0);
 }
 
 void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
-  const std::uint64_t floor = ledger_.insert(stream, seq);
-  boxes_[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0, true);
+  const std::uint64_t floor = acks_.ledger.insert(stream, seq);
+  acks_.boxes[static_cast<std::size_t>(via)]->post(stream, floor, {&seq, 1}, 0, true);
 }
 
 void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock,
                              const zmq::Message& peer, std::uint16_t connections) {
   if (!processing_done_ && consumers_->spills_owe(stream)) {
-    auto& owed = ends_owed_[static_cast<std::size_t>(via)];
+    auto& owed = acks_.ends_owed[static_cast<std::size_t>(via)];
     std::erase_if(owed, [stream](const EndOwed& e) { return e.stream == stream; });  // sent again
     owed.push_back({stream, connections, const_cast<zmq::Message&>(peer).share()});
     return;
@@ -37,7 +37,7 @@ void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock,
 }
 
 void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
-  auto& owed = ends_owed_[static_cast<std::size_t>(via)];
+  auto& owed = acks_.ends_owed[static_cast<std::size_t>(via)];
   if (owed.empty()) return;
   std::erase_if(owed, [&](const EndOwed& e) {
     // Once the consumers are done (processing_done_), nothing more comes from their spills.
@@ -76,12 +76,12 @@ void Receiver::answer(zmq::Socket& sock, const zmq::Message& peer,
   if (zmq_msg_send(static_cast<zmq_msg_t*>(id.raw()), sock.get(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
     return;
   if (zmq_msg_send(static_cast<zmq_msg_t*>(body.raw()), sock.get(), ZMQ_DONTWAIT) >= 0)
-    ++acks_sent_;
+    ++counts_.acks_sent;
 }
 
 void Receiver::send_acks(zmq::Socket& sock, int index,
                          std::map<std::uint32_t, zmq::Message>& peers) {
-  auto pending = boxes_[static_cast<std::size_t>(index)]->take();
+  auto pending = acks_.boxes[static_cast<std::size_t>(index)]->take();
   for (auto& [stream, p] : pending) {
     auto it = peers.find(stream);
     if (it == peers.end()) continue;  // no sender of that stream on this connection
@@ -92,11 +92,12 @@ void Receiver::send_acks(zmq::Socket& sock, int index,
     p.seqs.erase(std::unique(p.seqs.begin(), p.seqs.end()), p.seqs.end());
     answer(sock, it->second,
            wire::encode_acks(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
-                             static_cast<std::uint16_t>(boxes_.size()), p.floor, p.flags, p.seqs));
+                             static_cast<std::uint16_t>(acks_.boxes.size()), p.floor, p.flags,
+                             p.seqs));
     if (!p.discarded.empty()) {
       answer(sock, it->second,
              wire::encode_acks(wire::FrameType::ack, stream, static_cast<std::uint16_t>(index),
-                               static_cast<std::uint16_t>(boxes_.size()), p.floor,
+                               static_cast<std::uint16_t>(acks_.boxes.size()), p.floor,
                                wire::kAckDiscarded, p.discarded));
     }
   }
@@ -109,13 +110,7 @@ zmq::Socket Receiver::data_socket() {
   sock.set_int(ZMQ_ROUTER_MANDATORY, 1);
   sock.set_int(ZMQ_LINGER, 2000);
   if (endpoint_.ipc_path.empty()) zmq::enable_keepalive(sock);
-  if (curve_ && curve_->authenticate_only) {
-    zmq::plain_server(sock);
-  } else if (curve_) {
-    zmq::curve_server(sock, curve_->secret_key);
-  } else if (!cfg_.security.allow_from.empty()) {
-    zmq::address_checked_server(sock);
-  }
+  guard_.secure(sock);
   // A peer that sends a message larger than any valid frame is disconnected by ZeroMQ itself.
   sock.set_int64(ZMQ_MAXMSGSIZE,
                  static_cast<std::int64_t>(wire::kHeaderSize + max_encoded_size(cfg_.chunk_bytes)));
@@ -126,15 +121,16 @@ void Receiver::count_peers(zmq::Monitor& mon, int index) {
   const int before_handshake = mon.handshake_failures(), before_auth = mon.auth_failures();
   const int before_accepted = mon.accepted();
   mon.drain();
-  accepted_ += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
+  counts_.accepted += static_cast<std::uint64_t>(mon.accepted() - before_accepted);
   if (mon.handshake_failures() > before_handshake &&
-      rejected_handshake_.fetch_add(
+      counts_.rejected_handshake.fetch_add(
           static_cast<std::uint64_t>(mon.handshake_failures() - before_handshake)) < 3) {
     log_warn("connection " + std::to_string(index) +
              ": dropped a peer that failed the ZeroMQ handshake");
   }
   if (mon.auth_failures() > before_auth &&
-      rejected_auth_.fetch_add(static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
+      counts_.rejected_auth.fetch_add(
+          static_cast<std::uint64_t>(mon.auth_failures() - before_auth)) < 3) {
     log_warn("connection " + std::to_string(index) +
              ": refused a peer whose key or address is not allowed");
   }
@@ -204,7 +200,7 @@ std::optional<Receiver::Incoming> Receiver::read_frame(zmq::Socket& sock) {
 // Refused: a malformed frame, or a well-formed one that the stream's record cannot take.
 void Receiver::refuse(const Incoming& f, int index, wire::DecodeError why,
                       const std::string& detail) {
-  if (malformed_[static_cast<std::size_t>(why)]++ >= 3) return;
+  if (counts_.malformed[static_cast<std::size_t>(why)]++ >= 3) return;
   log_warn(
       "connection " + std::to_string(index) + ": dropped a " +
       (static_cast<int>(why) >= static_cast<int>(wire::DecodeError::out_of_window) ? "refused"
@@ -220,7 +216,7 @@ void Receiver::refuse(const Incoming& f, int index, wire::DecodeError why,
 void Receiver::receive_loop(StageThread& t) {
   const int index = t.index;
   StageStats& st = t.stats;
-  AckBox& box = *boxes_[static_cast<std::size_t>(index)];
+  AckBox& box = *acks_.boxes[static_cast<std::size_t>(index)];
   zmq::Socket sock = data_socket();
   zmq::Monitor mon(*ctx_, sock, "receive-" + std::to_string(index));
   sock.bind(endpoint_.for_connection(index));
@@ -229,8 +225,8 @@ void Receiver::receive_loop(StageThread& t) {
     int mine = 0;
     void publish(int n) { total += n - std::exchange(mine, n); }
     ~PeerCount() { total -= mine; }
-  } peers{connected_peers_};
-  Port port{index, static_cast<std::uint16_t>(boxes_.size()), sock, {}, {}, {}};
+  } peers{counts_.connected_peers};
+  Port port{index, static_cast<std::uint16_t>(acks_.boxes.size()), sock, {}, {}, {}};
   std::optional<Clock::time_point> closing;
   while (!rt_.aborted()) {
     answer_owed_ends(sock, index);
@@ -276,7 +272,7 @@ bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
   if (h.type != wire::FrameType::resume && !port.announced.count(f.peer_id())) {
     // Sent before this connection's resume frame (a race at reconnection): the sender
     // retransmits it after the resume, so it is neither taken nor acknowledged now.
-    ++unannounced_;
+    ++counts_.unannounced;
     return true;
   }
   if (!name_stream(port, f)) return true;
@@ -289,12 +285,7 @@ bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
   port.streams[h.stream_id] = f.peer.share();
   switch (h.type) {
     case wire::FrameType::metadata: {
-      {
-        std::lock_guard lock(meta_mu_);
-        meta_[h.stream_id].assign(
-            reinterpret_cast<const char*>(f.msg.bytes().data()) + wire::kHeaderSize,
-            h.payload_size);
-      }
+      meta_.set(h.stream_id, f.msg.bytes().subspan(wire::kHeaderSize, h.payload_size));
       Inbound in{h, std::move(f.msg), std::nullopt, port.index};
       return control_->metadata(in);
     }
@@ -353,8 +344,8 @@ bool Receiver::take_resume(Port& port, Incoming& f) {
     refuse(f, port.index, why);
     return true;
   }
-  ++resumes_;
-  if (port.announced.insert(f.peer_id()).second) ++opened_;
+  ++counts_.resumes;
+  if (port.announced.insert(f.peer_id()).second) ++counts_.opened;
   port.streams[h.stream_id] = f.peer.share();
   // First, that data frames may come in two parts (a sender that does not know it ignores this).
   answer(port.sock, f.peer,
@@ -373,15 +364,11 @@ bool Receiver::take_gaps(Port& port, Incoming& f) {
     refuse(f, port.index, why);
     return true;
   }
-  gap_frames_++;
+  counts_.gap_frames++;
   control_->record().settle(h.stream_id, gaps);
   // Declared on only what this gateway never had: a chunk of the gap it delivered before the
   // declaration goes on to the far site as any other.
-  if (consumers_->onward() && !missing.empty() && !onward_gaps_->add(h.stream_id, missing)) {
-    throw std::runtime_error("stream " + std::to_string(h.stream_id) + ": more than " +
-                             std::to_string(wire::kMaxDeclaredGaps) +
-                             " separate gaps to declare onward");
-  }
+  consumers_->declare_onward(h.stream_id, missing);
   Inbound in{h, std::move(f.msg), std::nullopt, port.index};
   return control_->gaps(in);
 }
@@ -398,10 +385,10 @@ void Receiver::take_data(Port& port, Incoming& f, StageThread& t) {
   if (consumers_->tracks_in_flight()) consumers_->in_flight(true, h.stream_id, h.sequence);
   auto now_ns = (Clock::now() - rt_.started).count();
   std::int64_t unset = -1;
-  first_ns_.compare_exchange_strong(unset, now_ns);
+  counts_.first_ns.compare_exchange_strong(unset, now_ns);
   st.chunks++;
   st.bytes_in += f.frame_size;
-  if (f.body) ++two_part_;
+  if (f.body) ++counts_.two_part;
   t.observe();
   Inbound in{h, std::move(f.msg), std::move(f.body), port.index};
   bool pushed;
