@@ -8,7 +8,7 @@ namespace numastream {
 void Sender::compress_loop(StageThread& t) {
   const int node = t.numa_node;
   StageStats& st = t.stats;
-  Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, element_size_);
+  Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, stream_.element_size);
   BufferPool& pool = wire_pools_->for_node(node);
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
@@ -51,7 +51,8 @@ void Sender::compress_loop(StageThread& t) {
         h.codec = res.codec;
         payload = res.size;
       }
-      h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(element_size_) : 0;
+      h.element_size =
+          h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
       h.payload_size = static_cast<std::uint32_t>(payload);
     }
     const std::size_t wire_size = wire::kHeaderSize + out.header.payload_size;
@@ -75,7 +76,7 @@ LinkOptions Sender::send_link_options(int index) const {
                                   "connection " + std::to_string(index), cfg_.window, curve_);
   opts.connection = static_cast<std::uint16_t>(index);
   opts.connections = static_cast<std::uint16_t>(cfg_.connections);
-  if (spill_) {
+  if (spill_.store) {
     // A source that cannot wait, and a spill for exactly that: a gateway that is down (not up
     // yet, restarting, its node rebooting) is waited for however long, the chunks going to the
     // spill meanwhile; the spill's limit is what ends it, each chunk it refuses declared lost.
@@ -94,7 +95,7 @@ void Sender::declare_discarded(std::uint32_t stream, std::span<const std::uint64
     throw std::runtime_error("more than " + std::to_string(wire::kMaxDeclaredGaps) +
                              " separate gaps in stream " + std::to_string(stream));
   }
-  if (discarded_++ == 0) {
+  if (counts_.discarded++ == 0) {
     log_warn("the gateway discarded chunk " + std::to_string(seqs.front()) +
              " (corrupt on arrival, or past its sink): declared gone to every later gateway");
   }
@@ -103,18 +104,19 @@ void Sender::declare_discarded(std::uint32_t stream, std::span<const std::uint64
 // The end of the stream on connection `index`: the stream's totals and this connection's count
 // (`on_connection` frames), then every frame acknowledged.
 void Sender::end_stream(AckedLink& link, int index, std::uint64_t on_connection, StageStats& st) {
-  NS_ASSERT(source_done_.load());
+  NS_ASSERT(end_.source_done.load());
   std::byte frame[wire::kHeaderSize + wire::kEndOfStreamPayload];
   wire::Header h;
   h.type = wire::FrameType::end_of_stream;
   h.stream_id = cfg_.stream_id;
   h.connection = static_cast<std::uint16_t>(index);
   h.connections = static_cast<std::uint16_t>(cfg_.connections);
-  h.sequence = produced_chunks_.load();
+  h.sequence = counts_.produced_chunks.load();
   h.payload_size = wire::kEndOfStreamPayload;
   wire::encode_header(h, frame);
-  wire::encode_end_of_stream({produced_chunks_.load(), produced_bytes_.load(), on_connection},
-                             frame + wire::kHeaderSize);
+  wire::encode_end_of_stream(
+      {counts_.produced_chunks.load(), counts_.produced_bytes.load(), on_connection},
+      frame + wire::kHeaderSize);
   link.send_end(cfg_.stream_id, zmq::Message::of({frame, sizeof(frame)}));
   ScopedTimer wait(st.blocked_output_ns);
   link.finish();
@@ -123,14 +125,10 @@ void Sender::end_stream(AckedLink& link, int index, std::uint64_t on_connection,
 // Connects, announces the stream and waits for a receiver's welcome (it answers at once).
 void Sender::greet(AckedLink& link) {
   link.connect();
-  link.set_metadata(cfg_.stream_id, metadata_);
+  link.set_metadata(cfg_.stream_id, stream_.metadata);
   link.announce(cfg_.stream_id);
   link.wait_welcome(cfg_.connect_timeout_s);
-  {
-    std::lock_guard lock(welcome_mu_);
-    welcomed_ = true;
-  }
-  welcome_cv_.notify_all();
+  welcome_.open();
 }
 
 // One chunk onto connection t.index; the header is encoded once, here, on its way out.
@@ -150,12 +148,12 @@ void Sender::send_chunk(AckedLink& link, Chunk& c, StageThread& t) {
   }
   st.chunks++;
   st.bytes_out += size;
-  wire_bytes_ += size;
+  counts_.wire_bytes += size;
   auto now_ns = (Clock::now() - rt_.started).count();
   std::int64_t expected = -1;
-  first_chunk_ns_.compare_exchange_strong(expected, now_ns);
-  last_send_ns_ = std::max<std::int64_t>(last_send_ns_.load(), now_ns);
-  ++sent_chunks_;
+  counts_.first_chunk_ns.compare_exchange_strong(expected, now_ns);
+  counts_.last_send_ns = std::max<std::int64_t>(counts_.last_send_ns.load(), now_ns);
+  ++counts_.sent_chunks;
   t.observe();
 }
 
@@ -172,10 +170,10 @@ void Sender::send_loop(StageThread& t) {
     AckedLink& l;
     Sender& s;
     ~Count() {
-      s.retransmitted_ += l.retransmitted();
-      s.two_part_ += l.written_in_two_parts();
-      s.made_whole_ += l.made_whole();
-      s.reconnects_ += l.reconnects() > 0 ? l.reconnects() : 0;
+      s.counts_.retransmitted += l.retransmitted();
+      s.counts_.two_part += l.written_in_two_parts();
+      s.counts_.made_whole += l.made_whole();
+      s.counts_.reconnects += l.reconnects() > 0 ? l.reconnects() : 0;
     }
   } count{link, *this};
   greet(link);
@@ -219,8 +217,9 @@ void Sender::declare_metrics() {
   MetricRegistry& m = rt_.metrics();
   m.counter(metric::raw_bytes,
             [this] { return static_cast<double>(rt_.stats(Stage::compress).bytes_in.load()); });
-  m.counter(metric::wire_bytes, [this] { return static_cast<double>(wire_bytes_.load()); });
-  m.counter(metric::chunks_sent, [this] { return static_cast<double>(sent_chunks_.load()); });
+  m.counter(metric::wire_bytes, [this] { return static_cast<double>(counts_.wire_bytes.load()); });
+  m.counter(metric::chunks_sent,
+            [this] { return static_cast<double>(counts_.sent_chunks.load()); });
   m.gauge(metric::chunks_acknowledged,
           [this] { return static_cast<double>(ledger_->acknowledged(cfg_.stream_id)); });
   m.add(metric::queue_depth, [this](MetricSamples& s) {
@@ -233,21 +232,20 @@ void Sender::declare_metrics() {
     const double wire = static_cast<double>(rt_.stats(Stage::compress).bytes_out.load());
     return wire > 0 ? raw / wire : 0;
   });
-  if (spill_) {
-    m.gauge(metric::spill_bytes, [this] { return static_cast<double>(spill_disk_bytes_.load()); });
+  if (spill_.store) {
+    m.gauge(metric::spill_bytes, [this] { return static_cast<double>(spill_.disk_bytes.load()); });
     m.gauge(metric::spill_max_bytes, [this] { return static_cast<double>(cfg_.spill.max_bytes); });
-    m.gauge(metric::spill_chunks, [this] { return static_cast<double>(spill_frames_.load()); });
-    m.counter(metric::spilled_chunks,
-              [this] { return static_cast<double>(spilled_chunks_.load()); });
+    m.gauge(metric::spill_chunks, [this] { return static_cast<double>(spill_.frames.load()); });
+    m.counter(metric::spilled_chunks, [this] { return static_cast<double>(spill_.chunks.load()); });
     m.counter(metric::spill_lost_chunks,
-              [this] { return static_cast<double>(spill_lost_.load()); });
+              [this] { return static_cast<double>(spill_.lost.load()); });
   }
   source_->declare_metrics(m);
 }
 
 void Sender::save_state() {
   auto [floor, above] = ledger_->snapshot(cfg_.stream_id);
-  state_->save(floor, above, gap_book_->of(cfg_.stream_id));
+  records_.state->save(floor, above, gap_book_->of(cfg_.stream_id));
 }
 
 RunResult Sender::run(const RunHooks& hooks) {
@@ -261,10 +259,10 @@ RunResult Sender::run(const RunHooks& hooks) {
   ctx_ =
       std::make_unique<zmq::Context>(rt_.threads(Stage::io), rt_.placement.stage_cpus(Stage::io));
   prepare_source();
-  if (state_ && !source_->replays()) {
-    taken_ = std::make_unique<TakenRecord>(cfg_.state_dir, cfg_.stream_id);
-    if (auto e = taken_->earlier()) {
-      log_line("state " + taken_->path() + ": earlier senders took " +
+  if (records_.state && !source_->replays()) {
+    records_.taken = std::make_unique<TakenRecord>(cfg_.state_dir, cfg_.stream_id);
+    if (auto e = records_.taken->earlier()) {
+      log_line("state " + records_.taken->path() + ": earlier senders took " +
                (e->exact ? std::to_string(e->taken) : "at most " + std::to_string(e->at_most)) +
                " chunks from the live source");
     }
@@ -289,7 +287,7 @@ RunResult Sender::run(const RunHooks& hooks) {
   spares_.stop();
   // Every frame was acknowledged (or the run failed): nothing queued is worth waiting for.
   ctx_.reset();
-  if (state_) {
+  if (records_.state) {
     recorder.request_stop();
     recorder.join();
     try {
@@ -302,21 +300,21 @@ RunResult Sender::run(const RunHooks& hooks) {
   RunResult result;
   result.summary = summary();
   spares_.report(result.summary);
-  if (spill_) {
+  if (spill_.store) {
     result.summary["spill"] = {{"path", cfg_.spill.path},
                                {"max_bytes", cfg_.spill.max_bytes},
-                               {"spilled_chunks", spilled_chunks_.load()},
-                               {"spilled_bytes", spilled_bytes_.load()},
-                               {"peak_bytes", spill_peak_bytes_.load()},
-                               {"left_chunks", spill_->frames()},
-                               {"recovered_chunks", spill_->recovered().frames},
-                               {"lost", spill_lost_.load()},
-                               {"lost_disk_full", spill_disk_full_}};
-    if (spill_lost_ > 0) {
+                               {"spilled_chunks", spill_.chunks.load()},
+                               {"spilled_bytes", spill_.bytes.load()},
+                               {"peak_bytes", spill_.peak_bytes.load()},
+                               {"left_chunks", spill_.store->frames()},
+                               {"recovered_chunks", spill_.store->recovered().frames},
+                               {"lost", spill_.lost.load()},
+                               {"lost_disk_full", spill_.disk_full}};
+    if (spill_.lost > 0) {
       log_error(
-          "spill: " + std::to_string(spill_lost_.load()) + " chunks lost: the spill (" +
+          "spill: " + std::to_string(spill_.lost.load()) + " chunks lost: the spill (" +
           std::to_string(cfg_.spill.max_bytes) + " bytes) was full and the source cannot wait" +
-          (spill_disk_full_ > 0 ? " (" + std::to_string(spill_disk_full_) +
+          (spill_.disk_full > 0 ? " (" + std::to_string(spill_.disk_full) +
                                       " for want of space on the device of " + cfg_.spill.path + ")"
                                 : std::string()));
     }
@@ -334,23 +332,23 @@ RunResult Sender::run(const RunHooks& hooks) {
 // is draining), then starts from what it recorded: acknowledged chunks and declared gaps.
 void Sender::load_state() {
   if (!cfg_.state_dir.empty()) {
-    state_ =
+    records_.state =
         std::make_unique<StreamState>(cfg_.state_dir, cfg_.stream_id, cfg_.reconnect_timeout_s);
-    if (auto rec = state_->load()) {
+    if (auto rec = records_.state->load()) {
       ledger_->merge(cfg_.stream_id, rec->first, rec->second);
-      state_floor_ = rec->first;
+      records_.floor = rec->first;
       // Gaps earlier senders declared go to the receiver again: one that restarted learns them.
-      const auto gaps = state_->gaps();
+      const auto gaps = records_.state->gaps();
       if (!gaps.empty()) {
         if (!gap_book_->add(cfg_.stream_id, gaps)) {
           throw std::runtime_error(
-              "state " + state_->path() + ": more than " + std::to_string(wire::kMaxDeclaredGaps) +
-              " separate gaps recorded for stream " + std::to_string(cfg_.stream_id) +
-              ", more than a receiver keeps: not resumed");
+              "state " + records_.state->path() + ": more than " +
+              std::to_string(wire::kMaxDeclaredGaps) + " separate gaps recorded for stream " +
+              std::to_string(cfg_.stream_id) + ", more than a receiver keeps: not resumed");
         }
         ledger_->settle(cfg_.stream_id, gaps);
       }
-      log_line("state " + state_->path() + ": an earlier sender recorded " +
+      log_line("state " + records_.state->path() + ": an earlier sender recorded " +
                std::to_string(ledger_->acknowledged(cfg_.stream_id)) + " acknowledged chunks");
     }
   }
@@ -371,14 +369,14 @@ void Sender::build(int compressors, int senders) {
     spares_.close();
     raw_q_->close();
     wire_q_->close();
-    if (send_q_) send_q_->close();
+    if (spill_.queue) spill_.queue->close();
     wire_pools_->close_all();
     source_->close();
   });
 }
 
 // The graph: source -> raw_q_ -> compress (+ spares on the sending threads' CPUs) -> wire_q_
-// [-> spill -> send_q_] -> send; with spares, the adaptive runtime that sets them to work.
+// [-> spill -> spill_.queue] -> send; with spares, the adaptive runtime that sets them to work.
 void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
   graph.add({.stage = Stage::send,
              .threads = senders,
@@ -391,7 +389,7 @@ void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
                                             .spares = spares_.count(),
                                             .host = Stage::send,
                                             .done = [this] { wire_q_->close(); }});
-  if (spill_) {
+  if (spill_.store) {
     // On the source's CPU: a paced source sleeps most of the time, and this thread mostly waits.
     graph.add({.stage = Stage::source,
                .threads = 0,
@@ -408,7 +406,7 @@ void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
              .after_each = [this] { source_->end(); },
              .done =
                  [this] {
-                   source_done_ = true;
+                   end_.source_done = true;
                    raw_q_->close();
                    spares_.close();  // parked compressors leave; active ones drain the queue
                  }});
@@ -421,7 +419,7 @@ void Sender::declare_graph(StageGraph& graph, int compressors, int senders) {
 // Records what the receiver acknowledged every half second while the stream runs (with a state
 // directory); none without one.
 std::jthread Sender::start_recorder() {
-  if (!state_) return {};
+  if (!records_.state) return {};
   return std::jthread([this](const std::stop_token& st) {
     std::uint64_t saved = ledger_->acknowledged(cfg_.stream_id);
     while (!st.stop_requested()) {
@@ -442,34 +440,34 @@ std::jthread Sender::start_recorder() {
 // The run's summary (the last line on stdout).
 nlohmann::json Sender::summary() {
   const double secs =
-      std::max(1e-9, static_cast<double>(last_send_ns_.load() -
-                                         std::max<std::int64_t>(0, first_chunk_ns_.load())) /
+      std::max(1e-9, static_cast<double>(counts_.last_send_ns.load() -
+                                         std::max<std::int64_t>(0, counts_.first_chunk_ns.load())) /
                          1e9);
   const double raw = static_cast<double>(rt_.stats(Stage::compress).bytes_in.load());
-  const double wire = static_cast<double>(wire_bytes_.load());
+  const double wire = static_cast<double>(counts_.wire_bytes.load());
   return {{"role", "send"},
           {"stream_id", cfg_.stream_id},
           {"endpoint", cfg_.endpoint},
           {"connections", cfg_.connections},
           {"codec", codec_name(cfg_.codec)},
           {"curve", curve_.has_value()},
-          {"chunks", sent_chunks_.load()},
+          {"chunks", counts_.sent_chunks.load()},
           // Settled = acknowledged or declared missing; the declared ones are not acknowledged.
           {"acknowledged",
            ledger_->acknowledged(cfg_.stream_id) -
                std::min(ledger_->acknowledged(cfg_.stream_id), gap_book_->chunks(cfg_.stream_id))},
           {"declared_missing", gap_book_->chunks(cfg_.stream_id)},
-          {"declared_missing_from_earlier_senders", declared_at_start_},
-          {"skipped_acknowledged", skipped_chunks_},
-          {"state_floor", state_floor_},
-          {"retransmitted", retransmitted_.load()},
-          {"frames_in_two_parts", two_part_.load()},
-          {"frames_made_whole", made_whole_.load()},
-          {"reconnects", reconnects_.load()},
+          {"declared_missing_from_earlier_senders", records_.declared_at_start},
+          {"skipped_acknowledged", counts_.skipped_chunks},
+          {"state_floor", records_.floor},
+          {"retransmitted", counts_.retransmitted.load()},
+          {"frames_in_two_parts", counts_.two_part.load()},
+          {"frames_made_whole", counts_.made_whole.load()},
+          {"reconnects", counts_.reconnects.load()},
           {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
-          {"wire_bytes", wire_bytes_.load()},
+          {"wire_bytes", counts_.wire_bytes.load()},
           {"ratio", wire > 0 ? raw / wire : 0},
-          {"lost", spill_ ? nlohmann::json(spill_lost_.load()) : nlohmann::json(nullptr)},
+          {"lost", spill_.store ? nlohmann::json(spill_.lost.load()) : nlohmann::json(nullptr)},
           {"corrupt", nullptr},
           {"duplicates", nullptr},
           {"seconds", secs},

@@ -81,7 +81,7 @@ class Sender {
   void spill_loop();
   bool unspill(BufferPool& pool, bool wait);
   std::optional<Chunk> next_to_send(std::chrono::milliseconds timeout, bool& done) {
-    return send_q_ ? send_q_->pop_for(timeout, done) : wire_q_->pop_for(timeout, done);
+    return spill_.queue ? spill_.queue->pop_for(timeout, done) : wire_q_->pop_for(timeout, done);
   }
   // A source that can wait for the pipeline (a file or synthetic data at full speed): a full
   // spill holds it back. Any other (a detector, a paced source) loses what a full spill refuses.
@@ -93,13 +93,10 @@ class Sender {
   // A drain pauses the stream (it stays open at the receiver and resumes with the next sender)
   // unless a person ended an endless stream with SIGINT.
   bool drain_pauses() const {
-    return rt_.drain_requested() && !source_ended_ &&
+    return rt_.drain_requested() && !end_.source_ended &&
            (source_has_end() || drain_signal() != SIGINT);
   }
   bool drain_done(std::optional<Clock::time_point>& from);
-  std::atomic<bool> source_ended_{false};
-  std::uint64_t drain_seq_ = 0;  // the chunks read when a drain began
-  bool drain_cut_ = false;       // the drain ended at source.drain_s, the detector still sending
   void declare_metrics();
 
   const Config& cfg_;
@@ -110,59 +107,100 @@ class Sender {
   // Declaration order is destruction order in reverse: the ZeroMQ context (which may still hold
   // zero-copy messages) goes before the pools their buffers return to.
   std::unique_ptr<Source> source_;
-  std::size_t element_size_ = 2;  // bytes per sample (bslz4)
-  std::string metadata_;          // the stream's metadata frame: pixel type and frame shape
+  // What the source's data is: bytes per sample (bslz4), and the stream's metadata frame (pixel
+  // type and frame shape).
+  struct StreamShape {
+    std::size_t element_size = 2;
+    std::string metadata;
+  } stream_;
+  // How the source ended: its stage is done; it ended the stream itself (not stopped by a drain);
+  // the chunks read when a drain began; the drain ended at source.drain_s, the detector still
+  // sending.
+  struct SourceEnd {
+    std::atomic<bool> source_done{false};
+    std::atomic<bool> source_ended{false};
+    std::uint64_t drain_seq = 0;
+    bool drain_cut = false;
+  } end_;
   std::unique_ptr<NodePools> wire_pools_;
   std::unique_ptr<BoundedQueue<RawChunk>> raw_q_;
   std::unique_ptr<OrderedQueue<Chunk>> wire_q_;
   // spill (cfg_.spill): the store on node-local storage and the queue the sending threads take
-  // from; both only with a spill.
-  std::unique_ptr<SpillStore> spill_;
-  std::unique_ptr<BoundedQueue<Chunk>> send_q_;
-  std::atomic<std::uint64_t> spilled_chunks_{0};
-  std::atomic<std::uint64_t> spilled_bytes_{0};
-  std::atomic<std::uint64_t> spill_lost_{0};
-  std::uint64_t spill_disk_full_ = 0;  // of those, refused for want of disk space
-  std::atomic<std::uint64_t> spill_disk_bytes_{0};
-  std::atomic<std::uint64_t> spill_frames_{0};
-  std::atomic<std::uint64_t> spill_peak_bytes_{0};
+  // from (both only with a spill), and what went through them.
+  struct Spill {
+    std::unique_ptr<SpillStore> store;
+    std::unique_ptr<BoundedQueue<Chunk>> queue;
+    std::atomic<std::uint64_t> chunks{0};
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<std::uint64_t> lost{0};
+    std::uint64_t disk_full = 0;  // of those, refused for want of disk space
+    std::atomic<std::uint64_t> disk_bytes{0};
+    std::atomic<std::uint64_t> frames{0};
+    std::atomic<std::uint64_t> peak_bytes{0};
+  } spill_;
   std::unique_ptr<zmq::Context> ctx_;
 
   // placement.adaptive: spare compressing threads on the sending threads' CPUs, and what sets
   // them to work (pipeline/governor.hpp).
   adaptive::CodecSpares spares_;
-  std::atomic<std::uint64_t> produced_chunks_{0};
-  std::atomic<std::uint64_t> produced_bytes_{0};
-  std::atomic<std::uint64_t> wire_bytes_{0};
-  std::atomic<std::uint64_t> sent_chunks_{0};
-  std::atomic<bool> source_done_{false};
-  std::atomic<std::int64_t> first_chunk_ns_{-1};
-  std::atomic<std::int64_t> last_send_ns_{0};
+  // What the stages did, for the metrics and the summary.
+  struct SendCounts {
+    std::atomic<std::uint64_t> produced_chunks{0};
+    std::atomic<std::uint64_t> produced_bytes{0};
+    std::atomic<std::uint64_t> wire_bytes{0};
+    std::atomic<std::uint64_t> sent_chunks{0};
+    std::atomic<std::int64_t> first_chunk_ns{-1};
+    std::atomic<std::int64_t> last_send_ns{0};
+    std::uint64_t skipped_chunks = 0;
+    std::atomic<std::uint64_t> retransmitted{0};
+    // Frames written with the payload in a part of its own (uncopied), and payloads copied into
+    // whole frames for a receiver that does not take two parts.
+    std::atomic<std::uint64_t> two_part{0};
+    std::atomic<std::uint64_t> made_whole{0};
+    std::atomic<int> reconnects{0};
+    std::atomic<std::uint64_t> discarded{0};  // notices of chunks the gateway discarded
+  } counts_;
 
   // Acknowledged delivery: what the receiver has taken, shared by the connections. The source
   // starts once a connection has the receiver's answer to its resume frame (a restarted sender
   // learns there what to skip).
   std::shared_ptr<AckLedger> ledger_ = std::make_shared<AckLedger>();
-  std::unique_ptr<StreamState> state_;  // the acknowledged record on the node (state_dir)
-  std::unique_ptr<TakenRecord> taken_;  // a live source's: how many chunks its senders took
   std::shared_ptr<GapBook> gap_book_ = std::make_shared<GapBook>();
-  std::uint64_t declared_at_start_ = 0;  // chunks of earlier senders declared missing
-  std::vector<std::uint64_t>
-      recovered_seqs_;  // ascending: an earlier sender's spilled chunks, sent first
+  // The records on the node (state_dir) and what an earlier sender left in them.
+  struct Records {
+    std::unique_ptr<StreamState> state;   // the acknowledged record
+    std::unique_ptr<TakenRecord> taken;   // a live source's: how many chunks its senders took
+    std::uint64_t floor = 0;              // what an earlier sender recorded
+    std::uint64_t declared_at_start = 0;  // chunks of earlier senders declared missing
+    std::vector<std::uint64_t>
+        recovered;  // ascending: an earlier sender's spilled chunks, sent first
+  } records_;
   std::uint64_t start_live();
-  std::uint64_t state_floor_ = 0;  // what an earlier sender recorded
   void save_state();
   std::optional<CurveSetup> curve_;
-  std::mutex welcome_mu_;
-  std::condition_variable welcome_cv_;
-  bool welcomed_ = false;
-  std::uint64_t skipped_chunks_ = 0;
-  std::atomic<std::uint64_t> retransmitted_{0};
-  // Frames written with the payload in a part of its own (uncopied), and payloads copied into
-  // whole frames for a receiver that does not take two parts.
-  std::atomic<std::uint64_t> two_part_{0}, made_whole_{0};
-  std::atomic<int> reconnects_{0};
-  std::atomic<std::uint64_t> discarded_{0};  // notices of chunks the gateway discarded
+  // Opened once a connection has the receiver's welcome; the source and the spill wait for it.
+  class Welcome {
+   public:
+    void open() {
+      {
+        std::lock_guard lock(mu_);
+        open_ = true;
+      }
+      cv_.notify_all();
+    }
+    // False when `aborted` says so first.
+    template <class Aborted>
+    bool wait(Aborted aborted) {
+      std::unique_lock lock(mu_);
+      while (!open_ && !aborted()) cv_.wait_for(lock, std::chrono::milliseconds(100));
+      return open_ && !aborted();
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool open_ = false;
+  } welcome_;
 };
 
 }  // namespace numastream

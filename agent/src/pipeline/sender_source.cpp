@@ -24,9 +24,7 @@ std::vector<wire::Gap> without(const std::vector<wire::Gap>& gaps,
 }  // namespace
 
 bool Sender::wait_welcome() {
-  std::unique_lock lock(welcome_mu_);
-  while (!welcomed_ && !rt_.aborted()) welcome_cv_.wait_for(lock, std::chrono::milliseconds(100));
-  return welcomed_ && !rt_.aborted();
+  return welcome_.wait([this] { return rt_.aborted(); });
 }
 
 void Sender::prepare_source() {
@@ -35,12 +33,12 @@ void Sender::prepare_source() {
       static_cast<std::size_t>(cfg_.queue_depth + rt_.threads(Stage::compress) + 1), log_line};
   source_ = make_source(setup, *ctx_);
   const hdf5::FrameShape shape = source_->shape();
-  element_size_ = dtype_size(shape.dtype);
+  stream_.element_size = dtype_size(shape.dtype);
   nlohmann::json meta{{"dtype", shape.dtype}, {"shape", shape.dims}};
   // A raw zmq source: frames it queued for a sender that died are counted by no one (the
   // gateway says its losses are a lower bound then).
   if (cfg_.source.kind == SourceConfig::Kind::zmq) meta["source"] = "zmq";
-  metadata_ = meta.dump();
+  stream_.metadata = meta.dump();
 }
 
 void Sender::source_loop(StageThread& t) {
@@ -60,7 +58,7 @@ void Sender::source_loop(StageThread& t) {
   // before a chunk came still ends at the right total.
   if (!source_->replays()) {
     seq = start_live();
-    produced_chunks_ = seq;
+    counts_.produced_chunks = seq;
   }
   // A drain stops a replaying source at once (the next sender resumes it from the source). A
   // live one reads on until the detector pauses or source.drain_s passes (see drain_done).
@@ -93,11 +91,11 @@ void Sender::source_loop(StageThread& t) {
     if (!source_->read(c, st, stop)) {
       // Ended by the source itself (an empty message from a zmq detector), not by a stop: the
       // stream ends, even during a drain.
-      source_ended_ = !stop();
+      end_.source_ended = !stop();
       break;
     }
     // Counted taken before it enters the pipeline: if this sender dies, the next one knows.
-    if (taken_) taken_->taken(seq + 1);
+    if (records_.taken) records_.taken->taken(seq + 1);
     const std::size_t size = c.message  ? c.message->bytes().size()
                              : c.buffer ? c.buffer->size
                                         : cfg_.chunk_bytes;
@@ -109,8 +107,8 @@ void Sender::source_loop(StageThread& t) {
     ++seq;
     st.chunks++;
     st.bytes_out += size;
-    produced_bytes_ += raw;
-    produced_chunks_ = seq;
+    counts_.produced_bytes += raw;
+    counts_.produced_chunks = seq;
     t.observe();
   }
   if (drain_from) log_drain(*drain_from, seq);
@@ -118,10 +116,10 @@ void Sender::source_loop(StageThread& t) {
 
 void Sender::log_drain(Clock::time_point from, std::uint64_t seq) const {
   const double secs = std::chrono::duration<double>(Clock::now() - from).count();
-  log_line("drain: " + std::to_string(seq - drain_seq_) + " chunks read from the detector in " +
+  log_line("drain: " + std::to_string(seq - end_.drain_seq) + " chunks read from the detector in " +
            seconds(secs) + " s after the stop was asked; " +
-           (source_ended_ ? std::string("the detector ended the stream")
-            : drain_cut_
+           (end_.source_ended ? std::string("the detector ended the stream")
+            : end_.drain_cut
                 ? "the detector did not pause within source.drain_s (" +
                       seconds(cfg_.source.drain_s) +
                       " s): what it had in transit is lost (a stream2 gateway names the image ids)"
@@ -134,9 +132,9 @@ bool Sender::skip_acknowledged(std::uint64_t seq) {
   const std::size_t size = source_->skip(seq);
   if (size == 0) return false;
   wire_q_->skip(seq);
-  ++skipped_chunks_;
-  produced_bytes_ += size;
-  produced_chunks_ = seq + 1;
+  ++counts_.skipped_chunks;
+  counts_.produced_bytes += size;
+  counts_.produced_chunks = seq + 1;
   return true;
 }
 
@@ -146,7 +144,7 @@ bool Sender::drain_done(std::optional<Clock::time_point>& from) {
   const auto now = Clock::now();
   if (!from) {
     from = now;
-    drain_seq_ = produced_chunks_.load();
+    end_.drain_seq = counts_.produced_chunks.load();
     log_line("drain: reading the detector until it pauses (" +
              std::to_string(cfg_.source.drain_quiet_ms) + " ms without a message) or " +
              seconds(cfg_.source.drain_s) + " s pass");
@@ -155,7 +153,7 @@ bool Sender::drain_done(std::optional<Clock::time_point>& from) {
       std::chrono::milliseconds(cfg_.source.drain_quiet_ms))
     return true;
   if (now - *from >= std::chrono::duration<double>(cfg_.source.drain_s)) {
-    drain_cut_ = true;
+    end_.drain_cut = true;
     return true;
   }
   return false;
@@ -168,9 +166,9 @@ std::uint64_t Sender::start_live() {
   const std::uint32_t stream = cfg_.stream_id;
   auto [floor, above] = ledger_->snapshot(stream);
   std::uint64_t start = ledger_->end(stream);
-  const auto earlier = taken_ ? taken_->earlier() : std::nullopt;
+  const auto earlier = records_.taken ? records_.taken->earlier() : std::nullopt;
   if (earlier) start = std::max(start, earlier->at_most);
-  if (!recovered_seqs_.empty()) start = std::max(start, recovered_seqs_.back() + 1);
+  if (!records_.recovered.empty()) start = std::max(start, records_.recovered.back() + 1);
   if (start == 0) return 0;
   const auto reason = earlier && !earlier->exact ? wire::GapReason::sender_restarted_bound
                                                  : wire::GapReason::sender_restarted;
@@ -182,7 +180,7 @@ std::uint64_t Sender::start_live() {
     at = q + 1;
   }
   if (at < start) gaps.push_back({at, start, reason});
-  gaps = without(gaps, recovered_seqs_);  // those come from the spill
+  gaps = without(gaps, records_.recovered);  // those come from the spill
   wire_q_->start_at(start);
   std::uint64_t missing = 0;
   for (const auto& g : gaps) missing += g.size();
@@ -200,7 +198,7 @@ std::uint64_t Sender::start_live() {
                                " separate gaps in stream " + std::to_string(stream));
     ledger_->settle(stream, gaps);
   }
-  declared_at_start_ = missing;
+  records_.declared_at_start = missing;
   log_warn("resuming a live source at chunk " + std::to_string(start) + ": " +
            std::to_string(missing) +
            " chunks an earlier sender took were never acknowledged; declared missing" +

@@ -16,28 +16,28 @@ void Sender::open_spill() {
       wire::Header h;
       if (wire::decode_data_header(head, size, cfg_.chunk_bytes, h) != wire::DecodeError::ok ||
           h.stream_id != cfg_.stream_id ||
-          (!recovered_seqs_.empty() && h.sequence <= recovered_seqs_.back())) {
+          (!records_.recovered.empty() && h.sequence <= records_.recovered.back())) {
         return false;
       }
-      recovered_seqs_.push_back(h.sequence);
+      records_.recovered.push_back(h.sequence);
       return true;
     };
   }
-  spill_ =
+  spill_.store =
       std::make_unique<SpillStore>(cfg_.spill.path, cfg_.stream_id, cfg_.spill.max_bytes, recover);
-  if (const auto& r = spill_->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
+  if (const auto& r = spill_.store->recovered(); r.frames > 0 || !r.why_dropped.empty()) {
     log_line("spill: " + std::to_string(r.frames) + " chunks (" + std::to_string(r.bytes) +
              " bytes) an earlier sender "
              "spilled are sent first" +
-             (r.frames > 0 ? ", chunks " + std::to_string(recovered_seqs_.front()) + ".." +
-                                 std::to_string(recovered_seqs_.back())
+             (r.frames > 0 ? ", chunks " + std::to_string(records_.recovered.front()) + ".." +
+                                 std::to_string(records_.recovered.back())
                            : std::string()) +
              (r.why_dropped.empty()
                   ? std::string()
                   : "; " + std::to_string(r.dropped_bytes) + " bytes after " + r.why_dropped +
                         " are dropped (their chunks are declared missing)"));
   }
-  send_q_ = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
+  spill_.queue = std::make_unique<BoundedQueue<Chunk>>(static_cast<std::size_t>(cfg_.queue_depth));
   log_line("spill: up to " + std::to_string(cfg_.spill.max_bytes) + " bytes in " + cfg_.spill.path +
            (source_can_wait()
                 ? " (the source waits when it is full)"
@@ -47,22 +47,23 @@ void Sender::open_spill() {
 // Moves spilled frames, oldest first, to the sending threads' queue: while it has room, or (wait)
 // all of them, waiting for room. False once the run is closing.
 bool Sender::unspill(BufferPool& pool, bool wait) {
-  while (!spill_->empty()) {
-    if (!wait && send_q_->depth() >= send_q_->capacity()) return true;
+  while (!spill_.store->empty()) {
+    if (!wait && spill_.queue->depth() >= spill_.queue->capacity()) return true;
     Chunk c;
     c.buffer = pool.take();
     if (!c.buffer) return false;
-    const std::size_t n = spill_->read({c.buffer->data, c.buffer->capacity});
+    const std::size_t n = spill_.store->read({c.buffer->data, c.buffer->capacity});
     c.buffer->size = n;
     if (wire::decode({c.buffer->data, n}, cfg_.chunk_bytes, c.header) != wire::DecodeError::ok) {
-      throw std::runtime_error("spill: a frame read back from " + spill_->dir() + " is damaged");
+      throw std::runtime_error("spill: a frame read back from " + spill_.store->dir() +
+                               " is damaged");
     }
-    spill_disk_bytes_ = spill_->disk_bytes();
-    spill_frames_ = spill_->frames();
+    spill_.disk_bytes = spill_.store->disk_bytes();
+    spill_.frames = spill_.store->frames();
     // An earlier sender's: it may have been sent and acknowledged before that sender stopped.
     if (ledger_->contains(cfg_.stream_id, c.header.sequence)) continue;
     c.header.connections = static_cast<std::uint16_t>(cfg_.connections);
-    if (!send_q_->push(c)) return false;
+    if (!spill_.queue->push(c)) return false;
   }
   return true;
 }
@@ -81,34 +82,34 @@ void Sender::spill_loop() {
     if (!unspill(pool, false)) return;
     bool done = false;
     std::optional<Chunk> c =
-        wire_q_->pop_for(std::chrono::milliseconds(spill_->empty() ? 50 : 5), done);
+        wire_q_->pop_for(std::chrono::milliseconds(spill_.store->empty() ? 50 : 5), done);
     if (!c) {
       if (done) break;
       continue;
     }
-    if (spill_->empty() && send_q_->try_push(*c)) continue;
+    if (spill_.store->empty() && spill_.queue->try_push(*c)) continue;
     const std::size_t frame_size = wire::kHeaderSize + c->header.payload_size;
     bool appended;
     if (c->body) {
       std::byte head[wire::kHeaderSize];
       wire::encode_header(c->header, head);
-      appended = spill_->append({head, sizeof(head)}, c->payload());
+      appended = spill_.store->append({head, sizeof(head)}, c->payload());
     } else {
       c->seal();
-      appended = spill_->append({c->buffer->data, c->buffer->size});
+      appended = spill_.store->append({c->buffer->data, c->buffer->size});
     }
     if (appended) {
-      if (spilled_chunks_++ == 0)
-        log_warn("spill: the sending threads fell behind; spilling to " + spill_->dir());
-      spilled_bytes_ += frame_size;
-      spill_disk_bytes_ = spill_->disk_bytes();
-      spill_frames_ = spill_->frames();
-      spill_peak_bytes_ = std::max(spill_peak_bytes_.load(), spill_->disk_bytes());
+      if (spill_.chunks++ == 0)
+        log_warn("spill: the sending threads fell behind; spilling to " + spill_.store->dir());
+      spill_.bytes += frame_size;
+      spill_.disk_bytes = spill_.store->disk_bytes();
+      spill_.frames = spill_.store->frames();
+      spill_.peak_bytes = std::max(spill_.peak_bytes.load(), spill_.store->disk_bytes());
       continue;
     }
     if (can_wait) {
       // Full: the source waits while the spill drains, then this chunk follows it.
-      if (!unspill(pool, true) || !send_q_->push(*c)) return;
+      if (!unspill(pool, true) || !spill_.queue->push(*c)) return;
       continue;
     }
     // Declared: the receiver counts it missing and names it, and does not wait for it.
@@ -118,23 +119,24 @@ void Sender::spill_loop() {
                                " separate runs of chunks refused by the full spill");
     }
     ledger_->settle(cfg_.stream_id, {&gap, 1});
-    if (spill_->disk_full()) ++spill_disk_full_;
-    if (spill_lost_++ == 0 || (spill_->disk_full() && spill_disk_full_ == 1)) {
+    if (spill_.store->disk_full()) ++spill_.disk_full;
+    if (spill_.lost++ == 0 || (spill_.store->disk_full() && spill_.disk_full == 1)) {
       log_line("spill: " +
-               (spill_->disk_full()
-                    ? "no space left on the device of " + spill_->dir() + " (" +
-                          std::to_string(spill_->disk_bytes()) + " bytes spilled, max_bytes " +
-                          std::to_string(spill_->max_bytes()) + ")"
-                    : "full (" + std::to_string(spill_->disk_bytes()) + " of " +
-                          std::to_string(spill_->max_bytes()) + " bytes in " + spill_->dir() +
-                          ")") +
+               (spill_.store->disk_full()
+                    ? "no space left on the device of " + spill_.store->dir() + " (" +
+                          std::to_string(spill_.store->disk_bytes()) +
+                          " bytes spilled, max_bytes " + std::to_string(spill_.store->max_bytes()) +
+                          ")"
+                    : "full (" + std::to_string(spill_.store->disk_bytes()) + " of " +
+                          std::to_string(spill_.store->max_bytes()) + " bytes in " +
+                          spill_.store->dir() + ")") +
                ": chunk " + std::to_string(c->header.sequence) +
                " lost, and every chunk the spill refuses from now on is counted lost");
     }
   }
   // The compressors are done: what is spilled follows, in order.
   if (!unspill(pool, true)) return;
-  send_q_->close();
+  spill_.queue->close();
 }
 
 }  // namespace numastream
