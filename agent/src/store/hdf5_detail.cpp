@@ -357,4 +357,115 @@ void write_value(hid_t file, const std::string& path, const stream2::Value& v,
   H5Sclose(scalar);
 }
 
+void text_field(hid_t file, const std::string& path, const std::string& value,
+                const std::string& what) {
+  hid_t t = vlen_text();
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  const char* p = value.c_str();
+  dataset(file, path, t, t, scalar, &p, what);
+  H5Sclose(scalar);
+  H5Tclose(t);
+}
+
+void attribute_on(hid_t file, const std::string& path, const char* name, const std::string& value,
+                  const std::string& what) {
+  hid_t o = H5Oopen(file, path.c_str(), H5P_DEFAULT);
+  if (o < 0) fail(what, "open " + path);
+  if (H5Aexists(o, name) > 0) H5Adelete(o, name);
+  text_attribute(o, name, value, what);
+  H5Oclose(o);
+}
+
+void vector_attribute(hid_t obj, const char* name, const double (&v)[3], const std::string& what) {
+  const hsize_t n = 3;
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t attr = H5Acreate2(obj, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  const bool ok = attr >= 0 && H5Awrite(attr, H5T_NATIVE_DOUBLE, v) >= 0;
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(space);
+  if (!ok) fail(what, std::string("write attribute ") + name);
+}
+
+// A scalar number `value` in `units` that is one step of a chain of NXtransformations: moved
+// along (translation) `vector` by it, after `depends_on`.
+void axis(hid_t file, const std::string& path, double value, const char* units,
+          const double (&vector)[3], const double (&offset)[3], const std::string& depends_on,
+          const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &value, what);
+  H5Sclose(scalar);
+  hid_t d = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+  if (d < 0) fail(what, "open " + path);
+  text_attribute(d, "units", units, what);
+  text_attribute(d, "transformation_type", "translation", what);
+  vector_attribute(d, "vector", vector, what);
+  vector_attribute(d, "offset", offset, what);
+  text_attribute(d, "offset_units", "m", what);
+  text_attribute(d, "depends_on", depends_on, what);
+  H5Dclose(d);
+}
+
+void int_pair(hid_t file, const std::string& path, std::int64_t a, std::int64_t b,
+              const std::string& what) {
+  const hsize_t n = 2;
+  const std::int64_t v[2] = {a, b};
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  dataset(file, path, H5T_STD_I64LE, H5T_NATIVE_INT64, space, v, what);
+  H5Sclose(space);
+}
+
+bool path_exists(hid_t f, const std::string& at) {
+  std::size_t pos = 0;
+  while ((pos = at.find('/', pos + 1)) != std::string::npos) {
+    if (H5Lexists(f, at.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return H5Lexists(f, at.c_str(), H5P_DEFAULT) > 0;
+}
+
+void scalar_u64(hid_t file, const std::string& path, std::uint64_t v, const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  dataset(file, path, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar, &v, what);
+  H5Sclose(scalar);
+}
+
+void scalar_f64(hid_t file, const std::string& path, double v, const char* units,
+                const std::string& what) {
+  hid_t scalar = H5Screate(H5S_SCALAR);
+  dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar, &v, what);
+  H5Sclose(scalar);
+  if (units) attribute_on(file, path, "units", units, what);
+}
+
+void f64_array(hid_t file, const std::string& path, const std::vector<double>& v,
+               const std::string& what) {
+  const hsize_t n = v.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  dataset(file, path, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, space, v.data(), what);
+  H5Sclose(space);
+}
+
+// The images each of `datasets` holds in a data file left unfinished (a .part of a series given
+// up), by dataset path; empty when it does not open.
+std::map<std::string, hsize_t> extents_of(const std::string& file_path,
+                                          const std::vector<std::string>& datasets) {
+  std::map<std::string, hsize_t> out;
+  hid_t f = H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return out;
+  for (const auto& at : datasets) {
+    if (!path_exists(f, at)) continue;
+    hid_t d = H5Dopen2(f, at.c_str(), H5P_DEFAULT);
+    hid_t space = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dims[3] = {0, 0, 0};
+    if (space >= 0 && H5Sget_simple_extent_ndims(space) >= 1 &&
+        H5Sget_simple_extent_dims(space, dims, nullptr) >= 1) {
+      out[at] = dims[0];
+    }
+    if (space >= 0) H5Sclose(space);
+    if (d >= 0) H5Dclose(d);
+  }
+  H5Fclose(f);
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
 }  // namespace numastream::hdf5::detail

@@ -5,9 +5,11 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "detector/stream2.hpp"
 
@@ -86,5 +88,32 @@ hid_t create_as_declared(hid_t loc, const std::string& path, hid_t type, hid_t s
 // compressed them, one chunk). A path that exists already keeps its first value.
 void write_value(hid_t file, const std::string& path, const stream2::Value& v,
                  const std::string& what);
+
+// NeXus's pieces, each written at once: a text dataset, a text attribute on the object at `path`
+// (replacing one of that name), a 3-vector attribute, a 2-integer dataset, scalars (a double with
+// its units, when given) and a 1-d array of doubles.
+void text_field(hid_t file, const std::string& path, const std::string& value,
+                const std::string& what);
+void attribute_on(hid_t file, const std::string& path, const char* name, const std::string& value,
+                  const std::string& what);
+void vector_attribute(hid_t obj, const char* name, const double (&v)[3], const std::string& what);
+void int_pair(hid_t file, const std::string& path, std::int64_t a, std::int64_t b,
+              const std::string& what);
+void scalar_u64(hid_t file, const std::string& path, std::uint64_t v, const std::string& what);
+void scalar_f64(hid_t file, const std::string& path, double v, const char* units,
+                const std::string& what);
+void f64_array(hid_t file, const std::string& path, const std::vector<double>& v,
+               const std::string& what);
+// A scalar number `value` in `units` that is one step of a chain of NXtransformations: moved
+// along (translation) `vector` by it, after `depends_on`.
+void axis(hid_t file, const std::string& path, double value, const char* units,
+          const double (&vector)[3], const double (&offset)[3], const std::string& depends_on,
+          const std::string& what);
+// Every link on the way to `at` exists in `f`.
+bool path_exists(hid_t f, const std::string& at);
+// The images each of `datasets` holds in a data file left unfinished (a .part of a series given
+// up), by dataset path; empty when it does not open.
+std::map<std::string, hsize_t> extents_of(const std::string& file_path,
+                                          const std::vector<std::string>& datasets);
 
 }  // namespace numastream::hdf5::detail
