@@ -41,7 +41,7 @@ extern "C" void numa_error(char* where) {
   const int err = errno;
   numastream::numa_refused = true;
   numastream::log_numa_once(
-      std::string("NUMA: the kernel refused ") + where + " (" + std::strerror(err) +
+      std::string("NUMA: the kernel refused ") + where + " (" + numastream::errno_text(err) +
       "): memory is placed where it is first written, not bound to the planned node (a "
       "container's seccomp profile refuses it without CAP_SYS_NICE)");
 }
