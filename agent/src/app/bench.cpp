@@ -259,6 +259,134 @@ nlohmann::json bench_loopback(const LoopbackSetting& s, std::size_t chunk, std::
           {"receiver_exit", rres.exit_code}};
 }
 
+// The codec's figures (one core): ours against the lz4 library, shuffle-lz4, bslz4 and each
+// bit-shuffle kernel; printed for people with `print`.
+nlohmann::json codec_report(const CodecFigures& f, std::size_t chunk, int rounds, bool print) {
+  nlohmann::json out = {{"chunk_bytes", chunk},
+                        {"compress_mbps", f.compress_mbps},
+                        {"decompress_mbps", f.decompress_mbps},
+                        {"ratio", f.ratio},
+                        {"lz4_library_compress_mbps", f.lz4_compress_mbps},
+                        {"lz4_library_decompress_mbps", f.lz4_decompress_mbps},
+                        {"compress_vs_library", f.compress_mbps / f.lz4_compress_mbps},
+                        {"decompress_vs_library", f.decompress_mbps / f.lz4_decompress_mbps},
+                        {"shuffle_lz4_ratio", f.shuffle_ratio},
+                        {"shuffle_lz4_compress_mbps", f.shuffle_compress_mbps},
+                        {"shuffle_lz4_decompress_mbps", f.shuffle_decompress_mbps},
+                        {"bslz4_ratio", f.bslz4_ratio},
+                        {"bslz4_compress_mbps", f.bslz4_compress_mbps},
+                        {"bslz4_decompress_mbps", f.bslz4_decompress_mbps},
+                        {"bslz4_kernel", bslz4::kernel_name(bslz4::kernel_in_use())}};
+  for (const auto& k : f.kernels) {
+    out["bitshuffle_kernels"][k.name] = {{"shuffle_mbps", k.shuffle_mbps},
+                                         {"unshuffle_mbps", k.unshuffle_mbps}};
+  }
+  if (print) {
+    std::printf(
+        "codec (one core, MB per CPU-second, %zu-byte synthetic projections, median of %d "
+        "rounds)\n",
+        chunk, rounds);
+    std::printf("  lz4          compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
+                f.compress_mbps, f.decompress_mbps, f.ratio);
+    std::printf(
+        "  lz4 library  compress %7.0f MB/s  decompress %7.0f MB/s  (ours/library %.3f, %.3f)\n",
+        f.lz4_compress_mbps, f.lz4_decompress_mbps, f.compress_mbps / f.lz4_compress_mbps,
+        f.decompress_mbps / f.lz4_decompress_mbps);
+    std::printf("  shuffle-lz4  compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
+                f.shuffle_compress_mbps, f.shuffle_decompress_mbps, f.shuffle_ratio);
+    std::printf(
+        "  bslz4        compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f  (kernel %s)\n",
+        f.bslz4_compress_mbps, f.bslz4_decompress_mbps, f.bslz4_ratio,
+        bslz4::kernel_name(bslz4::kernel_in_use()));
+    for (const auto& k : f.kernels) {
+      std::printf("  bit-shuffle %-8s shuffle %7.0f MB/s  unshuffle %7.0f MB/s\n", k.name.c_str(),
+                  k.shuffle_mbps, k.unshuffle_mbps);
+    }
+    std::fflush(stdout);
+  }
+  return out;
+}
+
+// Sender and receiver on 127.0.0.1 in four settings, each against the CPU-work limit of the
+// codec's figures.
+nlohmann::json loopback_report(const CodecFigures& f, std::size_t chunk, std::uint64_t chunks,
+                               bool print) {
+  const double cores = static_cast<double>(allowed_cpus().size());
+  const double limit = cores / (1.0 / f.compress_mbps + 1.0 / f.decompress_mbps);
+  nlohmann::json out = {
+      {"cpu_work_limit_mbps", limit}, {"cores", cores}, {"runs", nlohmann::json::array()}};
+  if (print) {
+    std::printf(
+        "loopback (sender and receiver on 127.0.0.1, %llu chunks; CPU-work limit "
+        "cores/(1/c+1/d) = %.0f MB/s)\n",
+        static_cast<unsigned long long>(chunks), limit);
+  }
+  const int n = static_cast<int>(cores);
+  std::vector<LoopbackSetting> settings = {{"os", n, 2, std::max(1, n / 2), "", ""},
+                                           {"os", n, 2, n, "", ""},
+                                           {"numa-aware", n, 2, n, "", ""},
+                                           {"numa-aware", n, 4, n, "", ""}};
+  for (const auto& s : settings) {
+    auto run = bench_loopback(s, chunk, chunks);
+    run["fraction_of_limit"] = run["raw_mbps"].get<double>() / limit;
+    if (print) {
+      std::printf("  %-10s C=%d S=R=%d D=%d  %7.0f MB/s raw  %.2f of limit  lost %s corrupt %s\n",
+                  s.placement.c_str(), s.compress, s.connections, s.decompress,
+                  run["raw_mbps"].get<double>(), run["fraction_of_limit"].get<double>(),
+                  run["lost"].dump().c_str(), run["corrupt"].dump().c_str());
+      std::fflush(stdout);
+    }
+    out["runs"].push_back(run);
+  }
+  return out;
+}
+
+// What CURVE (every frame encrypted and authenticated) costs end to end: the same loopback
+// run with and without it, alternating, medians of `rounds`.
+nlohmann::json curve_report(std::size_t chunk, std::uint64_t chunks, int rounds, bool print) {
+  const int n = static_cast<int>(allowed_cpus().size());
+  std::string dir = write_bench_keys();
+  std::vector<double> plain, curve, auth;
+  for (int r = 0; r < rounds; ++r) {
+    plain.push_back(
+        bench_loopback({"numa-aware", n, 2, n, "", ""}, chunk, chunks)["raw_mbps"].get<double>());
+    curve.push_back(
+        bench_loopback({"numa-aware", n, 2, n, dir, "encrypt"}, chunk, chunks)["raw_mbps"]
+            .get<double>());
+    auth.push_back(
+        bench_loopback({"numa-aware", n, 2, n, dir, "authenticate"}, chunk, chunks)["raw_mbps"]
+            .get<double>());
+  }
+  std::filesystem::remove_all(dir);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  // The cipher alone, on one core: what CurveZMQ does to every byte (XSalsa20-Poly1305).
+  std::vector<unsigned char> buf(chunk / 2 + crypto_secretbox_MACBYTES),
+      key(crypto_secretbox_KEYBYTES, 7), nonce(crypto_secretbox_NONCEBYTES, 1);
+  if (sodium_init() < 0) throw std::runtime_error("libsodium cannot start");
+  const double seal_mbps = rate_mbps(chunk / 2, 1, std::max(rounds, 3), [&](std::size_t) {
+    crypto_secretbox_easy(buf.data(), buf.data(), chunk / 2, nonce.data(), key.data());
+  });
+  const double p = median(plain), c = median(curve), a = median(auth);
+  nlohmann::json out = {{"cipher_mbps_per_core", seal_mbps},
+                        {"plain_raw_mbps", p},
+                        {"encrypt_raw_mbps", c},
+                        {"authenticate_raw_mbps", a},
+                        {"encrypt_ratio", c / p},
+                        {"authenticate_ratio", a / p},
+                        {"rounds", rounds}};
+  if (print) {
+    std::printf(
+        "curve (loopback numa-aware C=%d S=R=2 D=%d, %d rounds, medians)\n"
+        "  plain %7.0f MB/s raw  encrypt %7.0f MB/s (%.2f)  authenticate %7.0f MB/s (%.2f)\n"
+        "  cipher alone (XSalsa20-Poly1305, one core) %7.0f MB/s of wire data\n",
+        n, n, rounds, p, c, c / p, a, a / p, seal_mbps);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
@@ -287,122 +415,12 @@ int run_bench(const std::vector<std::string>& args) {
     }
   }
   nlohmann::json report = nlohmann::json::object();
-  CodecFigures f = bench_codec(chunk, 4, rounds);
-  report["codec"] = {{"chunk_bytes", chunk},
-                     {"compress_mbps", f.compress_mbps},
-                     {"decompress_mbps", f.decompress_mbps},
-                     {"ratio", f.ratio},
-                     {"lz4_library_compress_mbps", f.lz4_compress_mbps},
-                     {"lz4_library_decompress_mbps", f.lz4_decompress_mbps},
-                     {"compress_vs_library", f.compress_mbps / f.lz4_compress_mbps},
-                     {"decompress_vs_library", f.decompress_mbps / f.lz4_decompress_mbps},
-                     {"shuffle_lz4_ratio", f.shuffle_ratio},
-                     {"shuffle_lz4_compress_mbps", f.shuffle_compress_mbps},
-                     {"shuffle_lz4_decompress_mbps", f.shuffle_decompress_mbps},
-                     {"bslz4_ratio", f.bslz4_ratio},
-                     {"bslz4_compress_mbps", f.bslz4_compress_mbps},
-                     {"bslz4_decompress_mbps", f.bslz4_decompress_mbps},
-                     {"bslz4_kernel", bslz4::kernel_name(bslz4::kernel_in_use())}};
-  for (const auto& k : f.kernels) {
-    report["codec"]["bitshuffle_kernels"][k.name] = {{"shuffle_mbps", k.shuffle_mbps},
-                                                     {"unshuffle_mbps", k.unshuffle_mbps}};
-  }
-  if (!json) {
-    std::printf(
-        "codec (one core, MB per CPU-second, %zu-byte synthetic projections, median of %d "
-        "rounds)\n",
-        chunk, rounds);
-    std::printf("  lz4          compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
-                f.compress_mbps, f.decompress_mbps, f.ratio);
-    std::printf(
-        "  lz4 library  compress %7.0f MB/s  decompress %7.0f MB/s  (ours/library %.3f, %.3f)\n",
-        f.lz4_compress_mbps, f.lz4_decompress_mbps, f.compress_mbps / f.lz4_compress_mbps,
-        f.decompress_mbps / f.lz4_decompress_mbps);
-    std::printf("  shuffle-lz4  compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
-                f.shuffle_compress_mbps, f.shuffle_decompress_mbps, f.shuffle_ratio);
-    std::printf(
-        "  bslz4        compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f  (kernel %s)\n",
-        f.bslz4_compress_mbps, f.bslz4_decompress_mbps, f.bslz4_ratio,
-        bslz4::kernel_name(bslz4::kernel_in_use()));
-    for (const auto& k : f.kernels) {
-      std::printf("  bit-shuffle %-8s shuffle %7.0f MB/s  unshuffle %7.0f MB/s\n", k.name.c_str(),
-                  k.shuffle_mbps, k.unshuffle_mbps);
-    }
-    std::fflush(stdout);
-  }
-  if (what == "loopback" || what == "all") {
-    const double cores = static_cast<double>(allowed_cpus().size());
-    const double limit = cores / (1.0 / f.compress_mbps + 1.0 / f.decompress_mbps);
-    report["loopback"] = {
-        {"cpu_work_limit_mbps", limit}, {"cores", cores}, {"runs", nlohmann::json::array()}};
-    if (!json) {
-      std::printf(
-          "loopback (sender and receiver on 127.0.0.1, %llu chunks; CPU-work limit "
-          "cores/(1/c+1/d) = %.0f MB/s)\n",
-          static_cast<unsigned long long>(chunks), limit);
-    }
-    const int n = static_cast<int>(cores);
-    std::vector<LoopbackSetting> settings = {{"os", n, 2, std::max(1, n / 2), "", ""},
-                                             {"os", n, 2, n, "", ""},
-                                             {"numa-aware", n, 2, n, "", ""},
-                                             {"numa-aware", n, 4, n, "", ""}};
-    for (const auto& s : settings) {
-      auto run = bench_loopback(s, chunk, chunks);
-      run["fraction_of_limit"] = run["raw_mbps"].get<double>() / limit;
-      if (!json) {
-        std::printf("  %-10s C=%d S=R=%d D=%d  %7.0f MB/s raw  %.2f of limit  lost %s corrupt %s\n",
-                    s.placement.c_str(), s.compress, s.connections, s.decompress,
-                    run["raw_mbps"].get<double>(), run["fraction_of_limit"].get<double>(),
-                    run["lost"].dump().c_str(), run["corrupt"].dump().c_str());
-        std::fflush(stdout);
-      }
-      report["loopback"]["runs"].push_back(run);
-    }
-  }
-  if (what == "curve" || what == "all") {
-    // What CURVE (every frame encrypted and authenticated) costs end to end: the same loopback
-    // run with and without it, alternating, medians of `rounds`.
-    const int n = static_cast<int>(allowed_cpus().size());
-    std::string dir = write_bench_keys();
-    std::vector<double> plain, curve, auth;
-    for (int r = 0; r < rounds; ++r) {
-      plain.push_back(
-          bench_loopback({"numa-aware", n, 2, n, "", ""}, chunk, chunks)["raw_mbps"].get<double>());
-      curve.push_back(
-          bench_loopback({"numa-aware", n, 2, n, dir, "encrypt"}, chunk, chunks)["raw_mbps"]
-              .get<double>());
-      auth.push_back(
-          bench_loopback({"numa-aware", n, 2, n, dir, "authenticate"}, chunk, chunks)["raw_mbps"]
-              .get<double>());
-    }
-    std::filesystem::remove_all(dir);
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    // The cipher alone, on one core: what CurveZMQ does to every byte (XSalsa20-Poly1305).
-    std::vector<unsigned char> buf(chunk / 2 + crypto_secretbox_MACBYTES),
-        key(crypto_secretbox_KEYBYTES, 7), nonce(crypto_secretbox_NONCEBYTES, 1);
-    if (sodium_init() < 0) throw std::runtime_error("libsodium cannot start");
-    const double seal_mbps = rate_mbps(chunk / 2, 1, std::max(rounds, 3), [&](std::size_t) {
-      crypto_secretbox_easy(buf.data(), buf.data(), chunk / 2, nonce.data(), key.data());
-    });
-    const double p = median(plain), c = median(curve), a = median(auth);
-    report["curve"] = {{"cipher_mbps_per_core", seal_mbps},
-                       {"plain_raw_mbps", p},
-                       {"encrypt_raw_mbps", c},
-                       {"authenticate_raw_mbps", a},
-                       {"encrypt_ratio", c / p},
-                       {"authenticate_ratio", a / p},
-                       {"rounds", rounds}};
-    if (!json) {
-      std::printf(
-          "curve (loopback numa-aware C=%d S=R=2 D=%d, %d rounds, medians)\n"
-          "  plain %7.0f MB/s raw  encrypt %7.0f MB/s (%.2f)  authenticate %7.0f MB/s (%.2f)\n"
-          "  cipher alone (XSalsa20-Poly1305, one core) %7.0f MB/s of wire data\n",
-          n, n, rounds, p, c, c / p, a, a / p, seal_mbps);
-    }
-  }
+  const CodecFigures f = bench_codec(chunk, 4, rounds);
+  report["codec"] = codec_report(f, chunk, rounds, !json);
+  if (what == "loopback" || what == "all")
+    report["loopback"] = loopback_report(f, chunk, chunks, !json);
+  if (what == "curve" || what == "all")
+    report["curve"] = curve_report(chunk, chunks, rounds, !json);
   if (json) std::cout << report.dump() << std::endl;
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <sstream>
@@ -283,6 +284,98 @@ int send_series(const std::string& endpoint,
   return kExitOk;
 }
 
+// The spots to plant, one per line of `path`: "X Y IMAGE [PEAK]" ('#' begins a comment).
+void read_spots(const std::string& path, std::vector<Synthetic::Spot>& spots) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("--spots", "cannot read " + path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t") == std::string::npos ||
+        line[line.find_first_not_of(" \t")] == '#')
+      continue;
+    std::istringstream fields(line);
+    Synthetic::Spot spot;
+    if (!(fields >> spot.x >> spot.y >> spot.image)) {
+      throw ConfigError(
+          "--spots", path + " line " + std::to_string(n) + ": not \"X Y IMAGE [PEAK]\": " + line);
+    }
+    if (!(fields >> spot.peak)) spot.peak = 1000;
+    if (spot.x < 0 || spot.y < 0 || spot.peak <= 0) {
+      throw ConfigError("--spots",
+                        path + " line " + std::to_string(n) + ": X, Y must be >= 0 and PEAK > 0");
+    }
+    spots.push_back(spot);
+  }
+}
+
+// A flag of the synthetic series (--images .. --spots) into `syn`, `value` reading its value;
+// false when `flag` is none of them.
+bool synthetic_flag(const std::string& flag, const std::function<std::string(const char*)>& value,
+                    Synthetic& syn) {
+  std::string last;  // the value read last, for the errors
+  auto read = [&](const char* f) { return last = value(f); };
+  if (flag == "--images") {
+    syn.images = std::stoull(read("--images"));
+  } else if (flag == "--drop-images") {
+    const auto parts = split(read("--drop-images"), '-');
+    if (parts.empty() || parts.size() > 2)
+      throw ConfigError("--drop-images", "must be ID or FIRST-LAST (got " + last + ")");
+    syn.drop_first = std::stoull(parts[0]);
+    syn.drop_last = std::stoull(parts.back());
+    if (syn.drop_last < syn.drop_first)
+      throw ConfigError("--drop-images", "FIRST-LAST with FIRST <= LAST");
+  } else if (flag == "--seed") {
+    syn.seed = std::stoull(read("--seed"));
+  } else if (flag == "--shape") {
+    const auto parts = split(read("--shape"), 'x');
+    if (parts.size() != 2) throw ConfigError("--shape", "must be ROWSxCOLS (got " + last + ")");
+    syn.dims = {std::stoull(parts[0]), std::stoull(parts[1])};
+    if (syn.dims[0] == 0 || syn.dims[1] == 0 || syn.dims[0] * syn.dims[1] > (1ull << 28)) {
+      throw ConfigError(
+          "--shape", "rows and columns must be positive, at most 2^28 pixels (got " + last + ")");
+    }
+  } else if (flag == "--dtype") {
+    syn.dtype = read("--dtype");
+    if (syn.dtype != "uint8" && syn.dtype != "uint16" && syn.dtype != "uint32") {
+      throw ConfigError("--dtype", "must be uint8, uint16 or uint32 (got " + syn.dtype + ")");
+    }
+  } else if (flag == "--channels") {
+    syn.channels = split(read("--channels"), ',');
+    for (const auto& c : syn.channels) {
+      if (c.empty() || c.find('/') != std::string::npos)
+        throw ConfigError("--channels", "a channel name is empty or has '/'");
+    }
+  } else if (flag == "--compression") {
+    const std::string c = read("--compression");
+    if (c == "bslz4") {
+      syn.compression = stream2::Compression::bslz4;
+    } else if (c == "lz4") {
+      syn.compression = stream2::Compression::lz4;
+    } else {
+      throw ConfigError("--compression", "must be bslz4 or lz4 (got " + c + ")");
+    }
+  } else if (flag == "--goniometer") {
+    const std::string spec = read("--goniometer");
+    const auto eq = spec.find('=');
+    const auto parts = split(eq == std::string::npos ? "" : spec.substr(eq + 1), ',');
+    if (eq == 0 || eq == std::string::npos || parts.size() != 2 ||
+        spec.find('/') != std::string::npos) {
+      throw ConfigError("--goniometer", "must be AXIS=START,INCREMENT (got " + spec + ")");
+    }
+    std::size_t used = 0, used2 = 0;
+    const double start_deg = std::stod(parts[0], &used), step = std::stod(parts[1], &used2);
+    if (used != parts[0].size() || used2 != parts[1].size()) {
+      throw ConfigError("--goniometer", "START and INCREMENT must be numbers (got " + spec + ")");
+    }
+    syn.goniometer.push_back({spec.substr(0, eq), start_deg, step});
+  } else if (flag == "--spots") {
+    read_spots(read("--spots"), syn.spots);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int run_detector_sim(const std::vector<std::string>& args) {
@@ -306,84 +399,8 @@ int run_detector_sim(const std::vector<std::string>& args) {
       start = true;
     } else if (args[i] == "--synthetic") {
       synthetic = true;
-    } else if (args[i] == "--images") {
-      syn.images = std::stoull(value("--images"));
-    } else if (args[i] == "--drop-images") {
-      const auto parts = split(value("--drop-images"), '-');
-      if (parts.empty() || parts.size() > 2)
-        throw ConfigError("--drop-images", "must be ID or FIRST-LAST (got " + args[i] + ")");
-      syn.drop_first = std::stoull(parts[0]);
-      syn.drop_last = std::stoull(parts.back());
-      if (syn.drop_last < syn.drop_first)
-        throw ConfigError("--drop-images", "FIRST-LAST with FIRST <= LAST");
-    } else if (args[i] == "--seed") {
-      syn.seed = std::stoull(value("--seed"));
-    } else if (args[i] == "--shape") {
-      const auto parts = split(value("--shape"), 'x');
-      if (parts.size() != 2)
-        throw ConfigError("--shape", "must be ROWSxCOLS (got " + args[i] + ")");
-      syn.dims = {std::stoull(parts[0]), std::stoull(parts[1])};
-      if (syn.dims[0] == 0 || syn.dims[1] == 0 || syn.dims[0] * syn.dims[1] > (1ull << 28)) {
-        throw ConfigError(
-            "--shape",
-            "rows and columns must be positive, at most 2^28 pixels (got " + args[i] + ")");
-      }
-    } else if (args[i] == "--dtype") {
-      syn.dtype = value("--dtype");
-      if (syn.dtype != "uint8" && syn.dtype != "uint16" && syn.dtype != "uint32") {
-        throw ConfigError("--dtype", "must be uint8, uint16 or uint32 (got " + syn.dtype + ")");
-      }
-    } else if (args[i] == "--channels") {
-      syn.channels = split(value("--channels"), ',');
-      for (const auto& c : syn.channels) {
-        if (c.empty() || c.find('/') != std::string::npos)
-          throw ConfigError("--channels", "a channel name is empty or has '/'");
-      }
-    } else if (args[i] == "--compression") {
-      const std::string c = value("--compression");
-      if (c == "bslz4") {
-        syn.compression = stream2::Compression::bslz4;
-      } else if (c == "lz4") {
-        syn.compression = stream2::Compression::lz4;
-      } else {
-        throw ConfigError("--compression", "must be bslz4 or lz4 (got " + c + ")");
-      }
-    } else if (args[i] == "--goniometer") {
-      const std::string spec = value("--goniometer");
-      const auto eq = spec.find('=');
-      const auto parts = split(eq == std::string::npos ? "" : spec.substr(eq + 1), ',');
-      if (eq == 0 || eq == std::string::npos || parts.size() != 2 ||
-          spec.find('/') != std::string::npos) {
-        throw ConfigError("--goniometer", "must be AXIS=START,INCREMENT (got " + spec + ")");
-      }
-      std::size_t used = 0, used2 = 0;
-      const double start_deg = std::stod(parts[0], &used), step = std::stod(parts[1], &used2);
-      if (used != parts[0].size() || used2 != parts[1].size()) {
-        throw ConfigError("--goniometer", "START and INCREMENT must be numbers (got " + spec + ")");
-      }
-      syn.goniometer.push_back({spec.substr(0, eq), start_deg, step});
-    } else if (args[i] == "--spots") {
-      const std::string path = value("--spots");
-      std::ifstream in(path);
-      if (!in) throw ConfigError("--spots", "cannot read " + path);
-      std::string line;
-      for (int n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t") == std::string::npos ||
-            line[line.find_first_not_of(" \t")] == '#')
-          continue;
-        std::istringstream fields(line);
-        Synthetic::Spot spot;
-        if (!(fields >> spot.x >> spot.y >> spot.image)) {
-          throw ConfigError("--spots", path + " line " + std::to_string(n) +
-                                           ": not \"X Y IMAGE [PEAK]\": " + line);
-        }
-        if (!(fields >> spot.peak)) spot.peak = 1000;
-        if (spot.x < 0 || spot.y < 0 || spot.peak <= 0) {
-          throw ConfigError(
-              "--spots", path + " line " + std::to_string(n) + ": X, Y must be >= 0 and PEAK > 0");
-        }
-        syn.spots.push_back(spot);
-      }
+    } else if (synthetic_flag(args[i], value, syn)) {
+      continue;
     } else if (args[i] == "--rate-hz") {
       rate_hz = std::stod(value("--rate-hz"));
     } else if (args[i] == "--linger-s") {

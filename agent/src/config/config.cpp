@@ -39,6 +39,42 @@ void parse_codec_field(Fields& f, Config& c) {
   c.codec = *codec;
 }
 
+void forbid_synthetic(Fields& sf) {
+  for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
+    sf.forbid(k, "only used by the synthetic source");
+}
+
+void parse_hdf5_source(Fields& sf, Config& c) {
+  c.source.kind = SourceConfig::Kind::hdf5;
+  c.source.path = sf.required_string("path");
+  c.source.dataset = sf.string("dataset", c.source.dataset);
+  if (c.source.dataset.empty() || c.source.dataset.front() != '/') {
+    throw ConfigError(sf.path("dataset"),
+                      "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
+  }
+  forbid_synthetic(sf);
+  for (const char* k : {"dtype", "shape"}) sf.forbid(k, "the HDF5 dataset says it");
+  sf.forbid("endpoint", "only used by the zmq source");
+}
+
+void parse_synthetic_source(Fields& sf, Config& c) {
+  c.source.kind = SourceConfig::Kind::synthetic;
+  c.source.chunks = static_cast<std::uint64_t>(sf.integer("chunks", 0, 0, 1LL << 48));
+  c.source.seed = static_cast<std::uint64_t>(sf.integer("seed", 1, 0, 1LL << 62));
+  c.source.frames = static_cast<int>(sf.integer("frames", 4, 1, 64));
+  c.source.flat_field = sf.number("flat_field", c.source.flat_field, 0.1, 10000);
+  if (const json* ch = sf.raw("change")) {
+    Fields cf(*ch, sf.path("change"));
+    c.source.change_at = static_cast<std::uint64_t>(cf.integer("at_chunk", 0, 1, 1LL << 48));
+    c.source.change_flat_field = cf.number("flat_field", 0, 0.1, 10000);
+    if (!cf.has("at_chunk"))
+      throw ConfigError(cf.path("at_chunk"), "is required: the chunk the change comes at");
+    if (!cf.has("flat_field"))
+      throw ConfigError(cf.path("flat_field"), "is required: the beam's counts after the change");
+    cf.finish();
+  }
+}
+
 void parse_source(Fields& f, Config& c) {
   const json* v = f.raw("source");
   if (!v) return;
@@ -55,17 +91,7 @@ void parse_source(Fields& f, Config& c) {
   c.source.drain_quiet_ms =
       static_cast<int>(sf.integer("drain_quiet_ms", c.source.drain_quiet_ms, 10, 600000));
   if (kind == "hdf5") {
-    c.source.kind = SourceConfig::Kind::hdf5;
-    c.source.path = sf.required_string("path");
-    c.source.dataset = sf.string("dataset", c.source.dataset);
-    if (c.source.dataset.empty() || c.source.dataset.front() != '/') {
-      throw ConfigError(sf.path("dataset"),
-                        "must be an absolute path in the file (got \"" + c.source.dataset + "\")");
-    }
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
-      sf.forbid(k, "only used by the synthetic source");
-    for (const char* k : {"dtype", "shape"}) sf.forbid(k, "the HDF5 dataset says it");
-    sf.forbid("endpoint", "only used by the zmq source");
+    parse_hdf5_source(sf, c);
     sf.finish();
     return;
   }
@@ -74,8 +100,7 @@ void parse_source(Fields& f, Config& c) {
     c.source.kind = SourceConfig::Kind::stream2;
     c.source.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.source.endpoint, sf.path("endpoint"));
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
-      sf.forbid(k, "only used by the synthetic source");
+    forbid_synthetic(sf);
     for (const char* k : {"dtype", "shape"})
       sf.forbid(k, "a Stream V2 series says it in its start message");
     sf.forbid("path", "only used by the file and hdf5 sources");
@@ -98,35 +123,19 @@ void parse_source(Fields& f, Config& c) {
     c.source.shape = {(*sh)[0].get<std::uint64_t>(), (*sh)[1].get<std::uint64_t>()};
   }
   if (kind == "synthetic") {
-    c.source.kind = SourceConfig::Kind::synthetic;
-    c.source.chunks = static_cast<std::uint64_t>(sf.integer("chunks", 0, 0, 1LL << 48));
-    c.source.seed = static_cast<std::uint64_t>(sf.integer("seed", 1, 0, 1LL << 62));
-    c.source.frames = static_cast<int>(sf.integer("frames", 4, 1, 64));
-    c.source.flat_field = sf.number("flat_field", c.source.flat_field, 0.1, 10000);
-    if (const json* ch = sf.raw("change")) {
-      Fields cf(*ch, sf.path("change"));
-      c.source.change_at = static_cast<std::uint64_t>(cf.integer("at_chunk", 0, 1, 1LL << 48));
-      c.source.change_flat_field = cf.number("flat_field", 0, 0.1, 10000);
-      if (!cf.has("at_chunk"))
-        throw ConfigError(cf.path("at_chunk"), "is required: the chunk the change comes at");
-      if (!cf.has("flat_field"))
-        throw ConfigError(cf.path("flat_field"), "is required: the beam's counts after the change");
-      cf.finish();
-    }
+    parse_synthetic_source(sf, c);
     sf.forbid("path", "only used by the file source");
     sf.forbid("endpoint", "only used by the zmq source");
   } else if (kind == "file") {
     c.source.kind = SourceConfig::Kind::file;
     c.source.path = sf.required_string("path");
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
-      sf.forbid(k, "only used by the synthetic source");
+    forbid_synthetic(sf);
     sf.forbid("endpoint", "only used by the zmq source");
   } else {
     c.source.kind = SourceConfig::Kind::zmq;
     c.source.endpoint = sf.required_string("endpoint");
     parse_endpoint(c.source.endpoint, sf.path("endpoint"));
-    for (const char* k : {"chunks", "seed", "frames", "flat_field", "change"})
-      sf.forbid(k, "only used by the synthetic source");
+    forbid_synthetic(sf);
     sf.forbid("path", "only used by the file source");
   }
   sf.finish();
@@ -176,6 +185,153 @@ void check_stage_threads(const Config& c, Stage stage, int must_be, const std::s
     throw ConfigError("placement.stages." + stage + ".threads",
                       "must be " + std::to_string(must_be) + " (" + why + "; got " +
                           std::to_string(it->second.threads) + ")");
+  }
+}
+
+void parse_spill(Fields& f, Config& c) {
+  const bool send = c.role == Role::send;
+  if (const json* sp = f.raw("spill")) {
+    if (!send) throw ConfigError("spill", "is a sender setting");
+    Fields spf(*sp, "spill");
+    c.spill.path = spf.required_string("path");
+    if (c.spill.path.front() != '/') {
+      throw ConfigError("spill.path", "must be an absolute path (got \"" + c.spill.path + "\")");
+    }
+    c.spill.max_bytes = static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1, 1LL << 50));
+    if (!spf.has("max_bytes"))
+      throw ConfigError("spill.max_bytes", "is required: the most the spill may hold");
+    spf.finish();
+  }
+}
+
+void parse_metrics_and_preview(Fields& f, Config& c) {
+  if (const json* m = f.raw("metrics")) {
+    Fields mf(*m, "metrics");
+    c.metrics_listen = mf.string("listen", "");
+    mf.finish();
+  }
+  if (const json* pv = f.raw("preview")) {
+    Fields pf(*pv, "preview");
+    if (const json* e = pf.raw("enabled")) {
+      if (!e->is_boolean()) throw ConfigError("preview.enabled", "must be true or false");
+      c.preview.enabled = e->get<bool>();
+    }
+    c.preview.max_side = static_cast<int>(pf.integer("max_side", c.preview.max_side, 16, 4096));
+    c.preview.interval_ms =
+        static_cast<int>(pf.integer("interval_ms", c.preview.interval_ms, 50, 60000));
+    c.preview.listen = pf.string("listen", "");
+    pf.finish();
+    if (c.preview.enabled && c.metrics_listen.empty() && c.preview.listen.empty()) {
+      throw ConfigError("preview.enabled",
+                        "the preview needs an address: set preview.listen or metrics.listen");
+    }
+  }
+}
+
+void parse_timeouts(Fields& f, Config& c) {
+  if (const json* t = f.raw("timeouts")) {
+    Fields tf(*t, "timeouts");
+    c.connect_timeout_s = tf.number("connect_s", c.connect_timeout_s, 0.1, 86400);
+    c.idle_timeout_s = tf.number("idle_s", c.idle_timeout_s, 0, 86400);
+    c.reconnect_timeout_s = tf.number("reconnect_s", c.reconnect_timeout_s, 0.1, 86400);
+    c.ack_timeout_s = tf.number("ack_s", c.ack_timeout_s, 0.1, 86400);
+    tf.finish();
+  }
+}
+
+void parse_security(Fields& f, Config& c) {
+  const bool send = c.role == Role::send;
+  if (const json* sec = f.raw("security")) {
+    Fields secf(*sec, "security");
+    if (const json* cv = secf.raw("curve")) {
+      Fields cf(*cv, "security.curve");
+      c.security.secret_key_file = cf.required_string("secret_key_file");
+      c.security.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
+                            ? SecurityConfig::Mode::encrypt
+                            : SecurityConfig::Mode::authenticate;
+      if (send) {
+        c.security.server_key_file = cf.required_string("server_key_file");
+        cf.forbid("allowed_keys_file", "only used by receive (the senders it accepts)");
+      } else {
+        c.security.allowed_keys_file = cf.required_string("allowed_keys_file");
+        cf.forbid("server_key_file", "only used by send (the receiver's public key)");
+      }
+      cf.finish();
+    }
+    if (const json* af = secf.raw("allow_from")) {
+      if (send)
+        throw ConfigError(secf.path("allow_from"),
+                          "only used by receive (the addresses senders connect from)");
+      c.security.allow_from = parse_address_blocks(*af, secf.path("allow_from"));
+    }
+    secf.finish();
+  }
+}
+
+// A receiver's own fields: streams, relay, reordering, verification, sinks, and what they exclude.
+void parse_receive(Fields& f, Config& c) {
+  c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
+  c.max_streams = static_cast<int>(f.integer("max_streams", std::max(64, c.streams), 1, 4096));
+  if (c.max_streams < c.streams) {
+    throw ConfigError("max_streams", std::to_string(c.max_streams) + " is below streams (" +
+                                         std::to_string(c.streams) + ")");
+  }
+  if (const json* r = f.raw("relay")) {
+    if (!r->is_boolean()) throw ConfigError("relay", "must be true or false");
+    c.relay = r->get<bool>();
+  }
+  c.reorder_window = static_cast<int>(f.integer("reorder_window", c.reorder_window, 1, 4096));
+  c.verify = f.choice("verify", "checksum", {"checksum", "decode"}) == "decode"
+                 ? Config::Verify::decode
+                 : Config::Verify::checksum;
+  parse_sink(f, c);
+  for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
+  if (c.relay && c.preview.enabled) {
+    throw ConfigError(
+        "preview.enabled",
+        "a relay forwards frames undecoded: the preview is the decompressing receiver's");
+  }
+  if (!c.sink.curve.secret_key_file.empty() && !c.relay &&
+      c.sink.kind != SinkConfig::Kind::numastream) {
+    throw ConfigError(
+        "sink.curve",
+        "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
+        "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
+  }
+  if (c.relay && c.consumers.size() > 1) {
+    throw ConfigError("sinks",
+                      "a relay forwards frames undecoded to one place (sink); the decompressing "
+                      "receiver fans out");
+  }
+  if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
+    throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
+  }
+}
+
+// What no single field says: threads per stage, chunk sizes against samples and shapes.
+void check_consistent(const Config& c) {
+  const bool send = c.role == Role::send;
+  if (send) {
+    check_stage_threads(c, Stage::send, c.connections, "one sending thread per connection");
+    check_stage_threads(c, Stage::source, 1, "the source is one thread");
+  } else {
+    check_stage_threads(c, Stage::receive, c.connections, "one receiving thread per connection");
+    check_stage_threads(c, Stage::sink, std::max<int>(1, static_cast<int>(c.consumers.size())),
+                        "one sink thread per consumer");
+  }
+  if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
+      c.chunk_bytes % dtype_size(c.source.dtype)) {
+    throw ConfigError("chunk_bytes",
+                      "must be a whole number of " + c.source.dtype + " samples for codec bslz4");
+  }
+  if (send && !c.source.shape.empty() &&
+      c.source.shape[0] * c.source.shape[1] * dtype_size(c.source.dtype) != c.chunk_bytes) {
+    throw ConfigError("source.shape",
+                      "rows x cols x " + std::to_string(dtype_size(c.source.dtype)) +
+                          " bytes must be chunk_bytes (" + std::to_string(c.chunk_bytes) + ")");
+  }
+  if (c.codec == Codec::shuffle_lz4 && c.chunk_bytes % 2) {
+    throw ConfigError("chunk_bytes", "must be even for codec shuffle-lz4 (16-bit samples)");
   }
 }
 
@@ -248,72 +404,10 @@ Config parse_config(const json& doc, Role role) {
     throw ConfigError("state_dir", "must be an absolute path (got \"" + c.state_dir + "\")");
   }
   if (!c.state_dir.empty() && !send) throw ConfigError("state_dir", "is a sender setting");
-  if (const json* sp = f.raw("spill")) {
-    if (!send) throw ConfigError("spill", "is a sender setting");
-    Fields spf(*sp, "spill");
-    c.spill.path = spf.required_string("path");
-    if (c.spill.path.front() != '/') {
-      throw ConfigError("spill.path", "must be an absolute path (got \"" + c.spill.path + "\")");
-    }
-    c.spill.max_bytes = static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1, 1LL << 50));
-    if (!spf.has("max_bytes"))
-      throw ConfigError("spill.max_bytes", "is required: the most the spill may hold");
-    spf.finish();
-  }
-  if (const json* m = f.raw("metrics")) {
-    Fields mf(*m, "metrics");
-    c.metrics_listen = mf.string("listen", "");
-    mf.finish();
-  }
-  if (const json* pv = f.raw("preview")) {
-    Fields pf(*pv, "preview");
-    if (const json* e = pf.raw("enabled")) {
-      if (!e->is_boolean()) throw ConfigError("preview.enabled", "must be true or false");
-      c.preview.enabled = e->get<bool>();
-    }
-    c.preview.max_side = static_cast<int>(pf.integer("max_side", c.preview.max_side, 16, 4096));
-    c.preview.interval_ms =
-        static_cast<int>(pf.integer("interval_ms", c.preview.interval_ms, 50, 60000));
-    c.preview.listen = pf.string("listen", "");
-    pf.finish();
-    if (c.preview.enabled && c.metrics_listen.empty() && c.preview.listen.empty()) {
-      throw ConfigError("preview.enabled",
-                        "the preview needs an address: set preview.listen or metrics.listen");
-    }
-  }
-  if (const json* t = f.raw("timeouts")) {
-    Fields tf(*t, "timeouts");
-    c.connect_timeout_s = tf.number("connect_s", c.connect_timeout_s, 0.1, 86400);
-    c.idle_timeout_s = tf.number("idle_s", c.idle_timeout_s, 0, 86400);
-    c.reconnect_timeout_s = tf.number("reconnect_s", c.reconnect_timeout_s, 0.1, 86400);
-    c.ack_timeout_s = tf.number("ack_s", c.ack_timeout_s, 0.1, 86400);
-    tf.finish();
-  }
-  if (const json* sec = f.raw("security")) {
-    Fields secf(*sec, "security");
-    if (const json* cv = secf.raw("curve")) {
-      Fields cf(*cv, "security.curve");
-      c.security.secret_key_file = cf.required_string("secret_key_file");
-      c.security.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
-                            ? SecurityConfig::Mode::encrypt
-                            : SecurityConfig::Mode::authenticate;
-      if (send) {
-        c.security.server_key_file = cf.required_string("server_key_file");
-        cf.forbid("allowed_keys_file", "only used by receive (the senders it accepts)");
-      } else {
-        c.security.allowed_keys_file = cf.required_string("allowed_keys_file");
-        cf.forbid("server_key_file", "only used by send (the receiver's public key)");
-      }
-      cf.finish();
-    }
-    if (const json* af = secf.raw("allow_from")) {
-      if (send)
-        throw ConfigError(secf.path("allow_from"),
-                          "only used by receive (the addresses senders connect from)");
-      c.security.allow_from = parse_address_blocks(*af, secf.path("allow_from"));
-    }
-    secf.finish();
-  }
+  parse_spill(f, c);
+  parse_metrics_and_preview(f, c);
+  parse_timeouts(f, c);
+  parse_security(f, c);
   c.origin = f.string("origin", "");
   if (auto why = origin_name_problem(c.origin); !c.origin.empty() && !why.empty())
     throw ConfigError("origin", why);
@@ -325,68 +419,12 @@ Config parse_config(const json& doc, Role role) {
       f.forbid(k, "only used by receive");
     }
   } else {
-    c.streams = static_cast<int>(f.integer("streams", 1, 0, 4096));
-    c.max_streams = static_cast<int>(f.integer("max_streams", std::max(64, c.streams), 1, 4096));
-    if (c.max_streams < c.streams) {
-      throw ConfigError("max_streams", std::to_string(c.max_streams) + " is below streams (" +
-                                           std::to_string(c.streams) + ")");
-    }
-    if (const json* r = f.raw("relay")) {
-      if (!r->is_boolean()) throw ConfigError("relay", "must be true or false");
-      c.relay = r->get<bool>();
-    }
-    c.reorder_window = static_cast<int>(f.integer("reorder_window", c.reorder_window, 1, 4096));
-    c.verify = f.choice("verify", "checksum", {"checksum", "decode"}) == "decode"
-                   ? Config::Verify::decode
-                   : Config::Verify::checksum;
-    parse_sink(f, c);
-    for (const char* k : {"source", "stream_id"}) f.forbid(k, "only used by send");
-    if (c.relay && c.preview.enabled) {
-      throw ConfigError(
-          "preview.enabled",
-          "a relay forwards frames undecoded: the preview is the decompressing receiver's");
-    }
-    if (!c.sink.curve.secret_key_file.empty() && !c.relay &&
-        c.sink.kind != SinkConfig::Kind::numastream) {
-      throw ConfigError(
-          "sink.curve",
-          "only a relay's onward link (relay: true, a zmq sink to a numastream receiver) "
-          "is acknowledged, and so can be keyed; a plain zmq sink pushes to a consumer");
-    }
-    if (c.relay && c.consumers.size() > 1) {
-      throw ConfigError("sinks",
-                        "a relay forwards frames undecoded to one place (sink); the decompressing "
-                        "receiver fans out");
-    }
-    if (c.relay && c.sink.kind != SinkConfig::Kind::zmq) {
-      throw ConfigError("sink.kind", "a relay forwards frames: it needs a zmq sink");
-    }
+    parse_receive(f, c);
   }
   parse_placement(f, c);
   f.finish();
 
-  if (send) {
-    check_stage_threads(c, Stage::send, c.connections, "one sending thread per connection");
-    check_stage_threads(c, Stage::source, 1, "the source is one thread");
-  } else {
-    check_stage_threads(c, Stage::receive, c.connections, "one receiving thread per connection");
-    check_stage_threads(c, Stage::sink, std::max<int>(1, static_cast<int>(c.consumers.size())),
-                        "one sink thread per consumer");
-  }
-  if (send && c.codec == Codec::bslz4 && c.source.kind != SourceConfig::Kind::hdf5 &&
-      c.chunk_bytes % dtype_size(c.source.dtype)) {
-    throw ConfigError("chunk_bytes",
-                      "must be a whole number of " + c.source.dtype + " samples for codec bslz4");
-  }
-  if (send && !c.source.shape.empty() &&
-      c.source.shape[0] * c.source.shape[1] * dtype_size(c.source.dtype) != c.chunk_bytes) {
-    throw ConfigError("source.shape",
-                      "rows x cols x " + std::to_string(dtype_size(c.source.dtype)) +
-                          " bytes must be chunk_bytes (" + std::to_string(c.chunk_bytes) + ")");
-  }
-  if (c.codec == Codec::shuffle_lz4 && c.chunk_bytes % 2) {
-    throw ConfigError("chunk_bytes", "must be even for codec shuffle-lz4 (16-bit samples)");
-  }
+  check_consistent(c);
   return c;
 }
 

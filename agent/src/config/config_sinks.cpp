@@ -30,6 +30,99 @@ std::vector<std::string> parse_address_blocks(const json& list, const std::strin
 
 namespace {
 
+void parse_hdf5_sink(Fields& sf, SinkConfig& out) {
+  out.kind = SinkConfig::Kind::hdf5;
+  out.path = sf.required_string("path");
+  out.dataset = sf.string("dataset", out.dataset);
+  out.direct_io = sf.choice("io", "buffered", {"buffered", "direct"}) == "direct";
+  if (out.dataset.empty() || out.dataset.front() != '/') {
+    throw ConfigError(sf.path("dataset"),
+                      "must be an absolute path in the file (got \"" + out.dataset + "\")");
+  }
+  if (sf.choice("layout", "file", {"file", "nxmx"}) == "nxmx") {
+    out.frames_per_file =
+        static_cast<std::uint64_t>(sf.integer("frames_per_file", 1000, 1, 1000000));
+    for (auto [key, field] : {std::pair{"instrument", &out.instrument},
+                              std::pair{"source", &out.source}, std::pair{"sample", &out.sample}}) {
+      *field = sf.string(key, "");
+      if (field->size() > 1024) throw ConfigError(sf.path(key), "must be at most 1024 bytes");
+    }
+  }
+}
+
+// A relay's or an onward consumer's link keys (checked against relay once the whole document is
+// read: parse_config).
+void parse_onward_curve(Fields& sf, SinkConfig& out) {
+  if (const json* cv = sf.raw("curve")) {
+    Fields cf(*cv, sf.path("curve"));
+    out.curve.secret_key_file = cf.required_string("secret_key_file");
+    // The far receiver's public key: a file, or the key itself (public: it may sit in a manifest).
+    out.curve.server_key = cf.string("server_key", "");
+    if (out.curve.server_key.empty()) {
+      out.curve.server_key_file = cf.required_string("server_key_file");
+    } else {
+      cf.forbid("server_key_file", "give server_key or server_key_file, not both");
+      if (out.curve.server_key.size() != 40) {
+        throw ConfigError(cf.path("server_key"), "must be a CURVE public key (40 Z85 characters)");
+      }
+    }
+    out.curve.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
+                         ? SinkConfig::Curve::Mode::encrypt
+                         : SinkConfig::Curve::Mode::authenticate;
+    cf.finish();
+  }
+}
+
+void parse_consumer_spill(Fields& sf, const std::string& at, ConsumerConfig& k) {
+  if (const json* sp = sf.raw("spill")) {
+    Fields spf(*sp, at + ".spill");
+    k.spill.path = spf.required_string("path");
+    if (k.spill.path.empty() || k.spill.path.front() != '/') {
+      throw ConfigError(at + ".spill.path",
+                        "must be an absolute directory (got \"" + k.spill.path + "\")");
+    }
+    if (!spf.raw("max_bytes"))
+      throw ConfigError(at + ".spill.max_bytes", "is required: the most the spill may hold");
+    k.spill.max_bytes =
+        static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1LL << 20, 1LL << 50));
+    spf.finish();
+    if (k.guarantee == ConsumerConfig::Guarantee::latest) {
+      throw ConfigError(
+          at + ".spill",
+          "a latest-only consumer passes chunks over instead: a spill is for a lossless one");
+    }
+  }
+}
+
+// A consumer `k` (at `at`) writes no file, spills nowhere and sends to no endpoint another of
+// `earlier` does, and has the mode every file consumer has.
+void check_apart(const std::vector<ConsumerConfig>& earlier, const ConsumerConfig& k,
+                 const std::string& at) {
+  using K = SinkConfig::Kind;
+  for (std::size_t j = 0; j < earlier.size(); ++j) {
+    const SinkConfig& o = earlier[j].sink;
+    const bool file = k.sink.kind == K::file || k.sink.kind == K::hdf5;
+    if (file && (o.kind == K::file || o.kind == K::hdf5) && o.path == k.sink.path) {
+      throw ConfigError(at + ".path",
+                        "sinks[" + std::to_string(j) + "] writes " + o.path + " already");
+    }
+    if (file && (o.kind == K::file || o.kind == K::hdf5) && o.mode != k.sink.mode) {
+      throw ConfigError(
+          at + ".mode",
+          "every file consumer of one receiver has the same mode (the process's umask; sinks[" +
+              std::to_string(j) + "] has another)");
+    }
+    if (k.spill.enabled() && earlier[j].spill.path == k.spill.path) {
+      throw ConfigError(at + ".spill.path",
+                        "sinks[" + std::to_string(j) + "] spills there already");
+    }
+    if (!file && !o.endpoint.empty() && o.endpoint == k.sink.endpoint) {
+      throw ConfigError(at + ".endpoint",
+                        "sinks[" + std::to_string(j) + "] uses " + o.endpoint + " already");
+    }
+  }
+}
+
 // One sink object (`sink`, or an entry of `sinks`) into `out`.
 void parse_sink_object(Fields& sf, SinkConfig& out) {
   std::string kind =
@@ -53,24 +146,7 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
   if (kind == "null") {
     out.kind = SinkConfig::Kind::null;
   } else if (kind == "hdf5") {
-    out.kind = SinkConfig::Kind::hdf5;
-    out.path = sf.required_string("path");
-    out.dataset = sf.string("dataset", out.dataset);
-    out.direct_io = sf.choice("io", "buffered", {"buffered", "direct"}) == "direct";
-    if (out.dataset.empty() || out.dataset.front() != '/') {
-      throw ConfigError(sf.path("dataset"),
-                        "must be an absolute path in the file (got \"" + out.dataset + "\")");
-    }
-    if (sf.choice("layout", "file", {"file", "nxmx"}) == "nxmx") {
-      out.frames_per_file =
-          static_cast<std::uint64_t>(sf.integer("frames_per_file", 1000, 1, 1000000));
-      for (auto [key, field] :
-           {std::pair{"instrument", &out.instrument}, std::pair{"source", &out.source},
-            std::pair{"sample", &out.sample}}) {
-        *field = sf.string(key, "");
-        if (field->size() > 1024) throw ConfigError(sf.path(key), "must be at most 1024 bytes");
-      }
-    }
+    parse_hdf5_sink(sf, out);
   } else if (kind == "file") {
     out.kind = SinkConfig::Kind::file;
     out.path = sf.required_string("path");
@@ -95,25 +171,7 @@ void parse_sink_object(Fields& sf, SinkConfig& out) {
       sf.forbid(k, "only used by the hdf5 sink's layout \"nxmx\"");
     }
   }
-  if (const json* cv = sf.raw("curve")) {
-    // Checked against relay once the whole document is read (parse_config).
-    Fields cf(*cv, sf.path("curve"));
-    out.curve.secret_key_file = cf.required_string("secret_key_file");
-    // The far receiver's public key: a file, or the key itself (public: it may sit in a manifest).
-    out.curve.server_key = cf.string("server_key", "");
-    if (out.curve.server_key.empty()) {
-      out.curve.server_key_file = cf.required_string("server_key_file");
-    } else {
-      cf.forbid("server_key_file", "give server_key or server_key_file, not both");
-      if (out.curve.server_key.size() != 40) {
-        throw ConfigError(cf.path("server_key"), "must be a CURVE public key (40 Z85 characters)");
-      }
-    }
-    out.curve.mode = cf.choice("mode", "encrypt", {"encrypt", "authenticate"}) == "encrypt"
-                         ? SinkConfig::Curve::Mode::encrypt
-                         : SinkConfig::Curve::Mode::authenticate;
-    cf.finish();
-  }
+  parse_onward_curve(sf, out);
 }
 
 constexpr std::size_t kMaxConsumers = 8;
@@ -146,24 +204,7 @@ void parse_sink(Fields& f, Config& c) {
     k.guarantee = sf.choice("guarantee", "lossless", {"lossless", "latest"}) == "latest"
                       ? ConsumerConfig::Guarantee::latest
                       : ConsumerConfig::Guarantee::lossless;
-    if (const json* sp = sf.raw("spill")) {
-      Fields spf(*sp, at + ".spill");
-      k.spill.path = spf.required_string("path");
-      if (k.spill.path.empty() || k.spill.path.front() != '/') {
-        throw ConfigError(at + ".spill.path",
-                          "must be an absolute directory (got \"" + k.spill.path + "\")");
-      }
-      if (!spf.raw("max_bytes"))
-        throw ConfigError(at + ".spill.max_bytes", "is required: the most the spill may hold");
-      k.spill.max_bytes =
-          static_cast<std::uint64_t>(spf.integer("max_bytes", 0, 1LL << 20, 1LL << 50));
-      spf.finish();
-      if (k.guarantee == ConsumerConfig::Guarantee::latest) {
-        throw ConfigError(
-            at + ".spill",
-            "a latest-only consumer passes chunks over instead: a spill is for a lossless one");
-      }
-    }
+    parse_consumer_spill(sf, at, k);
     sf.finish();
     using K = SinkConfig::Kind;
     if (k.sink.kind == K::null)
@@ -180,28 +221,7 @@ void parse_sink(Fields& f, Config& c) {
           "latest-only is for a live zmq consumer (numastream frames, each naming its "
           "sequence); a file, an hdf5 file and a Stream V2 series are written whole");
     }
-    for (std::size_t j = 0; j < c.consumers.size(); ++j) {
-      const SinkConfig& o = c.consumers[j].sink;
-      const bool file = k.sink.kind == K::file || k.sink.kind == K::hdf5;
-      if (file && (o.kind == K::file || o.kind == K::hdf5) && o.path == k.sink.path) {
-        throw ConfigError(at + ".path",
-                          "sinks[" + std::to_string(j) + "] writes " + o.path + " already");
-      }
-      if (file && (o.kind == K::file || o.kind == K::hdf5) && o.mode != k.sink.mode) {
-        throw ConfigError(
-            at + ".mode",
-            "every file consumer of one receiver has the same mode (the process's umask; sinks[" +
-                std::to_string(j) + "] has another)");
-      }
-      if (k.spill.enabled() && c.consumers[j].spill.path == k.spill.path) {
-        throw ConfigError(at + ".spill.path",
-                          "sinks[" + std::to_string(j) + "] spills there already");
-      }
-      if (!file && !o.endpoint.empty() && o.endpoint == k.sink.endpoint) {
-        throw ConfigError(at + ".endpoint",
-                          "sinks[" + std::to_string(j) + "] uses " + o.endpoint + " already");
-      }
-    }
+    check_apart(c.consumers, k, at);
     c.consumers.push_back(std::move(k));
   }
   if (std::none_of(c.consumers.begin(), c.consumers.end(), [](const ConsumerConfig& k) {

@@ -164,6 +164,136 @@ class Reader {
 
 }  // namespace
 
+namespace {
+
+// One message's routing fields, read off a Reader positioned at the top-level map's items.
+class RoutingFields {
+ public:
+  RoutingFields(Reader& r, std::string& error) : r_(r), error_(error) {}
+
+  // The map's `items` key-value pairs; false when the bytes are not CBOR (r.error()) or a field
+  // has the wrong type (error).
+  bool read(std::uint64_t items) {
+    for (std::uint64_t i = 0; i < items && error_.empty(); ++i) {
+      std::string_view key;
+      bool is_text = false;
+      if (!read_key(key, is_text, 1) || !field(is_text, key)) break;
+    }
+    return r_.error().empty() && error_.empty();
+  }
+
+  // The message the fields make, or nullopt with `error` saying what is missing.
+  std::optional<Message> message() {
+    if (!type_) return fail("no type field");
+    if (*type_ == "start") {
+      m_.type = Type::start;
+    } else if (*type_ == "image") {
+      m_.type = Type::image;
+    } else if (*type_ == "end") {
+      m_.type = Type::end;
+    } else {
+      return fail("unknown type \"" + std::string(type_->substr(0, 32)) + "\"");
+    }
+    if (!series_id_) return fail(std::string(type_name(m_.type)) + " message without series_id");
+    m_.series_id = *series_id_;
+    if (unique_) m_.series_unique_id = std::string(*unique_);
+    if (m_.type == Type::image) {
+      if (!image_id_) return fail("image message without image_id");
+      m_.image_id = *image_id_;
+    }
+    return m_;
+  }
+
+ private:
+  std::optional<Message> fail(std::string why) {
+    error_ = std::move(why);
+    return std::nullopt;
+  }
+
+  bool field(bool is_text, std::string_view key) {
+    if (!is_text) return r_.skip(1);  // a key this reader does not know
+    if (key == "type") return read_text(type_, "field type is not a text string");
+    if (key == "series_id")
+      return read_uint(series_id_, "field series_id is not an unsigned integer");
+    if (key == "series_unique_id")
+      return read_text(unique_, "field series_unique_id is not a text string");
+    if (key == "image_id") return read_uint(image_id_, "field image_id is not an unsigned integer");
+    if (key == "number_of_images")
+      return read_uint(m_.number_of_images, "field number_of_images is not an unsigned integer");
+    if (key == kOurs) return read_ours();
+    return r_.skip(1);
+  }
+
+  // A routing field's value: a text string or an unsigned integer. A well-formed value of
+  // another type sets `error` to `what`; false when the bytes are not CBOR (r.error()).
+  bool read_text(std::optional<std::string_view>& out, const char* what) {
+    Reader::Head v;
+    if (!r_.head(v)) return false;
+    std::string_view s;
+    if (r_.text(v, s)) {
+      out = s;
+      return true;
+    }
+    if (!r_.error().empty() || !r_.skip_body(v, 1)) return false;
+    error_ = what;
+    return true;
+  }
+
+  bool read_uint(std::optional<std::uint64_t>& out, const char* what) {
+    Reader::Head v;
+    if (!r_.head(v)) return false;
+    if (v.major == 0) {
+      out = v.arg;
+      return true;
+    }
+    if (!r_.skip_body(v, 1)) return false;
+    error_ = what;
+    return true;
+  }
+
+  // A key: a definite text string in `key`; any other key item is skipped (it names no field).
+  bool read_key(std::string_view& key, bool& is_text, int depth) {
+    Reader::Head k;
+    if (!r_.head(k)) return false;
+    is_text = r_.text(k, key);
+    return is_text || (r_.error().empty() && r_.skip_body(k, depth));
+  }
+
+  // numastream's own field: {"incomplete": true, "reason": ...} (build_end).
+  bool read_ours() {
+    Reader::Head v;
+    if (!r_.head(v)) return false;
+    if (v.major != 5 || v.indefinite) return r_.skip_body(v, 1);
+    if (v.arg > r_.left() / 2) return r_.fail_sizes();
+    for (std::uint64_t j = 0; j < v.arg; ++j) {
+      std::string_view key;
+      bool is_text = false;
+      if (!read_key(key, is_text, 2)) return false;
+      if (!is_text || key != "reason") {
+        if (!r_.skip(2)) return false;
+        continue;
+      }
+      Reader::Head w;
+      std::string_view why;
+      if (!r_.head(w)) return false;
+      if (r_.text(w, why)) {
+        m_.incomplete = std::string(why.substr(0, 512));
+      } else if (!r_.error().empty() || !r_.skip_body(w, 2)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  Reader& r_;
+  std::string& error_;
+  Message m_;
+  std::optional<std::string_view> type_, unique_;
+  std::optional<std::uint64_t> series_id_, image_id_;
+};
+
+}  // namespace
+
 std::optional<Message> parse(std::span<const std::byte> bytes, std::string& error) {
   if (bytes.empty()) {
     error = "empty message";
@@ -193,129 +323,16 @@ std::optional<Message> parse(std::span<const std::byte> bytes, std::string& erro
     error = "an array or map declares more items than the message has bytes";
     return std::nullopt;
   }
-  Message m;
-  std::optional<std::string_view> type, unique;
-  std::optional<std::uint64_t> series_id, image_id;
-  // A routing field's value: a text string or an unsigned integer. A well-formed value of
-  // another type sets `error` to `what`; false when the bytes are not CBOR (r.error()).
-  auto read_text = [&](std::optional<std::string_view>& out, const char* what) {
-    Reader::Head v;
-    if (!r.head(v)) return false;
-    std::string_view s;
-    if (r.text(v, s)) {
-      out = s;
-      return true;
-    }
-    if (!r.error().empty() || !r.skip_body(v, 1)) return false;
-    error = what;
-    return true;
-  };
-  auto read_uint = [&](std::optional<std::uint64_t>& out, const char* what) {
-    Reader::Head v;
-    if (!r.head(v)) return false;
-    if (v.major == 0) {
-      out = v.arg;
-      return true;
-    }
-    if (!r.skip_body(v, 1)) return false;
-    error = what;
-    return true;
-  };
-  // A key: a definite text string in `key`; any other key item is skipped (it names no field).
-  auto read_key = [&](std::string_view& key, bool& is_text, int depth) {
-    Reader::Head k;
-    if (!r.head(k)) return false;
-    is_text = r.text(k, key);
-    return is_text || (r.error().empty() && r.skip_body(k, depth));
-  };
-  // numastream's own field: {"incomplete": true, "reason": ...} (build_end).
-  auto read_ours = [&]() {
-    Reader::Head v;
-    if (!r.head(v)) return false;
-    if (v.major != 5 || v.indefinite) return r.skip_body(v, 1);
-    if (v.arg > r.left() / 2) return r.fail_sizes();
-    for (std::uint64_t j = 0; j < v.arg; ++j) {
-      std::string_view key;
-      bool is_text = false;
-      if (!read_key(key, is_text, 2)) return false;
-      if (!is_text || key != "reason") {
-        if (!r.skip(2)) return false;
-        continue;
-      }
-      Reader::Head w;
-      std::string_view why;
-      if (!r.head(w)) return false;
-      if (r.text(w, why)) {
-        m.incomplete = std::string(why.substr(0, 512));
-      } else if (!r.error().empty() || !r.skip_body(w, 2)) {
-        return false;
-      }
-    }
-    return true;
-  };
-  for (std::uint64_t i = 0; i < h.arg && error.empty(); ++i) {
-    std::string_view key;
-    bool is_text = false;
-    if (!read_key(key, is_text, 1)) break;
-    bool ok = true;
-    if (!is_text) {  // NOLINT(bugprone-branch-clone): skipped as a key this reader does not know
-      ok = r.skip(1);
-    } else if (key == "type") {
-      ok = read_text(type, "field type is not a text string");
-    } else if (key == "series_id") {
-      ok = read_uint(series_id, "field series_id is not an unsigned integer");
-    } else if (key == "series_unique_id") {
-      ok = read_text(unique, "field series_unique_id is not a text string");
-    } else if (key == "image_id") {
-      ok = read_uint(image_id, "field image_id is not an unsigned integer");
-    } else if (key == "number_of_images") {
-      std::optional<std::uint64_t> n;
-      ok = read_uint(n, "field number_of_images is not an unsigned integer");
-      m.number_of_images = n;
-    } else if (key == kOurs) {
-      ok = read_ours();
-    } else {
-      ok = r.skip(1);
-    }
-    if (!ok) break;
-  }
-  if (!r.error().empty()) {
-    error = r.error();
+  RoutingFields fields(r, error);
+  if (!fields.read(h.arg)) {
+    if (!r.error().empty()) error = r.error();
     return std::nullopt;
   }
-  if (!error.empty()) return std::nullopt;
   if (r.left() > 0) {
     error = std::to_string(r.left()) + " bytes after the CBOR item";
     return std::nullopt;
   }
-  if (!type) {
-    error = "no type field";
-    return std::nullopt;
-  }
-  if (*type == "start") {
-    m.type = Type::start;
-  } else if (*type == "image") {
-    m.type = Type::image;
-  } else if (*type == "end") {
-    m.type = Type::end;
-  } else {
-    error = "unknown type \"" + std::string(type->substr(0, 32)) + "\"";
-    return std::nullopt;
-  }
-  if (!series_id) {
-    error = std::string(type_name(m.type)) + " message without series_id";
-    return std::nullopt;
-  }
-  m.series_id = *series_id;
-  if (unique) m.series_unique_id = std::string(*unique);
-  if (m.type == Type::image) {
-    if (!image_id) {
-      error = "image message without image_id";
-      return std::nullopt;
-    }
-    m.image_id = *image_id;
-  }
-  return m;
+  return fields.message();
 }
 
 }  // namespace numastream::stream2

@@ -119,30 +119,107 @@ class CpuLedger {
   std::map<long, int> core_uses_;
 };
 
+// The allowed CPUs by NUMA node, the nodes that have any, and all of them.
+struct Usable {
+  std::vector<int> allowed;                 // sorted
+  std::map<int, std::vector<int>> by_node;  // node -> allowed CPUs on it
+  std::vector<int> nodes;                   // nodes with an allowed CPU
+  std::vector<int> all;                     // every allowed CPU on a node, sorted
+};
+
+Usable usable_cpus(const Topology& topo, const std::vector<int>& allowed) {
+  Usable u;
+  u.allowed = allowed;
+  std::sort(u.allowed.begin(), u.allowed.end());
+  for (const auto& n : topo.nodes) {
+    std::vector<int> cpus;
+    std::set_intersection(n.cpus.begin(), n.cpus.end(), u.allowed.begin(), u.allowed.end(),
+                          std::back_inserter(cpus));
+    if (!cpus.empty()) u.nodes.push_back(n.id);
+    u.all.insert(u.all.end(), cpus.begin(), cpus.end());
+    u.by_node[n.id] = std::move(cpus);
+  }
+  std::sort(u.all.begin(), u.all.end());
+  if (u.all.empty()) {
+    throw std::invalid_argument("placement: none of the allowed CPUs (" +
+                                format_cpulist(u.allowed) + ") belongs to a NUMA node");
+  }
+  return u;
+}
+
+// Where a request's threads go: `nic` as the NIC's node, a node that cannot be used as any (each
+// with a warning). `requested` gets the node asked for (-1: none).
+NumaTarget resolve_target(const StageRequest& req, const Topology& topo, Usable& u,
+                          std::optional<int> nic_node, int& requested,
+                          std::vector<std::string>& warnings) {
+  NumaTarget target = req.target;
+  requested = -1;
+  if (target.kind == NumaTarget::Kind::nic) {
+    if (!nic_node) {
+      warnings.push_back("stage '" + req.stage +
+                         "': target 'nic' but the NIC's NUMA node is unknown; placed on any node");
+      return {NumaTarget::Kind::any, -1};
+    }
+    target = {NumaTarget::Kind::node, *nic_node};
+  }
+  if (target.kind != NumaTarget::Kind::node) return target;
+  requested = target.node;
+  if (!topo.find_node(target.node)) {
+    warnings.push_back("stage '" + req.stage + "': NUMA node " + std::to_string(target.node) +
+                       " does not exist on this machine; placed on any node");
+    return {NumaTarget::Kind::any, -1};
+  }
+  if (u.by_node[target.node].empty()) {
+    warnings.push_back("stage '" + req.stage + "': NUMA node " + std::to_string(target.node) +
+                       " has none of the allowed CPUs (" + format_cpulist(u.allowed) +
+                       "); placed on any node");
+    return {NumaTarget::Kind::any, -1};
+  }
+  return target;
+}
+
+// The CPUs thread `i` of a request for `target` may take: its node's, a node in turn (spread,
+// the next with a free CPU), or any.
+const std::vector<int>& pool_for(const NumaTarget& target, int i, Usable& u,
+                                 const CpuLedger& ledger) {
+  if (target.kind == NumaTarget::Kind::node) return u.by_node[target.node];
+  if (target.kind != NumaTarget::Kind::spread) return u.all;
+  const std::size_t n = u.nodes.size();
+  int chosen = u.nodes[static_cast<std::size_t>(i) % n];
+  for (std::size_t k = 0; k < n; ++k) {
+    const int node = u.nodes[(static_cast<std::size_t>(i) + k) % n];
+    if (ledger.has_free(u.by_node[node])) {
+      chosen = node;
+      break;
+    }
+  }
+  return u.by_node[chosen];
+}
+
+// Marks the threads that share a CPU, and warns naming their stages.
+void mark_shared(Placement& result, std::size_t usable_cpus) {
+  std::map<int, int> count;
+  for (const auto& t : result.threads) ++count[t.cpu];
+  std::vector<Stage> sharing;
+  for (auto& t : result.threads) {
+    t.shared_cpu = count[t.cpu] > 1;
+    if (t.shared_cpu && std::find(sharing.begin(), sharing.end(), t.stage) == sharing.end()) {
+      sharing.push_back(t.stage);
+    }
+  }
+  if (sharing.empty()) return;
+  std::string stages;
+  for (Stage s : sharing) stages += (stages.empty() ? "" : ", ") + s;
+  result.warnings.push_back(std::to_string(result.threads.size()) + " threads on " +
+                            std::to_string(usable_cpus) + " allowed CPUs: threads of " + stages +
+                            " share CPUs");
+}
+
 }  // namespace
 
 Placement place(const Topology& topo, const std::vector<int>& allowed, std::optional<int> nic_node,
                 const std::vector<StageRequest>& requests) {
-  std::vector<int> allowed_sorted = allowed;
-  std::sort(allowed_sorted.begin(), allowed_sorted.end());
-
-  std::map<int, std::vector<int>> usable;  // node -> allowed CPUs on it
-  std::vector<int> candidate_nodes;
-  std::vector<int> all_usable;
-  for (const auto& n : topo.nodes) {
-    std::vector<int> cpus;
-    std::set_intersection(n.cpus.begin(), n.cpus.end(), allowed_sorted.begin(),
-                          allowed_sorted.end(), std::back_inserter(cpus));
-    if (!cpus.empty()) candidate_nodes.push_back(n.id);
-    all_usable.insert(all_usable.end(), cpus.begin(), cpus.end());
-    usable[n.id] = std::move(cpus);
-  }
-  std::sort(all_usable.begin(), all_usable.end());
-  if (all_usable.empty()) {
-    throw std::invalid_argument("placement: none of the allowed CPUs (" +
-                                format_cpulist(allowed_sorted) + ") belongs to a NUMA node");
-  }
-
+  Usable u = usable_cpus(topo, allowed);
   Placement result;
   result.nic_node = nic_node;
   std::vector<std::size_t> order(requests.size());
@@ -155,50 +232,10 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
   std::vector<std::vector<ThreadSlot>> per_request(requests.size());
   for (std::size_t r : order) {
     const StageRequest& req = requests[r];
-    NumaTarget target = req.target;
     int requested = -1;
-    if (target.kind == NumaTarget::Kind::nic) {
-      if (!nic_node) {
-        result.warnings.push_back(
-            "stage '" + req.stage +
-            "': target 'nic' but the NIC's NUMA node is unknown; placed on any node");
-        target = {NumaTarget::Kind::any, -1};
-      } else {
-        target = {NumaTarget::Kind::node, *nic_node};
-      }
-    }
-    if (target.kind == NumaTarget::Kind::node) {
-      requested = target.node;
-      if (!topo.find_node(target.node)) {
-        result.warnings.push_back("stage '" + req.stage + "': NUMA node " +
-                                  std::to_string(target.node) +
-                                  " does not exist on this machine; placed on any node");
-        target = {NumaTarget::Kind::any, -1};
-      } else if (usable[target.node].empty()) {
-        result.warnings.push_back("stage '" + req.stage + "': NUMA node " +
-                                  std::to_string(target.node) + " has none of the allowed CPUs (" +
-                                  format_cpulist(allowed_sorted) + "); placed on any node");
-        target = {NumaTarget::Kind::any, -1};
-      }
-    }
-
+    const NumaTarget target = resolve_target(req, topo, u, nic_node, requested, result.warnings);
     for (int i = 0; i < req.threads; ++i) {
-      const std::vector<int>* pool = &all_usable;
-      if (target.kind == NumaTarget::Kind::node) {
-        pool = &usable[target.node];
-      } else if (target.kind == NumaTarget::Kind::spread) {
-        std::size_t n = candidate_nodes.size();
-        int chosen = candidate_nodes[static_cast<std::size_t>(i) % n];
-        for (std::size_t k = 0; k < n; ++k) {
-          int node = candidate_nodes[(static_cast<std::size_t>(i) + k) % n];
-          if (ledger.has_free(usable[node])) {
-            chosen = node;
-            break;
-          }
-        }
-        pool = &usable[chosen];
-      }
-      int cpu = ledger.least_used(*pool);
+      const int cpu = ledger.least_used(pool_for(target, i, u, ledger));
       ThreadSlot slot;
       slot.stage = req.stage;
       slot.index = i;
@@ -212,22 +249,7 @@ Placement place(const Topology& topo, const std::vector<int>& allowed, std::opti
   for (auto& slots : per_request) {
     for (const auto& s : slots) result.threads.push_back(s);
   }
-  std::map<int, int> count;
-  for (const auto& t : result.threads) ++count[t.cpu];
-  std::vector<Stage> sharing;
-  for (auto& t : result.threads) {
-    t.shared_cpu = count[t.cpu] > 1;
-    if (t.shared_cpu && std::find(sharing.begin(), sharing.end(), t.stage) == sharing.end()) {
-      sharing.push_back(t.stage);
-    }
-  }
-  if (!sharing.empty()) {
-    std::string stages;
-    for (Stage s : sharing) stages += (stages.empty() ? "" : ", ") + s;
-    result.warnings.push_back(std::to_string(result.threads.size()) + " threads on " +
-                              std::to_string(all_usable.size()) + " allowed CPUs: threads of " +
-                              stages + " share CPUs");
-  }
+  mark_shared(result, u.all.size());
   return result;
 }
 

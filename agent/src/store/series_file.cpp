@@ -204,10 +204,16 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
   if (!seqs) throw std::runtime_error(path + ": cannot be resumed (no " + kSequences + ")." + left);
   f->held_.insert(seqs->begin(), seqs->end());
   f->stored_ = seqs->size();
-  f->sequences_ = H5Dopen2(f->file_, kSequences, H5P_DEFAULT);
-  hid_t g = H5Gopen2(f->file_, kNumastream, H5P_DEFAULT);
-  f->start_sequence_ = read_u64_attribute(g, "start_sequence");
-  f->end_sequence_ = read_u64_attribute(g, "end_sequence");
+  f->read_record();
+  f->read_channels(left);
+  return f;
+}
+
+void SeriesFile::read_record() {
+  sequences_ = H5Dopen2(file_, kSequences, H5P_DEFAULT);
+  hid_t g = H5Gopen2(file_, kNumastream, H5P_DEFAULT);
+  start_sequence_ = read_u64_attribute(g, "start_sequence");
+  end_sequence_ = read_u64_attribute(g, "end_sequence");
   const auto first = read_u64_attribute(g, "first_image"),
              capacity = read_u64_attribute(g, "capacity");
   H5Gclose(g);
@@ -215,28 +221,31 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
     DataPart part;
     part.first_image = *first;
     part.capacity = *capacity;
-    hid_t entry = H5Gopen2(f->file_, "/entry", H5P_DEFAULT);
+    hid_t entry = H5Gopen2(file_, "/entry", H5P_DEFAULT);
     part.series_id = read_u64_attribute(entry, "series_id").value_or(0);
     part.series_unique_id = read_text_attribute(entry, "series_unique_id");
     H5Gclose(entry);
-    f->part_ = part;
+    part_ = part;
   }
   const std::string start = std::string(kDetector) + "stream2_start";
-  if (H5Lexists(f->file_, start.c_str(), H5P_DEFAULT) > 0) {
-    hid_t d = H5Dopen2(f->file_, start.c_str(), H5P_DEFAULT);
+  if (H5Lexists(file_, start.c_str(), H5P_DEFAULT) > 0) {
+    hid_t d = H5Dopen2(file_, start.c_str(), H5P_DEFAULT);
     hid_t space = H5Dget_space(d);
     hsize_t n = 0;
     H5Sget_simple_extent_dims(space, &n, nullptr);
-    f->start_message_.resize(n);
+    start_message_.resize(n);
     const bool ok =
-        H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, f->start_message_.data()) >= 0;
+        H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, start_message_.data()) >= 0;
     H5Sclose(space);
     H5Dclose(d);
-    if (!ok) fail(path, "read " + start);
+    if (!ok) fail(path_, "read " + start);
   }
+}
+
+void SeriesFile::read_channels(const std::string& left) {
   // The channels: their shape, type and compression, and the images each holds.
-  hid_t data = H5Gopen2(f->file_, "/entry/data", H5P_DEFAULT);
-  if (data < 0) fail(path, "open /entry/data");
+  hid_t data = H5Gopen2(file_, "/entry/data", H5P_DEFAULT);
+  if (data < 0) fail(path_, "open /entry/data");
   H5G_info_t info{};
   H5Gget_info(data, &info);
   for (hsize_t i = 0; i < info.nlinks; ++i) {
@@ -244,12 +253,12 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
     if (H5Lget_name_by_idx(data, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name),
                            H5P_DEFAULT) < 0)
       continue;
-    if (f->part_ && std::string(name) == "data") continue;  // the first channel's second name
+    if (part_ && std::string(name) == "data") continue;  // the first channel's second name
     Channel c;
     c.dset = H5Dopen2(data, name, H5P_DEFAULT);
     if (c.dset < 0) {  // a link to a dataset a torn write left unfinished
       H5Gclose(data);
-      throw std::runtime_error(path + ": cannot be resumed (/entry/data/" + name +
+      throw std::runtime_error(path_ + ": cannot be resumed (/entry/data/" + name +
                                " does not open)." + left);
     }
     hid_t space = H5Dget_space(c.dset);
@@ -272,10 +281,10 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
                                          : stream2::Compression::none;
     }
     H5Pclose(dcpl);
-    const std::uint64_t offset = f->part_ ? f->part_->first_image : 0;
+    const std::uint64_t offset = part_ ? part_->first_image : 0;
     std::set<std::uint64_t> frames;
     try {
-      frames = frames_written(c.dset, path + ":/entry/data/" + name);
+      frames = frames_written(c.dset, path_ + ":/entry/data/" + name);
     } catch (...) {
       // A chunk index a torn write broke: the file is refused, and closed whole (the group and
       // dataset open here would hold it open in this process, which goes on with the series).
@@ -283,11 +292,10 @@ std::unique_ptr<SeriesFile> SeriesFile::reopen(const std::string& path, bool dir
       H5Gclose(data);
       throw;
     }
-    for (const std::uint64_t index : frames) f->written_[name].insert(offset + index);
-    f->channels_.emplace(name, std::move(c));
+    for (const std::uint64_t index : frames) written_[name].insert(offset + index);
+    channels_.emplace(name, std::move(c));
   }
   H5Gclose(data);
-  return f;
 }
 
 std::optional<SeriesFile::Identity> SeriesFile::identify(const std::string& path) {

@@ -110,6 +110,10 @@ class SeriesFile {
   void write_field(const std::string& path, const stream2::Value& v);
   void store_sequences();
   void create(std::uint32_t stream_id, bool direct, bool detector);
+  // What reopen() reads back: the file's own record (sequences, the data part, the start
+  // message), then each channel (`left`: what the error says of the file when one does not open).
+  void read_record();
+  void read_channels(const std::string& left);
 
   SeriesFile() = default;
   std::string creating_name() const;
