@@ -309,7 +309,7 @@ bool AckedLink::write(Held& f) {
     if (!body.empty()) std::memcpy(whole.mutable_data() + head.size(), body.data(), body.size());
     f.head = std::move(whole);
     f.body.reset();
-    ++made_whole_;
+    ++counts_.made_whole;
   }
   return write_parts(f.head, f.body ? &*f.body : nullptr);
 }
@@ -349,7 +349,7 @@ bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
         if (zmq_msg_send(static_cast<zmq_msg_t*>(rest->raw()), sock_.get(), 0) < 0) {
           throw std::runtime_error(describe() + ": send: " + zmq::last_error());
         }
-        ++two_part_writes_;
+        ++counts_.two_part_writes;
       }
       return true;
     }
@@ -375,7 +375,7 @@ void AckedLink::read_acks() {
     // Only for a stream this link announced: a receiver's acknowledgements of streams it was
     // never sent would grow the record without bound, and settle nothing.
     if (!announced_.count(h.stream_id)) {
-      if (ignored_acks_++ == 0) {
+      if (counts_.ignored_acks++ == 0) {
         log_warn(describe() + ": ignored an acknowledgement of stream " +
                  std::to_string(h.stream_id) + ", which this link never announced");
       }
@@ -462,7 +462,7 @@ void AckedLink::resend_all() {
   // in (stream, sequence) order. A drop meanwhile starts over.
   while (need_resend_) {
     need_resend_ = false;
-    ++reconnects_;
+    ++counts_.reconnects;
     last_progress_ = Clock::now();
     bool dropped = false;
     for (auto stream : announced_) {
@@ -479,7 +479,7 @@ void AckedLink::resend_all() {
       auto it = unacked_.find(key);
       if (it == unacked_.end()) continue;
       if (!write(it->second)) dropped = true;
-      ++retransmitted_;
+      ++counts_.retransmitted;
     }
     mon_->drain();
     if (dropped || mon_->disconnects() != seen_disconnects_) {

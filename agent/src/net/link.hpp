@@ -131,12 +131,12 @@ class AckedLink {
   std::size_t unacknowledged() const noexcept { return unacked_.size(); }
   // The receiver said it takes data frames in two parts (since the connection was last made).
   bool two_part() const noexcept { return two_part_; }
-  std::uint64_t retransmitted() const noexcept { return retransmitted_; }
+  std::uint64_t retransmitted() const noexcept { return counts_.retransmitted; }
   // Data frames written as two parts (payload uncopied), and frames copied whole for a receiver
   // that does not take two parts.
-  std::uint64_t written_in_two_parts() const noexcept { return two_part_writes_; }
-  std::uint64_t made_whole() const noexcept { return made_whole_; }
-  int reconnects() const noexcept { return reconnects_; }
+  std::uint64_t written_in_two_parts() const noexcept { return counts_.two_part_writes; }
+  std::uint64_t made_whole() const noexcept { return counts_.made_whole; }
+  int reconnects() const noexcept { return counts_.reconnects; }
 
  private:
   using Key = std::pair<std::uint32_t, std::uint64_t>;
@@ -171,7 +171,6 @@ class AckedLink {
   std::map<Key, Held> unacked_;
   std::size_t unacked_data_ = 0;
   std::set<std::uint32_t> announced_;
-  std::uint64_t ignored_acks_ = 0;  // acknowledgements of streams never announced here
   std::map<std::uint32_t, std::string> metadata_;
   bool write_resume(std::uint32_t stream);    // as many frames as the record needs
   bool write_metadata(std::uint32_t stream);  // and the stream's declared gaps
@@ -185,9 +184,12 @@ class AckedLink {
   bool two_part_ = false;
   std::chrono::steady_clock::time_point down_since_;
   std::chrono::steady_clock::time_point last_progress_;
-  std::uint64_t retransmitted_ = 0;
-  std::uint64_t two_part_writes_ = 0, made_whole_ = 0;
-  int reconnects_ = 0;
+  struct Counts {
+    std::uint64_t retransmitted = 0;
+    std::uint64_t two_part_writes = 0, made_whole = 0;
+    int reconnects = 0;
+    std::uint64_t ignored_acks = 0;  // acknowledgements of streams never announced here
+  } counts_;
 };
 
 }  // namespace numastream
