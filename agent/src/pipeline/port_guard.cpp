@@ -9,16 +9,7 @@
 
 namespace numastream {
 
-void PortGuard::load() {
-  curve_ = load_curve(cfg_.security);
-  if (cfg_.relay && !cfg_.sink.curve.secret_key_file.empty()) {
-    onward_curve_ = load_onward_curve(cfg_.sink.curve, "sink.curve");
-    log_line(std::string("onward link to ") + cfg_.sink.endpoint + ": " +
-             (onward_curve_->authenticate_only ? "authenticating (frames not encrypted)"
-                                               : "CURVE: encrypting") +
-             " as " + onward_curve_->public_key + " (public key)");
-  }
-}
+void PortGuard::load() { curve_ = load_curve(cfg_.security); }
 
 namespace {
 std::string joined(const std::vector<std::string>& blocks) {
@@ -88,12 +79,6 @@ PortGuard::Refused PortGuard::refused() const {
 void PortGuard::report(nlohmann::json& summary) const {
   summary["curve"] = curve_.has_value();
   summary["security"] = !curve_ ? "none" : curve_->authenticate_only ? "authenticate" : "encrypt";
-  // A relay's onward link (sink.curve); null where there is none.
-  summary["onward_security"] =
-      !cfg_.relay ? nlohmann::json(nullptr)
-      : !onward_curve_
-          ? nlohmann::json("none")
-          : nlohmann::json(onward_curve_->authenticate_only ? "authenticate" : "encrypt");
 }
 
 }  // namespace numastream

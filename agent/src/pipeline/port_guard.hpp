@@ -1,7 +1,7 @@
 // Who may use a gateway's data ports (security.*): the senders' keys (CURVE, or authenticate
 // mode's pair token), the address blocks of security.allow_from and the consumers a Stream V2
-// re-emit admits, applied by ZeroMQ's authentication handler, which counts what it refused; and a
-// relay's key for its onward link (sink.curve). One part of the receiving side (receiver.hpp).
+// re-emit admits, applied by ZeroMQ's authentication handler, which counts what it refused. One
+// part of the receiving side (receiver.hpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -29,14 +29,12 @@ class PortGuard {
     std::uint64_t key = 0, address = 0, consumers = 0;
   };
   Refused refused() const;
-  const std::optional<CurveSetup>& onward_curve() const { return onward_curve_; }
-  // The summary's `curve`, `security` and (a relay's onward link) `onward_security`.
+  // The summary's `curve` and `security`.
   void report(nlohmann::json& summary) const;
 
  private:
   const Config& cfg_;
   std::optional<CurveSetup> curve_;
-  std::optional<CurveSetup> onward_curve_;
   std::unique_ptr<zmq::ZapAuthenticator> zap_;
   Refused refused_;  // the handler's counts, once it has gone
 };

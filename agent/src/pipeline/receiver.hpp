@@ -99,7 +99,7 @@ class Receiver {
 
  private:
   void build(int receivers, int decompressors);
-  void declare_graph(StageGraph& graph, int receivers, int decompressors);
+  void declare_graph(StageGraph& graph, int receivers);
   RunResult conclude(const std::vector<std::string>& incomplete_files);
   // The stage threads' bodies (run by Runtime::run_stage).
   void receive_loop(StageThread& t);
@@ -123,9 +123,6 @@ class Receiver {
   zmq::Socket data_socket();
   // Reads a data socket's connection events: accepted peers, refused handshakes and keys.
   void count_peers(zmq::Monitor& mon, int index);
-  void decompress_loop(StageThread& t);
-  void settle_here(const Chunk& out, StreamTracker::Verdict verdict, bool forward);
-  void relay_loop(StageThread& t);
   void acknowledge(int via, std::uint32_t stream, std::uint64_t seq);
   // Settled without being kept (corrupt, or past the sink): acknowledged, and named to the sender
   // as discarded, which declares it gone to every later gateway of the stream.
@@ -151,28 +148,54 @@ class Receiver {
                          const std::vector<std::string>& incomplete_files) const;
   void mark_uncounted_losses(nlohmann::json& out) const;
 
-  // Where a stream's control frames go once a receiving thread has checked them: answered here,
-  // from the record of what the sinks took (a decoding receiver, AnswerHere), or passed on
-  // downstream with the data, to be answered from what the far side acknowledged (a relay,
-  // PassDownstream). The receiving stage is the same for both; this is where they differ.
-  class ControlFrames {
+  // What the receiving side does with what its receiving threads took, by role: a gateway
+  // decodes it for its consumers (Decoding, receiver_decode.cpp), a relay forwards it undecoded
+  // (Relaying, receiver_relay.cpp). A role declares its stages ahead of the receiving threads,
+  // answers a stream's control frames or passes them on, and reports; the receiving stage, the
+  // acknowledgements, the ports' security and the run are the same for both.
+  class Role {
    public:
-    virtual ~ControlFrames() = default;
-    // The record a resume frame is answered from, merged into, and declared gaps settle in.
+    virtual ~Role() = default;
+    // The summary's role, and whether chunks are verified here.
+    virtual const char* name() const = 0;
+    virtual bool verifies() const = 0;
+    // Its pools, consumers and spares, once the receiver's queue, boxes and context exist.
+    virtual void build(const ReceiverPools& pools) = 0;
+    // Its stages; `joined` once they have all ended.
+    virtual void declare(StageGraph& graph, std::function<void()> joined) = 0;
+    // No more input (stopping: parked workers leave) or an abort (close: every queue and pool).
+    virtual void stopping() {}
+    virtual void close() {}
+    // After the graph: what it holds is finished; the files left incomplete.
+    virtual std::vector<std::string> finish() { return {}; }
+    virtual void declare_metrics(MetricRegistry& m) = 0;
+    // Chunks waiting in its one sink's queue (none: several, or no such queue).
+    virtual std::optional<std::size_t> sink_depth() const { return std::nullopt; }
+    virtual void report(nlohmann::json& summary) const = 0;
+    virtual Preview* preview() { return nullptr; }
+
+    // A stream's control frames, once a receiving thread checked them. The record a resume
+    // frame is answered from, merged into, and declared gaps settle in; after a resume frame
+    // (merged into record()), a stream's metadata, its declared gaps (false once the run ends:
+    // nothing more is taken); a stream's end frame, checked against what its sender announced.
     virtual AckLedger& record() = 0;
-    // After a resume frame (merged into record()), a stream's metadata, declared gaps. False
-    // once the run ends (nothing more is taken).
     virtual bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer,
                          std::uint16_t connections) = 0;
     virtual bool metadata(Inbound& in) = 0;
-    virtual bool gaps(Inbound& in) = 0;
-    // A stream's end frame, checked against what its sender announced.
+    virtual bool gaps(Inbound& in, const std::vector<wire::Gap>& missing) = 0;
     virtual void ended(const wire::Header& h, int via, zmq::Socket& sock, const zmq::Message& peer,
                        std::uint16_t connections) = 0;
+    // What the receiving threads ask of it: whether a stream's end must wait (a consumer's
+    // spill still owes it chunks), and the chunks on their way to it (a file sink waits for
+    // them).
+    virtual bool owes_end(std::uint32_t /*stream*/) { return false; }
+    virtual bool tracks_in_flight() const { return false; }
+    virtual void in_flight(bool /*add*/, std::uint32_t /*stream*/, std::uint64_t /*seq*/) {}
   };
-  class AnswerHere;
-  class PassDownstream;
-  std::unique_ptr<ControlFrames> control_;
+  class Decoding;
+  class Relaying;
+  static std::unique_ptr<Role> decoding(Receiver& r);
+  static std::unique_ptr<Role> relaying(Receiver& r);
 
   const Config& cfg_;
   Runtime rt_;
@@ -180,7 +203,6 @@ class Receiver {
   StreamTracker tracker_;
   PortCounts counts_;
 
-  std::unique_ptr<NodePools> raw_pools_;
   std::unique_ptr<BoundedQueue<Inbound>> wire_q_;
   std::size_t reorder_window_ = 16;
   void end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock, const zmq::Message& peer,
@@ -202,14 +224,8 @@ class Receiver {
     std::vector<std::unique_ptr<AckBox>> boxes;
     std::vector<std::vector<EndOwed>> ends_owed;  // by connection (each its thread's)
   } acks_;
-  // A relay acknowledges upstream what the decompressing side acknowledged to it (ledger), and
-  // passes on the gaps declared downstream.
-  struct RelayRecord {
-    std::shared_ptr<AckLedger> ledger = std::make_shared<AckLedger>();
-    std::shared_ptr<GapBook> gaps = std::make_shared<GapBook>();
-  } relay_;
-  std::unique_ptr<ConsumerSet> consumers_;
-  std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
+  // Its consumers (a gateway) or its onward link (a relay): before ctx_, which they use.
+  std::unique_ptr<Role> role_;
   StreamMetadata meta_;
   std::unique_ptr<zmq::Context> ctx_;
   PortGuard guard_{cfg_};  // goes before ctx_
@@ -219,9 +235,6 @@ class Receiver {
   }
   std::atomic<bool> processing_done_{false};  // sink side finished: last acknowledgements out
   std::atomic<bool> stop_taking_{false};      // the run is ending: new data is not taken
-  // placement.adaptive: spare decompressing threads on the receiving threads' CPUs, and what sets
-  // them to work (pipeline/governor.hpp).
-  adaptive::CodecSpares spares_;
 };
 
 }  // namespace numastream

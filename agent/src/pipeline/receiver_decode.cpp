@@ -66,23 +66,6 @@ bool verify(Inbound& in, Checked how, Config::Verify mode, Decompressor& dec,
 }
 }  // namespace
 
-// A chunk that goes to no consumer: taken (null sink), reported corrupt, or a duplicate of one the
-// sink already took: the sender may let it go. A duplicate of one still on its way to the sink
-// is acknowledged when the sink takes the original. (The buffer goes back to its pool with `out`.)
-void Receiver::settle_here(const Chunk& out, StreamTracker::Verdict verdict, bool forward) {
-  const wire::Header& h = out.header;
-  if (consumers_->tracks_in_flight()) consumers_->in_flight(false, h.stream_id, h.sequence);
-  bool taken = true;
-  if (verdict == StreamTracker::Verdict::duplicate && forward) {
-    taken = acks_.ledger.contains(h.stream_id, h.sequence);
-  }
-  if (taken && verdict == StreamTracker::Verdict::corrupt) {
-    discard(out.via, h.stream_id, h.sequence);
-  } else if (taken) {
-    acknowledge(out.via, h.stream_id, h.sequence);
-  }
-}
-
 namespace {
 
 // Re-framed for the consumers: a raw chunk (the zmq sink forwards it as is), or the frame as it
@@ -108,75 +91,223 @@ void reframe(Chunk& out, std::optional<Chunk>& as_came, bool keep) {
 
 }  // namespace
 
-void Receiver::decompress_loop(StageThread& t) {
-  StageStats& st = t.stats;
-  BufferPool& pool = raw_pools_->for_node(t.numa_node);
-  Decompressor dec(cfg_.chunk_bytes);
-  const bool forward = !consumers_->empty();
-  std::vector<std::byte> scratch;
-  while (true) {
-    // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
-    if (!spares_.wait_turn(t.index)) break;
-    std::optional<Inbound> in = t.next(*wire_q_);
-    if (!in) break;
-    Chunk out;
-    out.via = in->via;
-    wire::Header& h = out.header;
-    h = in->header;
-    // Who takes the chunk compressed as it came, who takes it decoded: with both, `out` is the
-    // decoded chunk and `as_came` the one that came; with one, `out` is it.
-    const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
-    const bool keep = to_kept && !to_decoded;
-    std::optional<Chunk> as_came;
-    if (to_kept && to_decoded) {
-      as_came.emplace();
-      as_came->header = h;
-      as_came->via = in->via;
+// A gateway decodes what its receiving threads took: decompressing threads verify each chunk
+// (checksum, framing, decoding) and hand it to the consumers in the forms they take (or settle it
+// here when none takes it), with spare decompressing threads on the receiving threads' CPUs
+// (placement.adaptive). It answers a stream's control frames itself: resume and end frames from
+// the record of what its sinks took; metadata and gaps are kept by the receiver (meta_, the
+// tracker), the gaps its senders declared handed to its onward hops.
+class Receiver::Decoding final : public Receiver::Role {
+ public:
+  explicit Decoding(Receiver& r) : r_(r) {}
+  const char* name() const override { return "receive"; }
+  bool verifies() const override { return true; }
+
+  void build(const ReceiverPools& pools) override {
+    Runtime& rt = r_.rt_;
+    raw_pools_ = std::make_unique<NodePools>(rt, Stage::decompress, "raw", pools.raw_buffers, 1,
+                                             pools.raw_capacity);
+    consumers_ = std::make_unique<ConsumerSet>(ConsumerWiring{
+        .cfg = r_.cfg_,
+        .tracker = r_.tracker_,
+        .ledger = r_.acks_.ledger,
+        .ctx = *r_.ctx_,
+        .reorder_window = r_.reorder_window_,
+        .slack = pools.slack,
+        .onward_window = r_.onward_window(),
+        .ack = [this](int via, std::uint32_t stream,
+                      std::uint64_t seq) { r_.acknowledge(via, stream, seq); },
+        .discard = [this](int via, std::uint32_t stream,
+                          std::uint64_t seq) { r_.discard(via, stream, seq); },
+        .aborted = [&rt] { return rt.aborted(); },
+        .drain_requested = [&rt] { return rt.drain_requested(); },
+        .metadata = [this](std::uint32_t stream) { return r_.meta_.of(stream); },
+        .downstream_end =
+            [this](std::uint32_t stream, std::uint64_t count, std::uint16_t connection,
+                   std::uint16_t connections) {
+              return r_.downstream_end(stream, count, connection, connections);
+            },
+    });
+    if (r_.cfg_.preview.enabled) {
+      preview_ = std::make_unique<Preview>(static_cast<std::size_t>(r_.cfg_.preview.max_side),
+                                           std::chrono::milliseconds(r_.cfg_.preview.interval_ms));
     }
-    // A payload that goes to the sink as it came stays in the message it came in (its own, for
-    // a frame in two parts, or the frame's): nothing is copied into a buffer.
-    const bool pass = keep || h.codec == Codec::none;
-    if (!pass) {
-      out.buffer = t.buffer(pool);
-      if (!out.buffer) break;
-    }
-    StreamTracker::Verdict verdict;
-    {
-      ScopedTimer busy(st.busy_ns);
-      const std::size_t frame_size = wire::kHeaderSize + in->payload().size();
-      const Checked how = keep ? Checked::kept : pass ? Checked::as_is : Checked::decoded;
-      const bool ok = verify(*in, how, cfg_.verify, dec, scratch, out, as_came);
-      st.bytes_in += frame_size;
-      in.reset();  // frees ZeroMQ's message
-      verdict = tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
-      if (verdict == StreamTracker::Verdict::corrupt) {
-        log_warn("stream " + std::to_string(h.stream_id) + ": chunk " + std::to_string(h.sequence) +
-                 " failed verification (decode or checksum)");
-      }
-    }
-    if (verdict == StreamTracker::Verdict::delivered) {
-      st.chunks++;
-      st.bytes_out += h.raw_size;
-      counts_.last_ns =
-          std::max<std::int64_t>(counts_.last_ns.load(), (Clock::now() - rt_.started).count());
-    }
-    t.observe();
-    if (preview_ && verdict == StreamTracker::Verdict::delivered &&
-        preview_->due(h.stream_id, h.raw_size)) {
-      // Decoded, or as it came (not compressed, or kept compressed for every consumer).
-      const std::span<const std::byte> bytes =
-          pass ? std::span<const std::byte>(out.payload())
-               : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
-      preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size,
-                      h.raw_size, bytes, meta_.of(h.stream_id));
-    }
-    if (verdict != StreamTracker::Verdict::delivered || !forward) {
-      settle_here(out, verdict, forward);
-      continue;
-    }
-    reframe(out, as_came, keep);
-    if (!consumers_->deliver(out, as_came, st)) break;
+    spares_.plan(pools.spares, rt.threads(Stage::decompress));
   }
+
+  // consumers <- decompress (+ spares on the receiving threads' CPUs); with spares, the adaptive
+  // runtime that sets them to work.
+  void declare(StageGraph& graph, std::function<void()> joined) override {
+    if (!consumers_->empty()) {
+      graph.add({.stage = Stage::sink,
+                 .threads = static_cast<int>(consumers_->size()),
+                 .what = [this](int i) { return consumers_->what(i); },
+                 .body = [this](StageThread& t) { consumers_->run(t.index, t.stats); }});
+    }
+    StageGraph::Stage_& decompress =
+        graph.add({.stage = Stage::decompress,
+                   .threads = r_.rt_.threads(Stage::decompress),
+                   .what = [](int) { return std::string("decompress: "); },
+                   .body = [this](StageThread& t) { decompress_loop(t); },
+                   .spares = spares_.count(),
+                   .host = Stage::receive,
+                   .done = [this] { consumers_->close(); },
+                   .joined = std::move(joined)});
+    spares_.start(r_.rt_, Stage::receive,
+                  {Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
+                   [this, &decompress](int n) {
+                     return !r_.stop_taking_ && !r_.wire_q_->closed() && decompress.admit(n);
+                   },
+                   [&decompress] { decompress.ended(); }});
+  }
+
+  void stopping() override {
+    spares_.close();  // parked decompressors leave; active ones drain the queue
+  }
+  void close() override {
+    spares_.close();
+    consumers_->close();
+    raw_pools_->close_all();
+  }
+  std::vector<std::string> finish() override {
+    spares_.stop();
+    return consumers_->finish([this](const std::string& why) { r_.rt_.fail(why); });
+  }
+  void declare_metrics(MetricRegistry& m) override {
+    consumers_->declare_metrics(m);
+    raw_pools_->declare_metrics(m);
+  }
+  std::optional<std::size_t> sink_depth() const override { return consumers_->depth_of_one(); }
+  // The first consumer reports as the one sink always did; with several (or a spill), each also
+  // in `consumers`.
+  void report(nlohmann::json& summary) const override {
+    consumers_->report(summary);
+    spares_.report(summary);
+    summary["onward_security"] = nullptr;  // a relay's onward link: none here
+  }
+  Preview* preview() override { return preview_.get(); }
+
+  AckLedger& record() override { return r_.acks_.ledger; }
+  bool resumed(Inbound& in, zmq::Socket& sock, const zmq::Message& peer,
+               std::uint16_t connections) override {
+    r_.answer(sock, peer,
+              r_.welcome(in.header.stream_id, static_cast<std::uint16_t>(in.via), connections, 0));
+    return true;
+  }
+  bool metadata(Inbound& /*in*/) override { return true; }
+  bool gaps(Inbound& in, const std::vector<wire::Gap>& missing) override {
+    consumers_->declare_onward(in.header.stream_id, missing);
+    return true;
+  }
+  void ended(const wire::Header& h, int via, zmq::Socket& sock, const zmq::Message& peer,
+             std::uint16_t connections) override {
+    r_.end_of_stream(h.stream_id, via, sock, peer, connections);
+  }
+  bool owes_end(std::uint32_t stream) override { return consumers_->spills_owe(stream); }
+  bool tracks_in_flight() const override { return consumers_->tracks_in_flight(); }
+  void in_flight(bool add, std::uint32_t stream, std::uint64_t seq) override {
+    consumers_->in_flight(add, stream, seq);
+  }
+
+ private:
+  // A chunk that goes to no consumer: taken (null sink), reported corrupt, or a duplicate of one
+  // the sink already took: the sender may let it go. A duplicate of one still on its way to the
+  // sink is acknowledged when the sink takes the original. (The buffer goes back to its pool with
+  // `out`.)
+  void settle_here(const Chunk& out, StreamTracker::Verdict verdict, bool forward) {
+    const wire::Header& h = out.header;
+    if (consumers_->tracks_in_flight()) consumers_->in_flight(false, h.stream_id, h.sequence);
+    bool taken = true;
+    if (verdict == StreamTracker::Verdict::duplicate && forward) {
+      taken = r_.acks_.ledger.contains(h.stream_id, h.sequence);
+    }
+    if (taken && verdict == StreamTracker::Verdict::corrupt) {
+      r_.discard(out.via, h.stream_id, h.sequence);
+    } else if (taken) {
+      r_.acknowledge(out.via, h.stream_id, h.sequence);
+    }
+  }
+
+  void decompress_loop(StageThread& t) {
+    StageStats& st = t.stats;
+    BufferPool& pool = raw_pools_->for_node(t.numa_node);
+    Decompressor dec(r_.cfg_.chunk_bytes);
+    const bool forward = !consumers_->empty();
+    std::vector<std::byte> scratch;
+    while (true) {
+      // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
+      if (!spares_.wait_turn(t.index)) break;
+      std::optional<Inbound> in = t.next(*r_.wire_q_);
+      if (!in) break;
+      Chunk out;
+      out.via = in->via;
+      wire::Header& h = out.header;
+      h = in->header;
+      // Who takes the chunk compressed as it came, who takes it decoded: with both, `out` is the
+      // decoded chunk and `as_came` the one that came; with one, `out` is it.
+      const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
+      const bool keep = to_kept && !to_decoded;
+      std::optional<Chunk> as_came;
+      if (to_kept && to_decoded) {
+        as_came.emplace();
+        as_came->header = h;
+        as_came->via = in->via;
+      }
+      // A payload that goes to the sink as it came stays in the message it came in (its own, for
+      // a frame in two parts, or the frame's): nothing is copied into a buffer.
+      const bool pass = keep || h.codec == Codec::none;
+      if (!pass) {
+        out.buffer = t.buffer(pool);
+        if (!out.buffer) break;
+      }
+      StreamTracker::Verdict verdict;
+      {
+        ScopedTimer busy(st.busy_ns);
+        const std::size_t frame_size = wire::kHeaderSize + in->payload().size();
+        const Checked how = keep ? Checked::kept : pass ? Checked::as_is : Checked::decoded;
+        const bool ok = verify(*in, how, r_.cfg_.verify, dec, scratch, out, as_came);
+        st.bytes_in += frame_size;
+        in.reset();  // frees ZeroMQ's message
+        verdict = r_.tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
+        if (verdict == StreamTracker::Verdict::corrupt) {
+          log_warn("stream " + std::to_string(h.stream_id) + ": chunk " +
+                   std::to_string(h.sequence) + " failed verification (decode or checksum)");
+        }
+      }
+      if (verdict == StreamTracker::Verdict::delivered) {
+        st.chunks++;
+        st.bytes_out += h.raw_size;
+        r_.counts_.last_ns = std::max<std::int64_t>(r_.counts_.last_ns.load(),
+                                                    (Clock::now() - r_.rt_.started).count());
+      }
+      t.observe();
+      if (preview_ && verdict == StreamTracker::Verdict::delivered &&
+          preview_->due(h.stream_id, h.raw_size)) {
+        // Decoded, or as it came (not compressed, or kept compressed for every consumer).
+        const std::span<const std::byte> bytes =
+            pass ? std::span<const std::byte>(out.payload())
+                 : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
+        preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size,
+                        h.raw_size, bytes, r_.meta_.of(h.stream_id));
+      }
+      if (verdict != StreamTracker::Verdict::delivered || !forward) {
+        settle_here(out, verdict, forward);
+        continue;
+      }
+      reframe(out, as_came, keep);
+      if (!consumers_->deliver(out, as_came, st)) break;
+    }
+  }
+
+  Receiver& r_;
+  std::unique_ptr<NodePools> raw_pools_;
+  std::unique_ptr<ConsumerSet> consumers_;
+  std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
+  adaptive::CodecSpares spares_;
+};
+
+std::unique_ptr<Receiver::Role> Receiver::decoding(Receiver& r) {
+  return std::make_unique<Decoding>(r);
 }
 
 }  // namespace numastream

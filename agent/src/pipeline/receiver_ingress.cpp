@@ -26,7 +26,7 @@ void Receiver::discard(int via, std::uint32_t stream, std::uint64_t seq) {
 
 void Receiver::end_of_stream(std::uint32_t stream, int via, zmq::Socket& sock,
                              const zmq::Message& peer, std::uint16_t connections) {
-  if (!processing_done_ && consumers_->spills_owe(stream)) {
+  if (!processing_done_ && role_->owes_end(stream)) {
     auto& owed = acks_.ends_owed[static_cast<std::size_t>(via)];
     std::erase_if(owed, [stream](const EndOwed& e) { return e.stream == stream; });  // sent again
     owed.push_back({stream, connections, const_cast<zmq::Message&>(peer).share()});
@@ -41,7 +41,7 @@ void Receiver::answer_owed_ends(zmq::Socket& sock, int via) {
   if (owed.empty()) return;
   std::erase_if(owed, [&](const EndOwed& e) {
     // Once the consumers are done (processing_done_), nothing more comes from their spills.
-    if (!processing_done_ && consumers_->spills_owe(e.stream)) return false;
+    if (!processing_done_ && role_->owes_end(e.stream)) return false;
     answer(
         sock, e.peer,
         welcome(e.stream, static_cast<std::uint16_t>(via), e.connections, wire::kAckEndOfStream));
@@ -54,7 +54,7 @@ std::vector<std::vector<std::byte>> Receiver::welcome(std::uint32_t stream,
                                                       std::uint16_t connection,
                                                       std::uint16_t connections,
                                                       std::uint32_t flags) {
-  const auto [floor, above] = control_->record().snapshot(stream);
+  const auto [floor, above] = role_->record().snapshot(stream);
   return wire::encode_acks(wire::FrameType::ack, stream, connection, connections, floor, flags,
                            above);
 }
@@ -287,7 +287,7 @@ bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
     case wire::FrameType::metadata: {
       meta_.set(h.stream_id, f.msg.bytes().subspan(wire::kHeaderSize, h.payload_size));
       Inbound in{h, std::move(f.msg), std::nullopt, port.index};
-      return control_->metadata(in);
+      return role_->metadata(in);
     }
     case wire::FrameType::gap:
       return take_gaps(port, f);
@@ -297,7 +297,7 @@ bool Receiver::take(Port& port, Incoming& f, StageThread& t) {
         refuse(f, port.index, why);
         return true;
       }
-      control_->ended(h, port.index, port.sock, f.peer, port.connections);
+      role_->ended(h, port.index, port.sock, f.peer, port.connections);
       return true;
     default:
       take_data(port, f, t);
@@ -351,9 +351,9 @@ bool Receiver::take_resume(Port& port, Incoming& f) {
   answer(port.sock, f.peer,
          wire::encode_ack(wire::FrameType::ack, h.stream_id, static_cast<std::uint16_t>(port.index),
                           port.connections, 0, wire::kAckTwoPart, {}));
-  control_->record().merge(h.stream_id, h.sequence, seqs);
+  role_->record().merge(h.stream_id, h.sequence, seqs);
   Inbound in{h, std::move(f.msg), std::nullopt, port.index};
-  return control_->resumed(in, port.sock, f.peer, port.connections);
+  return role_->resumed(in, port.sock, f.peer, port.connections);
 }
 
 bool Receiver::take_gaps(Port& port, Incoming& f) {
@@ -365,12 +365,11 @@ bool Receiver::take_gaps(Port& port, Incoming& f) {
     return true;
   }
   counts_.gap_frames++;
-  control_->record().settle(h.stream_id, gaps);
+  role_->record().settle(h.stream_id, gaps);
   // Declared on only what this gateway never had: a chunk of the gap it delivered before the
   // declaration goes on to the far site as any other.
-  consumers_->declare_onward(h.stream_id, missing);
   Inbound in{h, std::move(f.msg), std::nullopt, port.index};
-  return control_->gaps(in);
+  return role_->gaps(in, missing);
 }
 
 void Receiver::take_data(Port& port, Incoming& f, StageThread& t) {
@@ -382,7 +381,7 @@ void Receiver::take_data(Port& port, Incoming& f, StageThread& t) {
     return;
   }
   tracker_.on_frame(h.stream_id, f.frame_size);
-  if (consumers_->tracks_in_flight()) consumers_->in_flight(true, h.stream_id, h.sequence);
+  if (role_->tracks_in_flight()) role_->in_flight(true, h.stream_id, h.sequence);
   auto now_ns = (Clock::now() - rt_.started).count();
   std::int64_t unset = -1;
   counts_.first_ns.compare_exchange_strong(unset, now_ns);
@@ -396,8 +395,7 @@ void Receiver::take_data(Port& port, Incoming& f, StageThread& t) {
     ScopedTimer wait(st.blocked_output_ns);
     pushed = wire_q_->push(in);
   }
-  if (!pushed && consumers_->tracks_in_flight())
-    consumers_->in_flight(false, h.stream_id, h.sequence);
+  if (!pushed && role_->tracks_in_flight()) role_->in_flight(false, h.stream_id, h.sequence);
 }
 
 }  // namespace numastream

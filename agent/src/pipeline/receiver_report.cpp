@@ -12,7 +12,7 @@ namespace numastream {
 void Receiver::declare_metrics() {
   MetricRegistry& m = rt_.metrics();
   declare_stream_metrics(m);
-  consumers_->declare_metrics(m);
+  role_->declare_metrics(m);
   declare_connection_metrics(m);
   m.gauge(metric::streams_complete,
           [this] { return static_cast<double>(tracker_.complete_streams()); });
@@ -23,10 +23,9 @@ void Receiver::declare_metrics() {
   });
   m.add(metric::queue_depth, [this](MetricSamples& s) {
     s.add({{"queue", "wire"}}, static_cast<double>(wire_q_->depth()));
-    if (const auto depth = consumers_->depth_of_one())
+    if (const auto depth = role_->sink_depth())
       s.add({{"queue", "sink"}}, static_cast<double>(*depth));
   });
-  raw_pools_->declare_metrics(m);
 }
 
 // What arrived of the streams: bytes, chunks, losses, gaps, refused frames.
@@ -92,8 +91,8 @@ nlohmann::json Receiver::summary(const StreamTracker::Totals& t,
   }
   const PortGuard::Refused refused = guard_.refused();
   nlohmann::json out = {
-      {"role", cfg_.relay ? "relay" : "receive"},
-      {"verified", !cfg_.relay},
+      {"role", role_->name()},
+      {"verified", role_->verifies()},
       {"endpoint", cfg_.endpoint},
       {"connections", cfg_.connections},
       {"chunks", t.delivered},
@@ -137,7 +136,7 @@ nlohmann::json Receiver::summary(const StreamTracker::Totals& t,
       {"error", rt_.aborted() ? nlohmann::json(rt_.error()) : nlohmann::json(nullptr)}};
   // The first consumer reports as the one sink always did; with several (or a spill), each also
   // in `consumers`.
-  consumers_->report(out);
+  role_->report(out);
   guard_.report(out);
 
   mark_uncounted_losses(out);
