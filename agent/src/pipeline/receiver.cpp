@@ -119,14 +119,8 @@ Receiver::Servers Receiver::serve_http(const RunHooks& hooks) {
     return std::nullopt;
   };
   const bool apart = shown && !cfg_.preview.listen.empty();
-  if (!cfg_.metrics_listen.empty()) {
-    out.metrics = std::make_unique<MetricsServer>(
-        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-        [this] { return !rt_.aborted(); }, MetricsServer::Limits{},
-        apart ? MetricsServer::Route{} : MetricsServer::Route{preview});
-    log_line("metrics on port " + std::to_string(out.metrics->port()));
-    if (hooks.on_metrics_port) hooks.on_metrics_port(out.metrics->port());
-  }
+  out.metrics = rt_.serve_metrics(hooks.on_metrics_port,
+                                  apart ? MetricsServer::Route{} : MetricsServer::Route{preview});
   if (apart) {
     out.preview = std::make_unique<MetricsServer>(cfg_.preview.listen, nullptr, nullptr,
                                                   MetricsServer::Limits{}, preview);

@@ -410,6 +410,17 @@ std::vector<int> Runtime::stage_nodes(Stage stage) const {
   return {nodes.begin(), nodes.end()};
 }
 
+std::unique_ptr<MetricsServer> Runtime::serve_metrics(const std::function<void(int)>& on_port,
+                                                      MetricsServer::Route more) {
+  if (cfg.metrics_listen.empty()) return nullptr;
+  auto server = std::make_unique<MetricsServer>(
+      cfg.metrics_listen, [this] { return metrics().text(); }, [this] { return !aborted(); },
+      MetricsServer::Limits{}, std::move(more));
+  log_line("metrics on port " + std::to_string(server->port()));
+  if (on_port) on_port(server->port());
+  return server;
+}
+
 nlohmann::json Runtime::placement_json() const {
   nlohmann::json threads = nlohmann::json::array();
   for (std::size_t i = 0; i < placement.threads.size(); ++i) {

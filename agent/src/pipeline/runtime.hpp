@@ -22,6 +22,7 @@
 #include "host/placement.hpp"
 #include "host/topology.hpp"
 #include "net/link.hpp"
+#include "obs/http.hpp"
 #include "obs/registry.hpp"
 #include "obs/stats.hpp"
 
@@ -107,6 +108,12 @@ class Runtime {
   // Threads of a stage and the NUMA nodes they use (distinct, sorted; -1 when unpinned).
   int threads(Stage stage) const;
   std::vector<int> stage_nodes(Stage stage) const;
+
+  // The metrics and health service on metrics.listen (none without one): this run's registry,
+  // healthy while the run has not failed; `more` answers other paths (a gateway's preview).
+  // `on_port` is told the port it listens on.
+  std::unique_ptr<MetricsServer> serve_metrics(const std::function<void(int)>& on_port,
+                                               MetricsServer::Route more = {});
 
   nlohmann::json placement_json() const;
   nlohmann::json stages_json() const;

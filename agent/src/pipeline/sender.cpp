@@ -271,14 +271,7 @@ RunResult Sender::run(const RunHooks& hooks) {
   const int senders = rt_.threads(Stage::send);
   build(compressors, senders);
   declare_metrics();
-  std::unique_ptr<MetricsServer> server;
-  if (!cfg_.metrics_listen.empty()) {
-    server = std::make_unique<MetricsServer>(
-        cfg_.metrics_listen, [this] { return rt_.metrics().text(); },
-        [this] { return !rt_.aborted(); });
-    log_line("metrics on port " + std::to_string(server->port()));
-    if (hooks.on_metrics_port) hooks.on_metrics_port(server->port());
-  }
+  const std::unique_ptr<MetricsServer> server = rt_.serve_metrics(hooks.on_metrics_port);
   rt_.started = Clock::now();
   StageGraph graph(rt_);
   declare_graph(graph, compressors, senders);
