@@ -46,11 +46,11 @@ bool takes_as_arrived(const SinkConfig& sink, Codec codec) {
          (sink.kind == SinkConfig::Kind::hdf5 && codec == Codec::bslz4);
 }
 
-// The consumers the configuration names: `sinks`, or the one `sink`; none for a relay.
+// The consumers the configuration names: `sinks`, or the one `sink` (a decoding receiver's: a
+// relay has none, its role forwards to its sink).
 std::vector<ConsumerConfig> wanted(const Config& cfg) {
   std::vector<ConsumerConfig> out = cfg.consumers;
   if (out.empty() && cfg.sink.kind != SinkConfig::Kind::null) out.push_back({cfg.sink, {}, {}});
-  if (cfg.relay) out.clear();
   return out;
 }
 
