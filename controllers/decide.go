@@ -140,10 +140,10 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	if f.nodesErr != nil {
 		return f.nodesErr
 	}
-	if err := storage.Check(sp, f.roots); err != nil {
+	if err := storage.Check(sp, f.roots, opts.Render.StoragePrefixes); err != nil {
 		return err
 	}
-	if err := storage.Collision(sp, f.pipelines, f.roots); err != nil {
+	if err := storage.Collision(sp, f.pipelines, f.roots, opts.Render.StoragePrefixes); err != nil {
 		return err
 	}
 	if tr := sp.Status.TopologyRejection; tr != nil && tr.Generation == sp.Generation && tr.ReceiveCores == 0 {
@@ -174,7 +174,7 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	d.NextRotation = keys.keys.nextRotation
 	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.keys.secret, KeysHashes: keys.keys.hashes,
 		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, SenderAddresses: f.senderAddresses,
-		Roots: f.roots}, opts.Render)
+		Roots: f.roots, Prefixes: opts.Render.StoragePrefixes}, opts.Render)
 	if err != nil {
 		return &notPlannedError{reason: ReasonInvalidSpec, err: err}
 	}

@@ -29,20 +29,21 @@ import (
 
 func main() {
 	var (
-		metricsAddr  = flag.String("metrics-bind-address", ":8080", "address of the operator's own metrics endpoint")
-		metricsTLS   = flag.Bool("metrics-secure", true, "serve the operator's metrics over HTTPS to a client whose token the API server authenticates and authorizes for GET /metrics (TokenReview, SubjectAccessReview); false: plain HTTP to anyone who reaches the port")
-		metricsCerts = flag.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key (empty: a self-signed certificate made at start)")
-		probeAddr    = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
-		leaderElect  = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
-		agentImage   = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
-		pprofAddr    = flag.String("pprof-bind-address", "0", "address of Go's profiler (net/http/pprof), for finding where the operator's time goes; 0: off")
-		observeEvery = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
-		workers      = flag.Int("workers", controllers.DefaultWorkers, "how many pipelines are reconciled at once")
-		observePar   = flag.Int("observe-parallel", controllers.DefaultObserveParallel, "how many pipelines' agents the observer reads at once")
-		netPolicy    = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
-		metricsFrom  = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
-		watchNS      = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
-		agentPods    = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
+		metricsAddr     = flag.String("metrics-bind-address", ":8080", "address of the operator's own metrics endpoint")
+		metricsTLS      = flag.Bool("metrics-secure", true, "serve the operator's metrics over HTTPS to a client whose token the API server authenticates and authorizes for GET /metrics (TokenReview, SubjectAccessReview); false: plain HTTP to anyone who reaches the port")
+		metricsCerts    = flag.String("metrics-cert-dir", "", "directory with the metrics endpoint's tls.crt and tls.key (empty: a self-signed certificate made at start)")
+		probeAddr       = flag.String("health-probe-bind-address", ":8081", "address of the health probes")
+		leaderElect     = flag.Bool("leader-elect", false, "use leader election so only one replica reconciles")
+		agentImage      = flag.String("agent-image", "ghcr.io/numastream/agent:0.2.0", "image of the agent pods")
+		pprofAddr       = flag.String("pprof-bind-address", "0", "address of Go's profiler (net/http/pprof), for finding where the operator's time goes; 0: off")
+		observeEvery    = flag.Duration("observe-every", 15*time.Second, "how often running pipelines' agents are read for status (0: never)")
+		workers         = flag.Int("workers", controllers.DefaultWorkers, "how many pipelines are reconciled at once")
+		observePar      = flag.Int("observe-parallel", controllers.DefaultObserveParallel, "how many pipelines' agents the observer reads at once")
+		netPolicy       = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
+		metricsFrom     = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
+		watchNS         = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
+		storagePrefixes = flag.String("storage-prefixes", "", "comma-separated host directories under which the node daemon makes each pipeline's own directory (operator.hostPathPrefixes): a pipeline's volume of a StorageRoot under one of them is its own directory of the root; of any other root, the whole root")
+		agentPods       = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
 	)
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -103,10 +104,11 @@ func main() {
 	ctx := ctrl.SetupSignalHandler()
 	agents := observe.NewObserver(5 * time.Second)
 	r := &controllers.StreamPipelineReconciler{
-		Client:     mgr.GetClient(),
-		Scheme:     mgr.GetScheme(),
-		Recorder:   mgr.GetEventRecorder("numastream-operator"),
-		Render:     render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods},
+		Client:   mgr.GetClient(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("numastream-operator"),
+		Render: render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods,
+			StoragePrefixes: splitList(*storagePrefixes)},
 		APIReader:  mgr.GetAPIReader(),
 		Namespaces: namespaces,
 		Workers:    *workers,

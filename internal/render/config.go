@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"path"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -147,14 +148,14 @@ func senderConfigs(in Inputs, s planner.SenderPlan, endpoint string) map[string]
 	stream := n.Stream
 	tx.Endpoint = endpoint
 	tx.StreamID = &stream
-	tx.Source = sourceConfig(sp.Spec.Senders[sp.SenderOfStream(n.Stream)].Source)
+	tx.Source = sourceConfig(sp.Spec.Senders[sp.SenderOfStream(n.Stream)].Source, podDir(in, n, false))
 	tx.StateDir = StateMountPath
 	if sp.Spec.Spill != nil {
 		// A root is shared: each pipeline object spills under its own part of it, so that the
 		// next sender of a stream recovers its own spill and never another's.
 		path := SpillMountPath
 		if sp.Spec.Spill.Root != "" {
-			path += "/" + storage.SpillDir(sp)
+			path = inVolume(SpillMountPath, storage.SpillDir(sp), podDir(in, n, true))
 		}
 		tx.Spill = &SpillConfig{Path: path, MaxBytes: sp.Spec.Spill.MaxBytes}
 	}
@@ -179,7 +180,7 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 			if k.Onward != nil {
 				c = onwardSinkConfig(in, g, k)
 			} else {
-				c = *sinkConfig(&k.Sink)
+				c = *sinkConfig(&k.Sink, podDir(in, n, false))
 				c.Guarantee = string(k.Guarantee)
 				if c.Kind == "file" || c.Kind == "hdf5" {
 					c.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
@@ -188,12 +189,12 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 			if k.Spill != nil {
 				// Under the spill's root, a directory of this pipeline object, consumer and
 				// stream: the next gateway process of the stream recovers it, no other.
-				c.Spill = &SpillConfig{Path: SpillMountPath + "/" + storage.ConsumerSpillDir(sp, &k, n.Stream), MaxBytes: k.Spill.MaxBytes}
+				c.Spill = &SpillConfig{Path: inVolume(SpillMountPath, storage.ConsumerSpillDir(sp, &k, n.Stream), podDir(in, n, true)), MaxBytes: k.Spill.MaxBytes}
 			}
 			base.Sinks = append(base.Sinks, c)
 		}
 	} else {
-		base.Sink = sinkConfig(sp.Spec.Sink)
+		base.Sink = sinkConfig(sp.Spec.Sink, podDir(in, n, false))
 		if base.Sink.Kind == "file" || base.Sink.Kind == "hdf5" {
 			base.Sink.Mode = fmt.Sprintf("%04o", sp.Spec.FileMode())
 		}
@@ -310,12 +311,14 @@ func agentConfig(in Inputs, n planner.PodPlan) AgentConfig {
 	return cfg
 }
 
-func sourceConfig(s v1beta1.Source) *SourceConfig {
+// sourceConfig is a sender's source; its files' paths are in the data volume, which holds dir of
+// their root.
+func sourceConfig(s v1beta1.Source, dir string) *SourceConfig {
 	switch {
 	case s.File != nil:
-		return &SourceConfig{Kind: "file", Path: DataPathMount + "/" + s.File.Path}
+		return &SourceConfig{Kind: "file", Path: inVolume(DataPathMount, s.File.Path, dir)}
 	case s.HDF5 != nil:
-		return &SourceConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5)}
+		return &SourceConfig{Kind: "hdf5", Path: inVolume(DataPathMount, s.HDF5.Path, dir), Dataset: datasetOf(s.HDF5)}
 	case s.ZMQ != nil:
 		return &SourceConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s.Stream2 != nil:
@@ -347,14 +350,16 @@ func onwardSinkConfig(in Inputs, g planner.GatewayPlan, k v1beta1.Consumer) Sink
 	return c
 }
 
-func sinkConfig(s *v1beta1.Sink) *SinkConfig {
+// sinkConfig is a gateway's sink; its files' paths are in the data volume, which holds dir of
+// their root.
+func sinkConfig(s *v1beta1.Sink, dir string) *SinkConfig {
 	switch {
 	case s != nil && s.File != nil:
-		return &SinkConfig{Kind: "file", Path: DataPathMount + "/" + s.File.Path}
+		return &SinkConfig{Kind: "file", Path: inVolume(DataPathMount, s.File.Path, dir)}
 	case s != nil && s.ZMQ != nil:
 		return &SinkConfig{Kind: "zmq", Endpoint: s.ZMQ.Endpoint}
 	case s != nil && s.HDF5 != nil:
-		out := &SinkConfig{Kind: "hdf5", Path: DataPathMount + "/" + s.HDF5.Path, Dataset: datasetOf(s.HDF5), IO: s.HDF5.IO}
+		out := &SinkConfig{Kind: "hdf5", Path: inVolume(DataPathMount, s.HDF5.Path, dir), Dataset: datasetOf(s.HDF5), IO: s.HDF5.IO}
 		if nx := s.HDF5.NXmx; nx != nil {
 			out.Layout, out.Instrument, out.Source, out.Sample = "nxmx", nx.Instrument, nx.Source, nx.Sample
 			out.FramesPerFile = nx.FramesPerFile
@@ -372,6 +377,23 @@ func sinkConfig(s *v1beta1.Sink) *SinkConfig {
 }
 
 // stream2Port is the port a stream2 sink binds on the gateway (0: no stream2 sink).
+// inVolume is where the agent finds p (relative to its root) through a volume mounted at mount
+// that holds dir of the root.
+func inVolume(mount, p, dir string) string {
+	return path.Join(mount, storage.InDir(p, dir))
+}
+
+// podDir is the directory of its root that the pod's data volume (or spill volume) holds: the
+// pipeline's own (storage.Dir), or "" for the whole root or a claim.
+func podDir(in Inputs, n planner.PodPlan, spill bool) string {
+	for _, u := range podUses(in.Pipeline, n) {
+		if u.Spill == spill {
+			return storage.Dir(in.Pipeline, u, in.Roots, in.Prefixes)
+		}
+	}
+	return ""
+}
+
 func stream2Port(s *v1beta1.Stream2Sink) int32 {
 	if s == nil {
 		return 0

@@ -91,6 +91,9 @@ type Options struct {
 	// Pods are the scheduling settings of every agent pod (the chart's agent.pods); a
 	// pipeline's spec.pods adds to them.
 	Pods v1beta1.PodSettings
+	// StoragePrefixes are the host directories the node daemon makes pipelines' directories
+	// under (operator.hostPathPrefixes): Inputs.Prefixes.
+	StoragePrefixes []string
 }
 
 // Inputs are what render needs besides the plan.
@@ -109,6 +112,10 @@ type Inputs struct {
 	GatewayAddress string
 	// Roots are the cluster's StorageRoots by name (storage.Check passed).
 	Roots map[string]*v1beta1.StorageRoot
+	// Prefixes are the host directories under which the node daemon makes each pipeline's own
+	// directory of a root (operator.hostPathPrefixes): a volume of a root under one of them is
+	// the pipeline's directory (storage.Dir), of any other root the whole root.
+	Prefixes []string
 	// DataAddresses are the gateway pods' addresses on the data network, by stream, as Multus
 	// reported them (network-status). Senders of a stream with an attachment dial that address;
 	// until it is known (or given as spec.gateway.network.address) they are not created.
@@ -190,7 +197,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		out.Services = append(out.Services, service(in, g))
 		out.Jobs = append(out.Jobs, job(in, g.PodPlan, gatewayContainers(in, g, opts), configs[configKey(g.PodPlan)]+configs[relayKey(g.PodPlan)], opts))
 	}
-	out.Volumes = storage.Volumes(sp, in.Roots)
+	out.Volumes = storage.Volumes(sp, in.Roots, in.Prefixes)
 	if opts.NetworkPolicy && !sp.Spec.HostNetwork { // NetworkPolicy does not govern host networking
 		out.NetworkPolicy = networkPolicy(in, opts.MetricsFrom)
 	}
@@ -471,7 +478,7 @@ func gatewayContainers(in Inputs, g planner.GatewayPlan, opts Options) []corev1.
 	}
 	for _, u := range podUses(sp, n) {
 		if u.Spill { // the consumers' spills (one root: storage.Check)
-			dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: podVolumeName(sp, n, u), MountPath: SpillMountPath})
+			dx.VolumeMounts = append(dx.VolumeMounts, corev1.VolumeMount{Name: podVolumeName(in, n, u), MountPath: SpillMountPath})
 			break
 		}
 	}
@@ -701,17 +708,18 @@ func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 			vols = append(vols, corev1.Volume{Name: "spill", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: limit}}})
 		}
 	}
-	// The whole root (or claim) is mounted, never a subPath: a symbolic link in it resolves in
-	// the container, where nothing of the host above the root exists. Several file consumers
-	// write under one root or claim (storage.Check): one volume.
+	// The volume (the pipeline's directory of a root, the whole root, a claim) is mounted whole,
+	// never a subPath: a symbolic link in it resolves in the container, where nothing of the host
+	// above it exists. Several file consumers write under one root or claim (storage.Check): one
+	// volume.
 	named := map[string]bool{}
 	for _, u := range podUses(sp, n) {
-		name := podVolumeName(sp, n, u)
+		name := podVolumeName(in, n, u)
 		if named[name] {
 			continue
 		}
 		named[name] = true
-		vols = append(vols, claim(name, storage.ClaimName(sp, u), u.ReadOnly))
+		vols = append(vols, claim(name, claimOf(in, u), u.ReadOnly))
 	}
 	return vols
 }
@@ -719,16 +727,21 @@ func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 // podVolumeName is the volume through which a pod reaches use u: "data" for what it reads or
 // writes, "spill" for its spill, or "data" again for a spill under the claim the data is on (a
 // pod mounts a claim once).
-func podVolumeName(sp *v1beta1.StreamPipeline, n planner.PodPlan, u storage.Use) string {
+func podVolumeName(in Inputs, n planner.PodPlan, u storage.Use) string {
 	if !u.Spill {
 		return "data"
 	}
-	for _, o := range podUses(sp, n) {
-		if !o.Spill && storage.ClaimName(sp, o) == storage.ClaimName(sp, u) {
+	for _, o := range podUses(in.Pipeline, n) {
+		if !o.Spill && claimOf(in, o) == claimOf(in, u) {
 			return "data"
 		}
 	}
 	return "spill"
+}
+
+// claimOf is the claim through which a pod reaches use u.
+func claimOf(in Inputs, u storage.Use) string {
+	return storage.ClaimName(in.Pipeline, u, storage.Dir(in.Pipeline, u, in.Roots, in.Prefixes))
 }
 
 // podUses are the storage uses of one pod.

@@ -394,6 +394,44 @@ func TestStorageRootsAreMountedThroughBoundClaims(t *testing.T) {
 	}
 }
 
+// Where the node daemon makes pipelines' directories (Prefixes), each volume holds the
+// pipeline's own directory of its root and the agents' paths are relative to it.
+func TestAVolumeIsThePipelinesOwnDirectoryWhereTheDaemonMakesIt(t *testing.T) {
+	sp := pipeline("tomo", withFileSource("visit-1/scan-42"), withFileSink("run-7/scan-{stream}.raw"), func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 8 << 30, Root: "nvme", Path: "spill"}
+	})
+	in := inputsFor(t, sp)
+	in.Prefixes = []string{"/scratch", "/archive", "/nvme"}
+	objs, err := Render(in, Options{AgentImage: "numastream/agent:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, rx := objs.Jobs[0].Spec.Template.Spec, objs.Jobs[1].Spec.Template.Spec
+	hostPath := map[string]string{}
+	for _, v := range objs.Volumes {
+		hostPath[v.Claim.Name] = v.PV.Spec.HostPath.Path
+	}
+	for _, c := range []struct {
+		pod        corev1.PodSpec
+		volume     string
+		want       string
+		configKey  string
+		configPath string
+	}{
+		{tx, "data", "/scratch/visit-1", "sender-0.json", `"path": "/data/scan-42"`},
+		{tx, "spill", "/nvme/spill/beamline/tomo-uid-1", "sender-0.json", `"path": "/var/spill"`},
+		{rx, "data", "/archive/run-7", "gateway-0.json", `"path": "/data/scan-{stream}.raw"`},
+	} {
+		v := volumeNamed(c.pod, c.volume)
+		if v == nil || v.PersistentVolumeClaim == nil || hostPath[v.PersistentVolumeClaim.ClaimName] != c.want {
+			t.Errorf("volume %s: %+v on %v, want %s", c.volume, v, hostPath, c.want)
+		}
+		if !strings.Contains(objs.ConfigMap.Data[c.configKey], c.configPath) {
+			t.Errorf("%s lacks %s: %s", c.configKey, c.configPath, objs.ConfigMap.Data[c.configKey])
+		}
+	}
+}
+
 func TestPlanHashChangesWithTheConfig(t *testing.T) {
 	a, _ := renderFor(t, pipeline("tomo"))
 	sp := pipeline("tomo")

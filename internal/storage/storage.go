@@ -145,8 +145,15 @@ func (r *Refusal) Error() string { return r.Field + ": " + r.Message }
 // Check refuses a use of a root that does not exist, does not serve the node's role, is
 // read-only where the pipeline writes, or does not admit the pipeline's namespace with the
 // user and group its agents run as. A claim is the namespace's own: nothing to check here.
-func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) error {
+//
+// Where the node daemon makes pipelines' directories (prefixes, Served), a pipeline writes in a
+// directory of its own: its files (every file consumer's of a gateway) under one directory of
+// the root, not in the root itself.
+func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
 	if err := consumersShareOneVolume(sp); err != nil {
+		return err
+	}
+	if err := writesInADirectory(sp, roots, prefixes); err != nil {
 		return err
 	}
 	uid, gid := sp.Spec.RunAs()
@@ -180,6 +187,24 @@ func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) er
 				"StorageRoot %q does not admit namespace %s with user %d and group %d (spec.files): ask the admin, or use one of your PersistentVolumeClaims",
 				u.Root, sp.Namespace, uid, gid)}
 		}
+	}
+	return nil
+}
+
+// writesInADirectory refuses files written directly in a root the node daemon serves: the
+// pipeline's volume would be the whole root.
+func writesInADirectory(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
+	for _, u := range Uses(sp) {
+		root, ok := roots[u.Root]
+		if u.ReadOnly || u.Spill || u.Claim != "" || !ok || !Served(root, prefixes) || Dir(sp, u, roots, prefixes) != "" {
+			continue
+		}
+		msg := fmt.Sprintf("%q is not in a directory of its own under StorageRoot %q: a pipeline's volume is its own directory of the root, never the whole root (e.g. run-1/%s)",
+			u.Path, u.Root, path.Base(u.Path))
+		if u.Role == RoleGateway && useDir(sp, u) != "" {
+			msg = fmt.Sprintf("the file consumers of a gateway write under one directory of StorageRoot %q (the pipeline's volume); %q and another consumer's path have none in common", u.Root, u.Path)
+		}
+		return &Refusal{ReasonNotAllowed, u.Field + ".path", msg}
 	}
 	return nil
 }
@@ -309,7 +334,9 @@ func patternsMeet(p, q string) bool {
 
 // Collision finds the first file the pipeline would write that an older pipeline (earlier
 // creation, then namespace/name) already writes. Others are every pipeline of the cluster.
-func Collision(sp *v1beta1.StreamPipeline, others []v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) error {
+// Where volumes are pipelines' own directories (prefixes), two pipelines' directories on a node
+// are never one inside the other either.
+func Collision(sp *v1beta1.StreamPipeline, others []v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
 	mine := Writes(sp, roots)
 	if len(mine) == 0 {
 		return nil
@@ -318,6 +345,9 @@ func Collision(sp *v1beta1.StreamPipeline, others []v1beta1.StreamPipeline, root
 		o := &others[i]
 		if o.UID == sp.UID || !older(o, sp) || o.DeletionTimestamp != nil {
 			continue
+		}
+		if err := dirsMeet(sp, o, roots, prefixes); err != nil {
+			return err
 		}
 		for _, theirs := range Writes(o, roots) {
 			for _, w := range mine {
@@ -335,6 +365,38 @@ func Collision(sp *v1beta1.StreamPipeline, others []v1beta1.StreamPipeline, root
 				return &Refusal{ReasonPathInUse, w.Field, fmt.Sprintf("%s %s is written by %s (%s), created earlier: two pipelines never write the same file; choose another path",
 					w.Pattern, where, who, theirs.Pattern)}
 			}
+		}
+	}
+	return nil
+}
+
+// hostDirs are the host directories of the pipeline's own volumes that it writes in, by node.
+type hostDir struct{ field, node, dir string }
+
+func hostDirs(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) []hostDir {
+	var out []hostDir
+	for _, u := range Uses(sp) {
+		if dir := Dir(sp, u, roots, prefixes); !u.ReadOnly && dir != "" {
+			out = append(out, hostDir{u.Field + ".path", u.Node, path.Join(roots[u.Root].Spec.Path, dir)})
+		}
+	}
+	return out
+}
+
+// dirsMeet refuses sp's directory when it is o's, or one is inside the other, on one node.
+func dirsMeet(sp, o *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
+	inside := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") }
+	for _, theirs := range hostDirs(o, roots, prefixes) {
+		for _, d := range hostDirs(sp, roots, prefixes) {
+			if d.node != theirs.node || (!inside(d.dir, theirs.dir) && !inside(theirs.dir, d.dir)) {
+				continue
+			}
+			theirsIs := "the directory of a StreamPipeline of another namespace"
+			if o.Namespace == sp.Namespace {
+				theirsIs = theirs.dir + ", the directory of StreamPipeline " + o.Name
+			}
+			return &Refusal{ReasonPathInUse, d.field, fmt.Sprintf("directory %s on node %s is, holds or is inside %s, created earlier: each pipeline writes in a directory of its own; choose another path",
+				d.dir, d.node, theirsIs)}
 		}
 	}
 	return nil
@@ -378,12 +440,98 @@ type Volume struct {
 }
 
 // ClaimName is the claim a pod of this role, stream and node mounts for a use: the pipeline's
-// own, or the one made for the root on that node.
-func ClaimName(sp *v1beta1.StreamPipeline, u Use) string {
+// own, or the one made for the root (or the pipeline's directory of it, dir) on that node.
+func ClaimName(sp *v1beta1.StreamPipeline, u Use, dir string) string {
 	if u.Claim != "" {
 		return u.Claim
 	}
-	return fmt.Sprintf("%s-%s-%s", sp.Name, "storage", hash(u.Root, u.Node, fmt.Sprint(u.ReadOnly))[:10])
+	parts := []string{u.Root, u.Node, fmt.Sprint(u.ReadOnly)}
+	if dir != "" {
+		parts = append(parts, dir)
+	}
+	return fmt.Sprintf("%s-%s-%s", sp.Name, "storage", hash(parts...)[:10])
+}
+
+// Served says the node daemon makes pipelines' directories under the root: its path is one of
+// prefixes (the chart's operator.hostPathPrefixes, which the daemon mounts) or under one.
+func Served(root *v1beta1.StorageRoot, prefixes []string) bool {
+	for _, p := range prefixes {
+		p = path.Clean(p)
+		if root.Spec.Path == p || strings.HasPrefix(root.Spec.Path, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Dir is the directory of its root that a use's volume holds, relative to the root: the
+// directory its files are in (up to the first placeholder), or for a spill the pipeline's own
+// spill directory, common to every use that shares the volume. "" is the whole root (or claim):
+// a claim, or a root the node daemon does not serve (Served).
+func Dir(sp *v1beta1.StreamPipeline, u Use, roots map[string]*v1beta1.StorageRoot, prefixes []string) string {
+	root, ok := roots[u.Root]
+	if u.Claim != "" || !ok || !Served(root, prefixes) {
+		return ""
+	}
+	dir, first := "", true
+	for _, o := range Uses(sp) {
+		if !sameVolume(o, u) {
+			continue
+		}
+		if d := useDir(sp, o); first {
+			dir, first = d, false
+		} else {
+			dir = commonDir(dir, d)
+		}
+	}
+	return dir
+}
+
+// sameVolume: two uses reach the host through one volume: one root, node, role, access and kind
+// (data or spill); each sender's pod has its own.
+func sameVolume(a, b Use) bool {
+	return a.Root == b.Root && a.Claim == b.Claim && a.Node == b.Node && a.Role == b.Role &&
+		a.ReadOnly == b.ReadOnly && a.Spill == b.Spill && (a.Role == RoleGateway || a.Stream == b.Stream)
+}
+
+// useDir is the directory one use needs of its root.
+func useDir(sp *v1beta1.StreamPipeline, u Use) string {
+	switch {
+	case u.Spill && u.Role == RoleSender:
+		return SpillDir(sp)
+	case u.Spill:
+		return path.Join(u.Path, pipelineDir(sp)) // above each consumer's and stream's
+	}
+	segs := strings.Split(u.Path, "/")
+	segs = segs[:len(segs)-1] // the file's name
+	for i, s := range segs {
+		if strings.Contains(s, "{") {
+			segs = segs[:i]
+			break
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// commonDir is the longest directory both a and b are in ("" the root).
+func commonDir(a, b string) string {
+	as, bs := strings.Split(a, "/"), strings.Split(b, "/")
+	n := 0
+	for n < len(as) && n < len(bs) && as[n] == bs[n] {
+		n++
+	}
+	return strings.Join(as[:n], "/")
+}
+
+// InDir is p (relative to the root) relative to dir, the part of the root a volume holds.
+func InDir(p, dir string) string {
+	if dir == "" {
+		return p
+	}
+	if p == dir {
+		return ""
+	}
+	return strings.TrimPrefix(p, dir+"/")
 }
 
 // StateClaimName is the claim of a sender node's state directory.
@@ -391,10 +539,11 @@ func StateClaimName(sp *v1beta1.StreamPipeline, node string) string {
 	return fmt.Sprintf("%s-state-%s", sp.Name, hash(node)[:10])
 }
 
-// Volumes are the claims and volumes the operator makes for the pipeline: one per root and node
-// it uses (read-only apart), and one per sender node for its state. Each volume is bound to its
-// claim from the start and holds the whole root: the pods never see the host above it.
-func Volumes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) []Volume {
+// Volumes are the claims and volumes the operator makes for the pipeline: one per root, node
+// and access it uses — the pipeline's own directory of the root (Dir) where the node daemon makes
+// it, else the whole root — and one per sender node for its state. Each volume is bound to its
+// claim from the start: the pods never see the host above it.
+func Volumes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) []Volume {
 	var out []Volume
 	seen := map[string]bool{}
 	add := func(claim, node, hostPath string, hostType corev1.HostPathType, readOnly bool) {
@@ -412,7 +561,8 @@ func Volumes(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot) 
 		if u.Claim != "" || !ok {
 			continue
 		}
-		add(ClaimName(sp, u), u.Node, root.Spec.Path, corev1.HostPathDirectory, u.ReadOnly)
+		dir := Dir(sp, u, roots, prefixes)
+		add(ClaimName(sp, u, dir), u.Node, path.Join(root.Spec.Path, dir), corev1.HostPathDirectory, u.ReadOnly)
 	}
 	return out
 }

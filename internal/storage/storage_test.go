@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -165,7 +166,7 @@ func TestCheckRefusesWhatTheAdminDidNotAllow(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			r := refusal(t, Check(pipeline(c.ns, "p", 0, c.edit), roots()), ReasonNotAllowed, c.field)
+			r := refusal(t, Check(pipeline(c.ns, "p", 0, c.edit), roots(), nil), ReasonNotAllowed, c.field)
 			if r != nil && !strings.Contains(r.Message, c.says) {
 				t.Errorf("%s: %s; want it to say %q", r.Field, r.Message, c.says)
 			}
@@ -241,11 +242,125 @@ func TestCollisionsAreRefusedToTheNewerPipeline(t *testing.T) {
 			old := pipeline("ns", "old", 0, c.older)
 			young := pipeline(c.newerNS, "young", 1, c.newer)
 			others := []v1beta1.StreamPipeline{*old, *young}
-			if err := Collision(old, others, all); err != nil {
+			if err := Collision(old, others, all, nil); err != nil {
 				t.Errorf("the older pipeline is refused: %v", err)
 			}
-			r := refusal(t, Collision(young, others, all), ReasonPathInUse, c.field)
+			r := refusal(t, Collision(young, others, all, nil), ReasonPathInUse, c.field)
 			if r != nil && c.newerNS != "ns" && strings.Contains(r.Message, "old") {
+				t.Errorf("names a pipeline of another namespace: %s", r.Message)
+			}
+		})
+	}
+}
+
+// Where the node daemon makes pipelines' directories (a root under a prefix), each volume is the
+// pipeline's own directory of the root, never the whole root; elsewhere, the whole root.
+func TestVolumesAreThePipelinesOwnDirectories(t *testing.T) {
+	all := roots()
+	all["nvme"].Spec.NodeRoles = []string{RoleSender, RoleGateway}
+	hostPaths := func(sp *v1beta1.StreamPipeline, prefixes []string) map[string]bool {
+		out := map[string]bool{}
+		for _, v := range Volumes(sp, all, prefixes) {
+			if p := v.PV.Spec.HostPath.Path; !strings.HasPrefix(p, StateHostRoot) {
+				out[p+map[bool]string{true: " ro", false: ""}[v.Claim.Spec.AccessModes[0] == "ReadOnlyMany"]] = true
+			}
+		}
+		return out
+	}
+	sp := pipeline("beamline-7", "p", 0, func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Root: "raw", Path: "visit-1/scan-3/frames.raw"}}
+		sp.Spec.Spill = &v1beta1.Spill{MaxBytes: 1 << 30, Root: "nvme", Path: "spill"}
+		sinks(fileConsumer("raw", "archive", "visit-1/run-{stream}/x.raw"), spilling(hdf5Consumer("nx", "archive", "visit-1/nx/{stream}.h5"), "nvme", "cs"))(sp)
+		sp.Spec.Files = ids(2000, 2000)
+	})
+	if err := Check(sp, all, []string{"/archive", "/detector", "/nvme"}); err != nil {
+		t.Fatal(err)
+	}
+	got := hostPaths(sp, []string{"/archive", "/detector", "/nvme"})
+	want := map[string]bool{
+		"/detector/raw/visit-1/scan-3 ro": true, // the source's directory, read-only
+		"/nvme/spill/beamline-7/p-p-uid":  true, // the sender's spill
+		"/archive/visit-1":                true, // both consumers' files, up to a placeholder
+		"/nvme/cs/beamline-7/p-p-uid":     true, // the consumers' spills
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("host paths %v, want %v", got, want)
+	}
+	// Only /archive served: the other roots whole, as before.
+	got = hostPaths(sp, []string{"/archive/"})
+	want = map[string]bool{"/detector/raw ro": true, "/nvme": true, "/archive/visit-1": true}
+	if !maps.Equal(got, want) {
+		t.Errorf("host paths %v, want %v", got, want)
+	}
+	// A prefix names directories, not the start of a name.
+	if Served(all["archive"], []string{"/arch"}) || !Served(all["archive-2"], []string{"/archive"}) {
+		t.Error("Served matches names, not directories")
+	}
+	// Another pipeline's claim for the same root and node is another claim.
+	other := pipeline("beamline-7", "q", 1, sinks(fileConsumer("raw", "archive", "visit-2/x.raw")))
+	mine, theirs := Volumes(sp, all, []string{"/archive"}), Volumes(other, all, []string{"/archive"})
+	for _, a := range mine {
+		for _, b := range theirs {
+			if a.PV.Name == b.PV.Name {
+				t.Errorf("two pipelines share volume %s", a.PV.Name)
+			}
+		}
+	}
+}
+
+// A pipeline writing straight into a served root, or whose consumers share no directory, would
+// have the whole root as its volume: refused, naming the field.
+func TestCheckRefusesAVolumeOfTheWholeRoot(t *testing.T) {
+	served := []string{"/archive"}
+	for name, c := range map[string]struct {
+		edit        func(*v1beta1.StreamPipeline)
+		field, says string
+	}{
+		"a file in the root":      {fileSink("archive", "x-{stream}.raw"), "spec.sink.file.path", "not in a directory of its own"},
+		"a placeholder on top":    {fileSink("archive", "{stream}/x.raw"), "spec.sink.file.path", "not in a directory of its own"},
+		"consumers apart":         {sinks(fileConsumer("a", "archive", "a/x.raw"), fileConsumer("b", "archive", "b/x.raw")), "spec.sinks[0].file.path", "under one directory"},
+		"consumers in one":        {sinks(fileConsumer("a", "archive", "v/a/x.raw"), fileConsumer("b", "archive", "v/b/x.raw")), "", ""},
+		"a file in its directory": {fileSink("archive", "run/x.raw"), "", ""},
+		"a root the daemon does not serve": {func(sp *v1beta1.StreamPipeline) {
+			fileSink("tenant-only", "x.raw")(sp)
+			sp.Spec.Files = ids(2000, 2000)
+		}, "", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := refusal(t, Check(pipeline("beamline-7", "p", 0, c.edit), roots(), served), ReasonNotAllowed, c.field)
+			if r != nil && !strings.Contains(r.Message, c.says) {
+				t.Errorf("%s: %s; want it to say %q", r.Field, r.Message, c.says)
+			}
+		})
+	}
+}
+
+// Two pipelines' directories on a node are never one inside the other: the newer is refused.
+func TestPipelinesDirectoriesNeverNest(t *testing.T) {
+	all := roots()
+	served := []string{"/archive"}
+	for name, c := range map[string]struct {
+		older, newer func(*v1beta1.StreamPipeline)
+		newerNS      string
+		field        string
+	}{
+		"one directory":          {fileSink("archive", "run/x.raw"), fileSink("archive", "run/y.raw"), "beamline-7", "spec.sink.file.path"},
+		"inside the other's":     {fileSink("archive", "run/x.raw"), fileSink("archive", "run/a/y.raw"), "other", "spec.sink.file.path"},
+		"holding the other's":    {fileSink("archive", "run/a/x.raw"), fileSink("archive", "run/y.raw"), "beamline-7", "spec.sink.file.path"},
+		"through another root":   {fileSink("archive", "run/a/x.raw"), fileSink("archive-2", "a/y.raw"), "beamline-7", "spec.sink.file.path"},
+		"siblings":               {fileSink("archive", "run/a/x.raw"), fileSink("archive", "run/b/y.raw"), "beamline-7", ""},
+		"a name's prefix":        {fileSink("archive", "run/a/x.raw"), fileSink("archive", "run/ab/y.raw"), "beamline-7", ""},
+		"not served: files only": {fileSink("tenant-only", "run/x.raw"), fileSink("tenant-only", "run/y.raw"), "beamline-7", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			old := pipeline("beamline-7", "old", 0, c.older)
+			young := pipeline(c.newerNS, "young", 1, c.newer)
+			others := []v1beta1.StreamPipeline{*old, *young}
+			if err := Collision(old, others, all, served); err != nil {
+				t.Errorf("the older pipeline is refused: %v", err)
+			}
+			r := refusal(t, Collision(young, others, all, served), ReasonPathInUse, c.field)
+			if r != nil && c.newerNS != "beamline-7" && strings.Contains(r.Message, "StreamPipeline old") {
 				t.Errorf("names a pipeline of another namespace: %s", r.Message)
 			}
 		})
