@@ -120,7 +120,7 @@ print(f'status    Ready Completed; observed {obs["rawGbps"]} Gbit/s raw, {obs["w
       f'{obs["chunksDelivered"]} delivered, {obs["chunksLost"]} lost, {obs["chunksCorrupt"]} corrupt; NIC-local {obs.get("nicLocal")}')
 pred, got = float(st["predictedGbps"]), float(obs["rawGbps"])
 print(f'plan      predicted {pred:.2f} Gbit/s raw, bottleneck {st["bottleneck"]}; observed {got:.2f} ({100*got/pred:.0f}% of the prediction)')
-for f in sorted(glob.glob(f"{d}/facility-*.raw")):
+for f in sorted(glob.glob(f"{d}/raw/facility-*.raw")):
     size = os.path.getsize(f)
     print(f'file      {f}: {size} bytes ({"complete" if size == rx["raw_bytes"] else "INCOMPLETE"})')
 ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx["wire_bytes"]
@@ -161,15 +161,15 @@ if ! grep -qF '(direct I/O: past the page cache)' <<<"$opened"; then
   exit 1
 fi
 sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /gateway   /' <<<"$opened"
-echo "h5dump -H $SINK/scan-0.h5:"
-h5dump -H "$SINK/scan-0.h5" | sed 's/^/    /'
+echo "h5dump -H $SINK/hdf5/scan-0.h5:"
+h5dump -H "$SINK/hdf5/scan-0.h5" | sed 's/^/    /'
 bin/numastream-agent synth --out "$SINK/source.raw" --chunk-bytes 11059200 --frames 4 --seed 7
 "$(bash hack/pyenv.sh)" - "$SINK" <<'PY'
 import os, subprocess, sys
 import h5py, hdf5plugin, numpy as np
 d = sys.argv[1]
 src = np.fromfile(f"{d}/source.raw", dtype="<u2").reshape(4, 2160, 2560)
-with h5py.File(f"{d}/scan-0.h5", "r") as f:
+with h5py.File(f"{d}/hdf5/scan-0.h5", "r") as f:
     ds = f["/exchange/data"]
     bad = [i for i in range(ds.shape[0]) if not np.array_equal(ds[i], src[i % 4])]
     stored = sum(ds.id.get_chunk_info(i).size for i in range(ds.id.get_num_chunks()))
@@ -177,7 +177,7 @@ with h5py.File(f"{d}/scan-0.h5", "r") as f:
           f"{ds.shape[0] - len(bad)} of {ds.shape[0]} frames equal to the source; "
           f"{stored / 1e6:.1f} MB stored for {ds.shape[0] * src[0].nbytes / 1e6:.1f} MB of pixels")
 env = dict(os.environ, HDF5_PLUGIN_PATH=hdf5plugin.PLUGIN_PATH)
-out = subprocess.run(["h5dump", "-d", "/exchange/data", "-s", "59,1080,1280", "-c", "1,1,4", "-w", "0", f"{d}/scan-0.h5"],
+out = subprocess.run(["h5dump", "-d", "/exchange/data", "-s", "59,1080,1280", "-c", "1,1,4", "-w", "0", f"{d}/hdf5/scan-0.h5"],
                      capture_output=True, text=True, env=env, check=True).stdout
 line = [l.strip() for l in out.splitlines() if l.strip().startswith("(59,1080,1280)")][0]
 print(f"h5dump    frame 59, row 1080, pixels 1280-1283: {line.split(':', 1)[1].strip()} "
@@ -201,7 +201,7 @@ if [ -z "$ip" ]; then
 fi
 echo "detector  eiger-sim on detector-a, Stream V2 at tcp://$ip:31001: 2 rotation series of 40 images (omega 0 + 0.1 deg per image), 514x1030 uint16, 2 thresholds, bslz4"
 sed -e "s/DETECTOR_IP/$ip/" \
-    -e 's|^\( *\)path: eiger-{series}.h5$|&\n\1nxmx: {framesPerFile: 10, instrument: "facility in a box", sample: "demo crystal"}|' \
+    -e 's|^\( *\)path: nxmx/eiger-{series}.h5$|&\n\1nxmx: {framesPerFile: 10, instrument: "facility in a box", sample: "demo crystal"}|' \
     test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
   [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
@@ -209,16 +209,16 @@ for _ in $(seq 120); do
 done
 bin/kubectl-numastream status facility-stream2
 for _ in $(seq 360); do
-  [ -f "$SINK/eiger-1_data_000004.h5" ] && [ -f "$SINK/eiger-2_data_000004.h5" ] && break
+  [ -f "$SINK/nxmx/eiger-1_data_000004.h5" ] && [ -f "$SINK/nxmx/eiger-2_data_000004.h5" ] && break
   sleep 0.5
 done
 tx=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=sender -o jsonpath='{.items[0].metadata.name}')
 gw=$(k get pods -l numastream.io/pipeline=facility-stream2,numastream.io/role=gateway -o jsonpath='{.items[0].metadata.name}')
 k logs "$tx" -c agent | grep -E 'stream2: (series|the detector)' | sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /sender    /'
 k logs "$gw" -c decompress | grep -E 'hdf5 sink: series' | sed -E 's/^[^ ]+ [A-Z]+ numastream-agent: /gateway   /'
-if ! [ -f "$SINK/eiger-1_data_000004.h5" ] || ! [ -f "$SINK/eiger-2_data_000004.h5" ]; then
+if ! [ -f "$SINK/nxmx/eiger-1_data_000004.h5" ] || ! [ -f "$SINK/nxmx/eiger-2_data_000004.h5" ]; then
   echo "the two series' data files did not all appear within 180 s" >&2
-  ls -la "$SINK" >&2
+  ls -laR "$SINK" >&2
   k get streampipeline facility-stream2 -o yaml >&2
   exit 1
 fi
@@ -244,7 +244,7 @@ d = sys.argv[1]
 src = np.fromfile(f"{d}/eiger-src.raw", dtype="<u2").reshape(45, 514, 1030)
 bad = 0
 for s in (1, 2):
-    master = f"{d}/eiger-{s}_master.h5"
+    master = f"{d}/nxmx/eiger-{s}_master.h5"
     for _ in range(100):  # the master takes end_time once the series is complete
         with h5py.File(master, "r") as f:
             if "end_time" in f["/entry"]:
@@ -265,7 +265,7 @@ sys.exit(1 if bad else 0)
 PY
 if command -v dials.import >/dev/null; then
   dials_dir=$(mktemp -d)
-  (cd "$dials_dir" && dials.import "$SINK/eiger-1_master.h5" >dials.out 2>&1) || { cat "$dials_dir/dials.out" >&2; exit 1; }
+  (cd "$dials_dir" && dials.import "$SINK/nxmx/eiger-1_master.h5" >dials.out 2>&1) || { cat "$dials_dir/dials.out" >&2; exit 1; }
   /usr/bin/python3 test/codec/dials_probe.py "$dials_dir/imported.expt" >"$dials_dir/probe.json"
   python3 - "$dials_dir/probe.json" <<'PY'
 import json, sys

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -46,6 +47,8 @@ func main() {
 		addresses   = flag.Bool("publish-addresses", false, "publish each data NIC's IPv4 address (run with hostNetwork: the addresses of the host's network namespace), where hostNetwork senders reach a gateway")
 		stateRoot   = flag.String("state-root", "", "the host's sender state root (/var/lib/numastream/streams) as mounted here: each StreamPipeline with a sender on this node gets its directory there, owned by its agents' user (empty: none, so no sender pod can start)")
 		gcState     = flag.Bool("state-gc", true, "remove the state directories of deleted StreamPipelines under --state-root")
+		prefixes    = flag.String("storage-prefixes", "", "comma-separated host directories under which this daemon makes each StreamPipeline's own directories of the StorageRoots it writes under (operator.hostPathPrefixes), mounted here under --host-storage; empty: none, and pipelines' volumes are whole roots")
+		hostStorage = flag.String("host-storage", "/host/storage", "where the host's --storage-prefixes are mounted here: prefix P at this directory + P")
 		nicRates    = flag.String("nic-rate", "", "declared data NICs and the rate of the path behind each, NIC=MBIT[,...]: published as the NIC's speed, virtual interfaces included")
 	)
 	opts := zap.Options{}
@@ -72,7 +75,13 @@ func main() {
 	if *addresses {
 		address = ipv4Of
 	}
-	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, *stateRoot, *gcState, *health); err != nil {
+	st := storageFlags{stateRoot: *stateRoot, gc: *gcState, hostMount: *hostStorage}
+	for _, p := range strings.Split(*prefixes, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			st.prefixes = append(st.prefixes, p)
+		}
+	}
+	if err := run(log, *node, *namespace, *podName, *agent, *sysfs, *publish, *featuresDir, *pluginDir, *tokens, *interval, *benchRounds, rates, address, st, *health); err != nil {
 		log.Error(err, "Node daemon failed")
 		os.Exit(1)
 	}
@@ -118,9 +127,18 @@ func stateGC(root string, log logr.Logger) (*nodedaemon.StateGC, error) {
 	}}, nil
 }
 
-// prepareState makes the state directories of the StreamPipelines with a sender on this node as
-// soon as the daemon sees them (a watch), so their sender pods find them when they start.
-func prepareState(ctx context.Context, root, node string, log logr.Logger) error {
+// storageFlags: where the daemon makes pipelines' directories on this node.
+type storageFlags struct {
+	stateRoot string // the senders' state root as mounted here ("" none)
+	gc        bool   // remove the state of deleted pipelines
+	prefixes  []string
+	hostMount string
+}
+
+// prepareDirectories makes the state directories of the StreamPipelines with a sender on this
+// node, and their own directories of the StorageRoots they write under here, as soon as the daemon
+// sees them (a watch), so their pods find them when they start.
+func prepareDirectories(ctx context.Context, st storageFlags, node string, log logr.Logger) error {
 	scheme := runtime.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return err
@@ -133,11 +151,31 @@ func prepareState(ctx context.Context, root, node string, log logr.Logger) error
 	if err != nil {
 		return err
 	}
-	prep := &nodedaemon.StatePrep{Root: root, Node: node, Log: log}
+	state := &nodedaemon.StatePrep{Root: st.stateRoot, Node: node, Log: log}
+	dirs := &nodedaemon.DirPrep{HostMount: st.hostMount, Prefixes: st.prefixes, Node: node, Log: log, Roots: func() map[string]*v1beta1.StorageRoot {
+		var list v1beta1.StorageRootList
+		out := map[string]*v1beta1.StorageRoot{}
+		if err := c.List(ctx, &list); err != nil {
+			log.Error(err, "Cannot read the StorageRoots")
+		}
+		for i := range list.Items {
+			out[list.Items[i].Name] = &list.Items[i]
+		}
+		return out
+	}}
 	do := func(o any) {
-		if sp, ok := o.(*v1beta1.StreamPipeline); ok {
-			if _, err := prep.Prepare(sp); err != nil {
+		sp, ok := o.(*v1beta1.StreamPipeline)
+		if !ok {
+			return
+		}
+		if st.stateRoot != "" {
+			if _, err := state.Prepare(sp); err != nil {
 				log.Error(err, "Cannot prepare a pipeline's state directory", "pipeline", sp.Namespace+"/"+sp.Name)
+			}
+		}
+		if len(st.prefixes) > 0 {
+			if _, err := dirs.Prepare(sp); err != nil {
+				log.Error(err, "Cannot make a pipeline's directory", "pipeline", sp.Namespace+"/"+sp.Name)
 			}
 		}
 	}
@@ -145,6 +183,27 @@ func prepareState(ctx context.Context, root, node string, log logr.Logger) error
 		AddFunc: do, UpdateFunc: func(_, o any) { do(o) },
 	}); err != nil {
 		return err
+	}
+	if len(st.prefixes) > 0 {
+		// A root made (or moved) after its pipelines: make their directories then.
+		roots, err := c.GetInformer(ctx, &v1beta1.StorageRoot{})
+		if err != nil {
+			return err
+		}
+		again := func(any) {
+			var list v1beta1.StreamPipelineList
+			if err := c.List(ctx, &list); err != nil {
+				log.Error(err, "Cannot read the StreamPipelines")
+			}
+			for i := range list.Items {
+				do(&list.Items[i])
+			}
+		}
+		if _, err := roots.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: again, UpdateFunc: func(_, o any) { again(o) },
+		}); err != nil {
+			return err
+		}
 	}
 	go func() {
 		if err := c.Start(ctx); err != nil {
@@ -172,7 +231,7 @@ func ipv4Of(name string) string {
 	return ""
 }
 
-func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, stateRoot string, gcState bool, health string) error {
+func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featuresDir, pluginDir string, tokens int, interval time.Duration, benchRounds int, rates map[string]int64, address func(string) string, st storageFlags, health string) error {
 	if node == "" {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	}
@@ -212,13 +271,13 @@ func run(log logr.Logger, node, namespace, podName, agent, sysfs, publish, featu
 	default:
 		return fmt.Errorf("--publish must be nodefeature, features-d or both (got %q)", publish)
 	}
-	if stateRoot != "" {
-		if err := prepareState(ctx, stateRoot, node, log); err != nil {
+	if st.stateRoot != "" || len(st.prefixes) > 0 {
+		if err := prepareDirectories(ctx, st, node, log); err != nil {
 			return err
 		}
 	}
-	if stateRoot != "" && gcState {
-		gc, err := stateGC(stateRoot, log)
+	if st.stateRoot != "" && st.gc {
+		gc, err := stateGC(st.stateRoot, log)
 		if err != nil {
 			return err
 		}

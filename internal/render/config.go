@@ -2,8 +2,8 @@ package render
 
 import (
 	"fmt"
-	"path"
 	"net/netip"
+	"path"
 	"sort"
 	"strconv"
 

@@ -247,7 +247,8 @@ func TestValueSets(t *testing.T) {
 		t.Error("features-d mode grants NodeFeature permissions")
 	}
 	// Every mode reads StreamPipelines, and nothing else cluster-wide: their senders' state
-	// directories are the daemon's to make.
+	// directories are the daemon's to make (and with operator.hostPathPrefixes, their own
+	// directories of StorageRoots: it reads those too).
 	rules, _, _ := unstructured.NestedSlice(find(objs, "ClusterRole", "node-daemon-pipelines").Object, "rules")
 	if len(rules) != 1 || fmt.Sprint(rules[0]) != "map[apiGroups:[numastream.io] resources:[streampipelines] verbs:[list watch]]" {
 		t.Errorf("node daemon cluster rules %v", rules)
@@ -495,5 +496,51 @@ func TestTheChartRendersAsAnUmbrellaChartsDependencyWithGlobals(t *testing.T) {
 	objs := decode(t, out)
 	if find(objs, "Deployment", "operator") == nil || find(objs, "DaemonSet", "node-daemon") == nil {
 		t.Errorf("the umbrella chart rendered %d objects without numastream's operator and node daemon", len(objs))
+	}
+}
+
+// With operator.hostPathPrefixes, the node daemon mounts each (a host directory, never created)
+// where it makes pipelines' own directories, and both it and the operator know them; without,
+// neither mounts nor names any.
+func TestTheNodeDaemonMountsTheHostPathPrefixes(t *testing.T) {
+	objs, err := render(t, "--set", "operator.hostPathPrefixes={/data/beamline,/scratch}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := podSpec(t, find(objs, "DaemonSet", "node-daemon"))
+	mounts := map[string]string{}
+	for _, m := range daemon.Containers[0].VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	for i, p := range []string{"/data/beamline", "/scratch"} {
+		name := fmt.Sprintf("storage-%d", i)
+		var hostPath string
+		for _, v := range daemon.Volumes {
+			if v.Name == name && v.HostPath != nil && *v.HostPath.Type == "Directory" {
+				hostPath = v.HostPath.Path
+			}
+		}
+		if hostPath != p || mounts[name] != "/host/storage"+p || mounts[name] == "" {
+			t.Errorf("%s: host %q mounted at %q, want %s at /host/storage%s", name, hostPath, mounts[name], p, p)
+		}
+	}
+	if args := strings.Join(daemon.Containers[0].Args, " "); !strings.Contains(args, "--storage-prefixes=/data/beamline,/scratch --host-storage=/host/storage") {
+		t.Errorf("node daemon args %s", args)
+	}
+	if args := strings.Join(podSpec(t, find(objs, "Deployment", "operator")).Containers[0].Args, " "); !strings.Contains(args, "--storage-prefixes=/data/beamline,/scratch ") {
+		t.Errorf("operator args %s", args)
+	}
+	rules, _, _ := unstructured.NestedSlice(find(objs, "ClusterRole", "node-daemon-pipelines").Object, "rules")
+	if len(rules) != 1 || fmt.Sprint(rules[0]) != "map[apiGroups:[numastream.io] resources:[storageroots streampipelines] verbs:[list watch]]" {
+		t.Errorf("node daemon cluster rules %v", rules)
+	}
+	objs, err = render(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"DaemonSet", "Deployment"} {
+		if args := strings.Join(podSpec(t, find(objs, kind, "")).Containers[0].Args, " "); strings.Contains(args, "storage-prefixes") {
+			t.Errorf("%s without prefixes: %s", kind, args)
+		}
 	}
 }

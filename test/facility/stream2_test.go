@@ -93,7 +93,7 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	sp := &v1beta1.StreamPipeline{}
 	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
 	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
-	text = strings.ReplaceAll(text, "path: eiger-", "path: "+filepath.Base(dir)+"/eiger-")
+	text = strings.ReplaceAll(text, "path: nxmx/eiger-", "path: "+filepath.Base(dir)+"/eiger-")
 	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	sp := &v1beta1.StreamPipeline{}
 	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
 	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
-	text = strings.ReplaceAll(text, "path: eiger-", "path: "+filepath.Base(dir)+"/eiger-")
+	text = strings.ReplaceAll(text, "path: nxmx/eiger-", "path: "+filepath.Base(dir)+"/eiger-")
 	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
 		t.Fatal(err)
 	}

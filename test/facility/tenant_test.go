@@ -97,8 +97,8 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	if sys.Uid != uid || sys.Gid != gid || st.Mode().Perm() != 0o640 || st.Size() != 20*11059200 {
 		t.Errorf("%s: owner %d:%d mode %v size %d; want %d:%d 0640 %d", file, sys.Uid, sys.Gid, st.Mode().Perm(), st.Size(), uid, gid, 20*11059200)
 	}
-	if d, err := os.Stat(filepath.Dir(file)); err != nil || d.Mode().Perm() != 0o750 {
-		t.Errorf("the run directory the agent made: %v %v, want 0750", d.Mode().Perm(), err)
+	if d, err := os.Stat(filepath.Dir(file)); err != nil || d.Mode().Perm() != 0o750 || d.Sys().(*syscall.Stat_t).Uid != uid {
+		t.Errorf("the run directory the node daemon made: %v %v, want the pipeline's, 0750", d.Mode().Perm(), err)
 	}
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(tenant), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
@@ -115,10 +115,24 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 			}
 		}
 	}
-	// Another pod of the namespace mounting the pipeline's storage claim (the whole root behind
-	// it) is refused by the chart's admission policy, naming the claim.
+	// Another pod of the namespace mounting the pipeline's storage claim is refused by the
+	// chart's admission policy, naming the claim; and behind the claim is the pipeline's own
+	// directory of the root (the root is under operator.hostPathPrefixes), never the whole root.
 	if claim == "" {
 		t.Fatal("no storage claim on the tenant pipeline's pods")
+	}
+	var bound corev1.PersistentVolumeClaim
+	var pv corev1.PersistentVolume
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: tenant, Name: claim}, &bound); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: bound.Spec.VolumeName}, &pv); err != nil {
+		t.Fatal(err)
+	}
+	if hp := pv.Spec.HostPath; hp == nil || hp.Path != filepath.Join(hostDir, "run-1") {
+		t.Errorf("claim %s is bound to %+v, want the pipeline's directory %s/run-1", claim, hp, hostDir)
+	} else {
+		t.Logf("claim %s holds %s", claim, hp.Path)
 	}
 	peek := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "peek", Namespace: tenant}, Spec: corev1.PodSpec{
 		RestartPolicy:   corev1.RestartPolicyNever,
