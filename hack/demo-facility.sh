@@ -120,7 +120,7 @@ print(f'status    Ready Completed; observed {obs["rawGbps"]} Gbit/s raw, {obs["w
       f'{obs["chunksDelivered"]} delivered, {obs["chunksLost"]} lost, {obs["chunksCorrupt"]} corrupt; NIC-local {obs.get("nicLocal")}')
 pred, got = float(st["predictedGbps"]), float(obs["rawGbps"])
 print(f'plan      predicted {pred:.2f} Gbit/s raw, bottleneck {st["bottleneck"]}; observed {got:.2f} ({100*got/pred:.0f}% of the prediction)')
-for f in sorted(glob.glob(f"{d}/raw/facility-*.raw")):
+for f in sorted(glob.glob(f"{d}/run-1/facility-*.raw")):
     size = os.path.getsize(f)
     print(f'file      {f}: {size} bytes ({"complete" if size == rx["raw_bytes"] else "INCOMPLETE"})')
 ok = rx["lost"] == 0 and rx["corrupt"] == 0 and rx["complete"] and link_rx >= rx["wire_bytes"]

@@ -499,7 +499,7 @@ func TestTheChartRendersAsAnUmbrellaChartsDependencyWithGlobals(t *testing.T) {
 	}
 }
 
-// With operator.hostPathPrefixes, the node daemon mounts each (a host directory, never created)
+// With operator.hostPathPrefixes, the node daemon mounts each (made where a node lacks it)
 // where it makes pipelines' own directories, and both it and the operator know them; without,
 // neither mounts nor names any.
 func TestTheNodeDaemonMountsTheHostPathPrefixes(t *testing.T) {
@@ -516,7 +516,7 @@ func TestTheNodeDaemonMountsTheHostPathPrefixes(t *testing.T) {
 		name := fmt.Sprintf("storage-%d", i)
 		var hostPath string
 		for _, v := range daemon.Volumes {
-			if v.Name == name && v.HostPath != nil && *v.HostPath.Type == "Directory" {
+			if v.Name == name && v.HostPath != nil && *v.HostPath.Type == "DirectoryOrCreate" {
 				hostPath = v.HostPath.Path
 			}
 		}
