@@ -163,6 +163,9 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 		replanned = nil
 	}
 	sp.Status.Plan = toAPIPlan(plan)
+	for i := range sp.Status.Plan.Onward {
+		sp.Status.Plan.Onward[i].Security = onwardSecurity(sp, sp.Status.Plan.Onward[i].Consumer)
+	}
 	sp.Status.PredictedGbps = fmt.Sprintf("%.1f", plan.TotalMbit/1000)
 	sp.Status.Bottleneck = string(plan.Bottleneck)
 	d.Facts.PlanMessage = fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
@@ -489,4 +492,14 @@ func topologyRejections(sp *v1beta1.StreamPipeline, pods []corev1.Pod) ([]*corev
 		events = append(events, Event{Related: p, Type: corev1.EventTypeWarning, Reason: ReasonTopologyAffinity, Action: "Replan", Message: msg})
 	}
 	return out, events
+}
+
+// onwardSecurity is how the onward consumer named talks to its far site, for status.plan.onward.
+func onwardSecurity(sp *v1beta1.StreamPipeline, consumer string) string {
+	for _, k := range sp.Spec.Sinks {
+		if k.Name == consumer && k.Onward != nil && k.Onward.InsecurePlaintext {
+			return "insecure-plaintext"
+		}
+	}
+	return "curve"
 }

@@ -53,7 +53,17 @@ func keysSecretName(sp *v1beta1.StreamPipeline) (name string, managed bool) {
 // needsKeys: the pipeline's agents authenticate with CURVE keys.
 func needsKeys(sp *v1beta1.StreamPipeline) bool {
 	mode := sp.Spec.SecurityMode()
-	return mode == v1beta1.SecurityCurve || mode == v1beta1.SecurityAuthenticate
+	if mode == v1beta1.SecurityCurve || mode == v1beta1.SecurityAuthenticate {
+		return true
+	}
+	// An onward hop proves the far site and encrypts whatever the facility network's mode: the
+	// gateway needs its key pair.
+	for _, k := range sp.Spec.Sinks {
+		if k.Onward != nil && k.Onward.ServerKey != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // readKeysSecret reads the Secret keysSecretName names (nil when it does not exist). Secrets

@@ -563,10 +563,13 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"an encrypted onward hop without the far receiver's key": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000"}}}}
 		}, "sinks[].onward.serverKey: the far receiver's public key is required"},
-		"a far receiver's key on a plain pipeline": {func(sp *v1beta1.StreamPipeline) {
+		"a hop on a plain pipeline without the far receiver's key": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone}
-			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey}}}}
-		}, "unless spec.security.mode is none"},
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000"}}}}
+		}, "whatever spec.security.mode says"},
+		"a far receiver's key on an insecure-plaintext hop": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey, InsecurePlaintext: true}}}}
+		}, "unless insecurePlaintext is true; not both"},
 		"a far receiver's key that is not one": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: "short\"key"}}}}
 		}, "spec.sinks[0].onward.serverKey"},
@@ -1858,7 +1861,7 @@ func TestStorageRootsDecideWhatAPipelineMayUse(t *testing.T) {
 		o := p.Onward[0]
 		// The path's 200 Mbit/s carry the stream compressed (expectedRatio 2): 400 of it.
 		return o.Consumer == "hpc" && o.Connections == 9 && o.PredictedPathMbps == 200 && o.PredictedMbps == 400 &&
-			o.Limit == "link" && o.PerConnectionMbps == 22, fmt.Sprintf("onward %+v", o)
+			o.Limit == "link" && o.PerConnectionMbps == 22 && o.Security == "curve", fmt.Sprintf("onward %+v", o)
 	})
 	eventually(t, "the gateway's configuration names the four consumers", func() (bool, string) {
 		cm := &corev1.ConfigMap{}

@@ -38,7 +38,7 @@ type Codec string
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sinks))",message="give sink (one) or sinks (several consumers at once), not both"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.onward))",message="sink.onward: the onward hop is one of spec.sinks (beside what the gateway keeps)"
-// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.all(k, !has(k.onward) || (has(k.onward.serverKey) != (has(self.security) && self.security.mode == 'none')))",message="sinks[].onward.serverKey: the far receiver's public key is required, unless spec.security.mode is none (then it has no use)"
+// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.all(k, !has(k.onward) || (has(k.onward.serverKey) != (has(k.onward.insecurePlaintext) && k.onward.insecurePlaintext)))",message="sinks[].onward.serverKey: the far receiver's public key is required (the hop proves who answers and encrypts, whatever spec.security.mode says), unless insecurePlaintext is true; not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.exists(k, !has(k.guarantee) || k.guarantee == 'lossless')",message="sinks: a chunk is acknowledged once its lossless consumers have it: at least one must be lossless"
 // +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.filter(k, has(k.stream2)).size() <= 1",message="sinks: one stream2 re-emit per pipeline (one port on the gateway's Service)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sinks) && self.sinks.exists(k, has(k.stream2))) || (size(self.senders) == 1 && self.senders.all(s, has(s.source.stream2)))",message="a stream2 consumer re-emits the series of one detector: one sender, its source stream2"
@@ -547,10 +547,17 @@ type OnwardSink struct {
 	Endpoint string `json:"endpoint"`
 	// ServerKey is the far receiver's CURVE public key (40 Z85 characters). The gateway connects
 	// with its own key (gateway.public in the pipeline's keys Secret, which the far receiver must
-	// admit), encrypting as spec.security.mode says. Required unless that mode is none.
+	// admit) and encrypts, whatever spec.security.mode says: a host answering in the far
+	// receiver's place cannot complete the handshake. Required unless insecurePlaintext.
 	// +kubebuilder:validation:Pattern=`^[0-9a-zA-Z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$`
 	// +optional
 	ServerKey string `json:"serverKey,omitempty"`
+	// InsecurePlaintext sends to the far site in clear, with nothing proving who answers: any
+	// host reaching the endpoint (or on the path) reads the data and may acknowledge chunks it
+	// never stored. Only for a far site on a network trusted end to end; status.plan.onward
+	// says so for each stream.
+	// +optional
+	InsecurePlaintext bool `json:"insecurePlaintext,omitempty"`
 	// Link is the path to the far site, for the planner to size the connections.
 	// +optional
 	Link *OnwardLink `json:"link,omitempty"`
@@ -775,6 +782,10 @@ type OnwardPlan struct {
 	PredictedPathMbps int64 `json:"predictedPathMbps,omitempty"`
 	// Limit: stream (the hop keeps up), link (the path's share) or connections (16 carry less).
 	Limit string `json:"limit"`
+	// Security of the hop: curve (the far receiver proven by its key, encrypted) or
+	// insecure-plaintext (spec.sinks[].onward.insecurePlaintext).
+	// +optional
+	Security string `json:"security,omitempty"`
 }
 
 // Observed are the figures the agents report.

@@ -159,7 +159,7 @@ func senderConfigs(in Inputs, s planner.SenderPlan, endpoint string) map[string]
 		}
 		tx.Spill = &SpillConfig{Path: path, MaxBytes: sp.Spec.Spill.MaxBytes}
 	}
-	if in.KeysSecret != "" {
+	if dataKeys(in) {
 		tx.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
 			SecretKeyFile: KeysMountPath + "/secret", ServerKeyFile: KeysMountPath + "/server.public"}}
 	}
@@ -207,7 +207,7 @@ func gatewayConfigs(in Inputs, g planner.GatewayPlan) map[string]AgentConfig {
 
 	relay := base
 	relay.Relay = true
-	if in.KeysSecret != "" {
+	if dataKeys(in) {
 		relay.Security = &SecurityConfig{Curve: &CurveConfig{Mode: securityMode(in),
 			SecretKeyFile: KeysMountPath + "/secret", AllowedKeysFile: KeysMountPath + "/allowed"}}
 	}
@@ -275,6 +275,26 @@ func placedStages(stages []planner.Stage) map[string]StageConfig {
 		}
 	}
 	return out
+}
+
+// dataKeys: the data ports between senders and gateway use the pipeline's keys (security mode
+// curve or authenticate; with mode none the Secret is only the onward hops').
+func dataKeys(in Inputs) bool {
+	return in.KeysSecret != "" && in.Pipeline.Spec.SecurityMode() != v1beta1.SecurityNone
+}
+
+// hopKeys: the gateway's onward hops connect with its key (every hop but an insecure-plaintext
+// one).
+func hopKeys(in Inputs) bool {
+	if in.KeysSecret == "" {
+		return false
+	}
+	for _, k := range in.Pipeline.Spec.Sinks {
+		if k.Onward != nil && k.Onward.ServerKey != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // securityMode is the agent's security.curve.mode for the pipeline's security mode.

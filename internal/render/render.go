@@ -154,6 +154,16 @@ func Render(in Inputs, opts Options) (Objects, error) {
 		return Objects{}, fmt.Errorf("hostNetwork: the data and metrics ports of %d streams run from %d to %d, past 65535: lower spec.port",
 			len(sp.Spec.Senders), sp.Spec.Port, lastHostPort(in))
 	}
+	for i, k := range sp.Spec.Sinks {
+		// The API refuses both since this check; pipelines stored before it (mode none, no key)
+		// may hold them.
+		if k.Onward != nil && k.Onward.ServerKey == "" && !k.Onward.InsecurePlaintext {
+			return Objects{}, fmt.Errorf("spec.sinks[%d].onward.serverKey: the far receiver's public key is required: the hop proves who answers and encrypts whatever spec.security.mode says (set insecurePlaintext: true to send in clear, with nothing proving who answers)", i)
+		}
+		if k.Onward != nil && k.Onward.ServerKey != "" && in.KeysSecret == "" {
+			return Objects{}, fmt.Errorf("spec.sinks[%d].onward: no keys Secret for the gateway's key: the hop is never sent in clear unless it says insecurePlaintext", i)
+		}
+	}
 	out := Objects{Endpoints: map[int]string{}}
 	configs := map[string]string{}
 	addConfigs := func(cfgs map[string]AgentConfig) error {
@@ -452,7 +462,7 @@ func senderContainers(in Inputs, s planner.SenderPlan, opts Options) []corev1.Co
 	if in.Pipeline.Spec.Spill != nil {
 		tx.VolumeMounts = append(tx.VolumeMounts, corev1.VolumeMount{Name: "spill", MountPath: SpillMountPath})
 	}
-	if in.KeysSecret != "" {
+	if dataKeys(in) {
 		tx.VolumeMounts = append(tx.VolumeMounts, keysMount)
 	}
 	return []corev1.Container{tx}
@@ -485,11 +495,11 @@ func gatewayContainers(in Inputs, g planner.GatewayPlan, opts Options) []corev1.
 	for _, c := range []*corev1.Container{&rx, &dx} {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "relay", MountPath: RelayDir})
 	}
-	if in.KeysSecret != "" {
+	if dataKeys(in) {
 		rx.VolumeMounts = append(rx.VolumeMounts, keysMount) // the containers on the network hold keys
-		if hasOnward(sp) {
-			dx.VolumeMounts = append(dx.VolumeMounts, keysMount) // its onward hop connects with the gateway's key
-		}
+	}
+	if hopKeys(in) {
+		dx.VolumeMounts = append(dx.VolumeMounts, keysMount) // its onward hop connects with the gateway's key
 	}
 	return []corev1.Container{rx, dx}
 }
@@ -698,7 +708,7 @@ func volumes(in Inputs, n planner.PodPlan) []corev1.Volume {
 	if n.Role == planner.RoleGateway {
 		vols = append(vols, corev1.Volume{Name: "relay", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
-	if in.KeysSecret != "" {
+	if dataKeys(in) || (n.Role == planner.RoleGateway && hopKeys(in)) {
 		vols = append(vols, keysVolume(in.KeysSecret, n))
 	}
 	if n.Role == planner.RoleSender {
@@ -753,14 +763,4 @@ func podUses(sp *v1beta1.StreamPipeline, n planner.PodPlan) []storage.Use {
 		}
 	}
 	return out
-}
-
-// hasOnward: a consumer of the pipeline is an onward hop to another site.
-func hasOnward(sp *v1beta1.StreamPipeline) bool {
-	for _, k := range sp.Spec.Sinks {
-		if k.Onward != nil {
-			return true
-		}
-	}
-	return false
 }

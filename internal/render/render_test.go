@@ -143,7 +143,8 @@ func inputsFor(t *testing.T, sp *v1beta1.StreamPipeline) Inputs {
 	if sp.Spec.HostNetwork {
 		in.GatewayAddress = "10.40.0.7"
 	}
-	if sp.Spec.SecurityMode() != v1beta1.SecurityNone {
+	hop := slices.ContainsFunc(sp.Spec.Sinks, func(k v1beta1.Consumer) bool { return k.Onward != nil && k.Onward.ServerKey != "" })
+	if sp.Spec.SecurityMode() != v1beta1.SecurityNone || hop { // as the operator's keys decide
 		in.KeysSecret, in.KeysHashes = sp.Name+"-curve-keys", map[int]string{}
 		for _, id := range sp.StreamIDs() {
 			in.KeysHashes[id] = "k1"
@@ -429,6 +430,57 @@ func TestAVolumeIsThePipelinesOwnDirectoryWhereTheDaemonMakesIt(t *testing.T) {
 		if !strings.Contains(objs.ConfigMap.Data[c.configKey], c.configPath) {
 			t.Errorf("%s lacks %s: %s", c.configKey, c.configPath, objs.ConfigMap.Data[c.configKey])
 		}
+	}
+}
+
+// The onward hop proves the far site and encrypts whatever the facility network's mode: with
+// mode none the data ports stay plain (no keys for the sender, none in the relay) while the
+// container running the hop gets the gateway's key; a hop without the far key is refused unless
+// it opts into plaintext by name, and then goes in clear.
+func TestTheOnwardHopIsEncryptedWhateverTheFacilityNetworksMode(t *testing.T) {
+	const far = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+	hop := func(o v1beta1.OnwardSink) option {
+		return func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Security = &v1beta1.Security{Mode: v1beta1.SecurityNone}
+			o.Endpoint = "tcp://dtn:7000"
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "here", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "run/s-{stream}.raw"}}},
+				{Name: "hpc", Sink: v1beta1.Sink{Onward: &o}}}
+		}
+	}
+	mounts := func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "keys" })
+	}
+	objs, _ := renderFor(t, pipeline("hop", hop(v1beta1.OnwardSink{ServerKey: far})))
+	tx, rx := objs.Jobs[0].Spec.Template.Spec, objs.Jobs[1].Spec.Template.Spec
+	if volumeNamed(tx, "keys") != nil || mounts(rx.Containers[0]) || !mounts(rx.Containers[1]) {
+		t.Errorf("keys: sender volume %v, relay %v, hop's container %v: want only the hop's", volumeNamed(tx, "keys") != nil, mounts(rx.Containers[0]), mounts(rx.Containers[1]))
+	}
+	var gw, relay, sender AgentConfig
+	for key, cfg := range map[string]*AgentConfig{"gateway-0.json": &gw, "gateway-0-relay.json": &relay, "sender-0.json": &sender} {
+		if err := json.Unmarshal([]byte(objs.ConfigMap.Data[key]), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := gw.Sinks[1].Curve; c == nil || c.Mode != "encrypt" || c.ServerKey != far || relay.Security != nil || sender.Security != nil {
+		t.Errorf("hop curve %+v, relay security %+v, sender security %+v: want the hop alone encrypted", gw.Sinks[1].Curve, relay.Security, sender.Security)
+	}
+
+	in := inputsFor(t, pipeline("hop", hop(v1beta1.OnwardSink{})))
+	if _, err := Render(in, Options{AgentImage: "numastream/agent:test"}); err == nil || !strings.Contains(err.Error(), "spec.sinks[1].onward.serverKey") {
+		t.Errorf("a hop without the far key: %v, want refused naming the field", err)
+	}
+	in = inputsFor(t, pipeline("hop", hop(v1beta1.OnwardSink{ServerKey: far})))
+	in.KeysSecret = ""
+	if _, err := Render(in, Options{AgentImage: "numastream/agent:test"}); err == nil || !strings.Contains(err.Error(), "spec.sinks[1].onward") {
+		t.Errorf("a hop with no keys to connect with: %v, want refused", err)
+	}
+	objs, _ = renderFor(t, pipeline("hop", hop(v1beta1.OnwardSink{InsecurePlaintext: true})))
+	gw = AgentConfig{}
+	if err := json.Unmarshal([]byte(objs.ConfigMap.Data["gateway-0.json"]), &gw); err != nil {
+		t.Fatal(err)
+	}
+	if gw.Sinks[1].Curve != nil || volumeNamed(objs.Jobs[1].Spec.Template.Spec, "keys") != nil {
+		t.Errorf("an insecure-plaintext hop: curve %+v", gw.Sinks[1].Curve)
 	}
 }
 
@@ -1374,7 +1426,7 @@ func TestAConsumersSpillIsOnTheGatewayNodesRootInADirectoryOfItsOwn(t *testing.T
 			sp.Spec.Sinks = []v1beta1.Consumer{
 				{Name: "here", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: "archive", Path: "s{stream}.raw"}}},
 				{Name: "hpc", Spill: &v1beta1.ConsumerSpill{MaxBytes: 64 << 30, Root: spillRoot, Path: "spill"},
-					Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000"}}},
+					Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", InsecurePlaintext: true}}},
 			}
 		}
 	}
