@@ -48,6 +48,10 @@ const (
 	// JobRoll: the Job runs an older plan and waits its turn to be replaced (spec.rollout: other
 	// streams are being replaced); its stream goes on meanwhile.
 	JobRoll JobAction = "roll"
+	// JobAfterSender: the Job of a stream whose sender reads a live detector waits while that
+	// sender's old pod drains (the gateway to be replaced keeps taking what it read; the new
+	// sender starts with the new gateway).
+	JobAfterSender JobAction = "after-sender"
 	// JobFinished: the Job's stream has finished (its sender's Job completed): left as it is,
 	// whatever changed since. Replacing it would run a finished stream again.
 	JobFinished JobAction = "finished"
@@ -195,11 +199,11 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	if replanned != nil {
 		d.Replan, d.PlanBefore = replanned, before
 	}
-	d.Jobs = rollout(sp, f, before, decideJobs(sp, f, objs, replanned != nil && resizable(before, sp.Status.Plan)))
+	d.Jobs = senderFirst(sp, f, rollout(sp, f, before, decideJobs(sp, f, objs, replanned != nil && resizable(before, sp.Status.Plan))))
 	d.DeleteClaims, d.DeleteVolumes = unwantedVolumes(sp, f, objs.Volumes)
 	for _, s := range d.Jobs {
 		switch s.Action {
-		case JobReplace, JobDeleting, JobRoll:
+		case JobReplace, JobDeleting, JobRoll, JobAfterSender:
 			d.Facts.Replacing = true
 		case JobDelete:
 			continue
@@ -353,6 +357,82 @@ func rollout(sp *v1beta1.StreamPipeline, f facts, before *v1beta1.Plan, steps []
 		}
 	}
 	return steps
+}
+
+// senderFirst orders the replacement of a stream that reads a live detector (stream2, zmq)
+// when both its Jobs are replaced (a key rotation, an upgrade): asked to stop, its sender reads
+// the detector on until it pauses and needs its gateway to take what it read, while a gateway
+// stops taking data when asked to stop. So the old sender goes first; while its pod drains, the
+// gateway waits and so does the new sender (its new keys would not open the old gateway); then
+// the gateway is replaced and the new sender made, and the detector meanwhile holds what it
+// produces, as it does between any two senders.
+func senderFirst(sp *v1beta1.StreamPipeline, f facts, steps []JobStep) []JobStep {
+	draining := map[int]bool{}
+	current := map[int]*batchv1.Job{} // each stream's sender Job that stays
+	for _, s := range steps {
+		id, ok := stepStream(s)
+		if !ok || stepRole(s) != render.RoleSender {
+			continue
+		}
+		if s.Action == JobReplace || s.Action == JobDeleting {
+			draining[id] = true
+		} else if s.Existing != nil {
+			current[id] = s.Existing
+		}
+	}
+	// A sender pod not yet finished that is going (or whose Job went: the garbage collector has
+	// not marked it yet) is the old sender draining.
+	for i := range f.pods {
+		p := &f.pods[i]
+		id, err := strconv.Atoi(p.Labels[render.LabelStream])
+		if err != nil || p.Labels[render.LabelRole] != render.RoleSender || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		owner := metav1.GetControllerOf(p)
+		if p.DeletionTimestamp != nil || current[id] == nil || owner == nil || owner.UID != current[id].UID {
+			draining[id] = true
+		}
+	}
+	// Only where the gateway is replaced too: a sender replaced alone waits for its gateway's
+	// welcome anyway.
+	gatewayReplaced := map[int]bool{}
+	for _, s := range steps {
+		if id, ok := stepStream(s); ok && stepRole(s) == render.RoleGateway && s.Action == JobReplace {
+			gatewayReplaced[id] = true
+		}
+	}
+	for i, s := range steps {
+		id, ok := stepStream(s)
+		if !ok || !draining[id] || !gatewayReplaced[id] || !liveSource(sp, id) {
+			continue
+		}
+		if (stepRole(s) == render.RoleGateway && s.Action == JobReplace) || (stepRole(s) == render.RoleSender && s.Action == JobCreate) {
+			steps[i].Action, steps[i].Event = JobAfterSender, nil
+		}
+	}
+	return steps
+}
+
+// liveSource: the stream's sender reads a detector that does not wait (stream2, zmq).
+func liveSource(sp *v1beta1.StreamPipeline, stream int) bool {
+	i := sp.SenderOfStream(stream)
+	if i < 0 || i >= len(sp.Spec.Senders) {
+		return false
+	}
+	src := sp.Spec.Senders[i].Source
+	return src.Stream2 != nil || src.ZMQ != nil
+}
+
+// stepRole is the role of a JobStep's Job (its role label).
+func stepRole(s JobStep) string {
+	j := s.Desired
+	if j == nil {
+		j = s.Existing
+	}
+	if j == nil {
+		return ""
+	}
+	return j.Labels[render.LabelRole]
 }
 
 // stepStream is the stream a JobStep's Job belongs to (its stream label).

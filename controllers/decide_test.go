@@ -449,3 +449,54 @@ func TestDecideLeavesAFinishedStreamAlone(t *testing.T) {
 		t.Errorf("settled: %v, roll pending %v, replacing %v", got, d.Status.RollPending, d.Facts.Replacing)
 	}
 }
+
+// A key rotation of a stream reading a live detector: the old sender goes first and drains into
+// its gateway, which waits, as does the new sender, while that pod is going (even once its Job is
+// gone and before the garbage collector marks it); then the gateway is replaced and the new
+// sender made. A stream of a source that waits is replaced all at once, as before.
+func TestDecideReplacesALiveDetectorsSenderBeforeItsGateway(t *testing.T) {
+	const s0, g0 = "p-sender-0", "p-gateway-0"
+	w := newDecideWorld(t)
+	sp := twoSenders()
+	sp.Spec.Senders = sp.Spec.Senders[:1]
+	sp.Spec.Senders[0].Source = v1beta1.Source{Stream2: &v1beta1.ZMQEndpoint{Endpoint: "tcp://dcu:31001"}}
+	sp.Spec.Sink = &v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://analysis:9000"}}
+	d, _ := w.decide(t, sp)
+	w.run(d)
+	for i := range w.pods {
+		w.pods[i].Labels[render.LabelRole], w.pods[i].Labels[render.LabelStream] = w.jobs[w.pods[i].Labels[batchv1.JobNameLabel]].Labels[render.LabelRole], "0"
+	}
+	sp.Status = d.Status
+	rotated := sp.DeepCopy()
+	rotated.Annotations = map[string]string{v1beta1.AnnotationRotateKeys: "now"}
+
+	d, got := w.decide(t, rotated)
+	if got[s0] != JobReplace || got[g0] != JobAfterSender || !d.Facts.Replacing {
+		t.Fatalf("first pass %v (replacing %v): want the sender replaced, the gateway waiting", got, d.Facts.Replacing)
+	}
+	w.secret = d.Keys.write
+	// The Job is gone; its pod drains, not yet marked by the garbage collector, then marked.
+	oldPod := w.pods[slices.IndexFunc(w.pods, func(p corev1.Pod) bool { return p.Labels[batchv1.JobNameLabel] == s0 })]
+	delete(w.jobs, s0)
+	for _, marked := range []bool{false, true} {
+		if marked {
+			i := slices.IndexFunc(w.pods, func(p corev1.Pod) bool { return p.Name == oldPod.Name })
+			w.pods[i].DeletionTimestamp = new(metav1.Now())
+		}
+		if _, got = w.decide(t, rotated); got[s0] != JobAfterSender || got[g0] != JobAfterSender {
+			t.Fatalf("old sender draining (marked %v): %v, want the new sender and the gateway waiting", marked, got)
+		}
+	}
+	w.pods = slices.DeleteFunc(w.pods, func(p corev1.Pod) bool { return p.Name == oldPod.Name })
+	if _, got = w.decide(t, rotated); got[s0] != JobCreate || got[g0] != JobReplace {
+		t.Fatalf("old sender gone: %v, want the sender made and the gateway replaced", got)
+	}
+
+	// A synthetic source waits for its sender: both at once.
+	w2, synthetic := runningTwoSenders(t)
+	synthetic.Annotations = map[string]string{v1beta1.AnnotationRotateKeys: "now"}
+	synthetic.Spec.Rollout = &v1beta1.Rollout{MaxStreams: new(int32(2))}
+	if _, got = w2.decide(t, synthetic); got[s0] != JobReplace || got[g0] != JobReplace {
+		t.Errorf("synthetic source: %v, want both replaced at once", got)
+	}
+}

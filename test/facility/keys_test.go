@@ -1,8 +1,10 @@
 package facility
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
@@ -64,6 +67,75 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	size := wholeAndNothingLost(t, cur, filepath.Join(dir, "rotate-0.raw"), chunks)
 	t.Logf("after the rotation: Completed, %d chunks delivered, lost %d; rotate-0.raw holds %d bytes; gateway pod %s finished with the new keys",
 		cur.Status.Observed.ChunksDelivered, cur.Status.Observed.ChunksLost, size, renewed)
+}
+
+// A key rotation in the middle of a live detector's series (Stream V2, the detector waits for
+// nobody): the old sender reads the detector on until it pauses, and its gateway, replaced only
+// after it, takes all of it; then the new gateway and sender run with the new keys. Both series
+// are whole, nothing lost. (Before, both were replaced at once: the gateway stopped taking data
+// while the sender drained into it, and the rest of the series was lost.)
+func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
+	dir := sinkDir(t, "stream2-rotate")
+	// Two series of 50 images at 10 messages/s: the detector pauses 10 s after the first image.
+	det := detectorPod(t, "eiger-sim-rotate", 50, 10)
+	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
+	doc, err := os.ReadFile("pipeline-stream2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := &v1beta1.StreamPipeline{}
+	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
+	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
+	text = strings.ReplaceAll(text, "path: nxmx/eiger-", "path: "+filepath.Base(dir)+"/eiger-")
+	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Name, sp.Namespace = "stream2-rotate", ns
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	defer deleteAndCheckGone(t, sp)
+	first, second := filepath.Join(dir, "eiger-1.h5"), filepath.Join(dir, "eiger-2.h5")
+	eventually(t, "series 1 under way on gateway-a", 240*time.Second, func() (bool, string) {
+		_, err := os.Stat(first + ".part")
+		return err == nil, fmt.Sprint(err)
+	})
+	gw := running(t, sp, render.RoleGateway)
+	if gw == nil || gw.Annotations[render.AnnotationKeys] == "" {
+		t.Fatalf("no gateway running with keys: %v", gw)
+	}
+	time.Sleep(time.Second) // mid-series
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := get(t, sp)
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, time.Now().Format(time.RFC3339))
+		return k8s.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rotated := time.Now()
+	eventually(t, "both series published complete", 120*time.Second, func() (bool, string) {
+		_, err1 := os.Stat(first)
+		_, err2 := os.Stat(second)
+		return err1 == nil && err2 == nil, fmt.Sprint(listDir(dir))
+	})
+	whole := time.Since(rotated)
+	var renewed *corev1.Pod
+	eventually(t, "a gateway running with the new keys", 120*time.Second, func() (bool, string) {
+		renewed = running(t, sp, render.RoleGateway)
+		return renewed != nil && renewed.Annotations[render.AnnotationKeys] != gw.Annotations[render.AnnotationKeys], fmt.Sprint(renewed != nil)
+	})
+	var o *v1beta1.Observed
+	eventually(t, "status.observed.seriesCompleted 2", 60*time.Second, func() (bool, string) {
+		o = get(t, sp).Status.Observed
+		return o != nil && o.SeriesCompleted >= 2, fmt.Sprintf("observed %+v", o)
+	})
+	if o.ChunksLost != 0 || o.ChunksCorrupt != 0 || o.SeriesIncomplete != 0 {
+		t.Errorf("observed %+v", o)
+	}
+	verifySeriesFile(t, first, 50)
+	verifySeriesFile(t, second, 50)
+	t.Logf("keys rotated 1 s into series 1: both series whole %.1f s later; gateway %s runs the new keys; observed %d delivered, %d lost",
+		whole.Seconds(), renewed.Name, o.ChunksDelivered, o.ChunksLost)
 }
 
 // wholeAndNothingLost checks that a completed pipeline's status counts nothing lost or corrupt and
