@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -19,12 +18,7 @@ import (
 // directories of root's; nothing that exists is changed, a link never leads out of the prefix,
 // and other nodes' and unserved roots' uses get nothing.
 func TestDirPrepMakesThePipelinesOwnDirectories(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("NUMASTREAM_REQUIRE_REAL") == "1" {
-			t.Fatal("NUMASTREAM_REQUIRE_REAL=1: chown needs root")
-		}
-		t.Skip("chown needs root")
-	}
+	needsRoot(t)
 	tmp := t.TempDir()
 	prefix := filepath.Join(tmp, "data")
 	outside := filepath.Join(tmp, "outside")
@@ -53,15 +47,7 @@ func TestDirPrepMakesThePipelinesOwnDirectories(t *testing.T) {
 	file := func(name, root, p string) v1beta1.Consumer {
 		return v1beta1.Consumer{Name: name, Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: root, Path: p}}}
 	}
-	stat := func(p string) (int64, int64, os.FileMode) {
-		t.Helper()
-		info, err := os.Lstat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := info.Sys().(*syscall.Stat_t)
-		return int64(st.Uid), int64(st.Gid), info.Mode().Perm()
-	}
+	stat := func(p string) (int64, int64, os.FileMode) { return ownerOf(t, p) }
 
 	spilling := file("copy", "archive", "visit-1/run-7/copy/{stream}.raw")
 	spilling.Spill = &v1beta1.ConsumerSpill{MaxBytes: 1 << 30, Root: "archive", Path: "spill"}

@@ -16,12 +16,7 @@ import (
 // group, 0700, under directories nobody can list; a change of user hands it over without
 // following the links inside; a pipeline streaming from other nodes gets nothing here.
 func TestStatePrepMakesThePipelinesDirectoryForItsUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("NUMASTREAM_REQUIRE_REAL") == "1" {
-			t.Fatal("NUMASTREAM_REQUIRE_REAL=1: chown needs root")
-		}
-		t.Skip("chown needs root")
-	}
+	needsRoot(t)
 	root := filepath.Join(t.TempDir(), "streams")
 	prep := &StatePrep{Root: root, Node: "det-a", Log: logr.Discard()}
 	uid, gid := int64(2345), int64(2400)
@@ -33,15 +28,7 @@ func TestStatePrepMakesThePipelinesDirectoryForItsUser(t *testing.T) {
 		},
 	}
 	dir := filepath.Join(root, "beamline", "tomo-"+string(sp.UID))
-	owner := func(p string) (int64, int64, os.FileMode) {
-		t.Helper()
-		info, err := os.Lstat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := info.Sys().(*syscall.Stat_t)
-		return int64(st.Uid), int64(st.Gid), info.Mode().Perm()
-	}
+	owner := func(p string) (int64, int64, os.FileMode) { return ownerOf(t, p) }
 	if changed, err := prep.Prepare(sp); err != nil || !changed {
 		t.Fatalf("Prepare: %v %v", changed, err)
 	}
@@ -86,4 +73,26 @@ func TestStatePrepMakesThePipelinesDirectoryForItsUser(t *testing.T) {
 	if changed, err := elsewhere.Prepare(other); err != nil || changed {
 		t.Errorf("a node without a sender of the pipeline prepared it: %v %v", changed, err)
 	}
+}
+
+// needsRoot skips a test that chowns unless it runs as root (fails under NUMASTREAM_REQUIRE_REAL=1).
+func needsRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("NUMASTREAM_REQUIRE_REAL") == "1" {
+			t.Fatal("NUMASTREAM_REQUIRE_REAL=1: chown needs root")
+		}
+		t.Skip("chown needs root")
+	}
+}
+
+// ownerOf is p's owner, group and permission bits (the link itself for a link).
+func ownerOf(t *testing.T, p string) (uid, gid int64, mode os.FileMode) {
+	t.Helper()
+	info, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := info.Sys().(*syscall.Stat_t)
+	return int64(st.Uid), int64(st.Gid), info.Mode().Perm()
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
@@ -42,13 +40,7 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	if before == "" || gw.Annotations[render.AnnotationKeys] == "" {
 		t.Fatalf("no CURVE keys by default: Secret %q, pod annotations %v", before, gw.Annotations)
 	}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := get(t, sp)
-		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, time.Now().Format(time.RFC3339))
-		return k8s.Update(ctx, cur)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rotateKeys(t, sp)
 	t.Logf("keys rotated after %s delivered %.0f of %d chunks", gw.Name, n, chunks)
 
 	cur := completed(t, sp, chunks, "Ready=True Completed after the rotation")
@@ -79,18 +71,7 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 	// Two series of 50 images at 10 messages/s: the detector pauses 10 s after the first image.
 	det := detectorPod(t, "eiger-sim-rotate", 50, 10)
 	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
-	doc, err := os.ReadFile("pipeline-stream2.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp := &v1beta1.StreamPipeline{}
-	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
-	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
-	text = strings.ReplaceAll(text, "path: nxmx/eiger-", "path: "+filepath.Base(dir)+"/eiger-")
-	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
-		t.Fatal(err)
-	}
-	sp.Name, sp.Namespace = "stream2-rotate", ns
+	sp := stream2Pipeline(t, "stream2-rotate", det, dir)
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
@@ -105,13 +86,7 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 		t.Fatalf("no gateway running with keys: %v", gw)
 	}
 	time.Sleep(time.Second) // mid-series
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := get(t, sp)
-		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, time.Now().Format(time.RFC3339))
-		return k8s.Update(ctx, cur)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rotateKeys(t, sp)
 	rotated := time.Now()
 	eventually(t, "both series published complete", 120*time.Second, func() (bool, string) {
 		_, err1 := os.Stat(first)
@@ -138,6 +113,18 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 	verifySeriesFile(t, second, 50)
 	t.Logf("keys rotated 1 s into series 1: both series whole %.1f s later; gateway %s runs the new keys; observed %d delivered, %d lost",
 		whole.Seconds(), renewed.Name, o.ChunksDelivered, o.ChunksLost)
+}
+
+// rotateKeys asks for a rotation of the pipeline's keys now (its annotation, on demand).
+func rotateKeys(t *testing.T, sp *v1beta1.StreamPipeline) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := get(t, sp)
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, time.Now().Format(time.RFC3339))
+		return k8s.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // wholeAndNothingLost checks that a completed pipeline's status counts nothing lost or corrupt and

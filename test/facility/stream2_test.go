@@ -78,14 +78,10 @@ func detectorPodOn(t *testing.T, name, node string, series, images, rate int) *c
 	return p
 }
 
-// Detector data as beamlines produce it, as real pods: a detector's Stream V2 series cross the
-// facility link into one HDF5 file per series; when the detector goes away mid-series, the
-// StreamPipeline's status names the series left incomplete.
-func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t *testing.T) {
-	dir := sinkDir(t, "stream2")
-	// Series 1 (40 images) completes at 8 messages/s in ~5 s; series 2 is cut short 1.5 s in.
-	det := detectorPod(t, "eiger-sim-e2e", 40, 8)
-	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
+// stream2Pipeline is test/facility/pipeline-stream2.yaml named `name`, reading detector pod det
+// and writing its series files in dir (a sinkDir) of the tests' StorageRoot; not yet created.
+func stream2Pipeline(t *testing.T, name string, det *corev1.Pod, dir string) *v1beta1.StreamPipeline {
+	t.Helper()
 	doc, err := os.ReadFile("pipeline-stream2.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +93,19 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
 		t.Fatal(err)
 	}
-	sp.Name, sp.Namespace = "stream2-e2e", ns
+	sp.Name, sp.Namespace = name, ns
+	return sp
+}
+
+// Detector data as beamlines produce it, as real pods: a detector's Stream V2 series cross the
+// facility link into one HDF5 file per series; when the detector goes away mid-series, the
+// StreamPipeline's status names the series left incomplete.
+func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t *testing.T) {
+	dir := sinkDir(t, "stream2")
+	// Series 1 (40 images) completes at 8 messages/s in ~5 s; series 2 is cut short 1.5 s in.
+	det := detectorPod(t, "eiger-sim-e2e", 40, 8)
+	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
+	sp := stream2Pipeline(t, "stream2-e2e", det, dir)
 	sp.Spec.Sink.HDF5.IO = "direct" // the series files past the page cache, from a real kubelet's pod
 	sp.Spec.Preview = &v1beta1.Preview{MaxSide: ptrInt32(128)}
 	if err := k8s.Create(ctx, sp); err != nil {
@@ -189,18 +197,7 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	// Series 1 and 2: 60 images each at 10 messages/s (~6 s each), the second after the first.
 	det := detectorPodOn(t, "eiger-sim-drain", gateway, 2, 60, 10)
 	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
-	doc, err := os.ReadFile("pipeline-stream2.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp := &v1beta1.StreamPipeline{}
-	text := strings.ReplaceAll(string(doc), "DETECTOR_IP", det.Status.PodIP)
-	text = strings.ReplaceAll(text, "root: facility-box", "root: "+storageRoot)
-	text = strings.ReplaceAll(text, "path: nxmx/eiger-", "path: "+filepath.Base(dir)+"/eiger-")
-	if err := yaml.UnmarshalStrict([]byte(text), sp); err != nil {
-		t.Fatal(err)
-	}
-	sp.Name, sp.Namespace = "stream2-drain", ns
+	sp := stream2Pipeline(t, "stream2-drain", det, dir)
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
