@@ -126,8 +126,8 @@ func own(root *os.Root, name string, uid, gid int, mode fs.FileMode) error {
 func (p *DirPrep) split(host string) (prefix, rel string, ok bool) {
 	for _, pre := range p.Prefixes {
 		pre = path.Clean(pre)
-		if r, found := strings.CutPrefix(host, strings.TrimSuffix(pre, "/")+"/"); found && r != "" {
-			return pre, r, true
+		if host != pre && storage.Within(host, pre) {
+			return pre, strings.TrimPrefix(strings.TrimPrefix(host, pre), "/"), true
 		}
 	}
 	return "", "", false

@@ -341,12 +341,13 @@ func Collision(sp *v1beta1.StreamPipeline, others []v1beta1.StreamPipeline, root
 	if len(mine) == 0 {
 		return nil
 	}
+	myDirs := hostDirs(sp, roots, prefixes)
 	for i := range others {
 		o := &others[i]
 		if o.UID == sp.UID || !older(o, sp) || o.DeletionTimestamp != nil {
 			continue
 		}
-		if err := dirsMeet(sp, o, roots, prefixes); err != nil {
+		if err := dirsMeet(sp, o, myDirs, roots, prefixes); err != nil {
 			return err
 		}
 		for _, theirs := range Writes(o, roots) {
@@ -383,12 +384,15 @@ func hostDirs(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot,
 	return out
 }
 
-// dirsMeet refuses sp's directory when it is o's, or one is inside the other, on one node.
-func dirsMeet(sp, o *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
-	inside := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") }
+// dirsMeet refuses sp's directories (mine) when one is o's, or one is inside the other, on one
+// node.
+func dirsMeet(sp, o *v1beta1.StreamPipeline, mine []hostDir, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
+	if len(mine) == 0 {
+		return nil
+	}
 	for _, theirs := range hostDirs(o, roots, prefixes) {
-		for _, d := range hostDirs(sp, roots, prefixes) {
-			if d.node != theirs.node || (!inside(d.dir, theirs.dir) && !inside(theirs.dir, d.dir)) {
+		for _, d := range mine {
+			if d.node != theirs.node || (!Within(d.dir, theirs.dir) && !Within(theirs.dir, d.dir)) {
 				continue
 			}
 			theirsIs := "the directory of a StreamPipeline of another namespace"
@@ -455,13 +459,14 @@ func ClaimName(sp *v1beta1.StreamPipeline, u Use, dir string) string {
 // Served says the node daemon makes pipelines' directories under the root: its path is one of
 // prefixes (the chart's operator.hostPathPrefixes, which the daemon mounts) or under one.
 func Served(root *v1beta1.StorageRoot, prefixes []string) bool {
-	for _, p := range prefixes {
-		p = path.Clean(p)
-		if root.Spec.Path == p || strings.HasPrefix(root.Spec.Path, strings.TrimSuffix(p, "/")+"/") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(prefixes, func(p string) bool { return Within(root.Spec.Path, p) })
+}
+
+// Within says the absolute path p is the directory dir or under it (a directory, not the start
+// of a name: /archive-2 is not within /archive).
+func Within(p, dir string) bool {
+	dir = path.Clean(dir)
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // Dir is the directory of its root that a use's volume holds, relative to the root: the
