@@ -17,6 +17,7 @@ HELM_ENV := HELM_CACHE_HOME=$(CURDIR)/$(BUILD)/helm/cache HELM_CONFIG_HOME=$(CUR
 
 # One version for every binary and the chart (test/chart checks Chart.yaml against it).
 VERSION := $(shell cat VERSION)
+RELEASE_DIR ?= $(BUILD)/release/numastream-$(VERSION)
 GO_LDFLAGS := -X github.com/numastream/numastream/internal/version.Version=$(VERSION)
 
 # The C++ builds go through ccache when it is installed (hack/install-deps.sh): a fresh clone
@@ -219,6 +220,10 @@ facility-bins: ## Build nfd-master, the Multus thin plugin and kube-network-poli
 images: ## Container images for the real nodes from the Dockerfile (buildah), as archives in build/images
 	@bash hack/images.sh $(BUILD)/images
 
+.PHONY: release
+release: k8s-bins ## What a release ships, into build/release/numastream-$(VERSION): OCI image archives, the chart pinned to their digests, the CRDs, release notes, SHA256SUMS
+	@VERSION=$(VERSION) HELM=$(HELM) bash hack/release.sh $(RELEASE_DIR)
+
 .PHONY: facility-up facility-down
 facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a, detector-b, gateway-a, gw-numa (real kubelets; gw-numa two NUMA nodes, static CPU manager), NFD, Multus
 	@API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }
@@ -280,12 +285,13 @@ test-e2e-realnode: ## A real kubelet node with the static CPU manager: device pl
 
 # FACILITY_TESTS: a go test -run pattern, to run some of the facility tests after one bring-up.
 FACILITY_TESTS ?= .
-test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility in a box (root): Helm install, NFD, Multus, a shaped link
+test-e2e-facility: agent ## Whole StreamPipelines as real pods on the facility in a box (root): installed from make release's artifacts through its own registry, NFD, Multus, a shaped link
 	@if ! why=$$($(FACILITY) check); then $(SKIP_REAL); fi; \
-	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins monitoring-bins images plugin && \
+	$(MAKE) --no-print-directory k8s-bins k8s-bins-sim k8s-bins-node facility-bins monitoring-bins release plugin || exit 1; \
+	export RELEASE_DIR=$(abspath $(RELEASE_DIR)); \
 	trap '$(FACILITY) down >/dev/null 2>&1; $(SIM) down >/dev/null; $(FACILITY) clean || exit 1' EXIT; \
 	API_BIND=0.0.0.0 API_ADVERTISE=10.212.0.1 $(SIM) up >$(SIM_DIR).log 2>&1 || { cat $(SIM_DIR).log; exit 1; }; \
-	IMAGES_DIR=$(BUILD)/images $(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
+	$(FACILITY) up && HELM=$(HELM) $(FACILITY) install && \
 	NUMASTREAM_FACILITY_KUBECONFIG=$(SIM_DIR)/admin.kubeconfig NUMASTREAM_KUBECTL=$(K8S_SIM_BIN)/kubectl \
 		NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) NUMASTREAM_DELAY_LINE=$(CURDIR)/$(AGENT_BUILD)/delay-line NUMASTREAM_PYTHON=$$(bash hack/pyenv.sh) HELM=$(HELM) NUMASTREAM_MONITORING_BIN=$(MONITORING_BIN) NUMASTREAM_PLUGIN=$(CURDIR)/$(BIN)/kubectl-numastream \
 		go test -count=1 -v -timeout 35m -run '$(FACILITY_TESTS)' ./test/facility/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+[a-z0-9_]+_test\.go:|        )' ; exit $${PIPESTATUS[0]}

@@ -31,6 +31,13 @@
 #   to other namespaces by Multus (namespaceIsolation): a pod attaches only to the
 #   NetworkAttachmentDefinitions of its own namespace, which the admin makes (default, tenant-a).
 #
+#   With RELEASE_DIR (make release's output), the box installs as a facility does from a release:
+#     a private registry on the host (Debian's distribution registry at 10.212.0.1:5000, TLS with
+#     the box's own CA, htpasswd) holds the release's images, pushed from its OCI archives as they
+#     are; each node's containerd trusts that CA and pulls with the pull secret the chart names;
+#     the chart is the release's package (images pinned by digest). Without it, the images built
+#     from the tree are imported into each node's containerd and the chart is charts/numastream.
+#
 #   facility.sh up | install | upgrade-agent TAG | operator-replicas N | down | check | clean | link-bytes | exec NODE CMD...
 #
 # `up` needs the simulated control plane started with API_BIND=0.0.0.0 and
@@ -69,6 +76,8 @@ KNP_VERSION=v0.8.0
 KNP_IMAGE=local.numastream/kube-network-policies:$KNP_VERSION
 AGENT_IMAGE="${AGENT_IMAGE:-numastream/agent:facility}"
 OPERATOR_IMAGE="${OPERATOR_IMAGE:-numastream/operator:facility}"
+REGISTRY=$HOST_IP:5000
+PULL_SECRET=numastream-registry
 k() { "$KUBECTL" "$@"; }
 log() { echo "[$(date +%H:%M:%S.%3N)] $*"; }
 ns() { echo "nsfac-$1"; }
@@ -334,6 +343,14 @@ node_config() { # node
          -e 's#restrict_oom_score_adj = false#restrict_oom_score_adj = true#' \
          -e 's#max_conf_num = 1#max_conf_num = 1#' \
          "$d/containerd.toml"
+  if [[ -n "${RELEASE_DIR:-}" ]]; then
+    sed -i -e "s#config_path = \"\"#config_path = \"$d/certs.d\"#" "$d/containerd.toml"
+    grep -q "config_path = \"$d/certs.d\"" "$d/containerd.toml" ||
+      { echo "facility: cannot set containerd's registry config_path for $n" >&2; return 1; }
+    mkdir -p "$d/certs.d/$REGISTRY"
+    printf 'server = "https://%s"\n[host."https://%s"]\n  capabilities = ["pull", "resolve"]\n  ca = "%s"\n' \
+      "$REGISTRY" "$REGISTRY" "$FAC/registry/certs/ca.crt" >"$d/certs.d/$REGISTRY/hosts.toml"
+  fi
   if [[ -n "${NUMA_VIEW[$n]:-}" ]]; then
     # Every container's own sysfs gets the node's NUMA view too (hack/runc-numa-view).
     printf '#!/bin/sh\nexec %s %s/hack/runc-numa-view %s %s "$@"\n' "$(command -v python3)" "$PWD" "$d/sysview" "$(command -v runc)" >"$d/runc"
@@ -440,14 +457,20 @@ up() {
   done
   [[ -f "$FAC_BIN/kube-network-policies.tar" ]] ||
     { echo "facility: $FAC_BIN/kube-network-policies.tar is missing (make facility-bins)" >&2; exit 1; }
-  ls "$FAC"/images/*.tar >/dev/null 2>&1 || [[ -n "${IMAGES_DIR:-}" ]] ||
+  ls "$FAC"/images/*.tar >/dev/null 2>&1 || [[ -n "${IMAGES_DIR:-}${RELEASE_DIR:-}" ]] ||
     { echo "facility: no images in $FAC/images (hack/images.sh builds them)" >&2; exit 1; }
   (down) >/dev/null 2>&1 || true
   bash hack/install-deps.sh test
   mkdir -p "$FAC/images"
-  [[ -n "${IMAGES_DIR:-}" ]] && cp "$IMAGES_DIR"/*.tar "$FAC/images/"
+  if [[ -n "${RELEASE_DIR:-}" ]]; then
+    # The product's images come from the registry; only the sandbox is imported.
+    bash hack/sandbox-image.sh "$FAC/images/sandbox.tar"
+  else
+    [[ -n "${IMAGES_DIR:-}" ]] && cp "$IMAGES_DIR"/*.tar "$FAC/images/"
+  fi
   cp "$FAC_BIN/kube-network-policies.tar" "$FAC/images/"
   network
+  [[ -z "${RELEASE_DIR:-}" ]] || registry_up
   kubeconfigs
   cni_bin
   for n in "${NODES[@]}"; do
@@ -467,6 +490,53 @@ up() {
   nfd_master
 }
 
+# The release's images in the box's registry (see the top): a CA and a server certificate for
+# the host's facility address, one user, the images pushed from the release's OCI archives with
+# their digests kept (skopeo --preserve-digests fails rather than rewrite a manifest).
+registry_up() {
+  local r="$FAC/registry" f c version
+  [[ -f "$RELEASE_DIR/SHA256SUMS" ]] || { echo "facility: $RELEASE_DIR is not a release (make release)" >&2; return 1; }
+  (cd "$RELEASE_DIR" && sha256sum --quiet -c SHA256SUMS) || { echo "facility: $RELEASE_DIR fails its SHA256SUMS" >&2; return 1; }
+  mkdir -p "$r/data" "$r/certs"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=numastream facility box CA" \
+    -keyout "$r/ca.key" -out "$r/certs/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$HOST_IP" -keyout "$r/tls.key" -out "$r/tls.csr" 2>/dev/null
+  openssl x509 -req -in "$r/tls.csr" -CA "$r/certs/ca.crt" -CAkey "$r/ca.key" -CAcreateserial -days 2 \
+    -extfile <(printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\n' "$HOST_IP") -out "$r/tls.crt" 2>/dev/null
+  head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$r/password"
+  chmod 600 "$r/password" "$r/ca.key" "$r/tls.key"
+  htpasswd -Bbn facility "$(cat "$r/password")" >"$r/htpasswd"
+  printf '%s\n' "version: 0.1" "log: {level: warn}" "storage: {filesystem: {rootdirectory: $r/data}}" \
+    "http: {addr: \"$REGISTRY\", tls: {certificate: $r/tls.crt, key: $r/tls.key}}" \
+    "auth: {htpasswd: {realm: numastream-facility, path: $r/htpasswd}}" >"$r/config.yml"
+  docker-registry serve "$r/config.yml" >"$FAC/registry.log" 2>&1 &
+  echo $! >"$FAC/registry.pid"
+  local code=""
+  for _ in $(seq 40); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$r/certs/ca.crt" "https://$REGISTRY/v2/" || true)
+    [[ $code == 401 ]] && break
+    sleep 0.25
+  done
+  [[ $code == 401 ]] || { echo "facility: the registry at $REGISTRY does not ask for credentials (HTTP $code)" >&2; cat "$FAC/registry.log" >&2; return 1; }
+  for f in "$RELEASE_DIR"/images/numastream-*.oci.tar; do
+    c=$(basename "$f" .oci.tar); c=${c#numastream-}; version=${c#*-}; c=${c%%-*}
+    skopeo copy -q --preserve-digests --dest-creds "facility:$(cat "$r/password")" --dest-cert-dir "$r/certs" \
+      "oci-archive:$f" "docker://$REGISTRY/numastream/$c:$version" ||
+      { echo "facility: cannot push $f to the registry" >&2; return 1; }
+  done
+  log "registry https://$REGISTRY (TLS, htpasswd): $(ls "$RELEASE_DIR"/images | tr '\n' ' ')pushed from $RELEASE_DIR"
+}
+
+# The chart helm installs: the release's package, or the tree's.
+chart() {
+  if [[ -n "${RELEASE_DIR:-}" ]]; then ls "$RELEASE_DIR"/numastream-*.tgz; else echo charts/numastream; fi
+}
+
+# The digest the release pinned for an image (agent, operator): its archive's manifest.
+release_digest() {
+  skopeo inspect --format '{{.Digest}}' "oci-archive:$(ls "$RELEASE_DIR"/images/numastream-"$1"-*.oci.tar)"
+}
+
 # The operator (namespace-scoped) and the node daemon, from the chart (test/facility/values.yaml:
 # the images above, the API server's management address); done when nfd-master has labelled every node from the
 # node daemon's NodeFeature objects.
@@ -478,8 +548,21 @@ install() {
   k get namespace tenant-a >/dev/null 2>&1 || k create namespace tenant-a >/dev/null
   k label --overwrite namespace tenant-a pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null
-  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade --install numastream charts/numastream \
-    -n numastream-system --create-namespace -f test/facility/values.yaml --wait --timeout 120s >"$FAC/helm.log" 2>&1 ||
+  local from_registry=()
+  if [[ -n "${RELEASE_DIR:-}" ]]; then
+    # The pull secret, where the operator, the node daemon and the agent pods run.
+    local sns
+    for sns in numastream-system default tenant-a; do
+      k get namespace "$sns" >/dev/null 2>&1 || k create namespace "$sns" >/dev/null
+      k -n "$sns" create secret docker-registry "$PULL_SECRET" --docker-server="$REGISTRY" --docker-username=facility \
+        --docker-password="$(cat "$FAC/registry/password")" --dry-run=client -o yaml | k apply -f - >/dev/null
+    done
+    from_registry=(--set "agentImage.repository=$REGISTRY/numastream/agent" --set agentImage.pullPolicy=IfNotPresent
+      --set "operator.image.repository=$REGISTRY/numastream/operator" --set operator.image.pullPolicy=IfNotPresent
+      --set "imagePullSecrets[0].name=$PULL_SECRET" --set "agentPods.imagePullSecrets[0].name=$PULL_SECRET")
+  fi
+  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade --install numastream "$(chart)" \
+    -n numastream-system --create-namespace -f test/facility/values.yaml "${from_registry[@]}" --wait --timeout 120s >"$FAC/helm.log" 2>&1 ||
     { cat "$FAC/helm.log"; return 1; }
   local n
   for n in "${NODES[@]}"; do
@@ -498,22 +581,30 @@ install() {
     [[ -n "$(k get node "$n" -o jsonpath='{.status.allocatable.numastream\.io/nic-fab0}')" ]] ||
       { echo "node $n: no numastream.io/nic-fab0 tokens from the node daemon's device plugin after 120 s" >&2; return 1; }
   done
-  log "helm: numastream installed (operator $(k -n numastream-system get pods -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].spec.nodeName}'), node daemon on ${NODES[*]}); NFD labels: $(k get node gateway-a --show-labels | tr ',' '\n' | grep -c numastream.io/) on gateway-a"
+  log "helm: numastream installed from $(chart) (operator $(k -n numastream-system get pods -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].spec.nodeName}'), node daemon on ${NODES[*]}); NFD labels: $(k get node gateway-a --show-labels | tr ',' '\n' | grep -c numastream.io/) on gateway-a"
 }
 
 # `helm upgrade` to another agent image, as a facility does after building one: the agent image
-# gets tag $1 in each node's containerd (the same bytes: a rebuild here would give them too), and
-# the release is upgraded to it with its other values kept.
+# gets tag $1 (the same bytes: a rebuild here would give them too) — in the registry, or in each
+# node's containerd — and the release is upgraded to it by tag, with its other values kept.
 upgrade_agent() {
-  local tag=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" n
-  for n in "${NODES[@]}"; do
-    node_exec "$n" ctr --address "$FAC/$n/containerd.sock" -n k8s.io images tag --force \
-      docker.io/numastream/agent:facility "docker.io/numastream/agent:$tag" >/dev/null
-  done
-  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream charts/numastream \
-    -n numastream-system --reset-then-reuse-values --set "agentImage.tag=$tag" --wait --timeout 120s >"$FAC/helm-upgrade.log" 2>&1 ||
+  local tag=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" n by_tag=()
+  if [[ -n "${RELEASE_DIR:-}" ]]; then
+    local r="$FAC/registry" creds; creds="facility:$(cat "$FAC/registry/password")"
+    skopeo copy -q --preserve-digests --src-creds "$creds" --dest-creds "$creds" --src-cert-dir "$r/certs" --dest-cert-dir "$r/certs" \
+      "docker://$REGISTRY/numastream/agent@$(release_digest agent)" "docker://$REGISTRY/numastream/agent:$tag" ||
+      { echo "facility: cannot tag the agent image $tag in the registry" >&2; return 1; }
+    by_tag=(--set-string agentImage.digest=)
+  else
+    for n in "${NODES[@]}"; do
+      node_exec "$n" ctr --address "$FAC/$n/containerd.sock" -n k8s.io images tag --force \
+        docker.io/numastream/agent:facility "docker.io/numastream/agent:$tag" >/dev/null
+    done
+  fi
+  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream "$(chart)" \
+    -n numastream-system --reset-then-reuse-values --set "agentImage.tag=$tag" "${by_tag[@]}" --wait --timeout 120s >"$FAC/helm-upgrade.log" 2>&1 ||
     { cat "$FAC/helm-upgrade.log"; return 1; }
-  log "helm upgrade: agent image numastream/agent:$tag"
+  log "helm upgrade: agent image $(k -n numastream-system get ds numastream-node-daemon -o jsonpath='{.spec.template.spec.containers[0].image}')"
 }
 
 # helm upgrade to N operator replicas: with more than one, leader election (a Lease in the
@@ -521,7 +612,7 @@ upgrade_agent() {
 operator_replicas() {
   local n=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" elect=false
   [[ $n -gt 1 ]] && elect=true
-  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream charts/numastream \
+  HELM_CACHE_HOME=$hh HELM_CONFIG_HOME=$hh HELM_DATA_HOME=$hh "$helm" upgrade numastream "$(chart)" \
     -n numastream-system --reset-then-reuse-values --set "operator.replicas=$n" --set "operator.leaderElect=$elect" --wait --timeout 180s \
     >"$FAC/helm-upgrade.log" 2>&1 || { cat "$FAC/helm-upgrade.log"; return 1; }
   log "helm upgrade: $n operator replicas (leader election $elect)"
@@ -544,6 +635,7 @@ down() {
     done
   fi
   [[ -f "$FAC/nfd-master.pid" ]] && kill "$(cat "$FAC/nfd-master.pid")" 2>/dev/null
+  [[ -f "$FAC/registry.pid" ]] && kill "$(cat "$FAC/registry.pid")" 2>/dev/null
   for n in "${NODES[@]}"; do
     local d="$FAC/$n"
     if [[ -f "$d/containerd.pid" ]] && kill -0 "$(cat "$d/containerd.pid")" 2>/dev/null; then
@@ -589,7 +681,7 @@ down() {
   ip netns del "$LINK_NS" 2>/dev/null
   grep -o " $FAC[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m"; done
   for n in "${NODES[@]}"; do rm -rf "${FAC:?}/$n"; done
-  rm -rf "$FAC"/link-leases "$FAC"/cni-bin "$FAC"/*.pid "$FAC"/*.kubeconfig "$FAC"/*.log
+  rm -rf "$FAC"/link-leases "$FAC"/cni-bin "$FAC"/registry "$FAC"/*.pid "$FAC"/*.kubeconfig "$FAC"/*.log
   [[ "${KEEP_IMAGES:-0}" == 1 ]] || rm -rf "$FAC"
   log "facility down, cleaned up"
 }

@@ -3,14 +3,14 @@
 # (no registry is reachable and no container engine daemon runs here):
 #   agent     `--target agent` of the project's Dockerfile (the agent and the node daemon)
 #   operator  `--target operator` of the Dockerfile
-#   sandbox   Debian's static busybox, tagged as containerd's sandbox (pause) image, and as a
-#             shell image for checks (not a product image: assembled here)
+#   sandbox   hack/sandbox-image.sh (not a product image)
 # The Dockerfile is built with Debian's buildah (chroot isolation, no daemon) on local stand-ins
 # of its base images (hack/base-images.sh), its storage cached in ~/.cache/numastream/buildah, and
 # so are the Dockerfile's cache mounts (Go's caches, the agent's ccache): buildah keeps them in
 # $TMPDIR/buildah-cache, which it is given there.
 #
 #   images.sh OUT-DIR [AGENT-TAG [OPERATOR-TAG]]
+# IMAGE_FORMAT=oci-archive writes the agent and operator as OCI archives (what a release ships).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -20,13 +20,7 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-sandbox=$(containerd config default | sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p')
-bb="$work/rootfs-busybox"
-mkdir -p "$bb/bin"
-cp /bin/busybox "$bb/bin/"
-for x in sh sleep cat env grep ls ip wc; do ln -sf busybox "$bb/bin/$x"; done
-bash hack/image-archive.sh "$bb" '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/bin/sleep","2147483647"],"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:@DIFF@"]}}' \
-  "$out/sandbox.tar" "$sandbox" local.numastream/busybox:1
+bash hack/sandbox-image.sh "$out/sandbox.tar"
 
 store=${BUILDAH_ROOT:-$HOME/.cache/numastream/buildah}
 B=(buildah --root "$store/storage" --runroot "${BUILDAH_RUNROOT:-/tmp/numastream-buildah-run}" --storage-driver "${STORAGE_DRIVER:-overlay}")
@@ -51,10 +45,10 @@ for target in build agent operator; do
     continue
   fi
   rm -f "$out/$target.tar"
-  "${B[@]}" push -q "$tag" "docker-archive:$out/$target.tar:$tag" >>"$log" 2>&1 ||
+  "${B[@]}" push -q "$tag" "${IMAGE_FORMAT:-docker-archive}:$out/$target.tar:$tag" >>"$log" 2>&1 ||
     { tail -20 "$log"; echo "images: buildah push $tag FAILED" >&2; exit 1; }
   echo "images: $tag from the Dockerfile (--target $target) in $((SECONDS - start)) s"
 done
 # Layers of earlier builds that no tag uses any more.
 "${B[@]}" rmi --prune >/dev/null 2>&1 || true
-echo "images: $(cd "$out" && ls -s --block-size=M *.tar | tr '\n' ' ') ($agent_tag, $operator_tag, $sandbox)"
+echo "images: $(cd "$out" && ls -s --block-size=M *.tar | tr '\n' ' ') ($agent_tag, $operator_tag, the sandbox)"

@@ -42,6 +42,9 @@ test=(
   containerd runc containernetworking-plugins busybox-static
   # images from the Dockerfile without a daemon or a registry: buildah, base root filesystems
   buildah golang-github-containers-common mmdebstrap
+  # a release's images into a private registry, as a facility installs them: the facility in a
+  # box runs Debian's distribution registry (TLS, htpasswd) and pushes with skopeo
+  docker-registry skopeo apache2-utils openssl
   python3 curl tar
   # the reference libraries the oracle tests use live in a virtualenv (hack/pyenv.sh)
   python3-venv

@@ -82,6 +82,9 @@ func TestMain(m *testing.M) {
 	if err := ensureStorageRoot(storageRoot, sinkRoot, []string{"*"}, agentUID); err != nil {
 		panic(err)
 	}
+	if err := readInstalledAgentImage(); err != nil {
+		panic(err)
+	}
 	os.Exit(m.Run())
 }
 

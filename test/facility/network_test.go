@@ -81,7 +81,7 @@ func TestAnotherNamespaceCannotReachAGateway(t *testing.T) {
 	}
 
 	// The data network: Multus attaches a pod only to its own namespace's attachments.
-	p := probePod(outsider, detector, nil, []string{"true"})
+	p := probePod(t, outsider, detector, nil, []string{"true"})
 	p.Name = "join-data-network"
 	p.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": "default/data-detector"}
 	if err := k8s.Create(ctx, p); err != nil {
@@ -107,9 +107,10 @@ func TestAnotherNamespaceCannotReachAGateway(t *testing.T) {
 	})
 }
 
-// probePod runs cmd in the agent's image (bash) on a node, as Pod Security restricted allows.
-func probePod(namespace, node string, labels map[string]string, cmd []string) *corev1.Pod {
-	return &corev1.Pod{
+// probePod runs cmd in the installed agent image (bash) on a node, as Pod Security restricted
+// allows.
+func probePod(t *testing.T, namespace, node string, labels map[string]string, cmd []string) *corev1.Pod {
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: namespace, Labels: labels},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
@@ -117,12 +118,14 @@ func probePod(namespace, node string, labels map[string]string, cmd []string) *c
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(agentUID)),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
-				Name: "probe", Image: "numastream/agent:facility", ImagePullPolicy: corev1.PullNever, Command: cmd,
+				Name: "probe", Command: cmd,
 				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 			}},
 		},
 	}
+	runsInstalledAgentImage(t, p)
+	return p
 }
 
 // startProbe starts a pod of the namespace on the node that connects to each host:port at once
@@ -139,7 +142,7 @@ for t in "$@"; do
   echo "probe $t $r") &
 done
 wait`
-	p := probePod(namespace, node, labels, append([]string{"bash", "-c", script, "probe"}, targets...))
+	p := probePod(t, namespace, node, labels, append([]string{"bash", "-c", script, "probe"}, targets...))
 	if err := k8s.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}

@@ -281,7 +281,7 @@ func streamImages(t *testing.T, sp *v1beta1.StreamPipeline) map[int]string {
 // stream 1 go first in a CI run: the order this test holds the operator to is among running
 // streams).
 func TestAHelmUpgradeRollsTwoStreamsOneAtATime(t *testing.T) {
-	const newImage = "numastream/agent:rolled"
+	newImage := agentImageTagged("rolled")
 	chunks := []int64{800, 400} // the two share the gateway's link: stream 0 runs ~110 s, stream 1 ~70 s
 	dir := sinkDir(t, "roll2")
 	sp := twoDetectors(t, "roll2", chunks[0], "  sink: {file: {root: "+storageRoot+", path: \"roll2/roll2-{stream}.raw\"}}")

@@ -47,6 +47,7 @@ func detectorPodOn(t *testing.T, name, node string, series, images, rate int) *c
 	}
 	p.Name, p.Namespace = name, ns
 	p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	runsInstalledAgentImage(t, p)
 	p.Spec.Containers[0].Args = []string{"detector-sim", "--endpoint", "tcp://*:31001", "--synthetic", "--series", fmt.Sprint(series),
 		"--images", fmt.Sprint(images), "--shape", "514x1030", "--channels", "threshold_1,threshold_2",
 		"--rate-hz", fmt.Sprint(rate), "--linger-s", "300"}

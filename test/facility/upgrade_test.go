@@ -20,7 +20,7 @@ import (
 // pods that finished the stream run the new image.
 func TestAHelmUpgradeToANewAgentImageMidStreamLosesNothing(t *testing.T) {
 	const chunks = 120
-	const newImage = "numastream/agent:upgraded"
+	newImage := agentImageTagged("upgraded")
 	dir := sinkDir(t, "upgrade")
 	sp := start(t, paced(pipeline(t, ns, "upgrade", chunks, "  sink: {file: {root: "+storageRoot+", path: \"upgrade/upgrade-{stream}.raw\"}}")))
 	gw, n := flowing(t, sp, "the stream flowing on the installed image", 10)
@@ -65,7 +65,7 @@ func TestAHelmUpgradeToANewAgentImageMidStreamLosesNothing(t *testing.T) {
 // end, the two gateway pods' summaries account for every chunk exactly once (the second starts
 // where the first stopped), none lost, duplicated or corrupt.
 func TestAHelmUpgradeMidEndlessStreamDeliversEachChunkOnce(t *testing.T) {
-	const newImage = "numastream/agent:endless"
+	newImage := agentImageTagged("endless")
 	sp := start(t, paced(pipeline(t, ns, "upgrade-endless", 0, "")))
 	gw, n := flowing(t, sp, "the endless stream flowing on the installed image", 10)
 	final := follow(t, gw, render.DecompressContainer)
