@@ -5,6 +5,8 @@
 #                          the Dockerfile's agent and operator images (linux/amd64), OCI archives
 #   numastream-V.tgz       the Helm chart, its images pinned by the digests of those archives
 #   crds.yaml              the CustomResourceDefinitions (for GitOps tools that apply them apart)
+#   sbom/numastream-C-V.spdx.json
+#                          each image's software bill of materials (SPDX 2.3, by syft)
 #   RELEASE-NOTES.md       the CHANGELOG's section for V, the images' digests, how to install
 #   SHA256SUMS             checksums of every file above
 #
@@ -45,6 +47,16 @@ if len(manifests) != 1 or not manifests[0].get("digest", "").startswith("sha256:
 print(manifests[0]["digest"])
 EOF
 }
+# An SBOM of each image (SPDX 2.3 JSON): syft, built from the module proxy, reads the Debian
+# packages and the Go binaries' modules in the archive.
+syft=$(bash hack/build-go-tool.sh syft github.com/anchore/syft "${SYFT_VERSION:-1.57.1}" github.com/anchore/syft/cmd/syft)
+mkdir -p "$out/sbom"
+for c in agent operator; do
+  SYFT_CHECK_FOR_APP_UPDATE=false "$syft" scan -q "oci-archive:$out/images/numastream-$c-$version.oci.tar" \
+    --source-name "numastream-$c" --source-version "$version" -o "spdx-json=$out/sbom/numastream-$c-$version.spdx.json" ||
+    { echo "release: syft could not make the $c image's SBOM" >&2; exit 1; }
+done
+
 agent_digest=$(digest_of "$out/images/numastream-agent-$version.oci.tar")
 operator_digest=$(digest_of "$out/images/numastream-operator-$version.oci.tar")
 
@@ -85,6 +97,7 @@ notes=$(awk -v v="$version" '
   echo "| \`numastream/agent:$version\` (agent pods, node daemon) | \`$agent_digest\` |"
   echo "| \`numastream/operator:$version\` | \`$operator_digest\` |"
   echo
+  echo "Each image's SBOM (SPDX 2.3) is in sbom/."
   echo "Install from these files: docs/install.md (\"From a release\"). Verify them first:"
   echo "\`sha256sum -c SHA256SUMS\`."
   echo

@@ -102,6 +102,15 @@ func TestTheBoxRunsTheReleaseFromItsRegistry(t *testing.T) {
 		}
 	}
 	t.Logf("the chart pins agent %s, operator %s", pinned["agent"], pinned["operator"])
+	// Each image's SBOM names what the image runs: the agent's libraries, the operator's modules.
+	for c, want := range map[string][]string{
+		"agent":    {"libzmq5", "libsodium23", "liblz4-1", "libhdf5-103-1", "github.com/numastream/numastream"},
+		"operator": {"github.com/numastream/numastream", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"},
+	} {
+		if missing := sbomLacks(t, dir, c, want); len(missing) > 0 {
+			t.Errorf("the %s image's SBOM lacks %v", c, missing)
+		}
+	}
 
 	if want := registry + "/numastream/agent@" + pinned["agent"]; installedAgentImage != want {
 		t.Errorf("the node daemon was installed with %s, want %s", installedAgentImage, want)
@@ -241,4 +250,37 @@ func archiveDigest(t *testing.T, path string) string {
 		}
 		return index.Manifests[0].Digest
 	}
+}
+
+// sbomLacks: which of the packages the release's SPDX SBOM of an image does not list.
+func sbomLacks(t *testing.T, dir, image string, packages []string) []string {
+	t.Helper()
+	docs, _ := filepath.Glob(filepath.Join(dir, "sbom", "numastream-"+image+"-*.spdx.json"))
+	if len(docs) != 1 {
+		t.Fatalf("%d SBOMs of the %s image in the release", len(docs), image)
+	}
+	raw, err := os.ReadFile(docs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		SPDXVersion string `json:"spdxVersion"`
+		Packages    []struct {
+			Name string `json:"name"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || doc.SPDXVersion != "SPDX-2.3" {
+		t.Fatalf("%s: %s %v", docs[0], doc.SPDXVersion, err)
+	}
+	listed := map[string]bool{}
+	for _, p := range doc.Packages {
+		listed[p.Name] = true
+	}
+	var missing []string
+	for _, p := range packages {
+		if !listed[p] {
+			missing = append(missing, p)
+		}
+	}
+	return missing
 }
