@@ -283,6 +283,35 @@ TEST(Cli, TerminationSummaryKeepsTheFiguresAndFitsTheKubeletLimit) {
   EXPECT_LT(termination_summary(s).size(), 4096u);
 }
 
+// What the operator reads from an exited gateway (the pipeline's series and gaps once its pods
+// are done) is in the summary, and the longest well-formed names still fit the kubelet's limit:
+// six gaps and six incomplete series of 1000 characters each beside a 10000-character error.
+TEST(Cli, TerminationSummaryKeepsSeriesAndGapsWithinTheLimit) {
+  nlohmann::json names = nlohmann::json::array();
+  for (int i = 0; i < 6; ++i) names.push_back(std::to_string(i) + std::string(1000, 'n'));
+  nlohmann::json s = {{"role", "receive"},
+                      {"chunks", 104},
+                      {"declared_missing", 3},
+                      {"unwritten", 1},
+                      {"stream2_series_completed", 2},
+                      {"stream2_series_incomplete", 6},
+                      {"stream2_series_incomplete_last", names},
+                      {"gaps_last", names},
+                      {"error", std::string(10000, 'x')}};
+  const std::string text = termination_summary(s);
+  EXPECT_LT(text.size(), 4096u);
+  auto out = nlohmann::json::parse(text);
+  EXPECT_EQ(out["stream2_series_completed"], 2);
+  EXPECT_EQ(out["stream2_series_incomplete"], 6);
+  EXPECT_EQ(out["declared_missing"], 3);
+  EXPECT_EQ(out["unwritten"], 1);
+  for (const char* k : {"stream2_series_incomplete_last", "gaps_last"}) {
+    ASSERT_EQ(out[k].size(), 5u) << k;
+    EXPECT_EQ(out[k][0].get<std::string>().substr(0, 1), "1") << k << ": the last five";
+    EXPECT_EQ(out[k][4].get<std::string>().size(), 150u) << k;
+  }
+}
+
 // The configurations the operator renders (agent/tests/golden, written and checked by the Go
 // test internal/render TestRenderedConfigsMatchTheGoldenFiles) mean to the agent what they mean
 // to the operator: every value the operator writes is the value the agent runs with.

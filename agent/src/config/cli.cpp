@@ -88,13 +88,45 @@ std::string take_summary_file(std::vector<std::string>& args) {
 }
 
 std::string termination_summary(const nlohmann::json& summary) {
-  static const char* kKeys[] = {
-      "role",      "verified",   "chunks",    "delivered_before", "acknowledged", "lost",
-      "corrupt",   "duplicates", "raw_bytes", "wire_bytes",       "seconds",      "raw_gbps",
-      "wire_gbps", "resumes",    "complete",  "drained",          "lost_at_least"};
+  static const char* kKeys[] = {"role",
+                                "verified",
+                                "chunks",
+                                "delivered_before",
+                                "acknowledged",
+                                "lost",
+                                "corrupt",
+                                "duplicates",
+                                "raw_bytes",
+                                "wire_bytes",
+                                "seconds",
+                                "raw_gbps",
+                                "wire_gbps",
+                                "resumes",
+                                "complete",
+                                "drained",
+                                "lost_at_least",
+                                "declared_missing",
+                                "unwritten",
+                                "stream2_series_completed",
+                                "stream2_series_incomplete"};
+  // Lists of names (the last declared gaps, the last incomplete series): at most 5 entries of at
+  // most 150 characters each, so that with the error below the whole fits the kubelet's 4096.
+  static const char* kNameLists[] = {"gaps_last", "stream2_series_incomplete_last"};
   nlohmann::json out = nlohmann::json::object();
   for (const char* k : kKeys) {
     if (summary.contains(k)) out[k] = summary[k];
+  }
+  for (const char* k : kNameLists) {
+    if (!summary.contains(k) || !summary[k].is_array()) continue;
+    nlohmann::json names = nlohmann::json::array();
+    const auto& all = summary[k];
+    for (std::size_t i = all.size() > 5 ? all.size() - 5 : 0; i < all.size(); ++i) {
+      if (!all[i].is_string()) continue;
+      std::string n = all[i].get<std::string>();
+      if (n.size() > 150) n = n.substr(0, 147) + "...";
+      names.push_back(n);
+    }
+    out[k] = names;
   }
   if (summary.contains("placement") && summary["placement"].is_object() &&
       summary["placement"].contains("nic_local")) {
@@ -102,7 +134,7 @@ std::string termination_summary(const nlohmann::json& summary) {
   }
   if (summary.contains("error") && summary["error"].is_string()) {
     std::string e = summary["error"].get<std::string>();
-    if (e.size() > 2048) e = e.substr(0, 2048) + "...";
+    if (e.size() > 1536) e = e.substr(0, 1536) + "...";
     out["error"] = e;
   }
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
