@@ -117,20 +117,31 @@ func (o *Observer) observe(ctx context.Context, sp *v1beta1.StreamPipeline) erro
 	if equality.Semantic.DeepEqual(before.Status, sp.Status) {
 		return nil
 	}
-	if equality.Semantic.DeepEqual(before.Status.Departure, sp.Status.Departure) &&
-		equality.Semantic.DeepEqual(before.Status.Replan, sp.Status.Replan) {
-		return o.Status().Patch(ctx, sp, client.MergeFrom(before))
-	}
-	// A reading counted (or a re-plan asked for) only on the latest pipeline: the count goes on
-	// from what status holds, and a copy the cache has not brought up to date yet (the last
-	// observation's write, or another leader's just before a failover) would count from an older
-	// reading. On a conflict the observation is written without it; the next reading counts.
+	// What goes on from what status holds — a re-plan's count, the series each gateway pod
+	// completed — is written only on the latest pipeline: a copy the cache has not brought up to
+	// date yet (the last observation's write, the reconciler's reading of a gateway it replaces,
+	// another leader's just before a failover) would count from an older one. On a conflict the
+	// observation is written without them; the next reading, of the newer copy, carries them.
 	err = o.Status().Patch(ctx, sp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 	if !apierrors.IsConflict(err) {
 		return err
 	}
 	sp.Status.Departure, sp.Status.Replan = before.Status.Departure, before.Status.Replan
+	keepSeries(sp.Status.Observed, before.Status.Observed)
 	return o.Status().Patch(ctx, sp, client.MergeFrom(before))
+}
+
+// keepSeries sets obs's series counts to prev's (none when prev is nil), so that a patch from
+// prev leaves them as they are.
+func keepSeries(obs, prev *v1beta1.Observed) {
+	if obs == nil {
+		return
+	}
+	if prev == nil {
+		prev = &v1beta1.Observed{}
+	}
+	obs.SeriesCompleted, obs.SeriesIncomplete = prev.SeriesCompleted, prev.SeriesIncomplete
+	obs.SeriesByPod, obs.SeriesBeforePods = prev.SeriesByPod, prev.SeriesBeforePods
 }
 
 // considerReplan: when the compression ratio the gateway sees has departed from the one the plan

@@ -72,7 +72,9 @@ func TestASweepReadsPipelinesInParallelEachOnce(t *testing.T) {
 // An observation made on a copy of the pipeline the cache has not brought up to date (the
 // reading another leader counted just before a failover, or this observer's own last write)
 // does not count a reading from it: the departure count would go on from the older reading (on
-// the facility a new leader's count went 1, 2, 1, 2). The observation itself is written.
+// the facility a new leader's count went 1, 2, 1, 2), and the series a replaced gateway pod
+// completed (read by the reconciler as it replaced it) would be forgotten. The observation
+// itself is written.
 func TestAnObservationOfAStaleCopyDoesNotCountFromIt(t *testing.T) {
 	scheme := testScheme(t)
 	sp := &v1beta1.StreamPipeline{ObjectMeta: metav1.ObjectMeta{Name: "tomo", Namespace: "beamline"}}
@@ -92,11 +94,14 @@ func TestAnObservationOfAStaleCopyDoesNotCountFromIt(t *testing.T) {
 	latest := stale.DeepCopy()
 	long := metav1.NewMicroTime(time.Now().Add(-time.Hour))
 	latest.Status.Departure = &v1beta1.Departure{Readings: 2, FirstRatio: "3.5000", LastReadingAt: &long}
+	gone := &v1beta1.PodSeries{Completed: 2}
+	latest.Status.Observed = &v1beta1.Observed{SeriesCompleted: 2, SeriesBeforePods: gone}
 	if err := c.Status().Update(ctx, latest); err != nil {
 		t.Fatal(err)
 	}
 	o := &Observer{Client: c, Read: func(context.Context, *v1beta1.StreamPipeline, []corev1.Pod) (*v1beta1.Observed, error) {
-		return &v1beta1.Observed{Ratio: "3.50", DecompressMBps: "900"}, nil
+		// What a reading carries on from the stale copy: a replaced pod's series as last read.
+		return &v1beta1.Observed{Ratio: "3.50", DecompressMBps: "900", SeriesCompleted: 1, SeriesBeforePods: &v1beta1.PodSeries{Completed: 1}}, nil
 	}}
 	if err := o.observe(ctx, stale); err != nil {
 		t.Fatal(err)
@@ -110,6 +115,8 @@ func TestAnObservationOfAStaleCopyDoesNotCountFromIt(t *testing.T) {
 	}
 	if got.Status.Observed == nil || got.Status.Observed.Ratio != "3.50" {
 		t.Errorf("the observation itself was not written: %+v", got.Status.Observed)
+	} else if o := got.Status.Observed; o.SeriesCompleted != 2 || o.SeriesBeforePods == nil || *o.SeriesBeforePods != *gone {
+		t.Errorf("series %d (%+v) after an observation of a stale copy, want the 2 the latest holds", o.SeriesCompleted, o.SeriesBeforePods)
 	}
 	// The next observation, of the latest copy, counts the third reading: the re-plan.
 	if err := o.observe(ctx, got); err != nil {

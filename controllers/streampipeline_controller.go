@@ -162,6 +162,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	for _, e := range d.Events {
 		r.record(sp, e)
 	}
+	r.figuresBeforeReplacing(ctx, sp, d)
 	did, err := r.execute(ctx, sp, d)
 	if err != nil {
 		// Said in status, not only retried: a refused write never leaves a stale status.
@@ -223,18 +224,43 @@ func (r *StreamPipelineReconciler) finalFigures(ctx context.Context, sp *v1beta1
 	if r.Final == nil || now == nil || now.Reason != ReasonCompleted || (was != nil && was.Reason == ReasonCompleted) {
 		return nil
 	}
+	return r.readAgents(ctx, sp)
+}
+
+// figuresBeforeReplacing: a gateway Job this pass replaces takes its pod's counts with it (the
+// pod drains, exits and is gone within a second or two, between two of the Observer's
+// readings), so its agents are read first: the series it completed stay counted
+// (status.observed.seriesByPod). What it completes while it drains is not seen.
+func (r *StreamPipelineReconciler) figuresBeforeReplacing(ctx context.Context, sp *v1beta1.StreamPipeline, d Decision) {
+	if r.Final == nil {
+		return
+	}
+	for _, s := range d.Jobs {
+		if (s.Action == JobReplace || s.Action == JobResize) && s.Existing != nil && s.Existing.DeletionTimestamp == nil &&
+			s.Existing.Labels[render.LabelRole] == render.RoleGateway {
+			if obs := r.readAgents(ctx, sp); obs != nil {
+				sp.Status.Observed = obs
+			}
+			return
+		}
+	}
+}
+
+// readAgents reads the pipeline's agents now (running ones from their metrics, exited ones from
+// their summaries), from the pods as the API server has them; nil when nothing could be read.
+func (r *StreamPipelineReconciler) readAgents(ctx context.Context, sp *v1beta1.StreamPipeline) *v1beta1.Observed {
 	var reader client.Reader = r.Client
 	if r.APIReader != nil {
 		reader = r.APIReader
 	}
 	var pods corev1.PodList
 	if err := reader.List(ctx, &pods, client.InNamespace(sp.Namespace), client.MatchingLabels{render.LabelPipeline: sp.Name}); err != nil {
-		ctrl.LoggerFrom(ctx).V(1).Info("Cannot list the finished pods for their final figures", "error", err)
+		ctrl.LoggerFrom(ctx).V(1).Info("Cannot list the pipeline's pods to read its agents", "error", err)
 		return nil
 	}
 	obs, err := r.Final(ctx, sp, pods.Items)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).V(1).Info("Cannot read the agents' final figures", "error", err)
+		ctrl.LoggerFrom(ctx).V(1).Info("Cannot read the agents", "error", err)
 		return nil
 	}
 	return obs

@@ -788,6 +788,20 @@ type OnwardPlan struct {
 	Security string `json:"security,omitempty"`
 }
 
+// PodSeries is what one gateway pod (or, in seriesBeforePods, every pod that is gone) counted
+// of the Stream V2 series.
+type PodSeries struct {
+	// UID of the pod (empty in seriesBeforePods).
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// Completed: series written whole (or re-emitted to their end).
+	// +optional
+	Completed int64 `json:"completed,omitempty"`
+	// Incomplete: series that ended without their end message.
+	// +optional
+	Incomplete int64 `json:"incomplete,omitempty"`
+}
+
 // Observed are the figures the agents report.
 type Observed struct {
 	// RawGbps is the decompressed rate at the gateway.
@@ -810,13 +824,21 @@ type Observed struct {
 	// +optional
 	MissingChunks []string `json:"missingChunks,omitempty"`
 	// SeriesCompleted counts the Stream V2 series the gateway completed: written whole to their
-	// files (or re-emitted to their end message).
+	// files (or re-emitted to their end message), by every gateway pod the pipeline had.
 	// +optional
 	SeriesCompleted int64 `json:"seriesCompleted,omitempty"`
 	// SeriesIncomplete counts the Stream V2 series that ended incomplete at the gateway: their
 	// detector went away before the series' end message (docs/stream2.md).
 	// +optional
 	SeriesIncomplete int64 `json:"seriesIncomplete,omitempty"`
+	// SeriesByPod is each gateway pod's series counts as last read, and SeriesBeforePods what
+	// pods no longer there counted: a replaced gateway's series stay in the totals.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	SeriesByPod []PodSeries `json:"seriesByPod,omitempty"`
+	// SeriesBeforePods: what the gateway pods that are gone counted, together.
+	// +optional
+	SeriesBeforePods *PodSeries `json:"seriesBeforePods,omitempty"`
 	// SpillBytes is what the senders hold in their spills now (spec.spill): the pipeline
 	// downstream of them is behind.
 	// +optional

@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/render"
@@ -374,6 +375,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	// Running streams only: their rates over the last window give the ratio and the speed now.
 	var liveRaw, liveWire, dBytes, dBusy float64
 	done := map[string]bool{}
+	series := map[string]v1beta1.PodSeries{} // by pod UID, read now
 	allLocal, anyKnown := true, false
 	localStreams, knownStreams := 0, 0
 	var placement []v1beta1.StagePlacement
@@ -385,6 +387,17 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 			// resuming sender reports it as delivered before), and chunks it settled without keeping
 			// them (corrupt, or past its sink) it named to the sender as discarded, which declared
 			// them gone to the newest one: that one reports them missing, however this pod ended.
+			// The series it completed are its own: from its summary, from its agents while it
+			// drains, else as last read.
+			r, _, _, ok := exited(p)
+			if !ok && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				var err error
+				r, _, err = o.scrape(ctx, p)
+				ok = err == nil // it may be going: its last reading stands
+			}
+			if ok {
+				series[string(p.UID)] = v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete)}
+			}
 			continue
 		}
 		r, raw, wire, ok := exited(p)
@@ -406,6 +419,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 			mergeLoads(stageLoads, cur.loads)
 		}
 		done[stream] = true
+		series[string(p.UID)] = v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete)}
 		rawRate += raw
 		wireRate += wire
 		total.RawBytes += r.RawBytes
@@ -413,8 +427,6 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		total.Delivered += r.Delivered + r.DeliveredBefore
 		total.Lost += r.Lost
 		total.Corrupt += r.Corrupt
-		total.SeriesCompleted += r.SeriesCompleted
-		total.SeriesIncomplete += r.SeriesIncomplete
 		total.IncompleteSeries = append(total.IncompleteSeries, r.IncompleteSeries...)
 		total.DeclaredMissing += r.DeclaredMissing
 		total.Gaps = append(total.Gaps, r.Gaps...)
@@ -485,8 +497,11 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	if dBusy >= 0.1 && dBytes > 0 {
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
-	obs.SeriesCompleted = int64(total.SeriesCompleted)
-	obs.SeriesIncomplete = int64(total.SeriesIncomplete)
+	obs.SeriesByPod, obs.SeriesBeforePods = carrySeries(sp.Status.Observed, gateways, series)
+	for _, c := range append(obs.SeriesByPod, ptr.Deref(obs.SeriesBeforePods, v1beta1.PodSeries{})) {
+		obs.SeriesCompleted += c.Completed
+		obs.SeriesIncomplete += c.Incomplete
+	}
 	obs.ChunksDeclaredMissing = int64(total.DeclaredMissing)
 	if n := len(total.Gaps); n > 0 {
 		obs.MissingChunks = total.Gaps[max(0, n-5):]
@@ -495,6 +510,52 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		obs.IncompleteSeries = total.IncompleteSeries[max(0, n-5):]
 	}
 	return obs, nil
+}
+
+// maxSeriesPods bounds status.observed.seriesByPod; the oldest pods beyond it are folded into
+// seriesBeforePods.
+const maxSeriesPods = 64
+
+// carrySeries keeps the Stream V2 series of every gateway pod the pipeline had: each present pod's
+// counts as read now (or, for a pod not read now, as last recorded in prev), and what pods that
+// are gone counted, folded into one entry. gateways are newest first.
+func carrySeries(prev *v1beta1.Observed, gateways []*corev1.Pod, read map[string]v1beta1.PodSeries) ([]v1beta1.PodSeries, *v1beta1.PodSeries) {
+	var before v1beta1.PodSeries
+	last := map[string]v1beta1.PodSeries{}
+	if prev != nil {
+		before = ptr.Deref(prev.SeriesBeforePods, v1beta1.PodSeries{})
+		for _, e := range prev.SeriesByPod {
+			last[e.UID] = e
+		}
+	}
+	var byPod []v1beta1.PodSeries
+	for _, p := range gateways {
+		uid := string(p.UID)
+		c, ok := read[uid]
+		if was, seen := last[uid]; seen {
+			// A pod's counts only grow: a reading below the last (a summary without them) is not
+			// taken.
+			c.Completed, c.Incomplete, ok = max(c.Completed, was.Completed), max(c.Incomplete, was.Incomplete), true
+		}
+		delete(last, uid)
+		if ok && (c.Completed > 0 || c.Incomplete > 0) {
+			byPod = append(byPod, v1beta1.PodSeries{UID: uid, Completed: c.Completed, Incomplete: c.Incomplete})
+		}
+	}
+	for _, c := range last { // pods that are gone
+		before.Completed += c.Completed
+		before.Incomplete += c.Incomplete
+	}
+	for len(byPod) > maxSeriesPods {
+		oldest := byPod[len(byPod)-1]
+		before.Completed += oldest.Completed
+		before.Incomplete += oldest.Incomplete
+		byPod = byPod[:len(byPod)-1]
+	}
+	if before == (v1beta1.PodSeries{}) {
+		return byPod, nil
+	}
+	return byPod, &before
 }
 
 // forgetAfter: readings of pods not read for this long (deleted, or of deleted pipelines) are

@@ -264,6 +264,83 @@ func TestObserverCountsAnEarlierPodsLossesOnceFromTheNewestPod(t *testing.T) {
 	}
 }
 
+// A gateway replaced mid-acquisition (a key rotation, an upgrade) completed series of its own; the
+// new pod counts only its own. The pipeline's series count keeps both: while the old pod is there
+// (from its summary), once it is gone (as status last recorded it), and across an observer with
+// no memory (a new leader: status is all it has).
+func TestSeriesOfAReplacedGatewayStayCounted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(agentMetrics(50*11059200, 25*11059200, 50, 0, 1) +
+			"numastream_stream2_series_completed_total{role=\"receive\"} 1\n" +
+			"numastream_stream2_series_incomplete_total{role=\"receive\"} 1\n"))
+	}))
+	t.Cleanup(srv.Close)
+	newObserver := func() *Observer {
+		o := NewObserver(time.Second)
+		o.URL = func(*corev1.Pod, int32) string { return srv.URL + "/metrics" }
+		return o
+	}
+	labels := map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
+	old := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-old", UID: "old", Labels: labels, CreationTimestamp: metav1.Unix(100, 0)},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: render.DecompressContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				Message: `{"role":"receive","chunks":84,"stream2_series_completed":2}`}}}}},
+	}
+	cur := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-new", UID: "new", Labels: labels, CreationTimestamp: metav1.Unix(200, 0)},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"},
+	}
+	sp := &v1beta1.StreamPipeline{}
+	observe := func(o *Observer, pods ...corev1.Pod) {
+		t.Helper()
+		obs, err := o.Observe(context.Background(), sp, pods)
+		if err != nil || obs == nil {
+			t.Fatalf("%v %v", obs, err)
+		}
+		sp.Status.Observed = obs
+	}
+	want := func(when string, completed, incomplete int64) {
+		t.Helper()
+		if o := sp.Status.Observed; o.SeriesCompleted != completed || o.SeriesIncomplete != incomplete {
+			t.Errorf("%s: series completed %d, incomplete %d; want %d and %d (by pod %+v, gone %+v)", when,
+				o.SeriesCompleted, o.SeriesIncomplete, completed, incomplete, o.SeriesByPod, o.SeriesBeforePods)
+		}
+	}
+	o := newObserver()
+	observe(o, old)
+	want("the first gateway finished", 2, 0)
+	observe(o, old, cur)
+	want("both pods there", 3, 1)
+	observe(o, cur)
+	want("the old pod deleted with its Job", 3, 1)
+	observe(newObserver(), cur)
+	want("read by a new leader", 3, 1)
+	if obs, err := o.Observe(context.Background(), sp, nil); obs != nil || err != nil {
+		t.Fatalf("no pod left: %v %v, want nothing read (status kept)", obs, err)
+	}
+	// A third pod, and the second gone too: each counted once.
+	third := cur
+	third.Name, third.UID, third.CreationTimestamp = "gw-third", "third", metav1.Unix(300, 0)
+	observe(o, third)
+	want("the second pod gone, a third running", 4, 2)
+	if n := len(sp.Status.Observed.SeriesByPod); n != 1 {
+		t.Errorf("%d pods recorded, want the one there: %+v", n, sp.Status.Observed.SeriesByPod)
+	}
+	// A replaced pod still draining is read from its agents (one series each here).
+	draining := cur
+	draining.Name, draining.UID, draining.CreationTimestamp = "gw-draining", "draining", metav1.Unix(100, 0)
+	sp = &v1beta1.StreamPipeline{}
+	observe(newObserver(), draining, cur)
+	want("the replaced pod draining beside the new one", 2, 2)
+	// Its summary once it exits says less (an agent that leaves no series counts in it): the
+	// counts read while it ran stand.
+	draining.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: render.DecompressContainer,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: `{"role":"receive","chunks":50}`}}}}}
+	observe(newObserver(), draining, cur)
+	want("the replaced pod exited without series in its summary", 2, 2)
+}
+
 func TestObserverWithoutRunningGatewaysReportsNothing(t *testing.T) {
 	o := NewObserver(time.Second)
 	obs, err := o.Observe(context.Background(), &v1beta1.StreamPipeline{}, nil)

@@ -99,16 +99,36 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 		renewed = running(t, sp, render.RoleGateway)
 		return renewed != nil && renewed.Annotations[render.AnnotationKeys] != gw.Annotations[render.AnnotationKeys], fmt.Sprint(renewed != nil)
 	})
-	// Every message of both series delivered (each series: a start, 50 images, an end). The
-	// series counts of status.observed are the newest gateway pod's (it saw none), not checked.
+	// Every message of both series delivered (each series: a start, 50 images, an end), and both
+	// series counted complete, whichever gateway pod completed them (the one the rotation
+	// replaced is gone with its Job by then).
 	var o *v1beta1.Observed
-	eventually(t, "status.observed.chunksDelivered 104", 60*time.Second, func() (bool, string) {
+	eventually(t, "status.observed.chunksDelivered 104, seriesCompleted 2", 60*time.Second, func() (bool, string) {
 		o = get(t, sp).Status.Observed
-		return o != nil && o.ChunksDelivered >= 104, fmt.Sprintf("observed %+v", o)
+		return o != nil && o.ChunksDelivered >= 104 && o.SeriesCompleted >= 2, fmt.Sprintf("observed %+v", o)
 	})
-	if o.ChunksDelivered != 104 || o.ChunksLost != 0 || o.ChunksCorrupt != 0 || o.SeriesIncomplete != 0 {
+	if o.ChunksDelivered != 104 || o.ChunksLost != 0 || o.ChunksCorrupt != 0 || o.SeriesCompleted != 2 || o.SeriesIncomplete != 0 {
 		t.Errorf("observed %+v", o)
 	}
+	// Once the replaced gateway pod is gone, its series stay counted.
+	eventually(t, "the replaced gateway pod gone", 90*time.Second, func() (bool, string) {
+		for _, p := range pods(t, sp, render.RoleGateway) {
+			if p.UID == gw.UID {
+				return false, string(p.Status.Phase)
+			}
+		}
+		return true, ""
+	})
+	gone := time.Now()
+	eventually(t, "a reading after it went", 30*time.Second, func() (bool, string) {
+		o = get(t, sp).Status.Observed
+		return o != nil && o.UpdatedAt != nil && o.UpdatedAt.After(gone.Add(time.Second)), fmt.Sprintf("observed %+v", o)
+	})
+	if o.SeriesCompleted != 2 || o.SeriesIncomplete != 0 {
+		t.Errorf("after the replaced gateway pod went: series completed %d, incomplete %d; want 2 and 0 (%+v, %+v)",
+			o.SeriesCompleted, o.SeriesIncomplete, o.SeriesByPod, o.SeriesBeforePods)
+	}
+	t.Logf("series counted by gateway pod: %+v, by pods gone: %+v", o.SeriesByPod, o.SeriesBeforePods)
 	verifySeriesFile(t, first, 50)
 	verifySeriesFile(t, second, 50)
 	t.Logf("keys rotated 1 s into series 1: both series whole %.1f s later; gateway %s runs the new keys; observed %d delivered, %d lost",
