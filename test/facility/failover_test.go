@@ -42,6 +42,8 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 	// departure count status shows.
 	var mu sync.Mutex
 	var readings []int32
+	var trace []string // every change of status.departure and status.replan, for a failure to explain itself
+	var lastSeen string
 	var dup string
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -66,6 +68,10 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 			mu.Lock()
 			if d := cur.Status.Departure; d != nil && (len(readings) == 0 || readings[len(readings)-1] != d.Readings) {
 				readings = append(readings, d.Readings)
+			}
+			if seen := fmt.Sprintf("departure %s replan %s", departureText(cur.Status.Departure), replanText(cur.Status.Replan)); seen != lastSeen {
+				trace = append(trace, time.Now().Format("15:04:05.000")+" "+seen)
+				lastSeen = seen
 			}
 			live := map[string]int{}
 			for _, j := range jobs.Items {
@@ -116,7 +122,8 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 	t.Logf("departure counts status showed: %v", readings)
 	// 1 (the old leader), then 2 (the new one, counting on), then 0 (the third: re-planned).
 	if len(readings) != 3 || readings[0] != 1 || readings[1] != 2 || readings[2] != 0 {
-		t.Errorf("departure counts %v, want 1, 2, then 0 with the re-plan: the new leader did not count on", readings)
+		t.Errorf("departure counts %v, want 1, 2, then 0 with the re-plan: the new leader did not count on; what status showed:\n%s",
+			readings, strings.Join(trace, "\n"))
 	}
 	if dup != "" {
 		t.Errorf("duplicate: %s", dup)
@@ -152,4 +159,22 @@ func leaseHolder(t *testing.T, not string) string {
 		return holder != "" && holder != not && alive, fmt.Sprintf("%s (its pod running: %v)", holder, alive)
 	})
 	return holder
+}
+
+func departureText(d *v1beta1.Departure) string {
+	if d == nil {
+		return "none"
+	}
+	at := ""
+	if d.LastReadingAt != nil {
+		at = d.LastReadingAt.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("%d (first %s, last at %s)", d.Readings, d.FirstRatio, at)
+}
+
+func replanText(r *v1beta1.Replan) string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprintf("ratio %s applied %v", r.Ratio, r.Applied)
 }
