@@ -98,7 +98,7 @@ notes=$(awk -v v="$version" '
   echo "| \`numastream/operator:$version\` | \`$operator_digest\` |"
   echo
   echo "Each image's SBOM (SPDX 2.3) is in sbom/."
-  echo "Install from these files: docs/install.md (\"From a release\"). Verify them first:"
+  echo "Install from these files: docs/install.md (\"Images into your registry\", \"Install\"). Verify them first:"
   echo "\`sha256sum -c SHA256SUMS\`."
   echo
   sed '1s/^## /## Changes in /' <<<"$notes"
