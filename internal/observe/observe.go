@@ -396,7 +396,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 				ok = err == nil // it may be going: its last reading stands
 			}
 			if ok {
-				series[string(p.UID)] = v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete)}
+				series[string(p.UID)] = seriesOf(r)
 			}
 			continue
 		}
@@ -419,7 +419,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 			mergeLoads(stageLoads, cur.loads)
 		}
 		done[stream] = true
-		series[string(p.UID)] = v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete)}
+		series[string(p.UID)] = seriesOf(r)
 		rawRate += raw
 		wireRate += wire
 		total.RawBytes += r.RawBytes
@@ -498,7 +498,9 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
 	obs.SeriesByPod, obs.SeriesBeforePods = carrySeries(sp.Status.Observed, gateways, series)
-	for _, c := range append(obs.SeriesByPod, ptr.Deref(obs.SeriesBeforePods, v1beta1.PodSeries{})) {
+	gone := ptr.Deref(obs.SeriesBeforePods, v1beta1.PodSeries{})
+	obs.SeriesCompleted, obs.SeriesIncomplete = gone.Completed, gone.Incomplete
+	for _, c := range obs.SeriesByPod {
 		obs.SeriesCompleted += c.Completed
 		obs.SeriesIncomplete += c.Incomplete
 	}
@@ -510,6 +512,11 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		obs.IncompleteSeries = total.IncompleteSeries[max(0, n-5):]
 	}
 	return obs, nil
+}
+
+// seriesOf is what one gateway pod's reading counts of the Stream V2 series.
+func seriesOf(r Receiver) v1beta1.PodSeries {
+	return v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete)}
 }
 
 // maxSeriesPods bounds status.observed.seriesByPod; the oldest pods beyond it are folded into
