@@ -144,6 +144,10 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	if f.nodesErr != nil {
 		return f.nodesErr
 	}
+	lead, err := useSites(sp, f.sites)
+	if err != nil {
+		return err
+	}
 	if err := storage.Check(sp, f.roots, opts.Render.StoragePrefixes); err != nil {
 		return err
 	}
@@ -174,11 +178,12 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	sp.Status.Bottleneck = string(plan.Bottleneck)
 	d.Facts.PlanMessage = fmt.Sprintf("%d streams x %d connections, predicted %.1f Gbit/s raw (%.1f per stream), limited by %s",
 		len(sp.Spec.Senders), plan.Connections, plan.TotalMbit/1000, plan.RateMbit/1000, plan.Bottleneck)
-	keys, err := decideKeys(sp, f.keysSecret, opts.Now, opts.NewPair)
+	keys, err := decideKeys(sp, f.keysSecret, lead, opts.Now, opts.NewPair)
 	if err != nil {
 		return err
 	}
 	d.NextRotation = keys.keys.nextRotation
+	sp.Status.GatewayKey = keys.keys.gatewayKey
 	objs, err := render.Render(render.Inputs{Pipeline: sp, Plan: plan, Gateway: f.gateway, KeysSecret: keys.keys.secret, KeysHashes: keys.keys.hashes,
 		GatewayAddress: f.gatewayNICAddress, DataAddresses: f.dataAddresses, SenderAddresses: f.senderAddresses,
 		Roots: f.roots, Prefixes: opts.Render.StoragePrefixes}, opts.Render)
@@ -188,6 +193,10 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	if keys.rotated != "" {
 		d.Events = append(d.Events, Event{Related: keys.write, Type: corev1.EventTypeNormal, Reason: "KeysRotated", Action: "Rotate",
 			Message: fmt.Sprintf("new CURVE keys in Secret %s (%s): the agents are replaced with them, each stream drains and resumes", keys.keys.secret, keys.rotated)})
+	}
+	if keys.listed != "" {
+		d.Events = append(d.Events, Event{Related: keys.write, Type: corev1.EventTypeNormal, Reason: "KeysListed", Action: "Rotate",
+			Message: keys.listed})
 	}
 	d.Plan, d.Keys, d.Objects = &plan, keys, objs
 	sp.Status.Endpoints = nil

@@ -49,6 +49,8 @@ type facts struct {
 	// (whose files this one's must not overwrite).
 	roots     map[string]*v1beta1.StorageRoot
 	pipelines []v1beta1.StreamPipeline
+	// sites: the RemoteSites the pipeline's onward hops name, by name (a missing one is absent).
+	sites map[string]*v1beta1.RemoteSite
 	// keysSecret: the Secret with the pipeline's CURVE keys (nil: none, or not needed).
 	keysSecret *corev1.Secret
 	// claims and volumes: the claims and PersistentVolumes made for the pipeline.
@@ -65,7 +67,7 @@ type notPlannedError struct {
 func (e *notPlannedError) Error() string { return e.err.Error() }
 
 // gather reads every fact of one pass: the nodes, what other pipelines hold on the gateway,
-// the pipeline's Jobs, pods, claims, volumes and key Secret, the StorageRoots and the Job
+// the pipeline's Jobs, pods, claims, volumes, RemoteSites and key Secret, the StorageRoots and the Job
 // controller's refusals. Only API errors are returned.
 func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1beta1.StreamPipeline) (facts, error) {
 	var f facts
@@ -111,7 +113,10 @@ func (r *StreamPipelineReconciler) gather(ctx context.Context, sp *v1beta1.Strea
 		}
 		f.pipelines = all.Items
 	}
-	if f.keysSecret, err = r.readKeysSecret(ctx, sp); err != nil {
+	if f.sites, err = r.readSites(ctx, sp); err != nil {
+		return f, err
+	}
+	if f.keysSecret, err = r.readKeysSecret(ctx, withSites(sp, f.sites)); err != nil {
 		return f, err
 	}
 	var claims corev1.PersistentVolumeClaimList

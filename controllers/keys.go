@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +29,25 @@ const (
 	AnnotationKeysRotatedAt = "numastream.io/rotated-at"
 	// AnnotationKeysRotatedFor: the pipeline's numastream.io/rotate-keys value they were made for.
 	AnnotationKeysRotatedFor = "numastream.io/rotated-for"
+	// AnnotationNextListedAt: when the gateway's next key pair (gateway.next.*) was made and
+	// listed in the RemoteSites the pipeline sends to (RFC 3339).
+	AnnotationNextListedAt = "numastream.io/next-listed-at"
 )
+
+// The gateway's next key pair in the operator's Secret, during a rotation of a pipeline that
+// sends to RemoteSites: listed for the far sites to admit before the gateway uses it.
+const (
+	GatewayNextSecretKey = "gateway.next.secret"
+	GatewayNextPublicKey = "gateway.next.public"
+)
+
+// siteLead is how a rotation of a pipeline that sends to RemoteSites goes: the gateway's next
+// key is listed in the sites' status first, and used once the slowest site's keyPropagation
+// has passed.
+type siteLead struct {
+	sites       []string
+	propagation time.Duration
+}
 
 // pipelineKeys are the pipeline's CURVE keys as render needs them.
 type pipelineKeys struct {
@@ -37,8 +56,10 @@ type pipelineKeys struct {
 	// pair and the stream's sender's. They change when those keys do, which replaces the
 	// stream's agents, and only its: a sender added or removed restarts no other stream.
 	hashes map[int]string
-	// nextRotation is when the next scheduled rotation is due (0: none scheduled).
+	// nextRotation is when the next scheduled rotation, or a listed key's use, is due (0: none).
 	nextRotation time.Duration
+	// gatewayKey: the gateway's public keys for far sites (nil: the pipeline has no onward hop).
+	gatewayKey *v1beta1.GatewayKey
 }
 
 // keysSecretName is the Secret that holds the pipeline's CURVE keys: the one the user names, or
@@ -93,16 +114,19 @@ type keysDecision struct {
 	// write is the Secret to create (create) or update; nil when it stays as it is.
 	write  *corev1.Secret
 	create bool
-	// rotated says why all pairs were made again ("" when they were not).
-	rotated string
+	// rotated says why all pairs were made again ("" when they were not); listed, that the
+	// gateway's next pair was made and listed for the far sites instead.
+	rotated, listed string
 }
 
 // decideKeys makes sure the Secret with the pipeline's CURVE keys (sec as read; nil when it does
 // not exist) holds a key pair for the gateway and for every sender. A Secret the user names is
 // only checked; the operator's own gets the pairs it lacks, and all new pairs when a rotation is
 // due (spec.security.rotateEvery) or asked for (a new value of the pipeline's
-// numastream.io/rotate-keys annotation). newPair makes a key pair (curvekeys.New).
-func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, newPair func() (curvekeys.KeyPair, error)) (keysDecision, error) {
+// numastream.io/rotate-keys annotation). A pipeline that sends to RemoteSites (lead) rotates in
+// two steps: the gateway's next pair is made and listed first, and the rotation uses it once
+// the sites have had their keyPropagation to admit it. newPair makes a key pair (curvekeys.New).
+func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, lead siteLead, now time.Time, newPair func() (curvekeys.KeyPair, error)) (keysDecision, error) {
 	if !needsKeys(sp) {
 		return keysDecision{}, nil
 	}
@@ -129,15 +153,21 @@ func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, n
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	why := ""
+	why, listed, promoted, changed := "", "", false, false
+	var wait time.Duration
 	if managed && exists {
 		why = rotationDue(sp, sec, now)
+		if len(lead.sites) > 0 {
+			var err error
+			if why, listed, promoted, changed, wait, err = leadRotation(sec, why, lead, now, newPair); err != nil {
+				return keysDecision{}, err
+			}
+		}
 	}
 	var missing []string
-	changed := false
 	for _, p := range pairs {
 		secret, public := string(sec.Data[p[0]]), string(sec.Data[p[1]])
-		if secret != "" && public != "" && why == "" {
+		if secret != "" && public != "" && (why == "" || (promoted && p[0] == render.GatewaySecretKey)) {
 			if derived, err := curvekeys.PublicOf(trimKey(secret)); err != nil || derived != trimKey(public) {
 				return keysDecision{}, &notPlannedError{reason: ReasonKeys, err: fmt.Errorf("Secret %s: %s is not the public key of %s", name, p[1], p[0])}
 			}
@@ -165,14 +195,18 @@ func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, now time.Time, n
 		sec.Annotations[AnnotationKeysRotatedAt] = now.UTC().Format(time.RFC3339)
 		sec.Annotations[AnnotationKeysRotatedFor] = sp.Annotations[v1beta1.AnnotationRotateKeys]
 	}
-	d := keysDecision{keys: pipelineKeys{secret: name, hashes: map[int]string{}, nextRotation: nextRotation(sp, sec, now)}}
+	next := nextRotation(sp, sec, now)
+	if wait > 0 && (next == 0 || wait < next) {
+		next = wait
+	}
+	d := keysDecision{keys: pipelineKeys{secret: name, hashes: map[int]string{}, nextRotation: next, gatewayKey: gatewayKeyOf(sp, sec)}}
 	for _, stream := range sp.StreamIDs() {
 		d.keys.hashes[stream] = streamKeysHash(sec, stream)
 	}
 	if !changed {
 		return d, nil
 	}
-	d.write, d.create, d.rotated = sec, !exists, why
+	d.write, d.create, d.rotated, d.listed = sec, !exists, why, listed
 	if !exists {
 		sec.Name, sec.Namespace = name, sp.Namespace
 		sec.Labels = map[string]string{render.LabelPipeline: sp.Name, "app.kubernetes.io/managed-by": FieldOwner}
@@ -197,6 +231,72 @@ func (r *StreamPipelineReconciler) writeKeys(ctx context.Context, sp *v1beta1.St
 		ctrl.LoggerFrom(ctx).Info("Rotated the pipeline's CURVE keys", "secret", d.write.Name, "why", d.rotated)
 	}
 	return nil
+}
+
+// leadRotation is the first step of a rotation (why) of a pipeline that sends to RemoteSites,
+// on its Secret sec (changed in place): the gateway's next pair made and listed, and once the
+// sites' keyPropagation has passed since, put in the gateway pair's place (promoted) so that
+// the rotation goes on with it. It returns the rotation's reason if it goes on now ("" while
+// the next key waits), what was listed ("" when nothing was), whether sec changed, and how
+// long until the next key may be used.
+func leadRotation(sec *corev1.Secret, why string, lead siteLead, now time.Time, newPair func() (curvekeys.KeyPair, error)) (
+	rotate, listed string, promoted, changed bool, wait time.Duration, err error) {
+	at, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationNextListedAt])
+	has := err == nil && len(sec.Data[GatewayNextSecretKey]) > 0 && len(sec.Data[GatewayNextPublicKey]) > 0
+	if has {
+		derived, err := curvekeys.PublicOf(trimKey(string(sec.Data[GatewayNextSecretKey])))
+		has = err == nil && derived == trimKey(string(sec.Data[GatewayNextPublicKey]))
+	}
+	switch {
+	case why == "":
+		// A next pair no rotation asks for any more (the annotation was taken back) goes.
+		stale := sec.Annotations[AnnotationNextListedAt] != "" || sec.Data[GatewayNextSecretKey] != nil || sec.Data[GatewayNextPublicKey] != nil
+		dropNext(sec)
+		return "", "", false, stale, 0, nil
+	case !has:
+		kp, err := newPair()
+		if err != nil {
+			return "", "", false, false, 0, err
+		}
+		sec.Data[GatewayNextSecretKey], sec.Data[GatewayNextPublicKey] = []byte(kp.Secret+"\n"), []byte(kp.Public+"\n")
+		if sec.Annotations == nil {
+			sec.Annotations = map[string]string{}
+		}
+		sec.Annotations[AnnotationNextListedAt] = now.UTC().Format(time.RFC3339)
+		return "", fmt.Sprintf("the gateway's next key %s is listed in RemoteSite %s (%s); the rotation uses it in %s",
+			kp.Public, strings.Join(lead.sites, ", "), why, lead.propagation), false, true, max(time.Second, lead.propagation), nil
+	case now.Sub(at) < lead.propagation:
+		return "", "", false, false, at.Add(lead.propagation).Sub(now), nil
+	}
+	sec.Data[render.GatewaySecretKey], sec.Data[render.GatewayPublicKey] = sec.Data[GatewayNextSecretKey], sec.Data[GatewayNextPublicKey]
+	dropNext(sec)
+	return why + fmt.Sprintf("; the gateway's key listed in RemoteSite %s since %s", strings.Join(lead.sites, ", "), at.Format(time.RFC3339)),
+		"", true, true, 0, nil
+}
+
+// dropNext takes the gateway's next pair out of the Secret.
+func dropNext(sec *corev1.Secret) {
+	delete(sec.Data, GatewayNextSecretKey)
+	delete(sec.Data, GatewayNextPublicKey)
+	delete(sec.Annotations, AnnotationNextListedAt)
+}
+
+// gatewayKeyOf is the gateway's public keys as status.gatewayKey shows them for a pipeline with
+// an onward hop (nil for one without).
+func gatewayKeyOf(sp *v1beta1.StreamPipeline, sec *corev1.Secret) *v1beta1.GatewayKey {
+	hop := false
+	for _, k := range sp.Spec.Sinks {
+		hop = hop || (k.Onward != nil && k.Onward.ServerKey != "")
+	}
+	public := trimKey(string(sec.Data[render.GatewayPublicKey]))
+	if !hop || public == "" {
+		return nil
+	}
+	g := &v1beta1.GatewayKey{Public: public, Next: trimKey(string(sec.Data[GatewayNextPublicKey]))}
+	if at, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationNextListedAt]); err == nil && g.Next != "" {
+		g.NextSince = &metav1.Time{Time: at}
+	}
+	return g
 }
 
 // rotationDue says why the operator's keys must be made again ("" when they need not).

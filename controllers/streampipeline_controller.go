@@ -106,6 +106,7 @@ const DefaultWorkers = 8
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=numastream.io,resources=storageroots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=numastream.io,resources=remotesites,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile drives one StreamPipeline towards its plan: get, gather (the only reads), plan,
@@ -500,6 +501,7 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Watches(&corev1.Node{}, byNode, builder.WithPredicates(nodeFactsChanged())).
 		Watches(&corev1.Pod{}, byPodLabel).
 		Watches(&v1beta1.StreamPipeline{}, sameGateway, builder.WithPredicates(gatewayShareChanged())).
+		Watches(&v1beta1.RemoteSite{}, pipelinesOfSite(mgr.GetClient()), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 

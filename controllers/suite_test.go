@@ -113,6 +113,9 @@ func TestMain(m *testing.M) {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
+	if err := (&RemoteSiteReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
 	if err := mgr.Add(&Observer{Client: mgr.GetClient(), Read: observer.Observe, Every: observeEvery}); err != nil {
 		panic(err)
 	}
@@ -573,6 +576,12 @@ func TestBadManifestsAreRefusedNamingTheField(t *testing.T) {
 		"a far receiver's key that is not one": {func(sp *v1beta1.StreamPipeline) {
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: "short\"key"}}}}
 		}, "spec.sinks[0].onward.serverKey"},
+		"an onward hop naming a site and an endpoint": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Site: "dtn", Endpoint: "tcp://dtn:7000"}}}}
+		}, "name the far site (site, a RemoteSite) or describe it (endpoint): one of the two"},
+		"an onward hop naming a site with a key of its own": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Site: "dtn", ServerKey: farKey}}}}
+		}, "the RemoteSite holds the far site's key and link"},
 		"seventeen onward connections": {func(sp *v1beta1.StreamPipeline) {
 			n := int32(17)
 			sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Endpoint: "tcp://dtn:7000", ServerKey: farKey, Connections: &n}}}}
@@ -2203,4 +2212,109 @@ func TestCompletedComesWithTheAgentsFinalFigures(t *testing.T) {
 	if o := cur.Status.Observed; o == nil || o.ChunksDelivered != 150 || o.RawGbps != "1.75" || o.NICLocal == nil || !*o.NICLocal {
 		t.Errorf("the first status that says Completed has observed %+v: want the agents' final figures (150 chunks, 1.75 Gbit/s, NIC-local)", o)
 	}
+}
+
+// A pipeline sends on to a RemoteSite: the site's endpoint and key go into the gateway's hop, and
+// the site's status lists the gateway's key for the far site to admit. A rotation lists the next
+// key there first, while the agents keep theirs; once the site's keyPropagation has passed the
+// gateway runs with the key listed, and the site admits only it. A pipeline naming a site that
+// does not exist is held, naming it, until the site is made. A RemoteSite without a key is
+// refused unless it says insecurePlaintext.
+func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) {
+	ensureNode(t, facilityNode("lynx-41", []int{16, 16}, "ens1f0", 1, 200000))
+	ensureNode(t, facilityNode("far-det-1", []int{16, 16}, "ens1f0", 1, 100000))
+	ns := namespace(t)
+	if err := k8s.Create(ctx, &v1beta1.RemoteSite{ObjectMeta: metav1.ObjectMeta{Name: "keyless", Namespace: ns},
+		Spec: v1beta1.RemoteSiteSpec{Endpoint: "tcp://dtn:7000"}}); err == nil || !strings.Contains(err.Error(), "serverKey: the far receiver's public key is required") {
+		t.Errorf("a RemoteSite without a key: %v", err)
+	}
+	sp := pipeline(ns, "far", withGateway("lynx-41"), withSenders("far-det-1"), func(sp *v1beta1.StreamPipeline) {
+		sp.Spec.Sinks = []v1beta1.Consumer{{Name: "archive", Sink: v1beta1.Sink{ZMQ: &v1beta1.ZMQEndpoint{Endpoint: "tcp://archive:7000"}}},
+			{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Site: "dtn"}}}}
+	})
+	if err := k8s.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	got := condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionFalse, ReasonRemoteSite)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1beta1.ConditionPlanned); !strings.Contains(c.Message, "RemoteSite "+ns+"/dtn does not exist") {
+		t.Errorf("held for a missing site: %q", c.Message)
+	}
+	site := &v1beta1.RemoteSite{ObjectMeta: metav1.ObjectMeta{Name: "dtn", Namespace: ns},
+		Spec: v1beta1.RemoteSiteSpec{Endpoint: "tcp://dtn.example.org:7000", ServerKey: farKey, KeyPropagation: &metav1.Duration{Duration: 3 * time.Second}}}
+	if err := k8s.Create(ctx, site); err != nil {
+		t.Fatal(err)
+	}
+	condition(t, sp, v1beta1.ConditionPlanned, metav1.ConditionTrue, ReasonPlanned)
+	var cm corev1.ConfigMap
+	eventually(t, "the gateway's hop to the site's endpoint with its key", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "far-agent"}, &cm); err != nil {
+			return false, err.Error()
+		}
+		all := fmt.Sprint(cm.Data)
+		key, _ := json.Marshal(farKey) // as the agent's JSON config holds it
+		return strings.Contains(all, "tcp://dtn.example.org:7000") && strings.Contains(all, strings.Trim(string(key), `"`)), all
+	})
+	admitted := func(what string, ok func(keys []v1beta1.AdmittedKey, g *v1beta1.GatewayKey) bool) []v1beta1.AdmittedKey {
+		t.Helper()
+		var keys []v1beta1.AdmittedKey
+		eventually(t, what, func() (bool, string) {
+			cur, s := &v1beta1.StreamPipeline{}, &v1beta1.RemoteSite{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+				return false, err.Error()
+			}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(site), s); err != nil {
+				return false, err.Error()
+			}
+			keys = s.Status.AdmittedKeys
+			return ok(keys, cur.Status.GatewayKey), fmt.Sprintf("site admits %+v; pipeline's gateway key %+v", keys, cur.Status.GatewayKey)
+		})
+		return keys
+	}
+	first := admitted("the site admits the gateway's key", func(keys []v1beta1.AdmittedKey, g *v1beta1.GatewayKey) bool {
+		return g != nil && len(keys) == 1 && keys[0].Key == g.Public && keys[0].Use == v1beta1.KeyUseCurrent && keys[0].Pipeline == "far"
+	})
+	gatewayKeys := func() string {
+		var j batchv1.Job
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "far-gateway-0"}, &j); err != nil {
+			return ""
+		}
+		return j.Spec.Template.Annotations[render.AnnotationKeys]
+	}
+	var before string
+	eventually(t, "the gateway Job", func() (bool, string) { before = gatewayKeys(); return before != "", "" })
+
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1beta1.StreamPipeline{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, "2026-11-30")
+		return k8s.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	listed := admitted("the next key listed beside the current one", func(keys []v1beta1.AdmittedKey, _ *v1beta1.GatewayKey) bool {
+		return len(keys) == 2 && keys[0].Key == first[0].Key && keys[1].Use == v1beta1.KeyUseNext && keys[1].Since != nil
+	})
+	if now := gatewayKeys(); now != before {
+		t.Errorf("the gateway's keys changed before the site had its keyPropagation to admit the next one")
+	}
+	admitted("the gateway's key is the one listed, and the site admits only it", func(keys []v1beta1.AdmittedKey, g *v1beta1.GatewayKey) bool {
+		return len(keys) == 1 && keys[0].Key == listed[1].Key && keys[0].Use == v1beta1.KeyUseCurrent && g.Public == listed[1].Key && g.Next == ""
+	})
+	eventually(t, "the gateway Job with the new keys", func() (bool, string) {
+		now := gatewayKeys()
+		return now != "" && now != before, now
+	})
+
+	if err := k8s.Delete(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a deleted pipeline's key no longer admitted", func() (bool, string) {
+		s := &v1beta1.RemoteSite{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(site), s); err != nil {
+			return false, err.Error()
+		}
+		return len(s.Status.AdmittedKeys) == 0, fmt.Sprintf("%+v", s.Status.AdmittedKeys)
+	})
 }

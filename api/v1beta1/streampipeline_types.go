@@ -38,7 +38,7 @@ type Codec string
 // +kubebuilder:validation:XValidation:rule="!(size(self.senders) > 1 && has(self.sink) && has(self.sink.file) && !self.sink.file.path.contains('{stream}'))",message="sink.file.path must contain {stream} when there are several senders: each stream writes its own file"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sinks))",message="give sink (one) or sinks (several consumers at once), not both"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sink) && has(self.sink.onward))",message="sink.onward: the onward hop is one of spec.sinks (beside what the gateway keeps)"
-// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.all(k, !has(k.onward) || (has(k.onward.serverKey) != (has(k.onward.insecurePlaintext) && k.onward.insecurePlaintext)))",message="sinks[].onward.serverKey: the far receiver's public key is required (the hop proves who answers and encrypts, whatever spec.security.mode says), unless insecurePlaintext is true; not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.all(k, !has(k.onward) || has(k.onward.site) || (has(k.onward.serverKey) != (has(k.onward.insecurePlaintext) && k.onward.insecurePlaintext)))",message="sinks[].onward.serverKey: the far receiver's public key is required (the hop proves who answers and encrypts, whatever spec.security.mode says), unless insecurePlaintext is true; not both"
 // +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.exists(k, !has(k.guarantee) || k.guarantee == 'lossless')",message="sinks: a chunk is acknowledged once its lossless consumers have it: at least one must be lossless"
 // +kubebuilder:validation:XValidation:rule="!has(self.sinks) || self.sinks.filter(k, has(k.stream2)).size() <= 1",message="sinks: one stream2 re-emit per pipeline (one port on the gateway's Service)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sinks) && self.sinks.exists(k, has(k.stream2))) || (size(self.senders) == 1 && self.senders.all(s, has(s.source.stream2)))",message="a stream2 consumer re-emits the series of one detector: one sender, its source stream2"
@@ -539,12 +539,22 @@ type Sink struct {
 	Onward *OnwardSink `json:"onward,omitempty"`
 }
 
-// OnwardSink is an acknowledged hop from the gateway to a numastream receiver elsewhere.
+// OnwardSink is an acknowledged hop from the gateway to a numastream receiver elsewhere: a
+// RemoteSite (site), or the far receiver described here (endpoint, serverKey, link).
+// +kubebuilder:validation:XValidation:rule="has(self.site) != has(self.endpoint)",message="name the far site (site, a RemoteSite) or describe it (endpoint): one of the two"
+// +kubebuilder:validation:XValidation:rule="!has(self.site) || !(has(self.serverKey) || has(self.insecurePlaintext) || has(self.link))",message="site: the RemoteSite holds the far site's key and link: leave serverKey, insecurePlaintext and link unset"
 type OnwardSink struct {
+	// Site names a RemoteSite in the pipeline's namespace: its endpoint, key and link. The
+	// site's status lists the gateway's key for the far site to admit, and a key rotation lists
+	// the new key there before the gateway uses it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Site string `json:"site,omitempty"`
 	// Endpoint of the far receiver's first data port, tcp://host:port; connection i goes to
 	// port + i (start the far receiver with at least status.plan.onward[].connections).
 	// +kubebuilder:validation:Pattern=`^tcp://[^:]+:[0-9]{1,5}$`
-	Endpoint string `json:"endpoint"`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
 	// ServerKey is the far receiver's CURVE public key (40 Z85 characters). The gateway connects
 	// with its own key (gateway.public in the pipeline's keys Secret, which the far receiver must
 	// admit) and encrypts, whatever spec.security.mode says: a host answering in the far
@@ -1142,11 +1152,28 @@ type StreamPipelineStatus struct {
 	// counting where the last one stopped.
 	// +optional
 	Departure *Departure `json:"departure,omitempty"`
+	// GatewayKey is the public key the gateway connects to far sites with (spec.sinks[].onward),
+	// for the far site to admit; during a rotation, also the next one.
+	// +optional
+	GatewayKey *GatewayKey `json:"gatewayKey,omitempty"`
 	// PlanHistory is the last re-plans, oldest first (at most 10).
 	// +kubebuilder:validation:MaxItems=10
 	// +listType=atomic
 	// +optional
 	PlanHistory []PlanChange `json:"planHistory,omitempty"`
+}
+
+// GatewayKey is the gateway's CURVE public key as far sites must admit it.
+type GatewayKey struct {
+	// Public is the key the gateway connects with now (Z85).
+	Public string `json:"public"`
+	// Next is the key of a rotation under way: listed in the RemoteSites the pipeline sends to
+	// from NextSince, used by the gateway once their keyPropagation has passed.
+	// +optional
+	Next string `json:"next,omitempty"`
+	// NextSince is when Next was listed.
+	// +optional
+	NextSince *metav1.Time `json:"nextSince,omitempty"`
 }
 
 // Replan is what the agents observed that the planner now uses.

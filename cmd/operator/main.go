@@ -118,6 +118,10 @@ func main() {
 		log.Error(err, "Cannot set up the StreamPipeline controller")
 		os.Exit(1)
 	}
+	if err := (&controllers.RemoteSiteReconciler{Client: mgr.GetClient(), Namespaces: namespaces}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "Cannot set up the RemoteSite controller")
+		os.Exit(1)
+	}
 	if *observeEvery > 0 {
 		obs := &controllers.Observer{Client: mgr.GetClient(), Read: agents.Observe, Every: *observeEvery, Namespaces: namespaces, Parallel: *observePar}
 		if err := mgr.Add(obs); err != nil {
