@@ -2118,6 +2118,8 @@ func TestDocumentedManifestsAreAccepted(t *testing.T) {
 					obj = &v1beta1.StreamPipeline{}
 				case strings.Contains(doc, "\nkind: StorageRoot\n"):
 					obj = &v1beta1.StorageRoot{}
+				case strings.Contains(doc, "\nkind: RemoteSite\n"):
+					obj = &v1beta1.RemoteSite{}
 				default:
 					continue
 				}
@@ -2125,7 +2127,7 @@ func TestDocumentedManifestsAreAccepted(t *testing.T) {
 					t.Errorf("%s: a manifest the API does not know: %v", page, err)
 					continue
 				}
-				if _, ok := obj.(*v1beta1.StreamPipeline); ok {
+				if _, cluster := obj.(*v1beta1.StorageRoot); !cluster {
 					obj.SetNamespace(ns)
 				}
 				if err := k8s.Create(ctx, obj, client.DryRunAll); err != nil {

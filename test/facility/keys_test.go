@@ -1,9 +1,13 @@
 package facility
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,20 +66,48 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 }
 
 // A key rotation in the middle of a live detector's series (Stream V2, the detector waits for
-// nobody): the old sender reads the detector on until it pauses, and its gateway, replaced only
-// after it, takes all of it; then the new gateway and sender run with the new keys. Both series
-// are whole, nothing lost. (Before, both were replaced at once: the gateway stopped taking data
-// while the sender drained into it, and the rest of the series was lost.)
-func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
+// nobody), with the gateway carrying every message on to an HPC site across the WAN (a
+// RemoteSite whose far receiver admits the keys the site's status lists, as a far site's sync
+// would): the gateway's next key is listed for the far site before the gateway uses it; the old
+// sender reads the detector on until it pauses, and its gateway, replaced only after it, takes
+// all of it; then the new gateway and sender run with the new keys, and the hop resumes with the
+// key the far site admitted. Both series are whole at the facility, the far site holds every
+// message byte for byte as the facility's file does, nothing lost. (Before, the sender and
+// gateway were replaced at once and the rest of the series was lost; and a far site learnt the
+// gateway's new key only once the gateway had been refused with it.)
+func TestAKeyRotationMidSeriesFromALiveDetectorWithAnOnwardHopLosesNothing(t *testing.T) {
+	agent := wan(t)
 	dir := sinkDir(t, "stream2-rotate")
+	far := hpcSite{dir: t.TempDir()}
+	run(t, agent, "keygen", "--out", filepath.Join(far.dir, "far"))
+	site := &v1beta1.RemoteSite{ObjectMeta: metav1.ObjectMeta{Name: "hpc-rotate", Namespace: ns}, Spec: v1beta1.RemoteSiteSpec{
+		Endpoint:       fmt.Sprintf("tcp://%s:%d", wanFar, farPort),
+		ServerKey:      strings.TrimSpace(read(t, filepath.Join(far.dir, "far.public"))),
+		Link:           &v1beta1.OnwardLink{BandwidthMbps: wanMbit, RoundTrip: &metav1.Duration{Duration: wanRTT}},
+		KeyPropagation: &metav1.Duration{Duration: 3 * time.Second}}}
+	if err := k8s.Create(ctx, site); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = k8s.Delete(ctx, site) }()
+	admitted := followSite(t, site, filepath.Join(far.dir, "allowed"))
 	// Two series of 50 images at 10 messages/s: the detector pauses 10 s after the first image.
 	det := detectorPod(t, "eiger-sim-rotate", 50, 10)
 	defer func() { _ = k8s.Delete(ctx, det, client.GracePeriodSeconds(0)) }()
 	sp := stream2Pipeline(t, "stream2-rotate", det, dir)
+	nxmx := sp.Spec.Sink.HDF5
+	sp.Spec.Sink = nil
+	sp.Spec.Sinks = []v1beta1.Consumer{{Name: "nxmx", Sink: v1beta1.Sink{HDF5: nxmx}},
+		{Name: "raw", Sink: v1beta1.Sink{File: &v1beta1.FileSource{Root: storageRoot, Path: filepath.Base(dir) + "/messages.raw"}}},
+		{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Site: site.Name}}}}
 	if err := k8s.Create(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
 	defer deleteAndCheckGone(t, sp)
+	hop := onwardPlan(t, sp)
+	eventually(t, "the far site admitting the gateway's key", 60*time.Second, func() (bool, string) {
+		return len(admitted()) == 1, fmt.Sprint(admitted())
+	})
+	inHPC(t, nil, agent, far.receiverArgs(hop.Connections)...)
 	first, second := filepath.Join(dir, "eiger-1.h5"), filepath.Join(dir, "eiger-2.h5")
 	eventually(t, "series 1 under way on gateway-a", 240*time.Second, func() (bool, string) {
 		_, err := os.Stat(first + ".part")
@@ -88,6 +120,12 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 	time.Sleep(time.Second) // mid-series
 	rotateKeys(t, sp)
 	rotated := time.Now()
+	eventually(t, "the gateway's next key admitted beside the current one", 30*time.Second, func() (bool, string) {
+		return len(admitted()) == 2, fmt.Sprint(admitted())
+	})
+	if now := running(t, sp, render.RoleGateway); now == nil || now.UID != gw.UID {
+		t.Errorf("the gateway was replaced before the far site admitted its next key")
+	}
 	eventually(t, "both series published complete", 120*time.Second, func() (bool, string) {
 		_, err1 := os.Stat(first)
 		_, err2 := os.Stat(second)
@@ -110,6 +148,10 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 	if o.ChunksDelivered != 104 || o.ChunksLost != 0 || o.ChunksCorrupt != 0 || o.SeriesCompleted != 2 || o.SeriesIncomplete != 0 {
 		t.Errorf("observed %+v", o)
 	}
+	// The far site admits the key the new gateway runs with, and only it.
+	if g := get(t, sp).Status.GatewayKey; g == nil || g.Next != "" || len(admitted()) != 1 || admitted()[0] != g.Public {
+		t.Errorf("after the rotation: the pipeline's gateway key %+v, the far site admits %v", g, admitted())
+	}
 	// Once the replaced gateway pod is gone, its series stay counted.
 	eventually(t, "the replaced gateway pod gone", 90*time.Second, func() (bool, string) {
 		for _, p := range pods(t, sp, render.RoleGateway) {
@@ -131,8 +173,58 @@ func TestAKeyRotationMidSeriesFromALiveDetectorLosesNothing(t *testing.T) {
 	t.Logf("series counted by gateway pod: %+v, by pods gone: %+v", o.SeriesByPod, o.SeriesBeforePods)
 	verifySeriesFile(t, first, 50)
 	verifySeriesFile(t, second, 50)
-	t.Logf("keys rotated 1 s into series 1: both series whole %.1f s later; gateway %s runs the new keys; observed %d delivered, %d lost",
-		whole.Seconds(), renewed.Name, o.ChunksDelivered, o.ChunksLost)
+	// Both sites whole: the far site's file holds the facility's, byte for byte (every message
+	// of both series, in the detector's order, once).
+	here, there := filepath.Join(dir, "messages.raw.part"), filepath.Join(far.dir, "there-0.raw.part")
+	var a, b []byte
+	eventually(t, "the far site's file as the facility's", 60*time.Second, func() (bool, string) {
+		a, _ = os.ReadFile(here)
+		b, _ = os.ReadFile(there)
+		return len(a) > 0 && bytes.Equal(a, b), fmt.Sprintf("facility %d bytes, far site %d", len(a), len(b))
+	})
+	t.Logf("keys rotated 1 s into series 1 (the next key listed for the far site first): both series whole %.1f s later; gateway %s runs the new keys; observed %d delivered, %d lost; the far site holds the facility's %d bytes",
+		whole.Seconds(), renewed.Name, o.ChunksDelivered, o.ChunksLost, len(b))
+}
+
+// followSite keeps file as the far site's allowed-keys file: the keys the RemoteSite's status
+// lists, rewritten whenever they change (written aside and renamed, as a far site's sync
+// would); until the test ends. It returns the keys last written.
+func followSite(t *testing.T, site *v1beta1.RemoteSite, file string) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var last []string
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			cur := &v1beta1.RemoteSite{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(site), cur); err == nil {
+				var keys []string
+				for _, k := range cur.Status.AdmittedKeys {
+					keys = append(keys, k.Key)
+				}
+				mu.Lock()
+				if len(keys) > 0 && !slices.Equal(keys, last) {
+					if err := os.WriteFile(file+".new", []byte(strings.Join(keys, "\n")+"\n"), 0o600); err == nil && os.Rename(file+".new", file) == nil {
+						last = keys
+					}
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(last)
+	}
 }
 
 // rotateKeys asks for a rotation of the pipeline's keys now (its annotation, on demand).
