@@ -810,6 +810,10 @@ type PodSeries struct {
 	// Incomplete: series that ended without their end message.
 	// +optional
 	Incomplete int64 `json:"incomplete,omitempty"`
+	// Delivered: chunks the pod verified and delivered itself (not those earlier pods of its
+	// stream delivered).
+	// +optional
+	Delivered int64 `json:"delivered,omitempty"`
 }
 
 // Observed are the figures the agents report.
@@ -841,8 +845,9 @@ type Observed struct {
 	// detector went away before the series' end message (docs/stream2.md).
 	// +optional
 	SeriesIncomplete int64 `json:"seriesIncomplete,omitempty"`
-	// SeriesByPod is each gateway pod's series counts as last read, and SeriesBeforePods what
-	// pods no longer there counted: a replaced gateway's series stay in the totals.
+	// SeriesByPod is each gateway pod's series and delivered chunks as last read, and
+	// SeriesBeforePods what pods no longer there counted: a replaced gateway's series and
+	// chunks stay in the totals.
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	SeriesByPod []PodSeries `json:"seriesByPod,omitempty"`

@@ -498,12 +498,15 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
 	obs.SeriesByPod, obs.SeriesBeforePods = carrySeries(sp.Status.Observed, gateways, series)
-	gone := ptr.Deref(obs.SeriesBeforePods, v1beta1.PodSeries{})
-	obs.SeriesCompleted, obs.SeriesIncomplete = gone.Completed, gone.Incomplete
+	all := ptr.Deref(obs.SeriesBeforePods, v1beta1.PodSeries{})
 	for _, c := range obs.SeriesByPod {
-		obs.SeriesCompleted += c.Completed
-		obs.SeriesIncomplete += c.Incomplete
+		fold(&all, c)
 	}
+	obs.SeriesCompleted, obs.SeriesIncomplete = all.Completed, all.Incomplete
+	// What every gateway pod delivered itself, summed, when that is more than the newest pods say
+	// with what their resuming senders report as delivered before: a sender that reads a live
+	// detector starts afresh, and reports nothing before it.
+	obs.ChunksDelivered = max(obs.ChunksDelivered, all.Delivered)
 	obs.ChunksDeclaredMissing = int64(total.DeclaredMissing)
 	if n := len(total.Gaps); n > 0 {
 		obs.MissingChunks = total.Gaps[max(0, n-5):]
@@ -516,7 +519,7 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 
 // seriesOf is what one gateway pod's reading counts of the Stream V2 series.
 func seriesOf(r Receiver) v1beta1.PodSeries {
-	return v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete)}
+	return v1beta1.PodSeries{Completed: int64(r.SeriesCompleted), Incomplete: int64(r.SeriesIncomplete), Delivered: int64(r.Delivered)}
 }
 
 // maxSeriesPods bounds status.observed.seriesByPod; the oldest pods beyond it are folded into
@@ -542,27 +545,33 @@ func carrySeries(prev *v1beta1.Observed, gateways []*corev1.Pod, read map[string
 		if was, seen := last[uid]; seen {
 			// A pod's counts only grow: a reading below the last (a summary without them) is not
 			// taken.
-			c.Completed, c.Incomplete, ok = max(c.Completed, was.Completed), max(c.Incomplete, was.Incomplete), true
+			c.Completed, c.Incomplete, c.Delivered = max(c.Completed, was.Completed), max(c.Incomplete, was.Incomplete), max(c.Delivered, was.Delivered)
+			ok = true
 		}
 		delete(last, uid)
-		if ok && (c.Completed > 0 || c.Incomplete > 0) {
-			byPod = append(byPod, v1beta1.PodSeries{UID: uid, Completed: c.Completed, Incomplete: c.Incomplete})
+		if ok && (c.Completed > 0 || c.Incomplete > 0 || c.Delivered > 0) {
+			c.UID = uid
+			byPod = append(byPod, c)
 		}
 	}
 	for _, c := range last { // pods that are gone
-		before.Completed += c.Completed
-		before.Incomplete += c.Incomplete
+		fold(&before, c)
 	}
 	for len(byPod) > maxSeriesPods {
-		oldest := byPod[len(byPod)-1]
-		before.Completed += oldest.Completed
-		before.Incomplete += oldest.Incomplete
+		fold(&before, byPod[len(byPod)-1])
 		byPod = byPod[:len(byPod)-1]
 	}
 	if before == (v1beta1.PodSeries{}) {
 		return byPod, nil
 	}
 	return byPod, &before
+}
+
+// fold adds a pod's counts to those of the pods gone.
+func fold(before *v1beta1.PodSeries, c v1beta1.PodSeries) {
+	before.Completed += c.Completed
+	before.Incomplete += c.Incomplete
+	before.Delivered += c.Delivered
 }
 
 // forgetAfter: readings of pods not read for this long (deleted, or of deleted pipelines) are

@@ -249,6 +249,23 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 	}
 }
 
+// A stream reading a live detector whose gateway was replaced (a key rotation): the new sender
+// reads the detector afresh and reports nothing delivered before, so the newest pod alone says
+// 50 of the 74 delivered. The pipeline counts what each pod delivered itself: 74 while the old
+// pod is there, and still 74 once it is gone with its Job (as status recorded it).
+func TestObserverCountsWhatEachGatewayOfALiveDetectorDelivered(t *testing.T) {
+	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`, 0)
+	sp := &v1beta1.StreamPipeline{}
+	obs, err := o.Observe(context.Background(), sp, []corev1.Pod{old, cur})
+	if err != nil || obs == nil || obs.ChunksDelivered != 74 {
+		t.Fatalf("both pods there: delivered %+v, %v; want 24 + 50 = 74", obs, err)
+	}
+	sp.Status.Observed = obs
+	if obs, _ = o.Observe(context.Background(), sp, []corev1.Pod{cur}); obs == nil || obs.ChunksDelivered != 74 {
+		t.Fatalf("the old pod gone: delivered %+v, want 74", obs)
+	}
+}
+
 // A gateway restarted after it discarded two corrupt chunks and one its sink could not keep: it
 // named them to the sender as discarded, the sender declared them gone to the new pod, which
 // reports them missing (lost 3). They are counted once, from the newest pod: the earlier pod's

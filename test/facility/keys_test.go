@@ -166,11 +166,11 @@ func TestAKeyRotationMidSeriesFromALiveDetectorWithAnOnwardHopLosesNothing(t *te
 		o = get(t, sp).Status.Observed
 		return o != nil && o.UpdatedAt != nil && o.UpdatedAt.After(gone.Add(time.Second)), fmt.Sprintf("observed %+v", o)
 	})
-	if o.SeriesCompleted != 2 || o.SeriesIncomplete != 0 {
-		t.Errorf("after the replaced gateway pod went: series completed %d, incomplete %d; want 2 and 0 (%+v, %+v)",
-			o.SeriesCompleted, o.SeriesIncomplete, o.SeriesByPod, o.SeriesBeforePods)
+	if o.SeriesCompleted != 2 || o.SeriesIncomplete != 0 || o.ChunksDelivered != 104 {
+		t.Errorf("after the replaced gateway pod went: series completed %d, incomplete %d, chunks delivered %d; want 2, 0 and 104 (%+v, %+v)",
+			o.SeriesCompleted, o.SeriesIncomplete, o.ChunksDelivered, o.SeriesByPod, o.SeriesBeforePods)
 	}
-	t.Logf("series counted by gateway pod: %+v, by pods gone: %+v", o.SeriesByPod, o.SeriesBeforePods)
+	t.Logf("series and chunks counted by gateway pod: %+v, by pods gone: %+v", o.SeriesByPod, o.SeriesBeforePods)
 	verifySeriesFile(t, first, 50)
 	verifySeriesFile(t, second, 50)
 	// Both sites whole: the far site's file holds the facility's, byte for byte (every message
