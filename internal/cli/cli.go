@@ -69,8 +69,18 @@ func Status(ctx context.Context, e Env, name string) error {
 			return err
 		}
 		for _, o := range p.Onward {
-			fmt.Fprintf(w, "onward hop %s (stream %d): %d connection(s), predicted %d Mbit/s\n",
-				o.Consumer, o.StreamID, o.Connections, o.PredictedMbps)
+			fmt.Fprintf(w, "onward hop %s (stream %d) to %s: %d connection(s), predicted %d Mbit/s, %s\n",
+				o.Consumer, o.StreamID, hopTarget(sp, o.Consumer), o.Connections, o.PredictedMbps, orDash(o.Security))
+		}
+		if g := st.GatewayKey; g != nil {
+			fmt.Fprintf(w, "gateway key (far sites admit it): %s\n", g.Public)
+			if g.Next != "" {
+				since := "-"
+				if g.NextSince != nil {
+					since = g.NextSince.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "  next key, listed since %s for a rotation: %s\n", since, g.Next)
+			}
 		}
 	} else {
 		fmt.Fprintln(w, "plan: none yet")
@@ -116,6 +126,20 @@ func Status(ctx context.Context, e Env, name string) error {
 		row(tw, c.Type, string(c.Status), c.Reason, c.Message)
 	}
 	return tw.Flush()
+}
+
+// hopTarget is where the pipeline's onward consumer goes: its RemoteSite, or its endpoint.
+func hopTarget(sp *v1beta1.StreamPipeline, consumer string) string {
+	for _, k := range sp.Spec.Sinks {
+		switch {
+		case k.Name != consumer || k.Onward == nil:
+		case k.Onward.Site != "":
+			return "RemoteSite " + k.Onward.Site
+		default:
+			return k.Onward.Endpoint
+		}
+	}
+	return "-"
 }
 
 // Progress is one line of watch: chunks delivered (of how many, when known), the rate against

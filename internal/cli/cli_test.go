@@ -46,7 +46,12 @@ func env(t *testing.T, objs ...runtime.Object) (Env, *bytes.Buffer) {
 }
 
 func TestStatusShowsThePlanNextToWhereTheAgentsRun(t *testing.T) {
-	e, out := env(t, pipelineWith(100, 40, 2, "Running"))
+	sp := pipelineWith(100, 40, 2, "Running")
+	sp.Spec.Sinks = []v1beta1.Consumer{{Name: "hpc", Sink: v1beta1.Sink{Onward: &v1beta1.OnwardSink{Site: "hpc-dtn"}}}}
+	sp.Status.Plan.Onward = []v1beta1.OnwardPlan{{Consumer: "hpc", StreamID: 0, Connections: 2, PredictedMbps: 400, Security: "curve"}}
+	listed := metav1.NewTime(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	sp.Status.GatewayKey = &v1beta1.GatewayKey{Public: "current-key", Next: "next-key", NextSince: &listed}
+	e, out := env(t, sp)
 	if err := Status(context.Background(), e, "tomo"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +63,8 @@ func TestStatusShowsThePlanNextToWhereTheAgentsRun(t *testing.T) {
 		"placement (as the agents report it):", "relay",
 		"observed: 40 chunks delivered, 2 lost, 0 corrupt; raw 1.50 Gbit/s (75% of the 2.00 predicted)",
 		"hpc", "lossless", "3.0 MiB",
+		"onward hop hpc (stream 0) to RemoteSite hpc-dtn: 2 connection(s), predicted 400 Mbit/s, curve",
+		"gateway key (far sites admit it): current-key", "next key, listed since 2026-11-30T10:00:00Z for a rotation: next-key",
 		"Ready", "streaming",
 	} {
 		if !strings.Contains(text, want) {
