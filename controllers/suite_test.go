@@ -1235,10 +1235,13 @@ func TestSamplesAreAccepted(t *testing.T) {
 		if strings.Contains(string(data), "\nkind: StorageRoot\n") {
 			obj = &v1beta1.StorageRoot{} // cluster-scoped: the admin's
 		}
+		if strings.Contains(string(data), "\nkind: RemoteSite\n") {
+			obj = &v1beta1.RemoteSite{}
+		}
 		if err := yaml.UnmarshalStrict(data, obj); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if _, ok := obj.(*v1beta1.StreamPipeline); ok {
+		if _, cluster := obj.(*v1beta1.StorageRoot); !cluster {
 			obj.SetNamespace(ns)
 		}
 		if err := k8s.Create(ctx, obj, client.DryRunAll); err != nil {

@@ -20,10 +20,14 @@
 #  6. detector data as beamlines produce it: a simulated EIGER2 (numastream-agent detector-sim in a
 #     pod on detector-a, test/facility/detector-sim.yaml, armed for a rotation: omega from 0 by
 #     0.1 degree per image) publishes two Stream V2 series; a third pipeline
-#     (test/facility/pipeline-stream2.yaml, with sink.hdf5.nxmx) carries its messages byte for
-#     byte across the link, and gateway-a writes each series as an NXmx master and data files of
-#     10 images, the images as the detector compressed them, checked with h5py against the
-#     simulator's pixels and imported by DIALS (dials.import: one sweep, its oscillation);
+#     (test/facility/pipeline-fanout.yaml) carries its messages byte for byte across the link,
+#     and gateway-a hands each to three consumers at once: NXmx master and data files of 10
+#     images per series (the images as the detector compressed them, checked with h5py against
+#     the simulator's pixels and imported by DIALS: one sweep, its oscillation), a file of the
+#     messages as they came, and an onward hop to a far site (a receiver on the box's host,
+#     described by a RemoteSite, test/facility/remotesite-hpc.yaml), whose copy is compared with
+#     the facility's byte for byte; its live preview is opened with kubectl numastream preview
+#     and saved by headless chromium as build/demo/preview.png;
 #  7. everything torn down, and checked gone.
 # Set DEMO_CHUNKS to stream more or less (default 300 projections, ~3.3 GB raw).
 set -euo pipefail
@@ -41,6 +45,7 @@ say() { printf '\n== %s\n' "$*"; }
 started=$(date +%s)
 
 cleanup() {
+  kill $(jobs -p) 2>/dev/null || true # the far site's receiver, a preview's port-forward
   fac down >/dev/null 2>&1 || true
   BIN_DIR=$SIM_BIN bash hack/sim-cluster.sh down >/dev/null 2>&1 || true
   rm -rf "$SINK"
@@ -185,7 +190,7 @@ print(f"h5dump    frame 59, row 1080, pixels 1280-1283: {line.split(':', 1)[1].s
 sys.exit(1 if bad or ds.shape[0] != 60 else 0)
 PY
 
-say "6/7 a detector's rotation series into NXmx master and data files (test/facility/detector-sim.yaml, pipeline-stream2.yaml)"
+say "6/7 a detector's rotation series to NXmx files, a file of its messages, a far site and the live preview (test/facility/detector-sim.yaml, pipeline-fanout.yaml)"
 k delete streampipeline facility-hdf5 --wait=true --timeout=60s >/dev/null
 sed -e 's|--seed, "7",|--seed, "7", --goniometer, "omega=0,0.1",|' test/facility/detector-sim.yaml | k apply -f - >/dev/null
 ip=
@@ -200,13 +205,32 @@ if [ -z "$ip" ]; then
   exit 1
 fi
 echo "detector  eiger-sim on detector-a, Stream V2 at tcp://$ip:31001: 2 rotation series of 40 images (omega 0 + 0.1 deg per image), 514x1030 uint16, 2 thresholds, bslz4"
-sed -e "s/DETECTOR_IP/$ip/" \
-    -e 's|^\( *\)path: nxmx/eiger-{series}.h5$|&\n\1nxmx: {framesPerFile: 10, instrument: "facility in a box", sample: "demo crystal"}|' \
-    test/facility/pipeline-stream2.yaml | k apply -f - >/dev/null
+# The far site: a plain receiver on the box's host with a key pair of its own, described to the
+# cluster by a RemoteSite; it admits the gateway keys the RemoteSite's status lists.
+hpc=$SINK/hpc
+mkdir -p "$hpc"
+bin/numastream-agent keygen --out "$hpc/far" >/dev/null
+far_key=$(sed 's/[&\\]/\\&/g' "$hpc/far.public") # Z85 has & (sed's "what matched")
+sed -e "s|FAR_KEY|$far_key|" test/facility/remotesite-hpc.yaml | k apply -f - >/dev/null
+sed -e "s/DETECTOR_IP/$ip/" test/facility/pipeline-fanout.yaml | k apply -f - >/dev/null
 for _ in $(seq 120); do
-  [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan}' 2>/dev/null)" ] && break
+  [ -n "$(k get remotesite hpc -o jsonpath='{.status.admittedKeys}' 2>/dev/null)" ] &&
+    [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan.onward}' 2>/dev/null)" ] && break
   sleep 0.5
 done
+k get remotesite hpc -o jsonpath='{range .status.admittedKeys[*]}{.key}{"\n"}{end}' >"$hpc/allowed"
+if ! [ -s "$hpc/allowed" ]; then
+  echo "RemoteSite hpc lists no gateway key within 60 s" >&2
+  k get remotesite hpc -o yaml >&2
+  exit 1
+fi
+bin/numastream-agent receive --endpoint tcp://10.212.0.1:7000 \
+  --connections "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan.onward[0].connections}')" \
+  --sink file --sink-path "$hpc/there-{stream}.raw" --idle-timeout 300 \
+  --set security.curve.secret_key_file="$hpc/far.secret" --set security.curve.allowed_keys_file="$hpc/allowed" \
+  >"$hpc/receive.json" 2>"$hpc/receive.log" &
+far_pid=$!
+echo "far site  numastream-agent receive on the host, tcp://10.212.0.1:7000 (RemoteSite hpc), admitting the gateway key the RemoteSite lists"
 bin/kubectl-numastream status facility-stream2
 for _ in $(seq 360); do
   [ -f "$SINK/nxmx/eiger-1_data_000004.h5" ] && [ -f "$SINK/nxmx/eiger-2_data_000004.h5" ] && break
@@ -222,6 +246,27 @@ if ! [ -f "$SINK/nxmx/eiger-1_data_000004.h5" ] || ! [ -f "$SINK/nxmx/eiger-2_da
   k get streampipeline facility-stream2 -o yaml >&2
   exit 1
 fi
+# The live preview, as the people at the experiment see it: kubectl numastream preview forwards a
+# local port to the gateway, and headless chromium (Debian's) saves the page.
+bin/kubectl-numastream preview facility-stream2 --port 18090 >"$SINK/preview.log" 2>&1 &
+preview_pid=$!
+mkdir -p build/demo
+shot=$PWD/build/demo/preview.png # kept after the demo
+rm -f "$shot"
+for _ in $(seq 60); do
+  curl -fsS -o /dev/null http://127.0.0.1:18090/preview 2>/dev/null && break
+  sleep 0.5
+done
+chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=640,480 \
+  --virtual-time-budget=4000 --user-data-dir="$SINK/chromium" --screenshot="$shot" \
+  http://127.0.0.1:18090/preview >/dev/null 2>&1 || true
+kill $preview_pid 2>/dev/null || true
+if ! [ -s "$shot" ]; then
+  echo "headless chromium saved no picture of the live preview; kubectl numastream preview said:" >&2
+  cat "$SINK/preview.log" >&2
+  exit 1
+fi
+echo "preview   headless chromium saved the gateway's live view: $shot ($(python3 -c 'import struct,sys; d=open(sys.argv[1],"rb").read(24); print("%dx%d" % struct.unpack(">II", d[16:24]))' "$shot") PNG)"
 # The operator reads the agents at its own interval: wait for the reading after the last message
 # (2 series of a start, 40 images and an end).
 for _ in $(seq 60); do
@@ -277,7 +322,23 @@ print(f"DIALS     dials.import eiger-1_master.h5: one {s['kind']} of {s['images'
 PY
   rm -rf "$dials_dir"
 fi
+# The far site's copy: every message, byte for byte the facility's (the gateway acknowledged each
+# to the sender only once the far site had it).
+here=$SINK/nxmx/messages.raw.part there=$hpc/there-0.raw.part
+for _ in $(seq 60); do
+  [ -s "$there" ] && [ "$(stat -c %s "$there")" = "$(stat -c %s "$here")" ] && break
+  sleep 0.5
+done
+if ! cmp -s "$here" "$there"; then
+  echo "the far site's copy differs from the facility's: $(stat -c %s "$there" 2>/dev/null || echo 0) of $(stat -c %s "$here") bytes" >&2
+  tail -20 "$hpc/receive.log" >&2
+  exit 1
+fi
+echo "far site  there-0.raw: $(stat -c %s "$there") bytes, the same as the facility's messages.raw (sha256 $(sha256sum "$there" | cut -c1-16))"
+bin/kubectl-numastream status facility-stream2 | sed -n '/^consumers:/,/^conditions:/p' | sed '$d'
 k delete streampipeline facility-stream2 --wait=true --timeout=60s >/dev/null
+k delete remotesite hpc --wait=true --timeout=60s >/dev/null
+kill $far_pid 2>/dev/null || true
 k delete pod eiger-sim --wait=true --timeout=60s >/dev/null
 
 say "7/7 teardown"
