@@ -1,4 +1,4 @@
-// Package v1beta1 holds the numastream.io/v1beta1 API: the StreamPipeline kind.
+// Package v1beta1 holds the numastream.io/v1beta1 API: the StreamPipeline, StorageRoot and RemoteSite kinds.
 // It depends only on the standard library and Kubernetes API packages.
 // +kubebuilder:object:generate=true
 // +groupName=numastream.io
