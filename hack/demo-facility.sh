@@ -218,7 +218,7 @@ for _ in $(seq 120); do
     [ -n "$(k get streampipeline facility-stream2 -o jsonpath='{.status.plan.onward}' 2>/dev/null)" ] && break
   sleep 0.5
 done
-k get remotesite hpc -o jsonpath='{range .status.admittedKeys[*]}{.key}{"\n"}{end}' >"$hpc/allowed"
+bin/kubectl-numastream site-keys hpc >"$hpc/allowed"
 if ! [ -s "$hpc/allowed" ]; then
   echo "RemoteSite hpc lists no gateway key within 60 s" >&2
   k get remotesite hpc -o yaml >&2

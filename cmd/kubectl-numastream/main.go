@@ -1,5 +1,5 @@
 // kubectl-numastream: a kubectl plugin (copy it onto the PATH; kubectl numastream ...) for the
-// people who run pipelines: status, watch, logs. It takes kubectl's connection flags
+// people who run pipelines: status, watch, logs, preview, and site-keys for far sites. It takes kubectl's connection flags
 // (--kubeconfig, --context, -n/--namespace, ...).
 package main
 
@@ -31,6 +31,8 @@ const usage = `kubectl numastream: a StreamPipeline as the people who run it rea
   kubectl numastream logs NAME        every agent container's log, each line prefixed with pod/container
   kubectl numastream preview NAME     forward a local port to the live preview of a stream's gateway and
                                       print its address (spec.preview on)
+  kubectl numastream site-keys SITE   the gateway keys a RemoteSite's far receiver must admit, one per line;
+                                      with --follow FILE, keep that allowed-keys file in step until stopped
 
 Flags:
 `
@@ -39,7 +41,8 @@ func main() {
 	flags := pflag.NewFlagSet("kubectl-numastream", pflag.ContinueOnError)
 	config := genericclioptions.NewConfigFlags(true)
 	config.AddFlags(flags)
-	interval := flags.Duration("interval", 2*time.Second, "watch: how often to read the status")
+	interval := flags.Duration("interval", 2*time.Second, "watch, site-keys --follow: how often to read the status")
+	follow := flags.String("follow", "", "site-keys: the far receiver's allowed-keys file to keep in step")
 	tail := flags.Int64("tail", 0, "logs: the last lines of each container (0: all)")
 	stream := flags.Int("stream", 0, "preview: the stream whose gateway to open")
 	local := flags.Int("port", 0, "preview: the local port (0: any free one)")
@@ -58,7 +61,7 @@ func main() {
 		flags.Usage()
 		os.Exit(2)
 	}
-	if err := run(config, args[0], args[1], options{*interval, *tail, *stream, *local}); err != nil {
+	if err := run(config, args[0], args[1], options{*interval, *tail, *stream, *local, *follow}); err != nil {
 		fmt.Fprintf(os.Stderr, "kubectl numastream %s: %v\n", args[0], err)
 		os.Exit(1)
 	}
@@ -68,6 +71,7 @@ type options struct {
 	interval     time.Duration
 	tail         int64
 	stream, port int
+	follow       string
 }
 
 func run(config *genericclioptions.ConfigFlags, command, name string, o options) error {
@@ -106,6 +110,11 @@ func run(config *genericclioptions.ConfigFlags, command, name string, o options)
 		return cli.Logs(ctx, env, name, o.tail)
 	case "preview":
 		return cli.Preview(ctx, env, rest, name, o.stream, o.port)
+	case "site-keys":
+		if o.follow != "" {
+			return cli.FollowSiteKeys(ctx, env, name, o.follow, o.interval)
+		}
+		return cli.SiteKeys(ctx, env, name)
 	}
-	return fmt.Errorf("unknown command %q (status, watch, logs or preview)", command)
+	return fmt.Errorf("unknown command %q (status, watch, logs, preview or site-keys)", command)
 }

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,8 +66,8 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 
 // A key rotation in the middle of a live detector's series (Stream V2, the detector waits for
 // nobody), with the gateway carrying every message on to an HPC site across the WAN (a
-// RemoteSite whose far receiver admits the keys the site's status lists, as a far site's sync
-// would): the gateway's next key is listed for the far site before the gateway uses it; the old
+// RemoteSite whose far receiver admits the keys the site's status lists, kept in step by kubectl
+// numastream site-keys --follow): the gateway's next key is listed for the far site before the gateway uses it; the old
 // sender reads the detector on until it pauses, and its gateway, replaced only after it, takes
 // all of it; then the new gateway and sender run with the new keys, and the hop resumes with the
 // key the far site admitted. Both series are whole at the facility, the far site holds every
@@ -186,44 +185,24 @@ func TestAKeyRotationMidSeriesFromALiveDetectorWithAnOnwardHopLosesNothing(t *te
 		whole.Seconds(), renewed.Name, o.ChunksDelivered, o.ChunksLost, len(b))
 }
 
-// followSite keeps file as the far site's allowed-keys file: the keys the RemoteSite's status
-// lists, rewritten whenever they change (written aside and renamed, as a far site's sync
-// would); until the test ends. It returns the keys last written.
+// followSite keeps file as the far site's allowed-keys file as a far site does: kubectl
+// numastream site-keys --follow, reading the RemoteSite's status; until the test ends. It
+// returns the keys the file holds.
 func followSite(t *testing.T, site *v1beta1.RemoteSite, file string) func() []string {
 	t.Helper()
-	var mu sync.Mutex
-	var last []string
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			cur := &v1beta1.RemoteSite{}
-			if err := k8s.Get(ctx, client.ObjectKeyFromObject(site), cur); err == nil {
-				var keys []string
-				for _, k := range cur.Status.AdmittedKeys {
-					keys = append(keys, k.Key)
-				}
-				mu.Lock()
-				if len(keys) > 0 && !slices.Equal(keys, last) {
-					if err := os.WriteFile(file+".new", []byte(strings.Join(keys, "\n")+"\n"), 0o600); err == nil && os.Rename(file+".new", file) == nil {
-						last = keys
-					}
-				}
-				mu.Unlock()
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { close(done); <-stopped })
+	var out lockedBuffer
+	cmd := plugin(t, &out, "site-keys", site.Name, "--follow", file, "--interval", "500ms")
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		t.Logf("kubectl numastream site-keys --follow said:\n%s", out.String())
+	})
 	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(last)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil
+		}
+		return strings.Fields(string(b))
 	}
 }
 
