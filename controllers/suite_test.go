@@ -1349,16 +1349,7 @@ func TestCurveKeysSecretAndNetworkPolicy(t *testing.T) {
 	if before == "" {
 		t.Fatal("the gateway's pods do not say which keys they hold")
 	}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1beta1.StreamPipeline{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
-			return err
-		}
-		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, "2026-11-25")
-		return k8s.Update(ctx, cur)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	askRotation(t, sp, "2026-11-25")
 	eventually(t, "new keys in the Secret and in every Job's pods", func() (bool, string) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(&sec), &sec); err != nil {
 			return false, err.Error()
@@ -2288,16 +2279,7 @@ func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) 
 	var before string
 	eventually(t, "the gateway Job", func() (bool, string) { before = gatewayKeys(); return before != "", "" })
 
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := &v1beta1.StreamPipeline{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
-			return err
-		}
-		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, "2026-11-30")
-		return k8s.Update(ctx, cur)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	askRotation(t, sp, "2026-11-30")
 	listed := admitted("the next key listed beside the current one", func(keys []v1beta1.AdmittedKey, _ *v1beta1.GatewayKey) bool {
 		return len(keys) == 2 && keys[0].Key == first[0].Key && keys[1].Use == v1beta1.KeyUseNext && keys[1].Since != nil
 	})
@@ -2322,4 +2304,19 @@ func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) 
 		}
 		return len(s.Status.AdmittedKeys) == 0, fmt.Sprintf("%+v", s.Status.AdmittedKeys)
 	})
+}
+
+// askRotation sets the pipeline's numastream.io/rotate-keys annotation to value.
+func askRotation(t *testing.T, sp *v1beta1.StreamPipeline, value string) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &v1beta1.StreamPipeline{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur); err != nil {
+			return err
+		}
+		metav1.SetMetaDataAnnotation(&cur.ObjectMeta, v1beta1.AnnotationRotateKeys, value)
+		return k8s.Update(ctx, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
