@@ -544,3 +544,43 @@ func TestTheNodeDaemonMountsTheHostPathPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// The user roles aggregate into Kubernetes' admin and edit (pipelines and far sites, never their
+// status) and view (read only); userRoles.aggregate=false leaves them out.
+func TestTheUserRolesAggregateIntoEditAndView(t *testing.T) {
+	objs, err := render(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit, view := find(objs, "ClusterRole", "numastream-edit"), find(objs, "ClusterRole", "numastream-view")
+	if edit == nil || view == nil {
+		t.Fatal("no numastream-edit or numastream-view ClusterRole")
+	}
+	for o, labels := range map[*unstructured.Unstructured][]string{edit: {"aggregate-to-admin", "aggregate-to-edit"}, view: {"aggregate-to-view"}} {
+		for _, l := range labels {
+			if o.GetLabels()["rbac.authorization.k8s.io/"+l] != "true" {
+				t.Errorf("%s lacks %s: %v", o.GetName(), l, o.GetLabels())
+			}
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			for _, res := range r.(map[string]any)["resources"].([]any) {
+				if strings.Contains(res.(string), "/") {
+					t.Errorf("%s grants %s", o.GetName(), res)
+				}
+			}
+			for _, v := range r.(map[string]any)["verbs"].([]any) {
+				if o == view && v != "get" && v != "list" && v != "watch" {
+					t.Errorf("the view role may %s", v)
+				}
+			}
+		}
+	}
+	off, err := render(t, "--set", "userRoles.aggregate=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if find(off, "ClusterRole", "numastream-edit") != nil || find(off, "ClusterRole", "numastream-view") != nil {
+		t.Error("userRoles.aggregate=false still renders the user roles")
+	}
+}
