@@ -196,7 +196,9 @@ func decideKeys(sp *v1beta1.StreamPipeline, sec *corev1.Secret, lead siteLead, n
 		sec.Annotations[AnnotationKeysRotatedFor] = sp.Annotations[v1beta1.AnnotationRotateKeys]
 	}
 	next := nextRotation(sp, sec, now)
-	if wait > 0 && (next == 0 || wait < next) {
+	if wait > 0 {
+		// The rotation is due and waits for the listed key (a schedule that fell due would say
+		// "now" again every second meanwhile).
 		next = wait
 	}
 	d := keysDecision{keys: pipelineKeys{secret: name, hashes: map[int]string{}, nextRotation: next, gatewayKey: gatewayKeyOf(sp, sec)}}

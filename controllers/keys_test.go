@@ -148,6 +148,19 @@ func TestARotationListsTheGatewaysNextKeyForTheFarSiteBeforeUsingIt(t *testing.T
 		t.Errorf("once rotated, the next pass: %+v, %v", again.write, err)
 	}
 
+	// On a schedule (rotateEvery) that fell due: the pass after listing comes when the listed key
+	// may be used, not every second meanwhile.
+	scheduled := sp.DeepCopy()
+	scheduled.Annotations = nil
+	scheduled.Spec.Security = &v1beta1.Security{RotateEvery: &metav1.Duration{Duration: time.Hour}}
+	due, err := decideKeys(scheduled, used.write, lead, t0.Add(5*time.Hour), pair)
+	if err != nil || due.listed == "" || due.keys.nextRotation != time.Minute {
+		t.Errorf("a scheduled rotation: listed %q, the next pass in %v (want the site's minute), %v", due.listed, due.keys.nextRotation, err)
+	}
+	if mid, err := decideKeys(scheduled, due.write, lead, t0.Add(5*time.Hour+20*time.Second), pair); err != nil || mid.keys.nextRotation != 40*time.Second {
+		t.Errorf("a scheduled rotation 20 s into its key's propagation: the next pass in %v, want 40s (%v)", mid.keys.nextRotation, err)
+	}
+
 	sp.Annotations[v1beta1.AnnotationRotateKeys] = "again"
 	relisted, _ := decideKeys(sp, used.write, lead, t0.Add(3*time.Hour), pair)
 	sp.Annotations[v1beta1.AnnotationRotateKeys] = "now"

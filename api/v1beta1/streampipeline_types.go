@@ -811,9 +811,12 @@ type PodSeries struct {
 	// +optional
 	Incomplete int64 `json:"incomplete,omitempty"`
 	// Delivered: chunks the pod verified and delivered itself (not those earlier pods of its
-	// stream delivered).
+	// stream delivered). A pod of a stream no longer in the pipeline leaves them out once gone.
 	// +optional
 	Delivered int64 `json:"delivered,omitempty"`
+	// Stream is the pod's stream.
+	// +optional
+	Stream int32 `json:"stream,omitempty"`
 }
 
 // Observed are the figures the agents report.

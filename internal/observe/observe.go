@@ -497,7 +497,11 @@ func (o *Observer) Observe(ctx context.Context, sp *v1beta1.StreamPipeline, pods
 	if dBusy >= 0.1 && dBytes > 0 {
 		obs.DecompressMBps = fmt.Sprintf("%.0f", dBytes/dBusy/1e6)
 	}
-	obs.SeriesByPod, obs.SeriesBeforePods = carrySeries(sp.Status.Observed, gateways, series)
+	streams := map[int32]bool{}
+	for _, id := range sp.StreamIDs() {
+		streams[int32(id)] = true
+	}
+	obs.SeriesByPod, obs.SeriesBeforePods = carrySeries(sp.Status.Observed, gateways, series, streams)
 	all := ptr.Deref(obs.SeriesBeforePods, v1beta1.PodSeries{})
 	for _, c := range obs.SeriesByPod {
 		fold(&all, c)
@@ -526,10 +530,12 @@ func seriesOf(r Receiver) v1beta1.PodSeries {
 // seriesBeforePods.
 const maxSeriesPods = 64
 
-// carrySeries keeps the Stream V2 series of every gateway pod the pipeline had: each present pod's
-// counts as read now (or, for a pod not read now, as last recorded in prev), and what pods that
-// are gone counted, folded into one entry. gateways are newest first.
-func carrySeries(prev *v1beta1.Observed, gateways []*corev1.Pod, read map[string]v1beta1.PodSeries) ([]v1beta1.PodSeries, *v1beta1.PodSeries) {
+// carrySeries keeps the Stream V2 series and deliveries of every gateway pod the pipeline had:
+// each present pod's counts as read now (or, for a pod not read now, as last recorded in prev),
+// and what pods that are gone counted, folded into one entry; the deliveries of a gone pod only
+// if its stream is one of streams (the pipeline's now: a removed sender's chunks leave the
+// count with its pods). gateways are newest first.
+func carrySeries(prev *v1beta1.Observed, gateways []*corev1.Pod, read map[string]v1beta1.PodSeries, streams map[int32]bool) ([]v1beta1.PodSeries, *v1beta1.PodSeries) {
 	var before v1beta1.PodSeries
 	last := map[string]v1beta1.PodSeries{}
 	if prev != nil {
@@ -550,11 +556,14 @@ func carrySeries(prev *v1beta1.Observed, gateways []*corev1.Pod, read map[string
 		}
 		delete(last, uid)
 		if ok && (c.Completed > 0 || c.Incomplete > 0 || c.Delivered > 0) {
-			c.UID = uid
+			c.UID, c.Stream = uid, streamID(p)
 			byPod = append(byPod, c)
 		}
 	}
 	for _, c := range last { // pods that are gone
+		if !streams[c.Stream] {
+			c.Delivered = 0
+		}
 		fold(&before, c)
 	}
 	for len(byPod) > maxSeriesPods {
@@ -572,6 +581,7 @@ func fold(before *v1beta1.PodSeries, c v1beta1.PodSeries) {
 	before.Completed += c.Completed
 	before.Incomplete += c.Incomplete
 	before.Delivered += c.Delivered
+	before.Stream = 0
 }
 
 // forgetAfter: readings of pods not read for this long (deleted, or of deleted pipelines) are

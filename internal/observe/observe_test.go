@@ -255,7 +255,7 @@ func TestObserverCountsAResumedStreamOnce(t *testing.T) {
 // pod is there, and still 74 once it is gone with its Job (as status recorded it).
 func TestObserverCountsWhatEachGatewayOfALiveDetectorDelivered(t *testing.T) {
 	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`, 0)
-	sp := &v1beta1.StreamPipeline{}
+	sp := &v1beta1.StreamPipeline{Spec: v1beta1.StreamPipelineSpec{Senders: []v1beta1.Sender{{Node: "det"}}}} // stream 0
 	obs, err := o.Observe(context.Background(), sp, []corev1.Pod{old, cur})
 	if err != nil || obs == nil || obs.ChunksDelivered != 74 {
 		t.Fatalf("both pods there: delivered %+v, %v; want 24 + 50 = 74", obs, err)
@@ -263,6 +263,25 @@ func TestObserverCountsWhatEachGatewayOfALiveDetectorDelivered(t *testing.T) {
 	sp.Status.Observed = obs
 	if obs, _ = o.Observe(context.Background(), sp, []corev1.Pod{cur}); obs == nil || obs.ChunksDelivered != 74 {
 		t.Fatalf("the old pod gone: delivered %+v, want 74", obs)
+	}
+}
+
+// A sender removed from the pipeline takes its stream's deliveries with it once its gateway
+// pods are gone: the pipeline counts the streams it has (as before each pod's deliveries were
+// kept), and delivered never passes what they expect.
+func TestARemovedStreamsDeliveriesLeaveWithItsPods(t *testing.T) {
+	o, old, cur := replacedGateway(t, `{"role":"receive","chunks":24,"delivered_before":0,"lost":0,"corrupt":0}`, 0)
+	removed := old
+	removed.Name, removed.UID = "gw-removed-stream", "removed"
+	removed.Labels = map[string]string{render.LabelRole: render.RoleGateway, render.LabelStream: "1"}
+	sp := &v1beta1.StreamPipeline{Spec: v1beta1.StreamPipelineSpec{Senders: []v1beta1.Sender{{Node: "det"}}}} // stream 0 only now
+	obs, err := o.Observe(context.Background(), sp, []corev1.Pod{removed, old, cur})
+	if err != nil || obs == nil || obs.ChunksDelivered != 98 {
+		t.Fatalf("the removed stream's pod still there: delivered %+v, %v; want 24 + 24 + 50", obs, err)
+	}
+	sp.Status.Observed = obs
+	if obs, _ = o.Observe(context.Background(), sp, []corev1.Pod{cur}); obs == nil || obs.ChunksDelivered != 74 {
+		t.Fatalf("the removed stream's and the replaced pod gone: delivered %+v, want stream 0's 74", obs)
 	}
 }
 
