@@ -565,8 +565,11 @@ void stream_bursts(Detector& d, int bursts, std::uint64_t frames, std::chrono::m
 // Asked to stop (SIGTERM: a drain, an eviction) while the detector is in the middle of a burst,
 // a live-source sender reads on until the detector pauses, sends and has acknowledged all it
 // read, and exits paused; the next sender takes the next burst. Every frame arrives once, in
-// order: nothing was in transit when the detector socket closed.
-TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesAndTheNextOneLosesNothing) {
+// order: nothing was in transit when the detector socket closed. Its gateway stalls during the
+// drain (stopped for 1.5 s: the sender's window and queues fill, it cannot read the detector):
+// the time the sender could not read is not the detector's silence. Had it taken it for a pause,
+// it would have closed its socket on the frames waiting in it, and they would be lost.
+TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesNotWhileItsGatewayStalls) {
   int port = free_ports(3);
   Detector detector(port + 2);
   std::string dir = temp_dir(), state = temp_dir();
@@ -575,22 +578,31 @@ TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesAndTheNextOne
   tx_argv.insert(tx_argv.end(), {"--set", "state_dir=\"" + state + "\""});
   Process tx1(tx_argv);
   std::unique_ptr<Process> tx2;
-  bool stopped = false;
+  bool stopped = false, stalled = false, resumed = false;
   int tx1_code = -1;
   double tx1_exit_at = 0;
   // A pause long enough for a sender slowed down by a sanitizer on a loaded machine (46 frames/s
   // seen against the detector's 100/s) to read its backlog and still see 500 ms of silence.
   stream_bursts(detector, 2, 150, 4000ms, [&](double t) {
-    if (!stopped && t > 0.5) {
+    if (!stopped && t > 0.3) {
       tx1.signal(SIGTERM);
       stopped = true;
     }
-    if (stopped && !tx2 && !tx1.running()) {
+    if (stopped && !stalled && t > 0.5) {
+      rx.signal(SIGSTOP);  // the gateway stalls (a disk, a scheduler) mid-drain
+      stalled = true;
+    }
+    if (stalled && !resumed && t > 2.0) {
+      rx.signal(SIGCONT);
+      resumed = true;
+    }
+    if (resumed && !tx2 && !tx1.running()) {
       tx1_code = tx1.wait(1s);
       tx1_exit_at = t;
       tx2 = std::make_unique<Process>(tx_argv);
     }
   });
+  if (stalled && !resumed) rx.signal(SIGCONT);
   ASSERT_TRUE(tx2) << "the first sender did not exit during the pause: " << tx1.err();
   EXPECT_EQ(tx1_code, 128 + SIGTERM) << "paused, not ended\n" << tx1.err();
   ASSERT_EQ(tx2->wait(60s), 0) << tx2->err();
@@ -600,15 +612,18 @@ TEST(Trust, ALiveSourceSenderAskedToStopReadsUntilTheDetectorPausesAndTheNextOne
   EXPECT_NE(tx1.err().find("the detector paused: nothing was in transit"), std::string::npos)
       << tx1.err();
   const auto in_file = indices(dir + "/frames.raw");
-  ASSERT_EQ(in_file.size(), 300u);
+  ASSERT_EQ(in_file.size(), 300u) << "frames waiting in the first sender's socket were dropped\n"
+                                  << tx1.err();
   for (std::uint64_t i = 0; i < 300; ++i) ASSERT_EQ(in_file[i], i) << "every frame once, in order";
   EXPECT_EQ(s1["acknowledged"], 150) << "the first sender read the whole burst after SIGTERM";
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["streams"][0]["declared_missing"], 0);
   std::cout
-      << "[trust] live source, SIGTERM 0.5 s into a 1.5 s burst: the first sender read on to frame "
+      << "[trust] live source, SIGTERM 0.3 s into a 1.5 s burst, the gateway stopped from 0.5 "
+         "to 2.0 s: the first sender read on to frame "
       << s1["acknowledged"] << " and exited " << tx1_code << " at " << tx1_exit_at
-      << " s, in the pause; the next sender took the next burst; 300 of 300 in the file, in order"
+      << " s, in the pause; the next sender took the next burst; 300 of 300 in the file, in "
+         "order"
       << std::endl;
 }
 

@@ -24,6 +24,7 @@ import (
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/conditions"
+	"github.com/numastream/numastream/internal/planner"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -189,8 +190,9 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 }
 
 // The sender's node is drained in the middle of a series (kubectl drain: the sender pod is
-// evicted, SIGTERM): the sender reads the detector on until it pauses, after the series, and has
-// every message acknowledged before it exits; the series file is complete. After uncordon the
+// evicted, SIGTERM): the sender reads the detector on until it pauses (this detector sends its two
+// series back to back: after the second) and has every message acknowledged before it exits; the
+// series file is complete. The sender's own account (its summary) is kept from its log. After uncordon the
 // next sender resumes the stream and carries the next series. (The detector is a pod on
 // gateway-a here, so that the drain leaves it running, as a beamline's detector would be.)
 func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T) {
@@ -208,6 +210,12 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 		_, err := os.Stat(first + ".part")
 		return err == nil, fmt.Sprint(err)
 	})
+	// The sender's own account of the drain (its summary), kept while its pod is evicted.
+	tx := running(t, sp, render.RoleSender)
+	if tx == nil {
+		t.Fatal("no running sender pod")
+	}
+	txSummary := follow(t, tx, planner.ContainerAgent)
 	time.Sleep(2 * time.Second) // mid-series
 	start := time.Now()
 	drain := exec.Command(kubectl, "--kubeconfig", kubeconfig, "drain", detector, "--ignore-daemonsets",
@@ -223,11 +231,15 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	}
 	drained := time.Since(start)
 	// The evicted sender read on to the end of series 1 before it exited: the file is complete.
+	txEnd := await(t, "the drained sender", txSummary)
 	if _, err := os.Stat(first); err != nil {
-		t.Fatalf("series 1 is not complete after the drain (%v); the directory holds %v", err, listDir(dir))
+		logPods(t, sp)
+		t.Fatalf("series 1 is not complete after the drain (%v); the directory holds %v; the sender read %v messages, "+
+			"%v acknowledged, paused %v", err, listDir(dir), txEnd["chunks"], txEnd["acknowledged"], txEnd["paused"])
 	}
-	if _, err := os.Stat(second + ".part"); err == nil {
-		t.Logf("series 2 had begun before the sender exited")
+	series2 := "after uncordon"
+	if _, err := os.Stat(second); err == nil {
+		series2 = "when the drain returned too (the sender read on through it)"
 	}
 	if out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "uncordon", detector).CombinedOutput(); err != nil {
 		t.Fatalf("kubectl uncordon: %v\n%s", err, out)
@@ -251,9 +263,10 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	})
 	verifySeriesFile(t, first, 60)
 	verifySeriesFile(t, second, 60)
-	t.Logf("%s drained %.1f s after series 1 began on the gateway (kubectl drain took %.1f s): series 1 complete when the "+
-		"drain returned, series 2 complete after uncordon; observed %d delivered, %d lost", detector, 2.0,
-		drained.Seconds(), o.ChunksDelivered, o.ChunksLost)
+	t.Logf("%s drained %.1f s after series 1 began on the gateway (kubectl drain took %.1f s; the evicted sender read %v "+
+		"messages, all acknowledged: %v): series 1 complete when the drain returned, series 2 complete %s; "+
+		"observed %d delivered, %d lost", detector, 2.0, drained.Seconds(), txEnd["chunks"],
+		txEnd["acknowledged"] == txEnd["chunks"], series2, o.ChunksDelivered, o.ChunksLost)
 }
 
 func listDir(dir string) []string {

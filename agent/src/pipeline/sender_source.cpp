@@ -138,8 +138,9 @@ bool Sender::skip_acknowledged(std::uint64_t seq) {
   return true;
 }
 
-// A live source during a drain: done once the detector has sent nothing for
-// source.drain_quiet_ms (nothing is in transit then), or source.drain_s after the drain began.
+// A live source during a drain: done once the source has waited source.drain_quiet_ms for a
+// message with none coming (the detector paused: nothing is in transit), or source.drain_s after
+// the drain began.
 bool Sender::drain_done(std::optional<Clock::time_point>& from) {
   const auto now = Clock::now();
   if (!from) {
@@ -149,7 +150,7 @@ bool Sender::drain_done(std::optional<Clock::time_point>& from) {
              std::to_string(cfg_.source.drain_quiet_ms) + " ms without a message) or " +
              seconds(cfg_.source.drain_s) + " s pass");
   }
-  if (now - std::max(source_->last_input(), *from) >=
+  if (now - std::max(source_->waiting_since(), *from) >=
       std::chrono::milliseconds(cfg_.source.drain_quiet_ms))
     return true;
   if (now - *from >= std::chrono::duration<double>(cfg_.source.drain_s)) {

@@ -243,7 +243,9 @@ class PullingSource : public Source {
   bool has_end() const override { return false; }
   bool replays() const override { return false; }
   std::size_t skip(std::uint64_t) override { return 0; }
-  std::chrono::steady_clock::time_point last_input() const override { return last_input_; }
+  std::chrono::steady_clock::time_point waiting_since() const override {
+    return waiting_since_.value_or(std::chrono::steady_clock::now());
+  }
   void end() override {
     mon_.reset();
     sock_.reset();
@@ -263,6 +265,7 @@ class PullingSource : public Source {
       if (monitored_) mon_.emplace(ctx_, *sock_, "source");
       sock_->connect(cfg_.source.endpoint);
     }
+    waiting_since_ = std::chrono::steady_clock::now();
     while (!stop()) {
       zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0},
                                 {mon_ ? mon_->get() : nullptr, 0, ZMQ_POLLIN, 0}};
@@ -277,6 +280,7 @@ class PullingSource : public Source {
       if (!got.receive(*sock_)) {
         if (mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle && on_idle()) {
           m = zmq::Message();
+          waiting_since_.reset();
           return true;
         }
         continue;
@@ -288,7 +292,7 @@ class PullingSource : public Source {
                                  std::to_string(cfg_.chunk_bytes) + "): raise chunk_bytes");
       }
       m = std::move(got);
-      last_input_ = std::chrono::steady_clock::now();
+      waiting_since_.reset();
       return true;
     }
     return false;
@@ -299,7 +303,8 @@ class PullingSource : public Source {
   bool monitored_;
   std::optional<zmq::Socket> sock_;
   std::optional<zmq::Monitor> mon_;  // declared after sock_: closed before it
-  std::chrono::steady_clock::time_point last_input_ = std::chrono::steady_clock::now();
+  // Set while receive waits (a message may already be there: the first poll tells).
+  std::optional<std::chrono::steady_clock::time_point> waiting_since_;
 };
 
 // One chunk per message from an upstream PUSH socket; an empty message ends the stream.

@@ -62,8 +62,13 @@ class Source {
     if (c.message) return c.message->bytes();
     return {c.buffer->data, c.buffer->size};
   }
-  // A live source: when its last message arrived (a drain waits for the detector to pause).
-  virtual std::chrono::steady_clock::time_point last_input() const { return {}; }
+  // A live source: since when it has waited for a message with none there (a drain waits for
+  // the detector to pause); now when it is not waiting. Time the sender spends elsewhere (its
+  // queues full behind a slow gateway) is not the detector's silence: messages may wait in the
+  // socket meanwhile.
+  virtual std::chrono::steady_clock::time_point waiting_since() const {
+    return std::chrono::steady_clock::now();
+  }
   // Shutdown: wakes whatever waits on the source's buffers.
   virtual void close() {}
   // The source thread is done with the source: what it opened for that thread (a socket) is
