@@ -2294,6 +2294,31 @@ func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) 
 		return now != "" && now != before, now
 	})
 
+	// The far site rotates its own key (and moves): the gateway's hop follows the site.
+	farNext, err := curvekeys.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(site), site); err != nil {
+			return err
+		}
+		site.Spec.ServerKey, site.Spec.Endpoint = farNext.Public, "tcp://dtn2.example.org:7001"
+		return k8s.Update(ctx, site)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the gateway's hop with the far site's new key and endpoint", func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "far-agent"}, &cm); err != nil {
+			return false, err.Error()
+		}
+		all := fmt.Sprint(cm.Data)
+		key, _ := json.Marshal(farNext.Public)
+		old, _ := json.Marshal(farKey)
+		return strings.Contains(all, "tcp://dtn2.example.org:7001") && strings.Contains(all, strings.Trim(string(key), `"`)) &&
+			!strings.Contains(all, strings.Trim(string(old), `"`)), all
+	})
+
 	if err := k8s.Delete(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
