@@ -159,6 +159,9 @@ func TestAHelmUpgradeFrom010KeepsEveryPipeline(t *testing.T) {
 	// defaults for everything 0.1.0 did not have).
 	out := helmOn(t, kubeconfig, "upgrade", "numastream", chartDir, "--reset-then-reuse-values")
 	t.Logf("helm upgrade from 0.1.0: %s", strings.SplitN(out, "\n", 2)[0])
+	if !strings.Contains(out, "WARNING: operator.hostPathPrefixes is empty") {
+		t.Errorf("without operator.hostPathPrefixes, the notes do not warn that each pipeline's volume is its whole root:\n%s", out)
+	}
 	testenv.Eventually(t, "the CRD serving v1beta1", 30*time.Second, 200*time.Millisecond, func() (bool, string) {
 		if err := c.Get(ctx, types.NamespacedName{Name: "streampipelines.numastream.io"}, crd); err != nil {
 			return false, err.Error()
@@ -268,7 +271,10 @@ func TestAHelmUpgradeFrom010KeepsEveryPipeline(t *testing.T) {
 	// Helm does not stop at the refusal: the operator's Deployment is 0.1.0's by then (what
 	// docs/upgrade.md warns of). helm upgrade to this chart again puts everything back.
 	t.Logf("the release's deployments after the refused rollback: %v", versions())
-	helmOn(t, kubeconfig, "upgrade", "numastream", chartDir, "--reset-then-reuse-values")
+	out = helmOn(t, kubeconfig, "upgrade", "numastream", chartDir, "--reset-then-reuse-values", "--set", "operator.hostPathPrefixes={/data}")
+	if strings.Contains(out, "hostPathPrefixes is empty") {
+		t.Errorf("with operator.hostPathPrefixes set, the notes still warn:\n%s", out)
+	}
 	if now := versions(); fmt.Sprint(now) != fmt.Sprint(upgraded) {
 		t.Errorf("the release's deployments after the upgrade again: %v; after the first upgrade: %v", now, upgraded)
 	}
