@@ -127,7 +127,7 @@ bench-adaptive: agent ## placement.adaptive false vs true alternated (a 1-compre
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-adaptive.py
 
 .PHONY: bench-stream2
-bench-stream2: agent ## A simulated DECTRIS detector at fixed rates through the pipeline on loopback: highest sustained rate with 0 lost, CPU-s per GB against a bare ZeroMQ forwarder
+bench-stream2: agent ## A simulated DECTRIS detector at fixed rates through the pipeline on loopback: highest sustained rate with 0 lost, CPU-s per GB and message rate against a bare ZeroMQ forwarder (SIZES=16,64,256: small synthetic messages)
 	@NUMASTREAM_AGENT=$(CURDIR)/$(AGENT) python3 hack/bench-stream2.py
 
 .PHONY: bench-fanout

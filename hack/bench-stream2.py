@@ -14,6 +14,12 @@ Beside each run, the same messages at the same rate through a bare ZeroMQ PULL -
 that drops them: its CPU-seconds per GB are the bound the sender and the gateway are held against
 (each / forwarder).
 
+SIZES (KiB per image, comma-separated, e.g. 16,64,256) runs synthetic series instead of the
+recording: detector-sim --synthetic, 100 images per series of a 16-bit shape of that many KiB
+raw (bslz4, as a detector compresses them: the messages are smaller; their mean size is
+printed). The forwarder's message rate is printed beside (at "max", the ratio is what the
+pipeline reaches of the bare forwarder's rate on the same messages).
+
 ROUNDS (default 3) runs of each, alternated (forwarder, agent, baseline, forwarder, ...), and
 the medians reported: the machine's noise hits all of them alike. BASELINE names another agent
 binary (an earlier build) to run in the same rounds: its medians are printed beside, and the
@@ -39,6 +45,24 @@ RATES = [float(r) for r in os.environ.get("RATES", "250,1000,4000,0").split(",")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SINK = os.environ.get("SINK", "stream2")
 BASELINE = os.environ.get("BASELINE", "")
+SIZES = [int(k) for k in os.environ.get("SIZES", "").split(",") if k]
+IMAGES = 100  # per synthetic series
+
+
+def synthetic_shape(kib):
+    """A 16-bit ROWSxCOLS shape of `kib` KiB, twice as wide as high (or square)."""
+    pixels = kib * 1024 // 2
+    rows = 1
+    while (rows * 2) * (rows * 2) * 2 <= pixels:
+        rows *= 2
+    return f"{rows}x{pixels // rows}"
+
+
+def source_args(source):
+    """detector-sim's arguments for a source: a recording's directory or ("synthetic", KiB)."""
+    if isinstance(source, tuple):
+        return ["--synthetic", "--images", str(IMAGES), "--shape", synthetic_shape(source[1])]
+    return ["--replay", source, "--start"]
 
 
 def metric(port, name):
@@ -50,7 +74,7 @@ def metric(port, name):
     return float(m.group(1)) if m else None
 
 
-def run(agent, series_dir, rate):
+def run(agent, source, rate):
     port, metrics, det, out = free_port(), free_port(), free_port(), free_port()
     sink = ["--sink", "stream2", "--sink-endpoint", f"tcp://127.0.0.1:{out}"] if SINK == "stream2" else []
     rx = subprocess.Popen([agent, "receive", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
@@ -59,7 +83,7 @@ def run(agent, series_dir, rate):
     if SINK == "stream2":
         consumer = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{out}"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    args = [agent, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", "--replay", series_dir, "--start",
+    args = [agent, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", *source_args(source),
             "--series", str(SERIES)]
     if rate > 0:
         args += ["--rate-hz", str(rate)]
@@ -98,16 +122,17 @@ def run(agent, series_dir, rate):
         "asked": rate, "messages": done["messages"], "achieved": (done["messages"] - 1) / done["seconds"],
         "mb_per_s": r["raw_bytes"] / 1e6 / done["seconds"], "delivered": r["chunks"], "lost": r["lost"],
         "corrupt": r["corrupt"], "malformed": s["stream2"]["malformed"], "tx_cpu_gb": tx_cpu / gb, "rx_cpu_gb": rx_cpu / gb,
+        "kib_per_message": r["raw_bytes"] / 1024 / max(r["chunks"], 1),
     }
 
 
-def run_forwarder(series_dir, rate):
+def run_forwarder(source, rate):
     det, mid = free_port(), free_port()
     sink = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{mid}"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     fwd = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{det}", "--to", f"tcp://127.0.0.1:{mid}"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    args = [AGENT, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", "--replay", series_dir, "--start",
+    args = [AGENT, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", *source_args(source),
             "--series", str(SERIES)]
     if rate > 0:
         args += ["--rate-hz", str(rate)]
@@ -137,44 +162,53 @@ def median(xs):
 
 def main():
     series_dir = os.path.join(DATA, "r500k_bm_bslz4_16bit")
-    if not os.path.isdir(series_dir):
+    if SIZES:
+        sources = [(f"{k} KiB", ("synthetic", k)) for k in SIZES]
+    elif os.path.isdir(series_dir):
+        sources = [("EIGER2", series_dir)]
+    else:
         sys.exit(f"bench-stream2: the EIGER2 recordings are not at {DATA} (set NUMASTREAM_STREAM2_DATA)")
     agents = [("agent", AGENT)] + ([("baseline", BASELINE)] if BASELINE else [])
-    print(f"stream2 on loopback: {SERIES} series of the EIGER2 R 500K bslz4 16-bit recording (12 messages each, "
-          f"~0.52 MB per image message), {SINK} sink at the gateway, placement os; medians of {ROUNDS} alternated "
-          f"rounds" + (f"; baseline {BASELINE}" if BASELINE else ""))
-    print(f"  {'asked msg/s':>11} {'binary':>8} {'achieved msg/s':>14} {'MB/s':>6} {'lost':>5} {'sustained':>9} "
-          f"{'sender CPU-s/GB':>15} {'gateway CPU-s/GB':>16} {'forwarder CPU-s/GB':>18} {'sender/fwd':>10} "
-          f"{'gateway/fwd':>11}")
-    best = None
-    for rate in RATES:
-        runs = {name: [] for name, _ in agents}
-        fwd = []
-        for _ in range(ROUNDS):
-            fwd.append(run_forwarder(series_dir, rate)["cpu_gb"])
-            for name, agent in agents:
-                runs[name].append(run(agent, series_dir, rate))
-        b = median(fwd)
-        asked = "max" if rate == 0 else f"{rate:.0f}"
-        medians = {}
-        for name, _ in agents:
-            rs = runs[name]
-            m = {k: median([r[k] for r in rs]) for k in ("achieved", "mb_per_s", "tx_cpu_gb", "rx_cpu_gb")}
-            lost = sum(r["lost"] + r["corrupt"] + (r["messages"] - r["delivered"]) for r in rs)
-            ok = lost == 0 and (rate == 0 or all(r["achieved"] >= 0.98 * rate for r in rs))
-            medians[name] = m
-            if name == "agent" and ok and (best is None or m["mb_per_s"] > best["mb_per_s"]):
-                best = m
-            print(f"  {asked:>11} {name:>8} {m['achieved']:14.0f} {m['mb_per_s']:6.0f} {lost:5d} "
-                  f"{'yes' if ok else 'no':>9} {m['tx_cpu_gb']:15.2f} {m['rx_cpu_gb']:16.2f} {b:18.2f} "
-                  f"{m['tx_cpu_gb'] / b:10.2f} {m['rx_cpu_gb'] / b:11.2f}")
-        if BASELINE:
-            n, o = medians["agent"], medians["baseline"]
-            print(f"  {'':>11} {'new/old':>8} {'':>14} {'':>6} {'':>5} {'':>9} {n['tx_cpu_gb'] / o['tx_cpu_gb']:15.2f} "
-                  f"{n['rx_cpu_gb'] / o['rx_cpu_gb']:16.2f}")
-    if best:
-        print(f"highest sustained: {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector "
-              f"messages, 0 lost")
+    what = (f"synthetic series of {IMAGES} images of " + ", ".join(f"{k} KiB" for k in SIZES) + " raw (bslz4)" if SIZES
+            else "the EIGER2 R 500K bslz4 16-bit recording (12 messages each, ~0.52 MB per image message)")
+    print(f"stream2 on loopback: {SERIES} series of {what}, {SINK} sink at the gateway, placement os; medians of "
+          f"{ROUNDS} alternated rounds" + (f"; baseline {BASELINE}" if BASELINE else ""))
+    print(f"  {'source':>8} {'asked msg/s':>11} {'binary':>8} {'KiB/msg':>7} {'achieved msg/s':>14} {'fwd msg/s':>9} "
+          f"{'of fwd':>6} {'MB/s':>6} {'lost':>5} {'sustained':>9} {'sender CPU-s/GB':>15} {'gateway CPU-s/GB':>16} "
+          f"{'forwarder CPU-s/GB':>18} {'sender/fwd':>10} {'gateway/fwd':>11}")
+    for label, source in sources:
+        best = None
+        for rate in RATES:
+            runs = {name: [] for name, _ in agents}
+            fwd = []
+            for _ in range(ROUNDS):
+                fwd.append(run_forwarder(source, rate))
+                for name, agent in agents:
+                    runs[name].append(run(agent, source, rate))
+            b = median([f["cpu_gb"] for f in fwd])
+            fwd_rate = median([f["achieved"] for f in fwd])
+            asked = "max" if rate == 0 else f"{rate:.0f}"
+            medians = {}
+            for name, _ in agents:
+                rs = runs[name]
+                m = {k: median([r[k] for r in rs])
+                     for k in ("achieved", "mb_per_s", "tx_cpu_gb", "rx_cpu_gb", "kib_per_message")}
+                lost = sum(r["lost"] + r["corrupt"] + (r["messages"] - r["delivered"]) for r in rs)
+                ok = lost == 0 and (rate == 0 or all(r["achieved"] >= 0.98 * rate for r in rs))
+                medians[name] = m
+                if name == "agent" and ok and (best is None or m["mb_per_s"] > best["mb_per_s"]):
+                    best = m
+                print(f"  {label:>8} {asked:>11} {name:>8} {m['kib_per_message']:7.1f} {m['achieved']:14.0f} "
+                      f"{fwd_rate:9.0f} {m['achieved'] / fwd_rate:6.2f} {m['mb_per_s']:6.0f} {lost:5d} "
+                      f"{'yes' if ok else 'no':>9} {m['tx_cpu_gb']:15.2f} {m['rx_cpu_gb']:16.2f} {b:18.2f} "
+                      f"{m['tx_cpu_gb'] / b:10.2f} {m['rx_cpu_gb'] / b:11.2f}")
+            if BASELINE:
+                n, o = medians["agent"], medians["baseline"]
+                print(f"  {'':>8} {'':>11} {'new/old':>8} {'':>7} {'':>14} {'':>9} {'':>6} {'':>6} {'':>5} {'':>9} "
+                      f"{n['tx_cpu_gb'] / o['tx_cpu_gb']:15.2f} {n['rx_cpu_gb'] / o['rx_cpu_gb']:16.2f}")
+        if best:
+            print(f"{label}: highest sustained {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector "
+                  f"messages, 0 lost")
 
 
 if __name__ == "__main__":
