@@ -2247,8 +2247,7 @@ func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) 
 			return false, err.Error()
 		}
 		all := fmt.Sprint(cm.Data)
-		key, _ := json.Marshal(farKey) // as the agent's JSON config holds it
-		return strings.Contains(all, "tcp://dtn.example.org:7000") && strings.Contains(all, strings.Trim(string(key), `"`)), all
+		return strings.Contains(all, "tcp://dtn.example.org:7000") && strings.Contains(all, inConfig(farKey)), all
 	})
 	admitted := func(what string, ok func(keys []v1beta1.AdmittedKey, g *v1beta1.GatewayKey) bool) []v1beta1.AdmittedKey {
 		t.Helper()
@@ -2313,10 +2312,8 @@ func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) 
 			return false, err.Error()
 		}
 		all := fmt.Sprint(cm.Data)
-		key, _ := json.Marshal(farNext.Public)
-		old, _ := json.Marshal(farKey)
-		return strings.Contains(all, "tcp://dtn2.example.org:7001") && strings.Contains(all, strings.Trim(string(key), `"`)) &&
-			!strings.Contains(all, strings.Trim(string(old), `"`)), all
+		return strings.Contains(all, "tcp://dtn2.example.org:7001") && strings.Contains(all, inConfig(farNext.Public)) &&
+			!strings.Contains(all, inConfig(farKey)), all
 	})
 
 	if err := k8s.Delete(ctx, sp); err != nil {
@@ -2329,6 +2326,12 @@ func TestARemoteSiteAdmitsTheNextGatewayKeyBeforeTheGatewayUsesIt(t *testing.T) 
 		}
 		return len(s.Status.AdmittedKeys) == 0, fmt.Sprintf("%+v", s.Status.AdmittedKeys)
 	})
+}
+
+// inConfig is a key as the agent's JSON configuration holds it (escaped, without quotes).
+func inConfig(key string) string {
+	b, _ := json.Marshal(key)
+	return strings.Trim(string(b), `"`)
 }
 
 // askRotation sets the pipeline's numastream.io/rotate-keys annotation to value.

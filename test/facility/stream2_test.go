@@ -192,9 +192,9 @@ func TestDetectorSeriesCrossTheFacilityIntoHdf5FilesAndAnUnfinishedOneIsNamed(t 
 // The sender's node is drained in the middle of a series (kubectl drain: the sender pod is
 // evicted, SIGTERM): the sender reads the detector on until it pauses (this detector sends its two
 // series back to back: after the second) and has every message acknowledged before it exits; the
-// series file is complete. The sender's own account (its summary) is kept from its log. After uncordon the
-// next sender resumes the stream and carries the next series. (The detector is a pod on
-// gateway-a here, so that the drain leaves it running, as a beamline's detector would be.)
+// series file is complete. The sender's own account (its summary) is kept from its log. After
+// uncordon the next sender resumes the stream and carries the next series. (The detector is a pod
+// on gateway-a here, so that the drain leaves it running, as a beamline's detector would be.)
 func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T) {
 	dir := sinkDir(t, "stream2-drain")
 	// Series 1 and 2: 60 images each at 10 messages/s (~6 s each), the second after the first.
