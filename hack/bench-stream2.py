@@ -17,8 +17,9 @@ that drops them: its CPU-seconds per GB are the bound the sender and the gateway
 SIZES (KiB per image, comma-separated, e.g. 16,64,256) runs synthetic series instead of the
 recording: detector-sim --synthetic, 100 images per series of a 16-bit shape of that many KiB
 raw (bslz4, as a detector compresses them: the messages are smaller; their mean size is
-printed). The forwarder's message rate is printed beside (at "max", the ratio is what the
-pipeline reaches of the bare forwarder's rate on the same messages).
+printed). Beside the detector's rate, the rate its last consumer took the messages at (first to
+last message), for the pipeline and the forwarder: at "max", their ratio is what the pipeline
+reaches of the bare forwarder's rate on the same messages.
 
 ROUNDS (default 3) runs of each, alternated (forwarder, agent, baseline, forwarder, ...), and
 the medians reported: the machine's noise hits all of them alike. BASELINE names another agent
@@ -65,6 +66,20 @@ def source_args(source):
     return ["--replay", source, "--start"]
 
 
+def detector(agent, port, source, rate):
+    """detector-sim on `port`: SERIES series of `source` at `rate` messages/s (0: as taken)."""
+    args = [agent, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{port}", *source_args(source),
+            "--series", str(SERIES)] + (["--rate-hz", str(rate)] if rate > 0 else [])
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def taken_rate(summary):
+    """Messages per second a consumer took, from its first message to its last. The detector's own
+    figure counts what its PUSH socket queued (up to its high-water mark) as sent: on a short run
+    it says more than went through."""
+    return (summary["messages"] - 1) / summary["seconds"] if summary["seconds"] > 0 else float("nan")
+
+
 def metric(port, name):
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
@@ -83,11 +98,7 @@ def run(agent, source, rate):
     if SINK == "stream2":
         consumer = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{out}"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    args = [agent, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", *source_args(source),
-            "--series", str(SERIES)]
-    if rate > 0:
-        args += ["--rate-hz", str(rate)]
-    sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sim = detector(agent, det, source, rate)
     tx = subprocess.Popen([agent, "send", "--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(4 << 20),
                            "--source", "stream2", "--source-endpoint", f"tcp://127.0.0.1:{det}", "--placement", "os",
                            "--metrics-listen", f"127.0.0.1:{metrics}"],
@@ -110,7 +121,8 @@ def run(agent, source, rate):
         consumer.send_signal(signal.SIGINT)
         consumer_out = consumer.stdout.read()
         cpu_seconds(consumer)
-        taken = json.loads(consumer_out.strip().splitlines()[-1])["messages"]
+        took = json.loads(consumer_out.strip().splitlines()[-1])
+        taken = took["messages"]
         if taken != done["messages"]:
             sys.exit(f"the consumer took {taken} of {done['messages']} messages")
     if tx.returncode or rx.returncode:
@@ -123,6 +135,7 @@ def run(agent, source, rate):
         "mb_per_s": r["raw_bytes"] / 1e6 / done["seconds"], "delivered": r["chunks"], "lost": r["lost"],
         "corrupt": r["corrupt"], "malformed": s["stream2"]["malformed"], "tx_cpu_gb": tx_cpu / gb, "rx_cpu_gb": rx_cpu / gb,
         "kib_per_message": r["raw_bytes"] / 1024 / max(r["chunks"], 1),
+        "taken": taken_rate(took) if consumer else float("nan"),
     }
 
 
@@ -132,11 +145,7 @@ def run_forwarder(source, rate):
                             stderr=subprocess.PIPE, text=True)
     fwd = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{det}", "--to", f"tcp://127.0.0.1:{mid}"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    args = [AGENT, "detector-sim", "--endpoint", f"tcp://127.0.0.1:{det}", *source_args(source),
-            "--series", str(SERIES)]
-    if rate > 0:
-        args += ["--rate-hz", str(rate)]
-    sim = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sim = detector(AGENT, det, source, rate)
     sim_out, sim_err = sim.communicate(timeout=600)
     if sim.returncode != 0:
         sys.exit(f"detector-sim failed: {sim_err}")
@@ -151,7 +160,8 @@ def run_forwarder(source, rate):
     f, k = json.loads(fwd_out.strip().splitlines()[-1]), json.loads(sink_out.strip().splitlines()[-1])
     if f["messages"] != done["messages"] or k["messages"] != done["messages"]:
         sys.exit(f"forwarder: {f['messages']} forwarded and {k['messages']} taken of {done['messages']}")
-    return {"achieved": (done["messages"] - 1) / done["seconds"], "cpu_gb": fwd_cpu / (f["bytes"] / 1e9)}
+    return {"achieved": (done["messages"] - 1) / done["seconds"], "taken": taken_rate(k),
+            "cpu_gb": fwd_cpu / (f["bytes"] / 1e9)}
 
 
 def median(xs):
@@ -173,7 +183,8 @@ def main():
             else "the EIGER2 R 500K bslz4 16-bit recording (12 messages each, ~0.52 MB per image message)")
     print(f"stream2 on loopback: {SERIES} series of {what}, {SINK} sink at the gateway, placement os; medians of "
           f"{ROUNDS} alternated rounds" + (f"; baseline {BASELINE}" if BASELINE else ""))
-    print(f"  {'source':>8} {'asked msg/s':>11} {'binary':>8} {'KiB/msg':>7} {'achieved msg/s':>14} {'fwd msg/s':>9} "
+    print(f"  {'source':>8} {'asked msg/s':>11} {'binary':>8} {'KiB/msg':>7} {'achieved msg/s':>14} {'taken msg/s':>11} "
+          f"{'fwd taken':>9} "
           f"{'of fwd':>6} {'MB/s':>6} {'lost':>5} {'sustained':>9} {'sender CPU-s/GB':>15} {'gateway CPU-s/GB':>16} "
           f"{'forwarder CPU-s/GB':>18} {'sender/fwd':>10} {'gateway/fwd':>11}")
     for label, source in sources:
@@ -186,25 +197,25 @@ def main():
                 for name, agent in agents:
                     runs[name].append(run(agent, source, rate))
             b = median([f["cpu_gb"] for f in fwd])
-            fwd_rate = median([f["achieved"] for f in fwd])
+            fwd_rate = median([f["taken"] for f in fwd])
             asked = "max" if rate == 0 else f"{rate:.0f}"
             medians = {}
             for name, _ in agents:
                 rs = runs[name]
                 m = {k: median([r[k] for r in rs])
-                     for k in ("achieved", "mb_per_s", "tx_cpu_gb", "rx_cpu_gb", "kib_per_message")}
+                     for k in ("achieved", "taken", "mb_per_s", "tx_cpu_gb", "rx_cpu_gb", "kib_per_message")}
                 lost = sum(r["lost"] + r["corrupt"] + (r["messages"] - r["delivered"]) for r in rs)
                 ok = lost == 0 and (rate == 0 or all(r["achieved"] >= 0.98 * rate for r in rs))
                 medians[name] = m
                 if name == "agent" and ok and (best is None or m["mb_per_s"] > best["mb_per_s"]):
                     best = m
                 print(f"  {label:>8} {asked:>11} {name:>8} {m['kib_per_message']:7.1f} {m['achieved']:14.0f} "
-                      f"{fwd_rate:9.0f} {m['achieved'] / fwd_rate:6.2f} {m['mb_per_s']:6.0f} {lost:5d} "
+                      f"{m['taken']:11.0f} {fwd_rate:9.0f} {m['taken'] / fwd_rate:6.2f} {m['mb_per_s']:6.0f} {lost:5d} "
                       f"{'yes' if ok else 'no':>9} {m['tx_cpu_gb']:15.2f} {m['rx_cpu_gb']:16.2f} {b:18.2f} "
                       f"{m['tx_cpu_gb'] / b:10.2f} {m['rx_cpu_gb'] / b:11.2f}")
             if BASELINE:
                 n, o = medians["agent"], medians["baseline"]
-                print(f"  {'':>8} {'':>11} {'new/old':>8} {'':>7} {'':>14} {'':>9} {'':>6} {'':>6} {'':>5} {'':>9} "
+                print(f"  {'':>8} {'':>11} {'new/old':>8} {'':>7} {'':>14} {'':>11} {'':>9} {'':>6} {'':>6} {'':>5} {'':>9} "
                       f"{n['tx_cpu_gb'] / o['tx_cpu_gb']:15.2f} {n['rx_cpu_gb'] / o['rx_cpu_gb']:16.2f}")
         if best:
             print(f"{label}: highest sustained {best['achieved']:.0f} messages/s, {best['mb_per_s']:.0f} MB/s of detector "
