@@ -142,6 +142,9 @@ func ClusterClient(kubeconfig string) (client.Client, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Tests poll (and watch in the background) faster than client-go's default 5 requests a
+	// second per resource, which would queue a watcher's readings behind a test's own.
+	cfg.QPS, cfg.Burst = 100, 200
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, nil, err

@@ -1,6 +1,7 @@
 package facility
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 	var readings []int32
 	var trace []string // every change of status.departure and status.replan, for a failure to explain itself
 	var lastSeen string
+	var lastRead time.Time // the watch's last successful reading
 	var dup string
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -61,11 +63,27 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 			var jobs batchv1.JobList
 			var pods corev1.PodList
 			sel := client.MatchingLabels{render.LabelPipeline: sp.Name}
-			if k8s.Get(ctx, client.ObjectKeyFromObject(sp), cur) != nil || k8s.List(ctx, &jobs, client.InNamespace(ns), sel) != nil ||
-				k8s.List(ctx, &pods, client.InNamespace(ns), sel) != nil {
+			// Each reading is bounded: a call that hangs (a dead connection) must not blind the
+			// watch for the rest of the test; a failed one is kept in the trace.
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := k8s.Get(cctx, client.ObjectKeyFromObject(sp), cur)
+			if err == nil {
+				err = k8s.List(cctx, &jobs, client.InNamespace(ns), sel)
+			}
+			if err == nil {
+				err = k8s.List(cctx, &pods, client.InNamespace(ns), sel)
+			}
+			cancel()
+			mu.Lock()
+			if err != nil {
+				if seen := "reading failed: " + err.Error(); seen != lastSeen {
+					trace = append(trace, time.Now().Format("15:04:05.000")+" "+seen)
+					lastSeen = seen
+				}
+				mu.Unlock()
 				continue
 			}
-			mu.Lock()
+			lastRead = time.Now()
 			if d := cur.Status.Departure; d != nil && (len(readings) == 0 || readings[len(readings)-1] != d.Readings) {
 				readings = append(readings, d.Readings)
 			}
@@ -122,8 +140,8 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 	t.Logf("departure counts status showed: %v", readings)
 	// 1 (the old leader), then 2 (the new one, counting on), then 0 (the third: re-planned).
 	if len(readings) != 3 || readings[0] != 1 || readings[1] != 2 || readings[2] != 0 {
-		t.Errorf("departure counts %v, want 1, 2, then 0 with the re-plan: the new leader did not count on; what status showed:\n%s",
-			readings, strings.Join(trace, "\n"))
+		t.Errorf("departure counts %v, want 1, 2, then 0 with the re-plan: the new leader did not count on; what status showed "+
+			"(the watch's last reading at %s):\n%s", readings, lastRead.Format("15:04:05.000"), strings.Join(trace, "\n"))
 	}
 	if dup != "" {
 		t.Errorf("duplicate: %s", dup)
