@@ -161,6 +161,57 @@ TEST(OrderedQueue, TheNextItemIsTakenEvenWhenFull) {
   blocked.join();
 }
 
+// Three compressors finishing out of order into a queue of two, two sending threads taking in
+// order: each item is handed out once, each thread sees increasing sequences, and no thread waits
+// on a wake-up that never comes (a watchdog closes the queue after 30 s: a lost wake-up then
+// shows as items missing, not as a hung test).
+TEST(OrderedQueue, ProducersOutOfOrderAndSeveralConsumersLoseNoWakeUp) {
+  OrderedQueue<int> q(2);
+  constexpr int kItems = 30000;
+  constexpr int kProducers = 3;
+  std::atomic<int> taken{0};
+  std::vector<std::vector<int>> got(2);
+  std::vector<std::thread> consumers;
+  for (auto& mine : got) {
+    consumers.emplace_back([&q, &mine, &taken] {
+      bool done = false;
+      while (!done) {
+        if (auto v = q.pop_for(1h, done)) {
+          mine.push_back(*v);
+          ++taken;
+        }
+      }
+    });
+  }
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&q, p] {
+      for (int i = p; i < kItems; i += kProducers) {
+        int v = i;
+        ASSERT_TRUE(q.push(static_cast<std::uint64_t>(i), v));
+      }
+    });
+  }
+  std::thread watchdog([&] {
+    for (int i = 0; i < 3000 && taken.load() < kItems; ++i) std::this_thread::sleep_for(10ms);
+    q.close();
+  });
+  for (auto& t : producers) t.join();
+  watchdog.join();
+  for (auto& t : consumers) t.join();
+  std::vector<int> seen(kItems, 0);
+  for (const auto& mine : got) {
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      ++seen[static_cast<std::size_t>(mine[i])];
+      if (i > 0) {
+        EXPECT_LT(mine[i - 1], mine[i]) << "a consumer got sequences out of order";
+      }
+    }
+  }
+  EXPECT_EQ(taken.load(), kItems) << "items never handed out within 30 s: a lost wake-up";
+  for (int i = 0; i < kItems; ++i) ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "item " << i;
+}
+
 TEST(OrderedQueue, CloseDrainsInOrderSkippingGaps) {
   OrderedQueue<int> q(8);
   int x = 5, y = 7;
