@@ -245,7 +245,7 @@ sim-down: ## Stop it
 	@$(SIM) down
 
 .PHONY: bench-operator
-bench-operator: k8s-bins-sim operator ## 200 simulated nodes, 100 pipelines at once: time to plan, reconciles/s, peak memory
+bench-operator: k8s-bins-sim operator ## 200 simulated nodes, 100 pipelines at once (PIPELINES, NODES): time to plan, the operator's CPU and API writes per pipeline against the least it needs, each control-plane process's CPU, reconciles once converged, memory
 	@K8S_SIM_BIN=$(K8S_SIM_BIN) bash hack/bench-operator.sh
 
 .PHONY: test-e2e

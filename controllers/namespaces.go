@@ -19,12 +19,15 @@ func (n Namespaces) Watches(namespace string) bool { return n == nil || n[namesp
 // CacheOptions caches the namespaced objects the operator writes (Jobs, Services, ConfigMaps,
 // claims...) in its namespaces only, where its Roles let it read them; StreamPipelines and pods
 // are read cluster-wide (a gateway's cores are shared with every pipeline and every pod on it),
-// which its ClusterRole allows and nothing more.
+// which its ClusterRole allows and nothing more. No cached object keeps its managedFields: the
+// operator never reads them (it applies what it renders), and on the pods and nodes of a large
+// cluster they are a good part of what the cache would hold.
 func (n Namespaces) CacheOptions() cache.Options {
 	if n == nil {
-		return cache.Options{}
+		return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	}
-	opts := cache.Options{DefaultNamespaces: map[string]cache.Config{}, ByObject: map[client.Object]cache.ByObject{}}
+	opts := cache.Options{DefaultNamespaces: map[string]cache.Config{}, ByObject: map[client.Object]cache.ByObject{},
+		DefaultTransform: cache.TransformStripManagedFields()}
 	for ns := range n {
 		opts.DefaultNamespaces[ns] = cache.Config{}
 	}

@@ -19,6 +19,9 @@ DETECTORS="${DETECTORS:-4}"
 GATEWAYS="${GATEWAYS:-3}"
 ANALYSIS="${ANALYSIS:-2}"
 EXTRA_NODES="${EXTRA_NODES:-0}"   # more plain detector-shaped nodes (scale benchmark)
+# The simulated nodes' lease: renewed every quarter of it, as a kubelet does (40 s: a kubelet's
+# default; the scale benchmark takes a longer one to load the API server less).
+NODE_LEASE_SECONDS="${NODE_LEASE_SECONDS:-40}"
 ETCD_PORT="${ETCD_PORT:-23790}"      # etcd client port (peer = +1)
 API_PORT="${API_PORT:-26443}"
 KCM_PORT="${KCM_PORT:-30257}"
@@ -145,7 +148,7 @@ up() {
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false
   start kwok "$BIN_DIR/kwok" --kubeconfig "$KC" --config "$BIN_DIR/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --node-lease-duration-seconds 40 --cidr "$POD_CIDR" --node-ip 127.0.0.1 \
+    --node-lease-duration-seconds "$NODE_LEASE_SECONDS" --cidr "$POD_CIDR" --node-ip 127.0.0.1 \
     --server-address "127.0.0.1:$KWOK_PORT" \
     --tls-cert-file "$P/admin.crt" --tls-private-key-file "$P/admin.key"
   wait_for 60 kube-controller-manager healthz "https://127.0.0.1:$KCM_PORT/healthz"
