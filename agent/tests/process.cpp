@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -58,19 +60,21 @@ Process::Process(const std::vector<std::string>& argv) {
   std::string dir = temp_dir();
   out_path_ = dir + "/stdout";
   err_path_ = dir + "/stderr";
-  pid_ = fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());  // a bare name is looked up in PATH
-    _exit(127);
-  }
+  // posix_spawn, not fork and then exec: the tests start agents while threads of theirs run
+  // (consumers, watchers), and a forked child that allocates before its exec waits forever on a
+  // lock another thread held at the fork (seen under ASan: a sender that never started, its
+  // stderr empty, killed by the SIGINT it could not yet handle).
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t io;
+  posix_spawn_file_actions_init(&io);
+  posix_spawn_file_actions_addopen(&io, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&io, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // A bare name is looked up in PATH.
+  const int rc = posix_spawnp(&pid_, args[0], &io, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&io);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv.at(0) + ": " + std::strerror(rc));
 }
 
 Process::~Process() {
