@@ -55,14 +55,15 @@ agent: deps ## Build the C++ agent into bin/numastream-agent
 	@mkdir -p $(BIN) && cp $(AGENT_BUILD)/numastream-agent $(AGENT)
 
 .PHONY: agent-asan
+# The sanitizer builds take a lock on their build directory: make warm-tools may be building one.
 agent-asan: deps ## Build the agent and all its tests with AddressSanitizer + UBSan
-	@hack/quiet.sh "agent-asan: cmake configure" -- cmake -S agent -B $(AGENT_ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNUMASTREAM_SANITIZE=ON -DNUMASTREAM_E2E=ON $(CMAKE_LAUNCHER)
-	@cmake --build $(AGENT_ASAN_BUILD) -j $(JOBS)
+	@mkdir -p $(BUILD) && flock $(AGENT_ASAN_BUILD).lock hack/quiet.sh "agent-asan: cmake configure" -- cmake -S agent -B $(AGENT_ASAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug -DNUMASTREAM_SANITIZE=ON -DNUMASTREAM_E2E=ON $(CMAKE_LAUNCHER)
+	@flock $(AGENT_ASAN_BUILD).lock cmake --build $(AGENT_ASAN_BUILD) -j $(JOBS)
 
 .PHONY: agent-tsan
 agent-tsan: deps ## Build the agent, its unit and end-to-end tests with ThreadSanitizer
-	@hack/quiet.sh "agent-tsan: cmake configure" -- cmake -S agent -B $(AGENT_TSAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_TSAN=ON -DNUMASTREAM_E2E=ON $(CMAKE_LAUNCHER)
-	@cmake --build $(AGENT_TSAN_BUILD) -j $(JOBS) --target numastream-agent agent_unit_tests agent_e2e_tests
+	@mkdir -p $(BUILD) && flock $(AGENT_TSAN_BUILD).lock hack/quiet.sh "agent-tsan: cmake configure" -- cmake -S agent -B $(AGENT_TSAN_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNUMASTREAM_TSAN=ON -DNUMASTREAM_E2E=ON $(CMAKE_LAUNCHER)
+	@flock $(AGENT_TSAN_BUILD).lock cmake --build $(AGENT_TSAN_BUILD) -j $(JOBS) --target numastream-agent agent_unit_tests agent_e2e_tests
 
 .PHONY: test-agent
 test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (network namespaces, root)
@@ -221,9 +222,24 @@ facility-bins: ## Build nfd-master, the Multus thin plugin and kube-network-poli
 images: ## Container images for the real nodes from the Dockerfile (buildah), as archives in build/images
 	@bash hack/images.sh $(BUILD)/images
 
+# syft writes the releases' SBOMs
+SYFT_VERSION := 1.57.1
+
+.PHONY: warm-tools
+warm-tools: ## Build what the suites use, in the order they need it (the sanitizer builds, the Python oracles, Go tools, the image builder's layers); make test runs it niced beside the first suites
+	@$(MAKE) --no-print-directory agent-asan agent-tsan
+	@hack/quiet.sh "warm-tools: go mod download" -- go mod download
+	@hack/quiet.sh "warm-tools: go build ./..." -- go build ./...
+	@echo "warm-tools: the Python environment: $$(bash hack/pyenv.sh)"
+	@$(MAKE) --no-print-directory -k k8s-bins monitoring-bins k8s-bins-sim
+	@if why=$$($(FACILITY) check); then \
+		$(MAKE) --no-print-directory -k k8s-bins-node facility-bins && WARM_ONLY=1 bash hack/images.sh $(BUILD)/images && \
+		echo "warm-tools: syft $$(bash hack/build-go-tool.sh syft github.com/anchore/syft $(SYFT_VERSION) github.com/anchore/syft/cmd/syft)"; \
+	else echo "warm-tools: not the facility's tools: $$why"; fi
+
 .PHONY: release
 release: k8s-bins ## What a release ships, into build/release/numastream-$(VERSION): OCI image archives, the chart pinned to their digests, the CRDs, release notes, SHA256SUMS
-	@VERSION=$(VERSION) HELM=$(HELM) bash hack/release.sh $(RELEASE_DIR)
+	@VERSION=$(VERSION) HELM=$(HELM) SYFT_VERSION=$(SYFT_VERSION) bash hack/release.sh $(RELEASE_DIR)
 
 .PHONY: facility-up facility-down
 facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a, detector-b, gateway-a, gw-numa (real kubelets; gw-numa two NUMA nodes, static CPU manager), NFD, Multus
@@ -317,7 +333,7 @@ check-deps: deps ## Prove each toolchain the suite uses links and runs a program
 
 .PHONY: test
 test: ## The whole suite, ending with each suite's wall time against the budget (docs/development.md)
-	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps test-docs test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz+test-operator test-e2e test-e2e-real
+	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps @warm-tools test-docs test-agent test-agent-asan test-agent-tsan test-oracles test-fuzz+test-operator test-e2e test-e2e-real
 
 .PHONY: demo
 demo: agent operator plugin k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated

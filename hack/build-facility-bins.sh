@@ -16,7 +16,9 @@ KNP_VERSION="${KNP_VERSION:-0.8.0}"
 BIN_DIR="${BIN_DIR:-$HOME/.cache/numastream/facility-nfd$NFD_VERSION-multus$MULTUS_VERSION}"
 GO="${GO:-go}"
 export CGO_ENABLED=0
-mkdir -p "$BIN_DIR"
+# shellcheck source=lib/lock.sh
+source hack/lib/lock.sh
+hold_lock "$BIN_DIR/.lock"
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 HB="$(cd "$(dirname "$0")" && pwd)/heartbeat.sh"  # a line a minute while a step compiles
 moddir() { $GO mod download -json "$1" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'; }

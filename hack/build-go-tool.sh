@@ -10,10 +10,9 @@ GO="${GO:-go}"
 hack="$(cd "$(dirname "$0")" && pwd)"
 BIN_DIR="${BIN_DIR:-$HOME/.cache/numastream/$NAME-$VERSION}"
 want="$NAME=$VERSION go=$($GO env GOVERSION)"
-mkdir -p "$BIN_DIR"
-# One build at a time: a suite that needs the tool waits for one building it in the background.
-exec 9>"$BIN_DIR/.lock"
-flock 9
+# shellcheck source=lib/lock.sh
+source "$hack/lib/lock.sh"
+hold_lock "$BIN_DIR/.lock"
 if [[ -x "$BIN_DIR/$NAME" && -f "$BIN_DIR/.versions" && "$(cat "$BIN_DIR/.versions")" == "$want" ]]; then
   echo "$BIN_DIR/$NAME"
   exit 0

@@ -16,6 +16,9 @@ GO="${GO:-go}"
 export CGO_ENABLED=0
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 HB="$(cd "$(dirname "$0")" && pwd)/heartbeat.sh"
+# shellcheck source=lib/lock.sh
+source hack/lib/lock.sh
+hold_lock "$BIN_DIR/.lock"
 STAMP="$BIN_DIR/.versions"
 WANT="prometheus=$PROMETHEUS_VERSION prometheus-operator=$PROMOP_VERSION go=$($GO env GOVERSION) gen=$(sha256sum "$0" | cut -c1-12)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then

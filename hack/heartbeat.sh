@@ -14,7 +14,12 @@ log=""
 every=${HEARTBEAT_EVERY:-60}
 start=$(date +%s)
 (
-  while sleep "$every"; do
+  # Its sleep ends with it: a sleep left behind would keep the caller's files open (a build's lock).
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "$every" &
+    nap=$!
+    wait "$nap"
     echo "[$(date +%H:%M:%S)] $label: still running ($(( $(date +%s) - start )) s so far)" >&2
   done
 ) &

@@ -11,25 +11,34 @@
 #
 #   images.sh OUT-DIR [AGENT-TAG [OPERATOR-TAG]]
 # IMAGE_FORMAT=oci-archive writes the agent and operator as OCI archives (what a release ships).
+# WARM_ONLY=1 builds the base images and the builder stage only, writing nothing to OUT-DIR: its
+# layers (the compiling) are then cached for the next build (make warm-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$1
 agent_tag=${2:-numastream/agent:facility}
 operator_tag=${3:-numastream/operator:facility}
-mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-
-bash hack/sandbox-image.sh "$out/sandbox.tar"
-
 store=${BUILDAH_ROOT:-$HOME/.cache/numastream/buildah}
+# shellcheck source=lib/lock.sh
+source hack/lib/lock.sh
+hold_lock "$store.lock"
+targets="build agent operator"
+if [[ ${WARM_ONLY:-0} == 1 ]]; then
+  targets=build
+else
+  mkdir -p "$out"
+  bash hack/sandbox-image.sh "$out/sandbox.tar"
+fi
+
 B=(buildah --root "$store/storage" --runroot "${BUILDAH_RUNROOT:-/tmp/numastream-buildah-run}" --storage-driver "${STORAGE_DRIVER:-overlay}")
 export BUILDAH_ISOLATION=chroot
 mkdir -p "$store/tmp"
 bash hack/base-images.sh "$store/storage"
 # The builder stage is tagged too: its layers (what the Dockerfile installs and compiles) outlive
 # the prune below, so the next build starts from them.
-for target in build agent operator; do
+for target in $targets; do
   case $target in
     build) tag=numastream/build-stage:cache ;;
     agent) tag=$agent_tag ;;
@@ -49,6 +58,7 @@ for target in build agent operator; do
     { tail -20 "$log"; echo "images: buildah push $tag FAILED" >&2; exit 1; }
   echo "images: $tag from the Dockerfile (--target $target) in $((SECONDS - start)) s"
 done
+[[ ${WARM_ONLY:-0} == 1 ]] && exit 0
 # Layers of earlier builds that no tag uses any more.
 "${B[@]}" rmi --prune >/dev/null 2>&1 || true
 echo "images: $(cd "$out" && ls -s --block-size=M *.tar | tr '\n' ' ') ($agent_tag, $operator_tag, the sandbox)"

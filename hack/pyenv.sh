@@ -11,6 +11,9 @@ nxdl=hack/requirements-nxdl.txt  # a package for its data only: installed withou
 sdist=hack/requirements-sdist.txt  # published as source only: built here (a C compiler, PyPI's build tools)
 key=$(cat "$req" "$nxdl" "$sdist" | sha256sum | cut -c1-12)
 dir=${NUMASTREAM_PYENV:-$HOME/.cache/numastream/pyenv-$key}
+# shellcheck source=lib/lock.sh
+source hack/lib/lock.sh
+hold_lock "$dir.lock"
 if [ ! -x "$dir/bin/python" ] || [ ! -f "$dir/.complete" ]; then
   rm -rf "$dir"
   export QUIET_LOG_DIR=${QUIET_LOG_DIR:-/tmp/numastream-pyenv}

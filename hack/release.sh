@@ -49,7 +49,7 @@ EOF
 }
 # An SBOM of each image (SPDX 2.3 JSON): syft, built from the module proxy, reads the Debian
 # packages and the Go binaries' modules in the archive.
-syft=$(bash hack/build-go-tool.sh syft github.com/anchore/syft "${SYFT_VERSION:-1.57.1}" github.com/anchore/syft/cmd/syft)
+syft=$(bash hack/build-go-tool.sh syft github.com/anchore/syft "${SYFT_VERSION:?SYFT_VERSION (the Makefile sets it)}" github.com/anchore/syft/cmd/syft)
 mkdir -p "$out/sbom"
 for c in agent operator; do
   SYFT_CHECK_FOR_APP_UPDATE=false "$syft" scan -q "oci-archive:$out/images/numastream-$c-$version.oci.tar" \

@@ -3,8 +3,11 @@
 # wall time and the total, against the budget in docs/development.md. A suite that fails does not
 # stop the others (as make -k); the table names every one that failed and the exit is non-zero.
 # Suites joined by "+" run side by side (one of them mostly waits, or runs for a fixed time), each
-# one's output printed whole once both ended.
-#   test-suites.sh TARGET[+TARGET]...
+# one's output printed whole once both ended. A target written @TARGET starts in the background at
+# its place, at the lowest CPU and I/O priority, and runs beside the suites after it (its output
+# printed at the end): the tool builds, which take only the CPU the tests leave idle, and which a
+# suite that needs a tool still being built waits for (hack/lib/lock.sh).
+#   test-suites.sh [@]TARGET[+TARGET]...
 set -uo pipefail
 budget_min=45
 make_cmd=${MAKE:-make}
@@ -25,8 +28,22 @@ record() {
   fi
 }
 
+bg_names=() bg_pids=()
 t0=$(date +%s)
 for group in "$@"; do
+  if [[ $group == @* ]]; then
+    target=${group#@}
+    prio=(nice -n 19)
+    command -v ionice >/dev/null && prio+=(ionice -c 3)
+    s=$(date +%s)
+    (
+      "${prio[@]}" "$make_cmd" --no-print-directory "$target" >"$logs/$target.log" 2>&1
+      echo "$? $(($(date +%s) - s))" >"$logs/$target.rc"
+    ) &
+    bg_names+=("$target") bg_pids+=($!)
+    echo "make test: $target runs in the background (its output at the end)"
+    continue
+  fi
   IFS=+ read -ra targets <<<"$group"
   if [ "${#targets[@]}" -eq 1 ]; then
     s=$(date +%s)
@@ -35,20 +52,29 @@ for group in "$@"; do
     record "$group" $(($(date +%s) - s)) "$rc"
     continue
   fi
+  pids=()
   for target in "${targets[@]}"; do
     (
       s=$(date +%s)
       "$make_cmd" --no-print-directory "$target" >"$logs/$target.log" 2>&1
       echo "$? $(($(date +%s) - s))" >"$logs/$target.rc"
     ) &
+    pids+=($!)
   done
-  wait
+  wait "${pids[@]}"  # not the background targets
   for target in "${targets[@]}"; do
     cat "$logs/$target.log"
     read -r rc sec <"$logs/$target.rc"
     others=$(printf '%s\n' "${targets[@]}" | grep -vx "$target" | paste -sd, -)
     record "$target" "$sec" "$rc" "$others"
   done
+done
+for i in "${!bg_names[@]}"; do
+  wait "${bg_pids[$i]}"
+  echo "--- ${bg_names[$i]} (in the background) ---"
+  cat "$logs/${bg_names[$i]}.log"
+  read -r rc sec <"$logs/${bg_names[$i]}.rc"
+  record "${bg_names[$i]}" "$sec" "$rc" "the suites after it, niced"
 done
 total=$(($(date +%s) - t0))
 echo
