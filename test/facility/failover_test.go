@@ -136,10 +136,9 @@ func TestKillingTheLeaderMidReplanKeepsTheCountAndMakesNoDuplicate(t *testing.T)
 	})
 	replanSeen := time.Now()
 	gw, m := flowing(t, sp, "the stream goes on after the re-plan", n+5)
-	// The watch reads every 200 ms, the test's own polls as often: it must have read the status
-	// the re-plan wrote before it is stopped (flowing can return at once, the gateway having
-	// delivered enough already; stopping the watch then left it one reading short, CI's and two
-	// fresh clones' "[1 2]").
+	// The watch must have read the status the re-plan wrote before it is stopped: flowing can
+	// return at once (the gateway had delivered enough already), and a watch stopped between two
+	// readings then missed the re-plan's count (the counts read [1 2]).
 	eventually(t, "the watch read the status after the re-plan", 30*time.Second, func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
