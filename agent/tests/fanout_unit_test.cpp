@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <set>
 #include <thread>
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "pipeline/fanout.hpp"
+#include "pipeline/sink.hpp"
 
 namespace numastream {
 namespace {
@@ -95,6 +97,51 @@ TEST(AckJoin, ConsumersOnTheirOwnThreadsAcknowledgeEachChunkExactlyOnce) {
   for (const auto& s : up.sent) seqs.insert(std::get<3>(s));
   EXPECT_EQ(seqs.size(), static_cast<std::size_t>(kChunks));
   EXPECT_EQ(j.open(), 0u);
+}
+
+// Whether the box's eventfd wakes a poll within `ms`.
+bool readable(const AckBox& box, int ms) {
+  pollfd p{box.fd(), POLLIN, 0};
+  return ::poll(&p, 1, ms) == 1;
+}
+
+TEST(AckBox, ManyPostsWakeTheReceivingThreadOnceAndATakeRearmsIt) {
+  AckBox box;
+  EXPECT_FALSE(readable(box, 0));
+  for (std::uint64_t q = 0; q < 1000; ++q) box.post(7, 0, std::span(&q, 1), 0);
+  std::uint64_t wakes = 0;
+  ASSERT_EQ(::read(box.fd(), &wakes, sizeof wakes), static_cast<ssize_t>(sizeof wakes));
+  EXPECT_EQ(wakes, 1u) << "one wake-up for what gathered, not one per post";
+  auto taken = box.take();
+  ASSERT_EQ(taken.count(7), 1u);
+  EXPECT_EQ(taken[7].seqs.size(), 1000u);
+  EXPECT_FALSE(readable(box, 0));
+  EXPECT_TRUE(box.empty());
+  const std::uint64_t q = 1000;
+  box.post(7, 0, std::span(&q, 1), 0);
+  EXPECT_TRUE(readable(box, 0)) << "a post after a take wakes the thread again";
+}
+
+TEST(AckBox, APosterRacingTheTakerNeverLeavesAnAckWithoutAWakeUp) {
+  AckBox box;
+  constexpr std::uint64_t kAcks = 200000;
+  std::jthread poster([&box] {
+    for (std::uint64_t q = 0; q < kAcks; ++q) box.post(1, 0, std::span(&q, 1), 0);
+  });
+  std::vector<bool> seen(kAcks, false);
+  std::uint64_t got = 0;
+  while (got < kAcks) {
+    // A lost wake-up: acks wait in the box and its fd stays quiet.
+    ASSERT_TRUE(readable(box, 5000))
+        << got << " of " << kAcks << " acks taken, the rest never woke";
+    for (auto& [stream, p] : box.take()) {
+      for (auto s : p.seqs) {
+        ASSERT_FALSE(seen[s]) << "ack " << s << " taken twice";
+        seen[s] = true;
+        ++got;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -469,14 +469,19 @@ class AckBox {
       auto& to = discarded ? p.discarded : p.seqs;
       to.insert(to.end(), seqs.begin(), seqs.end());
       p.flags |= flags;
+      // The receiving thread is woken once for what gathers until it takes it, not once per
+      // chunk: at a fast detector's message rates a wake-up costs more than the ack.
+      if (std::exchange(signaled_, true)) return;
     }
     std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(fd_, &one, sizeof(one));
   }
+  // Everything posted so far. (A wake-up may find the box empty: what woke it was taken before.)
   std::map<std::uint32_t, Pending> take() {
     std::uint64_t count;
     [[maybe_unused]] auto n = ::read(fd_, &count, sizeof(count));
     std::lock_guard lock(mu_);
+    signaled_ = false;
     return std::exchange(pending_, {});
   }
   bool empty() const {
@@ -489,6 +494,7 @@ class AckBox {
   int fd_;
   mutable std::mutex mu_;
   std::map<std::uint32_t, Pending> pending_;
+  bool signaled_ = false;  // written to fd_ since the last take()
 };
 
 }  // namespace numastream
