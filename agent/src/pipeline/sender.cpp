@@ -1,9 +1,34 @@
-// The send pipeline: source -> compress xC -> send xS (sender.hpp).
+// The send pipeline: source -> compress xC -> send xS; a detector message sent as it came goes
+// from the source straight to the sending threads (sender_source.cpp, hand_on) (sender.hpp).
 #include "pipeline/sender.hpp"
 
 #include "obs/metric_catalog.hpp"
 
 namespace numastream {
+
+// A data frame's header for chunk `c` whose bytes (as read) are `raw`: its checksum over them;
+// a chunk sent as it came keeps its stored codec and raw size, any other is the compressing
+// thread's to fill in (codec, element size, payload size).
+wire::Header Sender::data_header(const RawChunk& c, std::span<const std::byte> raw) const {
+  wire::Header h;
+  h.type = wire::FrameType::data;
+  h.stream_id = cfg_.stream_id;
+  h.sequence = c.seq;
+  // connection is stamped, and the header encoded, by the sending thread.
+  h.connections = static_cast<std::uint16_t>(cfg_.connections);
+  h.checksum = wire::checksum(raw);
+  if (c.as_is) {
+    // Never decoded here: the checksum covers the bytes as they came.
+    h.codec = c.stored;
+    h.payload_checksum = true;
+    h.raw_size = static_cast<std::uint32_t>(c.raw_size);
+    h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
+    h.payload_size = static_cast<std::uint32_t>(raw.size());
+  } else {
+    h.raw_size = static_cast<std::uint32_t>(raw.size());
+  }
+  return h;
+}
 
 void Sender::compress_loop(StageThread& t) {
   const int node = t.numa_node;
@@ -15,45 +40,25 @@ void Sender::compress_loop(StageThread& t) {
     if (!spares_.wait_turn(t.index)) break;
     std::optional<RawChunk> c = t.next(*raw_q_);
     if (!c) break;
+    // (A detector's message sent as it came never comes here: the source frames it, hand_on.)
     Chunk out;
-    // Sent as it came, in the message it came in (a detector's): no buffer, nothing copied.
-    const bool in_message = c->as_is && c->message;
-    if (!in_message) {
-      out.buffer = t.buffer(pool);
-      if (!out.buffer) break;
-    }
+    out.buffer = t.buffer(pool);
+    if (!out.buffer) break;
     const std::span<const std::byte> raw = source_->bytes(*c, node);
     {
       ScopedTimer busy(st.busy_ns);
       wire::Header& h = out.header;
-      h.type = wire::FrameType::data;
-      h.stream_id = cfg_.stream_id;
-      h.sequence = c->seq;
-      // connection is stamped, and the header encoded, by the sending thread.
-      h.connections = static_cast<std::uint16_t>(cfg_.connections);
-      h.checksum = wire::checksum(raw);
-      std::size_t payload;
+      h = data_header(*c, raw);
       if (c->as_is) {
-        // Sent as it came (stored compressed, or a detector's message), never decoded here; the
-        // checksum covers these bytes.
-        h.codec = c->stored;
-        h.payload_checksum = true;
-        h.raw_size = static_cast<std::uint32_t>(c->raw_size);
-        if (in_message) {
-          out.body = std::move(c->message);
-        } else {
-          std::memcpy(out.payload_room().data(), raw.data(), raw.size());
-        }
-        payload = raw.size();
+        // Stored compressed (an HDF5 chunk): copied as it is, never decoded here.
+        std::memcpy(out.payload_room().data(), raw.data(), raw.size());
       } else {
-        h.raw_size = static_cast<std::uint32_t>(raw.size());
         auto res = comp.compress(raw, out.payload_room());
         h.codec = res.codec;
-        payload = res.size;
+        h.element_size =
+            h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
+        h.payload_size = static_cast<std::uint32_t>(res.size);
       }
-      h.element_size =
-          h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
-      h.payload_size = static_cast<std::uint32_t>(payload);
     }
     const std::size_t wire_size = wire::kHeaderSize + out.header.payload_size;
     st.chunks++;

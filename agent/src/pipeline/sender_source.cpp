@@ -100,10 +100,7 @@ void Sender::source_loop(StageThread& t) {
                              : c.buffer ? c.buffer->size
                                         : cfg_.chunk_bytes;
     const std::size_t raw = c.as_is ? c.raw_size : size;
-    {
-      ScopedTimer wait(st.blocked_output_ns);
-      if (!raw_q_->push(c)) break;
-    }
+    if (!hand_on(c, st)) break;
     ++seq;
     st.chunks++;
     st.bytes_out += size;
@@ -112,6 +109,25 @@ void Sender::source_loop(StageThread& t) {
     t.observe();
   }
   if (drain_from) log_drain(*drain_from, seq);
+}
+
+// Hands chunk `c` to the next stage: to the compressing threads, or, a detector's message sent
+// as it came (nothing to compress, only a checksum of bytes this thread just received), framed
+// here and straight to the sending threads: a hand-off between threads costs more than the
+// checksum at a fast detector's message sizes. False once the pipeline is shutting down.
+bool Sender::hand_on(RawChunk& c, StageStats& st) {
+  if (!(c.as_is && c.message)) {
+    ScopedTimer wait(st.blocked_output_ns);
+    return raw_q_->push(c);
+  }
+  Chunk out;
+  {
+    ScopedTimer busy(st.busy_ns);
+    out.header = data_header(c, c.message->bytes());
+    out.body = std::move(c.message);
+  }
+  ScopedTimer wait(st.blocked_output_ns);
+  return wire_q_->push(out.header.sequence, out);
 }
 
 void Sender::log_drain(Clock::time_point from, std::uint64_t seq) const {
