@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "process.hpp"
@@ -366,6 +367,95 @@ TEST(Stream2, ASenderMakesFramesWholeForAReceiverThatDoesNotTakeTwoParts) {
   const json s = summary(tx);
   EXPECT_EQ(s["frames_in_two_parts"], 0);
   EXPECT_GE(s["frames_made_whole"].get<int>(), 12);
+}
+
+// What a sender puts on a connection whose receiver welcomes it and then acknowledges nothing:
+// the data frames it sent (distinct sequences), their bytes and the largest, once nothing more
+// came for 1.5 s.
+struct Outstanding {
+  std::size_t frames = 0, bytes = 0, largest = 0;
+};
+
+Outstanding outstanding_without_acks(int port, const std::vector<std::string>& sender_args) {
+  void* ctx = zmq_ctx_new();
+  void* router = zmq_socket(ctx, ZMQ_ROUTER);
+  int zero = 0;
+  zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof(zero));
+  EXPECT_EQ(zmq_bind(router, ep(port).c_str()), 0);
+  Process tx(sender_args);
+  Outstanding out;
+  std::set<std::uint64_t> seqs;
+  auto last = std::chrono::steady_clock::now();
+  const auto deadline = last + 60s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (seqs.empty() || std::chrono::steady_clock::now() - last < 1500ms)) {
+    zmq_pollitem_t item{router, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, 100) <= 0) continue;
+    zmq_msg_t id;
+    zmq_msg_init(&id);
+    zmq_msg_recv(&id, router, 0);
+    std::vector<std::byte> frame;
+    for (bool more = true; more;) {
+      zmq_msg_t m;
+      zmq_msg_init(&m);
+      zmq_msg_recv(&m, router, 0);
+      const auto* p = static_cast<const std::byte*>(zmq_msg_data(&m));
+      frame.insert(frame.end(), p, p + zmq_msg_size(&m));
+      more = zmq_msg_more(&m);
+      zmq_msg_close(&m);
+    }
+    wire::Header h;
+    if (wire::decode(frame, 4 << 20, h) == wire::DecodeError::ok) {
+      if (h.type == wire::FrameType::resume) {  // the welcome: nothing taken yet
+        const auto ack = wire::encode_ack(wire::FrameType::ack, h.stream_id, h.connection,
+                                          h.connections, 0, 0, {});
+        zmq_msg_send(&id, router, ZMQ_SNDMORE);
+        zmq_send(router, ack.data(), ack.size(), 0);
+      } else if (h.type == wire::FrameType::data && seqs.insert(h.sequence).second) {
+        ++out.frames;
+        out.bytes += frame.size();
+        out.largest = std::max(out.largest, frame.size());
+        last = std::chrono::steady_clock::now();
+      }
+    }
+    zmq_msg_close(&id);
+  }
+  zmq_close(router);
+  zmq_ctx_term(ctx);
+  return out;
+}
+
+// A sender's credit: `window` unacknowledged frames of chunks it compresses; of a detector's
+// messages, sent as they came, as many as `window` full chunks would hold, at most
+// kMaxWindowFrames (1024) however small they are.
+TEST(Stream2, SmallDetectorMessagesAreCreditedByBytesUpToAThousandFrames) {
+  const int port = free_ports(3);
+  // 4.7 KiB messages (16 KiB images, bslz4), 3000 of them.
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 1), "--synthetic", "--images",
+                    "100", "--shape", "64x128", "--series", "30"});
+  const auto small = outstanding_without_acks(
+      port,
+      {kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(1 << 20), "--window",
+       "8", "--source", "stream2", "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
+  EXPECT_EQ(small.frames, 1024u) << small.bytes << " bytes: 8 MiB of credit, the frame cap first";
+  detector.signal(SIGKILL);
+
+  // 64 KiB chunks: 512 KiB of credit, spent before the cap.
+  Process detector2({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--synthetic", "--images",
+                     "100", "--shape", "64x128", "--series", "30"});
+  const auto by_bytes = outstanding_without_acks(
+      port, {kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(64 << 10),
+             "--window", "8", "--source", "stream2", "--source-endpoint", ep(port + 2),
+             "--connect-timeout", "10"});
+  EXPECT_GT(by_bytes.frames, 8u);
+  EXPECT_GE(by_bytes.bytes, 512u << 10) << by_bytes.frames << " frames";
+  EXPECT_LT(by_bytes.bytes - by_bytes.largest, 512u << 10) << "sent past the credit";
+  detector2.signal(SIGKILL);
+
+  // Chunks it compresses (a synthetic source): `window` frames.
+  const auto chunks =
+      outstanding_without_acks(port, sender(port, 1, {"--window", "8", "--chunks", "100"}));
+  EXPECT_EQ(chunks.frames, 8u);
 }
 
 }  // namespace

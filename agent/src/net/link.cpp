@@ -260,7 +260,7 @@ void AckedLink::wait_welcome(double timeout_s) {
 }
 
 void AckedLink::wait_for_credit() {
-  while (unacked_data_ >= static_cast<std::size_t>(opts_.window)) pump(100);
+  while (!has_credit()) pump(100);
   pump(0);
 }
 
@@ -278,6 +278,7 @@ void AckedLink::send(std::uint32_t stream, std::uint64_t seq, Held frame) {
   auto [it, inserted] = unacked_.emplace(Key{stream, seq}, std::move(frame));
   if (!inserted) return;  // already held: it goes out with the next retransmission, if needed
   ++unacked_data_;
+  unacked_bytes_ += it->second.size();
   if (!need_resend_) {
     if (!write(it->second)) pump(0);  // dropped meanwhile: the retransmission includes it
   }
@@ -331,16 +332,8 @@ bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
       two_part_ = false;  // the next receiver says again what it takes
       return false;
     }
-    zmq_pollitem_t items[] = {{sock_.get(), 0, ZMQ_POLLOUT | ZMQ_POLLIN, 0},
-                              {mon_->get(), 0, ZMQ_POLLIN, 0}};
-    if (zmq_poll(items, 2, 100) < 0 && zmq_errno() != EINTR) {
-      throw std::runtime_error(describe() + ": poll: " + zmq::last_error());
-    }
-    if (items[0].revents & ZMQ_POLLIN) read_acks();
-    if (!(items[0].revents & ZMQ_POLLOUT)) {
-      check_progress();  // blocked longer than the receiver may stay silent: a stuck peer
-      continue;
-    }
+    // Sent at once when the socket has room (the usual case: no poll per frame); else waits for
+    // room, reading acknowledgements meanwhile.
     if (zmq_msg_send(static_cast<zmq_msg_t*>(copy.raw()), sock_.get(),
                      ZMQ_DONTWAIT | (rest ? ZMQ_SNDMORE : 0)) >= 0) {
       // The first part taken, the rest of the message is too: ZeroMQ counts a message against the
@@ -356,6 +349,13 @@ bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
     if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
       throw std::runtime_error(describe() + ": send: " + zmq::last_error());
     }
+    zmq_pollitem_t items[] = {{sock_.get(), 0, ZMQ_POLLOUT | ZMQ_POLLIN, 0},
+                              {mon_->get(), 0, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, 100) < 0 && zmq_errno() != EINTR) {
+      throw std::runtime_error(describe() + ": poll: " + zmq::last_error());
+    }
+    if (items[0].revents & ZMQ_POLLIN) read_acks();
+    if (!(items[0].revents & ZMQ_POLLOUT)) check_progress();  // a stuck peer
   }
 }
 
@@ -386,7 +386,10 @@ void AckedLink::read_acks() {
     welcomed_ = true;
     const std::size_t held = unacked_.size();
     auto drop = [&](std::map<Key, Held>::iterator it) {
-      if (it->first.second != kEnd) --unacked_data_;
+      if (it->first.second != kEnd) {
+        --unacked_data_;
+        unacked_bytes_ -= it->second.size();
+      }
       return unacked_.erase(it);
     };
     for (auto it = unacked_.lower_bound({h.stream_id, 0});

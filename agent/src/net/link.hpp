@@ -73,7 +73,11 @@ struct LinkOptions {
   std::uint16_t connection = 0;  // stamped on resume frames
   std::uint16_t connections = 1;
   int hwm = 2;
-  int window = 16;                // unacknowledged data frames at most
+  int window = 16;  // unacknowledged data frames at most, unless:
+  // more of them while together they hold fewer bytes than this (0: no more), up to
+  // kMaxWindowFrames: small frames (a fast detector's messages) would otherwise leave the
+  // connection idle between acknowledgements.
+  std::size_t window_bytes = 0;
   double connect_timeout_s = 30;  // first connection
   double reconnect_timeout_s = 60;
   double ack_timeout_s = 60;  // connected, frames outstanding, no acknowledgement
@@ -113,8 +117,11 @@ class AckedLink {
   void wait_for_credit();
   // The window has room now (nothing served).
   bool has_credit() const noexcept {
-    return unacked_data_ < static_cast<std::size_t>(opts_.window);
+    return unacked_data_ < static_cast<std::size_t>(opts_.window) ||
+           (unacked_bytes_ < opts_.window_bytes && unacked_data_ < kMaxWindowFrames);
   }
+  // Unacknowledged data frames at most, whatever their size (LinkOptions::window_bytes).
+  static constexpr std::size_t kMaxWindowFrames = 1024;
   // Hands a frame to the link, which keeps it until acknowledged.
   void send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame);
   // The same, as its header and its payload (a message received whole from a detector): sent as
@@ -151,6 +158,7 @@ class AckedLink {
   struct Held {
     zmq::Message head;
     std::optional<zmq::Message> body;
+    std::size_t size() const { return head.bytes().size() + (body ? body->bytes().size() : 0); }
   };
   // Writes one message (a shared reference); false when the connection dropped meanwhile.
   bool write(zmq::Message& m);
@@ -170,6 +178,7 @@ class AckedLink {
   std::unique_ptr<zmq::Monitor> mon_;
   std::map<Key, Held> unacked_;
   std::size_t unacked_data_ = 0;
+  std::size_t unacked_bytes_ = 0;  // what those data frames hold
   std::set<std::uint32_t> announced_;
   std::map<std::uint32_t, std::string> metadata_;
   bool write_resume(std::uint32_t stream);    // as many frames as the record needs

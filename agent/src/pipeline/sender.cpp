@@ -81,6 +81,12 @@ LinkOptions Sender::send_link_options(int index) const {
                                   "connection " + std::to_string(index), cfg_.window, curve_);
   opts.connection = static_cast<std::uint16_t>(index);
   opts.connections = static_cast<std::uint16_t>(cfg_.connections);
+  if (cfg_.source.kind == SourceConfig::Kind::stream2 && cfg_.connections == 1) {
+    // A detector's messages, held as they came (no pool buffers): as many as `window` full
+    // chunks would hold, so that small ones keep the connection busy. On one connection only:
+    // they arrive in order, where over several the receiver's reorder window is sized by chunks.
+    opts.window_bytes = static_cast<std::size_t>(cfg_.window) * cfg_.chunk_bytes;
+  }
   if (spill_.store) {
     // A source that cannot wait, and a spill for exactly that: a gateway that is down (not up
     // yet, restarting, its node rebooting) is waited for however long, the chunks going to the
