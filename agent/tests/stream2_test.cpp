@@ -223,6 +223,10 @@ TEST(Stream2, RecordedEiger2SeriesLeaveTheGatewayByteIdentical) {
     for (const auto& m : expected) bytes += m.size();
     EXPECT_EQ(run.receiver["raw_bytes"], bytes);
     EXPECT_LT(run.receiver["wire_bytes"].get<double>(), bytes * 1.001 + 12 * 64);
+    // The sender counts them too, though no compressing thread touched them (its source framed
+    // them): its raw bytes are the operator's measure of the stream's rate.
+    EXPECT_EQ(run.sender["raw_bytes"], bytes);
+    EXPECT_EQ(run.sender["stages"]["compress"]["chunks"], 12) << run.sender["stages"].dump();
   }
 }
 
