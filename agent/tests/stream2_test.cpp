@@ -430,31 +430,31 @@ Outstanding outstanding_without_acks(int port, const std::vector<std::string>& s
 }
 
 // A sender's credit: `window` unacknowledged frames of chunks it compresses; of a detector's
-// messages, sent as they came, as many as `window` full chunks would hold, at most
+// messages, sent as they came, more while they hold less than `window` x 256 KiB, at most
 // kMaxWindowFrames (1024) however small they are.
 TEST(Stream2, SmallDetectorMessagesAreCreditedByBytesUpToAThousandFrames) {
   const int port = free_ports(3);
-  // 4.7 KiB messages (16 KiB images, bslz4), 3000 of them.
-  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 1), "--synthetic", "--images",
-                    "100", "--shape", "64x128", "--series", "30"});
-  const auto small = outstanding_without_acks(
-      port,
-      {kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(1 << 20), "--window",
-       "8", "--source", "stream2", "--source-endpoint", ep(port + 1), "--connect-timeout", "10"});
-  EXPECT_EQ(small.frames, 1024u) << small.bytes << " bytes: 8 MiB of credit, the frame cap first";
-  detector.signal(SIGKILL);
+  auto send = [&](int detector_port) {
+    return std::vector<std::string>{
+        kAgent,     "send",    "--endpoint",        ep(port),          "--window",          "8",
+        "--source", "stream2", "--source-endpoint", ep(detector_port), "--connect-timeout", "10"};
+  };
+  // Messages of a few hundred bytes (16 x 16 images): the frame cap comes first.
+  Process tiny_detector({kAgent, "detector-sim", "--endpoint", ep(port + 1), "--synthetic",
+                         "--images", "100", "--shape", "16x16", "--series", "30"});
+  const auto tiny = outstanding_without_acks(port, send(port + 1));
+  EXPECT_EQ(tiny.frames, 1024u) << tiny.bytes << " bytes";
+  tiny_detector.signal(SIGKILL);
 
-  // 64 KiB chunks: 512 KiB of credit, spent before the cap.
-  Process detector2({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--synthetic", "--images",
-                     "100", "--shape", "64x128", "--series", "30"});
-  const auto by_bytes = outstanding_without_acks(
-      port, {kAgent, "send", "--endpoint", ep(port), "--chunk-bytes", std::to_string(64 << 10),
-             "--window", "8", "--source", "stream2", "--source-endpoint", ep(port + 2),
-             "--connect-timeout", "10"});
-  EXPECT_GT(by_bytes.frames, 8u);
-  EXPECT_GE(by_bytes.bytes, 512u << 10) << by_bytes.frames << " frames";
-  EXPECT_LT(by_bytes.bytes - by_bytes.largest, 512u << 10) << "sent past the credit";
-  detector2.signal(SIGKILL);
+  // 4.7 KiB messages (16 KiB images, bslz4): 2 MiB of credit, spent before the cap.
+  Process detector({kAgent, "detector-sim", "--endpoint", ep(port + 2), "--synthetic", "--images",
+                    "100", "--shape", "64x128", "--series", "30"});
+  const auto small = outstanding_without_acks(port, send(port + 2));
+  EXPECT_GT(small.frames, 8u);
+  EXPECT_LT(small.frames, 1024u);
+  EXPECT_GE(small.bytes, 2u << 20) << small.frames << " frames";
+  EXPECT_LT(small.bytes - small.largest, 2u << 20) << "sent past the credit";
+  detector.signal(SIGKILL);
 
   // Chunks it compresses (a synthetic source): `window` frames.
   const auto chunks =

@@ -82,10 +82,13 @@ LinkOptions Sender::send_link_options(int index) const {
   opts.connection = static_cast<std::uint16_t>(index);
   opts.connections = static_cast<std::uint16_t>(cfg_.connections);
   if (cfg_.source.kind == SourceConfig::Kind::stream2 && cfg_.connections == 1) {
-    // A detector's messages, held as they came (no pool buffers): as many as `window` full
-    // chunks would hold, so that small ones keep the connection busy. On one connection only:
-    // they arrive in order, where over several the receiver's reorder window is sized by chunks.
-    opts.window_bytes = static_cast<std::size_t>(cfg_.window) * cfg_.chunk_bytes;
+    // A detector's messages, held as they came (no pool buffers): more than `window` of them
+    // while they hold less than `window` x 256 KiB, so that small ones keep the connection
+    // busy. Not more bytes than that: at 0.5 MB messages, 8 times as many held cost the gateway
+    // 14% more CPU per GB for no gain in rate. On one connection only: there they arrive in
+    // order, where over several the receiver's reorder window is sized by chunks.
+    constexpr std::size_t kBytesPerWindowSlot = 256 << 10;
+    opts.window_bytes = static_cast<std::size_t>(cfg_.window) * kBytesPerWindowSlot;
   }
   if (spill_.store) {
     // A source that cannot wait, and a spill for exactly that: a gateway that is down (not up
