@@ -228,75 +228,87 @@ class Receiver::Decoding final : public Receiver::Role {
     }
   }
 
-  void decompress_loop(StageThread& t) {
-    StageStats& st = t.stats;
-    BufferPool& pool = raw_pools_->for_node(t.numa_node);
-    Decompressor dec(r_.cfg_.chunk_bytes);
-    const bool forward = !consumers_->empty();
+  // What a thread that verifies chunks keeps between them.
+  struct Work {
+    explicit Work(std::size_t chunk_bytes) : dec(chunk_bytes) {}
+    Decompressor dec;
     std::vector<std::byte> scratch;
+  };
+
+  void decompress_loop(StageThread& t) {
+    Work w(r_.cfg_.chunk_bytes);
     while (true) {
       // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
       if (!spares_.wait_turn(t.index)) break;
       std::optional<Inbound> in = t.next(*r_.wire_q_);
       if (!in) break;
-      Chunk out;
-      out.via = in->via;
-      wire::Header& h = out.header;
-      h = in->header;
-      // Who takes the chunk compressed as it came, who takes it decoded: with both, `out` is the
-      // decoded chunk and `as_came` the one that came; with one, `out` is it.
-      const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
-      const bool keep = to_kept && !to_decoded;
-      std::optional<Chunk> as_came;
-      if (to_kept && to_decoded) {
-        as_came.emplace();
-        as_came->header = h;
-        as_came->via = in->via;
-      }
-      // A payload that goes to the sink as it came stays in the message it came in (its own, for
-      // a frame in two parts, or the frame's): nothing is copied into a buffer.
-      const bool pass = keep || h.codec == Codec::none;
-      if (!pass) {
-        out.buffer = t.buffer(pool);
-        if (!out.buffer) break;
-      }
-      StreamTracker::Verdict verdict;
-      {
-        ScopedTimer busy(st.busy_ns);
-        const std::size_t frame_size = wire::kHeaderSize + in->payload().size();
-        const Checked how = keep ? Checked::kept : pass ? Checked::as_is : Checked::decoded;
-        const bool ok = verify(*in, how, r_.cfg_.verify, dec, scratch, out, as_came);
-        st.bytes_in += frame_size;
-        in.reset();  // frees ZeroMQ's message
-        verdict = r_.tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
-        if (verdict == StreamTracker::Verdict::corrupt) {
-          log_warn("stream " + std::to_string(h.stream_id) + ": chunk " +
-                   std::to_string(h.sequence) + " failed verification (decode or checksum)");
-        }
-      }
-      if (verdict == StreamTracker::Verdict::delivered) {
-        st.chunks++;
-        st.bytes_out += h.raw_size;
-        r_.counts_.last_ns = std::max<std::int64_t>(r_.counts_.last_ns.load(),
-                                                    (Clock::now() - r_.rt_.started).count());
-      }
-      t.observe();
-      if (preview_ && verdict == StreamTracker::Verdict::delivered &&
-          preview_->due(h.stream_id, h.raw_size)) {
-        // Decoded, or as it came (not compressed, or kept compressed for every consumer).
-        const std::span<const std::byte> bytes =
-            pass ? std::span<const std::byte>(out.payload())
-                 : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
-        preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size,
-                        h.raw_size, bytes, r_.meta_.of(h.stream_id));
-      }
-      if (verdict != StreamTracker::Verdict::delivered || !forward) {
-        settle_here(out, verdict, forward);
-        continue;
-      }
-      reframe(out, as_came, keep);
-      if (!consumers_->deliver(out, as_came, st)) break;
+      if (!process(in, t.stats, w, &t)) break;
     }
+  }
+
+  // Verifies chunk `in` and hands it to the consumers in the forms they take, or settles it here.
+  // `t` is the decompressing thread doing it (its buffers for decoding, its CPU). False when the
+  // pool or the consumers are closed (shutting down).
+  bool process(std::optional<Inbound>& in, StageStats& st, Work& w, StageThread* t) {
+    Chunk out;
+    out.via = in->via;
+    wire::Header& h = out.header;
+    h = in->header;
+    // Who takes the chunk compressed as it came, who takes it decoded: with both, `out` is the
+    // decoded chunk and `as_came` the one that came; with one, `out` is it.
+    const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
+    const bool keep = to_kept && !to_decoded;
+    const bool forward = !consumers_->empty();
+    std::optional<Chunk> as_came;
+    if (to_kept && to_decoded) {
+      as_came.emplace();
+      as_came->header = h;
+      as_came->via = in->via;
+    }
+    // A payload that goes to the sink as it came stays in the message it came in (its own, for
+    // a frame in two parts, or the frame's): nothing is copied into a buffer.
+    const bool pass = keep || h.codec == Codec::none;
+    if (!pass) {
+      NS_ASSERT(t != nullptr);
+      out.buffer = t->buffer(raw_pools_->for_node(t->numa_node));
+      if (!out.buffer) return false;
+    }
+    StreamTracker::Verdict verdict;
+    {
+      ScopedTimer busy(st.busy_ns);
+      const std::size_t frame_size = wire::kHeaderSize + in->payload().size();
+      const Checked how = keep ? Checked::kept : pass ? Checked::as_is : Checked::decoded;
+      const bool ok = verify(*in, how, r_.cfg_.verify, w.dec, w.scratch, out, as_came);
+      st.bytes_in += frame_size;
+      in.reset();  // frees ZeroMQ's message
+      verdict = r_.tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
+      if (verdict == StreamTracker::Verdict::corrupt) {
+        log_warn("stream " + std::to_string(h.stream_id) + ": chunk " + std::to_string(h.sequence) +
+                 " failed verification (decode or checksum)");
+      }
+    }
+    if (verdict == StreamTracker::Verdict::delivered) {
+      st.chunks++;
+      st.bytes_out += h.raw_size;
+      r_.counts_.last_ns = std::max<std::int64_t>(r_.counts_.last_ns.load(),
+                                                  (Clock::now() - r_.rt_.started).count());
+    }
+    if (t) t->observe();
+    if (preview_ && verdict == StreamTracker::Verdict::delivered &&
+        preview_->due(h.stream_id, h.raw_size)) {
+      // Decoded, or as it came (not compressed, or kept compressed for every consumer).
+      const std::span<const std::byte> bytes =
+          pass ? std::span<const std::byte>(out.payload())
+               : std::span<const std::byte>(out.buffer->data + wire::kHeaderSize, h.raw_size);
+      preview_->offer(h.stream_id, h.sequence, keep ? h.codec : Codec::none, h.element_size,
+                      h.raw_size, bytes, r_.meta_.of(h.stream_id));
+    }
+    if (verdict != StreamTracker::Verdict::delivered || !forward) {
+      settle_here(out, verdict, forward);
+      return true;
+    }
+    reframe(out, as_came, keep);
+    return consumers_->deliver(out, as_came, st);
   }
 
   Receiver& r_;
