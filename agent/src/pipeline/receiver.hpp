@@ -189,6 +189,9 @@ class Receiver {
     // spill still owes it chunks), and the chunks on their way to it (a file sink waits for
     // them).
     virtual bool owes_end(std::uint32_t /*stream*/) { return false; }
+    // Verifies and hands on a data frame on the receiving thread that took it, when that is
+    // cheaper than queueing it (true: `in` is taken care of); false: it goes to the queue.
+    virtual bool take_inline(std::optional<Inbound>& /*in*/) { return false; }
     virtual bool tracks_in_flight() const { return false; }
     virtual void in_flight(bool /*add*/, std::uint32_t /*stream*/, std::uint64_t /*seq*/) {}
   };

@@ -133,6 +133,8 @@ class Receiver::Decoding final : public Receiver::Role {
                                            std::chrono::milliseconds(r_.cfg_.preview.interval_ms));
     }
     spares_.plan(pools.spares, rt.threads(Stage::decompress));
+    for (int i = 0; i < rt.threads(Stage::receive); ++i)
+      inline_work_.push_back(std::make_unique<Work>(r_.cfg_.chunk_bytes));
   }
 
   // consumers <- decompress (+ spares on the receiving threads' CPUs); with spares, the adaptive
@@ -151,7 +153,12 @@ class Receiver::Decoding final : public Receiver::Role {
                    .body = [this](StageThread& t) { decompress_loop(t); },
                    .spares = spares_.count(),
                    .host = Stage::receive,
-                   .done = [this] { consumers_->close(); },
+                   .done =
+                       [this] {
+                         // A receiving thread still handing on a chunk it took finishes first.
+                         for (int n; (n = inline_active_.load()) != 0;) inline_active_.wait(n);
+                         consumers_->close();
+                       },
                    .joined = std::move(joined)});
     spares_.start(r_.rt_, Stage::receive,
                   {Stage::decompress, [this](StageThread& t) { decompress_loop(t); },
@@ -204,6 +211,30 @@ class Receiver::Decoding final : public Receiver::Role {
     r_.end_of_stream(h.stream_id, via, sock, peer, connections);
   }
   bool owes_end(std::uint32_t stream) override { return consumers_->spills_owe(stream); }
+  // A small chunk that needs neither decoding nor a buffer (not compressed, or kept as it came,
+  // its checksum over the bytes as they came: a detector's message): verified and handed on by
+  // the receiving thread that took it, not queued for a decompressing thread. At a fast
+  // detector's message rates the hand-off between threads costs more than the checksum. Not
+  // once the run stops taking data: what is taken then is the decompressing threads' to finish.
+  static constexpr std::size_t kInlineBytes = 256 << 10;
+  bool take_inline(std::optional<Inbound>& in) override {
+    const wire::Header& h = in->header;
+    if (!h.payload_checksum || in->payload().size() > kInlineBytes || consumers_->empty())
+      return false;
+    const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
+    const bool keep = to_kept && !to_decoded;
+    if (h.codec != Codec::none && !(keep && r_.cfg_.verify != Config::Verify::decode)) return false;
+    const std::size_t via = static_cast<std::size_t>(in->via);
+    if (via >= inline_work_.size()) return false;
+    inline_active_.fetch_add(1);
+    if (r_.stop_taking_) {
+      if (inline_active_.fetch_sub(1) == 1) inline_active_.notify_all();
+      return false;
+    }
+    process(in, r_.rt_.stats(Stage::decompress), *inline_work_[via], nullptr);
+    if (inline_active_.fetch_sub(1) == 1) inline_active_.notify_all();
+    return true;
+  }
   bool tracks_in_flight() const override { return consumers_->tracks_in_flight(); }
   void in_flight(bool add, std::uint32_t stream, std::uint64_t seq) override {
     consumers_->in_flight(add, stream, seq);
@@ -316,6 +347,10 @@ class Receiver::Decoding final : public Receiver::Role {
   std::unique_ptr<ConsumerSet> consumers_;
   std::unique_ptr<Preview> preview_;  // preview.enabled: the latest frame of each stream, drawn
   adaptive::CodecSpares spares_;
+  // Each receiving thread's own, for the chunks it verifies itself (take_inline), and how many of
+  // them are doing so now.
+  std::vector<std::unique_ptr<Work>> inline_work_;
+  std::atomic<int> inline_active_{0};
 };
 
 std::unique_ptr<Receiver::Role> Receiver::decoding(Receiver& r) {

@@ -389,11 +389,12 @@ void Receiver::take_data(Port& port, Incoming& f, StageThread& t) {
   st.bytes_in += f.frame_size;
   if (f.body) ++counts_.two_part;
   t.observe();
-  Inbound in{h, std::move(f.msg), std::move(f.body), port.index};
+  std::optional<Inbound> in(Inbound{h, std::move(f.msg), std::move(f.body), port.index});
+  if (role_->take_inline(in)) return;
   bool pushed;
   {
     ScopedTimer wait(st.blocked_output_ns);
-    pushed = wire_q_->push(in);
+    pushed = wire_q_->push(*in);
   }
   if (!pushed && role_->tracks_in_flight()) role_->in_flight(false, h.stream_id, h.sequence);
 }
