@@ -133,8 +133,9 @@ class Receiver::Decoding final : public Receiver::Role {
                                            std::chrono::milliseconds(r_.cfg_.preview.interval_ms));
     }
     spares_.plan(pools.spares, rt.threads(Stage::decompress));
+    // No decoding room: take_inline takes only what is never decoded.
     for (int i = 0; i < rt.threads(Stage::receive); ++i)
-      inline_work_.push_back(std::make_unique<Work>(r_.cfg_.chunk_bytes));
+      inline_work_.push_back(std::make_unique<Work>(0));
   }
 
   // consumers <- decompress (+ spares on the receiving threads' CPUs); with spares, the adaptive
