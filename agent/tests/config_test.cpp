@@ -678,5 +678,23 @@ TEST(Config, SinksThatCannotBeKeptAreRefusedNamingTheEntry) {
   expect_refused(threads, Role::receive, "placement.stages.sink.threads");
 }
 
+// The metrics token's digest: 64 hex digits (either case) become its 32 bytes; anything else is
+// refused naming the field, never taken as "no token".
+TEST(Config, TheMetricsTokenDigestIsSixtyFourHexDigits) {
+  json doc = {{"endpoint", "tcp://0.0.0.0:6000"}, {"metrics", {{"listen", "0.0.0.0:9100"}}}};
+  EXPECT_EQ(parse_config(doc, Role::receive).metrics_token_sha256, "");
+  doc["metrics"]["token_sha256"] = std::string(62, '0') + "aF";
+  const std::string d = parse_config(doc, Role::send).metrics_token_sha256;
+  ASSERT_EQ(d.size(), 32u);
+  EXPECT_EQ(static_cast<unsigned char>(d[31]), 0xafu);
+  EXPECT_EQ(d[0], '\0');
+  for (const std::string& bad : {std::string(63, 'a'), std::string(65, 'a'),
+                                 std::string(63, 'a') + "g", std::string(64, ' ')}) {
+    json b = doc;
+    b["metrics"]["token_sha256"] = bad;
+    expect_refused(b, Role::receive, "metrics.token_sha256");
+  }
+}
+
 }  // namespace
 }  // namespace numastream

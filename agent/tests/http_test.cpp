@@ -1,27 +1,30 @@
 // The agents' metrics and health server under clients that connect and say nothing: the
-// kubelet's liveness probe (timeout 1 s) is still answered.
+// kubelet's liveness probe (timeout 1 s) is still answered. And with a token: who gets an answer.
 #include "obs/http.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 namespace numastream {
 namespace {
 
-int connect_to(int port) {
+int connect_to(int port, in_addr_t host = htonl(INADDR_LOOPBACK)) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = host;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     ::close(fd);
     return -1;
@@ -29,14 +32,16 @@ int connect_to(int port) {
   return fd;
 }
 
-// GET `path` as a kubelet probe does, giving up after `timeout`: the answer, or "" if none came.
-std::string probe(int port, const std::string& path, std::chrono::milliseconds timeout) {
-  int fd = connect_to(port);
+// GET `path` as a kubelet probe does (with `headers`, each ending in CRLF), giving up after
+// `timeout`: the answer, or "" if none came.
+std::string probe(int port, const std::string& path, std::chrono::milliseconds timeout,
+                  in_addr_t host = htonl(INADDR_LOOPBACK), const std::string& headers = "") {
+  int fd = connect_to(port, host);
   if (fd < 0) return "";
   timeval tv{static_cast<time_t>(timeout.count() / 1000),
              static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n";
   (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
@@ -130,6 +135,82 @@ TEST(MetricsServer, ASilentClientIsClosedAtItsDeadline) {
   char c;
   EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "closed by the server, not by our 3 s timeout";
   ::close(fd);
+}
+
+// This host's first IPv4 address off the loopback interface (network order), or 0.
+in_addr_t outside_address() {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return 0;
+  in_addr_t found = 0;
+  for (ifaddrs* i = all; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    const in_addr_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    if ((ntohl(a) >> 24) != 127) found = a;
+  }
+  freeifaddrs(all);
+  return found;
+}
+
+std::string sha256(const std::string& s) {
+  std::string d(crypto_hash_sha256_BYTES, '\0');
+  crypto_hash_sha256(reinterpret_cast<unsigned char*>(d.data()),
+                     reinterpret_cast<const unsigned char*>(s.data()), s.size());
+  return d;
+}
+
+bool served(const std::string& answer) { return answer.rfind("HTTP/1.0 200 OK", 0) == 0; }
+bool refused(const std::string& answer) {
+  return answer.rfind("HTTP/1.0 401 Unauthorized", 0) == 0 &&
+         answer.find("WWW-Authenticate: Bearer") != std::string::npos &&
+         answer.find("numastream_up") == std::string::npos;
+}
+
+// With a token's digest set: a client off the loopback interface is served /metrics (and any
+// other route) only with that token; near misses of it are refused; /healthz needs none, and
+// neither does a client on the loopback interface (the pod's own, kubectl port-forward).
+TEST(MetricsServer, AsksAClientOffTheLoopbackForTheToken) {
+  const in_addr_t outside = outside_address();
+  if (!outside) {
+    if (const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL"); r && std::string(r) == "1") {
+      FAIL() << "NUMASTREAM_REQUIRE_REAL=1: this host has no IPv4 address off the loopback";
+    }
+    GTEST_SKIP() << "this host has no IPv4 address off the loopback";
+  }
+  ASSERT_GE(sodium_init(), 0);
+  const std::string token = "kq3Vt0b9S4m2Yx7LwP1zRfN6cJdHgA8e";
+  MetricsServer::Limits limits;
+  limits.bearer_sha256 = sha256(token);
+  MetricsServer server(
+      "0.0.0.0:0", [] { return std::string("numastream_up 1\n"); }, [] { return true; }, limits,
+      [](const std::string& path) -> std::optional<HttpReply> {
+        if (path == "/preview") return HttpReply{200, "text/html", "numastream_up picture"};
+        return std::nullopt;
+      });
+  const auto t = std::chrono::milliseconds(2000);
+  const int port = server.port();
+  auto from_outside = [&](const std::string& path, const std::string& headers) {
+    return probe(port, path, t, outside, headers);
+  };
+  const std::string good = from_outside("/metrics", "Authorization: Bearer " + token + "\r\n");
+  EXPECT_TRUE(served(good)) << good;
+  EXPECT_NE(good.find("numastream_up 1"), std::string::npos);
+  EXPECT_TRUE(served(from_outside("/metrics", "authorization:bearer  " + token + "\r\n")))
+      << "header names and the scheme are case-insensitive";
+  EXPECT_TRUE(served(from_outside("/preview", "Authorization: Bearer " + token + "\r\n")));
+  const std::vector<std::string> near_misses = {
+      "",
+      "Authorization: Bearer\r\n",
+      "Authorization: Bearer " + token.substr(1) + "\r\n",
+      "Authorization: Bearer " + token + "x\r\n",
+      "Authorization: Basic " + token + "\r\n",
+      "Authorization: Bearer " + std::string(7000, 'k') + "\r\n",
+      "X-Authorization: Bearer " + token + "\r\n"};
+  for (const std::string& headers : near_misses) {
+    EXPECT_TRUE(refused(from_outside("/metrics", headers))) << headers.substr(0, 60);
+    EXPECT_TRUE(refused(from_outside("/preview", headers))) << headers.substr(0, 60);
+  }
+  EXPECT_TRUE(served(from_outside("/healthz", ""))) << "the kubelet's probe carries no token";
+  EXPECT_TRUE(served(probe(port, "/metrics", t))) << "on the loopback interface";
 }
 
 }  // namespace

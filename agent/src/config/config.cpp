@@ -204,10 +204,31 @@ void parse_spill(Fields& f, Config& c) {
   }
 }
 
+// 64 hex digits as their 32 bytes ("" stays "").
+std::string sha256_hex(const std::string& hex, const char* field) {
+  if (hex.empty()) return "";
+  if (hex.size() != 64) {
+    throw ConfigError(field, "must be a SHA-256 digest: 64 hex digits, got " +
+                                 std::to_string(hex.size()) + " characters");
+  }
+  std::string out(32, '\0');
+  for (std::size_t i = 0; i < 64; ++i) {
+    const char ch = hex[i];
+    int v = ch >= '0' && ch <= '9'   ? ch - '0'
+            : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+            : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                     : -1;
+    if (v < 0) throw ConfigError(field, "must be 64 hex digits, has '" + std::string(1, ch) + "'");
+    out[i / 2] = static_cast<char>(out[i / 2] << 4 | v);
+  }
+  return out;
+}
+
 void parse_metrics_and_preview(Fields& f, Config& c) {
   if (const json* m = f.raw("metrics")) {
     Fields mf(*m, "metrics");
     c.metrics_listen = mf.string("listen", "");
+    c.metrics_token_sha256 = sha256_hex(mf.string("token_sha256", ""), "metrics.token_sha256");
     mf.finish();
   }
   if (const json* pv = f.raw("preview")) {

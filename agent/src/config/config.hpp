@@ -166,6 +166,9 @@ struct Config {
   int window = 8;              // send: unacknowledged chunks per connection at most (credit)
   int reorder_window = 16;     // file sink: chunks held to restore order
   std::string metrics_listen;  // host:port; empty = no metrics server
+  // The SHA-256 (32 bytes) of the token a metrics client off the loopback interface presents
+  // (metrics.token_sha256, 64 hex digits); empty: none asked.
+  std::string metrics_token_sha256;
   // receive: the latest frame of each stream as a picture (/preview), taken at most every
   // interval_ms, drawn at most max_side pixels a side, on its own `listen` address (host:port;
   // the operator's pods: 127.0.0.1, reached only through the API server's port-forward) or, with

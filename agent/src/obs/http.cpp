@@ -4,13 +4,16 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,11 +22,46 @@
 namespace numastream {
 namespace {
 
-std::string response(int code, const char* reason, const std::string& type,
-                     const std::string& body) {
+std::string response(int code, const char* reason, const std::string& type, const std::string& body,
+                     const std::string& extra_headers = "") {
   return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-         "\r\nCache-Control: no-store\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\nConnection: close\r\n\r\n" + body;
+         "\r\nCache-Control: no-store\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+         extra_headers + "Connection: close\r\n\r\n" + body;
+}
+
+bool starts_with_nocase(const std::string& s, std::size_t at, std::string_view prefix) {
+  if (s.size() - at < prefix.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[at + i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+// The token of the request's `Authorization: Bearer` header, or "" when it has none.
+std::string bearer_token(const std::string& req) {
+  for (std::size_t line = req.find('\n'); line != std::string::npos; line = req.find('\n', line)) {
+    ++line;
+    if (!starts_with_nocase(req, line, "authorization:")) continue;
+    std::size_t at = req.find_first_not_of(" \t", line + 14);
+    if (at == std::string::npos || !starts_with_nocase(req, at, "bearer ")) return "";
+    at = req.find_first_not_of(" \t", at + 7);
+    if (at == std::string::npos) return "";
+    std::size_t end = req.find_first_of(" \t\r\n", at);
+    return req.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  return "";
+}
+
+bool is_loopback(const sockaddr_storage& peer) {
+  if (peer.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(peer).sin_addr.s_addr) >> 24) == 127;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
 }
 
 }  // namespace
@@ -34,6 +72,9 @@ MetricsServer::MetricsServer(const std::string& listen, std::function<std::strin
       healthy_(std::move(healthy)),
       limits_(limits),
       more_(std::move(more)) {
+  if (!limits_.bearer_sha256.empty() && sodium_init() < 0) {
+    throw std::runtime_error("metrics server: libsodium cannot start");
+  }
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     throw ConfigError("metrics.listen", "must be host:port (got \"" + listen + "\")");
@@ -78,11 +119,25 @@ MetricsServer::~MetricsServer() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string MetricsServer::answer(const std::string& req) const {
+bool MetricsServer::admits(const std::string& req) const {
+  if (limits_.bearer_sha256.empty()) return true;
+  const std::string token = bearer_token(req);
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(token.data()), token.size());
+  return !token.empty() && limits_.bearer_sha256.size() == sizeof(digest) &&
+         sodium_memcmp(digest, limits_.bearer_sha256.data(), sizeof(digest)) == 0;
+}
+
+std::string MetricsServer::answer(const std::string& req, bool local) const {
   std::string path;
   if (req.rfind("GET ", 0) == 0) {
     auto end = req.find(' ', 4);
     path = req.substr(4, end == std::string::npos ? std::string::npos : end - 4);
+  }
+  if (path != "/healthz" && !local && !admits(req)) {
+    return response(401, "Unauthorized", "text/plain",
+                    "a bearer token is required (the operator's metrics token)\n",
+                    "WWW-Authenticate: Bearer realm=\"numastream\"\r\n");
   }
   if (path == "/metrics" && metrics_)
     return response(200, "OK", "text/plain; version=0.0.4", metrics_());
@@ -115,6 +170,7 @@ void MetricsServer::serve(const std::stop_token& stop) {
     std::string in, out;
     std::size_t sent = 0;
     bool answering = false;
+    bool local = false;  // on the loopback interface
   };
   std::vector<Client> clients;
   auto drop = [&](std::size_t i) {
@@ -147,7 +203,7 @@ void MetricsServer::serve(const std::stop_token& stop) {
             drop(i);
             continue;
           }
-          c.out = answer(c.in);
+          c.out = answer(c.in, c.local);
           c.answering = true;
           c.deadline = now + limits_.response_timeout;
         } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
@@ -167,7 +223,10 @@ void MetricsServer::serve(const std::stop_token& stop) {
     }
     if (!(fds[0].revents & POLLIN)) continue;
     while (true) {
-      int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      sockaddr_storage peer{};
+      socklen_t peer_len = sizeof(peer);
+      int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
       if (clients.size() >= limits_.max_clients) {
         // Full: the oldest connection still sending its request makes room; else the one being
@@ -181,7 +240,8 @@ void MetricsServer::serve(const std::stop_token& stop) {
         }
         drop(static_cast<std::size_t>(out - clients.begin()));
       }
-      clients.push_back({fd, Clock::now() + limits_.request_timeout, {}, {}, 0, false});
+      clients.push_back(
+          {fd, Clock::now() + limits_.request_timeout, {}, {}, 0, false, is_loopback(peer)});
     }
   }
   for (auto& c : clients) ::close(c.fd);

@@ -4,6 +4,9 @@
 // one slot until its deadline and never delays another's answer; when every slot is taken, the
 // oldest connection still sending its request is closed to admit the new one, or else the one
 // being answered longest. So a kubelet's liveness probe is answered whatever other clients do.
+// With a bearer digest set, everything but /healthz asks a client for the token whose SHA-256 it
+// is (`Authorization: Bearer <token>`), unless the client is on the loopback interface (the pod's
+// own containers, `kubectl port-forward`): a wrong or missing one is answered 401.
 #pragma once
 
 #include <chrono>
@@ -31,6 +34,9 @@ class MetricsServer {
     std::chrono::milliseconds request_timeout{2000};   // to send the request
     std::chrono::milliseconds response_timeout{5000};  // to take the answer
     std::size_t max_request_bytes = 8192;
+    // The SHA-256 (32 bytes) of the token a client off the loopback interface presents for any
+    // path but /healthz; empty: none asked.
+    std::string bearer_sha256;
   };
   // `listen` is "host:port" (port 0 picks a free port). Throws std::system_error when it cannot
   // bind. Without `metrics` and `healthy` (empty functions) it answers only what `more` routes.
@@ -47,7 +53,8 @@ class MetricsServer {
 
  private:
   void serve(const std::stop_token& stop);
-  std::string answer(const std::string& request) const;
+  std::string answer(const std::string& request, bool local) const;
+  bool admits(const std::string& request) const;
   int fd_ = -1;
   int port_ = 0;
   std::function<std::string()> metrics_;

@@ -413,9 +413,11 @@ std::vector<int> Runtime::stage_nodes(Stage stage) const {
 std::unique_ptr<MetricsServer> Runtime::serve_metrics(const std::function<void(int)>& on_port,
                                                       MetricsServer::Route more) {
   if (cfg.metrics_listen.empty()) return nullptr;
+  MetricsServer::Limits limits;
+  limits.bearer_sha256 = cfg.metrics_token_sha256;
   auto server = std::make_unique<MetricsServer>(
       cfg.metrics_listen, [this] { return metrics().text(); }, [this] { return !aborted(); },
-      MetricsServer::Limits{}, std::move(more));
+      limits, std::move(more));
   log_line("metrics on port " + std::to_string(server->port()));
   if (on_port) on_port(server->port());
   return server;
