@@ -15,6 +15,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -43,6 +44,8 @@ func main() {
 		metricsFrom     = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
 		watchNS         = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
 		storagePrefixes = flag.String("storage-prefixes", "", "comma-separated host directories under which the node daemon makes each pipeline's own directory (operator.hostPathPrefixes): a pipeline's volume of a StorageRoot under one of them is its own directory of the root; of any other root, the whole root")
+		agentMetrics    = flag.String("agent-metrics-secret", "", "Secret (in --namespace) with the token the agents' metrics ports ask a client off the pod's loopback for (key token; made with a random token when missing); empty: they ask none")
+		namespace       = flag.String("namespace", os.Getenv("POD_NAMESPACE"), "the operator's own namespace (of --agent-metrics-secret)")
 		agentPods       = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
 	)
 	opts := zap.Options{}
@@ -103,12 +106,28 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	agents := observe.NewObserver(5 * time.Second)
+	tokenSHA256 := ""
+	if *agentMetrics != "" {
+		if *namespace == "" {
+			log.Error(nil, "--agent-metrics-secret needs --namespace (or POD_NAMESPACE)")
+			os.Exit(2)
+		}
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err == nil {
+			agents.Token, err = observe.MetricsToken(ctx, direct, *namespace, *agentMetrics)
+		}
+		if err != nil {
+			log.Error(err, "Cannot read or make the agents' metrics token")
+			os.Exit(1)
+		}
+		tokenSHA256 = observe.TokenSHA256(agents.Token)
+	}
 	r := &controllers.StreamPipelineReconciler{
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("numastream-operator"),
 		Render: render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods,
-			StoragePrefixes: splitList(*storagePrefixes)},
+			StoragePrefixes: splitList(*storagePrefixes), MetricsTokenSHA256: tokenSHA256},
 		APIReader:  mgr.GetAPIReader(),
 		Namespaces: namespaces,
 		Workers:    *workers,

@@ -230,7 +230,10 @@ type Observer struct {
 	prev   map[string]reading
 	// URL builds the metrics URL of one port of a pod (tests point it at a local server).
 	URL func(pod *corev1.Pod, port int32) string
-	now func() time.Time
+	// Token is sent as a bearer token to the agents' metrics ports (the operator's metrics
+	// token); empty: none.
+	Token string
+	now   func() time.Time
 }
 
 type reading struct {
@@ -272,6 +275,9 @@ func (o *Observer) fetch(ctx context.Context, url string) ([]Sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
+	}
+	if o.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.Token)
 	}
 	resp, err := o.client.Do(req) // bounded in time by the client's timeout
 	if err != nil {

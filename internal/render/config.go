@@ -100,6 +100,8 @@ type TimeoutsConfig struct {
 // MetricsConfig is the agent's Prometheus endpoint.
 type MetricsConfig struct {
 	Listen string `json:"listen"`
+	// TokenSHA256: the SHA-256 (hex) of the token a client off the pod's loopback must send.
+	TokenSHA256 string `json:"token_sha256,omitempty"`
 }
 
 // PreviewConfig is a decompressing gateway's live preview (spec.preview): on the pod's loopback

@@ -94,6 +94,9 @@ type Options struct {
 	// StoragePrefixes are the host directories the node daemon makes pipelines' directories
 	// under (operator.hostPathPrefixes): Inputs.Prefixes.
 	StoragePrefixes []string
+	// MetricsTokenSHA256: the SHA-256 (hex) of the token the agents' metrics ports ask a client
+	// off the pod's loopback for (the operator's metrics token); empty: none asked.
+	MetricsTokenSHA256 string
 }
 
 // Inputs are what render needs besides the plan.
@@ -168,6 +171,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	configs := map[string]string{}
 	addConfigs := func(cfgs map[string]AgentConfig) error {
 		for key, cfg := range cfgs {
+			cfg.Metrics.TokenSHA256 = opts.MetricsTokenSHA256
 			b, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
 				return err

@@ -498,6 +498,30 @@ func TestPlanHashChangesWithTheConfig(t *testing.T) {
 	}
 }
 
+// Every agent's configuration asks for the operator's metrics token by its digest (never the
+// token), and a new token replaces the Jobs whose agents would refuse it.
+func TestEveryAgentAsksForTheMetricsToken(t *testing.T) {
+	in := inputsFor(t, pipeline("tomo", withStreams(2)))
+	digest := strings.Repeat("ab", 32)
+	objs, err := Render(in, Options{AgentImage: "numastream/agent:test", MetricsTokenSHA256: digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.ConfigMap.Data) < 6 {
+		t.Fatalf("configs %v", objs.ConfigMap.Data)
+	}
+	for key, text := range objs.ConfigMap.Data {
+		var cfg struct{ Metrics MetricsConfig }
+		if err := json.Unmarshal([]byte(text), &cfg); err != nil || cfg.Metrics.TokenSHA256 != digest || cfg.Metrics.Listen == "" {
+			t.Errorf("%s: metrics %+v %v", key, cfg.Metrics, err)
+		}
+	}
+	other, _ := Render(in, Options{AgentImage: "numastream/agent:test", MetricsTokenSHA256: strings.Repeat("cd", 32)})
+	if objs.Jobs[0].Annotations[AnnotationPlanHash] == other.Jobs[0].Annotations[AnnotationPlanHash] {
+		t.Error("another metrics token must change the plan hash")
+	}
+}
+
 // Whatever changes a pod changes its plan hash, so the Job is replaced rather than patched with a
 // pod template the API server refuses (a Job's template is immutable): a new agent image (helm
 // upgrade), host networking switched, another data network attachment.

@@ -59,9 +59,23 @@ func TestMonitoringObjectsAreLabelledAndAcceptedByThePrometheusOperatorsCRDs(t *
 			MatchLabels      map[string]string `json:"matchLabels"`
 			MatchExpressions []struct{ Key, Operator string }
 		} `json:"selector"`
-		Endpoints []struct{ Port string } `json:"podMetricsEndpoints"`
+		Endpoints []struct {
+			Port string
+			Auth struct {
+				Type        string
+				Credentials struct{ Name, Key string }
+			} `json:"authorization"`
+		} `json:"podMetricsEndpoints"`
 	}
 	testenv.Convert(t, pm.Object["spec"], &spec)
+	// Each endpoint sends the token the operator gives its agents (the Secret its flag names).
+	operatorArgs := toJSON(t, find(objs, "Deployment", "operator"))
+	for _, ep := range spec.Endpoints {
+		if a := ep.Auth; a.Type != "Bearer" || a.Credentials.Key != "token" ||
+			!strings.Contains(operatorArgs, "--agent-metrics-secret="+a.Credentials.Name+`"`) {
+			t.Errorf("PodMonitor endpoint %s authorization %+v; the operator's flags %s", ep.Port, a, operatorArgs)
+		}
+	}
 	if !spec.NamespaceSelector.Any || spec.Selector.MatchLabels["app.kubernetes.io/managed-by"] != "numastream-operator" ||
 		len(spec.Selector.MatchExpressions) != 1 || spec.Selector.MatchExpressions[0].Key != agentrender.LabelRole {
 		t.Errorf("PodMonitor selects %+v", spec)

@@ -258,15 +258,9 @@ func num(m map[string]any, key string) float64 {
 // duplicated.
 func delivered(t *testing.T, p *corev1.Pod) (float64, float64, float64) {
 	t.Helper()
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(containerPort(p, "metrics-dx", render.DecompressMetricsPort))) + "/metrics")
+	samples, err := agentSamples(t, p, containerPort(p, "metrics-dx", render.DecompressMetricsPort))
 	if err != nil {
 		return -1, 0, 0
-	}
-	defer resp.Body.Close()
-	samples, err := observe.Parse(resp.Body)
-	if err != nil {
-		t.Fatal(err)
 	}
 	var dup float64
 	for _, s := range samples {
@@ -276,6 +270,44 @@ func delivered(t *testing.T, p *corev1.Pod) (float64, float64, float64) {
 	}
 	r := observe.FromSamples(samples)
 	return r.Delivered, r.Lost, dup
+}
+
+// agentToken is the token the agents' metrics ports ask for: the operator's, from the Secret
+// the chart names and the operator made at its start.
+var agentToken = sync.OnceValues(func() (string, error) {
+	s, err := cs.CoreV1().Secrets("numastream-system").Get(ctx, "numastream-agent-metrics", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return string(s.Data[observe.TokenKey]), nil
+})
+
+// agentSamples reads an agent's /metrics on a port of its pod from the host, with the token, as
+// Prometheus does. An agent that cannot be reached is an error; one that answers anything but
+// 200 fails the test.
+func agentSamples(t *testing.T, p *corev1.Pod, port int) ([]observe.Sample, error) {
+	t.Helper()
+	token, err := agentToken()
+	if err != nil {
+		t.Fatalf("the agents' metrics token: %v", err)
+	}
+	url := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)) + "/metrics"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		t.Fatalf("GET %s with the metrics token: %s: %s", url, resp.Status, body)
+	}
+	samples, err := observe.Parse(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples, nil
 }
 
 // containerPort is the pod's port of that name (a host-network pod's are its own), else def.

@@ -2,17 +2,12 @@ package facility
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
-	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -51,13 +46,7 @@ func TestAHostNetworkGatewayAdmitsOnlyItsSenderNode(t *testing.T) {
 	if rxPort == 0 || rxPort == render.MetricsPort {
 		t.Fatalf("gateway receiving container metrics port %d: want its own, not %d", rxPort, render.MetricsPort)
 	}
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(rxPort)) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	samples, err := observe.Parse(resp.Body)
-	resp.Body.Close()
+	samples, err := agentSamples(t, gw, rxPort)
 	if err != nil {
 		t.Fatal(err)
 	}

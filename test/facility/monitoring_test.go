@@ -54,7 +54,7 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	config := map[string]any{
 		"global":     map[string]any{"scrape_interval": "2s", "evaluation_interval": "2s"},
 		"rule_files": []any{"rules.yaml"},
-		"scrape_configs": append(podMonitorJobs(t, objs["PodMonitor"], kubeconfig),
+		"scrape_configs": append(podMonitorJobs(t, objs["PodMonitor"], kubeconfig, dir),
 			serviceMonitorJob(t, objs["ServiceMonitor"], kubeconfig, token)),
 	}
 	writeYAMLFile(t, filepath.Join(dir, "prometheus.yml"), config)
@@ -89,12 +89,29 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	stop()
 	t.Logf("%s: %s", strings.TrimSpace(forward.String()), list)
 	// From the pod network (here the host, which the NetworkPolicy admits to the metrics ports):
-	// the metrics port serves no picture, and the preview's port is the pod's loopback only.
+	// the metrics ports answer nothing but the liveness probe's path without the operator's
+	// token, and a wrong one is as good as none; with it, the metrics port serves no picture,
+	// and the preview's port is the pod's loopback only.
 	dx := net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(render.DecompressMetricsPort))
-	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + dx + "/preview/streams.json"); err != nil || resp.StatusCode != http.StatusNotFound {
-		t.Errorf("the preview on the gateway's metrics port %s: %v %v, want 404", dx, resp, err)
-	} else {
-		_ = resp.Body.Close()
+	agents, err := agentToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, bearer string }{{"/metrics", ""}, {"/metrics", agents[1:]}, {"/metrics", agents}, {"/healthz", ""}, {"/preview/streams.json", ""}, {"/preview/streams.json", agents}} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+dx+c.path, nil)
+		if c.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+c.bearer)
+		}
+		want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusOK}[c.bearer != agents && c.path != "/healthz"]
+		if c.bearer == agents && strings.HasPrefix(c.path, "/preview") {
+			want = http.StatusNotFound
+		}
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil || resp.StatusCode != want {
+			t.Errorf("GET %s%s (token %v): %v %v, want %d", dx, c.path, c.bearer == agents, resp, err, want)
+		} else {
+			_ = resp.Body.Close()
+		}
 	}
 	loopback := net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(render.PreviewPort))
 	if c, err := net.DialTimeout("tcp", loopback, 5*time.Second); err == nil {
@@ -215,8 +232,10 @@ func chartObjects(t *testing.T, args ...string) map[string]*unstructured.Unstruc
 
 // podMonitorJobs is a PodMonitor as Prometheus configuration, as the Prometheus Operator writes
 // it: pod discovery in the namespaces it selects, the pods its selector matches (running ones),
-// the container ports it names, the namespace/pod/container labels, then its own relabelings.
-func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig string) []any {
+// the container ports it names, the namespace/pod/container labels, then its own relabelings;
+// the bearer token its authorization names, from that Secret of the PodMonitor's namespace (the
+// Prometheus Operator inlines it; here a file under dir).
+func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig, dir string) []any {
 	t.Helper()
 	var spec struct {
 		NamespaceSelector struct{ Any bool } `json:"namespaceSelector"`
@@ -228,6 +247,10 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig stri
 			Port        string           `json:"port"`
 			Interval    string           `json:"interval"`
 			Relabelings []map[string]any `json:"relabelings"`
+			Auth        *struct {
+				Type        string
+				Credentials struct{ Name, Key string }
+			} `json:"authorization"`
 		} `json:"podMetricsEndpoints"`
 	}
 	testenv.Convert(t, pm.Object["spec"], &spec)
@@ -260,9 +283,21 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig stri
 			}
 			relabel = append(relabel, out)
 		}
-		jobs = append(jobs, map[string]any{"job_name": "podMonitor/" + pm.GetName() + "/" + ep.Port, "scrape_interval": "2s",
+		job := map[string]any{"job_name": "podMonitor/" + pm.GetName() + "/" + ep.Port, "scrape_interval": "2s",
 			"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": kubeconfig}},
-			"relabel_configs":       relabel})
+			"relabel_configs":       relabel}
+		if a := ep.Auth; a != nil {
+			secret, err := cs.CoreV1().Secrets(pm.GetNamespace()).Get(ctx, a.Credentials.Name, metav1.GetOptions{})
+			if err != nil || len(secret.Data[a.Credentials.Key]) == 0 {
+				t.Fatalf("the PodMonitor's %s credentials, Secret %s key %s: %v", a.Type, a.Credentials.Name, a.Credentials.Key, err)
+			}
+			file := filepath.Join(dir, "podmonitor-"+ep.Port+".token")
+			if err := os.WriteFile(file, secret.Data[a.Credentials.Key], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			job["authorization"] = map[string]any{"type": a.Type, "credentials_file": file}
+		}
+		jobs = append(jobs, job)
 	}
 	return jobs
 }

@@ -2,8 +2,6 @@ package facility
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/numastream/numastream/internal/observe"
 	"github.com/numastream/numastream/internal/render"
 )
 
@@ -95,15 +92,9 @@ func resize(t *testing.T, p *corev1.Pod, container, cpu string) {
 // decompressMetrics reads the adaptive figures of a gateway pod's decompressing agent.
 func decompressMetrics(t *testing.T, p *corev1.Pod) map[string]string {
 	t.Helper()
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(render.DecompressMetricsPort)) + "/metrics")
+	samples, err := agentSamples(t, p, render.DecompressMetricsPort)
 	if err != nil {
 		return map[string]string{"error": err.Error()}
-	}
-	defer resp.Body.Close()
-	samples, err := observe.Parse(resp.Body)
-	if err != nil {
-		t.Fatal(err)
 	}
 	out := map[string]string{}
 	for _, s := range samples {
