@@ -15,7 +15,8 @@ every=${HEARTBEAT_EVERY:-60}
 start=$(date +%s)
 (
   # Its sleep ends with it: a sleep left behind would keep the caller's files open (a build's lock).
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  nap=""
+  trap '[[ -n $nap ]] && kill "$nap" 2>/dev/null; exit 0' TERM
   while :; do
     sleep "$every" &
     nap=$!
