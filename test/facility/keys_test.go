@@ -21,7 +21,9 @@ import (
 
 // A pipeline that says nothing about security streams over CURVE; its keys rotated mid-stream
 // (on demand) replace its agents, which drain and resume with the new keys: the file ends with
-// every chunk, once, and the status counts none lost.
+// every chunk, once, and the status counts none lost. The operator is killed as soon as it has
+// made the new keys, before it has replaced the agents; the one that replaces it finishes the
+// rotation from what the cluster holds.
 func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	const chunks = 120
 	dir := sinkDir(t, "rotate")
@@ -45,6 +47,13 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	}
 	rotateKeys(t, sp)
 	t.Logf("keys rotated after %s delivered %.0f of %d chunks", gw.Name, n, chunks)
+	eventually(t, "the new keys made", 30*time.Second, func() (bool, string) {
+		return secret() != before, ""
+	})
+	oldGateway := running(t, sp, render.RoleGateway)
+	killOperator(t)
+	t.Logf("the operator killed with the new keys made, the first gateway pod %s",
+		map[bool]string{true: "still running", false: "already replaced"}[oldGateway != nil && oldGateway.UID == gw.UID])
 
 	cur := completed(t, sp, chunks, "Ready=True Completed after the rotation")
 	if after := secret(); after == before || after == "" {
@@ -216,6 +225,43 @@ func rotateKeys(t *testing.T, sp *v1beta1.StreamPipeline) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// killOperator kills the operator's pod at once (no grace: a crash) and waits for the one its
+// Deployment makes in its place to be ready.
+func killOperator(t *testing.T) {
+	t.Helper()
+	const nsName = "numastream-system"
+	list := func() []corev1.Pod {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(nsName), client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
+			t.Fatal(err)
+		}
+		return pods.Items
+	}
+	killed := map[string]bool{}
+	for _, p := range list() {
+		killed[string(p.UID)] = true
+		if err := k8s.Delete(ctx, &p, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(killed) == 0 {
+		t.Fatal("no operator pod to kill")
+	}
+	eventually(t, "another operator pod ready", 120*time.Second, func() (bool, string) {
+		for _, p := range list() {
+			if killed[string(p.UID)] || p.DeletionTimestamp != nil {
+				continue
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprint(len(list()), " operator pods")
+	})
 }
 
 // wholeAndNothingLost checks that a completed pipeline's status counts nothing lost or corrupt and
