@@ -21,9 +21,7 @@ import (
 
 // A pipeline that says nothing about security streams over CURVE; its keys rotated mid-stream
 // (on demand) replace its agents, which drain and resume with the new keys: the file ends with
-// every chunk, once, and the status counts none lost. The operator is killed as soon as it has
-// made the new keys, before it has replaced the agents; the one that replaces it finishes the
-// rotation from what the cluster holds.
+// every chunk, once, and the status counts none lost.
 func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	const chunks = 120
 	dir := sinkDir(t, "rotate")
@@ -47,13 +45,6 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 	}
 	rotateKeys(t, sp)
 	t.Logf("keys rotated after %s delivered %.0f of %d chunks", gw.Name, n, chunks)
-	eventually(t, "the new keys made", 30*time.Second, func() (bool, string) {
-		return secret() != before, ""
-	})
-	oldGateway := running(t, sp, render.RoleGateway)
-	killOperator(t)
-	t.Logf("the operator killed with the new keys made, the first gateway pod %s",
-		map[bool]string{true: "still running", false: "already replaced"}[oldGateway != nil && oldGateway.UID == gw.UID])
 
 	cur := completed(t, sp, chunks, "Ready=True Completed after the rotation")
 	if after := secret(); after == before || after == "" {
@@ -82,7 +73,8 @@ func TestAKeyRotationMidStreamLosesNothing(t *testing.T) {
 // key the far site admitted. Both series are whole at the facility, the far site holds every
 // message byte for byte as the facility's file does, nothing lost. (Before, the sender and
 // gateway were replaced at once and the rest of the series was lost; and a far site learnt the
-// gateway's new key only once the gateway had been refused with it.)
+// gateway's new key only once the gateway had been refused with it.) The operator crashes
+// half-way through the rotation and the one that replaces it finishes it.
 func TestAKeyRotationMidSeriesFromALiveDetectorWithAnOnwardHopLosesNothing(t *testing.T) {
 	agent := wan(t)
 	dir := sinkDir(t, "stream2-rotate")
@@ -133,6 +125,14 @@ func TestAKeyRotationMidSeriesFromALiveDetectorWithAnOnwardHopLosesNothing(t *te
 	})
 	if now := running(t, sp, render.RoleGateway); now == nil || now.UID != gw.UID {
 		t.Errorf("the gateway was replaced before the far site admitted its next key")
+	}
+	// The operator crashes mid-rotation (the next key listed, no agent replaced yet): the one
+	// that takes its place finishes the rotation from what the cluster holds.
+	killOperator(t)
+	if now := running(t, sp, render.RoleGateway); now == nil || now.UID != gw.UID {
+		t.Logf("the gateway was replaced while the operator restarted")
+	} else {
+		t.Logf("the operator restarted mid-rotation: the first gateway %s still running", gw.Name)
 	}
 	eventually(t, "both series published complete", 120*time.Second, func() (bool, string) {
 		_, err1 := os.Stat(first)
