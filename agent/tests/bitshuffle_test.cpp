@@ -125,6 +125,35 @@ TEST(Bitshuffle, RoundTripsEveryShapeOfInput) {
   }
 }
 
+// What encode and decode show of the raw bytes as they work (a chunk's checksum is taken from
+// it): every byte once, in order, whatever the shape of the input.
+TEST(Bitshuffle, EncodeAndDecodeShowEveryRawByteOnceInOrder) {
+  struct Pieces final : RawObserver {
+    std::vector<std::byte> seen;
+    int pieces = 0;
+    void raw(std::span<const std::byte> p) noexcept override {
+      seen.insert(seen.end(), p.begin(), p.end());
+      ++pieces;
+    }
+  };
+  Workspace ws;
+  for (std::size_t e : {1u, 2u, 4u, 8u}) {
+    for (std::size_t n : {0u, 3u, 8u, 4096u, 4099u, 3 * 4096u + 13, 100000u}) {
+      const auto raw = random_bytes(n * e, 11);
+      std::vector<std::byte> enc(max_encoded_size(raw.size()));
+      Pieces in, out;
+      const std::size_t size = ws.encode(raw, e, enc, 0, &in);
+      EXPECT_EQ(in.seen, raw) << "encode, e=" << e << " n=" << n;
+      std::vector<std::byte> back(raw.size());
+      ASSERT_TRUE(ws.decode({enc.data(), size}, e, back, &out)) << "e=" << e << " n=" << n;
+      EXPECT_EQ(out.seen, raw) << "decode, e=" << e << " n=" << n;
+      if (n * e > 3 * 8192) {
+        EXPECT_GT(out.pieces, 2) << "shown block by block";
+      }
+    }
+  }
+}
+
 TEST(Bitshuffle, FramingIsTheHdf5Filters) {
   Workspace ws;
   auto raw = projection(2 * 10000);  // 10000 16-bit samples: 2 blocks of 4096, 1808, no tail

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -297,6 +298,32 @@ TEST(Wire, TheChecksumIsXxh3WhicheverVectorUnitComputesIt) {
   }
   std::cout << "[wire] checksum: XXH3-64 with "
             << (__builtin_cpu_supports("avx2") ? "AVX2" : "the library (SSE2)") << std::endl;
+}
+
+// A checksum taken in pieces (as a codec shows a chunk, block by block) is checksum() of the
+// whole, with AVX2 where the CPU has it and with the library's build: pieces of every size around
+// XXH3's stripes and blocks, an empty piece, one piece, and nothing at all; reset() starts over.
+TEST(Wire, AChecksumTakenInPiecesIsTheWholesChecksum) {
+  std::mt19937_64 rng(7);
+  std::vector<std::byte> data((1 << 20) + 333);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  for (bool portable : {false, true}) {
+    ChecksumStream sum(portable);
+    EXPECT_EQ(sum.digest(), checksum({})) << "nothing";
+    for (std::size_t piece : {1u, 7u, 64u, 240u, 1000u, 1024u, 8192u, 8193u, 65536u}) {
+      for (std::size_t n :
+           {std::size_t{0}, std::size_t{100}, std::size_t{8192} * 3 + 5, data.size()}) {
+        sum.reset();
+        for (std::size_t at = 0; at < n; at += piece) {
+          sum.raw({data.data() + at, std::min(piece, n - at)});
+          if (at == 0) sum.raw({});  // an empty piece changes nothing
+        }
+        ASSERT_EQ(sum.digest(), checksum_portable({data.data(), n}))
+            << (portable ? "library" : "dispatched") << ", " << n << " bytes in pieces of "
+            << piece;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -421,7 +421,8 @@ std::byte* Workspace::block(std::size_t bytes) {
 }
 
 std::size_t Workspace::encode(std::span<const std::byte> raw, std::size_t e,
-                              std::span<std::byte> out, std::size_t block_elements) noexcept {
+                              std::span<std::byte> out, std::size_t block_elements,
+                              RawObserver* seen) noexcept {
   const std::size_t n = raw.size() / e;
   std::size_t bs = block_elements ? block_elements : default_block_elements(e);
   bs = bs < kMinBlockElements ? kMinBlockElements : bs - bs % kBlockMultiple;
@@ -432,6 +433,7 @@ std::size_t Workspace::encode(std::span<const std::byte> raw, std::size_t e,
   auto one_block = [&](std::size_t first, std::size_t count) {
     const std::size_t bytes = count * e;
     shuffle_bits(raw.data() + first * e, tmp, count, e);
+    if (seen) seen->raw(raw.subspan(first * e, bytes));  // just read: in the cache
     int c = LZ4_compress_fast_extState(lz4_state_, reinterpret_cast<const char*>(tmp),
                                        reinterpret_cast<char*>(out.data() + pos + 4),
                                        static_cast<int>(bytes),
@@ -448,6 +450,7 @@ std::size_t Workspace::encode(std::span<const std::byte> raw, std::size_t e,
   }
   const std::size_t tail = raw.size() - i * e;
   if (tail) std::memcpy(out.data() + pos, raw.data() + i * e, tail);
+  if (tail && seen) seen->raw(raw.subspan(i * e, tail));
   return pos + tail;
 }
 
@@ -491,8 +494,8 @@ bool walk(std::span<const std::byte> in, std::size_t e, std::size_t raw_bytes,
 
 }  // namespace
 
-bool Workspace::decode(std::span<const std::byte> in, std::size_t e,
-                       std::span<std::byte> out) noexcept {
+bool Workspace::decode(std::span<const std::byte> in, std::size_t e, std::span<std::byte> out,
+                       RawObserver* seen) noexcept {
   if (e == 0 || in.size() < kHeaderBytes) return false;
   const std::uint64_t block_bytes = get_be(in.data() + 8, 4);
   if (block_bytes == 0) return false;
@@ -511,12 +514,14 @@ bool Workspace::decode(std::span<const std::byte> in, std::size_t e,
                                 reinterpret_cast<char*>(tmp), static_cast<int>(c.size()), bytes);
         if (got != bytes) return false;
         unshuffle_bits(tmp, out.data() + first * e, count, e);
+        if (seen) seen->raw(out.subspan(first * e, count * e));  // just written: in the cache
         return true;
       });
   if (!ok) return false;
   const std::size_t tail_elements = (out.size() / e) % kBlockMultiple;
   const std::size_t tail = tail_elements * e;
   if (tail) std::memcpy(out.data() + out.size() - tail, in.data() + in.size() - tail, tail);
+  if (tail && seen) seen->raw(out.last(tail));
   return true;
 }
 

@@ -20,6 +20,8 @@
 #include <span>
 #include <vector>
 
+#include "codec/raw_observer.hpp"
+
 namespace numastream::bslz4 {
 
 inline constexpr std::size_t kHeaderBytes = 12;
@@ -71,14 +73,17 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
 
   // Encodes raw (a whole number of elements) into `out` (at least max_encoded_size(raw.size())).
-  // Returns the bytes written. `block_elements` 0 takes the default.
+  // Returns the bytes written. `block_elements` 0 takes the default. `seen` (if any) is shown
+  // each block of `raw` as it is shuffled.
   std::size_t encode(std::span<const std::byte> raw, std::size_t elem_size,
-                     std::span<std::byte> out, std::size_t block_elements = 0) noexcept;
+                     std::span<std::byte> out, std::size_t block_elements = 0,
+                     RawObserver* seen = nullptr) noexcept;
   // Decodes into exactly out.size() bytes. False for anything malformed: a raw size that is not
   // out.size(), a block size that is not a positive multiple of 8 elements, a block length past the
-  // end, an LZ4 block that does not decode to exactly its size, bytes left over.
-  bool decode(std::span<const std::byte> in, std::size_t elem_size,
-              std::span<std::byte> out) noexcept;
+  // end, an LZ4 block that does not decode to exactly its size, bytes left over. `seen` (if any)
+  // is shown each block of `out` as it is unshuffled (what it saw is meaningless when this fails).
+  bool decode(std::span<const std::byte> in, std::size_t elem_size, std::span<std::byte> out,
+              RawObserver* seen = nullptr) noexcept;
 
  private:
   std::byte* block(std::size_t bytes);

@@ -85,15 +85,16 @@ Compressor::~Compressor() = default;
 Compressor::Compressor(Compressor&&) noexcept = default;
 Compressor& Compressor::operator=(Compressor&&) noexcept = default;
 
-Compressor::Result Compressor::compress(std::span<const std::byte> raw,
-                                        std::span<std::byte> out) noexcept {
+Compressor::Result Compressor::compress(std::span<const std::byte> raw, std::span<std::byte> out,
+                                        RawObserver* seen) noexcept {
   NS_ASSERT(raw.size() <= max_raw_);
   NS_ASSERT(out.size() >= max_encoded_size(raw.size()));
   if (codec_ == Codec::bslz4 && !raw.empty() && raw.size() % element_size_ == 0) {
     // Always bslz4, even when it does not shrink the chunk: what stores it (an HDF5 dataset with
     // the filter) expects every frame in that framing.
-    return {codec_, bslz4_->encode(raw, element_size_, out)};
+    return {codec_, bslz4_->encode(raw, element_size_, out, 0, seen)};
   }
+  if (seen && !raw.empty()) seen->raw(raw);  // LZ4 takes the chunk whole
   if (codec_ != Codec::none && codec_ != Codec::bslz4 && !raw.empty()) {
     const std::byte* src = raw.data();
     if (codec_ == Codec::shuffle_lz4) {
@@ -120,11 +121,21 @@ Decompressor::Decompressor(std::size_t max_raw)
 Decompressor::~Decompressor() = default;
 
 bool Decompressor::decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte> out,
-                              std::size_t element_size) noexcept {
+                              std::size_t element_size, RawObserver* seen) noexcept {
   if (out.size() > max_raw_) return false;
+  if (codec == Codec::bslz4) {
+    return valid_element_size(element_size) && bslz4_->decode(in, element_size, out, seen);
+  }
+  const bool ok = decompress_whole(codec, in, out);
+  if (ok && seen && !out.empty()) seen->raw(out);
+  return ok;
+}
+
+bool Decompressor::decompress_whole(Codec codec, std::span<const std::byte> in,
+                                    std::span<std::byte> out) noexcept {
   switch (codec) {
     case Codec::bslz4:
-      return valid_element_size(element_size) && bslz4_->decode(in, element_size, out);
+      return false;
     case Codec::none:
       if (in.size() != out.size()) return false;
       if (!in.empty()) std::memcpy(out.data(), in.data(), in.size());

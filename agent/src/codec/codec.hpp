@@ -12,6 +12,8 @@
 #include <span>
 #include <string_view>
 
+#include "codec/raw_observer.hpp"
+
 namespace numastream {
 
 namespace bslz4 {
@@ -49,8 +51,10 @@ class Compressor {
     Codec codec;       // what was applied: `none` when compression would not shrink the chunk
     std::size_t size;  // bytes written to `out`
   };
-  // `out` must hold max_encoded_size(raw.size()); raw.size() must be <= max_raw.
-  Result compress(std::span<const std::byte> raw, std::span<std::byte> out) noexcept;
+  // `out` must hold max_encoded_size(raw.size()); raw.size() must be <= max_raw. `seen` (if any)
+  // is shown every byte of `raw` once, in order (bslz4: block by block as they are read).
+  Result compress(std::span<const std::byte> raw, std::span<std::byte> out,
+                  RawObserver* seen = nullptr) noexcept;
 
  private:
   Codec codec_;
@@ -68,11 +72,15 @@ class Decompressor {
   ~Decompressor();
   // Decodes `in` into exactly out.size() bytes. False when the input is malformed or does not
   // decode to exactly out.size() bytes. Never reads or writes out of bounds. `element_size` is
-  // bslz4's (the frame header carries it).
+  // bslz4's (the frame header carries it). `seen` (if any) is shown every byte of `out` once, in
+  // order, when this succeeds (bslz4: block by block as they are written).
   bool decompress(Codec codec, std::span<const std::byte> in, std::span<std::byte> out,
-                  std::size_t element_size = 0) noexcept;
+                  std::size_t element_size = 0, RawObserver* seen = nullptr) noexcept;
 
  private:
+  // lz4, shuffle-lz4, none: decoded in one piece.
+  bool decompress_whole(Codec codec, std::span<const std::byte> in,
+                        std::span<std::byte> out) noexcept;
   std::size_t max_raw_;
   std::unique_ptr<std::byte[]> scratch_;
   std::unique_ptr<bslz4::Workspace> bslz4_;

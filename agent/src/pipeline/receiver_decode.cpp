@@ -30,7 +30,8 @@ enum class Checked { kept, as_is, decoded };
 // Verifies a chunk (checksum, bslz4 framing, decoding) and, when it is good, hands its payload to
 // `out` (or, decoded, the payload as it came to `as_came`). False: corrupt.
 bool verify(Inbound& in, Checked how, Config::Verify mode, Decompressor& dec,
-            std::vector<std::byte>& scratch, Chunk& out, std::optional<Chunk>& as_came) {
+            wire::ChecksumStream& sum, std::vector<std::byte>& scratch, Chunk& out,
+            std::optional<Chunk>& as_came) {
   const wire::Header& h = in.header;
   const auto payload = in.payload();
   bool ok = true;
@@ -44,8 +45,9 @@ bool verify(Inbound& in, Checked how, Config::Verify mode, Decompressor& dec,
     case Checked::kept:
       if (ok && (!h.payload_checksum || mode == Config::Verify::decode)) {
         scratch.resize(h.raw_size);
-        ok = dec.decompress(h.codec, payload, scratch, h.element_size) &&
-             (h.payload_checksum || wire::checksum(scratch) == h.checksum);
+        sum.reset();
+        ok = dec.decompress(h.codec, payload, scratch, h.element_size, &sum) &&
+             (h.payload_checksum || sum.digest() == h.checksum);
       }
       if (ok) pass_on(in, out);
       break;
@@ -56,8 +58,10 @@ bool verify(Inbound& in, Checked how, Config::Verify mode, Decompressor& dec,
       break;
     case Checked::decoded: {
       std::span<std::byte> raw = out.payload_room().first(h.raw_size);
-      ok = ok && dec.decompress(h.codec, payload, raw, h.element_size) &&
-           (h.payload_checksum || wire::checksum(raw) == h.checksum);
+      // The raw bytes' checksum is taken as they are decoded, each block still in the cache.
+      sum.reset();
+      ok = ok && dec.decompress(h.codec, payload, raw, h.element_size, &sum) &&
+           (h.payload_checksum || sum.digest() == h.checksum);
       if (ok && as_came) pass_on(in, *as_came);
       break;
     }
@@ -70,8 +74,9 @@ namespace {
 
 // Re-framed for the consumers: a raw chunk (the zmq sink forwards it as is), or the frame as it
 // came (`keep`: the bslz4 frame the HDF5 sink stores); each a stream of one connection. A sink
-// encodes the header if it sends the frame on.
-void reframe(Chunk& out, std::optional<Chunk>& as_came, bool keep) {
+// encodes the header if it sends the frame on. `decoded_sum`: the raw bytes' checksum, taken as
+// they were decoded (a chunk that was).
+void reframe(Chunk& out, std::optional<Chunk>& as_came, bool keep, std::uint64_t decoded_sum) {
   wire::Header& h = out.header;
   if (!keep) {
     // A checksum over a compressed payload is over the raw bytes once decoded; over one that
@@ -80,7 +85,7 @@ void reframe(Chunk& out, std::optional<Chunk>& as_came, bool keep) {
     h.codec = Codec::none;
     h.element_size = 0;
     h.payload_size = h.raw_size;
-    if (recompute) h.checksum = wire::checksum(out.payload());
+    if (recompute) h.checksum = decoded_sum;  // what it decoded to (never kept, so decoded)
     h.payload_checksum = false;
   }
   h.connection = 0;
@@ -264,6 +269,7 @@ class Receiver::Decoding final : public Receiver::Role {
   struct Work {
     explicit Work(std::size_t chunk_bytes) : dec(chunk_bytes) {}
     Decompressor dec;
+    wire::ChecksumStream sum;  // a decoded chunk's checksum, taken block by block as it is decoded
     std::vector<std::byte> scratch;
   };
 
@@ -310,7 +316,7 @@ class Receiver::Decoding final : public Receiver::Role {
       ScopedTimer busy(st.busy_ns);
       const std::size_t frame_size = wire::kHeaderSize + in->payload().size();
       const Checked how = keep ? Checked::kept : pass ? Checked::as_is : Checked::decoded;
-      const bool ok = verify(*in, how, r_.cfg_.verify, w.dec, w.scratch, out, as_came);
+      const bool ok = verify(*in, how, r_.cfg_.verify, w.dec, w.sum, w.scratch, out, as_came);
       st.bytes_in += frame_size;
       in.reset();  // frees ZeroMQ's message
       verdict = r_.tracker_.on_chunk(h.stream_id, h.sequence, ok, h.raw_size);
@@ -339,7 +345,7 @@ class Receiver::Decoding final : public Receiver::Role {
       settle_here(out, verdict, forward);
       return true;
     }
-    reframe(out, as_came, keep);
+    reframe(out, as_came, keep, w.sum.digest());
     return consumers_->deliver(out, as_came, st);
   }
 

@@ -6,17 +6,19 @@
 
 namespace numastream {
 
-// A data frame's header for chunk `c` whose bytes (as read) are `raw`: its checksum over them;
-// a chunk sent as it came keeps its stored codec and raw size, any other is the compressing
-// thread's to fill in (codec, element size, payload size).
-wire::Header Sender::data_header(const RawChunk& c, std::span<const std::byte> raw) const {
+// A data frame's header for chunk `c` whose bytes (as read) are `raw`: its checksum over them
+// (unless `sum` is false: the compressing thread takes it as it compresses); a chunk sent as it
+// came keeps its stored codec and raw size, any other is the compressing thread's to fill in
+// (codec, element size, payload size).
+wire::Header Sender::data_header(const RawChunk& c, std::span<const std::byte> raw,
+                                 bool sum) const {
   wire::Header h;
   h.type = wire::FrameType::data;
   h.stream_id = cfg_.stream_id;
   h.sequence = c.seq;
   // connection is stamped, and the header encoded, by the sending thread.
   h.connections = static_cast<std::uint16_t>(cfg_.connections);
-  h.checksum = wire::checksum(raw);
+  if (sum) h.checksum = wire::checksum(raw);
   if (c.as_is) {
     // Never decoded here: the checksum covers the bytes as they came.
     h.codec = c.stored;
@@ -34,6 +36,7 @@ void Sender::compress_loop(StageThread& t) {
   const int node = t.numa_node;
   StageStats& st = t.stats;
   Compressor comp(cfg_.codec, cfg_.acceleration, cfg_.chunk_bytes, stream_.element_size);
+  wire::ChecksumStream sum;  // the raw bytes' checksum, taken as the codec reads them
   BufferPool& pool = wire_pools_->for_node(node);
   while (true) {
     // Between chunks: a parked thread (placement.adaptive) waits here for its turn.
@@ -48,12 +51,16 @@ void Sender::compress_loop(StageThread& t) {
     {
       ScopedTimer busy(st.busy_ns);
       wire::Header& h = out.header;
-      h = data_header(*c, raw);
+      h = data_header(*c, raw, c->as_is);
       if (c->as_is) {
         // Stored compressed (an HDF5 chunk): copied as it is, never decoded here.
         std::memcpy(out.payload_room().data(), raw.data(), raw.size());
       } else {
-        auto res = comp.compress(raw, out.payload_room());
+        // The checksum of the raw bytes is taken as the codec reads them (bslz4: block by block,
+        // each still in the cache), not in a pass of its own.
+        sum.reset();
+        auto res = comp.compress(raw, out.payload_room(), &sum);
+        h.checksum = sum.digest();
         h.codec = res.codec;
         h.element_size =
             h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;

@@ -61,7 +61,8 @@ class Sender {
   // The stage threads' bodies (run by Runtime::run_stage).
   void source_loop(StageThread& t);
   void compress_loop(StageThread& t);
-  wire::Header data_header(const RawChunk& c, std::span<const std::byte> raw) const;
+  wire::Header data_header(const RawChunk& c, std::span<const std::byte> raw,
+                           bool sum = true) const;
   bool hand_on(RawChunk& c, StageStats& st);
   bool skip_acknowledged(std::uint64_t seq);
   void log_drain(Clock::time_point from, std::uint64_t seq) const;

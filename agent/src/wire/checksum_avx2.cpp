@@ -14,4 +14,14 @@ std::uint64_t xxh3_avx2(const void* data, std::size_t size) noexcept {
   return XXH3_64bits(data, size);
 }
 
+void* xxh3_state_avx2() noexcept { return XXH3_createState(); }
+void xxh3_free_avx2(void* state) noexcept { XXH3_freeState(static_cast<XXH3_state_t*>(state)); }
+void xxh3_reset_avx2(void* state) noexcept { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state)); }
+void xxh3_update_avx2(void* state, const void* data, std::size_t size) noexcept {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
+std::uint64_t xxh3_digest_avx2(const void* state) noexcept {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
+}
+
 }  // namespace numastream::wire::detail

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace numastream::wire {
 namespace {
@@ -342,11 +343,53 @@ std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept {
   return XXH3_64bits(raw.data(), raw.size());
 }
 
+namespace {
+bool cpu_has_avx2() noexcept {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+}  // namespace
+
 std::uint64_t checksum(std::span<const std::byte> raw) noexcept {
   // The library's XXH3 is built for SSE2 (any x86-64); AVX2 reads twice as much per step.
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return detail::xxh3_avx2(raw.data(), raw.size());
+  if (cpu_has_avx2()) return detail::xxh3_avx2(raw.data(), raw.size());
   return XXH3_64bits(raw.data(), raw.size());
+}
+
+ChecksumStream::ChecksumStream(bool portable)
+    : avx2_(!portable && cpu_has_avx2()),
+      state_(avx2_ ? detail::xxh3_state_avx2() : XXH3_createState()) {
+  if (!state_) throw std::bad_alloc();
+  reset();
+}
+
+ChecksumStream::~ChecksumStream() {
+  if (avx2_) {
+    detail::xxh3_free_avx2(state_);
+  } else {
+    XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+  }
+}
+
+void ChecksumStream::reset() noexcept {
+  if (avx2_) {
+    detail::xxh3_reset_avx2(state_);
+  } else {
+    XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+  }
+}
+
+void ChecksumStream::raw(std::span<const std::byte> piece) noexcept {
+  if (avx2_) {
+    detail::xxh3_update_avx2(state_, piece.data(), piece.size());
+  } else {
+    XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), piece.data(), piece.size());
+  }
+}
+
+std::uint64_t ChecksumStream::digest() const noexcept {
+  return avx2_ ? detail::xxh3_digest_avx2(state_)
+               : XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
 }
 
 }  // namespace numastream::wire

@@ -169,6 +169,30 @@ std::uint64_t checksum(std::span<const std::byte> raw) noexcept;
 std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept;
 namespace detail {
 std::uint64_t xxh3_avx2(const void* data, std::size_t size) noexcept;
-}
+void* xxh3_state_avx2() noexcept;
+void xxh3_free_avx2(void* state) noexcept;
+void xxh3_reset_avx2(void* state) noexcept;
+void xxh3_update_avx2(void* state, const void* data, std::size_t size) noexcept;
+std::uint64_t xxh3_digest_avx2(const void* state) noexcept;
+}  // namespace detail
+
+// checksum() of the bytes shown to it, in pieces, in order (what a codec shows of a chunk as it
+// works on it: RawObserver): the same value, without a pass over the chunk of its own. One per
+// thread; reset() before each chunk.
+class ChecksumStream final : public RawObserver {
+ public:
+  // `portable`: the library's XXH3 even where the CPU has AVX2 (tests).
+  explicit ChecksumStream(bool portable = false);
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+  void reset() noexcept;
+  void raw(std::span<const std::byte> piece) noexcept override;
+  std::uint64_t digest() const noexcept;
+
+ private:
+  bool avx2_;
+  void* state_;  // XXH3's state, of the variant avx2_ names
+};
 
 }  // namespace numastream::wire
