@@ -125,6 +125,11 @@ up() {
     --unsafe-no-fsync --quota-backend-bytes=$((2 * 1024 * 1024 * 1024))
   wait_for 30 etcd healthz "http://127.0.0.1:$ETCD_PORT/health"
 
+  # AUDIT_LOG=file: every write, one JSON line each (who made the scale benchmark's writes; with
+  # the request's body for numastream's own resources and events).
+  [ -z "${AUDIT_LOG:-}" ] || printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+    'rules:' '- level: Request' '  verbs: [create, update, patch, delete]' '  resources: [{group: numastream.io}, {group: events.k8s.io}]' \
+    '- level: Metadata' '  verbs: [create, update, patch, delete]' '- level: None' >"$SIM_DIR/audit-policy.yaml"
   start kube-apiserver "$BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address "$API_BIND" --advertise-address "$API_ADVERTISE" --secure-port "$API_PORT" \
@@ -134,7 +139,7 @@ up() {
     --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --authorization-mode Node,RBAC --allow-privileged=true \
-    --kubelet-preferred-address-types InternalIP,Hostname
+    --kubelet-preferred-address-types InternalIP,Hostname ${AUDIT_LOG:+--audit-policy-file "$SIM_DIR/audit-policy.yaml" --audit-log-path "$AUDIT_LOG" --audit-log-format json}
   wait_for 60 kube-apiserver k get --raw /readyz
 
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
