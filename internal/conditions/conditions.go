@@ -16,6 +16,7 @@ package conditions
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -225,13 +226,13 @@ func ready(out *conds, f Facts, blocked []blocker) {
 		switch {
 		case j.HeldBack != "":
 			waiting = append(waiting, j.Name+" ("+j.HeldBack+")")
-		case j.Object == nil:
-			waiting = append(waiting, j.Name+" (not created yet)")
-		case j.Object.Status.Succeeded > 0:
+		case j.Object != nil && j.Object.Status.Succeeded > 0:
 			completed++
-		case j.Object.Status.Ready != nil && *j.Object.Status.Ready > 0:
+		case j.Object != nil && j.Object.Status.Ready != nil && *j.Object.Status.Ready > 0:
 		default:
-			waiting = append(waiting, j.Name+podState(f.Pods, j.Name))
+			// By name only: where each pod is (created, scheduled, starting) is the pods' own
+			// status; said here, it would rewrite the pipeline's status at each step of each pod.
+			waiting = append(waiting, j.Name)
 		}
 	}
 	switch {
@@ -305,29 +306,6 @@ func nicLocal(out *conds, o *v1beta1.Observed) {
 		out.set(v1beta1.ConditionNICLocal, metav1.ConditionFalse, ReasonReceiversRemote,
 			"a receiving thread runs off the NIC's NUMA node: the pod's cpuset has no CPU there (check the kubelet's Topology Manager policy and the NIC resource)")
 	}
-}
-
-// podState says why a Job's newest pod is not ready yet, when its status tells.
-func podState(pods []corev1.Pod, job string) string {
-	p := newestPod(pods, job)
-	if p == nil {
-		return ""
-	}
-	switch p.Status.Phase {
-	case corev1.PodPending:
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && claimsBinding(c.Message) {
-				return " (pod " + p.Name + ": its storage claims are being bound)"
-			}
-		}
-		if p.Spec.NodeName == "" {
-			return " (pod " + p.Name + " not scheduled yet)"
-		}
-		return " (pod " + p.Name + " starting on " + p.Spec.NodeName + ")"
-	case corev1.PodFailed, corev1.PodSucceeded:
-		return " (pod " + p.Name + " " + strings.ToLower(string(p.Status.Phase)) + ", the Job makes another)"
-	}
-	return ""
 }
 
 // claimsBinding: the scheduler waits for the pod's claims to be bound to their volumes. The
@@ -408,6 +386,41 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondit
 		}
 	}
 	return nil
+}
+
+// Restated says whether a condition computed again says what the one in status says, in other
+// figures or order: the scheduler's message for a pod it cannot place counts the nodes anew at
+// each attempt and lists its reasons most frequent first ("0/205 nodes are available: 168 ...,
+// 37 ..."), as the other pods it weighs come and go, while why this pod waits has not changed.
+// The status keeps the first wording, so a pending pipeline's status is not written again at
+// every scheduling attempt in the cluster.
+func Restated(was, now metav1.Condition) bool {
+	if was.Type != now.Type || was.Status != now.Status || was.Reason != now.Reason || now.Reason != ReasonUnschedulable {
+		return false
+	}
+	return slices.Equal(phrases(was.Message), phrases(now.Message))
+}
+
+// phrases are s's phrases (between ", ", ". " and ": "; no full stop), sorted, each run of
+// digits in them one '#'.
+func phrases(s string) []string {
+	var b strings.Builder
+	for i, r := range s {
+		digit := r >= '0' && r <= '9'
+		if digit && i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+			continue
+		}
+		if digit {
+			r = '#'
+		}
+		b.WriteRune(r)
+	}
+	out := strings.FieldsFunc(strings.NewReplacer(", ", "\x00", ". ", "\x00", ": ", "\x00").Replace(b.String()), func(r rune) bool { return r == 0 })
+	for i := range out {
+		out[i] = strings.TrimSuffix(out[i], ".")
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Bad says whether a condition asks for attention (a Warning event): no plan, not ready for

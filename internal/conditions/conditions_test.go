@@ -109,7 +109,7 @@ func TestConditions(t *testing.T) {
 				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 					Message: "0/18 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"}}
 			})}}),
-			[]want{{"Ready", "False", ReasonPending, []string{"claims"}}, {Stalled, "False", "", nil}}},
+			[]want{{"Ready", "False", ReasonPending, []string{"waiting for a-gateway-0"}}, {Stalled, "False", "", nil}}},
 		{"image pull failure",
 			planned(Facts{Jobs: []Job{job("a-gateway-0")}, Pods: []corev1.Pod{pod("a-gateway-0-x", "a-gateway-0", 0, waiting("ImagePullBackOff"))}}),
 			[]want{{"Ready", "False", ReasonImagePull, []string{"ImagePullBackOff", "detail of"}}, {Stalled, "True", ReasonImagePull, nil}}},
@@ -165,7 +165,7 @@ func TestConditions(t *testing.T) {
 		{"pending says what it waits for",
 			planned(Facts{Jobs: []Job{{Name: "a-sender-0", HeldBack: "the gateway's data-network address"}, job("a-gateway-0")},
 				Pods: []corev1.Pod{pod("a-gateway-0-x", "a-gateway-0", 0)}}),
-			[]want{{"Ready", "False", ReasonPending, []string{"data-network address", "a-gateway-0-x not scheduled yet"}},
+			[]want{{"Ready", "False", ReasonPending, []string{"a-sender-0 (the gateway's data-network address), a-gateway-0"}},
 				{Reconciling, "True", ReasonPending, nil}, {Stalled, "False", "", nil}}},
 		{"suspended",
 			planned(Facts{Suspended: true, Jobs: []Job{job("a-gateway-0")}}),
@@ -203,5 +203,34 @@ func TestConditions(t *testing.T) {
 				t.Error("Stalled and Reconciling both true")
 			}
 		})
+	}
+}
+
+func TestTheSchedulersCountsAnewAreNotANewMessage(t *testing.T) {
+	unschedulable := func(msg string) metav1.Condition {
+		return metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable, Message: msg}
+	}
+	was := unschedulable("pod a-gateway-0-x cannot be scheduled: 0/205 nodes are available: 168 node(s) didn't match Pod's node affinity/selector, 37 Insufficient cpu.")
+	for _, tc := range []struct {
+		name string
+		now  metav1.Condition
+		want bool
+	}{
+		{"other counts", unschedulable("pod a-gateway-0-x cannot be scheduled: 0/206 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 205 Insufficient cpu."), true},
+		{"the same", was, true},
+		{"its reasons in another order", unschedulable("pod a-gateway-0-x cannot be scheduled: 0/205 nodes are available: 37 Insufficient cpu, 168 node(s) didn't match Pod's node affinity/selector."), true},
+		{"another reason the scheduler gives", unschedulable("pod a-gateway-0-x cannot be scheduled: 0/205 nodes are available: 168 node(s) didn't match Pod's node affinity/selector, 37 Insufficient memory."), false},
+		{"another pod", unschedulable("pod a-gateway-0-y cannot be scheduled: 0/205 nodes are available: 168 node(s) didn't match Pod's node affinity/selector, 37 Insufficient cpu."), false},
+		{"a count where there was none", unschedulable("pod a-gateway-0-x cannot be scheduled: 0/205 nodes are available: 168 node(s) didn't match Pod's node affinity/selector, 37 Insufficient cpu. 2"), false},
+		{"another reason", metav1.Condition{Type: v1beta1.ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonPending, Message: was.Message}, false},
+	} {
+		if got := Restated(was, tc.now); got != tc.want {
+			t.Errorf("%s: Restated = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Figures elsewhere are news: a plan's predicted rate, a loss.
+	planned := metav1.Condition{Type: v1beta1.ConditionPlanned, Status: metav1.ConditionTrue, Reason: ReasonPlanned, Message: "predicted 7.0 Gbit/s"}
+	if replanned := (metav1.Condition{Type: planned.Type, Status: planned.Status, Reason: planned.Reason, Message: "predicted 9.0 Gbit/s"}); Restated(planned, replanned) {
+		t.Error("a new predicted rate taken for the old one")
 	}
 }
