@@ -7,6 +7,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
@@ -159,9 +160,9 @@ func TestAnObjectHoldsWhatWouldBeAppliedOnlyWithEveryFieldAsSet(t *testing.T) {
 	}
 }
 
-// A new pipeline's events say what was decided (planned, waiting for its agents), not that
-// nothing has gone wrong yet; a later change of any condition is an event, Degraded and
-// NICLocal included.
+// A new pipeline's events say what was decided (planned), not that nothing has gone wrong or
+// happened yet (its agents starting); a later change of any condition is an event, Degraded,
+// NICLocal and Ready's Pending included. The scheduler counting the nodes anew is no change.
 func TestANewPipelineRecordsEventsOnlyForWhatHappened(t *testing.T) {
 	rec := events.NewFakeRecorder(16)
 	r := &StreamPipelineReconciler{Recorder: rec}
@@ -187,8 +188,23 @@ func TestANewPipelineRecordsEventsOnlyForWhatHappened(t *testing.T) {
 		cond(v1beta1.ConditionNICLocal, metav1.ConditionUnknown, conditions.ReasonAwaitingAgents),
 		cond(conditions.Reconciling, metav1.ConditionTrue, ReasonPending),
 	})
-	if e := got(); !slices.Equal(e, []string{ReasonPlanned, ReasonPending}) {
-		t.Errorf("a new pipeline's events: %v, want Planned and Pending", e)
+	if e := got(); !slices.Equal(e, []string{ReasonPlanned}) {
+		t.Errorf("a new pipeline's events: %v, want Planned", e)
+	}
+	unschedulable := func(msg string) metav1.Condition {
+		c := cond(v1beta1.ConditionReady, metav1.ConditionFalse, conditions.ReasonUnschedulable)
+		c.Message = msg
+		return c
+	}
+	first := "pod p cannot be scheduled: 0/205 nodes are available: 168 node(s) didn't match Pod's node affinity/selector, 37 Insufficient cpu."
+	r.setConditions(sp, []metav1.Condition{unschedulable(first)})
+	r.setConditions(sp, []metav1.Condition{unschedulable(strings.NewReplacer("168", "200", "37", "5").Replace(first))})
+	if c := meta.FindStatusCondition(sp.Status.Conditions, v1beta1.ConditionReady); c == nil || c.Message != first {
+		t.Errorf("Ready after the scheduler counted anew: %+v, want the first wording kept", c)
+	}
+	r.setConditions(sp, []metav1.Condition{cond(v1beta1.ConditionReady, metav1.ConditionFalse, ReasonPending)})
+	if e := got(); !slices.Equal(e, []string{conditions.ReasonUnschedulable, ReasonPending}) {
+		t.Errorf("events while the agents wait for a node: %v, want Unschedulable once, then Pending", e)
 	}
 	r.setConditions(sp, []metav1.Condition{
 		cond(v1beta1.ConditionDegraded, metav1.ConditionTrue, conditions.ReasonDataLoss),

@@ -141,15 +141,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	sp.Status.Streams = int32(len(sp.Spec.Senders))
 	sp.Status.ExpectedChunks = sp.ExpectedChunks()
 	sp.AssignStreams()
-	if !equality.Semantic.DeepEqual(before.Status.Senders, sp.Status.Senders) || before.Status.NextStream != sp.Status.NextStream {
-		// New stream ids are recorded before anything is named after them, and only on the
-		// latest pipeline: a reconcile of a stale copy fails here (conflict) and runs again,
-		// so no Job, key or file ever gets an id another sender had.
-		if err := r.Status().Patch(ctx, sp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, err
-		}
-		before = sp.DeepCopy()
-	}
+	newStreams := !equality.Semantic.DeepEqual(before.Status.Senders, sp.Status.Senders) || before.Status.NextStream != sp.Status.NextStream
 
 	f, err := r.gather(ctx, sp)
 	if err != nil {
@@ -160,10 +152,28 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	sp.Status = d.Status
+	r.figuresBeforeReplacing(ctx, sp, d)
+	if newStreams {
+		// New stream ids are recorded before anything is named after them, and only on the
+		// latest pipeline: a reconcile of a stale copy fails here (conflict) and runs again,
+		// so no Job, key or file ever gets an id another sender had. With them goes the rest
+		// of the pass's status, its conditions as if its writes succeed (conclude writes again
+		// when they do not): a new pipeline's status is written once.
+		var events []Event
+		if !d.Facts.Replacing && d.Replan == nil {
+			events = changeConditions(sp, conditions.Compute(d.Facts))
+			sp.Status.ObservedGeneration = sp.Generation
+		}
+		if err := r.Status().Patch(ctx, sp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			sp.Status = before.Status // nor written on the way out: the ids are the stale copy's
+			return ctrl.Result{}, err
+		}
+		before = sp.DeepCopy()
+		d.Events = append(d.Events, events...)
+	}
 	for _, e := range d.Events {
 		r.record(sp, e)
 	}
-	r.figuresBeforeReplacing(ctx, sp, d)
 	did, err := r.execute(ctx, sp, d)
 	if err != nil {
 		// Said in status, not only retried: a refused write never leaves a stale status.
@@ -421,11 +431,23 @@ func toAPIPlan(p planner.Plan) *v1beta1.Plan {
 
 // setConditions writes the computed conditions and records an event for each decision and
 // refusal: a new plan, and every change of a condition's status or reason. A condition that
-// appears saying nothing has happened (Degraded=False, NICLocal=Unknown) records none: every new
-// pipeline would write two events to say so.
+// appears saying nothing has happened (Degraded=False, NICLocal=Unknown, Ready=False while the
+// agents start) records none: every new pipeline would write three events to say so.
 func (r *StreamPipelineReconciler) setConditions(sp *v1beta1.StreamPipeline, computed []metav1.Condition) {
+	for _, e := range changeConditions(sp, computed) {
+		r.record(sp, e)
+	}
+}
+
+// changeConditions sets the computed conditions in sp's status and returns the events their
+// changes call for (setConditions).
+func changeConditions(sp *v1beta1.StreamPipeline, computed []metav1.Condition) []Event {
+	var events []Event
 	for _, c := range computed {
 		old := meta.FindStatusCondition(sp.Status.Conditions, c.Type)
+		if old != nil && conditions.Restated(*old, c) {
+			c.Message = old.Message
+		}
 		changed := old == nil || old.Status != c.Status || old.Reason != c.Reason ||
 			(c.Type == v1beta1.ConditionPlanned && old.Message != c.Message)
 		meta.SetStatusCondition(&sp.Status.Conditions, c)
@@ -433,7 +455,8 @@ func (r *StreamPipelineReconciler) setConditions(sp *v1beta1.StreamPipeline, com
 			continue
 		}
 		if old == nil && ((c.Type == v1beta1.ConditionDegraded && c.Status == metav1.ConditionFalse) ||
-			(c.Type == v1beta1.ConditionNICLocal && c.Status == metav1.ConditionUnknown)) {
+			(c.Type == v1beta1.ConditionNICLocal && c.Status == metav1.ConditionUnknown) ||
+			(c.Type == v1beta1.ConditionReady && c.Reason == conditions.ReasonPending)) {
 			continue
 		}
 		if c.Type == conditions.Stalled && c.Status != metav1.ConditionTrue {
@@ -443,8 +466,9 @@ func (r *StreamPipelineReconciler) setConditions(sp *v1beta1.StreamPipeline, com
 		if conditions.Bad(c) {
 			kind = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(sp, nil, kind, c.Reason, c.Type, "%s", c.Message)
+		events = append(events, Event{Type: kind, Reason: c.Reason, Action: c.Type, Message: c.Message})
 	}
+	return events
 }
 
 // SetupWithManager wires the watches: owned objects, the nodes a pipeline uses (a label change

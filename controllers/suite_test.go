@@ -59,6 +59,7 @@ import (
 // proxy by hack/build-k8s-bins.sh; `make test-operator` sets KUBEBUILDER_ASSETS.
 var (
 	k8s    client.Client
+	cached client.Client // the manager's: reads from its informers' caches, as the reconciler does
 	ctx    context.Context
 	cancel context.CancelFunc
 	// agentURL maps a gateway pod to the metrics URL the observer reads (a local server in tests).
@@ -100,6 +101,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	cached = mgr.GetClient()
 	ctx, cancel = context.WithCancel(context.Background())
 	observer := observe.NewObserver(2 * time.Second)
 	agentURL.Store(func(*corev1.Pod) string { return "http://127.0.0.1:1/metrics" })
