@@ -151,6 +151,11 @@ func decidePlan(sp *v1beta1.StreamPipeline, f facts, opts decideOptions, d *Deci
 	if err := storage.Check(sp, f.roots, opts.Render.StoragePrefixes); err != nil {
 		return err
 	}
+	if !opts.Render.WholeRootVolumes {
+		if err := storage.WholeRoot(sp, f.roots, opts.Render.StoragePrefixes); err != nil {
+			return err
+		}
+	}
 	if err := storage.Collision(sp, f.pipelines, f.roots, opts.Render.StoragePrefixes); err != nil {
 		return err
 	}

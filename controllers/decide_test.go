@@ -500,3 +500,65 @@ func TestDecideReplacesALiveDetectorsSenderBeforeItsGateway(t *testing.T) {
 		t.Errorf("synthetic source: %v, want both replaced at once", got)
 	}
 }
+
+// A pipeline whose volume would be a whole StorageRoot (none of the node daemon's prefixes
+// holds it) is refused unless the admin allows whole roots; under a prefix it gets a volume of
+// its own directory.
+func TestDecideRefusesAWholeRootUnlessTheAdminAllowsIt(t *testing.T) {
+	w := newDecideWorld(t)
+	root := &v1beta1.StorageRoot{ObjectMeta: metav1.ObjectMeta{Name: "scratch"}, Spec: v1beta1.StorageRootSpec{Path: "/scratch/numastream",
+		Access: []v1beta1.StorageAccess{{Namespaces: []string{"*"}, Users: []v1beta1.IDRange{{Min: 0, Max: 1 << 31}}, Groups: []v1beta1.IDRange{{Min: 0, Max: 1 << 31}}}}}}
+	mk := func() *v1beta1.StreamPipeline {
+		sp := pipeline("beamline-7", "run", withGateway("gw"), withSenders("det-a"))
+		sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Root: "scratch", Path: "run-1/x-{stream}.raw"}}
+		sp.AssignStreams()
+		return sp
+	}
+	hostPaths := func(d Decision) []string {
+		var out []string
+		for _, v := range d.Objects.Volumes {
+			if v.PV != nil && v.PV.Spec.HostPath != nil && strings.HasPrefix(v.PV.Spec.HostPath.Path, "/scratch") {
+				out = append(out, v.PV.Spec.HostPath.Path)
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name     string
+		prefixes []string
+		whole    bool
+		refused  bool
+		volume   string
+	}{
+		{"no prefixes", nil, false, true, ""},
+		{"another prefix", []string{"/data"}, false, true, ""},
+		{"no prefixes, whole roots allowed", nil, true, false, "/scratch/numastream"},
+		{"under a prefix", []string{"/scratch"}, false, false, "/scratch/numastream/run-1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := w.opts
+			opts.Render.StoragePrefixes, opts.Render.WholeRootVolumes = c.prefixes, c.whole
+			f := w.facts(mk())
+			f.roots = map[string]*v1beta1.StorageRoot{"scratch": root}
+			d, err := Decide(mk(), f, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := d.Facts.Refusal; (r != nil) != c.refused {
+				t.Fatalf("refusal %+v, want refused=%v", r, c.refused)
+			} else if r != nil {
+				if r.Reason != "StorageNotAllowed" || !strings.Contains(r.Message, "spec.sink.file.root") || !strings.Contains(r.Message, "/scratch/numastream") ||
+					!strings.Contains(r.Message, "operator.wholeRootVolumes") {
+					t.Errorf("refusal %s: %s; want StorageNotAllowed naming the field, the root's path and operator.wholeRootVolumes", r.Reason, r.Message)
+				}
+				if len(d.Objects.Jobs) != 0 || len(d.Objects.Volumes) != 0 {
+					t.Errorf("a refused pipeline has objects to apply: %d Jobs, %d volumes", len(d.Objects.Jobs), len(d.Objects.Volumes))
+				}
+				return
+			}
+			if got := hostPaths(d); len(got) != 1 || got[0] != c.volume {
+				t.Errorf("volumes of the root %v, want %s", got, c.volume)
+			}
+		})
+	}
+}

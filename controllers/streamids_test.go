@@ -72,7 +72,7 @@ func TestAPassOverAStaleCopyGivesNoStreamIdAndNamesNothing(t *testing.T) {
 
 	r := &StreamPipelineReconciler{
 		Client: staleReads{Client: cached, stale: stale}, Scheme: k8s.Scheme(), Recorder: events.NewFakeRecorder(64),
-		Render: render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true},
+		Render: render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true, WholeRootVolumes: true},
 	}
 	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(sp)})
 	if !apierrors.IsConflict(err) {

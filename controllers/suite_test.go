@@ -108,7 +108,7 @@ func TestMain(m *testing.M) {
 	observer.URL = func(p *corev1.Pod, _ int32) string { return agentURL.Load().(func(*corev1.Pod) string)(p) }
 	r := &StreamPipelineReconciler{
 		Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("numastream-operator"),
-		Render:    render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true},
+		Render:    render.Options{AgentImage: "numastream/agent:test", NetworkPolicy: true, WholeRootVolumes: true},
 		APIReader: mgr.GetAPIReader(),
 		Final:     observer.Observe,
 	}

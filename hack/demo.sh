@@ -45,7 +45,7 @@ say "2/4 operator + StreamPipeline (config/samples/single-stream.yaml, ${CHUNKS}
 "$KUBECTL" apply --server-side -f config/crd/bases >/dev/null
 "$KUBECTL" wait --for condition=established --timeout=60s crd/streampipelines.numastream.io crd/storageroots.numastream.io >/dev/null
 bin/operator --kubeconfig "$KUBECONFIG" --metrics-bind-address=0 --health-probe-bind-address=0 \
-  --agent-image=numastream/agent:demo --observe-every=0s >"$work/operator.log" 2>&1 &
+  --agent-image=numastream/agent:demo --observe-every=0s --storage-prefixes=/scratch >"$work/operator.log" 2>&1 &
 op_pid=$!
 "$KUBECTL" apply -f config/samples/storage-roots.yaml >/dev/null # the admin's: where pipelines may write
 sed "s/chunks: 1000/chunks: $CHUNKS/" config/samples/single-stream.yaml | "$KUBECTL" apply -f - >/dev/null

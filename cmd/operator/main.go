@@ -43,7 +43,8 @@ func main() {
 		netPolicy       = flag.Bool("network-policy", true, "give each pipeline a NetworkPolicy: only its sender pods reach its gateway's data ports")
 		metricsFrom     = flag.String("metrics-from", "", "comma-separated namespaces whose pods, and address blocks (CIDR) which, may read the gateways' metrics ports under the NetworkPolicy (the operator's namespace, a monitoring one, a Prometheus outside the cluster); empty: every namespace")
 		watchNS         = flag.String("watch-namespaces", "", "comma-separated namespaces whose StreamPipelines the operator drives (a namespace-scoped install: it writes only there); empty: every namespace")
-		storagePrefixes = flag.String("storage-prefixes", "", "comma-separated host directories under which the node daemon makes each pipeline's own directory (operator.hostPathPrefixes): a pipeline's volume of a StorageRoot under one of them is its own directory of the root; of any other root, the whole root")
+		storagePrefixes = flag.String("storage-prefixes", "", "comma-separated host directories under which the node daemon makes each pipeline's own directory (operator.hostPathPrefixes): a pipeline's volume of a StorageRoot under one of them is its own directory of the root; a pipeline using any other root is refused (see --whole-root-volumes)")
+		wholeRoots      = flag.Bool("whole-root-volumes", false, "let a pipeline's volume of a StorageRoot under none of --storage-prefixes be the whole root, every other pipeline's files in it (operator.wholeRootVolumes); false: such a pipeline is refused (StorageNotAllowed)")
 		agentMetrics    = flag.String("agent-metrics-secret", "", "Secret (in --namespace) with the token the agents' metrics ports ask a client off the pod's loopback for (key token; made with a random token when missing); empty: they ask none")
 		namespace       = flag.String("namespace", os.Getenv("POD_NAMESPACE"), "the operator's own namespace (of --agent-metrics-secret)")
 		agentPods       = flag.String("agent-pods", "", `scheduling settings of every agent pod, JSON: {"tolerations":[...],"nodeSelector":{...},"priorityClassName":"...","imagePullSecrets":[{"name":"..."}]}`)
@@ -127,7 +128,7 @@ func main() {
 		Scheme:   mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("numastream-operator"),
 		Render: render.Options{AgentImage: *agentImage, NetworkPolicy: *netPolicy, MetricsFrom: splitList(*metricsFrom), Pods: pods,
-			StoragePrefixes: splitList(*storagePrefixes), MetricsTokenSHA256: tokenSHA256},
+			StoragePrefixes: splitList(*storagePrefixes), WholeRootVolumes: *wholeRoots, MetricsTokenSHA256: tokenSHA256},
 		APIReader:  mgr.GetAPIReader(),
 		Namespaces: namespaces,
 		Workers:    *workers,

@@ -94,6 +94,9 @@ type Options struct {
 	// StoragePrefixes are the host directories the node daemon makes pipelines' directories
 	// under (operator.hostPathPrefixes): Inputs.Prefixes.
 	StoragePrefixes []string
+	// WholeRootVolumes lets a pipeline's volume of a root under none of StoragePrefixes be the
+	// whole root (operator.wholeRootVolumes); false: such a use is refused.
+	WholeRootVolumes bool
 	// MetricsTokenSHA256: the SHA-256 (hex) of the token the agents' metrics ports ask a client
 	// off the pod's loopback for (the operator's metrics token); empty: none asked.
 	MetricsTokenSHA256 string

@@ -191,6 +191,29 @@ func Check(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, pr
 	return nil
 }
 
+// WholeRoot refuses a use of a root the node daemon makes no pipelines' directories under
+// (prefixes, Served): the pipeline's volume of it would be the whole root, every other
+// pipeline's files in it. Such volumes are made only where the admin allows them
+// (operator.wholeRootVolumes). Roots that do not exist are Check's to refuse.
+func WholeRoot(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {
+	for _, u := range Uses(sp) {
+		root, ok := roots[u.Root]
+		if u.Claim != "" || !ok || Served(root, prefixes) {
+			continue
+		}
+		listed := "none set"
+		if len(prefixes) > 0 {
+			listed = strings.Join(prefixes, ", ")
+		}
+		return &Refusal{ReasonNotAllowed, u.Field + ".root", fmt.Sprintf(
+			"StorageRoot %q (%s) is under none of the directories the node daemon makes pipelines' own directories in "+
+				"(operator.hostPathPrefixes: %s): this pipeline's volume would be the whole root, every other pipeline's files in it; "+
+				"the admin adds a directory above %s to operator.hostPathPrefixes, or allows whole roots (operator.wholeRootVolumes)",
+			u.Root, root.Spec.Path, listed, root.Spec.Path)}
+	}
+	return nil
+}
+
 // writesInADirectory refuses files written directly in a root the node daemon serves: the
 // pipeline's volume would be the whole root.
 func writesInADirectory(sp *v1beta1.StreamPipeline, roots map[string]*v1beta1.StorageRoot, prefixes []string) error {

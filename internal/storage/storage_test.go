@@ -335,6 +335,39 @@ func TestCheckRefusesAVolumeOfTheWholeRoot(t *testing.T) {
 	}
 }
 
+// A root the node daemon makes no directories under would be a pipeline's volume whole: refused
+// (unless the admin allows whole roots, which the operator decides), naming the field, the root's
+// path and what the admin can do; a claim, or a root under a prefix, is not.
+func TestWholeRootRefusesAVolumeOfARootNoPrefixServes(t *testing.T) {
+	for name, c := range map[string]struct {
+		edit     func(*v1beta1.StreamPipeline)
+		prefixes []string
+		field    string
+		says     []string
+	}{
+		"no prefixes":                {fileSink("archive", "run/x.raw"), nil, "spec.sink.file.root", []string{"/archive", "none set", "operator.wholeRootVolumes"}},
+		"another prefix":             {fileSink("archive", "run/x.raw"), []string{"/scratch", "/data"}, "spec.sink.file.root", []string{"/scratch, /data", "operator.hostPathPrefixes"}},
+		"a prefix that is a sibling": {fileSink("archive", "run/x.raw"), []string{"/arch"}, "spec.sink.file.root", []string{"/archive"}},
+		"served":                     {fileSink("archive", "run/x.raw"), []string{"/archive"}, "", nil},
+		"served from above":          {fileSink("archive", "run/x.raw"), []string{"/"}, "", nil},
+		"a claim": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Sink = &v1beta1.Sink{File: &v1beta1.FileSource{Claim: "mine", Path: "x.raw"}}
+		}, nil, "", nil},
+		"a source read from a root": {func(sp *v1beta1.StreamPipeline) {
+			sp.Spec.Senders[0].Source = v1beta1.Source{File: &v1beta1.FileSource{Root: "archive", Path: "in/x.raw"}}
+		}, nil, "spec.senders[0].source.file.root", []string{"/archive"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := refusal(t, WholeRoot(pipeline("beamline-7", "p", 0, c.edit), roots(), c.prefixes), ReasonNotAllowed, c.field)
+			for _, s := range c.says {
+				if r != nil && !strings.Contains(r.Message, s) {
+					t.Errorf("%s: %s; want it to say %q", r.Field, r.Message, s)
+				}
+			}
+		})
+	}
+}
+
 // Two pipelines' directories on a node are never one inside the other: the newer is refused.
 func TestPipelinesDirectoriesNeverNest(t *testing.T) {
 	all := roots()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -541,6 +542,19 @@ func TestTheNodeDaemonMountsTheHostPathPrefixes(t *testing.T) {
 	for _, kind := range []string{"DaemonSet", "Deployment"} {
 		if args := strings.Join(podSpec(t, find(objs, kind, "")).Containers[0].Args, " "); strings.Contains(args, "storage-prefixes") {
 			t.Errorf("%s without prefixes: %s", kind, args)
+		}
+	}
+	// Whole roots as volumes only when the admin says so.
+	for set, want := range map[string]string{"": "--whole-root-volumes=false", "operator.wholeRootVolumes=true": "--whole-root-volumes=true"} {
+		args := []string{}
+		if set != "" {
+			args = append(args, "--set", set)
+		}
+		if objs, err = render(t, args...); err != nil {
+			t.Fatal(err)
+		}
+		if got := podSpec(t, find(objs, "Deployment", "operator")).Containers[0].Args; !slices.Contains(got, want) {
+			t.Errorf("operator args with %q: %v, want %s", set, got, want)
 		}
 	}
 }

@@ -180,9 +180,10 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	}
 }
 
-// The box installs the chart with operator.hostPathPrefixes [/var/tmp]: an admin's StorageRoot
-// elsewhere gets no volume from the operator (its write is refused by the chart's admission
-// policy), and the pipeline on it says so in Ready and runs no pod.
+// The box installs the chart with operator.hostPathPrefixes [/var/tmp] (and whole roots not
+// allowed): a pipeline on an admin's StorageRoot elsewhere gets no volume (the operator refuses
+// it; the chart's admission policy would refuse the volume), says so in Ready, naming the root's
+// path and the value to set, and runs no pod.
 func TestAStorageRootOutsideTheAllowedHostPathsGetsNoVolume(t *testing.T) {
 	const dir = "/opt/numastream-facility-outside"
 	if err := ensureStorageRoot("outside", dir, []string{ns}, agentUID); err != nil {
