@@ -44,9 +44,11 @@ func TestMain(m *testing.M) {
 	if k8s, _, err = testenv.ClusterClient(kubeconfig); err != nil {
 		panic(err)
 	}
-	// The operator runs as a process, as it would in its pod.
+	// The operator runs as a process, as it would in its pod; the samples' StorageRoot is under
+	// /scratch, where pipelines get directories of their own.
 	op := exec.Command(os.Getenv("NUMASTREAM_OPERATOR"), "--kubeconfig", kubeconfig,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--agent-image=numastream/agent:e2e", "--observe-every=0s")
+		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--agent-image=numastream/agent:e2e", "--observe-every=0s",
+		"--storage-prefixes=/scratch")
 	logf, _ := os.Create(filepath.Join(os.TempDir(), "numastream-e2e-operator.log"))
 	op.Stdout, op.Stderr = logf, logf
 	if err := op.Start(); err != nil {
