@@ -162,7 +162,8 @@ func TestAnObjectHoldsWhatWouldBeAppliedOnlyWithEveryFieldAsSet(t *testing.T) {
 
 // A new pipeline's events say what was decided (planned), not that nothing has gone wrong or
 // happened yet (its agents starting); a later change of any condition is an event, Degraded,
-// NICLocal and Ready's Pending included. The scheduler counting the nodes anew is no change.
+// NICLocal and Ready's Pending included, one event for what several conditions say at once. The
+// scheduler counting the nodes anew is no change.
 func TestANewPipelineRecordsEventsOnlyForWhatHappened(t *testing.T) {
 	rec := events.NewFakeRecorder(16)
 	r := &StreamPipelineReconciler{Recorder: rec}
@@ -197,8 +198,14 @@ func TestANewPipelineRecordsEventsOnlyForWhatHappened(t *testing.T) {
 		return c
 	}
 	first := "pod p cannot be scheduled: 0/205 nodes are available: 168 node(s) didn't match Pod's node affinity/selector, 37 Insufficient cpu."
-	r.setConditions(sp, []metav1.Condition{unschedulable(first)})
-	r.setConditions(sp, []metav1.Condition{unschedulable(strings.NewReplacer("168", "200", "37", "5").Replace(first))})
+	stalled := func(msg string) metav1.Condition {
+		c := cond(conditions.Stalled, metav1.ConditionTrue, conditions.ReasonUnschedulable)
+		c.Message = "stalled: " + msg
+		return c
+	}
+	r.setConditions(sp, []metav1.Condition{unschedulable(first), stalled(first)}) // one event says it
+	again := strings.NewReplacer("168", "200", "37", "5").Replace(first)
+	r.setConditions(sp, []metav1.Condition{unschedulable(again), stalled(again)})
 	if c := meta.FindStatusCondition(sp.Status.Conditions, v1beta1.ConditionReady); c == nil || c.Message != first {
 		t.Errorf("Ready after the scheduler counted anew: %+v, want the first wording kept", c)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -461,6 +462,9 @@ func changeConditions(sp *v1beta1.StreamPipeline, computed []metav1.Condition) [
 		}
 		if c.Type == conditions.Stalled && c.Status != metav1.ConditionTrue {
 			continue
+		}
+		if slices.ContainsFunc(events, func(e Event) bool { return e.Reason == c.Reason }) {
+			continue // one event for what several conditions say at once (Ready and Stalled: Unschedulable)
 		}
 		kind := corev1.EventTypeNormal
 		if conditions.Bad(c) {
