@@ -101,6 +101,109 @@ func TestOnlyAPipelinesOwnAgentPodsMountItsClaims(t *testing.T) {
 	}
 }
 
+// The operator reads a pipeline's agents by their labels and sends each gateway the agents'
+// metrics token; the PodMonitor scrapes every pod labelled with a role, with the same token; a
+// gateway's Service sends the data to pods with its labels. A tenant's pod wearing them would
+// be sent the token (which opens every agent's metrics and preview) and a share of the data.
+// With the chart's policy on a real API server, only the job controller makes a pod with those
+// labels, for a Job the operator made; a tenant's pod, Job, CronJob or Deployment wearing them
+// is refused naming the label, and so is relabelling a pod; the agents' own pods, and a tenant's
+// pods without those labels, are admitted.
+func TestOnlyTheOperatorsJobsMakePodsWithItsAgentsLabels(t *testing.T) {
+	env, admin := withPolicy(t, "claims")
+	ctx := context.Background()
+	ns := "beamline"
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	tenant := impersonating(t, env, "alice")
+	jobController := impersonating(t, env, "system:serviceaccount:kube-system:job-controller")
+	operator := impersonating(t, env, "system:serviceaccount:numastream-system:numastream-operator")
+	agent := map[string]string{"numastream.io/pipeline": "legit", "numastream.io/role": "gateway", "numastream.io/stream": "0"}
+	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox",
+		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}}}}
+	jobOwner := []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "legit-gateway-0", UID: "1234", Controller: ptrTo(true)}}
+	pod := func(name string, labels map[string]string, owners []metav1.OwnerReference) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, OwnerReferences: owners}, Spec: spec}
+	}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"numastream.io/role": "gateway", "app": "x"}}, Spec: spec}
+	job := func(name string, own map[string]string, tmpl corev1.PodTemplateSpec) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: own}, Spec: batchv1.JobSpec{Template: tmpl}}
+	}
+	one := int32(1)
+	always := template
+	always.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	refused := []struct {
+		what, label string
+		c           client.Client
+		obj         client.Object
+	}{
+		{"a tenant's pod wearing a gateway's labels", "numastream.io/pipeline", tenant, pod("impostor", agent, nil)},
+		{"a tenant's pod wearing a role and a forged Job owner", "numastream.io/role", tenant, pod("forged", map[string]string{"numastream.io/role": "sender"}, jobOwner)},
+		{"a pod the job controller made without a Job owning it", "numastream.io/role", jobController, pod("orphan", agent, nil)},
+		{"a tenant's Job whose pods wear a role", "numastream.io/role", tenant, job("mine", nil, template)},
+		{"a tenant's Job labelled with a pipeline", "numastream.io/pipeline", tenant,
+			job("mine-2", map[string]string{"numastream.io/pipeline": "legit"}, corev1.PodTemplateSpec{Spec: spec})},
+		{"a tenant's CronJob whose pods wear a role", "numastream.io/role", tenant, &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns},
+			Spec: batchv1.CronJobSpec{Schedule: "0 0 * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template}}}}},
+		{"a tenant's Deployment whose pods wear a role", "numastream.io/role", tenant, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: ns},
+			Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}, Template: always}}},
+	}
+	testenv.Eventually(t, "the claims policy in force", 30*time.Second, 200*time.Millisecond, func() (bool, string) {
+		err := tenant.Create(ctx, pod("probe", agent, nil), client.DryRunAll)
+		return err != nil, "a tenant's pod wearing an agent's labels is still admitted"
+	})
+	for _, r := range refused {
+		err := r.c.Create(ctx, r.obj.DeepCopyObject().(client.Object))
+		if err == nil || !strings.Contains(err.Error(), r.label) || !strings.Contains(err.Error(), "metrics token") {
+			t.Errorf("%s: %v, want refused naming %s and why", r.what, err, r.label)
+		}
+	}
+	mine := pod("mine", map[string]string{"app.kubernetes.io/name": "numastream"}, nil)
+	admitted := []struct {
+		what string
+		c    client.Client
+		obj  client.Object
+	}{
+		{"the agent pod the job controller made for the operator's Job", jobController, pod("legit-gateway-0-x", agent, jobOwner)},
+		{"the operator's Job", operator, job("legit-gateway-0", map[string]string{"numastream.io/pipeline": "legit"}, template)},
+		{"a tenant's pod without the agents' labels", tenant, mine},
+	}
+	for _, a := range admitted {
+		if err := a.c.Create(ctx, a.obj.DeepCopyObject().(client.Object)); err != nil {
+			t.Errorf("%s refused: %v", a.what, err)
+		}
+	}
+	// Labels can change on a live pod: the agents' may not be added to one, nor changed or
+	// removed on one; other labels may.
+	relabel := func(c client.Client, name string, change func(map[string]string)) error {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		change(p.Labels)
+		return c.Update(ctx, &p)
+	}
+	for what, err := range map[string]error{
+		"a tenant adding a role to its pod": relabel(tenant, "mine", func(l map[string]string) { l["numastream.io/role"] = "gateway" }),
+		"a tenant moving an agent pod to another pipeline": relabel(tenant, "legit-gateway-0-x", func(l map[string]string) { l["numastream.io/pipeline"] = "other" }),
+		"a tenant taking an agent pod's role away":         relabel(tenant, "legit-gateway-0-x", func(l map[string]string) { delete(l, "numastream.io/role") }),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "cannot be added or changed") {
+			t.Errorf("%s: %v, want refused", what, err)
+		}
+	}
+	if err := relabel(tenant, "mine", func(l map[string]string) { l["team"] = "mx" }); err != nil {
+		t.Errorf("a tenant labelling its pod otherwise: %v", err)
+	}
+	if err := relabel(jobController, "legit-gateway-0-x", func(l map[string]string) { l["batch.kubernetes.io/job-tracking"] = "" }); err != nil {
+		t.Errorf("the job controller updating an agent pod, its labels kept: %v", err)
+	}
+}
+
 func ptrTo[T any](v T) *T { return &v }
 
 // withPolicy starts a real API server with the chart's ValidatingAdmissionPolicy (and binding)
