@@ -147,6 +147,22 @@ func TestATenantPipelineRunsUnderPodSecurityRestricted(t *testing.T) {
 	} else {
 		t.Logf("a tenant's pod mounting %s: %v", claim, err)
 	}
+	// A pod wearing the gateway's labels would be sent the agents' metrics token by the operator
+	// and by Prometheus: refused, naming the label; and so is moving a live agent pod to another
+	// pipeline.
+	impostor := peek.DeepCopy()
+	impostor.Name, impostor.Spec.Volumes = "impostor", nil
+	impostor.Labels = map[string]string{render.LabelPipeline: sp.Name, render.LabelRole: render.RoleGateway, render.LabelStream: "0"}
+	impostor.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}}
+	if err := k8s.Create(ctx, impostor); err == nil || !strings.Contains(err.Error(), render.LabelPipeline) {
+		_ = k8s.Delete(ctx, impostor)
+		t.Errorf("a pod wearing the gateway's labels: %v, want refused naming %s", err, render.LabelPipeline)
+	}
+	moved := pods.Items[0].DeepCopy()
+	moved.Labels[render.LabelPipeline] = "other"
+	if err := k8s.Update(ctx, moved); err == nil || !strings.Contains(err.Error(), "cannot be added or changed") {
+		t.Errorf("relabelling agent pod %s: %v, want refused", moved.Name, err)
+	}
 
 	// The root that does not exist: refused with the field named, and never a pod.
 	got := get(t, noRoot)
