@@ -21,7 +21,7 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # The data plane: the C++ agent and the node daemon, on Debian's runtime libraries.
 FROM debian:bookworm-slim AS agent
 RUN apt-get update -qq \
- && apt-get install -y -qq --no-install-recommends liblz4-1 libnuma1 libzmq5 libxxhash0 libhdf5-103-1 libcbor0.8 zlib1g \
+ && apt-get install -y -qq --no-install-recommends liblz4-1 libnuma1 libzmq5 libxxhash0 libhdf5-103-1 libcbor0.8 zlib1g libssl3 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/bin/numastream-agent /usr/local/bin/numastream-agent
 COPY --from=build /src/bin/node-daemon /usr/local/bin/node-daemon

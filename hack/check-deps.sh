@@ -70,6 +70,8 @@ check sodium libsodium-dev cpp '#include <sodium.h>
 int main() { return sodium_init() < 0; }' -- g++ @SRC@ -o @OUT@ $(pc libsodium)
 check cbor libcbor-dev cpp '#include <cbor.h>
 int main() { struct cbor_load_result r; cbor_item_t* i = cbor_load((const unsigned char*)"\xa0", 1, &r); int bad = !i || !cbor_isa_map(i); if (i) cbor_decref(&i); return bad; }' -- g++ @SRC@ -o @OUT@ $(pc libcbor)
+check openssl libssl-dev cpp '#include <openssl/ssl.h>
+int main() { SSL_CTX* c = SSL_CTX_new(TLS_server_method()); int bad = !c; SSL_CTX_free(c); return bad; }' -- g++ @SRC@ -o @OUT@ $(pc openssl)
 check numa libnuma-dev cpp '#include <numa.h>
 int main() { (void)numa_available(); return 0; }' -- g++ @SRC@ -o @OUT@ -lnuma
 check json nlohmann-json3-dev cpp '#include <nlohmann/json.hpp>

@@ -24,6 +24,8 @@ build=(
   libcbor-dev
   # zlib: the live preview's PNG pictures
   zlib1g-dev
+  # OpenSSL: the metrics port's HTTPS
+  libssl-dev
   ca-certificates git
 )
 test=(

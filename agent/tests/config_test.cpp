@@ -696,5 +696,18 @@ TEST(Config, TheMetricsTokenDigestIsSixtyFourHexDigits) {
   }
 }
 
+// metrics.tls: off unless true; anything but a boolean is refused naming it (never taken as off).
+TEST(Config, MetricsTlsIsABoolean) {
+  json doc = {{"endpoint", "tcp://0.0.0.0:6000"}, {"metrics", {{"listen", "0.0.0.0:9100"}}}};
+  EXPECT_FALSE(parse_config(doc, Role::receive).metrics_tls);
+  doc["metrics"]["tls"] = true;
+  EXPECT_TRUE(parse_config(doc, Role::send).metrics_tls);
+  for (const json& bad : {json("true"), json(1), json(nullptr)}) {
+    json b = doc;
+    b["metrics"]["tls"] = bad;
+    expect_refused(b, Role::receive, "metrics.tls");
+  }
+}
+
 }  // namespace
 }  // namespace numastream

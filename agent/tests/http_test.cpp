@@ -1,11 +1,15 @@
 // The agents' metrics and health server under clients that connect and say nothing: the
-// kubelet's liveness probe (timeout 1 s) is still answered. And with a token: who gets an answer.
+// kubelet's liveness probe (timeout 1 s) is still answered. And with a token: who gets an answer,
+// over plain HTTP and over TLS.
 #include "obs/http.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
 #include <sodium.h>
 #include <sys/socket.h>
@@ -13,6 +17,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -211,6 +216,130 @@ TEST(MetricsServer, AsksAClientOffTheLoopbackForTheToken) {
   }
   EXPECT_TRUE(served(from_outside("/healthz", ""))) << "the kubelet's probe carries no token";
   EXPECT_TRUE(served(probe(port, "/metrics", t))) << "on the loopback interface";
+}
+
+struct TlsAnswer {
+  std::string text;     // the answer, or "" if the handshake failed or none came
+  std::string subject;  // the server certificate's subject and issuer (one line each)
+  std::string issuer;
+  int key_type = 0;         // EVP_PKEY_EC, ...
+  std::string fingerprint;  // its SHA-256
+};
+
+// GET `path` over TLS (verifying nothing: it only looks at the certificate it gets), as a
+// Prometheus with insecureSkipVerify does.
+TlsAnswer tls_get(int port, const std::string& path, in_addr_t host, const std::string& headers) {
+  TlsAnswer a;
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
+                                                        SSL_CTX_free);
+  int fd = connect_to(port, host);
+  if (!ctx || fd < 0) return a;
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
+  SSL_set_fd(ssl.get(), fd);
+  if (SSL_connect(ssl.get()) == 1) {
+    if (X509* cert = SSL_get1_peer_certificate(ssl.get())) {
+      char line[256];
+      a.subject = X509_NAME_oneline(X509_get_subject_name(cert), line, sizeof(line));
+      a.issuer = X509_NAME_oneline(X509_get_issuer_name(cert), line, sizeof(line));
+      a.key_type = EVP_PKEY_get_base_id(X509_get0_pubkey(cert));
+      unsigned char md[32];
+      unsigned int len = 0;
+      X509_digest(cert, EVP_sha256(), md, &len);
+      a.fingerprint.assign(reinterpret_cast<char*>(md), len);
+      X509_free(cert);
+    }
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n";
+    SSL_write(ssl.get(), req.data(), static_cast<int>(req.size()));
+    char buf[4096];
+    int n;
+    while ((n = SSL_read(ssl.get(), buf, sizeof(buf))) > 0)
+      a.text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return a;
+}
+
+// With TLS on: a client off the loopback interface gets its answer (with the token) over TLS, from
+// a certificate the server made itself at start (self-signed, a P-256 key, another one for each
+// server); over plain HTTP it gets /healthz only, never the metrics even with the token; on the
+// loopback interface plain HTTP still serves all. Clients that start a handshake and stall do
+// not lock the probe out.
+TEST(MetricsServer, ServesClientsOffTheLoopbackOverTlsOnly) {
+  const in_addr_t outside = outside_address();
+  if (!outside) {
+    if (const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL"); r && std::string(r) == "1") {
+      FAIL() << "NUMASTREAM_REQUIRE_REAL=1: this host has no IPv4 address off the loopback";
+    }
+    GTEST_SKIP() << "this host has no IPv4 address off the loopback";
+  }
+  ASSERT_GE(sodium_init(), 0);
+  const std::string token = "kq3Vt0b9S4m2Yx7LwP1zRfN6cJdHgA8e";
+  MetricsServer::Limits limits;
+  limits.bearer_sha256 = sha256(token);
+  limits.tls = true;
+  limits.max_clients = 8;
+  auto metrics = [] { return std::string("numastream_up 1\n"); };
+  MetricsServer server(
+      "0.0.0.0:0", metrics, [] { return true; }, limits);
+  const int port = server.port();
+  const std::string bearer = "Authorization: Bearer " + token + "\r\n";
+
+  const TlsAnswer good = tls_get(port, "/metrics", outside, bearer);
+  EXPECT_TRUE(served(good.text)) << good.text;
+  EXPECT_NE(good.text.find("numastream_up 1"), std::string::npos);
+  EXPECT_EQ(good.subject, "/CN=numastream-agent");
+  EXPECT_EQ(good.issuer, good.subject) << "self-signed";
+  EXPECT_EQ(good.key_type, EVP_PKEY_EC);
+  EXPECT_TRUE(refused(tls_get(port, "/metrics", outside, "").text)) << "TLS is no token";
+  EXPECT_TRUE(served(tls_get(port, "/healthz", outside, "").text));
+
+  const std::string plain =
+      probe(port, "/metrics", std::chrono::milliseconds(2000), outside, bearer);
+  EXPECT_EQ(plain.rfind("HTTP/1.0 403 Forbidden", 0), 0U) << plain;
+  EXPECT_EQ(plain.find("numastream_up"), std::string::npos);
+  EXPECT_TRUE(served(probe(port, "/healthz", std::chrono::milliseconds(1000), outside)))
+      << "the kubelet's probe, plain";
+  EXPECT_TRUE(served(probe(port, "/metrics", std::chrono::milliseconds(1000))))
+      << "on the loopback interface, plain";
+  EXPECT_TRUE(served(tls_get(port, "/metrics", htonl(INADDR_LOOPBACK), "").text))
+      << "on the loopback interface, TLS";
+
+  // More stalled handshakes than slots (a record header and nothing more), then the probe.
+  Idle stalled;
+  for (int i = 0; i < 12; ++i) {
+    int fd = connect_to(port, outside);
+    ASSERT_GE(fd, 0);
+    (void)!::send(fd, "\x16\x03\x01", 3, MSG_NOSIGNAL);
+    stalled.fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(served(probe(port, "/healthz", std::chrono::milliseconds(1000), outside)));
+
+  // Another server, with metrics too long for the socket's buffers: TLS clients that ask and go
+  // away while it answers make its writes fail, and it serves on. It made a key and certificate
+  // of its own.
+  MetricsServer another(
+      "127.0.0.1:0", [] { return std::string(8 << 20, '#'); }, [] { return true; }, limits);
+  for (int i = 0; i < 3; ++i) {
+    std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
+                                                          SSL_CTX_free);
+    const int fd = connect_to(another.port());
+    ASSERT_GE(fd, 0);
+    std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
+    SSL_set_fd(ssl.get(), fd);
+    ASSERT_EQ(SSL_connect(ssl.get()), 1);
+    const std::string req = "GET /metrics HTTP/1.1\r\n\r\n";
+    SSL_write(ssl.get(), req.data(), static_cast<int>(req.size()));
+    char some[4096];
+    SSL_read(ssl.get(), some, sizeof(some));
+    ::close(fd);  // unread data: the client's kernel answers the server's next write with RST
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const TlsAnswer after = tls_get(another.port(), "/healthz", htonl(INADDR_LOOPBACK), "");
+  EXPECT_TRUE(served(after.text));
+  EXPECT_NE(after.fingerprint, good.fingerprint) << "each server makes its own key and certificate";
 }
 
 }  // namespace

@@ -229,6 +229,7 @@ void parse_metrics_and_preview(Fields& f, Config& c) {
     Fields mf(*m, "metrics");
     c.metrics_listen = mf.string("listen", "");
     c.metrics_token_sha256 = sha256_hex(mf.string("token_sha256", ""), "metrics.token_sha256");
+    c.metrics_tls = mf.boolean("tls", false);
     mf.finish();
   }
   if (const json* pv = f.raw("preview")) {

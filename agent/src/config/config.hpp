@@ -169,6 +169,9 @@ struct Config {
   // The SHA-256 (32 bytes) of the token a metrics client off the loopback interface presents
   // (metrics.token_sha256, 64 hex digits); empty: none asked.
   std::string metrics_token_sha256;
+  // HTTPS for metrics clients off the loopback interface (metrics.tls), with a self-signed
+  // certificate the agent makes at start; plain HTTP off the pod then serves /healthz only.
+  bool metrics_tls = false;
   // receive: the latest frame of each stream as a picture (/preview), taken at most every
   // interval_ms, drawn at most max_side pixels a side, on its own `listen` address (host:port;
   // the operator's pods: 127.0.0.1, reached only through the API server's port-forward) or, with

@@ -65,6 +65,14 @@ class Fields {
     return v->get<double>();
   }
 
+  bool boolean(const std::string& key, bool def) {
+    const json* v = raw(key);
+    if (!v) return def;
+    if (!v->is_boolean())
+      throw ConfigError(path(key), "must be true or false (got " + show(*v) + ")");
+    return v->get<bool>();
+  }
+
   std::string string(const std::string& key, const std::string& def) {
     const json* v = raw(key);
     if (!v) return def;

@@ -3,7 +3,13 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +18,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -64,7 +71,62 @@ bool is_loopback(const sockaddr_storage& peer) {
   return false;
 }
 
+struct SslFree {
+  void operator()(SSL* s) const { SSL_free(s); }
+};
+using SslPtr = std::unique_ptr<SSL, SslFree>;
+
+std::string openssl_error(const std::string& what) {
+  char buf[256] = "unknown error";
+  if (unsigned long e = ERR_get_error()) ERR_error_string_n(e, buf, sizeof(buf));
+  ERR_clear_error();
+  return "metrics server: " + what + ": " + buf;
+}
+
 }  // namespace
+
+// A server context with a key and certificate of its own: an ephemeral P-256 key, a self-signed
+// certificate for "numastream-agent" valid from an hour ago for a year (the process's life), TLS
+// 1.2 at least.
+struct MetricsServer::Tls {
+  struct CtxFree {
+    void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
+  };
+  std::unique_ptr<SSL_CTX, CtxFree> ctx;
+
+  Tls() {
+    std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(EVP_EC_gen("P-256"), EVP_PKEY_free);
+    if (!key) throw std::runtime_error(openssl_error("cannot make a key"));
+    std::unique_ptr<X509, decltype(&X509_free)> cert(X509_new(), X509_free);
+    unsigned char serial[16];
+    randombytes_buf(serial, sizeof(serial));
+    serial[0] &= 0x7f;  // a positive serial number
+    std::unique_ptr<BIGNUM, decltype(&BN_free)> bn(BN_bin2bn(serial, sizeof(serial), nullptr),
+                                                   BN_free);
+    X509_NAME* name = cert ? X509_get_subject_name(cert.get()) : nullptr;
+    if (!cert || !bn || !X509_set_version(cert.get(), 2) ||
+        !BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert.get())) ||
+        !X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) ||
+        !X509_gmtime_adj(X509_getm_notAfter(cert.get()), 365L * 24 * 3600) ||
+        !X509_set_pubkey(cert.get(), key.get()) ||
+        !X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                                    reinterpret_cast<const unsigned char*>("numastream-agent"), -1,
+                                    -1, 0) ||
+        !X509_set_issuer_name(cert.get(), name) ||
+        X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) {
+      throw std::runtime_error(openssl_error("cannot make a certificate"));
+    }
+    ctx.reset(SSL_CTX_new(TLS_server_method()));
+    if (!ctx || !SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) ||
+        SSL_CTX_use_certificate(ctx.get(), cert.get()) != 1 ||
+        SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1) {
+      throw std::runtime_error(openssl_error("cannot make a TLS context"));
+    }
+    SSL_CTX_set_mode(ctx.get(),
+                     SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
+  }
+};
 
 MetricsServer::MetricsServer(const std::string& listen, std::function<std::string()> metrics,
                              std::function<bool()> healthy, Limits limits, Route more)
@@ -72,9 +134,10 @@ MetricsServer::MetricsServer(const std::string& listen, std::function<std::strin
       healthy_(std::move(healthy)),
       limits_(limits),
       more_(std::move(more)) {
-  if (!limits_.bearer_sha256.empty() && sodium_init() < 0) {
+  if ((!limits_.bearer_sha256.empty() || limits_.tls) && sodium_init() < 0) {
     throw std::runtime_error("metrics server: libsodium cannot start");
   }
+  if (limits_.tls) tls_ = std::make_unique<Tls>();
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     throw ConfigError("metrics.listen", "must be host:port (got \"" + listen + "\")");
@@ -128,11 +191,15 @@ bool MetricsServer::admits(const std::string& req) const {
          sodium_memcmp(digest, limits_.bearer_sha256.data(), sizeof(digest)) == 0;
 }
 
-std::string MetricsServer::answer(const std::string& req, bool local) const {
+std::string MetricsServer::answer(const std::string& req, bool local, bool secure) const {
   std::string path;
   if (req.rfind("GET ", 0) == 0) {
     auto end = req.find(' ', 4);
     path = req.substr(4, end == std::string::npos ? std::string::npos : end - 4);
+  }
+  if (path != "/healthz" && !local && tls_ && !secure) {
+    return response(403, "Forbidden", "text/plain",
+                    "this port serves only /healthz over plain HTTP off the pod: use https\n");
   }
   if (path != "/healthz" && !local && !admits(req)) {
     return response(401, "Unauthorized", "text/plain",
@@ -161,27 +228,56 @@ std::string MetricsServer::answer(const std::string& req, bool local) const {
 
 // One thread polls the listening socket and every connection. A connection reads its request
 // (until a blank line, at most max_request_bytes), then is answered and closed; past its deadline
-// it is closed unanswered.
+// it is closed unanswered. With TLS on, a connection whose first byte starts a TLS handshake is
+// served through OpenSSL on the same non-blocking socket (its reads and writes may each wait for
+// the socket to be readable or writable: `want_write`).
 void MetricsServer::serve(const std::stop_token& stop) {
   using Clock = std::chrono::steady_clock;
   struct Client {
-    int fd;
+    int fd = -1;
     Clock::time_point deadline;
     std::string in, out;
     std::size_t sent = 0;
     bool answering = false;
-    bool local = false;  // on the loopback interface
+    bool local = false;    // on the loopback interface
+    bool sniffed = false;  // its first byte seen: TLS or plain
+    SslPtr ssl;            // a TLS connection; null: plain
+    bool want_write = false;
   };
+  // OpenSSL writes to the socket with write(2): a peer gone would raise SIGPIPE. Blocked on this
+  // thread, the write fails with EPIPE instead, and the pending signal is taken back below.
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
   std::vector<Client> clients;
   auto drop = [&](std::size_t i) {
     ::close(clients[i].fd);
     clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
   };
+  // A TLS call's result as a recv/send's: bytes, 0 at the peer's close, or -1 with errno EAGAIN
+  // (it waits for the socket; want_write says which way) or EPIPE (the connection failed).
+  auto tls_result = [](Client& c, int r) -> ssize_t {
+    if (r > 0) return r;
+    const int e = SSL_get_error(c.ssl.get(), r);
+    ERR_clear_error();
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      c.want_write = e == SSL_ERROR_WANT_WRITE;
+      errno = EAGAIN;
+      return -1;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN) return 0;
+    errno = EPIPE;
+    return -1;
+  };
+  const timespec now_only{0, 0};
   while (!stop.stop_requested()) {
     std::vector<pollfd> fds;
     fds.push_back({fd_, POLLIN, 0});
-    for (const auto& c : clients)
-      fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+    for (const auto& c : clients) {
+      const bool out = c.ssl ? c.want_write : c.answering;
+      fds.push_back({c.fd, static_cast<short>(out ? POLLOUT : POLLIN), 0});
+    }
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
     const auto now = Clock::now();
     // Existing connections first (their indices match fds[1..]).
@@ -192,10 +288,35 @@ void MetricsServer::serve(const std::stop_token& stop) {
         drop(i);
         continue;
       }
-      if (!c.answering && (ev & (POLLIN | POLLHUP))) {
-        char buf[1024];
-        ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
-        if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+      if (tls_ && !c.sniffed && (ev & (POLLIN | POLLHUP))) {
+        unsigned char first = 0;
+        const ssize_t n = ::recv(c.fd, &first, 1, MSG_PEEK);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          drop(i);
+          continue;
+        }
+        if (n == 1) {
+          c.sniffed = true;
+          if (first == 0x16) {  // a TLS handshake record
+            c.ssl.reset(SSL_new(tls_->ctx.get()));
+            if (!c.ssl || SSL_set_fd(c.ssl.get(), c.fd) != 1) {
+              ERR_clear_error();
+              drop(i);
+              continue;
+            }
+            SSL_set_accept_state(c.ssl.get());
+          }
+        }
+      }
+      const bool ready = c.ssl ? ev != 0 : (ev & (POLLIN | POLLHUP)) != 0;
+      if (!c.answering && ready && (c.sniffed || !tls_)) {
+        ssize_t n = 0;
+        do {  // everything there is: TLS may hold decrypted bytes the socket no longer shows
+          char buf[1024];
+          n = c.ssl ? tls_result(c, SSL_read(c.ssl.get(), buf, sizeof(buf)))
+                    : ::recv(c.fd, buf, sizeof(buf), 0);
+          if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+        } while (n > 0 && c.in.size() < limits_.max_request_bytes);
         const bool whole =
             c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
         if (whole || n == 0 || c.in.size() >= limits_.max_request_bytes) {
@@ -203,7 +324,7 @@ void MetricsServer::serve(const std::stop_token& stop) {
             drop(i);
             continue;
           }
-          c.out = answer(c.in, c.local);
+          c.out = answer(c.in, c.local, c.ssl != nullptr);
           c.answering = true;
           c.deadline = now + limits_.response_timeout;
         } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
@@ -211,9 +332,17 @@ void MetricsServer::serve(const std::stop_token& stop) {
           continue;
         }
       }
-      if (c.answering && (ev & POLLOUT || c.sent == 0)) {
-        ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (c.answering && (ev & POLLOUT || (c.ssl && ev) || c.sent == 0)) {
+        const ssize_t n =
+            c.ssl ? tls_result(c, SSL_write(c.ssl.get(), c.out.data() + c.sent,
+                                            static_cast<int>(c.out.size() - c.sent)))
+                  : ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
         if (n > 0) c.sent += static_cast<std::size_t>(n);
+        if (c.sent == c.out.size() && c.ssl) {
+          SSL_shutdown(c.ssl.get());  // our close_notify, best effort: the answer is all sent
+          ERR_clear_error();
+        }
+        if (n < 0 && c.ssl && errno == EPIPE) sigtimedwait(&pipe_signal, nullptr, &now_only);
         if (c.sent == c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           drop(i);
           continue;
@@ -240,8 +369,11 @@ void MetricsServer::serve(const std::stop_token& stop) {
         }
         drop(static_cast<std::size_t>(out - clients.begin()));
       }
-      clients.push_back(
-          {fd, Clock::now() + limits_.request_timeout, {}, {}, 0, false, is_loopback(peer)});
+      Client c;
+      c.fd = fd;
+      c.deadline = Clock::now() + limits_.request_timeout;
+      c.local = is_loopback(peer);
+      clients.push_back(std::move(c));
     }
   }
   for (auto& c : clients) ::close(c.fd);

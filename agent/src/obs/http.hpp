@@ -7,11 +7,16 @@
 // With a bearer digest set, everything but /healthz asks a client for the token whose SHA-256 it
 // is (`Authorization: Bearer <token>`), unless the client is on the loopback interface (the pod's
 // own containers, `kubectl port-forward`): a wrong or missing one is answered 401.
+// With TLS on, the port speaks HTTPS too (told apart by a connection's first byte), with a key
+// and certificate the server makes for itself at start (self-signed: an ephemeral P-256 key);
+// a client off the loopback interface is then served only /healthz over plain HTTP (the
+// kubelet's probe), so a token never has to cross the network in clear.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,6 +42,8 @@ class MetricsServer {
     // The SHA-256 (32 bytes) of the token a client off the loopback interface presents for any
     // path but /healthz; empty: none asked.
     std::string bearer_sha256;
+    // HTTPS for clients off the loopback interface (see above).
+    bool tls = false;
   };
   // `listen` is "host:port" (port 0 picks a free port). Throws std::system_error when it cannot
   // bind. Without `metrics` and `healthy` (empty functions) it answers only what `more` routes.
@@ -52,8 +59,9 @@ class MetricsServer {
   int port() const noexcept { return port_; }
 
  private:
+  struct Tls;
   void serve(const std::stop_token& stop);
-  std::string answer(const std::string& request, bool local) const;
+  std::string answer(const std::string& request, bool local, bool secure) const;
   bool admits(const std::string& request) const;
   int fd_ = -1;
   int port_ = 0;
@@ -61,6 +69,7 @@ class MetricsServer {
   std::function<bool()> healthy_;
   Limits limits_;
   Route more_;
+  std::unique_ptr<Tls> tls_;  // the TLS context, with its key and certificate; null: plain only
   std::jthread thread_;
 };
 

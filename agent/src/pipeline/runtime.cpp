@@ -415,6 +415,7 @@ std::unique_ptr<MetricsServer> Runtime::serve_metrics(const std::function<void(i
   if (cfg.metrics_listen.empty()) return nullptr;
   MetricsServer::Limits limits;
   limits.bearer_sha256 = cfg.metrics_token_sha256;
+  limits.tls = cfg.metrics_tls;
   auto server = std::make_unique<MetricsServer>(
       cfg.metrics_listen, [this] { return metrics().text(); }, [this] { return !aborted(); },
       limits, std::move(more));
