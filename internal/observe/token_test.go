@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,10 +60,11 @@ func TestTheMetricsTokenIsMadeOnceAndAShortOneRefused(t *testing.T) {
 	}
 }
 
-// The observer sends its token to the agents' metrics ports.
-func TestTheObserverSendsItsToken(t *testing.T) {
+// The observer sends its token to the agents' metrics ports, over HTTPS (an agent's certificate
+// is its own, made at its start, as httptest's is); without a token it reads them over HTTP.
+func TestTheObserverSendsItsTokenOverTLS(t *testing.T) {
 	var got []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Header.Get("Authorization"))
 		if r.Header.Get("Authorization") != "Bearer s3cret" {
 			http.Error(w, "no", http.StatusUnauthorized)
@@ -71,16 +73,25 @@ func TestTheObserverSendsItsToken(t *testing.T) {
 		_, _ = w.Write([]byte("numastream_up 1\n"))
 	}))
 	defer srv.Close()
+	addr := srv.Listener.Addr().(*net.TCPAddr)
+	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: addr.IP.String()}}
 	o := NewObserver(0)
 	o.Token = "s3cret"
-	if _, err := o.fetch(context.Background(), srv.URL+"/metrics"); err != nil {
+	url := o.URL(pod, int32(addr.Port))
+	if want := "https://" + addr.String() + "/metrics"; url != want {
+		t.Fatalf("the URL of an agent asking for the token: %s, want %s", url, want)
+	}
+	if _, err := o.fetch(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
 	o.Token = ""
-	if _, err := o.fetch(context.Background(), srv.URL+"/metrics"); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := o.fetch(context.Background(), url); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("without the token: %v", err)
 	}
 	if len(got) != 2 || got[0] != "Bearer s3cret" || got[1] != "" {
 		t.Errorf("headers sent: %q", got)
+	}
+	if url := o.URL(pod, 9100); !strings.HasPrefix(url, "http://") {
+		t.Errorf("without a token the agents are read over plain HTTP: %s", url)
 	}
 }

@@ -102,6 +102,9 @@ type MetricsConfig struct {
 	Listen string `json:"listen"`
 	// TokenSHA256: the SHA-256 (hex) of the token a client off the pod's loopback must send.
 	TokenSHA256 string `json:"token_sha256,omitempty"`
+	// TLS: clients off the pod's loopback are served over HTTPS only (with a certificate the
+	// agent makes at start); plain HTTP serves them /healthz only. On with a token.
+	TLS bool `json:"tls,omitempty"`
 }
 
 // PreviewConfig is a decompressing gateway's live preview (spec.preview): on the pod's loopback

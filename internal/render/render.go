@@ -175,6 +175,7 @@ func Render(in Inputs, opts Options) (Objects, error) {
 	addConfigs := func(cfgs map[string]AgentConfig) error {
 		for key, cfg := range cfgs {
 			cfg.Metrics.TokenSHA256 = opts.MetricsTokenSHA256
+			cfg.Metrics.TLS = opts.MetricsTokenSHA256 != ""
 			b, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
 				return err

@@ -499,7 +499,8 @@ func TestPlanHashChangesWithTheConfig(t *testing.T) {
 }
 
 // Every agent's configuration asks for the operator's metrics token by its digest (never the
-// token), and a new token replaces the Jobs whose agents would refuse it.
+// token), over HTTPS only, and a new token replaces the Jobs whose agents would refuse it;
+// without a token, no TLS either.
 func TestEveryAgentAsksForTheMetricsToken(t *testing.T) {
 	in := inputsFor(t, pipeline("tomo", withStreams(2)))
 	digest := strings.Repeat("ab", 32)
@@ -512,13 +513,20 @@ func TestEveryAgentAsksForTheMetricsToken(t *testing.T) {
 	}
 	for key, text := range objs.ConfigMap.Data {
 		var cfg struct{ Metrics MetricsConfig }
-		if err := json.Unmarshal([]byte(text), &cfg); err != nil || cfg.Metrics.TokenSHA256 != digest || cfg.Metrics.Listen == "" {
+		if err := json.Unmarshal([]byte(text), &cfg); err != nil || cfg.Metrics.TokenSHA256 != digest || cfg.Metrics.Listen == "" || !cfg.Metrics.TLS {
 			t.Errorf("%s: metrics %+v %v", key, cfg.Metrics, err)
 		}
 	}
 	other, _ := Render(in, Options{AgentImage: "numastream/agent:test", MetricsTokenSHA256: strings.Repeat("cd", 32)})
 	if objs.Jobs[0].Annotations[AnnotationPlanHash] == other.Jobs[0].Annotations[AnnotationPlanHash] {
 		t.Error("another metrics token must change the plan hash")
+	}
+	none, _ := Render(in, Options{AgentImage: "numastream/agent:test"})
+	for key, text := range none.ConfigMap.Data {
+		var cfg struct{ Metrics MetricsConfig }
+		if err := json.Unmarshal([]byte(text), &cfg); err != nil || cfg.Metrics.TokenSHA256 != "" || cfg.Metrics.TLS {
+			t.Errorf("without a token, %s: metrics %+v %v", key, cfg.Metrics, err)
+		}
 	}
 }
 

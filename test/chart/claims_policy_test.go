@@ -188,7 +188,7 @@ func TestOnlyTheOperatorsJobsMakePodsWithItsAgentsLabels(t *testing.T) {
 		return c.Update(ctx, &p)
 	}
 	for what, err := range map[string]error{
-		"a tenant adding a role to its pod": relabel(tenant, "mine", func(l map[string]string) { l["numastream.io/role"] = "gateway" }),
+		"a tenant adding a role to its pod":                relabel(tenant, "mine", func(l map[string]string) { l["numastream.io/role"] = "gateway" }),
 		"a tenant moving an agent pod to another pipeline": relabel(tenant, "legit-gateway-0-x", func(l map[string]string) { l["numastream.io/pipeline"] = "other" }),
 		"a tenant taking an agent pod's role away":         relabel(tenant, "legit-gateway-0-x", func(l map[string]string) { delete(l, "numastream.io/role") }),
 	} {

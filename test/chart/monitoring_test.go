@@ -60,20 +60,22 @@ func TestMonitoringObjectsAreLabelledAndAcceptedByThePrometheusOperatorsCRDs(t *
 			MatchExpressions []struct{ Key, Operator string }
 		} `json:"selector"`
 		Endpoints []struct {
-			Port string
-			Auth struct {
+			Port   string
+			Scheme string
+			Auth   struct {
 				Type        string
 				Credentials struct{ Name, Key string }
 			} `json:"authorization"`
 		} `json:"podMetricsEndpoints"`
 	}
 	testenv.Convert(t, pm.Object["spec"], &spec)
-	// Each endpoint sends the token the operator gives its agents (the Secret its flag names).
+	// Each endpoint sends the token the operator gives its agents (the Secret its flag names),
+	// over HTTPS (the agents serve it over nothing else).
 	operatorArgs := toJSON(t, find(objs, "Deployment", "operator"))
 	for _, ep := range spec.Endpoints {
-		if a := ep.Auth; a.Type != "Bearer" || a.Credentials.Key != "token" ||
+		if a := ep.Auth; a.Type != "Bearer" || a.Credentials.Key != "token" || ep.Scheme != "https" ||
 			!strings.Contains(operatorArgs, "--agent-metrics-secret="+a.Credentials.Name+`"`) {
-			t.Errorf("PodMonitor endpoint %s authorization %+v; the operator's flags %s", ep.Port, a, operatorArgs)
+			t.Errorf("PodMonitor endpoint %s (%s) authorization %+v; the operator's flags %s", ep.Port, ep.Scheme, a, operatorArgs)
 		}
 	}
 	if !spec.NamespaceSelector.Any || spec.Selector.MatchLabels["app.kubernetes.io/managed-by"] != "numastream-operator" ||

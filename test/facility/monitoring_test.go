@@ -91,24 +91,32 @@ func TestPrometheusScrapesTheAgentsAndALossFiresItsAlert(t *testing.T) {
 	// From the pod network (here the host, which the NetworkPolicy admits to the metrics ports):
 	// the metrics ports answer nothing but the liveness probe's path without the operator's
 	// token, and a wrong one is as good as none; with it, the metrics port serves no picture,
-	// and the preview's port is the pod's loopback only.
+	// and the preview's port is the pod's loopback only. Over plain HTTP they serve only the
+	// probe's path, whatever the token (which would have crossed the network in clear).
 	dx := net.JoinHostPort(gw.Status.PodIP, strconv.Itoa(render.DecompressMetricsPort))
 	agents, err := agentToken()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ path, bearer string }{{"/metrics", ""}, {"/metrics", agents[1:]}, {"/metrics", agents}, {"/healthz", ""}, {"/preview/streams.json", ""}, {"/preview/streams.json", agents}} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+dx+c.path, nil)
+	for _, c := range []struct {
+		scheme, path, bearer string
+	}{{"https", "/metrics", ""}, {"https", "/metrics", agents[1:]}, {"https", "/metrics", agents}, {"https", "/healthz", ""},
+		{"https", "/preview/streams.json", ""}, {"https", "/preview/streams.json", agents},
+		{"http", "/healthz", ""}, {"http", "/metrics", agents}, {"http", "/preview/streams.json", agents}} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+dx+c.path, nil)
 		if c.bearer != "" {
 			req.Header.Set("Authorization", "Bearer "+c.bearer)
 		}
 		want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusOK}[c.bearer != agents && c.path != "/healthz"]
-		if c.bearer == agents && strings.HasPrefix(c.path, "/preview") {
+		switch {
+		case c.scheme == "http" && c.path != "/healthz":
+			want = http.StatusForbidden
+		case c.bearer == agents && strings.HasPrefix(c.path, "/preview"):
 			want = http.StatusNotFound
 		}
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		resp, err := agentClient.Do(req)
 		if err != nil || resp.StatusCode != want {
-			t.Errorf("GET %s%s (token %v): %v %v, want %d", dx, c.path, c.bearer == agents, resp, err, want)
+			t.Errorf("GET %s://%s%s (token %v): %v %v, want %d", c.scheme, dx, c.path, c.bearer == agents, resp, err, want)
 		} else {
 			_ = resp.Body.Close()
 		}
@@ -244,8 +252,12 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig, dir
 			MatchExpressions []struct{ Key, Operator string }
 		} `json:"selector"`
 		Endpoints []struct {
-			Port        string           `json:"port"`
-			Interval    string           `json:"interval"`
+			Port      string `json:"port"`
+			Interval  string `json:"interval"`
+			Scheme    string `json:"scheme"`
+			TLSConfig *struct {
+				InsecureSkipVerify bool `json:"insecureSkipVerify"`
+			} `json:"tlsConfig"`
 			Relabelings []map[string]any `json:"relabelings"`
 			Auth        *struct {
 				Type        string
@@ -286,6 +298,12 @@ func podMonitorJobs(t *testing.T, pm *unstructured.Unstructured, kubeconfig, dir
 		job := map[string]any{"job_name": "podMonitor/" + pm.GetName() + "/" + ep.Port, "scrape_interval": "2s",
 			"kubernetes_sd_configs": []any{map[string]any{"role": "pod", "kubeconfig_file": kubeconfig}},
 			"relabel_configs":       relabel}
+		if ep.Scheme != "" {
+			job["scheme"] = ep.Scheme
+		}
+		if ep.TLSConfig != nil {
+			job["tls_config"] = map[string]any{"insecure_skip_verify": ep.TLSConfig.InsecureSkipVerify}
+		}
 		if a := ep.Auth; a != nil {
 			secret, err := cs.CoreV1().Secrets(pm.GetNamespace()).Get(ctx, a.Credentials.Name, metav1.GetOptions{})
 			if err != nil || len(secret.Data[a.Credentials.Key]) == 0 {
