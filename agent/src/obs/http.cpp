@@ -342,8 +342,9 @@ void MetricsServer::serve(const std::stop_token& stop) {
           SSL_shutdown(c.ssl.get());  // our close_notify, best effort: the answer is all sent
           ERR_clear_error();
         }
-        if (n < 0 && c.ssl && errno == EPIPE) sigtimedwait(&pipe_signal, nullptr, &now_only);
-        if (c.sent == c.out.size() || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        const bool failed = n < 0 && errno != EAGAIN && errno != EINTR;
+        if (failed && c.ssl) sigtimedwait(&pipe_signal, nullptr, &now_only);  // none, or ours
+        if (c.sent == c.out.size() || failed) {
           drop(i);
           continue;
         }
