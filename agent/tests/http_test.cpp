@@ -163,6 +163,27 @@ std::string sha256(const std::string& s) {
   return d;
 }
 
+// outside_address() for a test that needs it; without one a failure under
+// NUMASTREAM_REQUIRE_REAL=1 (else the caller skips).
+in_addr_t outside_for_test() {
+  const in_addr_t outside = outside_address();
+  if (const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL");
+      !outside && r && std::string(r) == "1") {
+    ADD_FAILURE() << "NUMASTREAM_REQUIRE_REAL=1: this host has no IPv4 address off the loopback";
+  }
+  return outside;
+}
+
+const std::string token = "kq3Vt0b9S4m2Yx7LwP1zRfN6cJdHgA8e";
+
+// Limits asking for `token`.
+MetricsServer::Limits with_token() {
+  if (sodium_init() < 0) ADD_FAILURE() << "libsodium cannot start";
+  MetricsServer::Limits limits;
+  limits.bearer_sha256 = sha256(token);
+  return limits;
+}
+
 bool served(const std::string& answer) { return answer.rfind("HTTP/1.0 200 OK", 0) == 0; }
 bool refused(const std::string& answer) {
   return answer.rfind("HTTP/1.0 401 Unauthorized", 0) == 0 &&
@@ -174,17 +195,9 @@ bool refused(const std::string& answer) {
 // other route) only with that token; near misses of it are refused; /healthz needs none, and
 // neither does a client on the loopback interface (the pod's own, kubectl port-forward).
 TEST(MetricsServer, AsksAClientOffTheLoopbackForTheToken) {
-  const in_addr_t outside = outside_address();
-  if (!outside) {
-    if (const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL"); r && std::string(r) == "1") {
-      FAIL() << "NUMASTREAM_REQUIRE_REAL=1: this host has no IPv4 address off the loopback";
-    }
-    GTEST_SKIP() << "this host has no IPv4 address off the loopback";
-  }
-  ASSERT_GE(sodium_init(), 0);
-  const std::string token = "kq3Vt0b9S4m2Yx7LwP1zRfN6cJdHgA8e";
-  MetricsServer::Limits limits;
-  limits.bearer_sha256 = sha256(token);
+  const in_addr_t outside = outside_for_test();
+  if (!outside) GTEST_SKIP() << "this host has no IPv4 address off the loopback";
+  MetricsServer::Limits limits = with_token();
   MetricsServer server(
       "0.0.0.0:0", [] { return std::string("numastream_up 1\n"); }, [] { return true; }, limits,
       [](const std::string& path) -> std::optional<HttpReply> {
@@ -267,17 +280,9 @@ TlsAnswer tls_get(int port, const std::string& path, in_addr_t host, const std::
 // loopback interface plain HTTP still serves all. Clients that start a handshake and stall do
 // not lock the probe out.
 TEST(MetricsServer, ServesClientsOffTheLoopbackOverTlsOnly) {
-  const in_addr_t outside = outside_address();
-  if (!outside) {
-    if (const char* r = std::getenv("NUMASTREAM_REQUIRE_REAL"); r && std::string(r) == "1") {
-      FAIL() << "NUMASTREAM_REQUIRE_REAL=1: this host has no IPv4 address off the loopback";
-    }
-    GTEST_SKIP() << "this host has no IPv4 address off the loopback";
-  }
-  ASSERT_GE(sodium_init(), 0);
-  const std::string token = "kq3Vt0b9S4m2Yx7LwP1zRfN6cJdHgA8e";
-  MetricsServer::Limits limits;
-  limits.bearer_sha256 = sha256(token);
+  const in_addr_t outside = outside_for_test();
+  if (!outside) GTEST_SKIP() << "this host has no IPv4 address off the loopback";
+  MetricsServer::Limits limits = with_token();
   limits.tls = true;
   limits.max_clients = 8;
   auto metrics = [] { return std::string("numastream_up 1\n"); };
