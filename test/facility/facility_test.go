@@ -46,7 +46,10 @@ import (
 )
 
 var (
-	k8s        client.Client
+	k8s client.Client
+	// asOperator acts as the installed operator's service account (impersonated): the chart's
+	// admission policy lets only its Jobs make pods wearing the agents' labels.
+	asOperator client.Client
 	cs         *kubernetes.Clientset
 	ctx        = context.Background()
 	kubeconfig = os.Getenv("NUMASTREAM_FACILITY_KUBECONFIG")
@@ -78,6 +81,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	if cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		panic(err)
+	}
+	op := rest.CopyConfig(cfg)
+	op.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:numastream-system:numastream-operator"}
+	if asOperator, err = client.New(op, client.Options{Scheme: k8s.Scheme()}); err != nil {
 		panic(err)
 	}
 	if err := ensureStorageRoot(storageRoot, sinkRoot, []string{"*"}, agentUID); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,7 +131,9 @@ func probePod(t *testing.T, namespace, node string, labels map[string]string, cm
 
 // startProbe starts a pod of the namespace on the node that connects to each host:port at once
 // and says, for each, "open" (connected), "refused" (nothing listens) or "dropped" (no answer
-// within 3 s: a policy); probeResult waits for it and reads what it said.
+// within 3 s: a policy); probeResult waits for it and reads what it said. A probe wearing an
+// agent's labels runs as the operator's agents do, from a Job the operator's identity makes (the
+// chart's policy refuses any other pod wearing them).
 func startProbe(t *testing.T, namespace, node string, labels map[string]string, targets []string) *corev1.Pod {
 	t.Helper()
 	// kube-network-policies (without NRI) learns a new pod's address from the API server: the
@@ -143,11 +146,37 @@ for t in "$@"; do
 done
 wait`
 	p := probePod(t, namespace, node, labels, append([]string{"bash", "-c", script, "probe"}, targets...))
+	if len(labels) > 0 {
+		return asOperatorsJob(t, p)
+	}
 	if err := k8s.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k8s.Delete(ctx, p, client.GracePeriodSeconds(0)) }) //nolint:errcheck
 	return p
+}
+
+// asOperatorsJob runs pod p from a Job the operator's identity makes, and returns the pod the job
+// controller made for it.
+func asOperatorsJob(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{GenerateName: p.GenerateName, Namespace: p.Namespace},
+		Spec: batchv1.JobSpec{BackoffLimit: ptr.To(int32(0)),
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: p.Labels}, Spec: p.Spec}}}
+	if err := asOperator.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)) }) //nolint:errcheck
+	var made corev1.Pod
+	eventually(t, "the pod of Job "+job.Name, 60*time.Second, func() (bool, string) {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprint("no pod yet ", err)
+		}
+		made = pods.Items[0]
+		return true, ""
+	})
+	return &made
 }
 
 func probeResult(t *testing.T, p *corev1.Pod, targets int) map[string]string {
