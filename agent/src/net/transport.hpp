@@ -2,6 +2,7 @@
 // sender when its receiver goes away.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -105,6 +106,14 @@ class Monitor {
   bool connected() const noexcept { return connected_; }
   bool ever_connected() const noexcept { return ever_connected_; }
   int disconnects() const noexcept { return disconnects_; }
+  // Disconnects of peers whose handshake had not failed: libzmq reports a connection it refused
+  // (a peer the ZAP handler turned away, say) disconnected too, just after its failed handshake.
+  // Counted at the highest it reached, so a failure reported before its disconnect never makes
+  // one peer's departure look like two.
+  int departures() noexcept {
+    departures_ = std::max(departures_, disconnects_ - handshake_failures_ - auth_failures_);
+    return departures_;
+  }
   // Peers currently attached (a listening socket counts each accepted connection).
   int peers() const noexcept { return peers_; }
   // Handshakes libzmq reported failed: a peer that is not ZeroMQ or wants another security
@@ -121,6 +130,7 @@ class Monitor {
   bool connected_ = false;
   bool ever_connected_ = false;
   int disconnects_ = 0;
+  int departures_ = 0;
   int peers_ = 0;
   int handshake_failures_ = 0;
   int auth_failures_ = 0;

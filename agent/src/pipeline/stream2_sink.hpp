@@ -197,11 +197,13 @@ class Stream2Sink final : public Sink {
     }
   }
 
+  // A consumer that went away: what it may not have processed goes to the next one. A connection
+  // the sink refused (a consumer allow_from does not name) never took anything: not one.
   void watch() {
-    const int before = mon_->disconnects();
+    const int before = mon_->departures();
     mon_->drain();
-    if (mon_->disconnects() == before || cfg_.sink.redeliver == 0) return;
-    consumers_gone_ += static_cast<std::uint64_t>(mon_->disconnects() - before);
+    if (mon_->departures() == before || cfg_.sink.redeliver == 0) return;
+    consumers_gone_ += static_cast<std::uint64_t>(mon_->departures() - before);
     redeliver_ = !recent_.empty();
     log_warn("stream2 sink: a consumer went away; what it may not have processed (the last " +
              std::to_string(recent_.size()) + " messages handed over" +
