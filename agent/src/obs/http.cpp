@@ -132,7 +132,7 @@ MetricsServer::MetricsServer(const std::string& listen, std::function<std::strin
                              std::function<bool()> healthy, Limits limits, Route more)
     : metrics_(std::move(metrics)),
       healthy_(std::move(healthy)),
-      limits_(limits),
+      limits_(std::move(limits)),
       more_(std::move(more)) {
   if ((!limits_.bearer_sha256.empty() || limits_.tls) && sodium_init() < 0) {
     throw std::runtime_error("metrics server: libsodium cannot start");
@@ -226,26 +226,109 @@ std::string MetricsServer::answer(const std::string& req, bool local, bool secur
                   metrics_ ? "try /metrics or /healthz\n" : "not served here\n");
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Client {
+  int fd = -1;
+  Clock::time_point deadline;
+  std::string in, out;
+  std::size_t sent = 0;
+  bool answering = false;
+  bool local = false;    // on the loopback interface
+  bool sniffed = false;  // its first byte seen: TLS or plain
+  SslPtr ssl;            // a TLS connection; null: plain
+  bool want_write = false;
+};
+
+// A TLS call's result as a recv/send's: bytes, 0 at the peer's close, or -1 with errno EAGAIN
+// (it waits for the socket; want_write says which way) or EPIPE (the connection failed).
+ssize_t tls_result(Client& c, int r) {
+  if (r > 0) return r;
+  const int e = SSL_get_error(c.ssl.get(), r);
+  ERR_clear_error();
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    c.want_write = e == SSL_ERROR_WANT_WRITE;
+    errno = EAGAIN;
+    return -1;
+  }
+  if (e == SSL_ERROR_ZERO_RETURN) return 0;
+  errno = EPIPE;
+  return -1;
+}
+
+// On a port that speaks TLS too: a connection whose first byte starts a TLS handshake record is
+// served through OpenSSL from now on. False: the connection is gone.
+bool sniff(Client& c, SSL_CTX* ctx) {
+  unsigned char first = 0;
+  const ssize_t n = ::recv(c.fd, &first, 1, MSG_PEEK);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
+  if (n < 1) return true;
+  c.sniffed = true;
+  if (first != 0x16) return true;
+  c.ssl.reset(SSL_new(ctx));
+  if (!c.ssl || SSL_set_fd(c.ssl.get(), c.fd) != 1) {
+    ERR_clear_error();
+    return false;
+  }
+  SSL_set_accept_state(c.ssl.get());
+  return true;
+}
+
+// Reads what there is of the request (TLS may hold decrypted bytes the socket no longer shows);
+// once it is whole (a blank line, the peer's close, or max_bytes), `c.out` is `answer`'s. False:
+// the connection failed, or closed having sent nothing.
+bool read_request(Client& c, std::size_t max_bytes,
+                  const std::function<std::string(const Client&)>& answer) {
+  ssize_t n = 0;
+  do {
+    char buf[1024];
+    n = c.ssl ? tls_result(c, SSL_read(c.ssl.get(), buf, sizeof(buf)))
+              : ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
+  } while (n > 0 && c.in.size() < max_bytes);
+  const bool whole =
+      c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
+  if (whole || n == 0 || c.in.size() >= max_bytes) {
+    if (c.in.empty()) return false;
+    c.out = answer(c);
+    c.answering = true;
+    return true;
+  }
+  return !(n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+// Sends what is left of the answer. False: all sent (TLS: our close_notify too, best effort), or
+// the connection failed (a SIGPIPE its write raised on this thread, blocked, is taken back).
+bool write_answer(Client& c, const sigset_t& pipe_signal) {
+  const ssize_t n = c.ssl
+                        ? tls_result(c, SSL_write(c.ssl.get(), c.out.data() + c.sent,
+                                                  static_cast<int>(c.out.size() - c.sent)))
+                        : ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+  if (n > 0) c.sent += static_cast<std::size_t>(n);
+  if (c.sent == c.out.size() && c.ssl) {
+    SSL_shutdown(c.ssl.get());
+    ERR_clear_error();
+  }
+  const bool failed = n < 0 && errno != EAGAIN && errno != EINTR;
+  if (failed && c.ssl) {
+    const timespec now_only{0, 0};
+    sigtimedwait(&pipe_signal, nullptr, &now_only);  // none, or ours
+  }
+  return c.sent != c.out.size() && !failed;
+}
+
+}  // namespace
+
 // One thread polls the listening socket and every connection. A connection reads its request
 // (until a blank line, at most max_request_bytes), then is answered and closed; past its deadline
 // it is closed unanswered. With TLS on, a connection whose first byte starts a TLS handshake is
 // served through OpenSSL on the same non-blocking socket (its reads and writes may each wait for
 // the socket to be readable or writable: `want_write`).
 void MetricsServer::serve(const std::stop_token& stop) {
-  using Clock = std::chrono::steady_clock;
-  struct Client {
-    int fd = -1;
-    Clock::time_point deadline;
-    std::string in, out;
-    std::size_t sent = 0;
-    bool answering = false;
-    bool local = false;    // on the loopback interface
-    bool sniffed = false;  // its first byte seen: TLS or plain
-    SslPtr ssl;            // a TLS connection; null: plain
-    bool want_write = false;
-  };
   // OpenSSL writes to the socket with write(2): a peer gone would raise SIGPIPE. Blocked on this
-  // thread, the write fails with EPIPE instead, and the pending signal is taken back below.
+  // thread, the write fails with EPIPE instead (write_answer takes the signal back).
   sigset_t pipe_signal;
   sigemptyset(&pipe_signal);
   sigaddset(&pipe_signal, SIGPIPE);
@@ -255,22 +338,9 @@ void MetricsServer::serve(const std::stop_token& stop) {
     ::close(clients[i].fd);
     clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
   };
-  // A TLS call's result as a recv/send's: bytes, 0 at the peer's close, or -1 with errno EAGAIN
-  // (it waits for the socket; want_write says which way) or EPIPE (the connection failed).
-  auto tls_result = [](Client& c, int r) -> ssize_t {
-    if (r > 0) return r;
-    const int e = SSL_get_error(c.ssl.get(), r);
-    ERR_clear_error();
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      c.want_write = e == SSL_ERROR_WANT_WRITE;
-      errno = EAGAIN;
-      return -1;
-    }
-    if (e == SSL_ERROR_ZERO_RETURN) return 0;
-    errno = EPIPE;
-    return -1;
+  const std::function<std::string(const Client&)> answer_for = [this](const Client& c) {
+    return answer(c.in, c.local, c.ssl != nullptr);
   };
-  const timespec now_only{0, 0};
   while (!stop.stop_requested()) {
     std::vector<pollfd> fds;
     fds.push_back({fd_, POLLIN, 0});
@@ -284,70 +354,23 @@ void MetricsServer::serve(const std::stop_token& stop) {
     for (std::size_t i = clients.size(); i-- > 0;) {
       Client& c = clients[i];
       const short ev = fds[i + 1].revents;
-      if (ev & (POLLERR | POLLNVAL)) {
+      if ((ev & (POLLERR | POLLNVAL)) ||
+          (tls_ && !c.sniffed && (ev & (POLLIN | POLLHUP)) && !sniff(c, tls_->ctx.get()))) {
         drop(i);
         continue;
       }
-      if (tls_ && !c.sniffed && (ev & (POLLIN | POLLHUP))) {
-        unsigned char first = 0;
-        const ssize_t n = ::recv(c.fd, &first, 1, MSG_PEEK);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          drop(i);
-          continue;
-        }
-        if (n == 1) {
-          c.sniffed = true;
-          if (first == 0x16) {  // a TLS handshake record
-            c.ssl.reset(SSL_new(tls_->ctx.get()));
-            if (!c.ssl || SSL_set_fd(c.ssl.get(), c.fd) != 1) {
-              ERR_clear_error();
-              drop(i);
-              continue;
-            }
-            SSL_set_accept_state(c.ssl.get());
-          }
-        }
-      }
       const bool ready = c.ssl ? ev != 0 : (ev & (POLLIN | POLLHUP)) != 0;
       if (!c.answering && ready && (c.sniffed || !tls_)) {
-        ssize_t n = 0;
-        do {  // everything there is: TLS may hold decrypted bytes the socket no longer shows
-          char buf[1024];
-          n = c.ssl ? tls_result(c, SSL_read(c.ssl.get(), buf, sizeof(buf)))
-                    : ::recv(c.fd, buf, sizeof(buf), 0);
-          if (n > 0) c.in.append(buf, static_cast<std::size_t>(n));
-        } while (n > 0 && c.in.size() < limits_.max_request_bytes);
-        const bool whole =
-            c.in.find("\r\n\r\n") != std::string::npos || c.in.find("\n\n") != std::string::npos;
-        if (whole || n == 0 || c.in.size() >= limits_.max_request_bytes) {
-          if (c.in.empty()) {
-            drop(i);
-            continue;
-          }
-          c.out = answer(c.in, c.local, c.ssl != nullptr);
-          c.answering = true;
-          c.deadline = now + limits_.response_timeout;
-        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        if (!read_request(c, limits_.max_request_bytes, answer_for)) {
           drop(i);
           continue;
         }
+        if (c.answering) c.deadline = now + limits_.response_timeout;
       }
-      if (c.answering && (ev & POLLOUT || (c.ssl && ev) || c.sent == 0)) {
-        const ssize_t n =
-            c.ssl ? tls_result(c, SSL_write(c.ssl.get(), c.out.data() + c.sent,
-                                            static_cast<int>(c.out.size() - c.sent)))
-                  : ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-        if (n > 0) c.sent += static_cast<std::size_t>(n);
-        if (c.sent == c.out.size() && c.ssl) {
-          SSL_shutdown(c.ssl.get());  // our close_notify, best effort: the answer is all sent
-          ERR_clear_error();
-        }
-        const bool failed = n < 0 && errno != EAGAIN && errno != EINTR;
-        if (failed && c.ssl) sigtimedwait(&pipe_signal, nullptr, &now_only);  // none, or ours
-        if (c.sent == c.out.size() || failed) {
-          drop(i);
-          continue;
-        }
+      if (c.answering && (ev & POLLOUT || (c.ssl && ev) || c.sent == 0) &&
+          !write_answer(c, pipe_signal)) {
+        drop(i);
+        continue;
       }
       if (now > c.deadline) drop(i);
     }
