@@ -13,8 +13,11 @@
 4. Whole processes from a file: FILE_FRAMES (384) projections in a raw file, `send` (file
    source, 2 compressing threads, 2 connections) into `receive` (2 receiving, 2 decompressing
    threads, null sink) as separate processes, lz4 and bslz4, against the CPU-work limit measured
-   in the same round: 2 cores / (1/c + 1/d), c and d one core's compress and decompress speed
-   (`bench codec`). Also each side's CPU-seconds per raw GB and how busy the 2 cores were.
+   in the same round on the same file: 2 cores / (1/c + 1/d), c and d one core's compress and
+   decompress speed (`bench codec --input`). Two data sets (DATA, default both): the synthetic
+   projections and tomography-like ones (more photons, a denser sample: LZ4 compresses them
+   slower, near 2:1). Also each side's CPU-seconds per raw GB, the CPU-seconds per raw GB outside
+   the codec, and how busy the cores were.
 Figures are medians; nothing here is a pass/fail test. PARTS=percore,loopback,hdf5,files (the
 default: all four) runs some of them. BASELINE names another agent binary (an earlier build) whose HDF5
 pass-through runs in the same rounds.
@@ -197,37 +200,60 @@ def hdf5_pass_through():
             print(f"  {name:34} {med[0]:9.0f} {med[1]:16.2f} {med[2]:17.2f} {med[3]:17.2f} {med[4]:14.0f}")
 
 
+# The data sets of the whole-process runs: the synthetic projections `synth` makes by default, and
+# projections with more photons through a denser sample, which LZ4 compresses the way the paper's
+# tomography data compresses (ratio near 2.0, about 0.8x the synthetic's speed per core).
+DATA_SETS = {"synthetic": [], "tomography-like": ["--flat-field", "16", "--attenuation", "2.5"]}
+
+
 def whole_processes():
     frames = int(os.environ.get("FILE_FRAMES", "384"))
     cores = len(os.sched_getaffinity(0))
+    sets = [d for d in os.environ.get("DATA", ",".join(DATA_SETS)).split(",")]
+    for d in sets:
+        if d not in DATA_SETS:
+            sys.exit(f"DATA: unknown data set {d!r} (known: {', '.join(DATA_SETS)})")
+    keys = {"lz4": ("compress_mbps", "decompress_mbps", "ratio"),
+            "bslz4": ("bslz4_compress_mbps", "bslz4_decompress_mbps", "bslz4_ratio")}
     with tempfile.TemporaryDirectory() as tmp:
-        src = f"{tmp}/tomo.raw"
-        subprocess.run([AGENT, "synth", "--out", src, "--chunk-bytes", str(CHUNK), "--frames", str(frames)], check=True)
+        files = {}
+        for d in sets:
+            files[d] = f"{tmp}/{d}.raw"
+            subprocess.run([AGENT, "synth", "--out", files[d], "--chunk-bytes", str(CHUNK), "--frames", str(frames)]
+                           + DATA_SETS[d], check=True)
         print(f"\nwhole processes from a file, {frames} projections ({frames * CHUNK / 1e9:.2f} GB raw), "
               f"send C=2 S=2 -> receive R=2 D=2, null sink (medians of {ROUNDS} alternated rounds)")
-        print(f"  {'codec':6} {'limit MB/s':>10} {'raw MB/s':>9} {'of limit':>9} {'sender CPU-s/GB':>16} "
-              f"{'gateway CPU-s/GB':>17} {'cores busy':>11}")
-        keys = {"lz4": ("compress_mbps", "decompress_mbps"), "bslz4": ("bslz4_compress_mbps", "bslz4_decompress_mbps")}
-        rows = {codec: [] for codec in keys}
+        print(f"  limit: {cores} cores / (1/c + 1/d), c and d one core's speeds (`bench codec --input`) on the "
+              "same file in the same round; outside the codec: both processes' CPU-s per raw GB less the codec's own "
+              f"({cores} / limit)")
+        print(f"  {'data':16} {'codec':6} {'ratio':>6} {'limit MB/s':>10} {'raw MB/s':>9} {'of limit':>9} "
+              f"{'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17} {'outside codec':>14} {'cores busy':>11}")
+        rows = {(d, codec): [] for d in sets for codec in keys}
         for _ in range(ROUNDS):
-            out = subprocess.run([AGENT, "bench", "codec", "--json", "--rounds", "3"], capture_output=True, text=True,
-                                 check=True).stdout
-            codec_speeds = json.loads(out)["codec"]
-            for codec, (ck, dk) in keys.items():
-                limit = cores / (1 / codec_speeds[ck] + 1 / codec_speeds[dk])
-                t0 = time.monotonic()
-                s, r, txc, rxc = stream(["--source", "file", "--source-path", src, "--codec", codec,
-                                         "--threads", "compress=2", "--threads", "send=2", "--connections", "2"],
-                                        ["--threads", "receive=2", "--threads", "decompress=2", "--connections", "2"])
-                wall = time.monotonic() - t0
-                if r["chunks"] != frames or not r["complete"] or r["lost"] or r["corrupt"]:
-                    sys.exit(f"{codec}: {r['chunks']} of {frames} chunks, lost {r['lost']}, corrupt {r['corrupt']}")
-                mbps = r["raw_gbps"] * 125
-                gb = r["raw_bytes"] / 1e9
-                rows[codec].append((limit, mbps, mbps / limit, txc, rxc, (txc + rxc) * gb / wall / cores))
-        for codec, v in rows.items():
-            med = [statistics.median(x[i] for x in v) for i in range(6)]
-            print(f"  {codec:6} {med[0]:10.0f} {med[1]:9.0f} {med[2]:9.2f} {med[3]:16.2f} {med[4]:17.2f} {med[5]:11.2f}")
+            for d in sets:
+                out = subprocess.run([AGENT, "bench", "codec", "--json", "--rounds", "3", "--input", files[d],
+                                      "--chunk-bytes", str(CHUNK)], capture_output=True, text=True, check=True).stdout
+                codec_speeds = json.loads(out)["codec"]
+                for codec, (ck, dk, rk) in keys.items():
+                    limit = cores / (1 / codec_speeds[ck] + 1 / codec_speeds[dk])
+                    t0 = time.monotonic()
+                    s, r, txc, rxc = stream(["--source", "file", "--source-path", files[d], "--codec", codec,
+                                             "--threads", "compress=2", "--threads", "send=2", "--connections", "2"],
+                                            ["--threads", "receive=2", "--threads", "decompress=2",
+                                             "--connections", "2"])
+                    wall = time.monotonic() - t0
+                    if r["chunks"] != frames or not r["complete"] or r["lost"] or r["corrupt"]:
+                        sys.exit(f"{d} {codec}: {r['chunks']} of {frames} chunks, lost {r['lost']}, "
+                                 f"corrupt {r['corrupt']}")
+                    mbps = r["raw_gbps"] * 125
+                    gb = r["raw_bytes"] / 1e9
+                    outside = txc + rxc - cores * 1000 / limit
+                    rows[(d, codec)].append((codec_speeds[rk], limit, mbps, mbps / limit, txc, rxc, outside,
+                                             (txc + rxc) * gb / wall / cores))
+        for (d, codec), v in rows.items():
+            m = [statistics.median(x[i] for x in v) for i in range(8)]
+            print(f"  {d:16} {codec:6} {m[0]:6.2f} {m[1]:10.0f} {m[2]:9.0f} {m[3]:9.2f} {m[4]:16.2f} {m[5]:17.2f} "
+                  f"{m[6]:14.2f} {m[7]:11.2f}")
 
 
 if __name__ == "__main__":

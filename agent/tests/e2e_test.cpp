@@ -182,6 +182,52 @@ TEST(EndToEnd, VersionIsTheRepositorysHelpExits0AndUnknownFlagsExit2) {
   EXPECT_NE(bad.err().find("unknown command '--versoin'"), std::string::npos) << bad.err();
 }
 
+// `bench codec --input` measures the codec on a file's chunks (what the whole-process benchmark
+// takes its limit from); `synth` makes the denser data set; bad values are refused, naming them.
+TEST(EndToEnd, BenchCodecMeasuresTheFileItIsGiven) {
+  const std::string dir = temp_dir();
+  const std::string chunk = std::to_string(2560 * 128 * 2);
+  const auto synth = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {NUMASTREAM_AGENT, "synth", "--out",    out,
+                                     "--chunk-bytes",  chunk,   "--frames", "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Process p(args);
+    EXPECT_EQ(p.wait(30s), 0) << p.err();
+  };
+  synth(dir + "/plain.raw", {});
+  synth(dir + "/dense.raw", {"--flat-field", "16", "--attenuation", "2.5"});
+  const auto ratio = [&](const std::string& file) {
+    Process p({NUMASTREAM_AGENT, "bench", "codec", "--json", "--rounds", "1", "--input", file,
+               "--chunk-bytes", chunk});
+    EXPECT_EQ(p.wait(60s), 0) << p.err();
+    auto j = nlohmann::json::parse(p.out())["codec"];
+    EXPECT_EQ(j["data"], "chunks of " + file + " (4)");
+    EXPECT_GT(j["compress_mbps"].get<double>(), 0);
+    return j["ratio"].get<double>();
+  };
+  EXPECT_LT(ratio(dir + "/dense.raw"), ratio(dir + "/plain.raw"));
+
+  for (const auto& [value, says] :
+       std::vector<std::pair<std::string, std::string>>{{"0", "must be a positive number"},
+                                                        {"nan", "must be a positive number"},
+                                                        {"12x", "must be a positive number"},
+                                                        {"501", "must be at most 500"}}) {
+    Process p({NUMASTREAM_AGENT, "synth", "--out", dir + "/x.raw", "--flat-field", value});
+    EXPECT_EQ(p.wait(30s), 2) << value;
+    EXPECT_NE(p.err().find("'--flat-field': " + says), std::string::npos) << p.err();
+  }
+  Process missing({NUMASTREAM_AGENT, "bench", "codec", "--input", dir + "/none.raw"});
+  EXPECT_EQ(missing.wait(30s), 2);
+  EXPECT_NE(missing.err().find("cannot open " + dir + "/none.raw"), std::string::npos)
+      << missing.err();
+  // Less than one chunk: nothing to measure.
+  Process short_file({NUMASTREAM_AGENT, "bench", "codec", "--input", dir + "/plain.raw",
+                      "--chunk-bytes", std::to_string(2560 * 128 * 2 * 8)});
+  EXPECT_EQ(short_file.wait(30s), 2);
+  EXPECT_NE(short_file.err().find("holds less than one chunk"), std::string::npos)
+      << short_file.err();
+}
+
 TEST(EndToEnd, SenderWithoutAReceiverSaysSoAndExits) {
   int port = free_ports(1);
   Process tx(sender(port, 1, {"--connect-timeout", "1", "--chunks", "5"}));

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
 #include "codec/synth.hpp"
@@ -101,7 +102,37 @@ std::vector<CodecFigures::Kernel> bench_kernels(const std::vector<std::vector<st
   return kernels;
 }
 
-CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
+using Frames = std::vector<std::vector<std::byte>>;
+
+Frames synthetic_frames(std::size_t chunk, int frames) {
+  SynthParams p;
+  p.chunk_bytes = chunk;
+  p.frames = frames;
+  Frames raw(static_cast<std::size_t>(frames), std::vector<std::byte>(chunk));
+  for (int f = 0; f < frames; ++f) generate_projection(p, f, raw[static_cast<std::size_t>(f)]);
+  return raw;
+}
+
+// The first `frames` chunks of a raw file (e.g. `numastream-agent synth`'s, or a detector's
+// frames): the codec measured on the data a run sends.
+Frames file_frames(const std::string& path, std::size_t chunk, int frames) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("--input", "cannot open " + path);
+  Frames raw;
+  for (int f = 0; f < frames; ++f) {
+    std::vector<std::byte> frame(chunk);
+    in.read(reinterpret_cast<char*>(frame.data()), static_cast<std::streamsize>(chunk));
+    if (in.gcount() != static_cast<std::streamsize>(chunk)) break;
+    raw.push_back(std::move(frame));
+  }
+  if (raw.empty()) {
+    throw ConfigError("--input", path + " holds less than one chunk (" + std::to_string(chunk) +
+                                     " bytes, --chunk-bytes)");
+  }
+  return raw;
+}
+
+CodecFigures bench_codec(const Frames& raw, std::size_t chunk, int rounds) {
   // One core: the figures are per-core speeds.
   auto allowed = allowed_cpus();
   cpu_set_t set;
@@ -109,12 +140,6 @@ CodecFigures bench_codec(std::size_t chunk, int frames, int rounds) {
   CPU_SET(allowed.back(), &set);
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 
-  SynthParams p;
-  p.chunk_bytes = chunk;
-  p.frames = frames;
-  std::vector<std::vector<std::byte>> raw(static_cast<std::size_t>(frames),
-                                          std::vector<std::byte>(chunk));
-  for (int f = 0; f < frames; ++f) generate_projection(p, f, raw[static_cast<std::size_t>(f)]);
   const std::size_t cap = max_encoded_size(chunk);
   std::vector<std::vector<std::byte>> enc(raw.size(), std::vector<std::byte>(cap));
   std::vector<std::size_t> enc_size(raw.size());
@@ -261,8 +286,10 @@ nlohmann::json bench_loopback(const LoopbackSetting& s, std::size_t chunk, std::
 
 // The codec's figures (one core): ours against the lz4 library, shuffle-lz4, bslz4 and each
 // bit-shuffle kernel; printed for people with `print`.
-nlohmann::json codec_report(const CodecFigures& f, std::size_t chunk, int rounds, bool print) {
+nlohmann::json codec_report(const CodecFigures& f, const std::string& data, std::size_t chunk,
+                            int rounds, bool print) {
   nlohmann::json out = {{"chunk_bytes", chunk},
+                        {"data", data},
                         {"compress_mbps", f.compress_mbps},
                         {"decompress_mbps", f.decompress_mbps},
                         {"ratio", f.ratio},
@@ -282,10 +309,8 @@ nlohmann::json codec_report(const CodecFigures& f, std::size_t chunk, int rounds
                                          {"unshuffle_mbps", k.unshuffle_mbps}};
   }
   if (print) {
-    std::printf(
-        "codec (one core, MB per CPU-second, %zu-byte synthetic projections, median of %d "
-        "rounds)\n",
-        chunk, rounds);
+    std::printf("codec (one core, MB per CPU-second, %zu-byte %s, median of %d rounds)\n", chunk,
+                data.c_str(), rounds);
     std::printf("  lz4          compress %7.0f MB/s  decompress %7.0f MB/s  ratio %.3f\n",
                 f.compress_mbps, f.decompress_mbps, f.ratio);
     std::printf(
@@ -395,6 +420,7 @@ int run_bench(const std::vector<std::string>& args) {
   std::uint64_t chunks = 100;
   int rounds = 5;
   std::size_t chunk = std::size_t{2560} * 2160 * 2;
+  std::string input;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "codec" || a == "loopback" || a == "curve" || a == "all") {
@@ -405,18 +431,32 @@ int run_bench(const std::vector<std::string>& args) {
       chunks = std::stoull(args[++i]);
     } else if (a == "--rounds" && i + 1 < args.size()) {
       rounds = std::max(1, std::stoi(args[++i]));
+    } else if (a == "--input" && i + 1 < args.size() && what == "codec") {
+      input = args[++i];
+    } else if (a == "--chunk-bytes" && i + 1 < args.size() && what == "codec") {
+      chunk = std::stoull(args[++i]);
     } else {
       std::fprintf(stderr,
                    "numastream-agent bench: unknown argument '%s'\n"
                    "usage: numastream-agent bench [codec|loopback|curve|all] [--json] "
-                   "[--rounds N] [--chunks N]\n",
+                   "[--rounds N] [--chunks N]\n"
+                   "       numastream-agent bench codec [--input RAW-FILE [--chunk-bytes N]]\n",
                    a.c_str());
       return 2;
     }
   }
   nlohmann::json report = nlohmann::json::object();
-  const CodecFigures f = bench_codec(chunk, 4, rounds);
-  report["codec"] = codec_report(f, chunk, rounds, !json);
+  if (chunk < 2 || chunk % 2) {
+    std::fprintf(stderr, "numastream-agent bench: --chunk-bytes must be a positive even number\n");
+    return 2;
+  }
+  // Four frames: the synthetic projections, or the first four chunks of --input.
+  const Frames raw = input.empty() ? synthetic_frames(chunk, 4) : file_frames(input, chunk, 4);
+  const CodecFigures f = bench_codec(raw, chunk, rounds);
+  const std::string data = input.empty()
+                               ? "synthetic projections"
+                               : "chunks of " + input + " (" + std::to_string(raw.size()) + ")";
+  report["codec"] = codec_report(f, data, chunk, rounds, !json);
   if (what == "loopback" || what == "all")
     report["loopback"] = loopback_report(f, chunk, chunks, !json);
   if (what == "curve" || what == "all")

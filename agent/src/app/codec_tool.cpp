@@ -4,6 +4,7 @@
 #include "app/codec_tool.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -41,6 +42,16 @@ std::size_t number(const std::string& flag, const std::string& text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size()) {
     throw ConfigError(flag, "must be a number (got \"" + text + "\")");
+  }
+  return v;
+}
+
+// A positive finite number of a flag (e.g. a mean photon count).
+double positive(const std::string& flag, const std::string& text) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !std::isfinite(v)) {
+    throw ConfigError(flag, "must be a positive number (got \"" + text + "\")");
   }
   return v;
 }
@@ -149,8 +160,16 @@ int run_synth_tool(const std::vector<std::string>& args) {
       frames = number(a, v);
     } else if (a == "--seed") {
       p.seed = number(a, v);
+    } else if (a == "--flat-field") {
+      p.flat_field = positive(a, v);
+      // The Poisson sampler's tables grow with the mean (and exp(-mean) underflows near 745).
+      if (p.flat_field > 500) throw ConfigError(a, "must be at most 500 counts");
+    } else if (a == "--attenuation") {
+      p.attenuation = positive(a, v);
     } else {
-      throw ConfigError(a, "unknown flag (--out, --chunk-bytes, --width, --frames, --seed)");
+      throw ConfigError(a,
+                        "unknown flag (--out, --chunk-bytes, --width, --frames, --seed, "
+                        "--flat-field, --attenuation)");
     }
   }
   if (out.empty()) throw ConfigError("--out", "is required");

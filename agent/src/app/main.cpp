@@ -48,7 +48,7 @@ constexpr const char* kUsage =
     "  bench      codec speeds and loopback runs [codec|loopback|all] [--json]\n"
     "  codec      encode|decode a file with one of the agent's codecs (bslz4: HDF5 filter 32008)\n"
     "  synth      synthetic tomography projections into a file: --out F [--chunk-bytes N]\n"
-    "             [--width W] [--frames K] [--seed S]\n"
+    "             [--width W] [--frames K] [--seed S] [--flat-field COUNTS] [--attenuation MU]\n"
     "  check-config send|receive [flags]   validate a configuration and exit (0 valid, 2 not)\n"
     "  keygen     a CURVE key pair: --out PREFIX writes PREFIX.secret (mode 0600) and "
     "PREFIX.public\n"
