@@ -20,13 +20,14 @@
    the codec, and how busy the cores were.
 Figures are medians; nothing here is a pass/fail test. PARTS=percore,loopback,hdf5,files (the
 default: all four) runs some of them. BASELINE names another agent binary (an earlier build) whose HDF5
-pass-through runs in the same rounds.
+pass-through and whole-process runs run in the same rounds.
 """
 import os
 
 # The reference library parallelises with OpenMP; one core is the comparison.
 os.environ["OMP_NUM_THREADS"] = "1"
 
+import itertools
 import json
 import statistics
 import subprocess
@@ -226,21 +227,22 @@ def whole_processes():
         print(f"  limit: {cores} cores / (1/c + 1/d), c and d one core's speeds (`bench codec --input`) on the "
               "same file in the same round; outside the codec: both processes' CPU-s per raw GB less the codec's own "
               f"({cores} / limit)")
-        print(f"  {'data':16} {'codec':6} {'ratio':>6} {'limit MB/s':>10} {'raw MB/s':>9} {'of limit':>9} "
+        print(f"  {'data':16} {'codec':17} {'ratio':>6} {'limit MB/s':>10} {'raw MB/s':>9} {'of limit':>9} "
               f"{'sender CPU-s/GB':>16} {'gateway CPU-s/GB':>17} {'outside codec':>14} {'cores busy':>11}")
-        rows = {(d, codec): [] for d in sets for codec in keys}
+        builds = {"": AGENT, "baseline": BASELINE} if BASELINE else {"": AGENT}
+        rows = {(d, codec, b): [] for d in sets for codec in keys for b in builds}
         for _ in range(ROUNDS):
             for d in sets:
                 out = subprocess.run([AGENT, "bench", "codec", "--json", "--rounds", "3", "--input", files[d],
                                       "--chunk-bytes", str(CHUNK)], capture_output=True, text=True, check=True).stdout
                 codec_speeds = json.loads(out)["codec"]
-                for codec, (ck, dk, rk) in keys.items():
+                for (codec, (ck, dk, rk)), (b, agent) in itertools.product(keys.items(), builds.items()):
                     limit = cores / (1 / codec_speeds[ck] + 1 / codec_speeds[dk])
                     t0 = time.monotonic()
                     s, r, txc, rxc = stream(["--source", "file", "--source-path", files[d], "--codec", codec,
                                              "--threads", "compress=2", "--threads", "send=2", "--connections", "2"],
                                             ["--threads", "receive=2", "--threads", "decompress=2",
-                                             "--connections", "2"])
+                                             "--connections", "2"], agent=agent)
                     wall = time.monotonic() - t0
                     if r["chunks"] != frames or not r["complete"] or r["lost"] or r["corrupt"]:
                         sys.exit(f"{d} {codec}: {r['chunks']} of {frames} chunks, lost {r['lost']}, "
@@ -248,11 +250,11 @@ def whole_processes():
                     mbps = r["raw_gbps"] * 125
                     gb = r["raw_bytes"] / 1e9
                     outside = txc + rxc - cores * 1000 / limit
-                    rows[(d, codec)].append((codec_speeds[rk], limit, mbps, mbps / limit, txc, rxc, outside,
+                    rows[(d, codec, b)].append((codec_speeds[rk], limit, mbps, mbps / limit, txc, rxc, outside,
                                              (txc + rxc) * gb / wall / cores))
-        for (d, codec), v in rows.items():
+        for (d, codec, b), v in rows.items():
             m = [statistics.median(x[i] for x in v) for i in range(8)]
-            print(f"  {d:16} {codec:6} {m[0]:6.2f} {m[1]:10.0f} {m[2]:9.0f} {m[3]:9.2f} {m[4]:16.2f} {m[5]:17.2f} "
+            print(f"  {d:16} {codec + (' (baseline)' if b else ''):17} {m[0]:6.2f} {m[1]:10.0f} {m[2]:9.0f} {m[3]:9.2f} {m[4]:16.2f} {m[5]:17.2f} "
                   f"{m[6]:14.2f} {m[7]:11.2f}")
 
 
