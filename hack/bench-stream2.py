@@ -21,6 +21,13 @@ printed). Beside the detector's rate, the rate its last consumer took the messag
 last message), for the pipeline and the forwarder: at "max", their ratio is what the pipeline
 reaches of the bare forwarder's rate on the same messages.
 
+RAW=1 runs raw chunks of each of SIZES instead (numastream's own frames, no detector): a sender
+of MESSAGES (default 50000) synthetic chunks of that size (CODEC, default none) into a gateway
+that verifies and drops them, against a bare ZeroMQ producer of as many messages of that size
+(numastream-agent forward --blast) into a consumer that drops them: one hop each, two processes
+each. The message rates (the gateway's and the consumer's) and each side's CPU-seconds per GB
+against its bare counterpart (sender / producer, gateway / consumer).
+
 ROUNDS (default 3) runs of each, alternated (forwarder, agent, baseline, forwarder, ...), and
 the medians reported: the machine's noise hits all of them alike. BASELINE names another agent
 binary (an earlier build) to run in the same rounds: its medians are printed beside, and the
@@ -164,6 +171,68 @@ def run_forwarder(source, rate):
             "cpu_gb": fwd_cpu / (f["bytes"] / 1e9)}
 
 
+RAW = os.environ.get("RAW", "") == "1"
+MESSAGES = int(os.environ.get("MESSAGES", "50000"))
+CODEC = os.environ.get("CODEC", "none")
+
+
+def run_raw(agent, size):
+    """A sender of MESSAGES synthetic chunks of `size` bytes into a gateway that drops them."""
+    port = free_port()
+    common = ["--endpoint", f"tcp://127.0.0.1:{port}", "--chunk-bytes", str(size), "--placement", "os"]
+    rx = subprocess.Popen([agent, "receive", *common], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(0.3)
+    tx = subprocess.Popen([agent, "send", *common, "--codec", CODEC, "--chunks", str(MESSAGES)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tx_out, rx_out = tx.stdout.read(), rx.stdout.read()
+    tx_cpu, rx_cpu = cpu_seconds(tx), cpu_seconds(rx)
+    if tx.returncode or rx.returncode:
+        sys.exit(f"raw stream failed: send {tx.returncode} receive {rx.returncode}: {tx.stderr.read()[-500:]}")
+    r = json.loads(rx_out.strip().splitlines()[-1])
+    if r["chunks"] != MESSAGES or r["lost"] or r["corrupt"]:
+        sys.exit(f"raw stream: {r['chunks']} of {MESSAGES} chunks, lost {r['lost']}, corrupt {r['corrupt']}")
+    gb = r["raw_bytes"] / 1e9
+    return {"rate": r["chunks"] / r["seconds"], "tx_cpu_gb": tx_cpu / gb, "rx_cpu_gb": rx_cpu / gb}
+
+
+def run_bare(size):
+    """MESSAGES messages of `size` bytes from a bare ZeroMQ producer into a consumer that drops them."""
+    port = free_port()
+    consumer = subprocess.Popen([AGENT, "forward", "--from", f"tcp://127.0.0.1:{port}", "--messages", str(MESSAGES)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    producer = subprocess.Popen([AGENT, "forward", "--blast", str(size), "--to", f"tcp://127.0.0.1:{port}",
+                                 "--messages", str(MESSAGES)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    p_out, c_out = producer.stdout.read(), consumer.stdout.read()
+    p_cpu, c_cpu = cpu_seconds(producer), cpu_seconds(consumer)
+    p, c = json.loads(p_out.strip().splitlines()[-1]), json.loads(c_out.strip().splitlines()[-1])
+    if producer.returncode or consumer.returncode or c["messages"] != MESSAGES:
+        sys.exit(f"bare: producer {producer.returncode}, consumer {consumer.returncode} took {c['messages']}")
+    gb = c["bytes"] / 1e9
+    return {"rate": taken_rate(c), "tx_cpu_gb": p_cpu / gb, "rx_cpu_gb": c_cpu / gb}
+
+
+def raw_main():
+    agents = [("agent", AGENT)] + ([("baseline", BASELINE)] if BASELINE else [])
+    print(f"raw chunks on loopback: {MESSAGES} synthetic chunks per run (codec {CODEC}) into a gateway that drops "
+          f"them, against a bare ZeroMQ producer into a consumer; medians of {ROUNDS} alternated rounds")
+    print(f"  {'KiB':>5} {'binary':>8} {'msg/s':>8} {'bare msg/s':>10} {'of bare':>7} {'sender CPU-s/GB':>15} "
+          f"{'producer':>8} {'sender/bare':>11} {'gateway CPU-s/GB':>16} {'consumer':>8} {'gateway/bare':>12}")
+    for kib in SIZES:
+        runs = {name: [] for name, _ in agents}
+        bare = []
+        for _ in range(ROUNDS):
+            bare.append(run_bare(kib * 1024))
+            for name, agent in agents:
+                runs[name].append(run_raw(agent, kib * 1024))
+        b = {k: median([x[k] for x in bare]) for k in ("rate", "tx_cpu_gb", "rx_cpu_gb")}
+        for name, _ in agents:
+            m = {k: median([x[k] for x in runs[name]]) for k in ("rate", "tx_cpu_gb", "rx_cpu_gb")}
+            print(f"  {kib:5d} {name:>8} {m['rate']:8.0f} {b['rate']:10.0f} {m['rate'] / b['rate']:7.2f} "
+                  f"{m['tx_cpu_gb']:15.2f} {b['tx_cpu_gb']:8.2f} {m['tx_cpu_gb'] / b['tx_cpu_gb']:11.2f} "
+                  f"{m['rx_cpu_gb']:16.2f} {b['rx_cpu_gb']:8.2f} {m['rx_cpu_gb'] / b['rx_cpu_gb']:12.2f}")
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)
@@ -223,4 +292,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if RAW:
+        if not SIZES:
+            sys.exit("bench-stream2: RAW=1 needs SIZES (KiB per chunk, e.g. 16,64,256)")
+        raw_main()
+    else:
+        main()

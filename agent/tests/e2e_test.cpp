@@ -228,6 +228,31 @@ TEST(EndToEnd, BenchCodecMeasuresTheFileItIsGiven) {
       << short_file.err();
 }
 
+// `forward --blast` is the bare producer the raw small-message benchmark holds a sender against:
+// exactly the messages asked for, each of the size asked for, taken by the bare consumer.
+TEST(EndToEnd, ForwardBlastSendsTheMessagesItIsAskedFor) {
+  int port = free_ports(1);
+  Process consumer({NUMASTREAM_AGENT, "forward", "--from", ep(port), "--messages", "300"});
+  Process producer(
+      {NUMASTREAM_AGENT, "forward", "--blast", "4096", "--to", ep(port), "--messages", "300"});
+  ASSERT_EQ(producer.wait(30s), 0) << producer.err();
+  ASSERT_EQ(consumer.wait(30s), 0) << consumer.err();
+  auto p = nlohmann::json::parse(producer.out()), c = nlohmann::json::parse(consumer.out());
+  EXPECT_EQ(p["messages"], 300);
+  EXPECT_EQ(c["messages"], 300);
+  EXPECT_EQ(c["bytes"], 300 * 4096);
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--blast", "4096", "--to", ep(port)},
+        {"--blast", "4096", "--from", ep(port), "--to", ep(port), "--messages", "1"},
+        {"--blast", "4k", "--to", ep(port), "--messages", "1"}}) {
+    std::vector<std::string> args = {NUMASTREAM_AGENT, "forward"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    Process refused(args);
+    EXPECT_EQ(refused.wait(10s), 2) << refused.err();
+    EXPECT_NE(refused.err().find("'--blast'"), std::string::npos) << refused.err();
+  }
+}
+
 TEST(EndToEnd, SenderWithoutAReceiverSaysSoAndExits) {
   int port = free_ports(1);
   Process tx(sender(port, 1, {"--connect-timeout", "1", "--chunks", "5"}));

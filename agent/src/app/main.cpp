@@ -55,7 +55,9 @@ constexpr const char* kUsage =
     "  detector-sim  a DECTRIS Stream V2 detector: --endpoint tcp://*:31001 --replay DIR\n"
     "             [--series N] [--start] [--rate-hz R] (recorded messages, one per file)\n"
     "  forward    a bare ZeroMQ PULL -> PUSH forwarder, the benchmarks' bound: --from ENDPOINT\n"
-    "             [--to ENDPOINT] [--messages N]\n"
+    "             [--to ENDPOINT] [--messages N]; or the bare producer: --blast BYTES --to "
+    "ENDPOINT\n"
+    "             --messages N\n"
     "  version    print the agent and wire-format versions (also --version)\n";
 
 // SIGINT/SIGTERM request a drain: blocked in every thread, taken by one waiting thread.
