@@ -261,7 +261,7 @@ void AckedLink::wait_welcome(double timeout_s) {
 
 void AckedLink::wait_for_credit() {
   while (!has_credit()) pump(100);
-  pump(0);
+  if (Clock::now() - last_pump_ > kFreshPump) pump(0);
 }
 
 void AckedLink::send(std::uint32_t stream, std::uint64_t seq, zmq::Message frame) {
@@ -324,10 +324,16 @@ bool AckedLink::write_parts(zmq::Message& m, zmq::Message* body) {
   zmq::Message copy = m.share();
   std::optional<zmq::Message> rest;
   if (body) rest = body->share();
+  // The monitor as pump() left it, when it read it a moment ago (the usual case: the sending
+  // loop pumps before each frame); else read it again.
+  bool fresh = Clock::now() - last_pump_ <= kFreshPump;
   while (true) {
     check_aborted();
-    mon_->drain();
-    check_handshake();
+    if (!fresh) {
+      mon_->drain();
+      check_handshake();
+    }
+    fresh = false;
     if (mon_->disconnects() != seen_disconnects_) {
       two_part_ = false;  // the next receiver says again what it takes
       return false;
@@ -422,6 +428,7 @@ void AckedLink::pump(int timeout_ms) {
   if (items[0].revents & ZMQ_POLLIN) read_acks();
   mon_->drain();
   check_handshake();
+  last_pump_ = Clock::now();
   if (mon_->disconnects() != seen_disconnects_) {
     two_part_ = false;  // the next receiver says again what it takes
     if (!need_resend_) down_since_ = Clock::now();

@@ -193,6 +193,11 @@ class AckedLink {
   bool two_part_ = false;
   std::chrono::steady_clock::time_point down_since_;
   std::chrono::steady_clock::time_point last_progress_;
+  // When pump() last read the acknowledgements and the monitor: a frame written within
+  // kFreshPump of it neither drains the monitor again nor pumps first (each is a poll of
+  // ZeroMQ's mailboxes, a system call or two, and at small frames' rates it was several per frame).
+  std::chrono::steady_clock::time_point last_pump_;
+  static constexpr std::chrono::microseconds kFreshPump{500};
   struct Counts {
     std::uint64_t retransmitted = 0;
     std::uint64_t two_part_writes = 0, made_whole = 0;
