@@ -103,12 +103,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       skipped, walk_error);
   if (!walked && walk_error.empty()) __builtin_trap();
   (void)touched;
-  // A routing field walk could not hold as a value (a byte string, null, a tagged item) is one
-  // parse refuses as mistyped.
+  // A routing field walk could not hold as a value (a byte string, null, a tagged item), or a map
+  // walk skipped inside (a key that is not text, an array it could not type), is one parse
+  // refuses as mistyped.
   for (const auto& path : skipped) {
-    if (path == "type" || path == "series_id" || path == "series_unique_id" || path == "image_id" ||
-        path == "number_of_images") {
-      mistyped = true;
+    for (const std::string f :
+         {"type", "series_id", "series_unique_id", "image_id", "number_of_images"}) {
+      if (path == f || path.starts_with(f + "/")) mistyped = true;
     }
   }
   const bool routable = type && (*type == "start" || *type == "image" || *type == "end") &&
