@@ -222,6 +222,9 @@ func lastJSON(text string) map[string]any {
 
 // follow reads a container's log until the container exits and hands over its last JSON line
 // (the agent's summary): the way to keep the figures of a pod that is being deleted.
+// logTailKey holds, in a summary follow returns, the last lines of the agent's log before it.
+const logTailKey = "log_tail"
+
 func follow(t *testing.T, p *corev1.Pod, container string) <-chan map[string]any {
 	t.Helper()
 	stream, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
@@ -232,12 +235,18 @@ func follow(t *testing.T, p *corev1.Pod, container string) <-chan map[string]any
 	go func() {
 		defer stream.Close()
 		var out map[string]any
+		var lines []string // the log's last lines, for a failing test to show
 		sc := bufio.NewScanner(stream)
 		sc.Buffer(make([]byte, 1<<20), 1<<22)
 		for sc.Scan() {
 			if m := lastJSON(sc.Text()); m != nil {
 				out = m
+			} else if lines = append(lines, sc.Text()); len(lines) > 30 {
+				lines = lines[1:]
 			}
+		}
+		if out != nil {
+			out[logTailKey] = strings.Join(lines, "\n")
 		}
 		ch <- out
 	}()

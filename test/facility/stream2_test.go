@@ -232,6 +232,12 @@ func TestAStream2SenderNodeDrainedMidSeriesLeavesTheSeriesComplete(t *testing.T)
 	drained := time.Since(start)
 	// The evicted sender read on to the end of series 1 before it exited: the file is complete.
 	txEnd := await(t, "the drained sender", txSummary)
+	defer func() { // runs before the pipeline's deletion: what each agent did, when a check failed
+		if t.Failed() {
+			t.Logf("the drained sender's log:\n%s", txEnd[logTailKey])
+			logPods(t, sp)
+		}
+	}()
 	if _, err := os.Stat(first); err != nil {
 		logPods(t, sp)
 		t.Fatalf("series 1 is not complete after the drain (%v); the directory holds %v; the sender read %v messages, "+

@@ -266,7 +266,10 @@ class PullingSource : public Source {
       sock_->connect(cfg_.source.endpoint);
     }
     waiting_since_ = std::chrono::steady_clock::now();
-    while (!stop()) {
+    // `stop` is asked after a look at the socket that found no message, never before one: a
+    // thread that was not scheduled for a while (a loaded node) reads what came meanwhile before
+    // a drain may take the time for the detector's silence.
+    while (true) {
       zmq_pollitem_t items[] = {{sock_->get(), 0, ZMQ_POLLIN, 0},
                                 {mon_ ? mon_->get() : nullptr, 0, ZMQ_POLLIN, 0}};
       int ready;
@@ -274,15 +277,15 @@ class PullingSource : public Source {
         ScopedTimer wait(st.blocked_input_ns);
         ready = zmq_poll(items, mon_ ? 2 : 1, 50);
       }
-      if (ready <= 0) continue;
       // Messages sent before a disconnect are read first; then the monitor's news.
       zmq::Message got;
-      if (!got.receive(*sock_)) {
-        if (mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle && on_idle()) {
+      if (ready <= 0 || !got.receive(*sock_)) {
+        if (ready > 0 && mon_ && (items[1].revents & ZMQ_POLLIN) && on_idle && on_idle()) {
           m = zmq::Message();
           waiting_since_.reset();
           return true;
         }
+        if (stop()) return false;
         continue;
       }
       if (got.bytes().size() > cfg_.chunk_bytes) {
@@ -295,7 +298,6 @@ class PullingSource : public Source {
       waiting_since_.reset();
       return true;
     }
-    return false;
   }
 
   const Config& cfg_;
