@@ -296,8 +296,12 @@ TEST(Wire, TheChecksumIsXxh3WhicheverVectorUnitComputesIt) {
       ASSERT_EQ(checksum(s), checksum_portable(s)) << n << " bytes from offset " << offset;
     }
   }
-  std::cout << "[wire] checksum: XXH3-64 with "
-            << (__builtin_cpu_supports("avx2") ? "AVX2" : "the library (SSE2)") << std::endl;
+#if defined(__x86_64__)
+  const char* unit = __builtin_cpu_supports("avx2") ? "AVX2" : "the library (SSE2)";
+#else
+  const char* unit = "the library (this CPU's vector unit)";
+#endif
+  std::cout << "[wire] checksum: XXH3-64 with " << unit << std::endl;
 }
 
 // A checksum taken in pieces (as a codec shows a chunk, block by block) is checksum() of the

@@ -1,7 +1,9 @@
 #include "codec/bitshuffle.hpp"
 
-#include <immintrin.h>
 #include <lz4.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -154,6 +156,8 @@ using detail::plane_scratch;
 using detail::planes_to_bits;
 using detail::planes_to_bytes;
 
+// x86-64 only: the vector kernels (other CPUs run the portable one).
+#if defined(__x86_64__)
 // AVX2: the top bit of each of 32 bytes is one movemask; shifting the bytes left walks the bits.
 __attribute__((target("avx2"))) void planes_to_bits_avx2(const std::byte* planes, std::byte* out,
                                                          std::size_t n, std::size_t e) noexcept {
@@ -286,6 +290,33 @@ __attribute__((target("avx2"))) void planes_to_bytes2_avx2(const std::byte* plan
   }
 }
 
+void shuffle_bits_avx2(const std::byte* in, std::byte* out, std::size_t n, std::size_t e) noexcept {
+  const std::byte* planes = in;
+  if (e > 1) {
+    std::byte* tmp = plane_scratch(n * e);
+    if (e == 2) {
+      bytes_to_planes2_avx2(in, tmp, n);
+    } else {
+      bytes_to_planes(in, tmp, n, e);
+    }
+    planes = tmp;
+  }
+  planes_to_bits_avx2(planes, out, n, e);
+}
+
+void unshuffle_bits_avx2(const std::byte* in, std::byte* out, std::size_t n,
+                         std::size_t e) noexcept {
+  if (e == 1) return bits_to_planes_avx2(in, out, n, e);
+  std::byte* tmp = plane_scratch(n * e);
+  bits_to_planes_avx2(in, tmp, n, e);
+  if (e == 2) {
+    planes_to_bytes2_avx2(tmp, out, n);
+  } else {
+    planes_to_bytes(tmp, out, n, e);
+  }
+}
+#endif  // __x86_64__
+
 Kernel best_kernel() noexcept {
   // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in the agent changes its environment
   static const Kernel k = choose_kernel(std::getenv("NUMASTREAM_BSLZ4_KERNEL"));
@@ -321,12 +352,14 @@ const char* kernel_name(Kernel k) noexcept {
 
 std::vector<Kernel> kernels_available() noexcept {
   std::vector<Kernel> out = {Kernel::portable};
+#if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2")) out.push_back(Kernel::avx2);
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vbmi")) {
     out.push_back(Kernel::avx512);
     if (__builtin_cpu_supports("gfni")) out.push_back(Kernel::avx512_gfni);
   }
+#endif
   return out;
 }
 
@@ -369,37 +402,30 @@ void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::siz
   unshuffle_bits(in, out, n, e, best_kernel());
 }
 
+// A kernel this CPU lacks (kernels_available) is never asked for; on other CPUs than x86-64 only
+// the portable one is.
 void shuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e,
                   Kernel k) noexcept {
+#if defined(__x86_64__)
   if (k == Kernel::avx512 || k == Kernel::avx512_gfni)
     return detail::shuffle_bits_avx512(in, out, n, e, k == Kernel::avx512_gfni);
-  if (k != Kernel::avx2) return shuffle_bits_portable(in, out, n, e);
-  const std::byte* planes = in;
-  if (e > 1) {
-    std::byte* tmp = plane_scratch(n * e);
-    if (e == 2) {
-      bytes_to_planes2_avx2(in, tmp, n);
-    } else {
-      bytes_to_planes(in, tmp, n, e);
-    }
-    planes = tmp;
-  }
-  planes_to_bits_avx2(planes, out, n, e);
+  if (k == Kernel::avx2) return shuffle_bits_avx2(in, out, n, e);
+#else
+  (void)k;
+#endif
+  shuffle_bits_portable(in, out, n, e);
 }
 
 void unshuffle_bits(const std::byte* in, std::byte* out, std::size_t n, std::size_t e,
                     Kernel k) noexcept {
+#if defined(__x86_64__)
   if (k == Kernel::avx512 || k == Kernel::avx512_gfni)
     return detail::unshuffle_bits_avx512(in, out, n, e, k == Kernel::avx512_gfni);
-  if (k != Kernel::avx2) return unshuffle_bits_portable(in, out, n, e);
-  if (e == 1) return bits_to_planes_avx2(in, out, n, e);
-  std::byte* tmp = plane_scratch(n * e);
-  bits_to_planes_avx2(in, tmp, n, e);
-  if (e == 2) {
-    planes_to_bytes2_avx2(tmp, out, n);
-  } else {
-    planes_to_bytes(tmp, out, n, e);
-  }
+  if (k == Kernel::avx2) return unshuffle_bits_avx2(in, out, n, e);
+#else
+  (void)k;
+#endif
+  unshuffle_bits_portable(in, out, n, e);
 }
 
 Workspace::Workspace() : lz4_state_(std::malloc(static_cast<std::size_t>(LZ4_sizeofState()))) {

@@ -5,6 +5,8 @@
 // the CPU has against it and against the definition).
 // GCC 12's AVX-512 headers make an "undefined" register by initialising a variable with itself,
 // which its own -Wmaybe-uninitialized then reports in every caller (GCC bug 105593, fixed in 13).
+// x86-64 only: elsewhere this file is empty (kernels_available never offers these kernels).
+#if defined(__x86_64__)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -276,3 +278,5 @@ void unshuffle_bits_avx512(const std::byte* in, std::byte* out, std::size_t n, s
 }
 
 }  // namespace numastream::bslz4::detail
+
+#endif  // __x86_64__

@@ -1,8 +1,12 @@
 // XXH3-64 with AVX2, compiled for AVX2 (this file alone) and called only where the CPU has it
 // (wire::checksum asks). XXH3's result is the same whatever vector unit computes it: the
 // library's SSE2 build and this one agree on every input (tests/wire_test.cpp).
+// On other CPUs than x86-64 it is never called (wire::checksum asks the CPU) and is built for
+// the library's default vector unit.
 #define XXH_INLINE_ALL
+#if defined(__x86_64__)
 #define XXH_VECTOR XXH_AVX2
+#endif
 #include <xxhash.h>
 
 #include <cstddef>

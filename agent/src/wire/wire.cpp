@@ -345,8 +345,12 @@ std::uint64_t checksum_portable(std::span<const std::byte> raw) noexcept {
 
 namespace {
 bool cpu_has_avx2() noexcept {
+#if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   return avx2;
+#else
+  return false;  // the library's XXH3 uses the CPU's own vector unit (NEON on arm64)
+#endif
 }
 }  // namespace
 
