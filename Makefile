@@ -69,9 +69,9 @@ agent-tsan: deps ## Build the agent, its unit and end-to-end tests with ThreadSa
 test-agent: agent ## Agent unit, end-to-end (real processes) and fault tests (network namespaces, root)
 	@cd $(AGENT_BUILD) && ctest --output-on-failure -j $(JOBS)
 
-.PHONY: test-agent-arm64
-test-agent-arm64: agent ## The agent cross-compiled for arm64: its unit tests under qemu-aarch64, streams between arm64 and x86-64 both ways
-	@JOBS=$(JOBS) NUMASTREAM_AGENT=$(AGENT) bash hack/arm64.sh $(BUILD)/agent-arm64
+.PHONY: test-arm64
+test-arm64: agent ## arm64 from this machine: the agent cross-compiled, its unit tests under qemu-aarch64, streams between arm64 and x86-64 both ways; the Go programs and their packages' tests
+	@JOBS=$(JOBS) NUMASTREAM_AGENT=$(AGENT) GO_LDFLAGS="$(GO_LDFLAGS)" bash hack/arm64.sh $(BUILD)/arm64
 
 .PHONY: test-oracles
 # Side by side, two at a time, the longest first: most of their time is agents killed and
@@ -337,7 +337,7 @@ check-deps: deps ## Prove each toolchain the suite uses links and runs a program
 
 .PHONY: test
 test: ## The whole suite, ending with each suite's wall time against the budget (docs/development.md)
-	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps @warm-tools test-docs test-agent @test-agent-arm64 test-agent-asan test-agent-tsan test-oracles test-fuzz+test-operator test-e2e test-e2e-real
+	@MAKE="$(MAKE)" bash hack/test-suites.sh check-deps @warm-tools test-docs test-agent @test-arm64 test-agent-asan test-agent-tsan test-oracles test-fuzz+test-operator test-e2e test-e2e-real
 
 .PHONY: demo
 demo: agent operator plugin k8s-bins k8s-bins-sim ## The main job: a StreamPipeline as real pods on the facility in a box (root), else simulated

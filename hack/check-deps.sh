@@ -53,7 +53,7 @@ tool pgrep procps pgrep --version
 tool buildah buildah buildah --version
 tool mmdebstrap mmdebstrap mmdebstrap --version
 tool ldd libc-bin ldd --version
-# The agent for arm64 (make test-agent-arm64): the cross compiler links a program qemu-user runs.
+# The agent for arm64 (make test-arm64): the cross compiler links a program qemu-user runs.
 tool arm64 "g++-aarch64-linux-gnu qemu-user" sh -c "printf 'int main() { return 0; }\n' |
   aarch64-linux-gnu-g++ -static -x c++ - -o '$work/arm64.bin' && qemu-aarch64 '$work/arm64.bin'"
 

@@ -48,7 +48,7 @@ test=(
   # box runs Debian's distribution registry (TLS, htpasswd) and pushes with skopeo
   docker-registry skopeo apache2-utils openssl
   python3 curl tar
-  # the agent on arm64 (make test-agent-arm64): a cross compiler, and qemu-user to run what it
+  # the agent on arm64 (make test-arm64): a cross compiler, and qemu-user to run what it
   # builds (the arm64 libraries come from mmdebstrap, above, into a cached sysroot)
   g++-aarch64-linux-gnu qemu-user
   # the reference libraries the oracle tests use live in a virtualenv (hack/pyenv.sh)

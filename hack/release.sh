@@ -15,7 +15,7 @@
 # The images are pushed to a registry as they are (`skopeo copy --preserve-digests
 # oci-archive:... docker://...`), so the digests the chart pins are the registry's.
 # Multi-arch: only this machine's architecture (buildah builds without an emulator here); the agent
-# builds and is tested for arm64 too (make test-agent-arm64), its image not yet made.
+# builds and is tested for arm64 too (make test-arm64), its image not yet made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${VERSION:-$(cat VERSION)}
