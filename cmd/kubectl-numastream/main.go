@@ -21,6 +21,7 @@ import (
 
 	v1beta1 "github.com/numastream/numastream/api/v1beta1"
 	"github.com/numastream/numastream/internal/cli"
+	"github.com/numastream/numastream/internal/version"
 )
 
 const usage = `kubectl numastream: a StreamPipeline as the people who run it read it
@@ -46,6 +47,7 @@ func main() {
 	tail := flags.Int64("tail", 0, "logs: the last lines of each container (0: all)")
 	stream := flags.Int("stream", 0, "preview: the stream whose gateway to open")
 	local := flags.Int("port", 0, "preview: the local port (0: any free one)")
+	showVersion := flags.Bool("version", false, "print the version and exit")
 	flags.Usage = func() {
 		fmt.Fprint(os.Stderr, usage)
 		flags.PrintDefaults()
@@ -54,7 +56,12 @@ func main() {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
 		}
+		fmt.Fprintf(os.Stderr, "kubectl numastream: %v (kubectl numastream --help lists the flags)\n", err)
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println(version.String("kubectl-numastream"))
+		return
 	}
 	args := flags.Args()
 	if len(args) != 2 {

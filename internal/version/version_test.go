@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// The operator and the node daemon, built as `make operator` builds them, say the repository's
+// The operator, the node daemon and the kubectl plugin, built as `make operator` builds them, say the repository's
 // VERSION on --version and exit 0, answer --help with exit 0, and refuse an unknown flag with exit
 // 2 naming it; the chart carries the same version.
 func TestBinariesSayTheRepositorysVersion(t *testing.T) {
@@ -29,7 +29,8 @@ func TestBinariesSayTheRepositorysVersion(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	for cmd, name := range map[string]string{"operator": "numastream-operator", "node-daemon": "numastream-node-daemon"} {
+	for cmd, name := range map[string]string{"operator": "numastream-operator", "node-daemon": "numastream-node-daemon",
+		"kubectl-numastream": "kubectl-numastream"} {
 		bin := filepath.Join(dir, cmd)
 		build := exec.Command("go", "build", "-ldflags", "-X github.com/numastream/numastream/internal/version.Version="+want,
 			"-o", bin, "./cmd/"+cmd)
