@@ -33,6 +33,17 @@ AGENT_BUILD := $(BUILD)/agent
 # More cmake options for `make agent` (the Dockerfile's builder: -DNUMASTREAM_TESTS=OFF).
 AGENT_CMAKE_FLAGS ?=
 AGENT_ASAN_BUILD := $(BUILD)/agent-asan
+# AGENT_ARCH=arm64 make agent: cross-compiled on an x86-64 machine against Debian's arm64
+# libraries installed beside its own (DEPS=build-arm64; the Dockerfile's builder for linux/arm64).
+AGENT_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+ifneq ($(AGENT_ARCH),$(shell dpkg --print-architecture 2>/dev/null || echo amd64))
+ifneq ($(AGENT_ARCH),arm64)
+$(error AGENT_ARCH=$(AGENT_ARCH): the agent cross-compiles for arm64 only)
+endif
+AGENT_BUILD := $(BUILD)/agent-arm64
+AGENT_CROSS_FLAGS := -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/agent/cmake/aarch64-linux-gnu.cmake
+export PKG_CONFIG_LIBDIR := /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
+endif
 AGENT_TSAN_BUILD := $(BUILD)/agent-tsan
 AGENT := $(BIN)/numastream-agent
 
@@ -50,7 +61,7 @@ deps: ## Install the Debian packages the build needs (idempotent)
 
 .PHONY: agent
 agent: deps ## Build the C++ agent into bin/numastream-agent
-	@hack/quiet.sh "agent: cmake configure" -- cmake -S agent -B $(AGENT_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_LAUNCHER) $(AGENT_CMAKE_FLAGS)
+	@hack/quiet.sh "agent: cmake configure" -- cmake -S agent -B $(AGENT_BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_LAUNCHER) $(AGENT_CROSS_FLAGS) $(AGENT_CMAKE_FLAGS)
 	@cmake --build $(AGENT_BUILD) -j $(JOBS)
 	@mkdir -p $(BIN) && cp $(AGENT_BUILD)/numastream-agent $(AGENT)
 
@@ -237,13 +248,15 @@ warm-tools: ## Build what the suites use, in the order they need it (the sanitiz
 	@echo "warm-tools: the Python environment: $$(bash hack/pyenv.sh)"
 	@$(MAKE) --no-print-directory -k k8s-bins monitoring-bins k8s-bins-sim
 	@if why=$$($(FACILITY) check); then \
-		$(MAKE) --no-print-directory -k k8s-bins-node facility-bins && WARM_ONLY=1 bash hack/images.sh $(BUILD)/images && \
+		$(MAKE) --no-print-directory -k k8s-bins-node facility-bins && WARM_ONLY=1 PLATFORMS="$(RELEASE_PLATFORMS)" bash hack/images.sh $(BUILD)/images && \
 		echo "warm-tools: syft $$(bash hack/build-go-tool.sh syft github.com/anchore/syft $(SYFT_VERSION) github.com/anchore/syft/cmd/syft)"; \
 	else echo "warm-tools: not the facility's tools: $$why"; fi
 
 .PHONY: release
-release: k8s-bins ## What a release ships, into build/release/numastream-$(VERSION): OCI image archives, the chart pinned to their digests, the CRDs, release notes, SHA256SUMS
-	@VERSION=$(VERSION) HELM=$(HELM) SYFT_VERSION=$(SYFT_VERSION) bash hack/release.sh $(RELEASE_DIR)
+# The architectures of the release's images (each image one index of them).
+RELEASE_PLATFORMS ?= amd64 arm64
+release: k8s-bins ## What a release ships, into build/release/numastream-$(VERSION): OCI image archives (linux/amd64 and linux/arm64), the chart pinned to their digests, the CRDs, SBOMs, release notes, SHA256SUMS
+	@VERSION=$(VERSION) HELM=$(HELM) SYFT_VERSION=$(SYFT_VERSION) PLATFORMS="$(RELEASE_PLATFORMS)" bash hack/release.sh $(RELEASE_DIR)
 
 .PHONY: facility-up facility-down
 facility-up: k8s-bins-sim k8s-bins-node facility-bins images ## The facility in a box: control plane + detector-a, detector-b, gateway-a, gw-numa (real kubelets; gw-numa two NUMA nodes, static CPU manager), NFD, Multus

@@ -4,7 +4,10 @@
 # when everything is present it only checks (well under a second) and installs nothing.
 #
 #   install-deps.sh [build|test|all]     (default all)
-#     build  what `make agent` and `make operator` need (the Dockerfile's builder uses this)
+#     build  what `make agent` and `make operator` need
+#     build-ARCH  the same to build for ARCH (amd64, arm64): this machine's architecture is
+#            build; another is its cross compiler and its libraries (Debian multiarch), what the
+#            Dockerfile's builder uses for a target platform other than its own
 #     test   + what `make test` and `make demo` need on top: clang's libFuzzer/ASan runtime,
 #            network namespaces and shaping, the real nodes' container runtime and CNI plugins
 #
@@ -13,11 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 group=${1:-all}
 
-build=(
+tools=(
   build-essential cmake ninja-build pkg-config
   # a compiler cache: a fresh clone recompiles only what changed (the Makefile's CCACHE_DIR)
   ccache
-  liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev nlohmann-json3-dev
+  nlohmann-json3-dev ca-certificates git
+)
+libs=(
+  liblz4-dev libnuma-dev libzmq3-dev libsodium-dev libxxhash-dev
   # HDF5 files in and out (direct chunk I/O)
   libhdf5-dev
   # CBOR: DECTRIS Stream V2 messages
@@ -26,8 +32,8 @@ build=(
   zlib1g-dev
   # OpenSSL: the metrics port's HTTPS
   libssl-dev
-  ca-certificates git
 )
+build=("${tools[@]}" "${libs[@]}")
 test=(
   googletest libgtest-dev
   # libFuzzer + ASan/UBSan with clang: the runtimes are in libclang-rt-14-dev, which clang only
@@ -51,6 +57,9 @@ test=(
   # the agent on arm64 (make test-arm64): a cross compiler, and qemu-user to run what it
   # builds (the arm64 libraries come from mmdebstrap, above, into a cached sysroot)
   g++-aarch64-linux-gnu qemu-user
+  # the arm64 images (make release): the Dockerfile's RUN on an arm64 base, through binfmt
+  # (hack/binfmt-arm64.sh), and mmdebstrap bootstrapping an arm64 Debian
+  qemu-user-static arch-test
   # the reference libraries the oracle tests use live in a virtualenv (hack/pyenv.sh)
   python3-venv
   # h5dump, to read back the files the gateway writes; LZ4/bz2 filters for datasets we read as pixels
@@ -63,10 +72,14 @@ test=(
   # headers for the reference decoder pyenv.sh builds from source (dectris-compression)
   python3-dev
 )
+host_arch=$(dpkg --print-architecture)
+cross=
+[[ $group == "build-$host_arch" ]] && group=build
 case "$group" in
   build) packages=("${build[@]}") ;;
+  build-arm64) cross=arm64 packages=("${tools[@]}" g++-aarch64-linux-gnu "${libs[@]/%/:arm64}") ;;
   test | all) packages=("${build[@]}" "${test[@]}") ;;
-  *) echo "install-deps: unknown group '$group' (build, test or all)" >&2; exit 2 ;;
+  *) echo "install-deps: unknown group '$group' (build, build-amd64, build-arm64, test or all)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -89,6 +102,9 @@ else
   SUDO=
 fi
 export DEBIAN_FRONTEND=noninteractive
+if [[ -n $cross ]] && ! dpkg --print-foreign-architectures | grep -qx "$cross"; then
+  $SUDO dpkg --add-architecture "$cross"
+fi
 export QUIET_LOG_DIR=${QUIET_LOG_DIR:-/tmp/numastream-install-deps}
 hack/quiet.sh "apt-get update" -- $SUDO apt-get update -qq
 hack/quiet.sh "apt-get install" -- $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
