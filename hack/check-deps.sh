@@ -56,6 +56,8 @@ tool ldd libc-bin ldd --version
 # The agent for arm64 (make test-arm64): the cross compiler links a program qemu-user runs.
 tool arm64 "g++-aarch64-linux-gnu qemu-user" sh -c "printf 'int main() { return 0; }\n' |
   aarch64-linux-gnu-g++ -static -x c++ - -o '$work/arm64.bin' && qemu-aarch64 '$work/arm64.bin'"
+# The arm64 images (make release): the kernel runs that program itself (binfmt, qemu-user-static).
+tool binfmt-arm64 "qemu-user-static arch-test" sh -c "bash hack/binfmt-arm64.sh && '$work/arm64.bin'"
 
 main='int main() { return 0; }'
 check cxx20 "build-essential (g++)" cpp '#include <span>

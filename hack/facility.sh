@@ -520,7 +520,7 @@ registry_up() {
   [[ $code == 401 ]] || { echo "facility: the registry at $REGISTRY does not ask for credentials (HTTP $code)" >&2; cat "$FAC/registry.log" >&2; return 1; }
   for f in "$RELEASE_DIR"/images/numastream-*.oci.tar; do
     c=$(basename "$f" .oci.tar); c=${c#numastream-}; version=${c#*-}; c=${c%%-*}
-    skopeo copy -q --preserve-digests --dest-creds "facility:$(cat "$r/password")" --dest-cert-dir "$r/certs" \
+    skopeo copy -q --all --preserve-digests --dest-creds "facility:$(cat "$r/password")" --dest-cert-dir "$r/certs" \
       "oci-archive:$f" "docker://$REGISTRY/numastream/$c:$version" ||
       { echo "facility: cannot push $f to the registry" >&2; return 1; }
   done
@@ -591,7 +591,7 @@ upgrade_agent() {
   local tag=$1 helm="${HELM:-$HOME/.cache/numastream/k8s-1.36.4/helm}" hh="$FAC/helm" n by_tag=()
   if [[ -n "${RELEASE_DIR:-}" ]]; then
     local r="$FAC/registry" creds; creds="facility:$(cat "$FAC/registry/password")"
-    skopeo copy -q --preserve-digests --src-creds "$creds" --dest-creds "$creds" --src-cert-dir "$r/certs" --dest-cert-dir "$r/certs" \
+    skopeo copy -q --all --preserve-digests --src-creds "$creds" --dest-creds "$creds" --src-cert-dir "$r/certs" --dest-cert-dir "$r/certs" \
       "docker://$REGISTRY/numastream/agent@$(release_digest agent)" "docker://$REGISTRY/numastream/agent:$tag" ||
       { echo "facility: cannot tag the agent image $tag in the registry" >&2; return 1; }
     by_tag=(--set-string agentImage.digest=)

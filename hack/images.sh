@@ -11,6 +11,9 @@
 #
 #   images.sh OUT-DIR [AGENT-TAG [OPERATOR-TAG]]
 # IMAGE_FORMAT=oci-archive writes the agent and operator as OCI archives (what a release ships).
+# PLATFORMS="amd64 arm64" (with oci-archive) builds each image for both and writes it as one image
+# index (multi-arch): the arm64 build cross-compiles in the builder and runs the agent image's
+# RUN through qemu (hack/binfmt-arm64.sh); each architecture has a buildah storage of its own.
 # WARM_ONLY=1 builds the base images and the builder stage only, writing nothing to OUT-DIR: its
 # layers (the compiling) are then cached for the next build (make warm-tools).
 set -euo pipefail
@@ -32,33 +35,65 @@ else
   bash hack/sandbox-image.sh "$out/sandbox.tar"
 fi
 
-B=(buildah --root "$store/storage" --runroot "${BUILDAH_RUNROOT:-/tmp/numastream-buildah-run}" --storage-driver "${STORAGE_DRIVER:-overlay}")
+host_arch=$(dpkg --print-architecture)
+read -r -a platforms <<<"${PLATFORMS:-$host_arch}"
+if ((${#platforms[@]} > 1)) && [[ ${IMAGE_FORMAT:-} != oci-archive && ${WARM_ONLY:-0} != 1 ]]; then
+  echo "images: PLATFORMS='${platforms[*]}' needs IMAGE_FORMAT=oci-archive (one image index per image)" >&2
+  exit 2
+fi
 export BUILDAH_ISOLATION=chroot
 mkdir -p "$store/tmp"
-bash hack/base-images.sh "$store/storage"
-# The builder stage is tagged too: its layers (what the Dockerfile installs and compiles) outlive
-# the prune below, so the next build starts from them.
-for target in $targets; do
-  case $target in
-    build) tag=numastream/build-stage:cache ;;
-    agent) tag=$agent_tag ;;
-    operator) tag=$operator_tag ;;
-  esac
-  log="$work/buildah-$target.log"
-  start=$SECONDS
-  hack/heartbeat.sh "images: buildah bud --target $target" --log "$log" -- \
-    env TMPDIR="$store/tmp" "${B[@]}" bud --layers --pull=false --target "$target" -t "$tag" -f Dockerfile . ||
-    { tail -40 "$log"; echo "images: buildah bud --target $target FAILED (last lines above)" >&2; exit 1; }
-  if [[ $target == build ]]; then
-    echo "images: the Dockerfile's builder stage (the agent and Go binaries compiled) in $((SECONDS - start)) s"
-    continue
+for arch in "${platforms[@]}"; do
+  # This machine's architecture in the storage the facility's images always used; another in its own.
+  storage=$store/storage runroot=${BUILDAH_RUNROOT:-/tmp/numastream-buildah-run}
+  if [[ $arch != "$host_arch" ]]; then
+    storage=$store/storage-$arch runroot=$runroot-$arch
+    bash hack/binfmt-arm64.sh
   fi
-  rm -f "$out/$target.tar"
-  "${B[@]}" push -q "$tag" "${IMAGE_FORMAT:-docker-archive}:$out/$target.tar:$tag" >>"$log" 2>&1 ||
-    { tail -20 "$log"; echo "images: buildah push $tag FAILED" >&2; exit 1; }
-  echo "images: $tag from the Dockerfile (--target $target) in $((SECONDS - start)) s"
+  B=(buildah --root "$storage" --runroot "$runroot" --storage-driver "${STORAGE_DRIVER:-overlay}")
+  BUILDAH_RUNROOT=$runroot bash hack/base-images.sh "$storage" "$arch"
+  # The target architecture as build arguments, not --platform: Debian's buildah (1.28) then
+  # looks every base up for the target, the builder's (FROM --platform=$BUILDPLATFORM) too, and
+  # the storage has that one for this machine. Each image takes its base's architecture.
+  platform_args=(--build-arg "TARGETARCH=$arch" --build-arg "TARGETPLATFORM=linux/$arch")
+  # The builder stage is tagged too: its layers (what the Dockerfile installs and compiles) outlive
+  # the prune below, so the next build starts from them.
+  for target in $targets; do
+    case $target in
+      build) tag=numastream/build-stage:cache ;;
+      agent) tag=$agent_tag ;;
+      operator) tag=$operator_tag ;;
+    esac
+    log="$work/buildah-$target-$arch.log"
+    start=$SECONDS
+    hack/heartbeat.sh "images: buildah bud --target $target (linux/$arch)" --log "$log" -- \
+      env TMPDIR="$store/tmp" "${B[@]}" bud --layers --pull=false "${platform_args[@]}" --target "$target" -t "$tag" -f Dockerfile . ||
+      { tail -40 "$log"; echo "images: buildah bud --target $target (linux/$arch) FAILED (last lines above)" >&2; exit 1; }
+    if [[ $target == build ]]; then
+      echo "images: the Dockerfile's builder stage for linux/$arch (the agent and Go binaries compiled) in $((SECONDS - start)) s"
+      continue
+    fi
+    if ((${#platforms[@]} == 1)); then
+      rm -f "$out/$target.tar"
+      "${B[@]}" push -q "$tag" "${IMAGE_FORMAT:-docker-archive}:$out/$target.tar:$tag" >>"$log" 2>&1 ||
+        { tail -20 "$log"; echo "images: buildah push $tag FAILED" >&2; exit 1; }
+    else
+      "${B[@]}" push -q "$tag" "oci:$work/layout-$target:$arch" >>"$log" 2>&1 ||
+        { tail -20 "$log"; echo "images: buildah push $tag ($arch) FAILED" >&2; exit 1; }
+    fi
+    echo "images: $tag for linux/$arch from the Dockerfile (--target $target) in $((SECONDS - start)) s"
+  done
+  [[ ${WARM_ONLY:-0} == 1 ]] && continue
+  # Layers of earlier builds that no tag uses any more.
+  "${B[@]}" rmi --prune >/dev/null 2>&1 || true
 done
 [[ ${WARM_ONLY:-0} == 1 ]] && exit 0
-# Layers of earlier builds that no tag uses any more.
-"${B[@]}" rmi --prune >/dev/null 2>&1 || true
-echo "images: $(cd "$out" && ls -s --block-size=M *.tar | tr '\n' ' ') ($agent_tag, $operator_tag, the sandbox)"
+if ((${#platforms[@]} > 1)); then
+  for target in agent operator; do
+    tag=$agent_tag
+    [[ $target == operator ]] && tag=$operator_tag
+    python3 hack/oci-index.py "$work/layout-$target" "$tag" "$out/$target.tar" "${platforms[@]}" ||
+      { echo "images: could not make the $tag image index" >&2; exit 1; }
+  done
+fi
+echo "images: $(cd "$out" && ls -s --block-size=M *.tar | tr '\n' ' ') ($agent_tag, $operator_tag for ${platforms[*]}, the sandbox)"

@@ -2,20 +2,20 @@
 # What a release of numastream contains, built from this tree into OUT (default
 # build/release/numastream-$VERSION):
 #   images/numastream-agent-V.oci.tar, images/numastream-operator-V.oci.tar
-#                          the Dockerfile's agent and operator images (linux/amd64), OCI archives
+#                          the Dockerfile's agent and operator images, OCI archives, each one
+#                          image index of linux/amd64 and linux/arm64 (PLATFORMS)
 #   numastream-V.tgz       the Helm chart, its images pinned by the digests of those archives
 #   crds.yaml              the CustomResourceDefinitions (for GitOps tools that apply them apart)
-#   sbom/numastream-C-V.spdx.json
-#                          each image's software bill of materials (SPDX 2.3, by syft)
+#   sbom/numastream-C-V-ARCH.spdx.json
+#                          each image's software bill of materials per architecture (SPDX 2.3, by syft)
 #   RELEASE-NOTES.md       the CHANGELOG's section for V, the images' digests, how to install
 #   SHA256SUMS             checksums of every file above
 #
 #   release.sh [OUT]        (VERSION from ./VERSION unless set)
 #
-# The images are pushed to a registry as they are (`skopeo copy --preserve-digests
-# oci-archive:... docker://...`), so the digests the chart pins are the registry's.
-# Multi-arch: only this machine's architecture (buildah builds without an emulator here); the agent
-# builds and is tested for arm64 too (make test-arm64), its image not yet made.
+# The images are pushed to a registry as they are (`skopeo copy --all --preserve-digests
+# oci-archive:... docker://...`), so the digests the chart pins (the image indexes') are the
+# registry's. PLATFORMS="amd64" makes a release of one architecture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${VERSION:-$(cat VERSION)}
@@ -31,12 +31,14 @@ start=$SECONDS
 
 rm -rf "$out"
 mkdir -p "$out/images"
-IMAGE_FORMAT=oci-archive bash hack/images.sh "$work/images" "numastream/agent:$version" "numastream/operator:$version"
+platforms=${PLATFORMS:-amd64 arm64}
+PLATFORMS=$platforms IMAGE_FORMAT=oci-archive bash hack/images.sh "$work/images" "numastream/agent:$version" "numastream/operator:$version"
 for c in agent operator; do
   mv "$work/images/$c.tar" "$out/images/numastream-$c-$version.oci.tar"
 done
 
-# The digest a registry gives an image pushed from an OCI archive: its manifest's, in index.json.
+# The digest a registry gives an image pushed from an OCI archive: its image index's (or, of one
+# architecture, its manifest's), the one entry of index.json.
 digest_of() {
   python3 - "$1" <<'EOF'
 import json, sys, tarfile
@@ -48,14 +50,16 @@ if len(manifests) != 1 or not manifests[0].get("digest", "").startswith("sha256:
 print(manifests[0]["digest"])
 EOF
 }
-# An SBOM of each image (SPDX 2.3 JSON): syft, built from the module proxy, reads the Debian
-# packages and the Go binaries' modules in the archive.
+# An SBOM of each image for each architecture (SPDX 2.3 JSON): syft, built from the module proxy,
+# reads the Debian packages and the Go binaries' modules in the archive.
 syft=$(bash hack/build-go-tool.sh syft github.com/anchore/syft "${SYFT_VERSION:?SYFT_VERSION (the Makefile sets it)}" github.com/anchore/syft/cmd/syft)
 mkdir -p "$out/sbom"
 for c in agent operator; do
-  SYFT_CHECK_FOR_APP_UPDATE=false "$syft" scan -q "oci-archive:$out/images/numastream-$c-$version.oci.tar" \
-    --source-name "numastream-$c" --source-version "$version" -o "spdx-json=$out/sbom/numastream-$c-$version.spdx.json" ||
-    { echo "release: syft could not make the $c image's SBOM" >&2; exit 1; }
+  for arch in $platforms; do
+    SYFT_CHECK_FOR_APP_UPDATE=false "$syft" scan -q --platform "linux/$arch" "oci-archive:$out/images/numastream-$c-$version.oci.tar" \
+      --source-name "numastream-$c" --source-version "$version" -o "spdx-json=$out/sbom/numastream-$c-$version-$arch.spdx.json" ||
+      { echo "release: syft could not make the $c image's SBOM for $arch" >&2; exit 1; }
+  done
 done
 
 agent_digest=$(digest_of "$out/images/numastream-agent-$version.oci.tar")
@@ -98,7 +102,8 @@ notes=$(awk -v v="$version" '
   echo "| \`numastream/agent:$version\` (agent pods, node daemon) | \`$agent_digest\` |"
   echo "| \`numastream/operator:$version\` | \`$operator_digest\` |"
   echo
-  echo "Each image's SBOM (SPDX 2.3) is in sbom/."
+  echo "Platforms: $(sed 's#[^ ]*#linux/&#g; s/ /, /g' <<<"$platforms") (one digest per image; a node pulls its own architecture's)."
+  echo "Each image's SBOM per platform (SPDX 2.3) is in sbom/."
   echo "Install from these files: docs/install.md (\"Images into your registry\", \"Install\"). Verify them first:"
   echo "\`sha256sum -c SHA256SUMS\`."
   echo

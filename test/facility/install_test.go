@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -97,18 +98,21 @@ func TestTheBoxRunsTheReleaseFromItsRegistry(t *testing.T) {
 		if len(archives) != 1 {
 			t.Fatalf("%d %s archives in the release", len(archives), c)
 		}
-		if d := archiveDigest(t, archives[0]); d != pinned[c] {
+		if d := readOCIArchive(t, archives[0]).digest; d != pinned[c] {
 			t.Errorf("%s: the chart pins %s, its archive's manifest is %s", c, pinned[c], d)
 		}
 	}
 	t.Logf("the chart pins agent %s, operator %s", pinned["agent"], pinned["operator"])
-	// Each image's SBOM names what the image runs: the agent's libraries, the operator's modules.
+	// Each image's SBOM, one per platform, names what the image runs: the agent's libraries, the
+	// operator's modules.
 	for c, want := range map[string][]string{
 		"agent":    {"libzmq5", "libsodium23", "liblz4-1", "libhdf5-103-1", "github.com/numastream/numastream"},
 		"operator": {"github.com/numastream/numastream", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"},
 	} {
-		if missing := sbomLacks(t, dir, c, want); len(missing) > 0 {
-			t.Errorf("the %s image's SBOM lacks %v", c, missing)
+		for _, arch := range releasePlatforms {
+			if missing := sbomLacks(t, dir, c, arch, want); len(missing) > 0 {
+				t.Errorf("the %s image's SBOM for %s lacks %v", c, arch, missing)
+			}
 		}
 	}
 
@@ -164,7 +168,7 @@ func TestTheBoxRunsTheReleaseFromItsRegistry(t *testing.T) {
 	get := func(user string) (int, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodHead,
 			"https://"+registry+"/v2/numastream/agent/manifests/"+pinned["agent"], nil)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+		req.Header.Set("Accept", ociIndex+", "+ociManifest)
 		if user != "" {
 			req.SetBasicAuth(user, strings.TrimSpace(string(password)))
 		}
@@ -225,39 +229,12 @@ func chartDigests(t *testing.T, dir string) map[string]string {
 	}
 }
 
-// archiveDigest: the manifest an OCI archive's index.json names.
-func archiveDigest(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("%s: no index.json (%v)", path, err)
-		}
-		if h.Name != "index.json" {
-			continue
-		}
-		var index struct {
-			Manifests []struct{ Digest string } `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&index); err != nil || len(index.Manifests) != 1 {
-			t.Fatalf("%s: index.json %+v %v", path, index, err)
-		}
-		return index.Manifests[0].Digest
-	}
-}
-
 // sbomLacks: which of the packages the release's SPDX SBOM of an image does not list.
-func sbomLacks(t *testing.T, dir, image string, packages []string) []string {
+func sbomLacks(t *testing.T, dir, image, arch string, packages []string) []string {
 	t.Helper()
-	docs, _ := filepath.Glob(filepath.Join(dir, "sbom", "numastream-"+image+"-*.spdx.json"))
+	docs, _ := filepath.Glob(filepath.Join(dir, "sbom", "numastream-"+image+"-*-"+arch+".spdx.json"))
 	if len(docs) != 1 {
-		t.Fatalf("%d SBOMs of the %s image in the release", len(docs), image)
+		t.Fatalf("%d SBOMs of the %s image for %s in the release", len(docs), image, arch)
 	}
 	raw, err := os.ReadFile(docs[0])
 	if err != nil {
@@ -283,4 +260,216 @@ func sbomLacks(t *testing.T, dir, image string, packages []string) []string {
 		}
 	}
 	return missing
+}
+
+// sbomPurl: the package URL the release's SBOM of an image for arch gives a package.
+func sbomPurl(t *testing.T, dir, image, arch, pkg string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "sbom", "numastream-"+image+"-"+strings.TrimPrefix(filepath.Base(dir), "numastream-")+"-"+arch+".spdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Packages []struct {
+			Name         string `json:"name"`
+			ExternalRefs []struct {
+				Type    string `json:"referenceType"`
+				Locator string `json:"referenceLocator"`
+			} `json:"externalRefs"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range doc.Packages {
+		for _, r := range p.ExternalRefs {
+			if p.Name == pkg && r.Type == "purl" {
+				return r.Locator
+			}
+		}
+	}
+	return ""
+}
+
+// The platforms a release's images are built for (make release: PLATFORMS).
+var releasePlatforms = []string{"amd64", "arm64"}
+
+const (
+	ociIndex    = "application/vnd.oci.image.index.v1+json"
+	ociManifest = "application/vnd.oci.image.manifest.v1+json"
+)
+
+// Each image of the release is one index of linux/amd64 and linux/arm64, and the arm64 images
+// are arm64 programs that run: their root filesystems, unpacked from the release's archives, run
+// the agent, the node daemon and the operator through qemu (the kernel's binfmt, as on a build
+// machine) — the agent with the arm64 libraries of its image, each saying the release's version.
+func TestTheReleasesImagesAreMultiArchAndTheArm64OnesRun(t *testing.T) {
+	dir := os.Getenv("RELEASE_DIR")
+	if dir == "" {
+		t.Fatal("RELEASE_DIR is not set: the box is installed from make release's files (make test-e2e-facility)")
+	}
+	version := strings.TrimPrefix(filepath.Base(dir), "numastream-")
+	for c, programs := range map[string][]string{
+		"agent":    {"/usr/local/bin/numastream-agent", "/usr/local/bin/node-daemon"},
+		"operator": {"/operator"},
+	} {
+		archives, _ := filepath.Glob(filepath.Join(dir, "images", "numastream-"+c+"-*.oci.tar"))
+		if len(archives) != 1 {
+			t.Fatalf("%d %s archives in the release", len(archives), c)
+		}
+		img := readOCIArchive(t, archives[0])
+		if got := img.platforms(); strings.Join(got, " ") != strings.Join(releasePlatforms, " ") {
+			t.Fatalf("%s: the image index lists %v, want %v", c, got, releasePlatforms)
+		}
+		if c == "agent" {
+			// syft read the arm64 image's own packages, not x86-64's.
+			if purl := sbomPurl(t, dir, c, "arm64", "libzmq5"); !strings.Contains(purl, "arch=arm64") {
+				t.Errorf("the agent image's SBOM for arm64 lists libzmq5 as %q", purl)
+			}
+		}
+		root := img.unpack(t, "arm64")
+		for _, program := range programs {
+			f, err := elf.Open(filepath.Join(root, program))
+			if err != nil {
+				t.Fatalf("%s image for arm64: %s: %v", c, program, err)
+			}
+			machine := f.Machine
+			_ = f.Close()
+			if machine != elf.EM_AARCH64 {
+				t.Errorf("%s image for arm64: %s is a program for %v", c, program, machine)
+				continue
+			}
+			out, err := exec.Command("chroot", root, program, "--version").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), version) {
+				t.Errorf("%s image for arm64: %s --version: %v\n%s (want %s)", c, program, err, out, version)
+				continue
+			}
+			t.Logf("%s image for arm64: %s", c, strings.TrimSpace(string(out)))
+		}
+	}
+}
+
+// ociArchive is an OCI archive's image index (its digest, what a registry serves it as) and the
+// small blobs (manifests, configs) read whole.
+type ociArchive struct {
+	path   string
+	digest string
+	index  struct {
+		Manifests []ociDescriptor `json:"manifests"`
+	}
+	small map[string][]byte
+}
+
+type ociDescriptor struct {
+	MediaType string `json:"mediaType"`
+	Digest    string `json:"digest"`
+	Platform  struct {
+		Architecture string `json:"architecture"`
+		OS           string `json:"os"`
+	} `json:"platform"`
+}
+
+func readOCIArchive(t *testing.T, path string) *ociArchive {
+	t.Helper()
+	a := &ociArchive{path: path, small: map[string][]byte{}}
+	var top struct {
+		Manifests []ociDescriptor `json:"manifests"`
+	}
+	a.each(t, func(name string, size int64, r io.Reader) {
+		if name != "index.json" && (!strings.HasPrefix(name, "blobs/sha256/") || size > 1<<20) {
+			return
+		}
+		raw, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "index.json" {
+			if err := json.Unmarshal(raw, &top); err != nil {
+				t.Fatalf("%s: index.json: %v", path, err)
+			}
+			return
+		}
+		a.small["sha256:"+strings.TrimPrefix(name, "blobs/sha256/")] = raw
+	})
+	if len(top.Manifests) != 1 || top.Manifests[0].MediaType != ociIndex {
+		t.Fatalf("%s: index.json names %+v, want one image index", path, top.Manifests)
+	}
+	a.digest = top.Manifests[0].Digest
+	if err := json.Unmarshal(a.small[a.digest], &a.index); err != nil {
+		t.Fatalf("%s: the image index %s: %v", path, top.Manifests[0].Digest, err)
+	}
+	return a
+}
+
+// each calls fn with each member of the archive.
+func (a *ociArchive) each(t *testing.T, fn func(name string, size int64, r io.Reader)) {
+	t.Helper()
+	f, err := os.Open(a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", a.path, err)
+		}
+		fn(h.Name, h.Size, tr)
+	}
+}
+
+func (a *ociArchive) platforms() []string {
+	var out []string
+	for _, m := range a.index.Manifests {
+		out = append(out, m.Platform.Architecture)
+	}
+	return out
+}
+
+// unpack writes the image for arch's layers, in order, into a new directory (the way a container
+// runtime does, less the whiteouts, which only hide files of lower layers).
+func (a *ociArchive) unpack(t *testing.T, arch string) string {
+	t.Helper()
+	var manifest struct {
+		Layers []struct{ Digest string } `json:"layers"`
+	}
+	for _, m := range a.index.Manifests {
+		if m.Platform.Architecture == arch {
+			if err := json.Unmarshal(a.small[m.Digest], &manifest); err != nil {
+				t.Fatalf("%s: the %s manifest: %v", a.path, arch, err)
+			}
+		}
+	}
+	if len(manifest.Layers) == 0 {
+		t.Fatalf("%s: no layers for %s", a.path, arch)
+	}
+	layers, root := t.TempDir(), t.TempDir()
+	want := map[string]bool{}
+	for _, l := range manifest.Layers {
+		want[strings.TrimPrefix(l.Digest, "sha256:")] = true
+	}
+	a.each(t, func(name string, _ int64, r io.Reader) {
+		if hexdigest := strings.TrimPrefix(name, "blobs/sha256/"); want[hexdigest] {
+			f, err := os.Create(filepath.Join(layers, hexdigest))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(f, r); err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+		}
+	})
+	for _, l := range manifest.Layers {
+		// GNU tar reads gzip- or zstd-compressed layers as they are.
+		cmd := exec.Command("tar", "-x", "--exclude=.wh.*", "-f", filepath.Join(layers, strings.TrimPrefix(l.Digest, "sha256:")), "-C", root)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: unpacking layer %s: %v\n%s", a.path, l.Digest, err, out)
+		}
+	}
+	return root
 }
