@@ -52,9 +52,10 @@ for arch in "${platforms[@]}"; do
   fi
   B=(buildah --root "$storage" --runroot "$runroot" --storage-driver "${STORAGE_DRIVER:-overlay}")
   BUILDAH_RUNROOT=$runroot bash hack/base-images.sh "$storage" "$arch"
-  # The target architecture as build arguments, not --platform: Debian's buildah (1.28) then
-  # looks every base up for the target, the builder's (FROM --platform=$BUILDPLATFORM) too, and
-  # the storage has that one for this machine. Each image takes its base's architecture.
+  # The target architecture as build arguments, not --platform: with --platform, Debian's buildah
+  # (1.28) looks every base up for the target, the builder's too (FROM --platform=$BUILDPLATFORM
+  # is not honoured), and this storage holds that one for this machine. Each image takes its
+  # base's architecture (hack/oci-index.py checks it).
   platform_args=(--build-arg "TARGETARCH=$arch" --build-arg "TARGETPLATFORM=linux/$arch")
   # The builder stage is tagged too: its layers (what the Dockerfile installs and compiles) outlive
   # the prune below, so the next build starts from them.
