@@ -35,8 +35,9 @@ AGENT_CMAKE_FLAGS ?=
 AGENT_ASAN_BUILD := $(BUILD)/agent-asan
 # AGENT_ARCH=arm64 make agent: cross-compiled on an x86-64 machine against Debian's arm64
 # libraries installed beside its own (DEPS=build-arm64; the Dockerfile's builder for linux/arm64).
-AGENT_ARCH ?= $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-ifneq ($(AGENT_ARCH),$(shell dpkg --print-architecture 2>/dev/null || echo amd64))
+HOST_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+AGENT_ARCH ?= $(HOST_ARCH)
+ifneq ($(AGENT_ARCH),$(HOST_ARCH))
 ifneq ($(AGENT_ARCH),arm64)
 $(error AGENT_ARCH=$(AGENT_ARCH): the agent cross-compiles for arm64 only)
 endif
