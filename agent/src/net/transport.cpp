@@ -181,7 +181,7 @@ Monitor::Monitor(Context& ctx, Socket& watched, const std::string& name) : pair_
   std::string addr = "inproc://monitor-" + name;
   if (zmq_socket_monitor(watched.get(), addr.c_str(),
                          ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPTED |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
     fail("zmq_socket_monitor");
@@ -218,11 +218,16 @@ void Monitor::drain() noexcept {
     if (event == ZMQ_EVENT_CONNECTED || event == ZMQ_EVENT_ACCEPTED) {
       connected_ = true;
       ever_connected_ = true;
+      handshaken_ = false;
       ++peers_;
       if (event == ZMQ_EVENT_ACCEPTED) ++accepted_;
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      handshaken_ = true;
+      closed_in_handshake_ = 0;
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
       connected_ = false;
       ++disconnects_;
+      if (!handshaken_) ++closed_in_handshake_;
       if (peers_ > 0) --peers_;
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       ++auth_failures_;

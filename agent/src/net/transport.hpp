@@ -124,6 +124,10 @@ class Monitor {
   int protocol_failures() const noexcept { return protocol_failures_; }
   int auth_failures() const noexcept { return auth_failures_; }
   int accepted() const noexcept { return accepted_; }  // connections a listening socket accepted
+  // A connecting socket's connections in a row that ended before their handshake succeeded: a
+  // peer that closes each one while the two still exchange greetings (one that wants another
+  // security mechanism and closes before its own greeting is out, or one that is not ZeroMQ).
+  int closed_in_handshake() const noexcept { return closed_in_handshake_; }
 
  private:
   Socket pair_;
@@ -136,6 +140,8 @@ class Monitor {
   int auth_failures_ = 0;
   int accepted_ = 0;
   int protocol_failures_ = 0;
+  bool handshaken_ = false;  // the current connection's handshake succeeded
+  int closed_in_handshake_ = 0;
 };
 
 std::string last_error();
