@@ -5,7 +5,8 @@
 # PIPELINES, NODES: the scale; APPLIERS: how many `kubectl apply --server-side` share the
 # pipelines (4); OPERATOR: the operator binary (bin/operator; another build's to compare);
 # WORKERS: its --workers; OBSERVE_EVERY: the observer's period (0s: off); TIMEOUT: seconds to
-# wait for all Planned; SETTLE: seconds after that in which reconciles are counted (30);
+# wait for all Planned; CONVERGE_S: seconds to wait after that for all to converge (300);
+# SETTLE: seconds after that in which reconciles are counted (30);
 # PROFILE=file: a CPU profile of the operator's first PROFILE_SECONDS (30) after the apply (Go
 # pprof; `go tool pprof -top bin/operator file`); NODE_LEASE_SECONDS: the simulated nodes' lease
 # (40, a kubelet's: 2000 nodes renew 200 a second; a longer one leaves the API server, which here
@@ -111,10 +112,10 @@ metric() { curl -s "127.0.0.1:$metrics_port/metrics" | awk -v m="$1" 'index($0, 
 reconciles=$(metric 'controller_runtime_reconcile_total{controller="streampipeline"')
 [ -n "$prof_pid" ] && wait "$prof_pid"
 # Then, once every pipeline has converged (Reconciling=False: its agents' pods ran and ended;
-# at most 300 s), SETTLE seconds with nothing applied: a pipeline that reconciles itself in a
+# at most CONVERGE_S), SETTLE seconds with nothing applied: a pipeline that reconciles itself in a
 # loop shows here.
 quiet_from=$SECONDS
-while ((SECONDS - quiet_from < 300)); do
+while ((SECONDS - quiet_from < ${CONVERGE_S:-300})); do
   converged=$("$KUBECTL" get streampipelines -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Reconciling")].status}{"\n"}{end}' | grep -c False || true)
   [ "$converged" -ge "$PIPELINES" ] && break
   sleep 2
@@ -136,17 +137,18 @@ observed=$(metric numastream_operator_observations_total)
 hwm=$(awk '/VmHWM/ {print $2}' /proc/$op_pid/status)
 python3 - "$start" "$applied" "$done_at" "$reconciles" "$hwm" "$PIPELINES" "$NODES" "$((after_settle - before_settle))" "${SETTLE:-30}" "$observed" "$drained" \
   "$cpu0" "$cpu_planned" "$cpu_converged" "$cpu_settled" "$writes0" "$writes_planned" "$writes_converged" "$writes_settled" \
-  "$requests0" "$requests_planned" "$requests_converged" "$owned" "$rss" "${NODE_LEASE_SECONDS:-40}" "$components0" "$components_planned" <<'PY'
+  "$requests0" "$requests_planned" "$requests_converged" "$owned" "$rss" "${NODE_LEASE_SECONDS:-40}" "${CONVERGE_S:-300}" \
+  "$components0" "$components_planned" <<'PY'
 import sys
 c0, c1 = ({k: float(v) for k, v in (kv.split("=") for kv in a.split())} for a in sys.argv[-2:])
 del sys.argv[-2:]
 (start, applied, done, rec, hwm, n, nodes, settled, settle, observed, drained, cpu0, cpu_planned, cpu_converged, cpu_settled,
- w0, w_planned, w_converged, w_settled, r0, r_planned, r_converged, owned, rss, lease) = map(float, sys.argv[1:])
+ w0, w_planned, w_converged, w_settled, r0, r_planned, r_converged, owned, rss, lease, converge) = map(float, sys.argv[1:])
 print(f"nodes {nodes:.0f}, pipelines {n:.0f}")
 print(f"kubectl apply of all pipelines: {applied - start:.2f} s")
 print(f"all Planned after:              {done - start:.2f} s from the first apply, {done - applied:.2f} s after the last")
 print(f"reconciles:                     {rec:.0f} ({rec / n:.1f} per pipeline, {rec / (done - start):.0f} per second until all planned)")
-print(f"all converged:                  {drained:.0f} s after all Planned (300: not all)")
+print(f"all converged:                  {drained:.0f} s after all Planned ({converge:.0f}: not all)")
 print(f"reconciles in the {settle:.0f} s after:   {settled:.0f} (nothing applied: a loop would show here)")
 print(f"observer readings:              {observed:.0f}")
 print(f"operator peak RSS:              {hwm / 1024:.0f} MiB")
@@ -160,7 +162,7 @@ print(f"CPU until all Planned:          " + ", ".join(f"{k} {v:.0f} s" for k, v 
 print(f"operator requests per pipeline: {(r_planned - r0) / n:.1f} until all Planned, {(r_converged - r0) / n:.1f} until converged")
 print(f"operator writes per pipeline:   {(w_planned - w0) / n:.1f} until all Planned, {(w_converged - w0) / n:.1f} until converged; "
       f"at least {need:.1f} ({owned / n:.1f} owned objects + 1 status write): {(w_planned - w0) / n / need:.2f}x and {(w_converged - w0) / n / need:.2f}x")
-steady = "steady" if drained < 300 else "not all converged yet"
+steady = "steady" if drained < converge else "not all converged yet"
 print(f"{steady}, the {settle:.0f} s after:       {(cpu_settled - cpu_converged) / settle * 100:.1f}% of a core, {w_settled - w_converged:.0f} writes, "
       f"RSS {rss / 1024:.0f} MiB")
 PY
