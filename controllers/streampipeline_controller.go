@@ -143,6 +143,7 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	sp.Status.ExpectedChunks = sp.ExpectedChunks()
 	sp.AssignStreams()
 	newStreams := !equality.Semantic.DeepEqual(before.Status.Senders, sp.Status.Senders) || before.Status.NextStream != sp.Status.NextStream
+	firstPlan := !meta.IsStatusConditionTrue(before.Status.Conditions, v1beta1.ConditionPlanned)
 
 	f, err := r.gather(ctx, sp)
 	if err != nil {
@@ -175,6 +176,13 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	for _, e := range d.Events {
 		r.record(sp, e)
 	}
+	if newStreams && firstPlan && d.Plan != nil && !d.Facts.Replacing && d.Replan == nil {
+		// A new pipeline's plan is in its status now; its objects are written by a pass queued
+		// below the passes other pipelines' events ask for, so that pipelines applied together
+		// are all planned before any holds a worker writing objects.
+		setPipelineMetrics(sp)
+		return ctrl.Result{RequeueAfter: time.Millisecond, Priority: new(objectsPriority)}, nil
+	}
 	did, err := r.execute(ctx, sp, d)
 	if err != nil {
 		// Said in status, not only retried: a refused write never leaves a stale status.
@@ -190,6 +198,11 @@ func (r *StreamPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	r.conclude(ctx, sp, d, did)
 	return ctrl.Result{RequeueAfter: requeueAfter(sp, f, d)}, nil
 }
+
+// objectsPriority queues a new pipeline's second pass, the one that writes its objects, below
+// the passes watch events ask for (priority 0) and above what a restarted operator's first list
+// asks for (handler.LowPriority).
+var objectsPriority = -1
 
 // requeueAfter is when the pipeline is reconciled again without a watch event: at its next key
 // rotation, soon while Jobs are being replaced, and every 10 s while it converges towards
@@ -509,9 +522,12 @@ func (r *StreamPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
+	// The other pipelines on a gateway: a pipeline's own changes reach it through For (its own
+	// status writes need no pass of their own).
 	sameGateway := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		sp := o.(*v1beta1.StreamPipeline)
-		return r.pipelinesMatching(ctx, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node})
+		return slices.DeleteFunc(r.pipelinesMatching(ctx, client.MatchingFields{indexGateway: sp.Spec.Gateway.Node}),
+			func(q reconcile.Request) bool { return q.NamespacedName == client.ObjectKeyFromObject(sp) })
 	})
 	workers := r.Workers
 	if workers <= 0 {
