@@ -248,21 +248,21 @@ bool AckedLink::write_gaps(std::uint32_t stream, const std::vector<wire::Gap>& g
 void AckedLink::wait_welcome(double timeout_s) {
   const auto start = Clock::now();
   while (!welcomed_) {
-    if (since(start) > timeout_s && mon_->closed_in_handshake() > 0) {
-      // The refusal check_handshake names, when the receiver closed each connection before
-      // its own greeting was out (a loaded receiver that read the whole of ours at once) and
-      // so never said why. Retried until now: a receiver restarting closes one or two.
-      throw std::runtime_error(
-          describe() + ": the receiver closed the last " +
-          std::to_string(mon_->closed_in_handshake()) +
-          " connections during the handshake, none got through within " + seconds(timeout_s) +
-          ": " +
-          (opts_.curve_secret.empty()
-               ? "it may require authenticated streams (security.curve)"
-               : "it may use another security mode (encrypt / authenticate / none)") +
-          ", or not be a numastream receiver");
-    }
     if (since(start) > timeout_s) {
+      if (mon_->closed_in_handshake() > 0) {
+        // The refusal check_handshake names, when the receiver closed each connection before
+        // its own greeting was out (a loaded receiver that read the whole of ours at once) and
+        // so never said why. Retried until now: a receiver restarting closes one or two.
+        throw std::runtime_error(
+            describe() + ": the receiver closed the last " +
+            std::to_string(mon_->closed_in_handshake()) +
+            " connections during the handshake, none got through within " + seconds(timeout_s) +
+            ": " +
+            (opts_.curve_secret.empty()
+                 ? "it may require authenticated streams (security.curve)"
+                 : "it may use another security mode (encrypt / authenticate / none)") +
+            ", or not be a numastream receiver");
+      }
       throw std::runtime_error(describe() +
                                ": connected, but the receiver did not answer the stream's "
                                "resume frame within " +
