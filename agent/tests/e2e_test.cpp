@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "process.hpp"
 #include "wire/wire.hpp"
@@ -114,6 +115,44 @@ TEST(EndToEnd, TwoHundredChunksOverTwoConnectionsArriveVerified) {
     EXPECT_TRUE(r.contains(key)) << key;
     EXPECT_TRUE(s.contains(key)) << key;
   }
+}
+
+// placement.wait spin: the threads that take from a queue (compressing, sending, decompressing)
+// spin before they park; every chunk still arrives verified, and both summaries count how their
+// waits ended. (auto spins only on CPUs of a pod's own; this machine's whole CPU set is not.)
+TEST(EndToEnd, SpinningStageThreadsDeliverEveryChunkAndCountTheirWaits) {
+  int port = free_ports(1);
+  const std::vector<std::string> spin = {"--set", "placement.wait=\"spin\""};
+  std::vector<std::string> rx_args = {"--threads", "decompress=2"};
+  rx_args.insert(rx_args.end(), spin.begin(), spin.end());
+  std::vector<std::string> tx_args = {"--chunks", "300"};
+  tx_args.insert(tx_args.end(), spin.begin(), spin.end());
+  Process rx(receiver(port, 1, rx_args));
+  Process tx(sender(port, 1, tx_args));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  json r = summary(rx), s = summary(tx);
+  EXPECT_EQ(r["chunks"], 300);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["corrupt"], 0);
+  EXPECT_EQ(r["complete"], true);
+  for (const auto& [who, j, stage] : {std::tuple{"sender", s, "compress"},
+                                      std::tuple{"sender", s, "send"},
+                                      std::tuple{"receiver", r, "decompress"}}) {
+    ASSERT_TRUE(j["stages"][stage].contains("input_wait")) << who << " " << j["stages"].dump();
+    const json& w = j["stages"][stage]["input_wait"];
+    EXPECT_GE(w["spinning_threads"].get<int>(), 1) << who << " " << stage;
+    EXPECT_GT(w["caught_spinning"].get<std::uint64_t>() + w["parked"].get<std::uint64_t>(), 0u)
+        << who << " " << stage;
+  }
+  // Without it, on this machine's whole CPU set, nothing spins.
+  port = free_ports(1);
+  Process rx2(receiver(port, 1, {}));
+  Process tx2(sender(port, 1, {"--chunks", "20"}));
+  ASSERT_EQ(tx2.wait(60s), 0) << tx2.err();
+  ASSERT_EQ(rx2.wait(60s), 0) << rx2.err();
+  for (const auto& [stage, st] : summary(tx2)["stages"].items())
+    EXPECT_FALSE(st.contains("input_wait")) << stage;
 }
 
 TEST(EndToEnd, FileSourceToFileSinkIsByteIdentical) {

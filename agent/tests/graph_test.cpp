@@ -158,5 +158,81 @@ TEST(StageGraph, AStageWithoutWorkersIsOverAtOnce) {
   EXPECT_FALSE(none.admit(1));
 }
 
+// placement.wait: a thread spins on its input by default only on a CPU of its own, inside a CPU
+// set smaller than the machine (a Guaranteed pod's); park and spin decide alone.
+TEST(StageWait, AThreadSpinsByDefaultOnlyOnACpuOfItsOwnInACpuSetOfItsOwn) {
+  ThreadSlot own{.stage = Stage::compress, .index = 0, .cpu = 3};
+  ThreadSlot shared = own;
+  shared.shared_cpu = true;
+  ThreadSlot unpinned = own;
+  unpinned.cpu = -1;
+  using W = Config::Wait;
+  EXPECT_TRUE(spins_on_input(W::automatic, own, 8, 64));
+  EXPECT_FALSE(spins_on_input(W::automatic, own, 64, 64)) << "the whole machine: shared with all";
+  EXPECT_FALSE(spins_on_input(W::automatic, shared, 8, 64));
+  EXPECT_FALSE(spins_on_input(W::automatic, unpinned, 8, 64));
+  EXPECT_FALSE(spins_on_input(W::park, own, 8, 64));
+  EXPECT_TRUE(spins_on_input(W::spin, shared, 64, 64));
+  EXPECT_TRUE(spins_on_input(W::spin, unpinned, 64, 64));
+}
+
+TEST(StageWait, PlacementWaitIsParsedAndBadValuesAreNamed) {
+  auto parse = [](const nlohmann::json& wait) {
+    return parse_config({{"endpoint", "tcp://127.0.0.1:5555"}, {"placement", {{"wait", wait}}}},
+                        Role::send)
+        .wait;
+  };
+  EXPECT_EQ(parse("auto"), Config::Wait::automatic);
+  EXPECT_EQ(parse("park"), Config::Wait::park);
+  EXPECT_EQ(parse("spin"), Config::Wait::spin);
+  try {
+    parse("poll");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("placement.wait"), std::string::npos) << e.what();
+  }
+}
+
+// With placement.wait spin, the stage threads that take from a queue (the compressing ones
+// here) spin first, and the summary counts how their waits ended.
+TEST(StageWait, SpinningThreadsAreCountedInTheStageSummary) {
+  const Config cfg = parse_config(
+      {{"endpoint", "tcp://127.0.0.1:5555"},
+       {"placement",
+        {{"mode", "os"}, {"wait", "spin"}, {"stages", {{"compress", {{"threads", 2}}}}}}}},
+      Role::send);
+  Runtime rt(cfg, std::stop_token{});
+  BoundedQueue<int> raw(4);
+  std::atomic<int> sum{0};
+  StageGraph graph(rt);
+  graph.add({.stage = Stage::source,
+             .threads = 1,
+             .what = [](int) { return std::string("source: "); },
+             .body =
+                 [&](StageThread&) {
+                   for (int i = 1; i <= 300; ++i) {
+                     if (i % 50 == 0) std::this_thread::sleep_for(1ms);
+                     ASSERT_TRUE(raw.push(i));
+                   }
+                 },
+             .done = [&] { raw.close(); }});
+  graph.add({.stage = Stage::compress,
+             .threads = 2,
+             .what = [](int) { return std::string("compress: "); },
+             .body =
+                 [&](StageThread& t) {
+                   EXPECT_TRUE(t.spins);
+                   while (auto v = t.next(raw)) sum += *v;
+                 }});
+  graph.run();
+  EXPECT_EQ(sum.load(), 300 * 301 / 2);
+  const auto stages = rt.stages_json();
+  ASSERT_TRUE(stages["compress"].contains("input_wait")) << stages.dump();
+  const auto& w = stages["compress"]["input_wait"];
+  EXPECT_EQ(w["spinning_threads"], 2);
+  EXPECT_GT(w["caught_spinning"].get<std::uint64_t>() + w["parked"].get<std::uint64_t>(), 0u);
+  EXPECT_FALSE(stages["source"].contains("input_wait")) << "the source takes from no queue";
+}
+
 }  // namespace
 }  // namespace numastream

@@ -116,6 +116,68 @@ TEST(BoundedQueue, ManyProducersManyConsumersLoseNothing) {
 namespace numastream {
 namespace {
 
+TEST(SpinBudget, LearnsItsLengthFromHowWaitsEnd) {
+  SpinBudget b;
+  EXPECT_EQ(b.bound_ns(), SpinBudget::kFirstNs);
+  b.caught();
+  EXPECT_EQ(b.bound_ns(), SpinBudget::kFirstNs) << "a wait a spin ended leaves the bound";
+  b.parked(SpinBudget::kFirstNs + 1);
+  EXPECT_EQ(b.bound_ns(), 2 * SpinBudget::kFirstNs) << "an item a longer spin would have caught";
+  for (int i = 0; i < 10; ++i) b.parked(SpinBudget::kMaxNs);
+  EXPECT_EQ(b.bound_ns(), SpinBudget::kMaxNs) << "never longer than the most";
+  int waits = 0;
+  while (b.bound_ns() > 0 && waits < 100) {
+    b.parked(SpinBudget::kMaxNs + 1);
+    ++waits;
+  }
+  EXPECT_EQ(b.bound_ns(), 0u) << "input that comes seldom stops the spin";
+  EXPECT_LE(waits, 8) << "within a few waits";
+  b.parked(SpinBudget::kMaxNs);
+  EXPECT_EQ(b.bound_ns(), SpinBudget::kMinNs) << "input that quickens starts it again";
+  EXPECT_EQ(b.caught_count(), 1u);
+  EXPECT_EQ(b.parked_count(), 11u + static_cast<unsigned>(waits) + 1u);
+}
+
+// A consumer that spins loses nothing, keeps the order, and parks when its producer pauses
+// longer than any spin.
+TEST(BoundedQueue, ASpinningConsumerLosesNothingAndParksThroughLongPauses) {
+  BoundedQueue<int> q(4);
+  SpinBudget spin;
+  constexpr int kItems = 20000, kPauses = 20;
+  std::thread producer([&] {
+    for (int i = 0; i < kItems; ++i) {
+      if (i % (kItems / kPauses) == 0) std::this_thread::sleep_for(2ms);
+      ASSERT_TRUE(q.push(i));
+    }
+    q.close();
+  });
+  int expect = 0;
+  while (auto v = q.pop(&spin)) {
+    ASSERT_EQ(*v, expect) << "out of order or lost";
+    ++expect;
+  }
+  producer.join();
+  EXPECT_EQ(expect, kItems);
+  EXPECT_GE(spin.parked_count(), static_cast<std::uint64_t>(kPauses / 2))
+      << "a 2 ms pause outlasts every spin";
+}
+
+TEST(BoundedQueue, CloseEndsASpinningWait) {
+  BoundedQueue<int> q(4);
+  SpinBudget spin;
+  for (int i = 0; i < 3; ++i) spin.parked(SpinBudget::kMaxNs);  // the longest spin
+  std::thread closer([&] {
+    std::this_thread::sleep_for(5ms);
+    q.close();
+  });
+  bool done = false;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(q.pop_for(10s, done, &spin).has_value());
+  EXPECT_TRUE(done);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  closer.join();
+}
+
 TEST(OrderedQueue, HandsOutInSequenceOrder) {
   OrderedQueue<int> q(8);
   for (std::uint64_t s : {2, 0, 3, 1}) {
@@ -210,6 +272,45 @@ TEST(OrderedQueue, ProducersOutOfOrderAndSeveralConsumersLoseNoWakeUp) {
   }
   EXPECT_EQ(taken.load(), kItems) << "items never handed out within 30 s: a lost wake-up";
   for (int i = 0; i < kItems; ++i) ASSERT_EQ(seen[static_cast<std::size_t>(i)], 1) << "item " << i;
+}
+
+// A sending thread that spins on the ordered queue still takes items in order from producers
+// that finish out of order, steps over skipped sequence numbers, and ends on close.
+TEST(OrderedQueue, ASpinningConsumerTakesItemsInOrderAndEndsOnClose) {
+  OrderedQueue<int> q(4);
+  SpinBudget spin;
+  constexpr int kItems = 4000;
+  std::thread producers[2];
+  for (int p = 0; p < 2; ++p) {
+    producers[p] = std::thread([&, p] {
+      for (int i = p; i < kItems; i += 2) {
+        if (i == 100) {
+          q.skip(100);
+          continue;
+        }
+        int v = i;
+        ASSERT_TRUE(q.push(static_cast<std::uint64_t>(i), v));
+      }
+    });
+  }
+  int expect = 0;
+  while (expect < kItems) {
+    if (expect == 100) ++expect;
+    bool done = false;
+    auto v = q.pop_for(10s, done, &spin);
+    ASSERT_TRUE(v.has_value()) << "waited 10 s for " << expect;
+    ASSERT_EQ(*v, expect);
+    ++expect;
+  }
+  for (auto& t : producers) t.join();
+  std::thread closer([&] {
+    std::this_thread::sleep_for(5ms);
+    q.close();
+  });
+  bool done = false;
+  EXPECT_FALSE(q.pop_for(10s, done, &spin).has_value());
+  EXPECT_TRUE(done);
+  closer.join();
 }
 
 TEST(OrderedQueue, CloseDrainsInOrderSkippingGaps) {

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/bench_queue.hpp"
 #include "base/error.hpp"
 #include "codec/bitshuffle.hpp"
 #include "codec/codec.hpp"
@@ -421,10 +422,16 @@ int run_bench(const std::vector<std::string>& args) {
   int rounds = 5;
   std::size_t chunk = std::size_t{2560} * 2160 * 2;
   std::string input;
+  int items = 100000;
+  std::size_t item_bytes = 16384;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "codec" || a == "loopback" || a == "curve" || a == "all") {
+    if (a == "codec" || a == "loopback" || a == "curve" || a == "queue" || a == "all") {
       what = a;
+    } else if (a == "--items" && i + 1 < args.size() && what == "queue") {
+      items = std::max(1, std::stoi(args[++i]));
+    } else if (a == "--item-bytes" && i + 1 < args.size() && what == "queue") {
+      item_bytes = std::max<std::size_t>(1, std::stoull(args[++i]));
     } else if (a == "--json") {
       json = true;
     } else if (a == "--chunks" && i + 1 < args.size()) {
@@ -438,14 +445,20 @@ int run_bench(const std::vector<std::string>& args) {
     } else {
       std::fprintf(stderr,
                    "numastream-agent bench: unknown argument '%s'\n"
-                   "usage: numastream-agent bench [codec|loopback|curve|all] [--json] "
+                   "usage: numastream-agent bench [codec|loopback|curve|queue|all] [--json] "
                    "[--rounds N] [--chunks N]\n"
-                   "       numastream-agent bench codec [--input RAW-FILE [--chunk-bytes N]]\n",
+                   "       numastream-agent bench codec [--input RAW-FILE [--chunk-bytes N]]\n"
+                   "       numastream-agent bench queue [--items N] [--item-bytes N]\n",
                    a.c_str());
       return 2;
     }
   }
   nlohmann::json report = nlohmann::json::object();
+  if (what == "queue") {
+    report["queue"] = queue_report(rounds, items, item_bytes, !json);
+    if (json) std::cout << report.dump() << std::endl;
+    return 0;
+  }
   if (chunk < 2 || chunk % 2) {
     std::fprintf(stderr, "numastream-agent bench: --chunk-bytes must be a positive even number\n");
     return 2;
@@ -461,6 +474,7 @@ int run_bench(const std::vector<std::string>& args) {
     report["loopback"] = loopback_report(f, chunk, chunks, !json);
   if (what == "curve" || what == "all")
     report["curve"] = curve_report(chunk, chunks, rounds, !json);
+  if (what == "all") report["queue"] = queue_report(rounds, items, item_bytes, !json);
   if (json) std::cout << report.dump() << std::endl;
   return 0;
 }

@@ -150,6 +150,10 @@ void parse_placement(Fields& f, Config& c) {
     if (!a->is_boolean()) throw ConfigError(pf.path("adaptive"), "must be true or false");
     c.adaptive = a->get<bool>();
   }
+  const std::string wait = pf.choice("wait", "auto", {"auto", "park", "spin"});
+  c.wait = wait == "park"   ? Config::Wait::park
+           : wait == "spin" ? Config::Wait::spin
+                            : Config::Wait::automatic;
   c.nic = pf.string("nic", "");
   if (pf.has("nic_numa_node")) {
     c.nic_numa_node = static_cast<int>(pf.integer("nic_numa_node", -1, 0, 4095));

@@ -158,6 +158,10 @@ struct Config {
   bool pin = true;  // placement.mode: numa-aware (true) or os (false)
   bool adaptive =
       true;  // placement.adaptive: the codec stage grows into idle CPUs (pipeline/governor.hpp)
+  // placement.wait: how a stage's threads wait on an empty input queue (data/spin.hpp): spin
+  // first where a thread has a CPU of its own (auto), never (park), or always (spin).
+  enum class Wait { automatic, park, spin };
+  Wait wait = Wait::automatic;
   std::string nic;                   // data NIC name (for `nic` targets and the NIC-local report)
   std::optional<int> nic_numa_node;  // overrides sysfs (virtual interfaces in pods)
   std::map<Stage, StageConfig> stages;

@@ -2,7 +2,8 @@
 //
 // Contract:
 //  - capacity is fixed at construction (>= 1); nothing is ever allocated after that;
-//  - push() blocks while the queue is full, pop() blocks while it is empty; neither spins;
+//  - push() blocks while the queue is full, pop() blocks while it is empty; push() never spins,
+//    pop() spins before it parks when handed a spin budget (data/spin.hpp), and parks otherwise;
 //  - close() is called once the producers are done (or on shutdown): push() then returns false
 //    and hands the item back untouched, pop() drains what is left and then returns nullopt;
 //  - the time callers spent blocked is accumulated (nanoseconds) so a stage's wait on a full
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "data/spin.hpp"
 
 namespace numastream {
 
@@ -43,6 +45,7 @@ class BoundedQueue {
     if (closed_) return false;
     slots_[(head_ + count_) % slots_.size()] = std::move(item);
     ++count_;
+    has_item_.store(true, std::memory_order_release);
     lock.unlock();
     not_empty_.notify_one();
     return true;
@@ -54,17 +57,20 @@ class BoundedQueue {
     if (count_ == slots_.size() || closed_) return false;
     slots_[(head_ + count_) % slots_.size()] = std::move(item);
     ++count_;
+    has_item_.store(true, std::memory_order_release);
     lock.unlock();
     not_empty_.notify_one();
     return true;
   }
 
-  // Blocks while empty and open. nullopt once closed and drained.
-  std::optional<T> pop() {
+  // Blocks while empty and open (spinning first with a budget whose bound is not 0). nullopt
+  // once closed and drained.
+  std::optional<T> pop(SpinBudget* spin = nullptr) {
     std::unique_lock lock(mu_);
     if (count_ == 0 && !closed_) {
       auto start = std::chrono::steady_clock::now();
-      not_empty_.wait(lock, [&] { return count_ > 0 || closed_; });
+      detail::wait_ready(lock, not_empty_, has_item_, spin, false, {},
+                         [&] { return count_ > 0 || closed_; });
       pop_wait_ns_ += elapsed_ns(start);
     }
     if (count_ == 0) return std::nullopt;
@@ -72,11 +78,13 @@ class BoundedQueue {
   }
 
   // Like pop(), but waits at most `timeout`; `done` turns true once closed and drained.
-  std::optional<T> pop_for(std::chrono::milliseconds timeout, bool& done) {
+  std::optional<T> pop_for(std::chrono::milliseconds timeout, bool& done,
+                           SpinBudget* spin = nullptr) {
     std::unique_lock lock(mu_);
     if (count_ == 0 && !closed_) {
       auto start = std::chrono::steady_clock::now();
-      not_empty_.wait_for(lock, timeout, [&] { return count_ > 0 || closed_; });
+      detail::wait_ready(lock, not_empty_, has_item_, spin, true, start + timeout,
+                         [&] { return count_ > 0 || closed_; });
       pop_wait_ns_ += elapsed_ns(start);
     }
     if (count_ == 0) {
@@ -90,6 +98,7 @@ class BoundedQueue {
     {
       std::lock_guard lock(mu_);
       closed_ = true;
+      has_item_.store(true, std::memory_order_release);  // a spinning consumer looks again
     }
     not_full_.notify_all();
     not_empty_.notify_all();
@@ -113,6 +122,7 @@ class BoundedQueue {
     std::optional<T> out(std::move(slots_[head_]));
     head_ = (head_ + 1) % slots_.size();
     --count_;
+    has_item_.store(count_ > 0 || closed_, std::memory_order_release);
     lock.unlock();
     not_full_.notify_one();
     return out;
@@ -131,6 +141,7 @@ class BoundedQueue {
   std::size_t head_ = 0;
   std::size_t count_ = 0;
   bool closed_ = false;
+  std::atomic<bool> has_item_{false};  // count_ > 0 || closed_, for a spinning consumer
   std::atomic<std::uint64_t> push_wait_ns_{0};
   std::atomic<std::uint64_t> pop_wait_ns_{0};
 };
@@ -164,29 +175,29 @@ class OrderedQueue {
     }
     if (closed_) return false;
     items_.emplace(seq, std::move(item));
+    note();
     lock.unlock();
     cv_.notify_all();
     return true;
   }
 
-  std::optional<T> pop() {
+  std::optional<T> pop(SpinBudget* spin = nullptr) {
     bool done = false;
     std::optional<T> out;
-    while (!out && !done) out = pop_for(std::chrono::hours(1), done);
+    while (!out && !done) out = pop_for(std::chrono::hours(1), done, spin);
     return out;
   }
 
   // Like pop(), but waits at most `timeout` for the next item; `done` turns true once closed and
   // drained. (A sending thread waits this way so that it can read acknowledgements meanwhile.)
-  std::optional<T> pop_for(std::chrono::milliseconds timeout, bool& done) {
+  // With a spin budget whose bound is not 0 it spins before it parks (data/spin.hpp).
+  std::optional<T> pop_for(std::chrono::milliseconds timeout, bool& done,
+                           SpinBudget* spin = nullptr) {
     std::unique_lock lock(mu_);
-    auto ready = [&] {
-      return (!items_.empty() && items_.begin()->first == next_) || (closed_ && !items_.empty()) ||
-             (closed_ && items_.empty());
-    };
     if (!ready()) {
       auto start = std::chrono::steady_clock::now();
-      cv_.wait_for(lock, timeout, ready);
+      detail::wait_ready(lock, cv_, ready_hint_, spin, true, start + timeout,
+                         [&] { return ready(); });
       pop_wait_ns_ +=
           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                          std::chrono::steady_clock::now() - start)
@@ -202,6 +213,7 @@ class OrderedQueue {
     next_ = it->first + 1;
     items_.erase(it);
     advance();
+    note();
     lock.unlock();
     cv_.notify_all();
     return out;
@@ -211,6 +223,7 @@ class OrderedQueue {
     {
       std::lock_guard lock(mu_);
       closed_ = true;
+      note();
     }
     cv_.notify_all();
   }
@@ -223,6 +236,7 @@ class OrderedQueue {
       if (seq > next_) next_ = seq;
       skipped_.erase(skipped_.begin(), skipped_.lower_bound(next_));
       advance();
+      note();
     }
     cv_.notify_all();
   }
@@ -234,6 +248,7 @@ class OrderedQueue {
       std::lock_guard lock(mu_);
       if (seq >= next_) skipped_.insert(seq);
       advance();
+      note();
     }
     cv_.notify_all();
   }
@@ -249,6 +264,11 @@ class OrderedQueue {
   const std::size_t capacity_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  // pop() can go on: the next item in order is there, or the queue is closed (then it drains
+  // what is left in order, or ends).
+  bool ready() const { return (!items_.empty() && items_.begin()->first == next_) || closed_; }
+  // Keeps ready() where a spinning consumer reads it without the lock (under the lock).
+  void note() { ready_hint_.store(ready(), std::memory_order_release); }
   void advance() {
     while (!skipped_.empty() && *skipped_.begin() <= next_) {
       if (*skipped_.begin() == next_) ++next_;
@@ -260,6 +280,7 @@ class OrderedQueue {
   std::set<std::uint64_t> skipped_;   // only while resuming
   std::uint64_t next_ = 0;
   bool closed_ = false;
+  std::atomic<bool> ready_hint_{false};
   std::atomic<std::uint64_t> push_wait_ns_{0};
   std::atomic<std::uint64_t> pop_wait_ns_{0};
 };

@@ -88,6 +88,10 @@ inline constexpr MetricDef stage_blocked_seconds{
     "numastream_stage_blocked_seconds_total", MetricType::counter,
     "Thread-seconds a stage waited: on an empty input (cause=input) or a full output or "
     "exhausted buffer pool (cause=output)."};
+inline constexpr MetricDef stage_input_waits{
+    "numastream_stage_input_waits_total", MetricType::counter,
+    "Waits on an empty input by the stage's threads that spin first (placement.wait): ended "
+    "while spinning (ended=spinning) or parked (ended=parked)."};
 inline constexpr MetricDef thread_info{"numastream_thread_info", MetricType::gauge,
                                        "Where each pipeline thread runs (value is always 1)."};
 inline constexpr MetricDef up{"numastream_up", MetricType::gauge, "0 once the pipeline failed."};
@@ -162,6 +166,7 @@ inline constexpr std::array kAll{
     &stage_bytes,
     &stage_busy_seconds,
     &stage_blocked_seconds,
+    &stage_input_waits,
     &thread_info,
     &up,
     &nic_local,

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "data/spin.hpp"
+
 namespace numastream {
 
 struct StageStats {
@@ -20,6 +22,10 @@ struct StageStats {
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> blocked_input_ns{0};
   std::atomic<std::uint64_t> blocked_output_ns{0};
+  // How its threads wait on an empty input (data/spin.hpp): the threads that took from their
+  // input spinning first, and the spin they share.
+  std::atomic<int> spinning_threads{0};
+  SpinBudget input_spin;
 };
 
 // Adds the time between construction and destruction to a counter.

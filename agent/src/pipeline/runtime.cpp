@@ -294,6 +294,7 @@ void Runtime::unpinned_here() {
 int Runtime::repin(const std::vector<int>& cpus) {
   if (cpus.empty()) return 0;
   std::lock_guard lock(pinned_mu_);
+  if (cfg.wait == Config::Wait::automatic) spinning_allowed_ = false;
   std::map<int, int> load;
   for (int c : cpus) load[c] = 0;
   for (const Pinned& p : pinned_) {
@@ -346,11 +347,33 @@ void StageThread::observe() const noexcept {
   if (!rt.cfg.pin && !spare) rt.observe_cpu(slot);
 }
 
+SpinBudget* StageThread::input_spin() const noexcept {
+  if (!spins || !rt.spinning_allowed()) return nullptr;
+  if (!spin_counted) {
+    spin_counted = true;
+    ++stats.spinning_threads;
+  }
+  return &stats.input_spin;
+}
+
+bool spins_on_input(Config::Wait wait, const ThreadSlot& t, std::size_t allowed,
+                    std::size_t machine) {
+  if (wait != Config::Wait::automatic) return wait == Config::Wait::spin;
+  return allowed < machine && t.cpu >= 0 && !t.shared_cpu;
+}
+
+bool Runtime::spins_on_input(std::size_t s) const {
+  std::size_t machine = 0;
+  for (const auto& n : topo.nodes) machine += n.cpus.size();
+  return numastream::spins_on_input(cfg.wait, placement.threads[s], allowed.size(), machine);
+}
+
 void Runtime::run_stage(Stage stage, int index, const std::string& what,
                         const std::function<void(StageThread&)>& body) {
   const std::size_t s = slot(stage, index);
   pin_current(s);
   StageThread t{*this, stage, index, s, placement.threads[s].numa_node, stats(stage)};
+  t.spins = spins_on_input(s);
   try {
     body(t);
   } catch (const std::exception& e) {
@@ -460,6 +483,12 @@ nlohmann::json Runtime::stages_json() const {
         {"busy_s", seconds(s->busy_ns.load())},
         {"blocked_input_s", seconds(s->blocked_input_ns.load())},
         {"blocked_output_s", seconds(s->blocked_output_ns.load())}};
+    if (s->spinning_threads.load() > 0) {
+      out[std::string(stage_name(name))]["input_wait"] = {
+          {"spinning_threads", s->spinning_threads.load()},
+          {"caught_spinning", s->input_spin.caught_count()},
+          {"parked", s->input_spin.parked_count()}};
+    }
   }
   return out;
 }
@@ -514,6 +543,15 @@ void Runtime::declare_common_metrics() {
     for (const auto& [name, s] : stats_) {
       m.add({{"stage", s->name}, {"cause", "input"}}, seconds(s->blocked_input_ns.load()));
       m.add({{"stage", s->name}, {"cause", "output"}}, seconds(s->blocked_output_ns.load()));
+    }
+  });
+  metrics_.add(metric::stage_input_waits, [this](MetricSamples& m) {
+    for (const auto& [name, s] : stats_) {
+      if (s->spinning_threads.load() == 0) continue;
+      m.add({{"stage", s->name}, {"ended", "spinning"}},
+            static_cast<double>(s->input_spin.caught_count()));
+      m.add({{"stage", s->name}, {"ended", "parked"}},
+            static_cast<double>(s->input_spin.parked_count()));
     }
   });
   metrics_.add(metric::thread_info, [this](MetricSamples& m) { sample_threads(m); });

@@ -43,14 +43,20 @@ struct StageThread {
   int numa_node;  // -1: no preference
   StageStats& stats;
   bool spare = false;  // an adaptive worker on another stage's CPU (placement.adaptive)
+  bool spins = false;  // spins before it parks on an empty input (Runtime::spins_on_input)
   // Records the CPU this thread runs on now (unpinned threads move; called as they work).
   void observe() const noexcept;
+  // The spin an input queue's pop() takes from this thread: none (it parks at once) unless it
+  // spins, and not once the CPU budget moved threads.
+  SpinBudget* input_spin() const noexcept;
   // The next item of the stage's input queue, the wait counted as blocked on input.
   template <typename Queue>
   auto next(Queue& q) {
     ScopedTimer wait(stats.blocked_input_ns);
-    return q.pop();
+    return q.pop(input_spin());
   }
+  // Counted in stats.spinning_threads (by input_spin(), once).
+  mutable bool spin_counted = false;
   // A buffer for the stage's output, the wait counted as blocked on output (empty once the pool
   // is closed).
   PooledBuffer buffer(BufferPool& pool) {
@@ -97,6 +103,17 @@ class Runtime {
   // The CPUs of `cpus` no pinned thread runs on.
   std::vector<int> unused_cpus(const std::vector<int>& cpus) const;
 
+  // Whether the planned thread in `slot` spins before it parks on an empty input queue
+  // (placement.wait): always with spin, never with park; with auto, when it is pinned to a CPU
+  // no other thread of this process was given, inside a CPU set smaller than the machine (one of
+  // its own, as the kubelet's static CPU manager gives a Guaranteed pod): a spin on a CPU
+  // another thread needs takes that thread's time. Spare and extra workers never spin.
+  bool spins_on_input(std::size_t slot) const;
+  // False once repin() moved threads (auto): CPUs may be shared since.
+  bool spinning_allowed() const noexcept {
+    return spinning_allowed_.load(std::memory_order_relaxed);
+  }
+
   // Drain request from outside (SIGTERM): stop taking new work, finish what is in flight.
   bool drain_requested() const noexcept { return external_.stop_requested(); }
   // Abort: the first error wins; every registered closer runs once so blocked stages wake up.
@@ -131,6 +148,7 @@ class Runtime {
   std::map<Stage, std::unique_ptr<StageStats>> stats_;
   std::unique_ptr<std::atomic<int>[]> observed_cpu_;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> spinning_allowed_{true};
   mutable std::mutex mu_;
   std::string error_;
   std::vector<std::function<void()>> closers_;
@@ -195,6 +213,11 @@ class NodePools {
 };
 
 std::vector<StageRequest> stage_requests(const Config& cfg, std::size_t allowed_cpus);
+
+// placement.wait for one planned thread (Runtime::spins_on_input): `allowed` CPUs of the
+// `machine`'s; an unpinned thread (placement mode os) has no CPU.
+bool spins_on_input(Config::Wait wait, const ThreadSlot& thread, std::size_t allowed,
+                    std::size_t machine);
 
 // The role label of a process's metrics: a relay reports under its own role, so its counts are
 // not mistaken for verified deliveries.

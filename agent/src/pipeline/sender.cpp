@@ -211,7 +211,7 @@ void Sender::send_loop(StageThread& t) {
     while (!c && !done) {
       {
         ScopedTimer wait(st.blocked_input_ns);
-        c = next_to_send(std::chrono::milliseconds(50), done);
+        c = next_to_send(std::chrono::milliseconds(50), done, t.input_spin());
       }
       if (!c && !done) link.serve(0);
     }

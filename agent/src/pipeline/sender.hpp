@@ -83,8 +83,10 @@ class Sender {
   // spill: between the compressors and the sending threads (see spill_loop).
   void spill_loop();
   bool unspill(BufferPool& pool, bool wait);
-  std::optional<Chunk> next_to_send(std::chrono::milliseconds timeout, bool& done) {
-    return spill_.queue ? spill_.queue->pop_for(timeout, done) : wire_q_->pop_for(timeout, done);
+  std::optional<Chunk> next_to_send(std::chrono::milliseconds timeout, bool& done,
+                                    SpinBudget* spin) {
+    return spill_.queue ? spill_.queue->pop_for(timeout, done, spin)
+                        : wire_q_->pop_for(timeout, done, spin);
   }
   // A source that can wait for the pipeline (a file or synthetic data at full speed): a full
   // spill holds it back. Any other (a detector, a paced source) loses what a full spill refuses.
