@@ -217,19 +217,21 @@ class Receiver::Decoding final : public Receiver::Role {
     r_.end_of_stream(h.stream_id, via, sock, peer, connections);
   }
   bool owes_end(std::uint32_t stream) override { return consumers_->spills_owe(stream); }
-  // A small chunk that needs neither decoding nor a buffer (not compressed, or kept as it came,
-  // its checksum over the bytes as they came: a detector's message): verified and handed on by
-  // the receiving thread that took it, not queued for a decompressing thread. At a fast
-  // detector's message rates the hand-off between threads costs more than the checksum. Not
-  // once the run stops taking data: what is taken then is the decompressing threads' to finish.
+  // A small chunk that needs neither decoding nor a buffer (not compressed, or kept as it came
+  // with its checksum over the bytes as they came: a detector's message): verified and handed on
+  // (or, with no consumer, settled) by the receiving thread that took it, not queued for a
+  // decompressing thread. At a fast detector's message rates the hand-off between threads costs
+  // more than the checksum (docs/performance.md). Not once the run stops taking data: what is
+  // taken then is the decompressing threads' to finish.
   static constexpr std::size_t kInlineBytes = 256 << 10;
   bool take_inline(std::optional<Inbound>& in) override {
     const wire::Header& h = in->header;
-    if (!h.payload_checksum || in->payload().size() > kInlineBytes || consumers_->empty())
-      return false;
+    if (in->payload().size() > kInlineBytes) return false;
     const auto [to_kept, to_decoded] = consumers_->forms(h.codec);
     const bool keep = to_kept && !to_decoded;
-    if (h.codec != Codec::none && !(keep && r_.cfg_.verify != Config::Verify::decode)) return false;
+    if (h.codec != Codec::none &&
+        !(h.payload_checksum && keep && r_.cfg_.verify != Config::Verify::decode))
+      return false;
     const std::size_t via = static_cast<std::size_t>(in->via);
     if (via >= inline_work_.size()) return false;
     inline_active_.fetch_add(1);
