@@ -136,9 +136,9 @@ TEST(EndToEnd, SpinningStageThreadsDeliverEveryChunkAndCountTheirWaits) {
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["corrupt"], 0);
   EXPECT_EQ(r["complete"], true);
-  for (const auto& [who, j, stage] : {std::tuple{"sender", s, "compress"},
-                                      std::tuple{"sender", s, "send"},
-                                      std::tuple{"receiver", r, "decompress"}}) {
+  for (const auto& [who, j, stage] :
+       {std::tuple{"sender", s, "compress"}, std::tuple{"sender", s, "send"},
+        std::tuple{"receiver", r, "decompress"}}) {
     ASSERT_TRUE(j["stages"][stage].contains("input_wait")) << who << " " << j["stages"].dump();
     const json& w = j["stages"][stage]["input_wait"];
     EXPECT_GE(w["spinning_threads"].get<int>(), 1) << who << " " << stage;
@@ -153,6 +153,35 @@ TEST(EndToEnd, SpinningStageThreadsDeliverEveryChunkAndCountTheirWaits) {
   ASSERT_EQ(rx2.wait(60s), 0) << rx2.err();
   for (const auto& [stage, st] : summary(tx2)["stages"].items())
     EXPECT_FALSE(st.contains("input_wait")) << stage;
+}
+
+// BLQ's help for a consumer: a synthetic source outruns its one compressing thread, so, with
+// placement.wait spin (auto: on a CPU of its own), it compresses the chunks that thread cannot
+// take yet itself; every chunk arrives verified, in order, and counts as compressed.
+TEST(EndToEnd, TheSourceCompressesWhatAFullQueueCannotTakeAndNothingIsLost) {
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--threads", "decompress=2"}));
+  Process tx(sender(port, 1,
+                    {"--chunks", "200", "--threads", "compress=1", "--set",
+                     "placement.adaptive=false", "--set", "placement.wait=\"spin\""}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  json r = summary(rx), s = summary(tx);
+  EXPECT_EQ(r["chunks"], 200);
+  EXPECT_EQ(r["lost"], 0);
+  EXPECT_EQ(r["corrupt"], 0);
+  EXPECT_EQ(r["complete"], true);
+  EXPECT_GT(s["compressed_by_source"].get<std::uint64_t>(), 0u) << s.dump();
+  EXPECT_LT(s["compressed_by_source"].get<std::uint64_t>(), 200u);
+  EXPECT_EQ(s["stages"]["compress"]["chunks"], 200) << "the source's chunks count as compressed";
+  EXPECT_EQ(r["raw_bytes"], 200LL * kMiB);
+  // Parking (the default on this machine's shared CPUs), the source waits instead.
+  port = free_ports(1);
+  Process rx2(receiver(port, 1, {}));
+  Process tx2(sender(port, 1, {"--chunks", "50", "--threads", "compress=1"}));
+  ASSERT_EQ(tx2.wait(60s), 0) << tx2.err();
+  ASSERT_EQ(rx2.wait(60s), 0) << rx2.err();
+  EXPECT_EQ(summary(tx2)["compressed_by_source"], 0);
 }
 
 TEST(EndToEnd, FileSourceToFileSinkIsByteIdentical) {

@@ -26,14 +26,15 @@ TEST(SenderPools, HoldTheQueueEachConnectionsWindowAndTheNextChunk) {
     std::size_t buffers;
   };
   const Case cases[] = {
-      // queue 4 + 2 senders x (window 8 + the frame in hand) + 1 for the next chunk
-      {"planned", false, false, 2, 0, 23},
-      {"one connection", false, false, 1, 0, 14},
+      // queue 4 + 2 senders x (window 8 + the frame in hand) + 1 for the next chunk + 1 for the
+      // chunk the source compresses itself
+      {"planned", false, false, 2, 0, 24},
+      {"one connection", false, false, 1, 0, 15},
       // + a spare per sending thread + the 4 workers a growing CPU budget may add
-      {"adaptive", true, false, 2, 2, 29},
+      {"adaptive", true, false, 2, 2, 30},
       // + the spill's queue and the buffer its thread reads into
-      {"spill", false, true, 2, 0, 28},
-      {"adaptive with a spill", true, true, 2, 2, 34},
+      {"spill", false, true, 2, 0, 29},
+      {"adaptive with a spill", true, true, 2, 2, 35},
   };
   for (const auto& k : cases) {
     Config c = base();

@@ -14,7 +14,9 @@ SenderPools plan_sender_pools(const Config& cfg, int senders) {
   p.spares = cfg.adaptive ? senders : 0;
   p.wire_capacity = wire::kHeaderSize + max_encoded_size(cfg.chunk_bytes);
   const auto count = [](int n) { return static_cast<std::size_t>(n); };
-  p.wire_buffers = count(cfg.queue_depth) + count(senders) * count(cfg.window + 1) + 1 +
+  // + 2: the ordered queue's one item beyond its capacity, and the chunk the source compresses
+  // itself when the compressing threads' queue is full (Sender::compress_here).
+  p.wire_buffers = count(cfg.queue_depth) + count(senders) * count(cfg.window + 1) + 2 +
                    count(p.spares) + count(p.spares > 0 ? adaptive::ExtraWorkers::kMax : 0) +
                    count(cfg.spill.enabled() ? cfg.queue_depth + 1 : 0);
   return p;

@@ -356,6 +356,8 @@ SpinBudget* StageThread::input_spin() const noexcept {
   return &stats.input_spin;
 }
 
+bool StageThread::helps() const noexcept { return spins && rt.spinning_allowed(); }
+
 bool spins_on_input(Config::Wait wait, const ThreadSlot& t, std::size_t allowed,
                     std::size_t machine) {
   if (wait != Config::Wait::automatic) return wait == Config::Wait::spin;

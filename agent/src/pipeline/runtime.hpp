@@ -43,12 +43,17 @@ struct StageThread {
   int numa_node;  // -1: no preference
   StageStats& stats;
   bool spare = false;  // an adaptive worker on another stage's CPU (placement.adaptive)
-  bool spins = false;  // spins before it parks on an empty input (Runtime::spins_on_input)
+  // Uses its CPU rather than sleep (Runtime::spins_on_input): spins before it parks on an empty
+  // input; a source whose output is full does the next stage's work itself.
+  bool spins = false;
   // Records the CPU this thread runs on now (unpinned threads move; called as they work).
   void observe() const noexcept;
   // The spin an input queue's pop() takes from this thread: none (it parks at once) unless it
   // spins, and not once the CPU budget moved threads.
   SpinBudget* input_spin() const noexcept;
+  // Whether it works rather than sleep on a full output (spins, and the CPU budget has not moved
+  // threads since the start).
+  bool helps() const noexcept;
   // The next item of the stage's input queue, the wait counted as blocked on input.
   template <typename Queue>
   auto next(Queue& q) {
@@ -103,11 +108,12 @@ class Runtime {
   // The CPUs of `cpus` no pinned thread runs on.
   std::vector<int> unused_cpus(const std::vector<int>& cpus) const;
 
-  // Whether the planned thread in `slot` spins before it parks on an empty input queue
-  // (placement.wait): always with spin, never with park; with auto, when it is pinned to a CPU
-  // no other thread of this process was given, inside a CPU set smaller than the machine (one of
-  // its own, as the kubelet's static CPU manager gives a Guaranteed pod): a spin on a CPU
-  // another thread needs takes that thread's time. Spare and extra workers never spin.
+  // Whether the planned thread in `slot` uses its CPU rather than sleep (placement.wait): spins
+  // before it parks on an empty input queue, and, a source, compresses a chunk itself when the
+  // compressing threads' queue is full. Always with spin, never with park; with auto, when it is
+  // pinned to a CPU no other thread of this process was given, inside a CPU set smaller than the
+  // machine (one of its own, as the kubelet's static CPU manager gives a Guaranteed pod): on a
+  // CPU another thread needs, either takes that thread's time. Spare and extra workers never do.
   bool spins_on_input(std::size_t slot) const;
   // False once repin() moved threads (auto): CPUs may be shared since.
   bool spinning_allowed() const noexcept {

@@ -47,30 +47,13 @@ void Sender::compress_loop(StageThread& t) {
     Chunk out;
     out.buffer = t.buffer(pool);
     if (!out.buffer) break;
-    const std::span<const std::byte> raw = source_->bytes(*c, node);
     {
       ScopedTimer busy(st.busy_ns);
-      wire::Header& h = out.header;
-      h = data_header(*c, raw, c->as_is);
-      if (c->as_is) {
-        // Stored compressed (an HDF5 chunk): copied as it is, never decoded here.
-        std::memcpy(out.payload_room().data(), raw.data(), raw.size());
-      } else {
-        // The checksum of the raw bytes is taken as the codec reads them (bslz4: block by block,
-        // each still in the cache), not in a pass of its own.
-        sum.reset();
-        auto res = comp.compress(raw, out.payload_room(), &sum);
-        h.checksum = sum.digest();
-        h.codec = res.codec;
-        h.element_size =
-            h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
-        h.payload_size = static_cast<std::uint32_t>(res.size);
-      }
+      compress_into(*c, out, comp, sum, node);
     }
-    const std::size_t wire_size = wire::kHeaderSize + out.header.payload_size;
     st.chunks++;
-    st.bytes_in += c->as_is ? c->raw_size : raw.size();
-    st.bytes_out += wire_size;
+    st.bytes_in += c->as_is ? c->raw_size : source_->bytes(*c, node).size();
+    st.bytes_out += wire::kHeaderSize + out.header.payload_size;
     c.reset();  // the raw buffer goes back to its pool
     t.observe();
     bool pushed;
@@ -80,6 +63,26 @@ void Sender::compress_loop(StageThread& t) {
     }
     if (!pushed) break;
   }
+}
+
+void Sender::compress_into(const RawChunk& c, Chunk& out, Compressor& comp,
+                           wire::ChecksumStream& sum, int node) const {
+  const std::span<const std::byte> raw = source_->bytes(c, node);
+  wire::Header& h = out.header;
+  h = data_header(c, raw, c.as_is);
+  if (c.as_is) {
+    // Stored compressed (an HDF5 chunk): copied as it is, never decoded here.
+    std::memcpy(out.payload_room().data(), raw.data(), raw.size());
+    return;
+  }
+  // The checksum of the raw bytes is taken as the codec reads them (bslz4: block by block, each
+  // still in the cache), not in a pass of its own.
+  sum.reset();
+  auto res = comp.compress(raw, out.payload_room(), &sum);
+  h.checksum = sum.digest();
+  h.codec = res.codec;
+  h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
+  h.payload_size = static_cast<std::uint32_t>(res.size);
 }
 
 // Connection `index`'s link options.
@@ -477,6 +480,7 @@ nlohmann::json Sender::summary() {
           {"retransmitted", counts_.retransmitted.load()},
           {"frames_in_two_parts", counts_.two_part.load()},
           {"frames_made_whole", counts_.made_whole.load()},
+          {"compressed_by_source", counts_.compressed_by_source.load()},
           {"reconnects", counts_.reconnects.load()},
           {"raw_bytes", rt_.stats(Stage::compress).bytes_in.load()},
           {"wire_bytes", counts_.wire_bytes.load()},

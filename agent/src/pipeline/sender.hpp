@@ -63,7 +63,11 @@ class Sender {
   void compress_loop(StageThread& t);
   wire::Header data_header(const RawChunk& c, std::span<const std::byte> raw,
                            bool sum = true) const;
-  bool hand_on(RawChunk& c, StageStats& st);
+  bool hand_on(RawChunk& c, StageThread& t);
+  // The compressing stage's work on one chunk: `out` (its buffer taken) framed from `c`.
+  void compress_into(const RawChunk& c, Chunk& out, Compressor& comp, wire::ChecksumStream& sum,
+                     int node) const;
+  bool compress_here(RawChunk& c, StageThread& t);
   bool skip_acknowledged(std::uint64_t seq);
   void log_drain(Clock::time_point from, std::uint64_t seq) const;
   void greet(AckedLink& link);
@@ -163,8 +167,17 @@ class Sender {
     std::atomic<std::uint64_t> two_part{0};
     std::atomic<std::uint64_t> made_whole{0};
     std::atomic<int> reconnects{0};
-    std::atomic<std::uint64_t> discarded{0};  // notices of chunks the gateway discarded
+    std::atomic<std::uint64_t> discarded{0};             // notices of chunks the gateway discarded
+    std::atomic<std::uint64_t> compressed_by_source{0};  // compress_here
   } counts_;
+  // The source's own compressor, made the first time it helps (compress_here).
+  struct Helper {
+    Helper(const Config& cfg, int element_size)
+        : comp(cfg.codec, cfg.acceleration, cfg.chunk_bytes, element_size) {}
+    Compressor comp;
+    wire::ChecksumStream sum;
+  };
+  std::unique_ptr<Helper> helper_;
 
   // Acknowledged delivery: what the receiver has taken, shared by the connections. The source
   // starts once a connection has the receiver's answer to its resume frame (a restarted sender

@@ -100,7 +100,7 @@ void Sender::source_loop(StageThread& t) {
                              : c.buffer ? c.buffer->size
                                         : cfg_.chunk_bytes;
     const std::size_t raw = c.as_is ? c.raw_size : size;
-    if (!hand_on(c, st)) break;
+    if (!hand_on(c, t)) break;
     ++seq;
     st.chunks++;
     st.bytes_out += size;
@@ -114,9 +114,16 @@ void Sender::source_loop(StageThread& t) {
 // Hands chunk `c` to the next stage: to the compressing threads, or, a detector's message sent
 // as it came (nothing to compress, only a checksum of bytes this thread just received), framed
 // here and straight to the sending threads: a hand-off between threads costs more than the
-// checksum at a fast detector's message sizes. False once the pipeline is shutting down.
-bool Sender::hand_on(RawChunk& c, StageStats& st) {
+// checksum at a fast detector's message sizes. When the compressing threads' queue is full, a
+// source on a CPU of its own compresses the chunk itself (compress_here). False once the pipeline
+// is shutting down.
+bool Sender::hand_on(RawChunk& c, StageThread& t) {
+  StageStats& st = t.stats;
   if (!(c.as_is && c.message)) {
+    if (t.helps()) {
+      if (raw_q_->try_push(c)) return true;
+      return !raw_q_->closed() && compress_here(c, t);
+    }
     ScopedTimer wait(st.blocked_output_ns);
     return raw_q_->push(c);
   }
@@ -133,6 +140,31 @@ bool Sender::hand_on(RawChunk& c, StageStats& st) {
   framing.bytes_in += c.raw_size;
   framing.bytes_out += wire::kHeaderSize + out.header.payload_size;
   ScopedTimer wait(st.blocked_output_ns);
+  return wire_q_->push(out.header.sequence, out);
+}
+
+// BLQ's help for a consumer: every compressing thread is busy and their queue is full, so the
+// source compresses this chunk itself rather than sleep until one takes the next: its CPU, one
+// of its own (StageThread::helps), would idle meanwhile. On a CPU shared with the compressing
+// threads it would only take theirs (docs/performance.md). The chunk is the compressing stage's in
+// the metrics and the summary (chunks, bytes); the time is the source's (busy), so the adaptive
+// runtime still reads the compressing threads' own load. The wire pools hold one buffer for it.
+bool Sender::compress_here(RawChunk& c, StageThread& t) {
+  if (!helper_) helper_ = std::make_unique<Helper>(cfg_, stream_.element_size);
+  Chunk out;
+  out.buffer = t.buffer(wire_pools_->for_node(t.numa_node));
+  if (!out.buffer) return false;
+  {
+    ScopedTimer busy(t.stats.busy_ns);
+    compress_into(c, out, helper_->comp, helper_->sum, t.numa_node);
+  }
+  StageStats& compress = rt_.stats(Stage::compress);
+  compress.chunks++;
+  compress.bytes_in += c.as_is ? c.raw_size : source_->bytes(c, t.numa_node).size();
+  compress.bytes_out += wire::kHeaderSize + out.header.payload_size;
+  ++counts_.compressed_by_source;
+  c = RawChunk{};  // a raw buffer goes back to its pool
+  ScopedTimer wait(t.stats.blocked_output_ns);
   return wire_q_->push(out.header.sequence, out);
 }
 
