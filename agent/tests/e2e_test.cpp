@@ -208,6 +208,28 @@ TEST(EndToEnd, FileSourceToFileSinkIsByteIdentical) {
   EXPECT_FALSE(fs::exists(dir + "/out.raw.part"));
 }
 
+// Small chunks sent uncompressed are framed by the source itself (no hand-off to a compressing
+// thread): a file arrives byte for byte, and the summary counts them.
+TEST(EndToEnd, SmallUncompressedChunksFramedByTheSourceArriveByteIdentical) {
+  std::string dir = temp_dir();
+  std::string data(static_cast<std::size_t>(kMiB + 1234), '\0');
+  std::mt19937_64 rng(5);
+  for (auto& ch : data) ch = static_cast<char>(rng());
+  std::ofstream(dir + "/in.raw", std::ios::binary) << data;
+  int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", dir + "/out.raw"}));
+  Process tx(sender(port, 1,
+                    {"--source", "file", "--source-path", dir + "/in.raw", "--codec", "none",
+                     "--chunk-bytes", "16384"}));
+  ASSERT_EQ(tx.wait(60s), 0) << tx.err();
+  ASSERT_EQ(rx.wait(60s), 0) << rx.err();
+  const json s = summary(tx);
+  EXPECT_EQ(s["chunks"], 65);
+  EXPECT_EQ(s["compressed_by_source"], 65) << "64 KiB or less, uncompressed: framed by the source";
+  EXPECT_EQ(summary(rx)["corrupt"], 0);
+  EXPECT_EQ(read_file(dir + "/out.raw"), data);
+}
+
 // A receiver that is gone for longer than the sender's reconnect timeout fails the sender,
 // which says how much was never acknowledged.
 TEST(EndToEnd, SenderFailsWhenTheReceiverDoesNotComeBack) {

@@ -68,6 +68,10 @@ class Sender {
   void compress_into(const RawChunk& c, Chunk& out, Compressor& comp, wire::ChecksumStream& sum,
                      int node) const;
   bool compress_here(RawChunk& c, StageThread& t);
+  // An uncompressed chunk of at most this many bytes is framed by the source itself: below it,
+  // the hand-off to a compressing thread costs more than the copy and the checksum
+  // (docs/performance.md: 1.25x the rate at 16 KiB, 1.11x at 64; none at 256).
+  static constexpr std::size_t kFramedHere = 64 << 10;
   bool skip_acknowledged(std::uint64_t seq);
   void log_drain(Clock::time_point from, std::uint64_t seq) const;
   void greet(AckedLink& link);

@@ -114,12 +114,16 @@ void Sender::source_loop(StageThread& t) {
 // Hands chunk `c` to the next stage: to the compressing threads, or, a detector's message sent
 // as it came (nothing to compress, only a checksum of bytes this thread just received), framed
 // here and straight to the sending threads: a hand-off between threads costs more than the
-// checksum at a fast detector's message sizes. When the compressing threads' queue is full, a
+// checksum at a fast detector's message sizes. So is a small chunk sent uncompressed (codec
+// none: a copy and a checksum), framed here too. When the compressing threads' queue is full, a
 // source on a CPU of its own compresses the chunk itself (compress_here). False once the pipeline
 // is shutting down.
 bool Sender::hand_on(RawChunk& c, StageThread& t) {
   StageStats& st = t.stats;
   if (!(c.as_is && c.message)) {
+    if (cfg_.codec == Codec::none && !c.as_is &&
+        source_->bytes(c, t.numa_node).size() <= kFramedHere)
+      return compress_here(c, t);
     if (t.helps()) {
       if (raw_q_->try_push(c)) return true;
       return !raw_q_->closed() && compress_here(c, t);
