@@ -151,7 +151,8 @@ TEST(EndToEnd, SpinningStageThreadsDeliverEveryChunkAndCountTheirWaits) {
   Process tx2(sender(port, 1, {"--chunks", "20"}));
   ASSERT_EQ(tx2.wait(60s), 0) << tx2.err();
   ASSERT_EQ(rx2.wait(60s), 0) << rx2.err();
-  for (const auto& [stage, st] : summary(tx2)["stages"].items())
+  const json s2 = summary(tx2);
+  for (const auto& [stage, st] : s2["stages"].items())
     EXPECT_FALSE(st.contains("input_wait")) << stage;
 }
 

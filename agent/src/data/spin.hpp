@@ -4,7 +4,7 @@
 //
 // A spin pays only on a CPU the thread has to itself: on a shared one it takes the time its
 // producer needs (docs/performance.md measured both). So a stage spins only where its placement
-// says so (Runtime::input_wait), and its spin's length is learnt from how its waits end:
+// says so (Runtime::spins_on_input), and its spin's length is learnt from how its waits end:
 //  - a wait that ended while spinning is "caught" and leaves the bound as it is;
 //  - a wait that parked, and whose item came within kMaxNs after all, asks for a longer spin
 //    (the bound doubles, from kMinNs, up to kMaxNs);
