@@ -84,14 +84,28 @@ stream() {
   while [[ $1 != -- ]]; do tx+=("$1"); shift; done
   shift
   rx=("$@")
-  p=$(port)
-  "${rx[@]}" receive --endpoint "tcp://127.0.0.1:$p" --connections 2 --chunk-bytes 1048576 --idle-timeout 60 \
-    --sink file --sink-path "$work/$name.raw" >"$work/$name.rx" 2>"$work/$name.rx.err" &
-  local rx_pid=$!
+  # The port is free when chosen, but the suites beside this one pick ports too: a receiver that
+  # finds its port taken before it binds is started again on another (at most 5 tries).
+  local rx_pid tries
+  for tries in 1 2 3 4 5; do
+    p=$(port)
+    "${rx[@]}" receive --endpoint "tcp://127.0.0.1:$p" --connections 2 --chunk-bytes 1048576 --idle-timeout 60 \
+      --sink file --sink-path "$work/$name.raw" >"$work/$name.rx" 2>"$work/$name.rx.err" &
+    rx_pid=$!
+    local waited=0
+    until ss -ltn "sport = :$p" | grep -q ":$p " || ! kill -0 "$rx_pid" 2>/dev/null || ((waited >= 100)); do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    kill -0 "$rx_pid" 2>/dev/null && break
+    wait "$rx_pid" || true
+    echo "arm64: $name: the receiver did not start on port $p (try $tries): $(tail -1 "$work/$name.rx.err")" >&2
+  done
   if ! "${tx[@]}" send --endpoint "tcp://127.0.0.1:$p" --connections 2 --chunk-bytes 1048576 --connect-timeout 60 \
     --chunks 40 --codec "$codec" --seed 11 >"$work/$name.tx" 2>"$work/$name.tx.err"; then
     tail -20 "$work/$name.tx.err"
-    echo "arm64: $name: the sender failed" >&2
+    echo "arm64: $name: the sender failed; the receiver said:" >&2
+    tail -20 "$work/$name.rx.err" >&2
     return 1
   fi
   if ! wait "$rx_pid"; then
