@@ -51,9 +51,6 @@ void Sender::compress_loop(StageThread& t) {
       ScopedTimer busy(st.busy_ns);
       compress_into(*c, out, comp, sum, node);
     }
-    st.chunks++;
-    st.bytes_in += c->as_is ? c->raw_size : source_->bytes(*c, node).size();
-    st.bytes_out += wire::kHeaderSize + out.header.payload_size;
     c.reset();  // the raw buffer goes back to its pool
     t.observe();
     bool pushed;
@@ -66,23 +63,27 @@ void Sender::compress_loop(StageThread& t) {
 }
 
 void Sender::compress_into(const RawChunk& c, Chunk& out, Compressor& comp,
-                           wire::ChecksumStream& sum, int node) const {
+                           wire::ChecksumStream& sum, int node) {
   const std::span<const std::byte> raw = source_->bytes(c, node);
   wire::Header& h = out.header;
   h = data_header(c, raw, c.as_is);
   if (c.as_is) {
     // Stored compressed (an HDF5 chunk): copied as it is, never decoded here.
     std::memcpy(out.payload_room().data(), raw.data(), raw.size());
-    return;
+  } else {
+    // The checksum of the raw bytes is taken as the codec reads them (bslz4: block by block,
+    // each still in the cache), not in a pass of its own.
+    sum.reset();
+    auto res = comp.compress(raw, out.payload_room(), &sum);
+    h.checksum = sum.digest();
+    h.codec = res.codec;
+    h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
+    h.payload_size = static_cast<std::uint32_t>(res.size);
   }
-  // The checksum of the raw bytes is taken as the codec reads them (bslz4: block by block, each
-  // still in the cache), not in a pass of its own.
-  sum.reset();
-  auto res = comp.compress(raw, out.payload_room(), &sum);
-  h.checksum = sum.digest();
-  h.codec = res.codec;
-  h.element_size = h.codec == Codec::bslz4 ? static_cast<std::uint8_t>(stream_.element_size) : 0;
-  h.payload_size = static_cast<std::uint32_t>(res.size);
+  StageStats& st = rt_.stats(Stage::compress);
+  st.chunks++;
+  st.bytes_in += c.as_is ? c.raw_size : raw.size();
+  st.bytes_out += wire::kHeaderSize + h.payload_size;
 }
 
 // Connection `index`'s link options.

@@ -64,9 +64,10 @@ class Sender {
   wire::Header data_header(const RawChunk& c, std::span<const std::byte> raw,
                            bool sum = true) const;
   bool hand_on(RawChunk& c, StageThread& t);
-  // The compressing stage's work on one chunk: `out` (its buffer taken) framed from `c`.
+  // The compressing stage's work on one chunk, counted as that stage's (chunks, bytes): `out`
+  // (its buffer taken) framed from `c`.
   void compress_into(const RawChunk& c, Chunk& out, Compressor& comp, wire::ChecksumStream& sum,
-                     int node) const;
+                     int node);
   bool compress_here(RawChunk& c, StageThread& t);
   // An uncompressed chunk of at most this many bytes is framed by the source itself: below it,
   // the hand-off to a compressing thread costs more than the copy and the checksum

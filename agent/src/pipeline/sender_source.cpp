@@ -162,10 +162,6 @@ bool Sender::compress_here(RawChunk& c, StageThread& t) {
     ScopedTimer busy(t.stats.busy_ns);
     compress_into(c, out, helper_->comp, helper_->sum, t.numa_node);
   }
-  StageStats& compress = rt_.stats(Stage::compress);
-  compress.chunks++;
-  compress.bytes_in += c.as_is ? c.raw_size : source_->bytes(c, t.numa_node).size();
-  compress.bytes_out += wire::kHeaderSize + out.header.payload_size;
   ++counts_.compressed_by_source;
   c = RawChunk{};  // a raw buffer goes back to its pool
   ScopedTimer wait(t.stats.blocked_output_ns);
