@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -276,6 +277,7 @@ class FileSink final : public Sink {
       const std::string part = stream_path(cfg_.sink.path, tracker_.names().of(id)) + ".part";
       // A file is complete only when it is on the disk: a failed fsync or close (a full or
       // failing filesystem, an NFS server gone) keeps it a .part, and fails the run naming it.
+      cut_unconfirmed(o, part);  // what no chunk of this stream came for
       std::string error;
       if (::fsync(o.fd) != 0) error = "fsync " + part + ": " + errno_text(errno);
       if (::close(o.fd) != 0 && error.empty()) error = "close " + part + ": " + errno_text(errno);
@@ -311,6 +313,10 @@ class FileSink final : public Sink {
   }
 
  private:
+  struct IndexRecord {
+    std::uint64_t seq = 0;
+    std::uint64_t end = 0;  // the file's length with the chunk
+  };
   struct Out {
     int fd = -1;
     int index_fd = -1;  // <path>.part.idx: (sequence, file length after it) per chunk written
@@ -319,6 +325,10 @@ class FileSink final : public Sink {
     std::uint64_t next = 0;
     SeqSet written;
     std::map<std::uint64_t, Chunk> pending;
+    // An earlier receiver's chunks that no resume frame vouched for (its acknowledgements never
+    // reached a sender that remembers them): kept in the file as long as each chunk that arrives
+    // is the one written there before; the first that differs cuts the file back to it.
+    std::deque<IndexRecord> unconfirmed;
   };
 
   Out& open(std::uint32_t stream) {
@@ -335,30 +345,39 @@ class FileSink final : public Sink {
     make_parent_dirs(path, cfg_.sink.mode);
     Out o;
     // A resumed stream (its sender reports chunks acknowledged by an earlier receiver) continues
-    // the earlier file: the index says which chunks it holds and how long it validly is.
-    bool resume = tracker_.resumed(stream) && ::access(path.c_str(), F_OK) == 0 &&
-                  ::access(index.c_str(), F_OK) == 0;
+    // the earlier file: the index says which chunks it holds and how long it validly is. Any
+    // other stream whose file is there keeps it unconfirmed, chunk by chunk as the same chunks
+    // come again (a sender restarted with this receiver, before their acknowledgements reached
+    // it; or a new run to the same path, which cuts it back at its first chunk).
+    const bool earlier = ::access(path.c_str(), F_OK) == 0 && ::access(index.c_str(), F_OK) == 0;
+    std::vector<IndexRecord> found = earlier ? read_index(index) : std::vector<IndexRecord>{};
+    const bool resume = earlier && tracker_.resumed(stream);
+    const bool unconfirmed = !resume && !found.empty();
     std::uint64_t records = 0;
     if (resume) {
-      int ifd = ::open(index.c_str(), O_RDONLY | O_CLOEXEC);
-      if (ifd < 0) throw_errno("file sink: open " + index);
-      std::array<std::byte, 16> rec;
-      while (::read(ifd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size())) {
-        std::uint64_t seq, end;
-        std::memcpy(&seq, rec.data(), 8);
-        std::memcpy(&end, rec.data() + 8, 8);
-        o.written.insert(seq);
-        o.next = seq + 1;
-        o.length = end;
+      for (const IndexRecord& r : found) {
+        o.written.insert(r.seq);
+        o.next = r.seq + 1;
+        o.length = r.end;
         ++records;
       }
-      ::close(ifd);
     }
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC);
-    o.fd = ::open(path.c_str(), flags, 0644);
+    // The index of an unconfirmed file holds only what is confirmed: a receiver killed meanwhile
+    // leaves no record of a chunk that no one vouched for.
+    // The file read too: an unconfirmed chunk is compared with what comes again.
+    o.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (earlier ? 0 : O_TRUNC), 0644);
     if (o.fd < 0) throw_errno("file sink: open " + path);
-    o.index_fd = ::open(index.c_str(), flags, 0644);
+    o.index_fd =
+        ::open(index.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? 0 : O_TRUNC), 0644);
     if (o.index_fd < 0) throw_errno("file sink: open " + index);
+    if (unconfirmed) {
+      o.unconfirmed.assign(found.begin(), found.end());
+      o.next = found.front().seq;
+      log_line("file sink: " + path + " holds " + std::to_string(found.size()) + " chunks (" +
+               std::to_string(found.back().end) + " bytes) of an earlier receiver that no sender " +
+               "vouched for: kept as far as the chunks that come again match them");
+      return outs_.emplace(stream, std::move(o)).first->second;
+    }
     // Anything past the last indexed chunk was written but never recorded: cut it off.
     if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 ||
         ::ftruncate(o.index_fd, static_cast<off_t>(records * 16)) != 0 ||
@@ -371,6 +390,51 @@ class FileSink final : public Sink {
                std::to_string(o.length) + " bytes) already written");
     }
     return outs_.emplace(stream, std::move(o)).first->second;
+  }
+
+  // A file sink's index: (sequence, file length with it) per chunk, in the order written. A
+  // record cut short by a kill, or one that would shorten the file, ends it.
+  static std::vector<IndexRecord> read_index(const std::string& index) {
+    const int fd = ::open(index.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno("file sink: open " + index);
+    std::vector<IndexRecord> out;
+    std::array<std::uint64_t, 2> rec;
+    while (::read(fd, rec.data(), sizeof(rec)) == static_cast<ssize_t>(sizeof(rec))) {
+      if (!out.empty() && rec[1] < out.back().end) break;
+      out.push_back({rec[0], rec[1]});
+    }
+    ::close(fd);
+    return out;
+  }
+
+  // Whether the chunk that comes next is the earlier receiver's next unconfirmed one: the same
+  // sequence, length and bytes (read back from the file, most often from the page cache).
+  bool same_as_before(const Out& o, std::span<const std::byte> payload) const {
+    const IndexRecord& r = o.unconfirmed.front();
+    if (r.seq != o.next || r.end - o.length != payload.size()) return false;
+    std::array<std::byte, 64 << 10> buf;
+    for (std::size_t at = 0; at < payload.size();) {
+      const std::size_t n = std::min(buf.size(), payload.size() - at);
+      if (::pread(o.fd, buf.data(), n, static_cast<off_t>(o.length + at)) !=
+              static_cast<ssize_t>(n) ||
+          std::memcmp(buf.data(), payload.data() + at, n) != 0)
+        return false;
+      at += n;
+    }
+    return true;
+  }
+
+  // The earlier receiver's chunks from here on are not this stream's: the file is cut back to
+  // what is confirmed, and written on from there.
+  void cut_unconfirmed(Out& o, const std::string& part) {
+    if (o.unconfirmed.empty()) return;
+    log_line("file sink: " + part + ": " + std::to_string(o.unconfirmed.size()) +
+             " chunks of the earlier receiver's are not this stream's (from chunk " +
+             std::to_string(o.unconfirmed.front().seq) + "): cut back to " +
+             std::to_string(o.length) + " bytes");
+    o.unconfirmed.clear();
+    if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 || ::lseek(o.fd, 0, SEEK_END) < 0)
+      throw_errno("file sink: cut back " + part);
   }
 
   // False when the filesystem is full (ENOSPC, EDQUOT); any other error throws, naming the file.
@@ -396,7 +460,16 @@ class FileSink final : public Sink {
       const std::string part = stream_path(cfg_.sink.path, tracker_.names().of(stream)) + ".part";
       const auto payload = o.pending.begin()->second.payload();
       std::array<std::uint64_t, 2> rec = {o.next, o.length + payload.size()};
-      if (!write_all(o.fd, payload.data(), payload.size(), part) ||
+      bool kept = false;  // in the file already: only its record is written
+      if (!o.unconfirmed.empty()) {
+        kept = same_as_before(o, payload);
+        if (kept) {
+          o.unconfirmed.pop_front();
+        } else {
+          cut_unconfirmed(o, part);
+        }
+      }
+      if ((!kept && !write_all(o.fd, payload.data(), payload.size(), part)) ||
           !write_all(o.index_fd, reinterpret_cast<const std::byte*>(rec.data()), sizeof(rec),
                      part + ".idx")) {
         if (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 ||
@@ -405,6 +478,7 @@ class FileSink final : public Sink {
             ::lseek(o.index_fd, 0, SEEK_END) < 0) {
           throw_errno("file sink: cut back " + part + " after running out of space");
         }
+        o.unconfirmed.clear();  // cut off with the rest
         if (!stalled_) {
           log_warn("file sink: no space left for " + part + " (chunk " + std::to_string(o.next) +
                    "): holding what arrives, unacknowledged, until space returns");
@@ -422,6 +496,10 @@ class FileSink final : public Sink {
       o.pending.erase(o.pending.begin());
       o.length += payload.size();
       ++o.records;
+      // The earlier receiver's last chunk confirmed: what it wrote past it was never recorded.
+      if (kept && o.unconfirmed.empty() &&
+          (::ftruncate(o.fd, static_cast<off_t>(o.length)) != 0 || ::lseek(o.fd, 0, SEEK_END) < 0))
+        throw_errno("file sink: resume " + part);
       o.written.insert(o.next);
       ack_(c.via, stream, o.next);
       o.next = tracker_.past_gaps(stream, o.next + 1);
