@@ -167,6 +167,19 @@ TEST(FileSink, ANewStreamCutsAnEarlierFileBackAtItsFirstDifferentChunk) {
     shorter.put(testing::chunk_of(0, std::vector<std::byte>(32, std::byte{0x55})));
     EXPECT_EQ(file_text(part), std::string(32, '\x55'));
   }
+  {
+    SinkProcess gapped(dir);  // an earlier stream whose first chunks were declared gone
+    const std::vector<wire::Gap> gap = {{0, 2, wire::GapReason::sender_restarted}};
+    ASSERT_EQ(gapped.tracker.on_gaps(0, gap), wire::DecodeError::ok);
+    gapped.put(chunk(2));
+    EXPECT_EQ(file_text(part), bytes_of({2}));
+  }
+  {
+    SinkProcess from_zero(dir);  // a new stream's chunk 0 is not one the earlier file passed over
+    from_zero.put(chunk(0));
+    EXPECT_EQ(from_zero.acked, (std::vector<std::uint64_t>{0}));
+    EXPECT_EQ(file_text(part), bytes_of({0}));
+  }
   std::filesystem::remove_all(dir);
 }
 

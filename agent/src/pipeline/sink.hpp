@@ -372,7 +372,6 @@ class FileSink final : public Sink {
     if (o.index_fd < 0) throw_errno("file sink: open " + index);
     if (unconfirmed) {
       o.unconfirmed.assign(found.begin(), found.end());
-      o.next = found.front().seq;
       log_line("file sink: " + path + " holds " + std::to_string(found.size()) + " chunks (" +
                std::to_string(found.back().end) + " bytes) of an earlier receiver that no sender " +
                "vouched for: kept as far as the chunks that come again match them");
