@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -207,6 +208,38 @@ TEST(EndToEnd, FileSourceToFileSinkIsByteIdentical) {
   EXPECT_EQ(summary(rx)["chunks"], 5) << "4 chunks of a.raw and 1 of b.raw";
   EXPECT_EQ(read_file(dir + "/out.raw"), expected);
   EXPECT_FALSE(fs::exists(dir + "/out.raw.part"));
+}
+
+// A source file cut short while the sender reads it (another process truncates it; the sender
+// reads the file through a mapping): the sender stops, exit 1 naming the file, and what it sent
+// is what the file held, never zeros in place of the bytes that are gone.
+TEST(EndToEnd, ASourceFileCutShortWhileItIsSentStopsTheSenderAndNothingFalseArrives) {
+  const std::string dir = temp_dir();
+  std::string data(static_cast<std::size_t>(32 * kMiB), '\0');
+  std::mt19937_64 rng(9);
+  for (std::size_t i = 0; i < data.size(); i += 8) {
+    const std::uint64_t v = rng() & 0x0F0F0F0F0F0F0F0Full;
+    std::memcpy(data.data() + i, &v, 8);
+  }
+  const std::string src = dir + "/in.raw";
+  std::ofstream(src, std::ios::binary) << data;
+  const int port = free_ports(1);
+  Process rx(receiver(port, 1, {"--sink", "file", "--sink-path", dir + "/out.raw"}));
+  Process tx(sender(port, 1,
+                    {"--source", "file", "--source-path", src, "--chunk-bytes", "1048576",
+                     "--rate-gbps", "0.1"}));
+  ASSERT_TRUE(eventually([&] {
+    return fs::exists(dir + "/out.raw.part") && fs::file_size(dir + "/out.raw.part") >= 4 * kMiB;
+  })) << tx.err();
+  ASSERT_EQ(::truncate(src.c_str(), 2 * kMiB + 4096), 0);
+  EXPECT_EQ(tx.wait(60s), 1) << tx.err();
+  EXPECT_NE(tx.err().find(src + " was cut short while it was read"), std::string::npos) << tx.err();
+  rx.signal(SIGTERM);
+  rx.wait(30s);
+  const std::string got = read_file(dir + "/out.raw.part");
+  ASSERT_LE(got.size(), data.size());
+  EXPECT_TRUE(got == data.substr(0, got.size()))
+      << "the receiver's file is not a prefix of what the source held";
 }
 
 // Small chunks sent uncompressed are framed by the source itself (no hand-off to a compressing

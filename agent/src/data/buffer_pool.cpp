@@ -67,7 +67,8 @@ constexpr std::size_t kAlign = 4096;
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes, int numa_node)
+BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes, int numa_node,
+                       Touch touch)
     : name_(std::move(name)), buffer_bytes_(buffer_bytes), numa_node_(numa_node) {
   NS_ASSERT(count >= 1);
   std::size_t stride = round_up(buffer_bytes ? buffer_bytes : 1);
@@ -82,8 +83,7 @@ BufferPool::BufferPool(std::string name, std::size_t count, std::size_t buffer_b
     region_ = static_cast<std::byte*>(std::aligned_alloc(kAlign, region_bytes_));
     if (!region_) throw std::bad_alloc();
   }
-  // Fault every page in now (on the bound node), not on the first chunk.
-  std::memset(region_, 0, region_bytes_);
+  if (touch == Touch::now) std::memset(region_, 0, region_bytes_);
   buffers_.resize(count);
   free_.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {

@@ -54,8 +54,12 @@ class PooledBuffer {
 
 class BufferPool {
  public:
-  // `numa_node` < 0 allocates without a node binding.
-  BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes, int numa_node);
+  // `numa_node` < 0 allocates without a node binding. Every page is faulted in at once (on the
+  // node), not on the first chunk; `Touch::on_use` leaves that to the first use (a pool that may
+  // never be written: a mapped file's chunks only take its buffers' places).
+  enum class Touch { now, on_use };
+  BufferPool(std::string name, std::size_t count, std::size_t buffer_bytes, int numa_node,
+             Touch touch = Touch::now);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;

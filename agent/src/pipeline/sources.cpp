@@ -1,6 +1,7 @@
 #include "pipeline/sources.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -102,8 +103,9 @@ class SyntheticSource final : public Source {
 // Sources that read into buffers of their own pool (on the source thread's node).
 class ReadingSource : public Source {
  public:
-  ReadingSource(const SourceSetup& s, std::size_t capacity)
-      : pool_("raw", s.buffers, capacity, s.source_node) {}
+  ReadingSource(const SourceSetup& s, std::size_t capacity,
+                BufferPool::Touch touch = BufferPool::Touch::now)
+      : pool_("raw", s.buffers, capacity, s.source_node, touch) {}
   void close() override { pool_.close(); }
 
  protected:
@@ -119,7 +121,9 @@ class ReadingSource : public Source {
 // One file or a directory of regular files (sorted by name), cut into chunk_bytes chunks.
 class FileSource final : public ReadingSource {
  public:
-  explicit FileSource(const SourceSetup& s) : ReadingSource(s, s.cfg.chunk_bytes), cfg_(s.cfg) {
+  // Its buffers are written only where a file cannot be mapped.
+  explicit FileSource(const SourceSetup& s)
+      : ReadingSource(s, s.cfg.chunk_bytes, BufferPool::Touch::on_use), cfg_(s.cfg) {
     const std::string& path = cfg_.source.path;
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
@@ -140,50 +144,71 @@ class FileSource final : public ReadingSource {
   }
   hdf5::FrameShape shape() const override { return configured_shape(cfg_); }
   bool has_end() const override { return true; }
+  // A chunk of at most the buffer's capacity, never across two files (a file's last chunk may be
+  // short): a view of the mapped file, or read into the buffer where it is not mapped.
   bool read(RawChunk& c, StageStats& st, const std::function<bool()>&) override {
-    c.buffer = take(st);
+    c.buffer = take(st);  // also where the file is mapped: bounds the chunks in flight
     if (!c.buffer) return false;
     ScopedTimer busy(st.busy_ns);
-    c.buffer->size = fill(c.buffer->data, c.buffer->capacity);
-    return c.buffer->size > 0;
+    const std::size_t n = next_chunk(c.buffer->capacity);
+    if (n == 0) return false;
+    if (map_) {
+      c.mapping = map_;
+      c.mapped = map_->bytes().subspan(off_, n);
+    } else {
+      read_exactly(c.buffer->data, n);
+    }
+    c.buffer->size = n;
+    off_ += n;
+    return true;
   }
   std::size_t skip(std::uint64_t) override {
-    PooledBuffer scratch = pool_.take();
-    return scratch ? fill(scratch->data, scratch->capacity) : 0;
+    const std::size_t n = next_chunk(cfg_.chunk_bytes);
+    off_ += n;
+    return n;
   }
 
  private:
-  // Up to `cap` bytes, across file boundaries. 0 at the end of the last file.
-  std::size_t fill(std::byte* out, std::size_t cap) {
-    while (fd_ >= 0) {
-      std::size_t got = 0;
-      while (got < cap) {
-        ssize_t n = ::read(fd_, out + got, cap - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("read " + files_[index_]);
-        if (n == 0) break;
-        got += static_cast<std::size_t>(n);
-      }
-      if (got > 0) return got;
-      open_next();
+  // The next chunk's length in the current file, the next file opened when it is done; 0 at the
+  // end of the last file.
+  std::size_t next_chunk(std::size_t cap) {
+    while (fd_ >= 0 && off_ >= size_) open_next();
+    return fd_ < 0 ? 0 : std::min<std::size_t>(cap, size_ - off_);
+  }
+  void read_exactly(std::byte* out, std::size_t n) {
+    for (std::size_t got = 0; got < n;) {
+      const ssize_t r = ::pread(fd_, out + got, n - got, static_cast<off_t>(off_ + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw_errno("read " + files_[index_]);
+      if (r == 0) throw std::runtime_error(cut_short_message(files_[index_], size_));
+      got += static_cast<std::size_t>(r);
     }
-    return 0;
   }
   void open_next() {
     if (fd_ >= 0) {
+      map_.reset();
       ::close(fd_);
       fd_ = -1;
       ++index_;
     }
     if (index_ >= files_.size()) return;
-    fd_ = ::open(files_[index_].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw_errno("open " + files_[index_]);
+    const std::string& path = files_[index_];
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw_errno("open " + path);
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw_errno("stat " + path);
+    size_ = static_cast<std::size_t>(st.st_size);
+    off_ = 0;
+    map_ = MappedFile::map(fd_, size_, path);
   }
 
   const Config& cfg_;
   std::vector<std::string> files_;
   std::size_t index_ = 0;
   int fd_ = -1;
+  std::size_t size_ = 0;  // the current file's, when opened: what is read of it
+  std::size_t off_ = 0;   // where its next chunk starts
+  std::shared_ptr<const MappedFile> map_;
 };
 
 // One chunk per frame along the first axis of an HDF5 dataset. Frames stored with a filter the

@@ -1,0 +1,86 @@
+// A file mapped for reading, cut short while it is mapped.
+#include "base/mapped_file.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <fstream>
+#include <string>
+
+#include "temp_dir.hpp"
+
+namespace numastream {
+namespace {
+
+std::string file_of(const std::string& dir, const std::string& name, std::size_t bytes) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary) << std::string(bytes, 'a');
+  return path;
+}
+
+// Reads every byte, as a codec would; their sum.
+std::size_t sum_of(std::span<const std::byte> b) {
+  std::size_t sum = 0;
+  for (std::byte x : b) sum += static_cast<std::size_t>(x);
+  return sum;
+}
+
+// Another process truncates a file while it is mapped: reading it past its new end finds zeros
+// there (the process is not killed by SIGBUS), and the mapping says it was cut short; another
+// mapped file is untouched.
+TEST(MappedFile, AFileCutShortWhileMappedReadsZerosPastItsEndAndSaysSo) {
+  const std::string dir = temp_dir();
+  const std::size_t size = 1 << 20;
+  const std::string cut = file_of(dir, "cut", size), whole = file_of(dir, "whole", size);
+  const int fd = ::open(cut.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd2 = ::open(whole.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(fd2, 0);
+  auto m = MappedFile::map(fd, size, cut);
+  auto m2 = MappedFile::map(fd2, size, whole);
+  ::close(fd);
+  ::close(fd2);
+  ASSERT_TRUE(m && m2);
+  EXPECT_EQ(sum_of(m->bytes()), size * 'a');
+  EXPECT_FALSE(m->cut_short());
+  ASSERT_EQ(::truncate(cut.c_str(), 4096), 0);
+  EXPECT_EQ(sum_of(m->bytes()), 4096u * 'a') << "past the new end: zeros";
+  EXPECT_TRUE(m->cut_short());
+  EXPECT_EQ(sum_of(m2->bytes()), size * 'a');
+  EXPECT_FALSE(m2->cut_short());
+  EXPECT_NE(cut_short_message(cut, size).find(cut), std::string::npos);
+}
+
+// SIGBUS that is not a mapped file's (here one sent to the process) still ends the process.
+TEST(MappedFile, AnyOtherSigbusStillEndsTheProcess) {
+  const std::string dir = temp_dir();
+  const std::string path = file_of(dir, "f", 4096);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    auto m = MappedFile::map(fd, 4096, path);  // the guard is installed
+    ::raise(SIGBUS);
+    ::_exit(m ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exited " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGBUS);
+}
+
+// An empty file is not mapped (the caller reads it: nothing).
+TEST(MappedFile, AnEmptyFileIsNotMapped) {
+  const std::string dir = temp_dir();
+  const std::string path = file_of(dir, "empty", 0);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_EQ(MappedFile::map(fd, 0, path), nullptr);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace numastream
