@@ -17,7 +17,7 @@ namespace numastream {
 namespace {
 
 std::string file_of(const std::string& dir, const std::string& name, std::size_t bytes) {
-  const std::string path = dir + "/" + name;
+  std::string path = dir + "/" + name;
   std::ofstream(path, std::ios::binary) << std::string(bytes, 'a');
   return path;
 }
