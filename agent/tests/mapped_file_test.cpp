@@ -55,7 +55,7 @@ TEST(MappedFile, AFileCutShortWhileMappedReadsZerosPastItsEndAndSaysSo) {
   EXPECT_NE(cut_short_message(cut, size).find(cut), std::string::npos);
 }
 
-// SIGBUS that is not a mapped file's (here one sent to the process) still ends the process.
+// SIGBUS that is not a mapped file's (here one the process sends itself) still ends the process.
 TEST(MappedFile, AnyOtherSigbusStillEndsTheProcess) {
   const std::string dir = temp_dir();
   const std::string path = file_of(dir, "f", 4096);
@@ -69,8 +69,10 @@ TEST(MappedFile, AnyOtherSigbusStillEndsTheProcess) {
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "exited " << WEXITSTATUS(status);
-  EXPECT_EQ(WTERMSIG(status), SIGBUS);
+  // Killed by it; under a sanitizer, whose handler came first, ended by its report instead.
+  const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS;
+  const bool reported = WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2;
+  EXPECT_TRUE(killed || reported) << "status " << status << ": the process went on";
 }
 
 // An empty file is not mapped (the caller reads it: nothing).
