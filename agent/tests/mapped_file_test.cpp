@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "temp_dir.hpp"
@@ -79,6 +80,43 @@ TEST(MappedFile, AnyOtherSigbusStillEndsTheProcess) {
   ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status << ": the process went on";
   EXPECT_EQ(WTERMSIG(status), SIGBUS);
 #endif
+}
+
+// Resident pages of this process (/proc/self/statm).
+long resident_pages() {
+  std::ifstream in("/proc/self/statm");
+  long size = 0, resident = 0;
+  in >> size >> resident;
+  return resident;
+}
+
+// A view let go leaves no page of it in the process's memory (a file read through once does not
+// stay resident in full); the views beside it still read their bytes, and the file stays mapped
+// while one is held.
+TEST(MappedFile, AViewLetGoLeavesTheProcesssMemory) {
+  const std::string dir = temp_dir();
+  const std::size_t size = 16 << 20;
+  const std::string path = file_of(dir, "f", size);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::optional<MappedView> first, second;
+  {
+    auto m = MappedFile::map(fd, size, path);
+    ::close(fd);
+    ASSERT_TRUE(m);
+    first.emplace(m, 0, size / 2);
+    second.emplace(m, size / 2, size / 2);
+  }  // the views hold the mapping
+  const long before = resident_pages();
+  EXPECT_EQ(sum_of(first->bytes()), size / 2 * 'a');
+  const long touched = resident_pages();
+  EXPECT_GE(touched - before, static_cast<long>(size / 2 / 4096 / 2)) << "pages read in";
+  first.reset();
+  EXPECT_LE(resident_pages(), before + 2) << "the view's pages left with it";
+  EXPECT_EQ(sum_of(second->bytes()), size / 2 * 'a');
+  MappedView moved = std::move(*second);
+  second.reset();  // moved from: lets nothing go
+  EXPECT_EQ(sum_of(moved.bytes()), size / 2 * 'a');
 }
 
 // An empty file is not mapped (the caller reads it: nothing).

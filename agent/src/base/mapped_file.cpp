@@ -102,6 +102,29 @@ bool MappedFile::cut_short() const {
   return g_slots[static_cast<std::size_t>(slot_)].cut_short.load(std::memory_order_acquire);
 }
 
+MappedView::MappedView(std::shared_ptr<const MappedFile> file, std::size_t offset, std::size_t size)
+    : file_(std::move(file)), bytes_(file_->bytes().subspan(offset, size)) {}
+
+MappedView& MappedView::operator=(MappedView&& o) noexcept {
+  if (this != &o) {
+    release();
+    file_ = std::move(o.file_);
+    bytes_ = std::exchange(o.bytes_, {});
+  }
+  return *this;
+}
+
+void MappedView::release() noexcept {
+  if (!file_) return;
+  // The pages wholly inside the view: one at either end may be a neighbour's too.
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto from = (reinterpret_cast<std::uintptr_t>(bytes_.data()) + page - 1) & ~(page - 1);
+  const auto to = (reinterpret_cast<std::uintptr_t>(bytes_.data()) + bytes_.size()) & ~(page - 1);
+  if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  file_.reset();
+  bytes_ = {};
+}
+
 std::string cut_short_message(const std::string& path, std::size_t size) {
   return path + " was cut short while it was read, or its storage failed (it held " +
          std::to_string(size) + " bytes when opened): nothing read past its end is sent";

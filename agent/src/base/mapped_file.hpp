@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace numastream {
 
@@ -38,6 +39,30 @@ class MappedFile {
   std::size_t size_;
   std::string path_;
   int slot_;
+};
+
+// A part of a mapped file that one reader holds (a chunk). When it is let go its pages leave the
+// process's memory (they stay in the page cache): a file read through once never counts in full
+// in the process's resident memory.
+class MappedView {
+ public:
+  MappedView() = default;
+  MappedView(std::shared_ptr<const MappedFile> file, std::size_t offset, std::size_t size);
+  MappedView(MappedView&& o) noexcept
+      : file_(std::move(o.file_)), bytes_(std::exchange(o.bytes_, {})) {}
+  MappedView& operator=(MappedView&& o) noexcept;
+  MappedView(const MappedView&) = delete;
+  MappedView& operator=(const MappedView&) = delete;
+  ~MappedView() { release(); }
+
+  std::span<const std::byte> bytes() const { return bytes_; }
+  const MappedFile* file() const { return file_.get(); }
+  explicit operator bool() const { return file_ != nullptr; }
+
+ private:
+  void release() noexcept;
+  std::shared_ptr<const MappedFile> file_;
+  std::span<const std::byte> bytes_;
 };
 
 // What a reader says of a file that was cut short while it was read: `size` bytes when opened.

@@ -81,8 +81,8 @@ void Sender::compress_into(const RawChunk& c, Chunk& out, Compressor& comp,
     h.payload_size = static_cast<std::uint32_t>(res.size);
   }
   // A mapped file cut short under the codec read zeros past its new end: never sent as its bytes.
-  if (c.mapping && c.mapping->cut_short())
-    throw std::runtime_error(cut_short_message(c.mapping->path(), c.mapping->bytes().size()));
+  if (const MappedFile* f = c.mapped.file(); f && f->cut_short())
+    throw std::runtime_error(cut_short_message(f->path(), f->bytes().size()));
   StageStats& st = rt_.stats(Stage::compress);
   st.chunks++;
   st.bytes_in += c.as_is ? c.raw_size : raw.size();

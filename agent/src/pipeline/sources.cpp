@@ -153,8 +153,7 @@ class FileSource final : public ReadingSource {
     const std::size_t n = next_chunk(c.buffer->capacity);
     if (n == 0) return false;
     if (map_) {
-      c.mapping = map_;
-      c.mapped = map_->bytes().subspan(off_, n);
+      c.mapped = MappedView(map_, off_, n);
     } else {
       read_exactly(c.buffer->data, n);
     }

@@ -32,9 +32,8 @@ struct RawChunk {
   int frame = 0;        // synthetic: which projection (each compressing node has its own copy)
   PooledBuffer buffer;  // file, hdf5: the bytes read
   // file: the chunk's bytes where the file is mapped (no copy; `buffer` then only holds its place
-  // among the chunks in flight). Whoever reads them asks mapping->cut_short() after.
-  std::span<const std::byte> mapped;
-  std::shared_ptr<const MappedFile> mapping;
+  // among the chunks in flight). Whoever reads them asks mapped.file()->cut_short() after.
+  MappedView mapped;
   std::optional<zmq::Message> message;  // zmq, stream2: the message as ZeroMQ received it
   // Sent as they came, never decoded or recompressed here, their checksum over those bytes: an
   // HDF5 chunk stored with bslz4 (`stored`), a detector's message (stored none). `raw_size` is
@@ -65,7 +64,7 @@ class Source {
   virtual std::span<const std::byte> bytes(const RawChunk& c, int node) const {
     (void)node;
     if (c.message) return c.message->bytes();
-    if (c.mapping) return c.mapped;
+    if (c.mapped) return c.mapped.bytes();
     return {c.buffer->data, c.buffer->size};
   }
   // A live source: since when it has waited for a message with none there (a drain waits for
