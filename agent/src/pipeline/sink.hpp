@@ -362,9 +362,9 @@ class FileSink final : public Sink {
         ++records;
       }
     }
-    // The index of an unconfirmed file holds only what is confirmed: a receiver killed meanwhile
-    // leaves no record of a chunk that no one vouched for.
-    // The file read too: an unconfirmed chunk is compared with what comes again.
+    // The file is opened for reading too (an unconfirmed chunk is compared with what comes
+    // again); the index of an unconfirmed file starts empty and records only confirmed chunks, so
+    // a receiver killed meanwhile leaves no record of a chunk no one vouched for.
     o.fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (earlier ? 0 : O_TRUNC), 0644);
     if (o.fd < 0) throw_errno("file sink: open " + path);
     o.index_fd =
